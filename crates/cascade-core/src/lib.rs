@@ -1,0 +1,31 @@
+//! The pure core of Cascade: identity, schema, resource model and the
+//! deletion protocol of one region, as functions from state and command to
+//! writes and events. No IO, no async, no clock: the node crate is the shell
+//! that stores, serves and schedules.
+//!
+//! # Layout
+//!
+//! - [`name`]: region ids, resource names `{region}/{kind}/{id}`, uids.
+//! - [`schema`]: kinds and their references with `on_delete` behaviour, loaded from TOML.
+//! - [`model`]: the records a node keeps (resources, back-references,
+//!   deletion records, operations, outcomes, retry queue, events).
+//! - [`state`]: the read trait a snapshot implements, the read-your-writes
+//!   overlay, and the write set a step produces.
+//! - [`protocol`]: create, update, delete (with dry run) and the deletion
+//!   work loop.
+//! - [`memory`]: an in-memory state for tests and model checking.
+//! - [`error`]: protocol errors with their status class.
+
+pub mod error;
+pub mod memory;
+pub mod model;
+pub mod name;
+pub mod protocol;
+pub mod schema;
+pub mod state;
+
+pub use error::{CoreError, ErrorCode};
+pub use model::*;
+pub use name::{IdSource, OperationId, RegionId, ResourceName, SequentialIds, Uid};
+pub use protocol::{Ctx, DeleteOutcome, DeleteRequest, Plan, Policy, RefRequest, ResourceSpec, Step};
+pub use schema::{OnDelete, Schema, SchemaError};

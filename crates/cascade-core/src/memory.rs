@@ -1,0 +1,94 @@
+//! An in-memory [`StateRead`] that applies [`WriteSet`]s: the reference
+//! state for unit tests, property tests and model checking of the protocol.
+
+use std::collections::BTreeMap;
+
+use crate::error::StorageError;
+use crate::model::{
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp,
+    WorkItem,
+};
+use crate::name::{OperationId, ResourceName, Uid};
+use crate::state::{StateRead, WriteSet};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemoryState {
+    pub resources: BTreeMap<ResourceName, Resource>,
+    pub uid_index: BTreeMap<Uid, ResourceName>,
+    pub backrefs: BTreeMap<BackRefKey, BackRef>,
+    pub deletions: BTreeMap<Uid, DeletionRecord>,
+    pub operations: BTreeMap<OperationId, Operation>,
+    pub outcomes: BTreeMap<(OperationId, ResourceName), Outcome>,
+    pub work: BTreeMap<Uid, WorkItem>,
+    pub events: Vec<Event>,
+    pub next_revision: Revision,
+}
+
+fn apply_map<K: Ord, V>(map: &mut BTreeMap<K, V>, writes: BTreeMap<K, Option<V>>) {
+    for (k, v) in writes {
+        match v {
+            Some(v) => map.insert(k, v),
+            None => map.remove(&k),
+        };
+    }
+}
+
+impl MemoryState {
+    pub fn apply(&mut self, w: WriteSet) {
+        apply_map(&mut self.resources, w.resources);
+        apply_map(&mut self.uid_index, w.uid_index);
+        apply_map(&mut self.backrefs, w.backrefs);
+        apply_map(&mut self.deletions, w.deletions);
+        apply_map(&mut self.operations, w.operations);
+        self.outcomes.extend(w.outcomes);
+        apply_map(&mut self.work, w.work);
+        self.events.extend(w.events);
+        if let Some(r) = w.next_revision {
+            self.next_revision = r;
+        }
+    }
+}
+
+impl StateRead for MemoryState {
+    fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError> {
+        Ok(self.resources.get(name).cloned())
+    }
+    fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError> {
+        Ok(self.uid_index.get(&uid).cloned())
+    }
+    fn backrefs(
+        &self,
+        target: Uid,
+        after: Option<&BackRefKey>,
+        limit: usize,
+    ) -> Result<Vec<BackRef>, StorageError> {
+        Ok(self
+            .backrefs
+            .iter()
+            .filter(|(k, _)| k.target == target && after.is_none_or(|a| *k > a))
+            .take(limit)
+            .map(|(_, v)| v.clone())
+            .collect())
+    }
+    fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError> {
+        Ok(self.deletions.get(&uid).cloned())
+    }
+    fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError> {
+        Ok(self.operations.get(&id).cloned())
+    }
+    fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
+        Ok(self.work.get(&uid).cloned())
+    }
+    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
+        Ok(self
+            .work
+            .values()
+            .filter(|w| w.next_attempt_at <= now)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+    fn next_revision(&self) -> Result<Revision, StorageError> {
+        Ok(self.next_revision.max(1))
+    }
+}

@@ -1,0 +1,237 @@
+//! The records a node keeps: resources, back-references, deletion records,
+//! operations and their per-resource outcomes, the retry queue, and events.
+//!
+//! These are plain data; what may change them, and how, is
+//! [`crate::protocol`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::name::{OperationId, ResourceName, Uid};
+use crate::schema::OnDelete;
+
+/// Milliseconds since the Unix epoch. The core never reads a clock: every
+/// command carries `now`, so tests and simulations control time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    pub fn plus_millis(self, ms: u64) -> Timestamp {
+        Timestamp(self.0.saturating_add(ms))
+    }
+}
+
+/// A node-wide, strictly increasing event number. A resource's revision is
+/// the revision of the last event that changed it; its etag is that number.
+pub type Revision = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ResourceState {
+    /// Written durably while a cross-region attach is in flight (never
+    /// visible as a valid reference target).
+    Creating,
+    Active,
+    /// Accepted for deletion; purged once nothing refers to it any more.
+    Deleting,
+}
+
+/// One target of a reference field: the name routes, the uid pins the
+/// incarnation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RefTarget {
+    pub name: ResourceName,
+    pub uid: Uid,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resource {
+    pub name: ResourceName,
+    pub uid: Uid,
+    pub state: ResourceState,
+    pub attributes: BTreeMap<String, String>,
+    /// Reference field → targets (a single reference holds one).
+    pub refs: BTreeMap<String, Vec<RefTarget>>,
+    pub revision: Revision,
+    pub create_time: Timestamp,
+    pub update_time: Timestamp,
+    /// External cleanups that must finish before purge (seed 004).
+    #[serde(default)]
+    pub finalizers: Vec<String>,
+}
+
+impl Resource {
+    pub fn kind(&self) -> &str {
+        self.name.kind()
+    }
+    pub fn etag(&self) -> String {
+        self.revision.to_string()
+    }
+}
+
+/// Primary key of a back-reference. Keyed by the target uid first, so all
+/// referrers of one incarnation are one prefix scan and a re-created name
+/// never sees the old incarnation's referrers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BackRefKey {
+    pub target: Uid,
+    pub referrer: Uid,
+    pub field: String,
+}
+
+/// Kept by the owner of the target: "`referrer` points at me through `field`".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackRef {
+    pub target: RefTarget,
+    pub referrer: RefTarget,
+    pub field: String,
+    pub on_delete: OnDelete,
+}
+
+impl BackRef {
+    pub fn key(&self) -> BackRefKey {
+        BackRefKey {
+            target: self.target.uid,
+            referrer: self.referrer.uid,
+            field: self.field.clone(),
+        }
+    }
+}
+
+/// Why a resource entered DELETING.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum DeletionReason {
+    /// A client asked for it.
+    Requested,
+    /// A cascade from the deletion of `from` reached it through `field`.
+    Cascade { from: ResourceName, field: String },
+}
+
+/// A live reference that keeps a deletion from finishing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocker {
+    pub referrer: ResourceName,
+    pub field: String,
+    /// Whether the blocker is itself being deleted; if not, the deletion is
+    /// stuck until someone deletes or changes it.
+    pub referrer_deleting: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum DeletionStatus {
+    /// Work is queued or under way.
+    Pending,
+    /// Waiting on live `block` references (or finalizers).
+    Blocked { blockers: Vec<Blocker>, reason: String },
+    /// Gave up after the maximum number of attempts; an operator acts.
+    Failed { error: String },
+}
+
+/// The deletion table (seed 000's `deleting_resource`): one row per resource
+/// in DELETING, keyed by uid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionRecord {
+    pub target: RefTarget,
+    pub deleted_at: Timestamp,
+    pub reason: DeletionReason,
+    pub requested_by: String,
+    pub operation: OperationId,
+    pub status: DeletionStatus,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OperationState {
+    Running,
+    /// Every resource of the closure was purged.
+    Succeeded,
+    /// Finished, but some deletions failed (see the outcomes).
+    Failed,
+}
+
+/// Progress counters of a deletion operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Purged.
+    pub deleted: u64,
+    /// Referrers that survived with a field cleared or a list element removed.
+    pub unset: u64,
+    /// In DELETING, not yet purged and not failed (includes `blocked`).
+    pub pending: u64,
+    /// Pending deletions currently held by a blocker.
+    pub blocked: u64,
+    /// Gave up; still DELETING until an operator acts.
+    pub failed: u64,
+}
+
+/// A deletion operation: created by an accepted user delete; the cascade it
+/// starts reports into it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Operation {
+    pub id: OperationId,
+    pub root: RefTarget,
+    pub requested_by: String,
+    pub cascade: bool,
+    pub state: OperationState,
+    pub progress: Progress,
+    pub create_time: Timestamp,
+    pub end_time: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum OutcomeAction {
+    Pending,
+    Deleted,
+    Unset { field: String },
+    Blocked { blockers: Vec<Blocker> },
+    Failed { error: String },
+}
+
+/// What an operation did to one resource (seed 001's 207 body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub resource: RefTarget,
+    #[serde(flatten)]
+    pub action: OutcomeAction,
+    pub time: Timestamp,
+}
+
+/// An entry of the durable retry queue: deletion work for one resource.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkItem {
+    pub target: RefTarget,
+    pub next_attempt_at: Timestamp,
+    /// Attempts that found the deletion unable to finish.
+    pub attempts: u32,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventType {
+    Created,
+    Updated,
+    Deleting,
+    Purged,
+    DeletionBlocked,
+    DeletionFailed,
+}
+
+/// An outbox entry. Committed in the same transaction as the change it
+/// describes; watchers resume from a revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub revision: Revision,
+    pub event_type: EventType,
+    pub resource: RefTarget,
+    /// The resource after the change (None once purged).
+    pub snapshot: Option<Resource>,
+    pub operation: Option<OperationId>,
+    pub message: String,
+    pub time: Timestamp,
+}
