@@ -1,1 +1,25 @@
+//! A Cascade region node: the IO shell around `cascade-core`.
+//!
+//! # Layout
+//!
+//! - [`server`]: open a node (store + writer), serve it on a listener
+//!   passed in by the caller, stop it gracefully.
+//! - [`writer`]: the single-writer actor that runs protocol steps and
+//!   commits them, with its supervisor.
+//! - [`service`]: the `cascade.v1.Resources` gRPC service.
+//! - [`store`]: the narrow storage trait with the sled and in-memory engines.
+//! - [`codec`]: how core records are keyed and encoded in the store.
+//! - [`config`]: the node's TOML configuration.
+//! - [`clock`]: injected time.
 
+pub mod clock;
+pub mod codec;
+pub mod config;
+pub mod server;
+pub mod service;
+pub mod store;
+pub mod writer;
+
+pub use cascade_core::model::Event;
+pub use config::{ConfigFile, NodeSettings};
+pub use server::{Node, NodeError, RunningNode};

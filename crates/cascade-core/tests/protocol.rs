@@ -1,0 +1,1717 @@
+//! Integration tests of the deletion protocol, driven through `MemoryState`.
+//!
+//! Every scenario builds a [`World`] (state, schema, region, ids, policy and
+//! a controlled clock), runs commands and deletion work to quiescence, and
+//! ends with [`check_invariants`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cascade_core::memory::MemoryState;
+use cascade_core::protocol::{self, PlannedUnset, WorkReport};
+use cascade_core::schema::EXAMPLE_SCHEMA;
+use cascade_core::state::StateRead;
+use cascade_core::*;
+use proptest::prelude::*;
+
+const REGION: &str = "r1";
+
+fn n(kind: &str, id: &str) -> String {
+    format!("{REGION}/{kind}/{id}")
+}
+
+fn rn(name: &str) -> ResourceName {
+    ResourceName::parse(name).unwrap()
+}
+
+fn spec_owned(name: &str, refs: Vec<(String, Vec<String>)>) -> ResourceSpec {
+    ResourceSpec {
+        name: name.to_owned(),
+        refs: refs
+            .into_iter()
+            .map(|(field, targets)| {
+                let targets = targets
+                    .into_iter()
+                    .map(|t| RefRequest { name: t, uid: None })
+                    .collect();
+                (field, targets)
+            })
+            .collect(),
+        ..ResourceSpec::default()
+    }
+}
+
+fn spec(name: &str, refs: &[(&str, &[&str])]) -> ResourceSpec {
+    spec_owned(
+        name,
+        refs.iter()
+            .map(|(f, ts)| (f.to_string(), ts.iter().map(|t| t.to_string()).collect()))
+            .collect(),
+    )
+}
+
+fn del(name: &str, cascade: bool) -> DeleteRequest {
+    DeleteRequest {
+        name: name.to_owned(),
+        cascade,
+        dry_run: false,
+        allow_missing: false,
+        etag: None,
+        uid: None,
+        requested_by: "tester".to_owned(),
+    }
+}
+
+macro_rules! ctx {
+    ($w:expr) => {
+        Ctx {
+            schema: &$w.schema,
+            region: &$w.region,
+            now: $w.now,
+            policy: &$w.policy,
+        }
+    };
+}
+
+struct World {
+    state: MemoryState,
+    schema: Schema,
+    region: RegionId,
+    ids: SequentialIds,
+    policy: Policy,
+    now: Timestamp,
+}
+
+impl World {
+    fn new(schema_text: &str) -> Self {
+        World {
+            state: MemoryState::default(),
+            schema: Schema::from_toml(schema_text).expect("schema"),
+            region: RegionId::parse(REGION).unwrap(),
+            ids: SequentialIds::default(),
+            policy: Policy::default(),
+            now: Timestamp(1_000_000),
+        }
+    }
+
+    fn neutron() -> Self {
+        Self::new(EXAMPLE_SCHEMA)
+    }
+
+    fn with_policy(mut self, change: impl FnOnce(&mut Policy)) -> Self {
+        change(&mut self.policy);
+        self
+    }
+
+    fn try_create_all(&mut self, specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, CoreError> {
+        let step = protocol::create(&self.state, ctx!(self), &mut self.ids, specs)?;
+        self.state.apply(step.writes);
+        Ok(step.value)
+    }
+
+    fn try_create(&mut self, name: &str, refs: &[(&str, &[&str])]) -> Result<Resource, CoreError> {
+        self.try_create_spec(spec(name, refs))
+    }
+
+    fn try_create_spec(&mut self, s: ResourceSpec) -> Result<Resource, CoreError> {
+        Ok(self.try_create_all(vec![s])?.remove(0))
+    }
+
+    fn create(&mut self, name: &str, refs: &[(&str, &[&str])]) -> Resource {
+        self.try_create(name, refs)
+            .unwrap_or_else(|e| panic!("create {name}: {e}"))
+    }
+
+    fn try_update(&mut self, s: ResourceSpec, etag: Option<&str>) -> Result<Resource, CoreError> {
+        let step = protocol::update(&self.state, ctx!(self), s, etag)?;
+        self.state.apply(step.writes);
+        Ok(step.value)
+    }
+
+    fn delete_req(&mut self, req: DeleteRequest) -> Result<DeleteOutcome, CoreError> {
+        let dry_run = req.dry_run;
+        let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req)?;
+        if dry_run {
+            assert!(step.writes.is_empty(), "a dry run must write nothing");
+        }
+        self.state.apply(step.writes);
+        Ok(step.value)
+    }
+
+    fn delete(&mut self, name: &str, cascade: bool) -> Result<DeleteOutcome, CoreError> {
+        self.delete_req(del(name, cascade))
+    }
+
+    fn delete_accepted(&mut self, name: &str, cascade: bool) -> Operation {
+        match self.delete(name, cascade) {
+            Ok(DeleteOutcome::Accepted(op)) => op,
+            other => panic!("delete {name} (cascade {cascade}): expected Accepted, got {other:?}"),
+        }
+    }
+
+    fn dry_run(&mut self, name: &str, cascade: bool) -> Result<Plan, CoreError> {
+        let mut req = del(name, cascade);
+        req.dry_run = true;
+        match self.delete_req(req)? {
+            DeleteOutcome::DryRun(plan) => Ok(plan),
+            other => panic!("dry run of {name}: got {other:?}"),
+        }
+    }
+
+    /// One process_work step, applied.
+    fn step(&mut self) -> WorkReport {
+        let step = protocol::process_work(&self.state, ctx!(self)).expect("process_work");
+        self.state.apply(step.writes);
+        step.value
+    }
+
+    /// Runs due work until a step finds nothing; returns the number of steps
+    /// that did something. Never moves the clock.
+    fn run_until_quiet(&mut self) -> usize {
+        let mut busy = 0;
+        for _ in 0..10_000 {
+            let report = self.step();
+            if report.items == 0 && !report.more {
+                return busy;
+            }
+            busy += 1;
+        }
+        panic!("deletion work did not quiesce in 10000 steps");
+    }
+
+    /// Moves the clock to the earliest scheduled work item, if any.
+    fn advance_to_next_due(&mut self) -> Option<Timestamp> {
+        let next = self.state.work.values().map(|w| w.next_attempt_at).min()?;
+        self.now = self.now.max(next);
+        Some(next)
+    }
+
+    fn get(&self, name: &str) -> Option<Resource> {
+        self.state.resource(&rn(name)).unwrap()
+    }
+
+    fn active(&self, name: &str) -> Resource {
+        let r = self.get(name).unwrap_or_else(|| panic!("{name} is gone"));
+        assert_eq!(r.state, ResourceState::Active, "{name}");
+        r
+    }
+
+    fn op(&self, id: OperationId) -> Operation {
+        self.state.operation(id).unwrap().expect("operation")
+    }
+
+    fn record(&self, name: &str) -> DeletionRecord {
+        let r = self.get(name).unwrap_or_else(|| panic!("{name} is gone"));
+        self.state
+            .deletion(r.uid)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} has no deletion record"))
+    }
+
+    fn outcome(&self, op: OperationId, name: &str) -> Option<OutcomeAction> {
+        self.state
+            .outcomes
+            .get(&(op, rn(name)))
+            .map(|o| o.action.clone())
+    }
+
+    fn check(&self) {
+        check_invariants(&self.state, &self.schema);
+    }
+}
+
+fn targets(r: &Resource, field: &str) -> Vec<String> {
+    r.refs
+        .get(field)
+        .map(|ts| ts.iter().map(|t| t.name.to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The invariants of DESIGN.md, checked on a quiescent state.
+fn check_invariants(state: &MemoryState, schema: &Schema) {
+    // The uid index and the resources agree.
+    for (name, r) in &state.resources {
+        assert_eq!(&r.name, name, "resource stored under another name");
+        assert_eq!(state.uid_index.get(&r.uid), Some(name), "uid index of {name}");
+        assert_ne!(r.state, ResourceState::Creating, "{name} left CREATING");
+    }
+    for (uid, name) in &state.uid_index {
+        assert!(
+            state.resources.get(name).is_some_and(|r| r.uid == *uid),
+            "uid index {uid} -> {name} points at no such incarnation"
+        );
+    }
+    let by_uid = |uid: Uid| {
+        state
+            .uid_index
+            .get(&uid)
+            .and_then(|name| state.resources.get(name))
+            .filter(|r| r.uid == uid)
+    };
+
+    for r in state.resources.values().filter(|r| r.state == ResourceState::Active) {
+        let kind = schema.kind(r.kind()).unwrap_or_else(|| panic!("{}: unknown kind", r.name));
+        for (field, spec) in &kind.refs {
+            if spec.required {
+                assert!(r.refs.contains_key(field), "{}: required {field} missing", r.name);
+            }
+        }
+        for (field, ts) in &r.refs {
+            let spec = schema
+                .reference(r.kind(), field)
+                .unwrap_or_else(|| panic!("{}: unknown field {field}", r.name));
+            assert!(!ts.is_empty(), "{}: empty field {field} kept", r.name);
+            assert!(spec.many || ts.len() == 1, "{}: {field} holds {} targets", r.name, ts.len());
+            if !spec.on_delete.tracked() {
+                continue;
+            }
+            for t in ts {
+                // (1) no dangling tracked reference.
+                let target = by_uid(t.uid).unwrap_or_else(|| {
+                    panic!("(1) {} field {field} dangles: {} ({}) is gone", r.name, t.name, t.uid)
+                });
+                assert_eq!(target.name, t.name, "(1) {} field {field}: uid names another resource", r.name);
+                // (4) it has its back-reference.
+                let key = BackRefKey {
+                    target: t.uid,
+                    referrer: r.uid,
+                    field: field.clone(),
+                };
+                let b = state.backrefs.get(&key).unwrap_or_else(|| {
+                    panic!("(4) {} field {field} -> {} has no back-reference", r.name, t.name)
+                });
+                assert_eq!(b.on_delete, spec.on_delete, "(4) {} field {field}", r.name);
+                assert_eq!(&b.target, t, "(4) {} field {field}", r.name);
+                assert_eq!(b.referrer.name, r.name, "(4) {} field {field}", r.name);
+            }
+        }
+    }
+
+    // (2) every back-reference is held by a live referrer, on a live target.
+    for (key, b) in &state.backrefs {
+        assert_eq!(key, &b.key(), "back-reference stored under another key");
+        let target = by_uid(key.target)
+            .unwrap_or_else(|| panic!("(2) back-reference {key:?} on a missing target {}", b.target.name));
+        assert_eq!(target.name, b.target.name, "(2) {key:?}");
+        let referrer = by_uid(key.referrer).unwrap_or_else(|| {
+            panic!("(2) back-reference on {} from a missing referrer {}", target.name, b.referrer.name)
+        });
+        assert_eq!(
+            referrer.state,
+            ResourceState::Active,
+            "(2) back-reference on {} from non-active {}",
+            target.name,
+            referrer.name
+        );
+        assert!(
+            referrer
+                .refs
+                .get(&key.field)
+                .is_some_and(|ts| ts.iter().any(|t| t.uid == key.target)),
+            "(2) back-reference on {} from {} field {}: the referrer no longer holds it",
+            target.name,
+            referrer.name,
+            key.field
+        );
+        let spec = schema.reference(referrer.kind(), &key.field).expect("(2) field in schema");
+        assert!(spec.on_delete.tracked(), "(2) back-reference for an untracked field");
+        assert_eq!(spec.on_delete, b.on_delete, "(2) {key:?}");
+    }
+
+    // (3) DELETING <=> deletion record.
+    for r in state.resources.values() {
+        let record = state.deletions.get(&r.uid);
+        match r.state {
+            ResourceState::Deleting => {
+                let d = record.unwrap_or_else(|| panic!("(3) {} DELETING without a record", r.name));
+                assert_eq!(d.target.name, r.name, "(3)");
+            }
+            _ => assert!(record.is_none(), "(3) {} is {:?} with a deletion record", r.name, r.state),
+        }
+    }
+    for (uid, d) in &state.deletions {
+        assert!(
+            by_uid(*uid).is_some_and(|r| r.state == ResourceState::Deleting),
+            "(3) deletion record of {} without a DELETING resource",
+            d.target.name
+        );
+        assert!(state.operations.contains_key(&d.operation), "(3) record without its operation");
+    }
+
+    // No deletion is lost: at quiescence each one is failed, blocked (and
+    // scheduled), or the root waiting for the rest of its operation.
+    for (uid, d) in &state.deletions {
+        let work = state.work.get(uid);
+        let op = &state.operations[&d.operation];
+        match &d.status {
+            DeletionStatus::Failed { .. } => {
+                assert!(work.is_none(), "{}: failed but still queued", d.target.name)
+            }
+            DeletionStatus::Blocked { .. } => {
+                assert!(work.is_some(), "{}: blocked but not scheduled", d.target.name)
+            }
+            DeletionStatus::Pending => assert!(
+                op.root.uid == *uid && op.progress.pending > 1,
+                "{}: pending at quiescence and not a waiting root (lost deletion)",
+                d.target.name
+            ),
+        }
+    }
+    for (uid, w) in &state.work {
+        assert_eq!(*uid, w.target.uid);
+        assert!(
+            state.deletions.get(uid).is_some_and(|d| matches!(d.status, DeletionStatus::Blocked { .. })),
+            "work item for {} at quiescence without a blocked deletion",
+            w.target.name
+        );
+    }
+
+    // Operation counters agree with the records and outcomes.
+    for op in state.operations.values() {
+        let records: Vec<&DeletionRecord> = state.deletions.values().filter(|d| d.operation == op.id).collect();
+        let blocked = records
+            .iter()
+            .filter(|d| matches!(d.status, DeletionStatus::Blocked { .. }))
+            .count() as u64;
+        let failed = records
+            .iter()
+            .filter(|d| matches!(d.status, DeletionStatus::Failed { .. }))
+            .count() as u64;
+        let pending = records.len() as u64 - failed;
+        let deleted = state
+            .outcomes
+            .iter()
+            .filter(|((id, _), o)| *id == op.id && o.action == OutcomeAction::Deleted)
+            .count() as u64;
+        let p = op.progress;
+        assert_eq!(
+            (p.pending, p.blocked, p.failed, p.deleted),
+            (pending, blocked, failed, deleted),
+            "operation on {}: counters (pending, blocked, failed, deleted) disagree with the records",
+            op.root.name
+        );
+        match op.state {
+            OperationState::Running => {
+                assert!(p.pending > 0, "operation on {} running with nothing pending", op.root.name);
+                assert!(
+                    by_uid(op.root.uid).is_some_and(|r| r.state == ResourceState::Deleting),
+                    "operation on {} running but its root is gone",
+                    op.root.name
+                );
+                assert!(op.end_time.is_none());
+            }
+            OperationState::Succeeded => {
+                assert_eq!((p.pending, p.failed), (0, 0), "succeeded operation on {}", op.root.name);
+                assert!(op.end_time.is_some());
+            }
+            OperationState::Failed => {
+                assert_eq!(p.pending, 0, "failed operation on {}", op.root.name);
+                assert!(p.failed > 0, "failed operation on {} without failures", op.root.name);
+                assert!(op.end_time.is_some());
+            }
+        }
+    }
+
+    // Events carry strictly increasing revisions.
+    for pair in state.events.windows(2) {
+        assert!(pair[0].revision < pair[1].revision, "event revisions not increasing");
+    }
+    if let Some(last) = state.events.last() {
+        assert_eq!(state.next_revision, last.revision + 1);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The neutron network
+
+struct Neutron {
+    w: World,
+    project: String,
+    net: String,
+    sg: String,
+    fip: String,
+    /// Everything a cascade delete of `net` removes.
+    closure: Vec<String>,
+    /// Everything that must survive it.
+    survivors: Vec<String>,
+}
+
+fn neutron_network() -> Neutron {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let s1 = n("subnet", "s1");
+    let s2 = n("subnet", "s2");
+    let sg = n("security_group", "sg1");
+    let qos = n("qos_policy", "q1");
+    let router = n("router", "r1");
+    let ri = n("router_interface", "ri1");
+    let trunk = n("trunk", "t1");
+    let fip = n("floating_ip", "fip1");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&s1, &[("network", &[&net])]);
+    w.create(&s2, &[("network", &[&net])]);
+    w.create(&sg, &[("project", &[&project])]);
+    w.create(&qos, &[]);
+    let mut closure = vec![net.clone(), s1.clone(), s2.clone()];
+    for i in 0..10 {
+        let port = n("port", &format!("port-{i}"));
+        let mut refs = vec![("network".to_owned(), vec![net.clone()])];
+        match i {
+            0 | 1 => refs.push(("subnet".to_owned(), vec![s1.clone()])),
+            2 | 3 => refs.push(("subnet".to_owned(), vec![s2.clone()])),
+            _ => {}
+        }
+        if i % 2 == 0 {
+            refs.push(("security_groups".to_owned(), vec![sg.clone()]));
+        }
+        if i == 5 {
+            refs.push(("qos_policy".to_owned(), vec![qos.clone()]));
+        }
+        w.try_create_spec(spec_owned(&port, refs)).unwrap();
+        closure.push(port);
+    }
+    let port = |i: u32| n("port", &format!("port-{i}"));
+    w.create(&trunk, &[("parent_port", &[&port(0)])]);
+    let sp1 = n("subport", "sp1");
+    let sp2 = n("subport", "sp2");
+    w.create(&sp1, &[("trunk", &[&trunk]), ("port", &[&port(1)])]);
+    w.create(&sp2, &[("trunk", &[&trunk]), ("port", &[&port(2)])]);
+    w.create(&router, &[("project", &[&project])]);
+    w.create(&ri, &[("router", &[&router]), ("subnet", &[&s1])]);
+    w.create(&fip, &[("project", &[&project]), ("port", &[&port(3)])]);
+    closure.extend([trunk, sp1, sp2, ri]);
+    let survivors = vec![project.clone(), sg.clone(), qos, router, fip.clone()];
+    w.check();
+    Neutron {
+        w,
+        project,
+        net,
+        sg,
+        fip,
+        closure,
+        survivors,
+    }
+}
+
+#[test]
+fn neutron_network_delete_without_cascade_is_refused_listing_dependents() {
+    let Neutron { mut w, net, .. } = neutron_network();
+    let before = w.state.clone();
+    let err = w.delete(&net, false).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    let CoreError::DeleteRefused {
+        name,
+        blockers,
+        dependents,
+        more,
+    } = &err
+    else {
+        panic!("expected DeleteRefused, got {err:?}");
+    };
+    assert_eq!(name.as_str(), net);
+    assert!(blockers.is_empty(), "{blockers:?}");
+    assert_eq!(*more, 0);
+    let listed: BTreeSet<String> = dependents.iter().map(|d| d.referrer.to_string()).collect();
+    let mut expected: BTreeSet<String> = (0..10).map(|i| n("port", &format!("port-{i}"))).collect();
+    expected.insert(n("subnet", "s1"));
+    expected.insert(n("subnet", "s2"));
+    assert_eq!(listed, expected);
+    assert!(dependents
+        .iter()
+        .all(|d| d.field == "network" && d.on_delete == OnDelete::Cascade));
+    assert!(err.to_string().contains("pass cascade"), "{err}");
+    assert_eq!(w.state, before, "a refused delete writes nothing");
+    w.check();
+}
+
+#[test]
+fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_last() {
+    let Neutron {
+        mut w,
+        net,
+        sg,
+        fip,
+        closure,
+        survivors,
+        ..
+    } = neutron_network();
+    let op = w.delete_accepted(&net, true);
+    assert_eq!(op.root.name.as_str(), net);
+    assert!(op.cascade);
+    assert_eq!(op.state, OperationState::Running);
+    assert_eq!(op.progress.pending, 1);
+    assert_eq!(op.requested_by, "tester");
+    assert_eq!(w.get(&net).unwrap().state, ResourceState::Deleting);
+    assert_eq!(w.record(&net).reason, DeletionReason::Requested);
+
+    // Step by step: the root stays readable, DELETING, until all else is purged.
+    let mut steps = 0;
+    loop {
+        let report = w.step();
+        if report.items == 0 && !report.more {
+            break;
+        }
+        steps += 1;
+        assert!(steps < 1000);
+        let others_left: Vec<&String> = closure[1..].iter().filter(|c| w.get(c).is_some()).collect();
+        match w.get(&net) {
+            Some(root) => assert_eq!(root.state, ResourceState::Deleting),
+            None => assert!(others_left.is_empty(), "root purged before {others_left:?}"),
+        }
+    }
+    for c in &closure {
+        assert!(w.get(c).is_none(), "{c} survived the cascade");
+        assert_eq!(w.outcome(op.id, c), Some(OutcomeAction::Deleted), "{c}");
+    }
+    for s in &survivors {
+        w.active(s);
+    }
+    let fip_now = w.active(&fip);
+    assert!(!fip_now.refs.contains_key("port"), "floating ip keeps {:?}", fip_now.refs);
+    assert_eq!(targets(&fip_now, "project"), vec![n("project", "p1")]);
+    assert_eq!(
+        w.outcome(op.id, &fip),
+        Some(OutcomeAction::Unset {
+            field: "port".to_owned()
+        })
+    );
+    assert!(w.state.backrefs.keys().all(|k| k.target != w.active(&sg).uid));
+
+    let op = w.op(op.id);
+    assert_eq!(op.state, OperationState::Succeeded);
+    assert_eq!(op.progress.deleted, closure.len() as u64);
+    assert_eq!(op.progress.pending, 0);
+    assert_eq!(op.progress.blocked, 0);
+    assert_eq!(op.progress.failed, 0);
+    assert!(op.progress.unset >= 1);
+    assert!(op.end_time.is_some());
+    let purged: BTreeSet<String> = w
+        .state
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::Purged)
+        .map(|e| e.resource.name.to_string())
+        .collect();
+    assert_eq!(purged, closure.iter().cloned().collect());
+    // The root's purge is the last one.
+    let last_purge = w
+        .state
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.event_type == EventType::Purged)
+        .unwrap();
+    assert_eq!(last_purge.resource.name.as_str(), net);
+    assert!(w.state.work.is_empty());
+    assert!(w.state.deletions.is_empty());
+    w.check();
+}
+
+#[test]
+fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
+    let Neutron {
+        mut w,
+        net,
+        fip,
+        closure,
+        ..
+    } = neutron_network();
+    let before = w.state.clone();
+    let plan = w.dry_run(&net, true).unwrap();
+    assert!(!plan.truncated);
+    let planned: Vec<String> = plan.deleted.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(planned[0], net, "the root comes first");
+    let planned_set: BTreeSet<String> = planned.iter().cloned().collect();
+    assert_eq!(planned.len(), planned_set.len(), "duplicates in {planned:?}");
+    assert_eq!(planned_set, closure.iter().cloned().collect());
+    for t in &plan.deleted {
+        assert_eq!(w.get(t.name.as_str()).unwrap().uid, t.uid);
+    }
+    assert_eq!(
+        plan.unset,
+        vec![PlannedUnset {
+            resource: RefTarget {
+                name: rn(&fip),
+                uid: w.get(&fip).unwrap().uid
+            },
+            field: "port".to_owned()
+        }]
+    );
+    assert!(plan.blocked.is_empty());
+    assert_eq!(w.state, before, "a dry run changes nothing");
+    // Without cascade the dry run is refused like the delete.
+    assert!(matches!(w.dry_run(&net, false), Err(CoreError::DeleteRefused { .. })));
+    assert_eq!(w.state, before);
+    // The plan matches what the delete then does.
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+    assert_eq!(w.op(op.id).progress.deleted, plan.deleted.len() as u64);
+    w.check();
+}
+
+#[test]
+fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let sg1 = n("security_group", "sg1");
+    let sg2 = n("security_group", "sg2");
+    let pa = n("port", "pa");
+    let pb = n("port", "pb");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&sg1, &[("project", &[&project])]);
+    w.create(&sg2, &[("project", &[&project])]);
+    w.create(&pa, &[("network", &[&net]), ("security_groups", &[&sg1, &sg2])]);
+    w.create(&pb, &[("network", &[&net]), ("security_groups", &[&sg1])]);
+    let pa_etag = w.get(&pa).unwrap().etag();
+
+    let plan = w.dry_run(&sg1, false).unwrap();
+    assert_eq!(plan.deleted.len(), 1);
+    assert_eq!(plan.unset.len(), 2);
+
+    let op = w.delete_accepted(&sg1, false);
+    w.run_until_quiet();
+    assert!(w.get(&sg1).is_none());
+    let pa_now = w.active(&pa);
+    assert_eq!(targets(&pa_now, "security_groups"), vec![sg2.clone()]);
+    assert_ne!(pa_now.etag(), pa_etag, "the change moves the etag");
+    let pb_now = w.active(&pb);
+    assert!(!pb_now.refs.contains_key("security_groups"), "{:?}", pb_now.refs);
+    w.active(&sg2);
+    let op = w.op(op.id);
+    assert_eq!(op.state, OperationState::Succeeded);
+    assert_eq!((op.progress.deleted, op.progress.unset), (1, 2));
+    for p in [&pa, &pb] {
+        assert_eq!(
+            w.outcome(op.id, p),
+            Some(OutcomeAction::Unset {
+                field: "security_groups".to_owned()
+            })
+        );
+    }
+    w.check();
+}
+
+#[test]
+fn allow_dangling_reference_outlives_its_target() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let qos = n("qos_policy", "q1");
+    let port = n("port", "x");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    let q = w.create(&qos, &[]);
+    w.create(&port, &[("network", &[&net]), ("qos_policy", &[&qos])]);
+    assert!(w.state.backrefs.keys().all(|k| k.target != q.uid), "no back-reference for allow_dangling");
+    let op = w.delete_accepted(&qos, false);
+    w.run_until_quiet();
+    assert!(w.get(&qos).is_none());
+    let p = w.active(&port);
+    assert_eq!(p.refs["qos_policy"][0].uid, q.uid, "the dangling reference is kept as it was");
+    assert_eq!(w.op(op.id).progress.unset, 0);
+    // A re-created policy is a different incarnation.
+    let q2 = w.create(&qos, &[]);
+    assert_ne!(q2.uid, q.uid);
+    w.check();
+}
+
+#[test]
+fn list_owner_survives_until_its_last_element_goes() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let p1 = n("port", "p1");
+    let p2 = n("port", "p2");
+    let group = n("port_group", "g");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&p1, &[("network", &[&net])]);
+    w.create(&p2, &[("network", &[&net])]);
+    w.create(&group, &[("ports", &[&p1, &p2])]);
+
+    // The plan says the group only loses an element.
+    let plan = w.dry_run(&p1, true).unwrap();
+    assert_eq!(plan.deleted.len(), 1);
+    assert_eq!(plan.unset.len(), 1);
+    assert_eq!(plan.unset[0].resource.name.as_str(), group);
+    assert_eq!(plan.unset[0].field, "ports");
+
+    let op1 = w.delete_accepted(&p1, true);
+    w.run_until_quiet();
+    assert!(w.get(&p1).is_none());
+    assert_eq!(targets(&w.active(&group), "ports"), vec![p2.clone()]);
+    let o1 = w.op(op1.id);
+    assert_eq!((o1.state, o1.progress.deleted, o1.progress.unset), (OperationState::Succeeded, 1, 1));
+    w.check();
+
+    let plan = w.dry_run(&p2, true).unwrap();
+    let planned: BTreeSet<String> = plan.deleted.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(planned, BTreeSet::from([p2.clone(), group.clone()]));
+    let op2 = w.delete_accepted(&p2, true);
+    w.run_until_quiet();
+    assert!(w.get(&p2).is_none());
+    assert!(w.get(&group).is_none(), "the group goes with its last port");
+    let o2 = w.op(op2.id);
+    assert_eq!((o2.state, o2.progress.deleted), (OperationState::Succeeded, 2));
+    assert_eq!(
+        w.deleting_message(&group).as_deref(),
+        Some(format!("cascade from {p2} (field ports)").as_str())
+    );
+    w.active(&net);
+    w.check();
+}
+
+impl World {
+    /// The message of the last DELETING event of `name`.
+    fn deleting_message(&self, name: &str) -> Option<String> {
+        self.state
+            .events
+            .iter()
+            .rev()
+            .find(|e| e.event_type == EventType::Deleting && e.resource.name.as_str() == name)
+            .map(|e| e.message.clone())
+    }
+}
+
+#[test]
+fn list_owner_whose_elements_all_go_in_one_cascade_is_deleted() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let other = n("network", "net2");
+    let p1 = n("port", "p1");
+    let p2 = n("port", "p2");
+    let p3 = n("port", "p3");
+    let g = n("port_group", "g");
+    let keep = n("port_group", "keep");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&other, &[("project", &[&project])]);
+    w.create(&p1, &[("network", &[&net])]);
+    w.create(&p2, &[("network", &[&net])]);
+    w.create(&p3, &[("network", &[&other])]);
+    w.create(&g, &[("ports", &[&p1, &p2])]);
+    w.create(&keep, &[("ports", &[&p1, &p3])]);
+    let plan = w.dry_run(&net, true).unwrap();
+    let planned: BTreeSet<String> = plan.deleted.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(planned, BTreeSet::from([net.clone(), p1.clone(), p2.clone(), g.clone()]));
+    assert_eq!(plan.unset.len(), 1);
+    assert_eq!(plan.unset[0].resource.name.as_str(), keep);
+
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+    for gone in [&net, &p1, &p2, &g] {
+        assert!(w.get(gone).is_none(), "{gone} survived");
+    }
+    assert_eq!(targets(&w.active(&keep), "ports"), vec![p3.clone()]);
+    let op = w.op(op.id);
+    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 4));
+    w.check();
+}
+
+#[test]
+#[ignore = "bug: progress.unset counts a list-cascade owner that lost an element and was then deleted by the same operation"]
+fn unset_counter_excludes_list_owners_deleted_by_the_same_operation() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let p1 = n("port", "p1");
+    let p2 = n("port", "p2");
+    let g = n("port_group", "g");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&p1, &[("network", &[&net])]);
+    w.create(&p2, &[("network", &[&net])]);
+    w.create(&g, &[("ports", &[&p1, &p2])]);
+    let plan = w.dry_run(&net, true).unwrap();
+    assert!(plan.unset.is_empty(), "the plan has no survivor");
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+    assert!(w.get(&g).is_none());
+    // Progress::unset is "referrers that survived with a field cleared or a
+    // list element removed": the group did not survive.
+    assert_eq!(w.op(op.id).progress.unset, plan.unset.len() as u64);
+    w.check();
+}
+
+#[test]
+fn block_reference_refuses_user_delete_even_with_cascade() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "ext");
+    let subnet = n("subnet", "s1");
+    let router = n("router", "gw");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&subnet, &[("network", &[&net])]);
+    w.create(&router, &[("project", &[&project]), ("gateway_network", &[&net])]);
+    let before = w.state.clone();
+    let blocker = error::Dependent {
+        referrer: rn(&router),
+        field: "gateway_network".to_owned(),
+        on_delete: OnDelete::Block,
+    };
+    for cascade in [true, false] {
+        let err = w.delete(&net, cascade).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+        let CoreError::DeleteRefused {
+            blockers, dependents, ..
+        } = &err
+        else {
+            panic!("expected DeleteRefused, got {err:?}");
+        };
+        assert_eq!(blockers, &vec![blocker.clone()]);
+        if cascade {
+            assert!(dependents.is_empty(), "{dependents:?}");
+        } else {
+            assert_eq!(dependents.len(), 1);
+            assert_eq!(dependents[0].referrer.as_str(), subnet);
+        }
+        assert!(err.to_string().contains("blocked by r1/router/gw"), "{err}");
+        assert!(matches!(w.dry_run(&net, cascade), Err(CoreError::DeleteRefused { .. })));
+    }
+    assert_eq!(w.state, before);
+    w.check();
+}
+
+/// Two projects; a router of p2 uses a network of p1 as its gateway.
+fn blocked_cascade_world() -> (World, [String; 6]) {
+    let mut w = World::neutron();
+    let p1 = n("project", "p1");
+    let p2 = n("project", "p2");
+    let net = n("network", "net1");
+    let subnet = n("subnet", "s1");
+    let port = n("port", "x");
+    let router = n("router", "r2");
+    w.create(&p1, &[]);
+    w.create(&p2, &[]);
+    w.create(&net, &[("project", &[&p1])]);
+    w.create(&subnet, &[("network", &[&net])]);
+    w.create(&port, &[("network", &[&net]), ("subnet", &[&subnet])]);
+    w.create(&router, &[("project", &[&p2]), ("gateway_network", &[&net])]);
+    (w, [p1, p2, net, subnet, port, router])
+}
+
+#[test]
+fn blocked_cascade_waits_for_a_blocker_from_another_project() {
+    let (mut w, [p1, p2, net, subnet, port, router]) = blocked_cascade_world();
+    let plan = w.dry_run(&p1, true).unwrap();
+    assert_eq!(plan.blocked.len(), 1);
+    assert_eq!(plan.blocked[0].resource.name.as_str(), net);
+    assert_eq!(plan.blocked[0].blocker.referrer.as_str(), router);
+    assert!(!plan.blocked[0].blocker.referrer_deleting);
+
+    let op1 = w.delete_accepted(&p1, true);
+    w.run_until_quiet();
+    assert!(w.get(&subnet).is_none());
+    assert!(w.get(&port).is_none());
+    assert_eq!(w.get(&net).unwrap().state, ResourceState::Deleting);
+    assert_eq!(w.get(&p1).unwrap().state, ResourceState::Deleting, "the root waits");
+    let record = w.record(&net);
+    assert_eq!(
+        record.reason,
+        DeletionReason::Cascade {
+            from: rn(&p1),
+            field: "project".to_owned()
+        }
+    );
+    assert_eq!(record.operation, op1.id);
+    let DeletionStatus::Blocked { blockers, reason } = &record.status else {
+        panic!("expected Blocked, got {:?}", record.status);
+    };
+    assert_eq!(
+        blockers,
+        &vec![Blocker {
+            referrer: rn(&router),
+            field: "gateway_network".to_owned(),
+            referrer_deleting: false,
+        }]
+    );
+    assert!(reason.contains(&router) && reason.contains("stuck"), "{reason}");
+    assert!(matches!(w.outcome(op1.id, &net), Some(OutcomeAction::Blocked { .. })));
+    assert!(w
+        .state
+        .events
+        .iter()
+        .any(|e| e.event_type == EventType::DeletionBlocked && e.resource.name.as_str() == net));
+    let o = w.op(op1.id);
+    assert_eq!(o.state, OperationState::Running);
+    assert_eq!((o.progress.pending, o.progress.blocked, o.progress.deleted), (2, 1, 2));
+    w.check();
+
+    // Deleting the blocker lets the whole first operation finish.
+    let op2 = w.delete_accepted(&router, true);
+    w.run_until_quiet();
+    for gone in [&router, &net, &p1] {
+        assert!(w.get(gone).is_none(), "{gone} survived");
+    }
+    w.active(&p2);
+    let o1 = w.op(op1.id);
+    assert_eq!(o1.state, OperationState::Succeeded);
+    assert_eq!((o1.progress.deleted, o1.progress.pending, o1.progress.blocked), (4, 0, 0));
+    let o2 = w.op(op2.id);
+    assert_eq!((o2.state, o2.progress.deleted), (OperationState::Succeeded, 1));
+    w.check();
+}
+
+#[test]
+fn blocked_cascade_resumes_when_the_blocker_drops_its_reference() {
+    let (mut w, [p1, p2, net, _, _, router]) = blocked_cascade_world();
+    let op = w.delete_accepted(&p1, true);
+    w.run_until_quiet();
+    assert_eq!(w.op(op.id).state, OperationState::Running);
+    w.try_update(spec(&router, &[("project", &[&p2])]), None).unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&net).is_none());
+    assert!(w.get(&p1).is_none());
+    assert!(!w.active(&router).refs.contains_key("gateway_network"));
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    w.check();
+}
+
+const CYCLE_SCHEMA: &str = r#"
+[kinds.a.refs.b]
+kind = "b"
+on_delete = "cascade"
+
+[kinds.b.refs.a]
+kind = "a"
+on_delete = "cascade"
+"#;
+
+#[test]
+fn cascade_cycle_unwinds() {
+    let mut w = World::new(CYCLE_SCHEMA);
+    let a = n("a", "a1");
+    let b = n("b", "b1");
+    w.create(&a, &[]);
+    w.create(&b, &[("a", &[&a])]);
+    w.try_update(spec(&a, &[("b", &[&b])]), None).unwrap();
+    w.check();
+    assert!(matches!(w.delete(&a, false), Err(CoreError::DeleteRefused { .. })));
+    let plan = w.dry_run(&a, true).unwrap();
+    assert_eq!(plan.deleted.len(), 2);
+    let op = w.delete_accepted(&a, true);
+    w.run_until_quiet();
+    assert!(w.get(&a).is_none());
+    assert!(w.get(&b).is_none());
+    let op = w.op(op.id);
+    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 2));
+    assert!(w.state.backrefs.is_empty());
+    w.check();
+}
+
+#[test]
+fn cascade_self_reference_unwinds() {
+    let mut w = World::new("[kinds.a.refs.me]\nkind = \"a\"\non_delete = \"cascade\"\n");
+    let a = n("a", "a1");
+    w.create(&a, &[]);
+    w.try_update(spec(&a, &[("me", &[&a])]), None).unwrap();
+    w.check();
+    let op = w.delete_accepted(&a, true);
+    w.run_until_quiet();
+    assert!(w.get(&a).is_none());
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    w.check();
+}
+
+#[test]
+fn repeated_delete_answers_already_deleting_with_the_same_operation() {
+    let Neutron { mut w, net, .. } = neutron_network();
+    let op = w.delete_accepted(&net, true);
+    let before = w.state.clone();
+    for cascade in [true, false] {
+        let step = protocol::delete(&w.state, ctx!(w), &mut w.ids, del(&net, cascade)).unwrap();
+        assert!(step.writes.is_empty());
+        match step.value {
+            DeleteOutcome::AlreadyDeleting(again) => assert_eq!(again.id, op.id),
+            other => panic!("expected AlreadyDeleting, got {other:?}"),
+        }
+    }
+    assert_eq!(w.state, before);
+    // A resource reached by the cascade answers with the same operation too.
+    w.step();
+    let port = n("port", "port-7");
+    assert_eq!(w.get(&port).unwrap().state, ResourceState::Deleting);
+    match w.delete(&port, false).unwrap() {
+        DeleteOutcome::AlreadyDeleting(again) => assert_eq!(again.id, op.id),
+        other => panic!("expected AlreadyDeleting, got {other:?}"),
+    }
+    // A dry run of a deleting resource answers the same way, writing nothing.
+    let mut req = del(&net, true);
+    req.dry_run = true;
+    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::AlreadyDeleting(_)));
+    w.run_until_quiet();
+    w.check();
+}
+
+#[test]
+fn create_and_update_under_a_deleting_parent_are_refused() {
+    let Neutron {
+        mut w, project, net, sg, ..
+    } = neutron_network();
+    let port0 = n("port", "port-0");
+    let port_etag = w.get(&port0).unwrap().etag();
+    w.delete_accepted(&net, true);
+    let before = w.state.clone();
+
+    let err = w.try_create(&n("port", "late"), &[("network", &[&net])]).unwrap_err();
+    assert_eq!(
+        err,
+        CoreError::TargetDeleting {
+            field: "refs.network".to_owned(),
+            target: rn(&net)
+        }
+    );
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    // In a batch the field names the position; nothing of the batch is written.
+    let err = w
+        .try_create_all(vec![
+            spec(&n("security_group", "ok"), &[("project", &[&project])]),
+            spec(&n("subnet", "late"), &[("network", &[&net])]),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&err, CoreError::TargetDeleting { field, .. } if field == "resources[1].refs.network"),
+        "{err:?}"
+    );
+    // The name of a deleting resource is not free yet.
+    let err = w.try_create(&net, &[("project", &[&project])]).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::AlreadyExists { detail, .. } if detail.contains("being deleted")),
+        "{err:?}"
+    );
+    // Updating a child before the work ran is refused: it still points at the deleting network.
+    let mut s = spec(&port0, &[("network", &[&net]), ("security_groups", &[&sg])]);
+    s.attributes.insert("mtu".to_owned(), "9000".to_owned());
+    let err = w.try_update(s, Some(&port_etag)).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::TargetDeleting { field, target } if field == "refs.network" && target.as_str() == net),
+        "{err:?}"
+    );
+    // Updating the deleting resource itself is refused.
+    let mut s = spec(&net, &[("project", &[&project])]);
+    s.attributes.insert("x".to_owned(), "y".to_owned());
+    let err = w.try_update(s, None).unwrap_err();
+    assert_eq!(err, CoreError::Deleting { name: rn(&net) });
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    assert_eq!(w.state, before, "refused commands write nothing");
+    w.run_until_quiet();
+    w.check();
+}
+
+#[test]
+fn recreate_after_purge_gets_a_new_uid_and_stale_uids_do_not_touch_it() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    let port = n("port", "x");
+    w.create(&project, &[]);
+    let old_net = w.create(&net, &[("project", &[&project])]);
+    let old_port = w.create(&port, &[("network", &[&net])]);
+    let op = w.delete_accepted(&net, true);
+    let stale_work = w.state.work.get(&old_net.uid).cloned().expect("queued work");
+    w.run_until_quiet();
+    assert!(w.get(&net).is_none());
+    assert!(w.get(&port).is_none());
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+
+    let new_net = w.create(&net, &[("project", &[&project])]);
+    assert_ne!(new_net.uid, old_net.uid);
+    let new_port = w.create(&port, &[("network", &[&net])]);
+    assert_ne!(new_port.uid, old_port.uid);
+    assert_eq!(new_port.refs["network"][0].uid, new_net.uid);
+    for k in w.state.backrefs.keys() {
+        for old in [old_net.uid, old_port.uid] {
+            assert!(k.target != old && k.referrer != old, "back-reference with an old uid: {k:?}");
+        }
+    }
+    // A reference pinned to the old incarnation is refused.
+    let mut s = spec(&n("port", "pinned"), &[]);
+    s.refs.insert(
+        "network".to_owned(),
+        vec![RefRequest {
+            name: net.clone(),
+            uid: Some(old_net.uid),
+        }],
+    );
+    let err = w.try_create_spec(s).unwrap_err();
+    assert!(matches!(err, CoreError::TargetUidMismatch { .. }), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    // A delete pinned to the old uid does not reach the new one.
+    let mut req = del(&net, true);
+    req.uid = Some(old_net.uid);
+    assert_eq!(w.delete_req(req.clone()).unwrap_err(), CoreError::NotFound(rn(&net)));
+    req.allow_missing = true;
+    assert_eq!(w.delete_req(req).unwrap(), DeleteOutcome::Missing);
+    // A stale queue entry of the old incarnation is dropped without effect.
+    let events = w.state.events.len();
+    w.state.work.insert(old_net.uid, stale_work);
+    let busy = w.run_until_quiet();
+    assert!(busy >= 1);
+    assert!(w.state.work.is_empty());
+    assert_eq!(w.state.events.len(), events, "a stale entry emits nothing");
+    assert_eq!(w.active(&net).uid, new_net.uid);
+    assert_eq!(w.active(&port).uid, new_port.uid);
+    w.check();
+}
+
+#[test]
+fn delete_preconditions_missing_etag_and_uid() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let r = w.create(&project, &[]);
+    let missing = n("project", "nope");
+
+    let mut req = del(&missing, false);
+    assert_eq!(w.delete_req(req.clone()).unwrap_err(), CoreError::NotFound(rn(&missing)));
+    req.allow_missing = true;
+    let step = protocol::delete(&w.state, ctx!(w), &mut w.ids, req).unwrap();
+    assert_eq!(step.value, DeleteOutcome::Missing);
+    assert!(step.writes.is_empty());
+
+    let mut req = del(&project, false);
+    req.etag = Some("999".to_owned());
+    let err = w.delete_req(req.clone()).unwrap_err();
+    assert_eq!(
+        err,
+        CoreError::EtagMismatch {
+            name: rn(&project),
+            expected: "999".to_owned(),
+            actual: r.etag()
+        }
+    );
+    assert_eq!(err.code(), ErrorCode::Aborted);
+
+    let mut req = del(&project, false);
+    req.uid = Some(Uid(uuid_like(42)));
+    assert_eq!(w.delete_req(req).unwrap_err(), CoreError::NotFound(rn(&project)));
+    w.active(&project);
+
+    // An empty etag is no precondition; the right etag and uid are accepted.
+    let mut req = del(&project, false);
+    req.etag = Some(r.etag());
+    req.uid = Some(r.uid);
+    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::Accepted(_)));
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none());
+    let other = n("project", "p2");
+    w.create(&other, &[]);
+    let mut req = del(&other, false);
+    req.etag = Some(String::new());
+    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::Accepted(_)));
+    w.run_until_quiet();
+    w.check();
+}
+
+fn uuid_like(n: u8) -> uuid::Uuid {
+    uuid::Uuid::from_bytes([n; 16])
+}
+
+#[test]
+fn update_etag_mismatch_is_aborted() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let r = w.create(&project, &[]);
+    let err = w.try_update(spec(&project, &[]), Some("12345")).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Aborted);
+    let updated = w.try_update(spec(&project, &[]), Some(&r.etag())).unwrap();
+    assert_ne!(updated.etag(), r.etag());
+    w.check();
+}
+
+#[test]
+fn batching_spreads_a_large_cascade_over_several_steps() {
+    let mut w = World::neutron().with_policy(|p| p.batch_budget = 3);
+    let project = n("project", "p1");
+    let net = n("network", "net1");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    for i in 0..20 {
+        w.create(&n("port", &format!("p{i}")), &[("network", &[&net])]);
+    }
+    let op = w.delete_accepted(&net, true);
+    let mut busy = 0;
+    for _ in 0..10_000 {
+        let report = w.step();
+        if report.items == 0 && !report.more {
+            break;
+        }
+        assert!(
+            report.cascaded + report.unset <= 3,
+            "a step changed {} referrers with a budget of 3",
+            report.cascaded + report.unset
+        );
+        busy += 1;
+    }
+    assert!(busy > 1, "expected several steps, got {busy}");
+    assert!(busy >= 20 / 3, "20 cascades at 3 per step need at least 7 steps, got {busy}");
+    assert!(w.get(&net).is_none());
+    for i in 0..20 {
+        assert!(w.get(&n("port", &format!("p{i}"))).is_none());
+    }
+    let op = w.op(op.id);
+    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 21));
+    w.active(&project);
+    w.check();
+}
+
+#[test]
+fn batching_by_queue_items_reports_more() {
+    let mut w = World::neutron().with_policy(|p| p.batch_items = 2);
+    let project = n("project", "p1");
+    w.create(&project, &[]);
+    for i in 0..6 {
+        w.create(&n("network", &format!("n{i}")), &[("project", &[&project])]);
+    }
+    let op = w.delete_accepted(&project, true);
+    let first = w.step();
+    assert_eq!(first.cascaded, 6);
+    let second = w.step();
+    assert!(second.more, "two of six due entries were taken: {second:?}");
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none());
+    assert_eq!(w.op(op.id).progress.deleted, 7);
+    w.check();
+}
+
+#[test]
+fn retry_backoff_marks_a_stuck_deletion_failed() {
+    let (w, [p1, _p2, net, subnet, port, router]) = blocked_cascade_world();
+    let mut w = w.with_policy(|p| p.max_attempts = 2);
+    let op = w.delete_accepted(&p1, true);
+    let t0 = w.now;
+    w.run_until_quiet();
+    let work = w.state.work[&w.get(&net).unwrap().uid].clone();
+    assert_eq!(work.attempts, 1);
+    assert_eq!(work.next_attempt_at, t0.plus_millis(w.policy.backoff(1)));
+    assert!(work.last_error.as_deref().is_some_and(|e| e.contains(&router)));
+
+    // Nothing happens before the backoff expires.
+    w.now = t0.plus_millis(w.policy.backoff(1) - 1);
+    assert_eq!(w.run_until_quiet(), 0);
+
+    assert_eq!(w.advance_to_next_due(), Some(t0.plus_millis(1_000)));
+    w.run_until_quiet();
+    let work = w.state.work[&w.get(&net).unwrap().uid].clone();
+    assert_eq!(work.attempts, 2);
+    assert_eq!(work.next_attempt_at, t0.plus_millis(1_000 + 2_000));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
+    assert_eq!(w.op(op.id).state, OperationState::Running);
+
+    w.advance_to_next_due();
+    w.run_until_quiet();
+    let record = w.record(&net);
+    let DeletionStatus::Failed { error } = &record.status else {
+        panic!("expected Failed, got {:?}", record.status);
+    };
+    assert!(error.contains("gave up after 2 attempts") && error.contains(&router), "{error}");
+    assert!(!w.state.work.contains_key(&record.target.uid));
+    assert!(w
+        .state
+        .events
+        .iter()
+        .any(|e| e.event_type == EventType::DeletionFailed && e.resource.name.as_str() == net));
+    assert!(matches!(w.outcome(op.id, &net), Some(OutcomeAction::Failed { .. })));
+    for gone in [&p1, &subnet, &port] {
+        assert!(w.get(gone).is_none(), "{gone} survived");
+    }
+    let o = w.op(op.id);
+    assert_eq!(o.state, OperationState::Failed);
+    assert_eq!(
+        (o.progress.failed, o.progress.pending, o.progress.blocked, o.progress.deleted),
+        (1, 0, 0, 3)
+    );
+    assert!(o.end_time.is_some());
+    assert_eq!(w.advance_to_next_due(), None, "nothing is scheduled any more");
+    w.check();
+
+    // Removing the blocker later still lets the failed deletion finish.
+    w.delete_accepted(&router, true);
+    w.run_until_quiet();
+    assert!(w.get(&net).is_none());
+    let o = w.op(op.id);
+    assert_eq!((o.progress.failed, o.progress.deleted), (0, 4));
+    assert_eq!(o.state, OperationState::Succeeded);
+    w.check();
+}
+
+#[test]
+fn backoff_grows_exponentially_up_to_the_cap() {
+    let p = Policy {
+        backoff_base_ms: 100,
+        backoff_cap_ms: 1_000,
+        ..Policy::default()
+    };
+    assert_eq!(
+        (1..=6).map(|a| p.backoff(a)).collect::<Vec<_>>(),
+        vec![100, 200, 400, 800, 1_000, 1_000]
+    );
+    assert_eq!(p.backoff(u32::MAX), 1_000);
+}
+
+#[test]
+fn finalizers_hold_the_purge_until_removed() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    let mut s = spec(&project, &[]);
+    s.finalizers = vec!["dns".to_owned(), "billing".to_owned()];
+    w.try_create_spec(s).unwrap();
+    let op = w.delete_accepted(&project, false);
+    w.run_until_quiet();
+    let record = w.record(&project);
+    let DeletionStatus::Blocked { blockers, reason } = &record.status else {
+        panic!("expected Blocked, got {:?}", record.status);
+    };
+    assert!(blockers.is_empty());
+    assert!(reason.contains("dns"), "{reason}");
+    // Adding a finalizer while deleting is refused; removing one is allowed.
+    let mut s = spec(&project, &[]);
+    s.finalizers = vec!["dns".to_owned(), "billing".to_owned(), "new".to_owned()];
+    assert_eq!(w.try_update(s, None).unwrap_err(), CoreError::Deleting { name: rn(&project) });
+    let mut s = spec(&project, &[]);
+    s.finalizers = vec!["billing".to_owned()];
+    w.try_update(s, None).unwrap();
+    w.run_until_quiet();
+    assert_eq!(w.get(&project).unwrap().state, ResourceState::Deleting);
+    w.try_update(spec(&project, &[]), None).unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none());
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    w.check();
+}
+
+#[test]
+#[ignore = "bug: a root whose deletion FAILED (finalizers) is purged as soon as its finalizers go, while the rest of its operation is still pending"]
+fn root_stays_until_its_closure_is_done_even_after_it_failed() {
+    let (w, [p1, _p2, net, _, _, router]) = blocked_cascade_world();
+    let mut w = w.with_policy(|p| p.max_attempts = 1);
+    // Give the root p1 a finalizer (it has no references).
+    let mut s = spec(&p1, &[]);
+    s.finalizers = vec!["dns".to_owned()];
+    w.try_update(s, None).unwrap();
+    let t0 = w.now;
+    let op = w.delete_accepted(&p1, true);
+    // t0: p1 holds on its finalizer (attempt 1) and cascades into net1.
+    w.step();
+    // t0 + 500: net1 walks its children and holds on the router (attempt 1).
+    w.now = t0.plus_millis(500);
+    w.run_until_quiet();
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
+    // t0 + 1000: p1 gives up; net1 is still pending (due at t0 + 1500).
+    w.now = t0.plus_millis(1_000);
+    w.run_until_quiet();
+    assert!(matches!(w.record(&p1).status, DeletionStatus::Failed { .. }));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
+    assert_eq!(w.op(op.id).progress.pending, 1);
+    // The finalizer is done: p1 must still wait for net1.
+    w.try_update(spec(&p1, &[]), None).unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&net).is_some());
+    assert!(
+        w.get(&p1).is_some(),
+        "the root of a running operation was purged while {net} is still pending (blocked by {router})"
+    );
+    w.check();
+}
+
+#[test]
+fn error_codes_map_to_status_classes() {
+    let mut w = World::neutron();
+    let project = n("project", "p1");
+    w.create(&project, &[]);
+
+    let err = w.try_create("not a name", &[]).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"), "{err:?}");
+
+    let err = w
+        .try_create_all(vec![spec(&n("project", "ok"), &[]), spec("r1/project/Bad", &[])])
+        .unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "resources[1].name"),
+        "{err:?}"
+    );
+    assert!(w.get(&n("project", "ok")).is_none(), "a refused batch writes nothing");
+
+    let err = w.try_create(&n("network", "x"), &[("project", &["garbage"])]).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.project"),
+        "{err:?}"
+    );
+    let err = w.try_create(&n("network", "x"), &[]).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, message } if field == "refs.project" && message.contains("required")),
+        "{err:?}"
+    );
+    let err = w
+        .try_create(&n("network", "x"), &[("project", &[&project]), ("colour", &[&project])])
+        .unwrap_err();
+    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.colour"), "{err:?}");
+    let err = w.try_create(&n("network", "x"), &[("project", &[&n("qos_policy", "q")])]).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { message, .. } if message.contains("must reference a project")),
+        "{err:?}"
+    );
+    let err = w.try_create(&n("gizmo", "x"), &[]).unwrap_err();
+    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"), "{err:?}");
+    let err = w.try_create("r2/project/x", &[]).unwrap_err();
+    assert!(matches!(err, CoreError::WrongRegion { .. }), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+    let err = w.try_create(&n("network", "x"), &[("project", &["r2/project/p"])]).unwrap_err();
+    assert!(matches!(err, CoreError::RemoteReference { .. }), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    let mut s = spec(&n("project", "attrs"), &[]);
+    s.attributes.insert(String::new(), "v".to_owned());
+    let err = w.try_create_spec(s).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidArgument);
+
+    let err = w.delete("nope", false).unwrap_err();
+    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"), "{err:?}");
+
+    let err = w.try_create(&n("network", "x"), &[("project", &[&n("project", "ghost")])]).unwrap_err();
+    assert_eq!(
+        err,
+        CoreError::TargetNotFound {
+            field: "refs.project".to_owned(),
+            target: rn(&n("project", "ghost"))
+        }
+    );
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    let err = w.delete(&n("project", "ghost"), false).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    let err = w.try_update(spec(&n("project", "ghost"), &[]), None).unwrap_err();
+    assert_eq!(err, CoreError::NotFound(rn(&n("project", "ghost"))));
+    assert_eq!(CoreError::OperationNotFound("x".to_owned()).code(), ErrorCode::NotFound);
+
+    let err = w.try_create(&project, &[]).unwrap_err();
+    assert!(matches!(&err, CoreError::AlreadyExists { detail: "", .. }), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::AlreadyExists);
+
+    w.create(&n("network", "x"), &[("project", &[&project])]);
+    let err = w.delete(&project, false).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+
+    let mut req = del(&project, true);
+    req.etag = Some("0".to_owned());
+    assert_eq!(w.delete_req(req).unwrap_err().code(), ErrorCode::Aborted);
+    assert_eq!(
+        CoreError::Storage(error::StorageError("disk".to_owned())).code(),
+        ErrorCode::Unavailable
+    );
+    w.check();
+}
+
+// ---------------------------------------------------------------------------
+// Property: random forests and random deletes keep every invariant.
+
+const PROP_SCHEMA: &str = r#"
+[kinds.root]
+[kinds.tag]
+
+[kinds.mid.refs.parent]
+kind = "root"
+on_delete = "cascade"
+required = true
+[kinds.mid.refs.tags]
+kind = "tag"
+on_delete = "unset"
+many = true
+
+[kinds.leaf.refs.mid]
+kind = "mid"
+on_delete = "cascade"
+required = true
+[kinds.leaf.refs.tag]
+kind = "tag"
+on_delete = "unset"
+[kinds.leaf.refs.note]
+kind = "tag"
+on_delete = "allow_dangling"
+
+[kinds.lock.refs.mid]
+kind = "mid"
+on_delete = "block"
+required = true
+[kinds.lock.refs.owner]
+kind = "root"
+on_delete = "cascade"
+
+[kinds.group.refs.leaves]
+kind = "leaf"
+on_delete = "cascade"
+many = true
+required = true
+"#;
+
+const PROP_KINDS: [&str; 6] = ["root", "tag", "mid", "leaf", "lock", "group"];
+
+#[derive(Debug, Clone)]
+enum Cmd {
+    Create { kind: usize, id: u8, picks: [u8; 4], set: [bool; 3] },
+    Update { pick: u8, picks: [u8; 4], set: [bool; 3] },
+    Delete { pick: u8, cascade: bool },
+    /// Move the clock to the next scheduled retry.
+    Tick,
+}
+
+fn cmd() -> impl Strategy<Value = Cmd> {
+    prop_oneof![
+        5 => (0..PROP_KINDS.len(), 0u8..4, any::<[u8; 4]>(), any::<[bool; 3]>())
+            .prop_map(|(kind, id, picks, set)| Cmd::Create { kind, id, picks, set }),
+        1 => (any::<u8>(), any::<[u8; 4]>(), any::<[bool; 3]>())
+            .prop_map(|(pick, picks, set)| Cmd::Update { pick, picks, set }),
+        3 => (any::<u8>(), any::<bool>()).prop_map(|(pick, cascade)| Cmd::Delete { pick, cascade }),
+        1 => Just(Cmd::Tick),
+    ]
+}
+
+/// References for a resource of `kind`, chosen among ACTIVE targets; None
+/// when a required one has no candidate.
+fn pick_refs(w: &World, kind: &str, picks: [u8; 4], set: [bool; 3]) -> Option<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
+    let spec = w.schema.kind(kind).unwrap();
+    for (i, (field, r)) in spec.refs.iter().enumerate() {
+        if !r.required && !set[i % 3] {
+            continue;
+        }
+        let candidates: Vec<String> = w
+            .state
+            .resources
+            .values()
+            .filter(|c| c.kind() == r.kind && c.state == ResourceState::Active)
+            .map(|c| c.name.to_string())
+            .collect();
+        if candidates.is_empty() {
+            if r.required {
+                return None;
+            }
+            continue;
+        }
+        let first = picks[i % 4] as usize % candidates.len();
+        let mut chosen = vec![candidates[first].clone()];
+        let second = picks[(i + 1) % 4] as usize % candidates.len();
+        if r.many && second != first {
+            chosen.push(candidates[second].clone());
+        }
+        out.push((field.clone(), chosen));
+    }
+    Some(out)
+}
+
+fn prop_run(cmds: Vec<Cmd>) {
+    let mut w = World::new(PROP_SCHEMA).with_policy(|p| {
+        p.batch_budget = 3;
+        p.batch_items = 4;
+        p.max_attempts = 2;
+    });
+    for cmd in cmds {
+        match cmd {
+            Cmd::Create { kind, id, picks, set } => {
+                let kind = PROP_KINDS[kind];
+                let Some(refs) = pick_refs(&w, kind, picks, set) else { continue };
+                let name = n(kind, &format!("x{id}"));
+                match w.try_create_spec(spec_owned(&name, refs)) {
+                    Ok(_) | Err(CoreError::AlreadyExists { .. }) => {}
+                    Err(e) => panic!("create {name}: {e}"),
+                }
+            }
+            Cmd::Update { pick, picks, set } => {
+                let active: Vec<Resource> = w
+                    .state
+                    .resources
+                    .values()
+                    .filter(|r| r.state == ResourceState::Active)
+                    .cloned()
+                    .collect();
+                if active.is_empty() {
+                    continue;
+                }
+                let r = &active[pick as usize % active.len()];
+                let Some(refs) = pick_refs(&w, r.kind(), picks, set) else { continue };
+                w.try_update(spec_owned(r.name.as_str(), refs), Some(&r.etag()))
+                    .unwrap_or_else(|e| panic!("update {}: {e}", r.name));
+                w.run_until_quiet();
+            }
+            Cmd::Delete { pick, cascade } => {
+                let all: Vec<Resource> = w.state.resources.values().cloned().collect();
+                if all.is_empty() {
+                    continue;
+                }
+                let r = all[pick as usize % all.len()].clone();
+                let name = r.name.to_string();
+                if r.state == ResourceState::Deleting {
+                    let record = w.record(&name);
+                    match w.delete(&name, cascade) {
+                        Ok(DeleteOutcome::AlreadyDeleting(op)) => assert_eq!(op.id, record.operation),
+                        other => panic!("delete of deleting {name}: {other:?}"),
+                    }
+                    continue;
+                }
+                let before = w.state.clone();
+                let planned = w.dry_run(&name, cascade);
+                assert_eq!(w.state, before);
+                let outcome = w.delete(&name, cascade);
+                let plan = match (planned, outcome) {
+                    (Err(a), Err(b)) => {
+                        assert_eq!(a, b, "dry run and delete disagree");
+                        assert!(matches!(a, CoreError::DeleteRefused { .. }), "{a:?}");
+                        assert_eq!(w.state, before);
+                        continue;
+                    }
+                    (Ok(plan), Ok(DeleteOutcome::Accepted(_))) => plan,
+                    (p, o) => panic!("dry run {p:?} but delete {o:?}"),
+                };
+                assert!(!plan.truncated);
+                w.run_until_quiet();
+                // No over-deletion, nothing planned left live, unset referrers survive.
+                let planned: BTreeSet<Uid> = plan.deleted.iter().map(|t| t.uid).collect();
+                let alive = |uid: Uid| {
+                    w.state
+                        .uid_index
+                        .get(&uid)
+                        .and_then(|n| w.state.resources.get(n))
+                        .filter(|r| r.uid == uid && r.state == ResourceState::Active)
+                        .is_some()
+                };
+                for old in before.resources.values().filter(|r| r.state == ResourceState::Active) {
+                    if !alive(old.uid) {
+                        assert!(planned.contains(&old.uid), "{} deleted but not planned", old.name);
+                    }
+                }
+                for t in &plan.deleted {
+                    assert!(!alive(t.uid), "{} planned but still ACTIVE", t.name);
+                }
+                for u in &plan.unset {
+                    assert!(alive(u.resource.uid), "{} planned to survive, but is gone", u.resource.name);
+                }
+            }
+            Cmd::Tick => {
+                if w.advance_to_next_due().is_some() {
+                    w.run_until_quiet();
+                }
+            }
+        }
+        w.check();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_forests_and_deletes_keep_the_invariants(cmds in prop::collection::vec(cmd(), 1..60)) {
+        prop_run(cmds);
+    }
+}
+
+#[test]
+fn prop_schema_is_the_intended_one() {
+    let s = Schema::from_toml(PROP_SCHEMA).unwrap();
+    // The lock blocks a mid that a cascade from its root reaches: warned.
+    assert_eq!(s.warnings().len(), 1, "{:?}", s.warnings());
+    let _: BTreeMap<&str, usize> = s.kinds().map(|(k, spec)| (k, spec.refs.len())).collect();
+}

@@ -1,0 +1,23 @@
+//! The node's source of time, injected so tests control `deleted_at` and
+//! retry schedules.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cascade_core::Timestamp;
+
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        Timestamp(ms)
+    }
+}

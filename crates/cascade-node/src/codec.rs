@@ -1,0 +1,217 @@
+//! How core records are laid out in the store: key encodings per table
+//! (ordered so prefix scans answer the protocol's questions) and JSON
+//! values. [`StoreState`] is the core's `StateRead` over any [`Store`];
+//! [`encode_writes`] turns a step's `WriteSet` into one atomic [`Batch`].
+
+use cascade_core::error::StorageError;
+use cascade_core::model::{
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp,
+    WorkItem,
+};
+use cascade_core::state::{StateRead, WriteSet};
+use cascade_core::{OperationId, ResourceName, Uid};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::store::{Batch, Store, StoreError, Table};
+
+const NEXT_REVISION: &[u8] = b"next_revision";
+
+pub fn backref_key(k: &BackRefKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 + k.field.len());
+    out.extend_from_slice(k.target.as_bytes());
+    out.extend_from_slice(k.referrer.as_bytes());
+    out.extend_from_slice(k.field.as_bytes());
+    out
+}
+
+pub fn outcome_key(op: OperationId, name: &ResourceName) -> Vec<u8> {
+    let mut out = op.0.as_bytes().to_vec();
+    out.extend_from_slice(name.as_str().as_bytes());
+    out
+}
+
+pub fn revision_key(r: Revision) -> Vec<u8> {
+    r.to_be_bytes().to_vec()
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serializing these plain records to JSON cannot fail (no maps with
+    // non-string keys, no custom serializers that error).
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn decode<T: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        table: table.name(),
+        message: e.to_string(),
+    })
+}
+
+fn storage(e: StoreError) -> StorageError {
+    StorageError(e.to_string())
+}
+
+/// Typed reads over a store.
+pub struct StoreState<'a> {
+    pub store: &'a dyn Store,
+}
+
+impl StoreState<'_> {
+    fn get<T: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<T>, StoreError> {
+        self.store.get(table, key)?.map(|v| decode(table, &v)).transpose()
+    }
+
+    /// Decoded entries of a prefix scan.
+    pub fn scan<T: DeserializeOwned>(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<T>, StoreError> {
+        self.store
+            .scan(table, prefix, after, limit)?
+            .into_iter()
+            .map(|(_, v)| decode(table, &v))
+            .collect()
+    }
+
+    pub fn get_resource(&self, name: &ResourceName) -> Result<Option<Resource>, StoreError> {
+        self.get(Table::Resources, name.as_str().as_bytes())
+    }
+
+    pub fn get_deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StoreError> {
+        self.get(Table::Deletions, uid.as_bytes())
+    }
+
+    pub fn get_operation(&self, id: OperationId) -> Result<Option<Operation>, StoreError> {
+        self.get(Table::Operations, id.0.as_bytes())
+    }
+
+    pub fn outcomes(
+        &self,
+        id: OperationId,
+        after: Option<&ResourceName>,
+        limit: usize,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        let after = after.map(|n| outcome_key(id, n));
+        self.scan(Table::Outcomes, id.0.as_bytes(), after.as_deref(), limit)
+    }
+
+    /// Events with revision >= `from`, at most `limit`.
+    pub fn events_from(&self, from: Revision, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let after = from.checked_sub(1).map(revision_key);
+        self.scan(Table::Outbox, &[], after.as_deref(), limit)
+    }
+
+    pub fn uid_exists(&self, uid: Uid) -> Result<bool, StoreError> {
+        Ok(self.store.get(Table::UidIndex, uid.as_bytes())?.is_some())
+    }
+
+    pub fn next_revision_stored(&self) -> Result<Revision, StoreError> {
+        Ok(match self.store.get(Table::Meta, NEXT_REVISION)? {
+            Some(b) => u64::from_be_bytes(b.as_slice().try_into().map_err(|_| StoreError::Corrupt {
+                table: Table::Meta.name(),
+                message: "next_revision is not 8 bytes".into(),
+            })?),
+            None => 1,
+        })
+    }
+
+    /// Number of queue entries (deletions with work left).
+    pub fn queue_len(&self) -> Result<usize, StoreError> {
+        Ok(self.store.scan(Table::RetryQueue, &[], None, usize::MAX)?.len())
+    }
+
+    /// The earliest `next_attempt_at` in the retry queue.
+    pub fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let items: Vec<WorkItem> = self.scan(Table::RetryQueue, &[], None, usize::MAX)?;
+        Ok(items.iter().map(|w| w.next_attempt_at).min())
+    }
+}
+
+impl StateRead for StoreState<'_> {
+    fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError> {
+        self.get_resource(name).map_err(storage)
+    }
+    fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError> {
+        self.get(Table::UidIndex, uid.as_bytes()).map_err(storage)
+    }
+    fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError> {
+        let after = after.map(backref_key);
+        self.scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
+            .map_err(storage)
+    }
+    fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError> {
+        self.get_deletion(uid).map_err(storage)
+    }
+    fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError> {
+        self.get_operation(id).map_err(storage)
+    }
+    fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
+        self.get(Table::RetryQueue, uid.as_bytes()).map_err(storage)
+    }
+    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        // Page through the queue: entries not yet due are skipped.
+        loop {
+            let page = self.store.scan(Table::RetryQueue, &[], after.as_deref(), 1024).map_err(storage)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (_, v) in page {
+                let w: WorkItem = decode(Table::RetryQueue, &v).map_err(storage)?;
+                if w.next_attempt_at <= now {
+                    out.push(w);
+                    if out.len() >= limit {
+                        return Ok(out);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+    fn next_revision(&self) -> Result<Revision, StorageError> {
+        self.next_revision_stored().map_err(storage)
+    }
+}
+
+/// One atomic batch for everything a step wrote.
+pub fn encode_writes(w: &WriteSet) -> Batch {
+    let mut b = Batch::default();
+    fn put_or_remove<T: Serialize>(b: &mut Batch, table: Table, key: Vec<u8>, v: &Option<T>) {
+        match v {
+            Some(v) => b.put(table, key, encode(v)),
+            None => b.remove(table, key),
+        }
+    }
+    for (name, v) in &w.resources {
+        put_or_remove(&mut b, Table::Resources, name.as_str().as_bytes().to_vec(), v);
+    }
+    for (uid, v) in &w.uid_index {
+        put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v);
+    }
+    for (k, v) in &w.backrefs {
+        put_or_remove(&mut b, Table::Backrefs, backref_key(k), v);
+    }
+    for (uid, v) in &w.deletions {
+        put_or_remove(&mut b, Table::Deletions, uid.as_bytes().to_vec(), v);
+    }
+    for (id, v) in &w.operations {
+        put_or_remove(&mut b, Table::Operations, id.0.as_bytes().to_vec(), v);
+    }
+    for ((op, name), v) in &w.outcomes {
+        b.put(Table::Outcomes, outcome_key(*op, name), encode(v));
+    }
+    for (uid, v) in &w.work {
+        put_or_remove(&mut b, Table::RetryQueue, uid.as_bytes().to_vec(), v);
+    }
+    for e in &w.events {
+        b.put(Table::Outbox, revision_key(e.revision), encode(e));
+    }
+    if let Some(r) = w.next_revision {
+        b.put(Table::Meta, NEXT_REVISION.to_vec(), r.to_be_bytes().to_vec());
+    }
+    b
+}

@@ -1,0 +1,151 @@
+//! Node configuration: a TOML file, overridden by flags and environment
+//! (the binary does that), resolved into [`NodeSettings`].
+//!
+//! ```toml
+//! region = "eu-1"
+//! listen = "127.0.0.1:50051"
+//! data_dir = "data/eu-1"
+//! schema = "deploy/schemas/neutron.toml"   # optional: the embedded example
+//!
+//! [deletion]          # all optional
+//! batch_budget = 512
+//! max_attempts = 20
+//! backoff_base_ms = 1000
+//! backoff_cap_ms = 60000
+//! tick_ms = 200
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cascade_core::schema::EXAMPLE_SCHEMA;
+use cascade_core::{Policy, RegionId, Schema};
+use serde::Deserialize;
+
+use crate::service::ApiLimits;
+
+/// The file as written. Every field may also come from a flag or the environment.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub region: Option<String>,
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub schema: Option<PathBuf>,
+    #[serde(default)]
+    pub deletion: DeletionConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeletionConfig {
+    pub batch_budget: Option<usize>,
+    pub max_attempts: Option<u32>,
+    pub backoff_base_ms: Option<u64>,
+    pub backoff_cap_ms: Option<u64>,
+    pub tick_ms: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Everything a node needs to start, validated.
+#[derive(Clone)]
+pub struct NodeSettings {
+    pub region: RegionId,
+    pub schema: Arc<Schema>,
+    /// None: in-memory store (simulation and quick experiments; nothing survives).
+    pub data_dir: Option<PathBuf>,
+    pub policy: Policy,
+    pub tick: Duration,
+    pub limits: ApiLimits,
+}
+
+impl NodeSettings {
+    /// Settings with the embedded example schema and default tunables.
+    pub fn new(region: RegionId, schema: Arc<Schema>, data_dir: Option<PathBuf>) -> Self {
+        Self {
+            region,
+            schema,
+            data_dir,
+            policy: Policy::default(),
+            tick: Duration::from_millis(200),
+            limits: ApiLimits::default(),
+        }
+    }
+
+    pub fn from_file(file: &ConfigFile) -> Result<Self, ConfigError> {
+        let region = file.region.as_deref().ok_or(ConfigError::Invalid {
+            field: "region",
+            message: "is required".into(),
+        })?;
+        let region = RegionId::parse(region).map_err(|e| ConfigError::Invalid {
+            field: "region",
+            message: e.to_string(),
+        })?;
+        let schema = load_schema(file.schema.as_deref())?;
+        let mut settings = Self::new(region, Arc::new(schema), file.data_dir.clone());
+        let d = &file.deletion;
+        if let Some(v) = d.batch_budget {
+            if v == 0 {
+                return Err(ConfigError::Invalid {
+                    field: "deletion.batch_budget",
+                    message: "must be at least 1".into(),
+                });
+            }
+            settings.policy.batch_budget = v;
+        }
+        if let Some(v) = d.max_attempts {
+            settings.policy.max_attempts = v;
+        }
+        if let Some(v) = d.backoff_base_ms {
+            settings.policy.backoff_base_ms = v;
+        }
+        if let Some(v) = d.backoff_cap_ms {
+            settings.policy.backoff_cap_ms = v;
+        }
+        if let Some(v) = d.tick_ms {
+            settings.tick = Duration::from_millis(v.max(10));
+        }
+        Ok(settings)
+    }
+}
+
+/// Loads a schema file, or the embedded example when none is given.
+pub fn load_schema(path: Option<&Path>) -> Result<Schema, ConfigError> {
+    let (text, path) = match path {
+        Some(p) => (
+            std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.to_owned(),
+                source,
+            })?,
+            p.to_owned(),
+        ),
+        None => (EXAMPLE_SCHEMA.to_owned(), PathBuf::from("<embedded example schema>")),
+    };
+    Schema::from_toml(&text).map_err(|e| ConfigError::Parse {
+        path,
+        message: e.to_string(),
+    })
+}

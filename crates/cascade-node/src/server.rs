@@ -1,0 +1,144 @@
+//! Starting, serving and stopping a node.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use cascade_proto::v1::resources_server::ResourcesServer;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, oneshot};
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::info;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::NodeSettings;
+use crate::service::ResourcesService;
+use crate::store::{MemoryStore, SledStore, Store, StoreError};
+use crate::writer::{WriterContext, WriterHandle, WriterUnavailable};
+
+/// Largest request or response message accepted on the client API.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Writer(#[from] WriterUnavailable),
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("reflection service: {0}")]
+    Reflection(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// An opened node: store and writer running, not yet serving.
+pub struct Node {
+    service: ResourcesService,
+}
+
+impl Node {
+    pub async fn open(settings: NodeSettings) -> Result<Self, NodeError> {
+        Self::open_with_clock(settings, Arc::new(SystemClock)).await
+    }
+
+    pub async fn open_with_clock(settings: NodeSettings, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
+        let store: Arc<dyn Store> = match &settings.data_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                Arc::new(SledStore::open(dir)?)
+            }
+            None => Arc::new(MemoryStore::default()),
+        };
+        let (events, _) = broadcast::channel(4096);
+        let writer = WriterHandle::spawn(WriterContext {
+            region: settings.region.clone(),
+            schema: settings.schema.clone(),
+            policy: settings.policy.clone(),
+            store: store.clone(),
+            clock,
+            events: events.clone(),
+            tick: settings.tick,
+        })
+        .await?;
+        Ok(Self {
+            service: ResourcesService {
+                region: settings.region,
+                schema: settings.schema,
+                store,
+                writer,
+                events,
+                limits: settings.limits,
+            },
+        })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then stops the writer
+    /// after its current step and flushes the store.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send) -> Result<(), NodeError> {
+        let addr = listener.local_addr()?;
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health.set_serving::<ResourcesServer<ResourcesService>>().await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .map_err(|e| NodeError::Reflection(e.to_string()))?;
+        let writer = self.service.writer.clone();
+        let store = self.service.store.clone();
+        let region = self.service.region.clone();
+        let api = ResourcesServer::new(self.service)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        info!(%region, %addr, "serving");
+        let result = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(reflection)
+            .add_service(api)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .await;
+        writer.stop().await;
+        store.flush()?;
+        info!(%region, "stopped");
+        Ok(result?)
+    }
+}
+
+/// A node serving in a background task (tests, the demo).
+pub struct RunningNode {
+    pub addr: SocketAddr,
+    /// Dropping it also stops the node.
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), NodeError>>,
+}
+
+impl RunningNode {
+    pub async fn start(settings: NodeSettings, listener: TcpListener) -> Result<Self, NodeError> {
+        let addr = listener.local_addr()?;
+        let node = Node::open(settings).await?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(node.serve(listener, async {
+            let _ = rx.await;
+        }));
+        Ok(Self {
+            addr,
+            shutdown: Some(tx),
+            task,
+        })
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful stop: in-flight requests finish, the writer completes its step.
+    pub async fn stop(mut self) -> Result<(), NodeError> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) => Err(NodeError::Io(std::io::Error::other(e.to_string()))),
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! The client API (`cascade.v1.Resources`): decodes requests, sends writes
+//! to the writer, serves reads straight from the store, streams events.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use cascade_core::model::{Event, Resource, ResourceState};
+use cascade_core::protocol::DeleteOutcome;
+use cascade_core::{CoreError, OperationId, RegionId, ResourceName, Schema, Uid};
+use cascade_proto::convert;
+use cascade_proto::status::invalid_field;
+use cascade_proto::v1::{self, resources_server::Resources};
+use cascade_proto::status_from_core;
+use futures::Stream;
+use tokio::sync::{broadcast, mpsc};
+use tonic::{Request, Response, Status};
+use tracing::{info_span, warn, Instrument};
+
+use crate::codec::StoreState;
+use crate::store::{Store, StoreError, Table};
+use crate::writer::{WriterHandle, WriterUnavailable};
+
+/// Limits that protect the node from oversized requests.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    pub max_batch_create: usize,
+    pub default_page_size: usize,
+    pub max_page_size: usize,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            max_batch_create: 1_000,
+            default_page_size: 100,
+            max_page_size: 1_000,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ResourcesService {
+    pub(crate) region: RegionId,
+    pub(crate) schema: Arc<Schema>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) writer: WriterHandle,
+    /// Committed events, fanned out to Watch and WatchOperation streams.
+    pub(crate) events: broadcast::Sender<Arc<Event>>,
+    pub(crate) limits: ApiLimits,
+}
+
+type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+fn store_status(e: StoreError) -> Status {
+    Status::unavailable(e.to_string())
+}
+
+fn writer_status(e: WriterUnavailable) -> Status {
+    Status::unavailable(e.to_string())
+}
+
+fn core_status(e: CoreError) -> Status {
+    status_from_core(&e)
+}
+
+fn parse_name(raw: &str, field: &str) -> Result<ResourceName, Status> {
+    ResourceName::parse(raw).map_err(|e| invalid_field(field, e))
+}
+
+fn parse_operation_id(raw: &str) -> Result<OperationId, Status> {
+    OperationId::parse(raw).map_err(|e| invalid_field("id", e))
+}
+
+impl ResourcesService {
+    fn state(&self) -> StoreState<'_> {
+        StoreState {
+            store: self.store.as_ref(),
+        }
+    }
+
+    fn check_local(&self, name: &ResourceName) -> Result<(), Status> {
+        if name.region() != self.region.as_str() {
+            return Err(core_status(CoreError::WrongRegion {
+                name: name.clone(),
+                region: name.region().to_owned(),
+                local: self.region.to_string(),
+            }));
+        }
+        Ok(())
+    }
+
+    /// The wire form of a resource, with its deletion record and dangling marks.
+    fn present(&self, r: &Resource) -> Result<v1::Resource, Status> {
+        let state = self.state();
+        let record = if r.state == ResourceState::Deleting {
+            state.get_deletion(r.uid).map_err(store_status)?
+        } else {
+            None
+        };
+        let mut dangling = BTreeSet::<Uid>::new();
+        for (field, targets) in &r.refs {
+            let tracked = self
+                .schema
+                .reference(r.kind(), field)
+                .is_some_and(|s| s.on_delete.tracked());
+            if tracked {
+                continue;
+            }
+            for t in targets {
+                if !state.uid_exists(t.uid).map_err(store_status)? {
+                    dangling.insert(t.uid);
+                }
+            }
+        }
+        Ok(convert::resource(r, record.as_ref(), &dangling))
+    }
+
+    fn operation_view(
+        &self,
+        id: OperationId,
+        page_size: usize,
+        page_token: &str,
+    ) -> Result<v1::Operation, Status> {
+        let state = self.state();
+        let op = state
+            .get_operation(id)
+            .map_err(store_status)?
+            .ok_or_else(|| core_status(CoreError::OperationNotFound(id.to_string())))?;
+        let after = if page_token.is_empty() {
+            None
+        } else {
+            Some(parse_name(page_token, "outcomes_page_token")?)
+        };
+        let page_size = page_size.min(self.limits.max_page_size);
+        let outcomes = if page_size == 0 {
+            Vec::new()
+        } else {
+            state.outcomes(id, after.as_ref(), page_size + 1).map_err(store_status)?
+        };
+        let (outcomes, next) = if outcomes.len() > page_size {
+            let next = outcomes[page_size - 1].resource.name.to_string();
+            (outcomes[..page_size].to_vec(), next)
+        } else {
+            (outcomes, String::new())
+        };
+        Ok(convert::operation(&op, &outcomes, next))
+    }
+}
+
+#[tonic::async_trait]
+impl Resources for ResourcesService {
+    async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
+        let spec = request
+            .into_inner()
+            .resource
+            .ok_or_else(|| invalid_field("resource", "is required"))?;
+        let spec = convert::resource_spec(spec, "resource")?;
+        let mut created = self
+            .writer
+            .create(vec![spec])
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)?;
+        let r = created.pop().ok_or_else(|| Status::internal("create returned nothing"))?;
+        Ok(Response::new(self.present(&r)?))
+    }
+
+    async fn batch_create(
+        &self,
+        request: Request<v1::BatchCreateRequest>,
+    ) -> Result<Response<v1::BatchCreateResponse>, Status> {
+        let specs = request.into_inner().resources;
+        if specs.is_empty() || specs.len() > self.limits.max_batch_create {
+            return Err(invalid_field(
+                "resources",
+                format!("must hold 1 to {} resources", self.limits.max_batch_create),
+            ));
+        }
+        let specs = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| convert::resource_spec(s, &format!("resources[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let created = self
+            .writer
+            .create(specs)
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)?;
+        let resources = created.iter().map(|r| self.present(r)).collect::<Result<_, _>>()?;
+        Ok(Response::new(v1::BatchCreateResponse { resources }))
+    }
+
+    async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
+        let name = parse_name(&request.into_inner().name, "name")?;
+        self.check_local(&name)?;
+        let found = self.state().get_resource(&name).map_err(store_status)?;
+        match found {
+            Some(r) if r.state != ResourceState::Creating => Ok(Response::new(self.present(&r)?)),
+            _ => Err(core_status(CoreError::NotFound(name))),
+        }
+    }
+
+    async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+        let req = request.into_inner();
+        let mut prefix = format!("{}/", self.region);
+        if !req.kind.is_empty() {
+            if self.schema.kind(&req.kind).is_none() {
+                return Err(invalid_field("kind", format!("unknown kind {:?}", req.kind)));
+            }
+            prefix.push_str(&req.kind);
+            prefix.push('/');
+        }
+        let state_filter = convert::resource_state_from(
+            v1::ResourceState::try_from(req.state).map_err(|_| invalid_field("state", "unknown state"))?,
+        );
+        let page_size = match req.page_size as usize {
+            0 => self.limits.default_page_size,
+            n => n.min(self.limits.max_page_size),
+        };
+        let mut after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(parse_name(&req.page_token, "page_token")?.to_string().into_bytes())
+        };
+        let mut out = Vec::new();
+        let mut next = String::new();
+        'pages: loop {
+            let page: Vec<(Vec<u8>, Vec<u8>)> = self
+                .store
+                .scan(Table::Resources, prefix.as_bytes(), after.as_deref(), 1024)
+                .map_err(store_status)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (_, v) in page {
+                let r: Resource = serde_json::from_slice(&v).map_err(|e| Status::internal(format!("corrupt resource record: {e}")))?;
+                if r.state == ResourceState::Creating || state_filter.is_some_and(|s| s != r.state) {
+                    continue;
+                }
+                if out.len() == page_size {
+                    next = out.last().map(|r: &v1::Resource| r.name.clone()).unwrap_or_default();
+                    break 'pages;
+                }
+                out.push(self.present(&r)?);
+            }
+        }
+        Ok(Response::new(v1::ListResponse {
+            resources: out,
+            next_page_token: next,
+        }))
+    }
+
+    async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
+        let req = request.into_inner();
+        let spec = req.resource.ok_or_else(|| invalid_field("resource", "is required"))?;
+        let spec = convert::resource_spec(spec, "resource")?;
+        let etag = (!req.etag.is_empty()).then_some(req.etag);
+        let r = self
+            .writer
+            .update(spec, etag)
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)?;
+        Ok(Response::new(self.present(&r)?))
+    }
+
+    async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
+        let req = convert::delete_request(request.into_inner())?;
+        let outcome = self
+            .writer
+            .delete(req)
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)?;
+        let response = match outcome {
+            DeleteOutcome::Accepted(op) => v1::DeleteResponse {
+                operation: Some(convert::operation(&op, &[], String::new())),
+                ..Default::default()
+            },
+            DeleteOutcome::AlreadyDeleting(op) => v1::DeleteResponse {
+                operation: Some(convert::operation(&op, &[], String::new())),
+                already_deleting: true,
+                ..Default::default()
+            },
+            DeleteOutcome::Missing => v1::DeleteResponse::default(),
+            DeleteOutcome::DryRun(plan) => v1::DeleteResponse {
+                plan: Some(convert::plan(&plan)),
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn get_operation(
+        &self,
+        request: Request<v1::GetOperationRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
+        let req = request.into_inner();
+        let id = parse_operation_id(&req.id)?;
+        let page_size = match req.outcomes_page_size {
+            0 => self.limits.default_page_size,
+            n => n as usize,
+        };
+        Ok(Response::new(self.operation_view(id, page_size, &req.outcomes_page_token)?))
+    }
+
+    type WatchOperationStream = Stream2<v1::Operation>;
+
+    async fn watch_operation(
+        &self,
+        request: Request<v1::WatchOperationRequest>,
+    ) -> Result<Response<Self::WatchOperationStream>, Status> {
+        let id = parse_operation_id(&request.into_inner().id)?;
+        // Subscribe before the first read so no change falls in between.
+        let mut events = self.events.subscribe();
+        let first = self.operation_view(id, 0, "")?;
+        let (tx, rx) = mpsc::channel(16);
+        let svc = self.clone();
+        let span = info_span!("watch_operation", region = %self.region, operation = %id);
+        tokio::spawn(
+            async move {
+                let mut last = first.clone();
+                if tx.send(Ok(first)).await.is_err() || last.done {
+                    return;
+                }
+                loop {
+                    match events.recv().await {
+                        Ok(e) if e.operation != Some(id) => continue,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                    let view = match svc.operation_view(id, 0, "") {
+                        Ok(v) => v,
+                        Err(s) => {
+                            let _ = tx.send(Err(s)).await;
+                            return;
+                        }
+                    };
+                    if view.progress != last.progress || view.state != last.state {
+                        let done = view.done;
+                        last = view.clone();
+                        if tx.send(Ok(view)).await.is_err() || done {
+                            return;
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    type WatchStream = Stream2<v1::WatchEvent>;
+
+    async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let req = request.into_inner();
+        if !req.kind.is_empty() && self.schema.kind(&req.kind).is_none() {
+            return Err(invalid_field("kind", format!("unknown kind {:?}", req.kind)));
+        }
+        let kind = (!req.kind.is_empty()).then_some(req.kind);
+        let from = req.from_revision.max(1);
+        // Subscribe first, then replay from the store: live events that are
+        // already in the replay are skipped by revision.
+        let mut live = self.events.subscribe();
+        let (tx, rx) = mpsc::channel(256);
+        let store = self.store.clone();
+        let span = info_span!("watch", region = %self.region, from);
+        tokio::spawn(
+            async move {
+                let mut next = from;
+                let wanted = |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k);
+                loop {
+                    // Replay everything durable from `next` on.
+                    loop {
+                        let page = match (StoreState { store: store.as_ref() }).events_from(next, 512) {
+                            Ok(p) => p,
+                            Err(e) => {
+                                let _ = tx.send(Err(store_status(e))).await;
+                                return;
+                            }
+                        };
+                        let Some(last) = page.last() else { break };
+                        next = last.revision + 1;
+                        for e in page.iter().filter(|e| wanted(e)) {
+                            if tx.send(Ok(convert::event(e))).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    // Then follow live events until we fall behind.
+                    loop {
+                        match live.recv().await {
+                            Ok(e) if e.revision < next => continue,
+                            Ok(e) if e.revision == next => {
+                                next += 1;
+                                if wanted(&e) && tx.send(Ok(convert::event(&e))).await.is_err() {
+                                    return;
+                                }
+                            }
+                            // A gap (or we lagged): go back to the store.
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        }
+                    }
+                    warn!(next, "watch fell behind the live feed; replaying from the store");
+                }
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+}
+

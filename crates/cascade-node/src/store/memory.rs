@@ -1,0 +1,57 @@
+//! An in-memory engine: for simulation tests and for comparing engines.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Mutex;
+
+use super::{Batch, Entry, Store, StoreError, Table};
+
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    /// One ordered map per table; one lock so a batch is atomic to readers.
+    tables: Mutex<BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>>,
+}
+
+impl MemoryStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>> {
+        // A panic while holding the lock cannot leave a half-applied batch
+        // (batches are applied without panicking paths), so poisoning is moot.
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Store for MemoryStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.lock().get(&table).and_then(|t| t.get(key).cloned()))
+    }
+
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        let tables = self.lock();
+        let Some(t) = tables.get(&table) else { return Ok(Vec::new()) };
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
+            _ => Bound::Included(prefix.to_vec()),
+        };
+        Ok(t.range((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        let mut tables = self.lock();
+        for (table, key, value) in batch.ops {
+            let t = tables.entry(table).or_default();
+            match value {
+                Some(v) => t.insert(key, v),
+                None => t.remove(&key),
+            };
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

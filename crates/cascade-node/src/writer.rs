@@ -1,0 +1,336 @@
+//! The single writer of a node: a ractor actor that runs every protocol step
+//! and commits its writes, and the supervisor that restarts it.
+//!
+//! Architecture invariant: every mutation of a node's store goes through
+//! this one actor, one step at a time. That is what makes "read the
+//! back-references, then mark DELETING" atomic against a concurrent create
+//! that attaches a new reference (sled transactions cannot scan), and it is
+//! why the core can read a snapshot and return a write set.
+//!
+//! Architecture invariant: nothing leaves the node before it is durable. A
+//! step's batch is committed and flushed before its reply is sent and
+//! before its events are published, so a client or watcher never sees a
+//! revision that a crash could take back.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec, WorkReport};
+use cascade_core::state::WriteSet;
+use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource, Schema};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::broadcast;
+use tracing::{debug, error, info, info_span, warn};
+
+use crate::clock::Clock;
+use crate::codec::{encode_writes, StoreState};
+use crate::store::Store;
+use crate::Event;
+
+/// What the writer needs; shared by every incarnation of the actor.
+#[derive(Clone)]
+pub struct WriterContext {
+    pub region: RegionId,
+    pub schema: Arc<Schema>,
+    pub policy: Policy,
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    /// Committed events, for Watch and WatchOperation streams.
+    pub events: broadcast::Sender<Arc<Event>>,
+    /// How often the writer looks at the retry queue when nothing wakes it.
+    pub tick: Duration,
+}
+
+pub enum WriterMsg {
+    Create(Vec<ResourceSpec>, RpcReplyPort<Result<Vec<Resource>, CoreError>>),
+    Update(ResourceSpec, Option<String>, RpcReplyPort<Result<Resource, CoreError>>),
+    Delete(DeleteRequest, RpcReplyPort<Result<DeleteOutcome, CoreError>>),
+    /// Run one batch of due deletion work.
+    Work,
+}
+
+struct Writer;
+
+struct WriterState {
+    ctx: WriterContext,
+    ids: UuidV7,
+    /// A `Work` message is already in the mailbox; don't queue another.
+    work_queued: bool,
+    /// The periodic tick; aborted when the actor stops.
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Mints UUID v7 from the system clock.
+struct UuidV7;
+
+impl IdSource for UuidV7 {
+    fn next_uuid(&mut self) -> uuid::Uuid {
+        uuid::Uuid::now_v7()
+    }
+}
+
+impl WriterState {
+    /// Commits, flushes, then publishes. Returns whether deletion work was queued.
+    fn commit(&self, writes: WriteSet) -> Result<bool, CoreError> {
+        if writes.is_empty() {
+            return Ok(false);
+        }
+        let queued_work = writes.work.values().any(Option::is_some);
+        let batch = encode_writes(&writes);
+        self.ctx
+            .store
+            .commit(batch)
+            .and_then(|()| self.ctx.store.flush())
+            .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))?;
+        for e in writes.events {
+            // No receiver is fine: nobody is watching.
+            let _ = self.ctx.events.send(Arc::new(e));
+        }
+        Ok(queued_work)
+    }
+
+    fn kick(&mut self, myself: &ActorRef<WriterMsg>) {
+        if !self.work_queued && myself.cast(WriterMsg::Work).is_ok() {
+            self.work_queued = true;
+        }
+    }
+
+    fn run<T>(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut UuidV7) -> Result<protocol::Step<T>, CoreError>,
+    ) -> Result<T, CoreError> {
+        let WriterState { ctx: wctx, ids, .. } = self;
+        let state = StoreState { store: wctx.store.as_ref() };
+        let ctx = Ctx {
+            schema: &wctx.schema,
+            region: &wctx.region,
+            now: wctx.clock.now(),
+            policy: &wctx.policy,
+        };
+        let step = step(&state, ctx, ids)?;
+        if self.commit(step.writes)? {
+            self.kick(myself);
+        }
+        Ok(step.value)
+    }
+
+    fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
+        let report = self.run(myself, |state, ctx, _| protocol::process_work(state, ctx))?;
+        if report.more || report.items > 0 {
+            self.kick(myself);
+        }
+        Ok(report)
+    }
+}
+
+impl Actor for Writer {
+    type Msg = WriterMsg;
+    type State = WriterState;
+    type Arguments = WriterContext;
+
+    async fn pre_start(&self, myself: ActorRef<WriterMsg>, ctx: WriterContext) -> Result<WriterState, ActorProcessingErr> {
+        let ticker = myself.send_interval(ctx.tick, || WriterMsg::Work);
+        let mut state = WriterState {
+            ctx,
+            ids: UuidV7,
+            work_queued: false,
+            ticker: Some(ticker),
+        };
+        // Resume whatever was accepted before a restart or crash.
+        state.kick(&myself);
+        Ok(state)
+    }
+
+    async fn post_stop(&self, _: ActorRef<WriterMsg>, state: &mut WriterState) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<WriterMsg>, msg: WriterMsg, state: &mut WriterState) -> Result<(), ActorProcessingErr> {
+        let region = state.ctx.region.to_string();
+        match msg {
+            WriterMsg::Create(specs, reply) => {
+                let span = info_span!("create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
+                let _g = span.enter();
+                let result = state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs));
+                match &result {
+                    Ok(created) => {
+                        for r in created.iter().take(1) {
+                            debug!(name = %r.name, uid = %r.uid, "created");
+                        }
+                    }
+                    Err(e) => debug!(error = %e, "create refused"),
+                }
+                let _ = reply.send(result);
+            }
+            WriterMsg::Update(spec, etag, reply) => {
+                let span = info_span!("update", %region, name = %spec.name);
+                let _g = span.enter();
+                let result = state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()));
+                let _ = reply.send(result);
+            }
+            WriterMsg::Delete(req, reply) => {
+                let span = info_span!("delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
+                let _g = span.enter();
+                let result = state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req));
+                match &result {
+                    Ok(DeleteOutcome::Accepted(op)) => {
+                        info!(operation = %op.id, uid = %op.root.uid, "deletion accepted")
+                    }
+                    Ok(_) => {}
+                    Err(e) => info!(error = %e, "delete refused"),
+                }
+                let _ = reply.send(result);
+            }
+            WriterMsg::Work => {
+                state.work_queued = false;
+                let span = info_span!("deletion_work", %region);
+                let _g = span.enter();
+                match state.work(&myself) {
+                    Ok(r) if r.items > 0 => debug!(
+                        items = r.items,
+                        purged = r.purged,
+                        cascaded = r.cascaded,
+                        unset = r.unset,
+                        "deletion work step"
+                    ),
+                    Ok(_) => {}
+                    // Storage trouble: the queue is durable, the tick retries.
+                    Err(e) => warn!(error = %e, "deletion work step failed; will retry"),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Restarts the writer when it fails (a panic in a step) and repoints the handle.
+struct Supervisor;
+
+struct SupervisorState {
+    ctx: WriterContext,
+    current: Arc<RwLock<ActorRef<WriterMsg>>>,
+    /// Set when the node shuts down, so a stopping writer is not restarted.
+    stopping: bool,
+}
+
+pub enum SupervisorMsg {
+    Stop,
+}
+
+impl Actor for Supervisor {
+    type Msg = SupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = (WriterContext, tokio::sync::oneshot::Sender<Arc<RwLock<ActorRef<WriterMsg>>>>);
+
+    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, (ctx, ready): Self::Arguments) -> Result<SupervisorState, ActorProcessingErr> {
+        let (writer, _) = Actor::spawn_linked(None, Writer, ctx.clone(), myself.get_cell()).await?;
+        let current = Arc::new(RwLock::new(writer));
+        let _ = ready.send(current.clone());
+        Ok(SupervisorState { ctx, current, stopping: false })
+    }
+
+    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Stop => {
+                state.stopping = true;
+                let writer = state.current.read().map(|w| w.clone()).ok();
+                if let Some(w) = writer {
+                    w.stop(None);
+                }
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(&self, myself: ActorRef<SupervisorMsg>, evt: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        match evt {
+            SupervisionEvent::ActorFailed(_, err) if !state.stopping => {
+                error!(region = %state.ctx.region, error = %err, "writer failed; restarting it");
+                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                if let Ok(mut cur) = state.current.write() {
+                    *cur = writer;
+                }
+            }
+            SupervisionEvent::ActorTerminated(_, _, _) if !state.stopping => {
+                warn!(region = %state.ctx.region, "writer stopped unexpectedly; restarting it");
+                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                if let Ok(mut cur) = state.current.write() {
+                    *cur = writer;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The services' way to the writer. Survives writer restarts.
+#[derive(Clone)]
+pub struct WriterHandle {
+    current: Arc<RwLock<ActorRef<WriterMsg>>>,
+    supervisor: ActorRef<SupervisorMsg>,
+}
+
+/// The writer is not answering (restarting, or the node is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("the node's writer is unavailable: {0}")]
+pub struct WriterUnavailable(String);
+
+impl WriterHandle {
+    /// Spawns the supervisor and its writer. Actors are unnamed, so several
+    /// nodes can run in one process.
+    pub async fn spawn(ctx: WriterContext) -> Result<Self, WriterUnavailable> {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, ready_tx))
+            .await
+            .map_err(|e| WriterUnavailable(e.to_string()))?;
+        let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
+        Ok(Self { current, supervisor })
+    }
+
+    fn writer(&self) -> Result<ActorRef<WriterMsg>, WriterUnavailable> {
+        self.current
+            .read()
+            .map(|w| w.clone())
+            .map_err(|e| WriterUnavailable(e.to_string()))
+    }
+
+    async fn call<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<Result<T, CoreError>>) -> WriterMsg,
+    ) -> Result<Result<T, CoreError>, WriterUnavailable> {
+        let writer = self.writer()?;
+        match writer.call(build, None).await {
+            Ok(ractor::rpc::CallResult::Success(r)) => Ok(r),
+            Ok(other) => Err(WriterUnavailable(format!("no reply ({})", if matches!(other, ractor::rpc::CallResult::Timeout) { "timeout" } else { "writer stopped" }))),
+            Err(e) => Err(WriterUnavailable(e.to_string())),
+        }
+    }
+
+    pub async fn create(&self, specs: Vec<ResourceSpec>) -> Result<Result<Vec<Resource>, CoreError>, WriterUnavailable> {
+        self.call(|r| WriterMsg::Create(specs, r)).await
+    }
+
+    pub async fn update(&self, spec: ResourceSpec, etag: Option<String>) -> Result<Result<Resource, CoreError>, WriterUnavailable> {
+        self.call(|r| WriterMsg::Update(spec, etag, r)).await
+    }
+
+    pub async fn delete(&self, req: DeleteRequest) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
+        self.call(|r| WriterMsg::Delete(req, r)).await
+    }
+
+    /// Stops the writer and its supervisor, waiting for the writer's current step.
+    pub async fn stop(&self) {
+        let writer = self.writer().ok();
+        let _ = self.supervisor.cast(SupervisorMsg::Stop);
+        if let Some(w) = writer {
+            // Bounded wait: the writer finishes its step, then stops.
+            let _ = tokio::time::timeout(Duration::from_secs(10), w.wait(None)).await;
+        }
+    }
+}

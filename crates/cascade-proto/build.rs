@@ -1,0 +1,20 @@
+//! Compiles `proto/cascade/v1/*.proto` with protox (pure Rust: no `protoc`)
+//! and writes the descriptor set that the reflection service serves.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
+    let files = [root.join("cascade/v1/resources.proto")];
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
+    let fds = protox::compile(&files, [&root])?;
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("cascade_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,258 @@
+//! Conversions between the core model and the wire types.
+//!
+//! Decoding a request checks only what the wire format cannot (uids parse);
+//! the semantic checks, with field paths, are the core's.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cascade_core::model::{
+    Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
+    OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
+};
+use cascade_core::protocol::{DeleteRequest, Plan, RefRequest, ResourceSpec};
+use cascade_core::Uid;
+use tonic::Status;
+
+use crate::status::invalid_field;
+use crate::v1;
+
+fn ms(t: cascade_core::Timestamp) -> i64 {
+    i64::try_from(t.0).unwrap_or(i64::MAX)
+}
+
+pub fn object_ref(t: &RefTarget) -> v1::ObjectRef {
+    v1::ObjectRef {
+        name: t.name.to_string(),
+        uid: t.uid.to_string(),
+        dangling: false,
+    }
+}
+
+fn optional_uid(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    Uid::parse(raw).map(Some).map_err(|e| invalid_field(field, e))
+}
+
+pub fn resource_spec(spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
+    let mut refs: BTreeMap<String, Vec<RefRequest>> = BTreeMap::new();
+    for (i, r) in spec.refs.into_iter().enumerate() {
+        if refs.contains_key(&r.field) {
+            return Err(invalid_field(
+                &format!("{field}.refs[{i}]"),
+                format!("field {:?} is given twice", r.field),
+            ));
+        }
+        let mut targets = Vec::with_capacity(r.targets.len());
+        for (j, t) in r.targets.into_iter().enumerate() {
+            let uid = optional_uid(&t.uid, &format!("{field}.refs.{}[{j}].uid", r.field))?;
+            targets.push(RefRequest { name: t.name, uid });
+        }
+        refs.insert(r.field, targets);
+    }
+    Ok(ResourceSpec {
+        name: spec.name,
+        attributes: spec.attributes.into_iter().collect(),
+        refs,
+        finalizers: spec.finalizers,
+    })
+}
+
+pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
+    Ok(DeleteRequest {
+        uid: optional_uid(&req.uid, "uid")?,
+        name: req.name,
+        cascade: req.cascade,
+        dry_run: req.dry_run,
+        allow_missing: req.allow_missing,
+        etag: (!req.etag.is_empty()).then_some(req.etag),
+        requested_by: if req.requested_by.is_empty() {
+            "anonymous".to_owned()
+        } else {
+            req.requested_by
+        },
+    })
+}
+
+pub fn resource_state(s: ResourceState) -> v1::ResourceState {
+    match s {
+        ResourceState::Creating => v1::ResourceState::Creating,
+        ResourceState::Active => v1::ResourceState::Active,
+        ResourceState::Deleting => v1::ResourceState::Deleting,
+    }
+}
+
+pub fn resource_state_from(s: v1::ResourceState) -> Option<ResourceState> {
+    match s {
+        v1::ResourceState::Unspecified => None,
+        v1::ResourceState::Creating => Some(ResourceState::Creating),
+        v1::ResourceState::Active => Some(ResourceState::Active),
+        v1::ResourceState::Deleting => Some(ResourceState::Deleting),
+    }
+}
+
+fn blockers(list: &[Blocker]) -> Vec<v1::Blocker> {
+    list.iter()
+        .map(|b| v1::Blocker {
+            referrer: b.referrer.to_string(),
+            field: b.field.clone(),
+            referrer_deleting: b.referrer_deleting,
+        })
+        .collect()
+}
+
+fn deletion(d: &DeletionRecord) -> v1::Deletion {
+    let (status, list, message) = match &d.status {
+        DeletionStatus::Pending => (v1::DeletionStatus::Pending, Vec::new(), String::new()),
+        DeletionStatus::Blocked { blockers: b, reason } => {
+            (v1::DeletionStatus::Blocked, blockers(b), reason.clone())
+        }
+        DeletionStatus::Failed { error } => (v1::DeletionStatus::Failed, Vec::new(), error.clone()),
+    };
+    v1::Deletion {
+        deleted_at_ms: ms(d.deleted_at),
+        reason: match &d.reason {
+            DeletionReason::Requested => "requested".to_owned(),
+            DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
+        },
+        requested_by: d.requested_by.clone(),
+        operation_id: d.operation.to_string(),
+        status: status as i32,
+        blockers: list,
+        message,
+    }
+}
+
+/// A resource as clients see it. `dangling` names the targets of
+/// allow_dangling references that no longer exist.
+pub fn resource(r: &Resource, record: Option<&DeletionRecord>, dangling: &BTreeSet<Uid>) -> v1::Resource {
+    v1::Resource {
+        name: r.name.to_string(),
+        uid: r.uid.to_string(),
+        kind: r.name.kind().to_owned(),
+        region: r.name.region().to_owned(),
+        state: resource_state(r.state) as i32,
+        attributes: r.attributes.clone().into_iter().collect(),
+        refs: r
+            .refs
+            .iter()
+            .map(|(field, targets)| v1::ReferenceField {
+                field: field.clone(),
+                targets: targets
+                    .iter()
+                    .map(|t| v1::ObjectRef {
+                        dangling: dangling.contains(&t.uid),
+                        ..object_ref(t)
+                    })
+                    .collect(),
+            })
+            .collect(),
+        revision: r.revision,
+        etag: r.etag(),
+        create_time_ms: ms(r.create_time),
+        update_time_ms: ms(r.update_time),
+        finalizers: r.finalizers.clone(),
+        deletion: record.map(deletion),
+    }
+}
+
+pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) -> v1::Operation {
+    v1::Operation {
+        id: op.id.to_string(),
+        root: Some(object_ref(&op.root)),
+        requested_by: op.requested_by.clone(),
+        cascade: op.cascade,
+        state: match op.state {
+            OperationState::Running => v1::OperationState::Running,
+            OperationState::Succeeded => v1::OperationState::Succeeded,
+            OperationState::Failed => v1::OperationState::Failed,
+        } as i32,
+        progress: Some(v1::Progress {
+            deleted: op.progress.deleted,
+            unset: op.progress.unset,
+            pending: op.progress.pending,
+            blocked: op.progress.blocked,
+            failed: op.progress.failed,
+        }),
+        create_time_ms: ms(op.create_time),
+        end_time_ms: op.end_time.map(ms).unwrap_or_default(),
+        outcomes: outcomes.iter().map(outcome).collect(),
+        next_outcomes_page_token: next_page_token,
+        done: op.state != OperationState::Running,
+    }
+}
+
+pub fn outcome(o: &Outcome) -> v1::Outcome {
+    let mut out = v1::Outcome {
+        resource: Some(object_ref(&o.resource)),
+        time_ms: ms(o.time),
+        region: o.resource.name.region().to_owned(),
+        ..Default::default()
+    };
+    let action = match &o.action {
+        OutcomeAction::Pending => v1::OutcomeAction::Pending,
+        OutcomeAction::Deleted => v1::OutcomeAction::Deleted,
+        OutcomeAction::Unset { field } => {
+            out.field = field.clone();
+            v1::OutcomeAction::Unset
+        }
+        OutcomeAction::Blocked { blockers: b } => {
+            out.blockers = blockers(b);
+            out.message = cascade_core::error::describe_blockers(b);
+            v1::OutcomeAction::Blocked
+        }
+        OutcomeAction::Failed { error } => {
+            out.message = error.clone();
+            v1::OutcomeAction::Failed
+        }
+    };
+    out.action = action as i32;
+    out
+}
+
+pub fn plan(p: &Plan) -> v1::Plan {
+    v1::Plan {
+        deleted: p.deleted.iter().map(object_ref).collect(),
+        unset: p
+            .unset
+            .iter()
+            .map(|u| v1::PlannedUnset {
+                resource: Some(object_ref(&u.resource)),
+                field: u.field.clone(),
+            })
+            .collect(),
+        blocked: p
+            .blocked
+            .iter()
+            .map(|b| v1::PlannedBlock {
+                resource: Some(object_ref(&b.resource)),
+                blocker: blockers(std::slice::from_ref(&b.blocker)).pop(),
+            })
+            .collect(),
+        truncated: p.truncated,
+    }
+}
+
+pub fn event_type(t: EventType) -> v1::EventType {
+    match t {
+        EventType::Created => v1::EventType::Created,
+        EventType::Updated => v1::EventType::Updated,
+        EventType::Deleting => v1::EventType::Deleting,
+        EventType::Purged => v1::EventType::Purged,
+        EventType::DeletionBlocked => v1::EventType::DeletionBlocked,
+        EventType::DeletionFailed => v1::EventType::DeletionFailed,
+    }
+}
+
+pub fn event(e: &Event) -> v1::WatchEvent {
+    v1::WatchEvent {
+        revision: e.revision,
+        r#type: event_type(e.event_type) as i32,
+        resource: Some(object_ref(&e.resource)),
+        snapshot: e.snapshot.as_ref().map(|r| resource(r, None, &BTreeSet::new())),
+        operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
+        message: e.message.clone(),
+        time_ms: ms(e.time),
+    }
+}
