@@ -1,1 +1,154 @@
-fn main() {}
+//! `cascade`: the node (`cascade serve`), the local demo (`cascade demo`)
+//! and the client commands, in one binary.
+
+mod demo;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use cascade_client::cli::{ClientArgs, Command as ClientCommand};
+use cascade_node::{ConfigFile, Node, NodeSettings};
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(name = "cascade", version, about = "Multi-region resource store with safe cascading deletion")]
+struct Cli {
+    #[command(flatten)]
+    client: ClientArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a region node.
+    Serve(ServeArgs),
+    /// Start a local node with example data and show what to try.
+    Demo(demo::DemoArgs),
+    #[command(flatten)]
+    Client(ClientCommand),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The node's TOML configuration; flags and environment override it.
+    #[arg(long, env = "CASCADE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Region id this node owns.
+    #[arg(long, env = "CASCADE_REGION")]
+    region: Option<String>,
+    /// Address to listen on (port 0 picks a free one; the bound address is printed).
+    #[arg(long, env = "CASCADE_LISTEN")]
+    listen: Option<String>,
+    /// Directory of the sled database.
+    #[arg(long, env = "CASCADE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Schema file (default: the embedded example schema).
+    #[arg(long, env = "CASCADE_SCHEMA")]
+    schema: Option<PathBuf>,
+}
+
+fn init_tracing(default: &str) {
+    let filter = EnvFilter::try_from_env("CASCADE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(cli: Cli) -> Result<i32> {
+    match cli.command {
+        Command::Serve(args) => {
+            init_tracing("info");
+            serve(args).await?;
+            Ok(0)
+        }
+        Command::Demo(args) => {
+            init_tracing("warn");
+            demo::run(args).await?;
+            Ok(0)
+        }
+        Command::Client(command) => {
+            init_tracing("warn");
+            Ok(cascade_client::cli::run(&cli.client, command).await?)
+        }
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let mut file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    if args.region.is_some() {
+        file.region = args.region;
+    }
+    if args.listen.is_some() {
+        file.listen = args.listen;
+    }
+    if args.data_dir.is_some() {
+        file.data_dir = args.data_dir;
+    }
+    if args.schema.is_some() {
+        file.schema = args.schema;
+    }
+    if file.data_dir.is_none() {
+        anyhow::bail!("data_dir: is required (in the config file, --data-dir or CASCADE_DATA_DIR)");
+    }
+    let settings = NodeSettings::from_file(&file)?;
+    for warning in settings.schema.warnings() {
+        tracing::warn!(%warning, "schema can leave deletions stuck");
+    }
+    let listen: SocketAddr = file
+        .listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:50051")
+        .parse()
+        .context("listen: expected an address like 127.0.0.1:50051")?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    // Scripts and tests read the bound address (port 0 picks one) from this line.
+    println!("listening on {}", listener.local_addr()?);
+    let node = Node::open(settings).await?;
+    node.serve(listener, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

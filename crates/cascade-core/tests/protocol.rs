@@ -4,7 +4,7 @@
 //! a controlled clock), runs commands and deletion work to quiescence, and
 //! ends with [`check_invariants`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use cascade_core::memory::MemoryState;
 use cascade_core::protocol::{self, PlannedUnset, WorkReport};
@@ -167,13 +167,11 @@ impl World {
     /// Runs due work until a step finds nothing; returns the number of steps
     /// that did something. Never moves the clock.
     fn run_until_quiet(&mut self) -> usize {
-        let mut busy = 0;
-        for _ in 0..10_000 {
+        for busy in 0..10_000 {
             let report = self.step();
             if report.items == 0 && !report.more {
                 return busy;
             }
-            busy += 1;
         }
         panic!("deletion work did not quiesce in 10000 steps");
     }
@@ -231,7 +229,11 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
     // The uid index and the resources agree.
     for (name, r) in &state.resources {
         assert_eq!(&r.name, name, "resource stored under another name");
-        assert_eq!(state.uid_index.get(&r.uid), Some(name), "uid index of {name}");
+        assert_eq!(
+            state.uid_index.get(&r.uid),
+            Some(name),
+            "uid index of {name}"
+        );
         assert_ne!(r.state, ResourceState::Creating, "{name} left CREATING");
     }
     for (uid, name) in &state.uid_index {
@@ -248,11 +250,21 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             .filter(|r| r.uid == uid)
     };
 
-    for r in state.resources.values().filter(|r| r.state == ResourceState::Active) {
-        let kind = schema.kind(r.kind()).unwrap_or_else(|| panic!("{}: unknown kind", r.name));
+    for r in state
+        .resources
+        .values()
+        .filter(|r| r.state == ResourceState::Active)
+    {
+        let kind = schema
+            .kind(r.kind())
+            .unwrap_or_else(|| panic!("{}: unknown kind", r.name));
         for (field, spec) in &kind.refs {
             if spec.required {
-                assert!(r.refs.contains_key(field), "{}: required {field} missing", r.name);
+                assert!(
+                    r.refs.contains_key(field),
+                    "{}: required {field} missing",
+                    r.name
+                );
             }
         }
         for (field, ts) in &r.refs {
@@ -260,16 +272,28 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                 .reference(r.kind(), field)
                 .unwrap_or_else(|| panic!("{}: unknown field {field}", r.name));
             assert!(!ts.is_empty(), "{}: empty field {field} kept", r.name);
-            assert!(spec.many || ts.len() == 1, "{}: {field} holds {} targets", r.name, ts.len());
+            assert!(
+                spec.many || ts.len() == 1,
+                "{}: {field} holds {} targets",
+                r.name,
+                ts.len()
+            );
             if !spec.on_delete.tracked() {
                 continue;
             }
             for t in ts {
                 // (1) no dangling tracked reference.
                 let target = by_uid(t.uid).unwrap_or_else(|| {
-                    panic!("(1) {} field {field} dangles: {} ({}) is gone", r.name, t.name, t.uid)
+                    panic!(
+                        "(1) {} field {field} dangles: {} ({}) is gone",
+                        r.name, t.name, t.uid
+                    )
                 });
-                assert_eq!(target.name, t.name, "(1) {} field {field}: uid names another resource", r.name);
+                assert_eq!(
+                    target.name, t.name,
+                    "(1) {} field {field}: uid names another resource",
+                    r.name
+                );
                 // (4) it has its back-reference.
                 let key = BackRefKey {
                     target: t.uid,
@@ -277,7 +301,10 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                     field: field.clone(),
                 };
                 let b = state.backrefs.get(&key).unwrap_or_else(|| {
-                    panic!("(4) {} field {field} -> {} has no back-reference", r.name, t.name)
+                    panic!(
+                        "(4) {} field {field} -> {} has no back-reference",
+                        r.name, t.name
+                    )
                 });
                 assert_eq!(b.on_delete, spec.on_delete, "(4) {} field {field}", r.name);
                 assert_eq!(&b.target, t, "(4) {} field {field}", r.name);
@@ -289,11 +316,18 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
     // (2) every back-reference is held by a live referrer, on a live target.
     for (key, b) in &state.backrefs {
         assert_eq!(key, &b.key(), "back-reference stored under another key");
-        let target = by_uid(key.target)
-            .unwrap_or_else(|| panic!("(2) back-reference {key:?} on a missing target {}", b.target.name));
+        let target = by_uid(key.target).unwrap_or_else(|| {
+            panic!(
+                "(2) back-reference {key:?} on a missing target {}",
+                b.target.name
+            )
+        });
         assert_eq!(target.name, b.target.name, "(2) {key:?}");
         let referrer = by_uid(key.referrer).unwrap_or_else(|| {
-            panic!("(2) back-reference on {} from a missing referrer {}", target.name, b.referrer.name)
+            panic!(
+                "(2) back-reference on {} from a missing referrer {}",
+                target.name, b.referrer.name
+            )
         });
         assert_eq!(
             referrer.state,
@@ -312,8 +346,13 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             referrer.name,
             key.field
         );
-        let spec = schema.reference(referrer.kind(), &key.field).expect("(2) field in schema");
-        assert!(spec.on_delete.tracked(), "(2) back-reference for an untracked field");
+        let spec = schema
+            .reference(referrer.kind(), &key.field)
+            .expect("(2) field in schema");
+        assert!(
+            spec.on_delete.tracked(),
+            "(2) back-reference for an untracked field"
+        );
         assert_eq!(spec.on_delete, b.on_delete, "(2) {key:?}");
     }
 
@@ -322,10 +361,16 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
         let record = state.deletions.get(&r.uid);
         match r.state {
             ResourceState::Deleting => {
-                let d = record.unwrap_or_else(|| panic!("(3) {} DELETING without a record", r.name));
+                let d =
+                    record.unwrap_or_else(|| panic!("(3) {} DELETING without a record", r.name));
                 assert_eq!(d.target.name, r.name, "(3)");
             }
-            _ => assert!(record.is_none(), "(3) {} is {:?} with a deletion record", r.name, r.state),
+            _ => assert!(
+                record.is_none(),
+                "(3) {} is {:?} with a deletion record",
+                r.name,
+                r.state
+            ),
         }
     }
     for (uid, d) in &state.deletions {
@@ -334,7 +379,10 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             "(3) deletion record of {} without a DELETING resource",
             d.target.name
         );
-        assert!(state.operations.contains_key(&d.operation), "(3) record without its operation");
+        assert!(
+            state.operations.contains_key(&d.operation),
+            "(3) record without its operation"
+        );
     }
 
     // No deletion is lost: at quiescence each one is failed, blocked (and
@@ -347,7 +395,11 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                 assert!(work.is_none(), "{}: failed but still queued", d.target.name)
             }
             DeletionStatus::Blocked { .. } => {
-                assert!(work.is_some(), "{}: blocked but not scheduled", d.target.name)
+                assert!(
+                    work.is_some(),
+                    "{}: blocked but not scheduled",
+                    d.target.name
+                )
             }
             DeletionStatus::Pending => assert!(
                 op.root.uid == *uid && op.progress.pending > 1,
@@ -359,7 +411,10 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
     for (uid, w) in &state.work {
         assert_eq!(*uid, w.target.uid);
         assert!(
-            state.deletions.get(uid).is_some_and(|d| matches!(d.status, DeletionStatus::Blocked { .. })),
+            state
+                .deletions
+                .get(uid)
+                .is_some_and(|d| matches!(d.status, DeletionStatus::Blocked { .. })),
             "work item for {} at quiescence without a blocked deletion",
             w.target.name
         );
@@ -367,7 +422,11 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
 
     // Operation counters agree with the records and outcomes.
     for op in state.operations.values() {
-        let records: Vec<&DeletionRecord> = state.deletions.values().filter(|d| d.operation == op.id).collect();
+        let records: Vec<&DeletionRecord> = state
+            .deletions
+            .values()
+            .filter(|d| d.operation == op.id)
+            .collect();
         let blocked = records
             .iter()
             .filter(|d| matches!(d.status, DeletionStatus::Blocked { .. }))
@@ -391,7 +450,11 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
         );
         match op.state {
             OperationState::Running => {
-                assert!(p.pending > 0, "operation on {} running with nothing pending", op.root.name);
+                assert!(
+                    p.pending > 0,
+                    "operation on {} running with nothing pending",
+                    op.root.name
+                );
                 assert!(
                     by_uid(op.root.uid).is_some_and(|r| r.state == ResourceState::Deleting),
                     "operation on {} running but its root is gone",
@@ -400,12 +463,21 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                 assert!(op.end_time.is_none());
             }
             OperationState::Succeeded => {
-                assert_eq!((p.pending, p.failed), (0, 0), "succeeded operation on {}", op.root.name);
+                assert_eq!(
+                    (p.pending, p.failed),
+                    (0, 0),
+                    "succeeded operation on {}",
+                    op.root.name
+                );
                 assert!(op.end_time.is_some());
             }
             OperationState::Failed => {
                 assert_eq!(p.pending, 0, "failed operation on {}", op.root.name);
-                assert!(p.failed > 0, "failed operation on {} without failures", op.root.name);
+                assert!(
+                    p.failed > 0,
+                    "failed operation on {} without failures",
+                    op.root.name
+                );
                 assert!(op.end_time.is_some());
             }
         }
@@ -413,7 +485,10 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
 
     // Events carry strictly increasing revisions.
     for pair in state.events.windows(2) {
-        assert!(pair[0].revision < pair[1].revision, "event revisions not increasing");
+        assert!(
+            pair[0].revision < pair[1].revision,
+            "event revisions not increasing"
+        );
     }
     if let Some(last) = state.events.last() {
         assert_eq!(state.next_revision, last.revision + 1);
@@ -554,7 +629,8 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
         }
         steps += 1;
         assert!(steps < 1000);
-        let others_left: Vec<&String> = closure[1..].iter().filter(|c| w.get(c).is_some()).collect();
+        let others_left: Vec<&String> =
+            closure[1..].iter().filter(|c| w.get(c).is_some()).collect();
         match w.get(&net) {
             Some(root) => assert_eq!(root.state, ResourceState::Deleting),
             None => assert!(others_left.is_empty(), "root purged before {others_left:?}"),
@@ -568,7 +644,11 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
         w.active(s);
     }
     let fip_now = w.active(&fip);
-    assert!(!fip_now.refs.contains_key("port"), "floating ip keeps {:?}", fip_now.refs);
+    assert!(
+        !fip_now.refs.contains_key("port"),
+        "floating ip keeps {:?}",
+        fip_now.refs
+    );
     assert_eq!(targets(&fip_now, "project"), vec![n("project", "p1")]);
     assert_eq!(
         w.outcome(op.id, &fip),
@@ -576,7 +656,11 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
             field: "port".to_owned()
         })
     );
-    assert!(w.state.backrefs.keys().all(|k| k.target != w.active(&sg).uid));
+    assert!(w
+        .state
+        .backrefs
+        .keys()
+        .all(|k| k.target != w.active(&sg).uid));
 
     let op = w.op(op.id);
     assert_eq!(op.state, OperationState::Succeeded);
@@ -623,7 +707,11 @@ fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     let planned: Vec<String> = plan.deleted.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(planned[0], net, "the root comes first");
     let planned_set: BTreeSet<String> = planned.iter().cloned().collect();
-    assert_eq!(planned.len(), planned_set.len(), "duplicates in {planned:?}");
+    assert_eq!(
+        planned.len(),
+        planned_set.len(),
+        "duplicates in {planned:?}"
+    );
     assert_eq!(planned_set, closure.iter().cloned().collect());
     for t in &plan.deleted {
         assert_eq!(w.get(t.name.as_str()).unwrap().uid, t.uid);
@@ -641,7 +729,10 @@ fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     assert!(plan.blocked.is_empty());
     assert_eq!(w.state, before, "a dry run changes nothing");
     // Without cascade the dry run is refused like the delete.
-    assert!(matches!(w.dry_run(&net, false), Err(CoreError::DeleteRefused { .. })));
+    assert!(matches!(
+        w.dry_run(&net, false),
+        Err(CoreError::DeleteRefused { .. })
+    ));
     assert_eq!(w.state, before);
     // The plan matches what the delete then does.
     let op = w.delete_accepted(&net, true);
@@ -663,7 +754,10 @@ fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
     w.create(&net, &[("project", &[&project])]);
     w.create(&sg1, &[("project", &[&project])]);
     w.create(&sg2, &[("project", &[&project])]);
-    w.create(&pa, &[("network", &[&net]), ("security_groups", &[&sg1, &sg2])]);
+    w.create(
+        &pa,
+        &[("network", &[&net]), ("security_groups", &[&sg1, &sg2])],
+    );
     w.create(&pb, &[("network", &[&net]), ("security_groups", &[&sg1])]);
     let pa_etag = w.get(&pa).unwrap().etag();
 
@@ -678,7 +772,11 @@ fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
     assert_eq!(targets(&pa_now, "security_groups"), vec![sg2.clone()]);
     assert_ne!(pa_now.etag(), pa_etag, "the change moves the etag");
     let pb_now = w.active(&pb);
-    assert!(!pb_now.refs.contains_key("security_groups"), "{:?}", pb_now.refs);
+    assert!(
+        !pb_now.refs.contains_key("security_groups"),
+        "{:?}",
+        pb_now.refs
+    );
     w.active(&sg2);
     let op = w.op(op.id);
     assert_eq!(op.state, OperationState::Succeeded);
@@ -705,12 +803,18 @@ fn allow_dangling_reference_outlives_its_target() {
     w.create(&net, &[("project", &[&project])]);
     let q = w.create(&qos, &[]);
     w.create(&port, &[("network", &[&net]), ("qos_policy", &[&qos])]);
-    assert!(w.state.backrefs.keys().all(|k| k.target != q.uid), "no back-reference for allow_dangling");
+    assert!(
+        w.state.backrefs.keys().all(|k| k.target != q.uid),
+        "no back-reference for allow_dangling"
+    );
     let op = w.delete_accepted(&qos, false);
     w.run_until_quiet();
     assert!(w.get(&qos).is_none());
     let p = w.active(&port);
-    assert_eq!(p.refs["qos_policy"][0].uid, q.uid, "the dangling reference is kept as it was");
+    assert_eq!(
+        p.refs["qos_policy"][0].uid, q.uid,
+        "the dangling reference is kept as it was"
+    );
     assert_eq!(w.op(op.id).progress.unset, 0);
     // A re-created policy is a different incarnation.
     let q2 = w.create(&qos, &[]);
@@ -744,7 +848,10 @@ fn list_owner_survives_until_its_last_element_goes() {
     assert!(w.get(&p1).is_none());
     assert_eq!(targets(&w.active(&group), "ports"), vec![p2.clone()]);
     let o1 = w.op(op1.id);
-    assert_eq!((o1.state, o1.progress.deleted, o1.progress.unset), (OperationState::Succeeded, 1, 1));
+    assert_eq!(
+        (o1.state, o1.progress.deleted, o1.progress.unset),
+        (OperationState::Succeeded, 1, 1)
+    );
     w.check();
 
     let plan = w.dry_run(&p2, true).unwrap();
@@ -755,7 +862,10 @@ fn list_owner_survives_until_its_last_element_goes() {
     assert!(w.get(&p2).is_none());
     assert!(w.get(&group).is_none(), "the group goes with its last port");
     let o2 = w.op(op2.id);
-    assert_eq!((o2.state, o2.progress.deleted), (OperationState::Succeeded, 2));
+    assert_eq!(
+        (o2.state, o2.progress.deleted),
+        (OperationState::Succeeded, 2)
+    );
     assert_eq!(
         w.deleting_message(&group).as_deref(),
         Some(format!("cascade from {p2} (field ports)").as_str())
@@ -797,7 +907,10 @@ fn list_owner_whose_elements_all_go_in_one_cascade_is_deleted() {
     w.create(&keep, &[("ports", &[&p1, &p3])]);
     let plan = w.dry_run(&net, true).unwrap();
     let planned: BTreeSet<String> = plan.deleted.iter().map(|t| t.name.to_string()).collect();
-    assert_eq!(planned, BTreeSet::from([net.clone(), p1.clone(), p2.clone(), g.clone()]));
+    assert_eq!(
+        planned,
+        BTreeSet::from([net.clone(), p1.clone(), p2.clone(), g.clone()])
+    );
     assert_eq!(plan.unset.len(), 1);
     assert_eq!(plan.unset[0].resource.name.as_str(), keep);
 
@@ -808,7 +921,10 @@ fn list_owner_whose_elements_all_go_in_one_cascade_is_deleted() {
     }
     assert_eq!(targets(&w.active(&keep), "ports"), vec![p3.clone()]);
     let op = w.op(op.id);
-    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 4));
+    assert_eq!(
+        (op.state, op.progress.deleted),
+        (OperationState::Succeeded, 4)
+    );
     w.check();
 }
 
@@ -847,7 +963,10 @@ fn block_reference_refuses_user_delete_even_with_cascade() {
     w.create(&project, &[]);
     w.create(&net, &[("project", &[&project])]);
     w.create(&subnet, &[("network", &[&net])]);
-    w.create(&router, &[("project", &[&project]), ("gateway_network", &[&net])]);
+    w.create(
+        &router,
+        &[("project", &[&project]), ("gateway_network", &[&net])],
+    );
     let before = w.state.clone();
     let blocker = error::Dependent {
         referrer: rn(&router),
@@ -858,7 +977,9 @@ fn block_reference_refuses_user_delete_even_with_cascade() {
         let err = w.delete(&net, cascade).unwrap_err();
         assert_eq!(err.code(), ErrorCode::FailedPrecondition);
         let CoreError::DeleteRefused {
-            blockers, dependents, ..
+            blockers,
+            dependents,
+            ..
         } = &err
         else {
             panic!("expected DeleteRefused, got {err:?}");
@@ -871,7 +992,10 @@ fn block_reference_refuses_user_delete_even_with_cascade() {
             assert_eq!(dependents[0].referrer.as_str(), subnet);
         }
         assert!(err.to_string().contains("blocked by r1/router/gw"), "{err}");
-        assert!(matches!(w.dry_run(&net, cascade), Err(CoreError::DeleteRefused { .. })));
+        assert!(matches!(
+            w.dry_run(&net, cascade),
+            Err(CoreError::DeleteRefused { .. })
+        ));
     }
     assert_eq!(w.state, before);
     w.check();
@@ -891,7 +1015,10 @@ fn blocked_cascade_world() -> (World, [String; 6]) {
     w.create(&net, &[("project", &[&p1])]);
     w.create(&subnet, &[("network", &[&net])]);
     w.create(&port, &[("network", &[&net]), ("subnet", &[&subnet])]);
-    w.create(&router, &[("project", &[&p2]), ("gateway_network", &[&net])]);
+    w.create(
+        &router,
+        &[("project", &[&p2]), ("gateway_network", &[&net])],
+    );
     (w, [p1, p2, net, subnet, port, router])
 }
 
@@ -909,7 +1036,11 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
     assert!(w.get(&subnet).is_none());
     assert!(w.get(&port).is_none());
     assert_eq!(w.get(&net).unwrap().state, ResourceState::Deleting);
-    assert_eq!(w.get(&p1).unwrap().state, ResourceState::Deleting, "the root waits");
+    assert_eq!(
+        w.get(&p1).unwrap().state,
+        ResourceState::Deleting,
+        "the root waits"
+    );
     let record = w.record(&net);
     assert_eq!(
         record.reason,
@@ -930,8 +1061,14 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
             referrer_deleting: false,
         }]
     );
-    assert!(reason.contains(&router) && reason.contains("stuck"), "{reason}");
-    assert!(matches!(w.outcome(op1.id, &net), Some(OutcomeAction::Blocked { .. })));
+    assert!(
+        reason.contains(&router) && reason.contains("stuck"),
+        "{reason}"
+    );
+    assert!(matches!(
+        w.outcome(op1.id, &net),
+        Some(OutcomeAction::Blocked { .. })
+    ));
     assert!(w
         .state
         .events
@@ -939,7 +1076,10 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
         .any(|e| e.event_type == EventType::DeletionBlocked && e.resource.name.as_str() == net));
     let o = w.op(op1.id);
     assert_eq!(o.state, OperationState::Running);
-    assert_eq!((o.progress.pending, o.progress.blocked, o.progress.deleted), (2, 1, 2));
+    assert_eq!(
+        (o.progress.pending, o.progress.blocked, o.progress.deleted),
+        (2, 1, 2)
+    );
     w.check();
 
     // Deleting the blocker lets the whole first operation finish.
@@ -951,9 +1091,19 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
     w.active(&p2);
     let o1 = w.op(op1.id);
     assert_eq!(o1.state, OperationState::Succeeded);
-    assert_eq!((o1.progress.deleted, o1.progress.pending, o1.progress.blocked), (4, 0, 0));
+    assert_eq!(
+        (
+            o1.progress.deleted,
+            o1.progress.pending,
+            o1.progress.blocked
+        ),
+        (4, 0, 0)
+    );
     let o2 = w.op(op2.id);
-    assert_eq!((o2.state, o2.progress.deleted), (OperationState::Succeeded, 1));
+    assert_eq!(
+        (o2.state, o2.progress.deleted),
+        (OperationState::Succeeded, 1)
+    );
     w.check();
 }
 
@@ -963,7 +1113,8 @@ fn blocked_cascade_resumes_when_the_blocker_drops_its_reference() {
     let op = w.delete_accepted(&p1, true);
     w.run_until_quiet();
     assert_eq!(w.op(op.id).state, OperationState::Running);
-    w.try_update(spec(&router, &[("project", &[&p2])]), None).unwrap();
+    w.try_update(spec(&router, &[("project", &[&p2])]), None)
+        .unwrap();
     w.run_until_quiet();
     assert!(w.get(&net).is_none());
     assert!(w.get(&p1).is_none());
@@ -991,7 +1142,10 @@ fn cascade_cycle_unwinds() {
     w.create(&b, &[("a", &[&a])]);
     w.try_update(spec(&a, &[("b", &[&b])]), None).unwrap();
     w.check();
-    assert!(matches!(w.delete(&a, false), Err(CoreError::DeleteRefused { .. })));
+    assert!(matches!(
+        w.delete(&a, false),
+        Err(CoreError::DeleteRefused { .. })
+    ));
     let plan = w.dry_run(&a, true).unwrap();
     assert_eq!(plan.deleted.len(), 2);
     let op = w.delete_accepted(&a, true);
@@ -999,7 +1153,10 @@ fn cascade_cycle_unwinds() {
     assert!(w.get(&a).is_none());
     assert!(w.get(&b).is_none());
     let op = w.op(op.id);
-    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 2));
+    assert_eq!(
+        (op.state, op.progress.deleted),
+        (OperationState::Succeeded, 2)
+    );
     assert!(w.state.backrefs.is_empty());
     w.check();
 }
@@ -1043,7 +1200,10 @@ fn repeated_delete_answers_already_deleting_with_the_same_operation() {
     // A dry run of a deleting resource answers the same way, writing nothing.
     let mut req = del(&net, true);
     req.dry_run = true;
-    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::AlreadyDeleting(_)));
+    assert!(matches!(
+        w.delete_req(req).unwrap(),
+        DeleteOutcome::AlreadyDeleting(_)
+    ));
     w.run_until_quiet();
     w.check();
 }
@@ -1051,14 +1211,20 @@ fn repeated_delete_answers_already_deleting_with_the_same_operation() {
 #[test]
 fn create_and_update_under_a_deleting_parent_are_refused() {
     let Neutron {
-        mut w, project, net, sg, ..
+        mut w,
+        project,
+        net,
+        sg,
+        ..
     } = neutron_network();
     let port0 = n("port", "port-0");
     let port_etag = w.get(&port0).unwrap().etag();
     w.delete_accepted(&net, true);
     let before = w.state.clone();
 
-    let err = w.try_create(&n("port", "late"), &[("network", &[&net])]).unwrap_err();
+    let err = w
+        .try_create(&n("port", "late"), &[("network", &[&net])])
+        .unwrap_err();
     assert_eq!(
         err,
         CoreError::TargetDeleting {
@@ -1113,7 +1279,12 @@ fn recreate_after_purge_gets_a_new_uid_and_stale_uids_do_not_touch_it() {
     let old_net = w.create(&net, &[("project", &[&project])]);
     let old_port = w.create(&port, &[("network", &[&net])]);
     let op = w.delete_accepted(&net, true);
-    let stale_work = w.state.work.get(&old_net.uid).cloned().expect("queued work");
+    let stale_work = w
+        .state
+        .work
+        .get(&old_net.uid)
+        .cloned()
+        .expect("queued work");
     w.run_until_quiet();
     assert!(w.get(&net).is_none());
     assert!(w.get(&port).is_none());
@@ -1126,7 +1297,10 @@ fn recreate_after_purge_gets_a_new_uid_and_stale_uids_do_not_touch_it() {
     assert_eq!(new_port.refs["network"][0].uid, new_net.uid);
     for k in w.state.backrefs.keys() {
         for old in [old_net.uid, old_port.uid] {
-            assert!(k.target != old && k.referrer != old, "back-reference with an old uid: {k:?}");
+            assert!(
+                k.target != old && k.referrer != old,
+                "back-reference with an old uid: {k:?}"
+            );
         }
     }
     // A reference pinned to the old incarnation is refused.
@@ -1139,12 +1313,18 @@ fn recreate_after_purge_gets_a_new_uid_and_stale_uids_do_not_touch_it() {
         }],
     );
     let err = w.try_create_spec(s).unwrap_err();
-    assert!(matches!(err, CoreError::TargetUidMismatch { .. }), "{err:?}");
+    assert!(
+        matches!(err, CoreError::TargetUidMismatch { .. }),
+        "{err:?}"
+    );
     assert_eq!(err.code(), ErrorCode::FailedPrecondition);
     // A delete pinned to the old uid does not reach the new one.
     let mut req = del(&net, true);
     req.uid = Some(old_net.uid);
-    assert_eq!(w.delete_req(req.clone()).unwrap_err(), CoreError::NotFound(rn(&net)));
+    assert_eq!(
+        w.delete_req(req.clone()).unwrap_err(),
+        CoreError::NotFound(rn(&net))
+    );
     req.allow_missing = true;
     assert_eq!(w.delete_req(req).unwrap(), DeleteOutcome::Missing);
     // A stale queue entry of the old incarnation is dropped without effect.
@@ -1167,7 +1347,10 @@ fn delete_preconditions_missing_etag_and_uid() {
     let missing = n("project", "nope");
 
     let mut req = del(&missing, false);
-    assert_eq!(w.delete_req(req.clone()).unwrap_err(), CoreError::NotFound(rn(&missing)));
+    assert_eq!(
+        w.delete_req(req.clone()).unwrap_err(),
+        CoreError::NotFound(rn(&missing))
+    );
     req.allow_missing = true;
     let step = protocol::delete(&w.state, ctx!(w), &mut w.ids, req).unwrap();
     assert_eq!(step.value, DeleteOutcome::Missing);
@@ -1188,21 +1371,30 @@ fn delete_preconditions_missing_etag_and_uid() {
 
     let mut req = del(&project, false);
     req.uid = Some(Uid(uuid_like(42)));
-    assert_eq!(w.delete_req(req).unwrap_err(), CoreError::NotFound(rn(&project)));
+    assert_eq!(
+        w.delete_req(req).unwrap_err(),
+        CoreError::NotFound(rn(&project))
+    );
     w.active(&project);
 
     // An empty etag is no precondition; the right etag and uid are accepted.
     let mut req = del(&project, false);
     req.etag = Some(r.etag());
     req.uid = Some(r.uid);
-    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::Accepted(_)));
+    assert!(matches!(
+        w.delete_req(req).unwrap(),
+        DeleteOutcome::Accepted(_)
+    ));
     w.run_until_quiet();
     assert!(w.get(&project).is_none());
     let other = n("project", "p2");
     w.create(&other, &[]);
     let mut req = del(&other, false);
     req.etag = Some(String::new());
-    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::Accepted(_)));
+    assert!(matches!(
+        w.delete_req(req).unwrap(),
+        DeleteOutcome::Accepted(_)
+    ));
     w.run_until_quiet();
     w.check();
 }
@@ -1216,7 +1408,9 @@ fn update_etag_mismatch_is_aborted() {
     let mut w = World::neutron();
     let project = n("project", "p1");
     let r = w.create(&project, &[]);
-    let err = w.try_update(spec(&project, &[]), Some("12345")).unwrap_err();
+    let err = w
+        .try_update(spec(&project, &[]), Some("12345"))
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::Aborted);
     let updated = w.try_update(spec(&project, &[]), Some(&r.etag())).unwrap();
     assert_ne!(updated.etag(), r.etag());
@@ -1248,13 +1442,19 @@ fn batching_spreads_a_large_cascade_over_several_steps() {
         busy += 1;
     }
     assert!(busy > 1, "expected several steps, got {busy}");
-    assert!(busy >= 20 / 3, "20 cascades at 3 per step need at least 7 steps, got {busy}");
+    assert!(
+        busy >= 20 / 3,
+        "20 cascades at 3 per step need at least 7 steps, got {busy}"
+    );
     assert!(w.get(&net).is_none());
     for i in 0..20 {
         assert!(w.get(&n("port", &format!("p{i}"))).is_none());
     }
     let op = w.op(op.id);
-    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 21));
+    assert_eq!(
+        (op.state, op.progress.deleted),
+        (OperationState::Succeeded, 21)
+    );
     w.active(&project);
     w.check();
 }
@@ -1288,7 +1488,10 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
     let work = w.state.work[&w.get(&net).unwrap().uid].clone();
     assert_eq!(work.attempts, 1);
     assert_eq!(work.next_attempt_at, t0.plus_millis(w.policy.backoff(1)));
-    assert!(work.last_error.as_deref().is_some_and(|e| e.contains(&router)));
+    assert!(work
+        .last_error
+        .as_deref()
+        .is_some_and(|e| e.contains(&router)));
 
     // Nothing happens before the backoff expires.
     w.now = t0.plus_millis(w.policy.backoff(1) - 1);
@@ -1299,7 +1502,10 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
     let work = w.state.work[&w.get(&net).unwrap().uid].clone();
     assert_eq!(work.attempts, 2);
     assert_eq!(work.next_attempt_at, t0.plus_millis(1_000 + 2_000));
-    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
+    assert!(matches!(
+        w.record(&net).status,
+        DeletionStatus::Blocked { .. }
+    ));
     assert_eq!(w.op(op.id).state, OperationState::Running);
 
     w.advance_to_next_due();
@@ -1308,25 +1514,40 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
     let DeletionStatus::Failed { error } = &record.status else {
         panic!("expected Failed, got {:?}", record.status);
     };
-    assert!(error.contains("gave up after 2 attempts") && error.contains(&router), "{error}");
+    assert!(
+        error.contains("gave up after 2 attempts") && error.contains(&router),
+        "{error}"
+    );
     assert!(!w.state.work.contains_key(&record.target.uid));
     assert!(w
         .state
         .events
         .iter()
         .any(|e| e.event_type == EventType::DeletionFailed && e.resource.name.as_str() == net));
-    assert!(matches!(w.outcome(op.id, &net), Some(OutcomeAction::Failed { .. })));
+    assert!(matches!(
+        w.outcome(op.id, &net),
+        Some(OutcomeAction::Failed { .. })
+    ));
     for gone in [&p1, &subnet, &port] {
         assert!(w.get(gone).is_none(), "{gone} survived");
     }
     let o = w.op(op.id);
     assert_eq!(o.state, OperationState::Failed);
     assert_eq!(
-        (o.progress.failed, o.progress.pending, o.progress.blocked, o.progress.deleted),
+        (
+            o.progress.failed,
+            o.progress.pending,
+            o.progress.blocked,
+            o.progress.deleted
+        ),
         (1, 0, 0, 3)
     );
     assert!(o.end_time.is_some());
-    assert_eq!(w.advance_to_next_due(), None, "nothing is scheduled any more");
+    assert_eq!(
+        w.advance_to_next_due(),
+        None,
+        "nothing is scheduled any more"
+    );
     w.check();
 
     // Removing the blocker later still lets the failed deletion finish.
@@ -1371,7 +1592,10 @@ fn finalizers_hold_the_purge_until_removed() {
     // Adding a finalizer while deleting is refused; removing one is allowed.
     let mut s = spec(&project, &[]);
     s.finalizers = vec!["dns".to_owned(), "billing".to_owned(), "new".to_owned()];
-    assert_eq!(w.try_update(s, None).unwrap_err(), CoreError::Deleting { name: rn(&project) });
+    assert_eq!(
+        w.try_update(s, None).unwrap_err(),
+        CoreError::Deleting { name: rn(&project) }
+    );
     let mut s = spec(&project, &[]);
     s.finalizers = vec!["billing".to_owned()];
     w.try_update(s, None).unwrap();
@@ -1400,12 +1624,21 @@ fn root_stays_until_its_closure_is_done_even_after_it_failed() {
     // t0 + 500: net1 walks its children and holds on the router (attempt 1).
     w.now = t0.plus_millis(500);
     w.run_until_quiet();
-    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
+    assert!(matches!(
+        w.record(&net).status,
+        DeletionStatus::Blocked { .. }
+    ));
     // t0 + 1000: p1 gives up; net1 is still pending (due at t0 + 1500).
     w.now = t0.plus_millis(1_000);
     w.run_until_quiet();
-    assert!(matches!(w.record(&p1).status, DeletionStatus::Failed { .. }));
-    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
+    assert!(matches!(
+        w.record(&p1).status,
+        DeletionStatus::Failed { .. }
+    ));
+    assert!(matches!(
+        w.record(&net).status,
+        DeletionStatus::Blocked { .. }
+    ));
     assert_eq!(w.op(op.id).progress.pending, 1);
     // The finalizer is done: p1 must still wait for net1.
     w.try_update(spec(&p1, &[]), None).unwrap();
@@ -1419,6 +1652,90 @@ fn root_stays_until_its_closure_is_done_even_after_it_failed() {
 }
 
 #[test]
+#[ignore = "bug: hold() counts every wake as an attempt, so a blocked deletion whose blockers are being removed is marked FAILED with no backoff elapsed"]
+fn wakes_from_blockers_going_away_do_not_exhaust_the_attempts() {
+    let mut w = World::neutron().with_policy(|p| {
+        p.max_attempts = 3;
+        p.batch_budget = 1;
+    });
+    let p1 = n("project", "p1");
+    let net = n("network", "ext");
+    let p2 = n("project", "p2");
+    w.create(&p1, &[]);
+    w.create(&net, &[("project", &[&p1])]);
+    w.create(&p2, &[]);
+    for i in 0..6 {
+        w.create(
+            &n("router", &format!("r{i}")),
+            &[("project", &[&p2]), ("gateway_network", &[&net])],
+        );
+    }
+    let op1 = w.delete_accepted(&p1, true);
+    w.run_until_quiet();
+    assert!(matches!(
+        w.record(&net).status,
+        DeletionStatus::Blocked { .. }
+    ));
+    // The six blockers go, one per step, without the clock moving.
+    let op2 = w.delete_accepted(&p2, true);
+    w.run_until_quiet();
+    assert!(w.get(&net).is_none());
+    assert_eq!(w.op(op2.id).state, OperationState::Succeeded);
+    let failed: Vec<&Event> = w
+        .state
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::DeletionFailed)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{net} was marked FAILED at the same instant it was blocked (no backoff elapsed): {:?}",
+        failed.iter().map(|e| &e.message).collect::<Vec<_>>()
+    );
+    let o1 = w.op(op1.id);
+    assert_eq!(
+        (o1.state, o1.progress.failed),
+        (OperationState::Succeeded, 0)
+    );
+    w.check();
+}
+
+#[test]
+#[ignore = "bug: a root whose finalizers are removed while its closure is pending keeps status Blocked (\"waiting for finalizers\") and stays counted in progress.blocked"]
+fn root_waiting_for_its_closure_is_not_reported_blocked() {
+    let (mut w, [p1, _p2, net, _, _, router]) = blocked_cascade_world();
+    let mut s = spec(&p1, &[]);
+    s.finalizers = vec!["dns".to_owned()];
+    w.try_update(s, None).unwrap();
+    let op = w.delete_accepted(&p1, true);
+    w.run_until_quiet();
+    assert!(matches!(
+        w.record(&p1).status,
+        DeletionStatus::Blocked { .. }
+    ));
+    assert!(matches!(
+        w.record(&net).status,
+        DeletionStatus::Blocked { .. }
+    ));
+    assert_eq!(w.op(op.id).progress.blocked, 2);
+    // The root's finalizer is done; it now only waits for net1 (held by the router).
+    w.try_update(spec(&p1, &[]), None).unwrap();
+    w.run_until_quiet();
+    assert_eq!(w.get(&p1).unwrap().state, ResourceState::Deleting);
+    let status = w.record(&p1).status;
+    assert!(
+        !matches!(&status, DeletionStatus::Blocked { reason, .. } if reason.contains("finalizers")),
+        "stale status on the root: {status:?}"
+    );
+    assert_eq!(
+        w.op(op.id).progress.blocked,
+        1,
+        "only {net} is held (by {router})"
+    );
+    w.check();
+}
+
+#[test]
 fn error_codes_map_to_status_classes() {
     let mut w = World::neutron();
     let project = n("project", "p1");
@@ -1426,18 +1743,29 @@ fn error_codes_map_to_status_classes() {
 
     let err = w.try_create("not a name", &[]).unwrap_err();
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"), "{err:?}");
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"),
+        "{err:?}"
+    );
 
     let err = w
-        .try_create_all(vec![spec(&n("project", "ok"), &[]), spec("r1/project/Bad", &[])])
+        .try_create_all(vec![
+            spec(&n("project", "ok"), &[]),
+            spec("r1/project/Bad", &[]),
+        ])
         .unwrap_err();
     assert!(
         matches!(&err, CoreError::InvalidArgument { field, .. } if field == "resources[1].name"),
         "{err:?}"
     );
-    assert!(w.get(&n("project", "ok")).is_none(), "a refused batch writes nothing");
+    assert!(
+        w.get(&n("project", "ok")).is_none(),
+        "a refused batch writes nothing"
+    );
 
-    let err = w.try_create(&n("network", "x"), &[("project", &["garbage"])]).unwrap_err();
+    let err = w
+        .try_create(&n("network", "x"), &[("project", &["garbage"])])
+        .unwrap_err();
     assert!(
         matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.project"),
         "{err:?}"
@@ -1448,20 +1776,33 @@ fn error_codes_map_to_status_classes() {
         "{err:?}"
     );
     let err = w
-        .try_create(&n("network", "x"), &[("project", &[&project]), ("colour", &[&project])])
+        .try_create(
+            &n("network", "x"),
+            &[("project", &[&project]), ("colour", &[&project])],
+        )
         .unwrap_err();
-    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.colour"), "{err:?}");
-    let err = w.try_create(&n("network", "x"), &[("project", &[&n("qos_policy", "q")])]).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.colour"),
+        "{err:?}"
+    );
+    let err = w
+        .try_create(&n("network", "x"), &[("project", &[&n("qos_policy", "q")])])
+        .unwrap_err();
     assert!(
         matches!(&err, CoreError::InvalidArgument { message, .. } if message.contains("must reference a project")),
         "{err:?}"
     );
     let err = w.try_create(&n("gizmo", "x"), &[]).unwrap_err();
-    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"), "{err:?}");
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"),
+        "{err:?}"
+    );
     let err = w.try_create("r2/project/x", &[]).unwrap_err();
     assert!(matches!(err, CoreError::WrongRegion { .. }), "{err:?}");
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
-    let err = w.try_create(&n("network", "x"), &[("project", &["r2/project/p"])]).unwrap_err();
+    let err = w
+        .try_create(&n("network", "x"), &[("project", &["r2/project/p"])])
+        .unwrap_err();
     assert!(matches!(err, CoreError::RemoteReference { .. }), "{err:?}");
     assert_eq!(err.code(), ErrorCode::FailedPrecondition);
     let mut s = spec(&n("project", "attrs"), &[]);
@@ -1470,9 +1811,17 @@ fn error_codes_map_to_status_classes() {
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
 
     let err = w.delete("nope", false).unwrap_err();
-    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"), "{err:?}");
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "name"),
+        "{err:?}"
+    );
 
-    let err = w.try_create(&n("network", "x"), &[("project", &[&n("project", "ghost")])]).unwrap_err();
+    let err = w
+        .try_create(
+            &n("network", "x"),
+            &[("project", &[&n("project", "ghost")])],
+        )
+        .unwrap_err();
     assert_eq!(
         err,
         CoreError::TargetNotFound {
@@ -1483,12 +1832,20 @@ fn error_codes_map_to_status_classes() {
     assert_eq!(err.code(), ErrorCode::NotFound);
     let err = w.delete(&n("project", "ghost"), false).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotFound);
-    let err = w.try_update(spec(&n("project", "ghost"), &[]), None).unwrap_err();
+    let err = w
+        .try_update(spec(&n("project", "ghost"), &[]), None)
+        .unwrap_err();
     assert_eq!(err, CoreError::NotFound(rn(&n("project", "ghost"))));
-    assert_eq!(CoreError::OperationNotFound("x".to_owned()).code(), ErrorCode::NotFound);
+    assert_eq!(
+        CoreError::OperationNotFound("x".to_owned()).code(),
+        ErrorCode::NotFound
+    );
 
     let err = w.try_create(&project, &[]).unwrap_err();
-    assert!(matches!(&err, CoreError::AlreadyExists { detail: "", .. }), "{err:?}");
+    assert!(
+        matches!(&err, CoreError::AlreadyExists { detail: "", .. }),
+        "{err:?}"
+    );
     assert_eq!(err.code(), ErrorCode::AlreadyExists);
 
     w.create(&n("network", "x"), &[("project", &[&project])]);
@@ -1548,30 +1905,81 @@ required = true
 "#;
 
 const PROP_KINDS: [&str; 6] = ["root", "tag", "mid", "leaf", "lock", "group"];
+/// Deletes favour the kinds with the largest closures.
+const DELETE_KINDS: [&str; 8] = ["root", "root", "mid", "mid", "tag", "leaf", "lock", "group"];
 
 #[derive(Debug, Clone)]
 enum Cmd {
-    Create { kind: usize, id: u8, picks: [u8; 4], set: [bool; 3] },
-    Update { pick: u8, picks: [u8; 4], set: [bool; 3] },
-    Delete { pick: u8, cascade: bool },
+    Create {
+        kind: usize,
+        id: u8,
+        picks: [u8; 4],
+        set: [bool; 3],
+    },
+    Update {
+        pick: u8,
+        picks: [u8; 4],
+        set: [bool; 3],
+    },
+    /// Deletes a resource of `DELETE_KINDS[kind]` (any kind when there is none).
+    Delete {
+        kind: usize,
+        pick: u8,
+        cascade: bool,
+    },
     /// Move the clock to the next scheduled retry.
     Tick,
+    /// The external cleanup of a deleting resource reports done.
+    Finish { pick: u8 },
+}
+
+fn create_cmd() -> impl Strategy<Value = Cmd> {
+    (
+        0..PROP_KINDS.len(),
+        0u8..6,
+        any::<[u8; 4]>(),
+        any::<[bool; 3]>(),
+    )
+        .prop_map(|(kind, id, picks, set)| Cmd::Create {
+            kind,
+            id,
+            picks,
+            set,
+        })
 }
 
 fn cmd() -> impl Strategy<Value = Cmd> {
     prop_oneof![
-        5 => (0..PROP_KINDS.len(), 0u8..4, any::<[u8; 4]>(), any::<[bool; 3]>())
-            .prop_map(|(kind, id, picks, set)| Cmd::Create { kind, id, picks, set }),
+        4 => create_cmd(),
         1 => (any::<u8>(), any::<[u8; 4]>(), any::<[bool; 3]>())
             .prop_map(|(pick, picks, set)| Cmd::Update { pick, picks, set }),
-        3 => (any::<u8>(), any::<bool>()).prop_map(|(pick, cascade)| Cmd::Delete { pick, cascade }),
+        3 => (0..DELETE_KINDS.len(), any::<u8>(), any::<bool>())
+            .prop_map(|(kind, pick, cascade)| Cmd::Delete { kind, pick, cascade }),
         1 => Just(Cmd::Tick),
+        1 => any::<u8>().prop_map(|pick| Cmd::Finish { pick }),
     ]
+}
+
+/// A forest first, then a random mix of commands.
+fn script() -> impl Strategy<Value = Vec<Cmd>> {
+    (
+        prop::collection::vec(create_cmd(), 10..40),
+        prop::collection::vec(cmd(), 1..50),
+    )
+        .prop_map(|(mut forest, rest)| {
+            forest.extend(rest);
+            forest
+        })
 }
 
 /// References for a resource of `kind`, chosen among ACTIVE targets; None
 /// when a required one has no candidate.
-fn pick_refs(w: &World, kind: &str, picks: [u8; 4], set: [bool; 3]) -> Option<Vec<(String, Vec<String>)>> {
+fn pick_refs(
+    w: &World,
+    kind: &str,
+    picks: [u8; 4],
+    set: [bool; 3],
+) -> Option<Vec<(String, Vec<String>)>> {
     let mut out = Vec::new();
     let spec = w.schema.kind(kind).unwrap();
     for (i, (field, r)) in spec.refs.iter().enumerate() {
@@ -1602,19 +2010,31 @@ fn pick_refs(w: &World, kind: &str, picks: [u8; 4], set: [bool; 3]) -> Option<Ve
     Some(out)
 }
 
-fn prop_run(cmds: Vec<Cmd>) {
+/// Runs a script; with `finalizers`, a quarter of the creates carry one.
+fn prop_run(cmds: Vec<Cmd>, batch_budget: usize, batch_items: usize, finalizers: bool) {
     let mut w = World::new(PROP_SCHEMA).with_policy(|p| {
-        p.batch_budget = 3;
-        p.batch_items = 4;
+        p.batch_budget = batch_budget;
+        p.batch_items = batch_items;
         p.max_attempts = 2;
     });
     for cmd in cmds {
         match cmd {
-            Cmd::Create { kind, id, picks, set } => {
+            Cmd::Create {
+                kind,
+                id,
+                picks,
+                set,
+            } => {
                 let kind = PROP_KINDS[kind];
-                let Some(refs) = pick_refs(&w, kind, picks, set) else { continue };
+                let Some(refs) = pick_refs(&w, kind, picks, set) else {
+                    continue;
+                };
                 let name = n(kind, &format!("x{id}"));
-                match w.try_create_spec(spec_owned(&name, refs)) {
+                let mut s = spec_owned(&name, refs);
+                if finalizers && picks[3] % 4 == 0 {
+                    s.finalizers = vec!["cleanup".to_owned()];
+                }
+                match w.try_create_spec(s) {
                     Ok(_) | Err(CoreError::AlreadyExists { .. }) => {}
                     Err(e) => panic!("create {name}: {e}"),
                 }
@@ -1631,13 +2051,22 @@ fn prop_run(cmds: Vec<Cmd>) {
                     continue;
                 }
                 let r = &active[pick as usize % active.len()];
-                let Some(refs) = pick_refs(&w, r.kind(), picks, set) else { continue };
+                let Some(refs) = pick_refs(&w, r.kind(), picks, set) else {
+                    continue;
+                };
                 w.try_update(spec_owned(r.name.as_str(), refs), Some(&r.etag()))
                     .unwrap_or_else(|e| panic!("update {}: {e}", r.name));
                 w.run_until_quiet();
             }
-            Cmd::Delete { pick, cascade } => {
-                let all: Vec<Resource> = w.state.resources.values().cloned().collect();
+            Cmd::Delete {
+                kind,
+                pick,
+                cascade,
+            } => {
+                let mut all: Vec<Resource> = w.state.resources.values().cloned().collect();
+                if all.iter().any(|r| r.kind() == DELETE_KINDS[kind]) {
+                    all.retain(|r| r.kind() == DELETE_KINDS[kind]);
+                }
                 if all.is_empty() {
                     continue;
                 }
@@ -1646,7 +2075,9 @@ fn prop_run(cmds: Vec<Cmd>) {
                 if r.state == ResourceState::Deleting {
                     let record = w.record(&name);
                     match w.delete(&name, cascade) {
-                        Ok(DeleteOutcome::AlreadyDeleting(op)) => assert_eq!(op.id, record.operation),
+                        Ok(DeleteOutcome::AlreadyDeleting(op)) => {
+                            assert_eq!(op.id, record.operation)
+                        }
                         other => panic!("delete of deleting {name}: {other:?}"),
                     }
                     continue;
@@ -1677,17 +2108,53 @@ fn prop_run(cmds: Vec<Cmd>) {
                         .filter(|r| r.uid == uid && r.state == ResourceState::Active)
                         .is_some()
                 };
-                for old in before.resources.values().filter(|r| r.state == ResourceState::Active) {
+                for old in before
+                    .resources
+                    .values()
+                    .filter(|r| r.state == ResourceState::Active)
+                {
                     if !alive(old.uid) {
-                        assert!(planned.contains(&old.uid), "{} deleted but not planned", old.name);
+                        assert!(
+                            planned.contains(&old.uid),
+                            "{} deleted but not planned",
+                            old.name
+                        );
                     }
                 }
                 for t in &plan.deleted {
                     assert!(!alive(t.uid), "{} planned but still ACTIVE", t.name);
                 }
                 for u in &plan.unset {
-                    assert!(alive(u.resource.uid), "{} planned to survive, but is gone", u.resource.name);
+                    assert!(
+                        alive(u.resource.uid),
+                        "{} planned to survive, but is gone",
+                        u.resource.name
+                    );
                 }
+            }
+            Cmd::Finish { pick } => {
+                let held: Vec<Resource> = w
+                    .state
+                    .resources
+                    .values()
+                    .filter(|r| r.state == ResourceState::Deleting && !r.finalizers.is_empty())
+                    .cloned()
+                    .collect();
+                if held.is_empty() {
+                    continue;
+                }
+                let r = &held[pick as usize % held.len()];
+                let mut s = spec_owned(
+                    r.name.as_str(),
+                    r.refs
+                        .iter()
+                        .map(|(f, ts)| (f.clone(), ts.iter().map(|t| t.name.to_string()).collect()))
+                        .collect(),
+                );
+                s.attributes = r.attributes.clone();
+                w.try_update(s, Some(&r.etag()))
+                    .unwrap_or_else(|e| panic!("finish {}: {e}", r.name));
+                w.run_until_quiet();
             }
             Cmd::Tick => {
                 if w.advance_to_next_due().is_some() {
@@ -1700,18 +2167,29 @@ fn prop_run(cmds: Vec<Cmd>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        // Keep the tree clean: no regression files next to the test.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
-    fn random_forests_and_deletes_keep_the_invariants(cmds in prop::collection::vec(cmd(), 1..60)) {
-        prop_run(cmds);
+    fn random_forests_and_deletes_keep_the_invariants(
+        cmds in script(),
+        batch_budget in 1usize..6,
+        batch_items in 1usize..6,
+    ) {
+        prop_run(cmds, batch_budget, batch_items, false);
     }
-}
 
-#[test]
-fn prop_schema_is_the_intended_one() {
-    let s = Schema::from_toml(PROP_SCHEMA).unwrap();
-    // The lock blocks a mid that a cascade from its root reaches: warned.
-    assert_eq!(s.warnings().len(), 1, "{:?}", s.warnings());
-    let _: BTreeMap<&str, usize> = s.kinds().map(|(k, spec)| (k, spec.refs.len())).collect();
+    #[test]
+    #[ignore = "bug: a root whose finalizers are removed while its closure is pending keeps a stale Blocked status (see root_waiting_for_its_closure_is_not_reported_blocked)"]
+    fn random_forests_with_finalizers_keep_the_invariants(
+        cmds in script(),
+        batch_budget in 1usize..6,
+        batch_items in 1usize..6,
+    ) {
+        prop_run(cmds, batch_budget, batch_items, true);
+    }
 }

@@ -16,8 +16,7 @@ use crate::service::ResourcesService;
 use crate::store::{MemoryStore, SledStore, Store, StoreError};
 use crate::writer::{WriterContext, WriterHandle, WriterUnavailable};
 
-/// Largest request or response message accepted on the client API.
-pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+pub use cascade_proto::MAX_MESSAGE_BYTES;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
@@ -36,6 +35,8 @@ pub enum NodeError {
 /// An opened node: store and writer running, not yet serving.
 pub struct Node {
     service: ResourcesService,
+    /// Tells the service's streams to end when serving stops.
+    shutting_down: tokio::sync::watch::Sender<bool>,
 }
 
 impl Node {
@@ -52,6 +53,7 @@ impl Node {
             None => Arc::new(MemoryStore::default()),
         };
         let (events, _) = broadcast::channel(4096);
+        let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -70,7 +72,9 @@ impl Node {
                 writer,
                 events,
                 limits: settings.limits,
+                shutting_down,
             },
+            shutting_down: shutting_down_tx,
         })
     }
 
@@ -90,6 +94,11 @@ impl Node {
         let api = ResourcesServer::new(self.service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let stop_streams = self.shutting_down;
+        let shutdown = async move {
+            shutdown.await;
+            let _ = stop_streams.send(true);
+        };
         info!(%region, %addr, "serving");
         let result = tonic::transport::Server::builder()
             .add_service(health_service)

@@ -48,6 +48,9 @@ pub struct ResourcesService {
     /// Committed events, fanned out to Watch and WatchOperation streams.
     pub(crate) events: broadcast::Sender<Arc<Event>>,
     pub(crate) limits: ApiLimits,
+    /// Flips to true when the node shuts down, so long-lived streams end
+    /// and graceful shutdown does not wait on watchers forever.
+    pub(crate) shutting_down: tokio::sync::watch::Receiver<bool>,
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -317,6 +320,7 @@ impl Resources for ResourcesService {
         let first = self.operation_view(id, 0, "")?;
         let (tx, rx) = mpsc::channel(16);
         let svc = self.clone();
+        let mut stop = self.shutting_down.clone();
         let span = info_span!("watch_operation", region = %self.region, operation = %id);
         tokio::spawn(
             async move {
@@ -325,7 +329,11 @@ impl Resources for ResourcesService {
                     return;
                 }
                 loop {
-                    match events.recv().await {
+                    let received = tokio::select! {
+                        r = events.recv() => r,
+                        _ = stop.wait_for(|s| *s) => return,
+                    };
+                    match received {
                         Ok(e) if e.operation != Some(id) => continue,
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                         Err(broadcast::error::RecvError::Closed) => return,
@@ -365,6 +373,7 @@ impl Resources for ResourcesService {
         let mut live = self.events.subscribe();
         let (tx, rx) = mpsc::channel(256);
         let store = self.store.clone();
+        let mut stop = self.shutting_down.clone();
         let span = info_span!("watch", region = %self.region, from);
         tokio::spawn(
             async move {
@@ -390,7 +399,11 @@ impl Resources for ResourcesService {
                     }
                     // Then follow live events until we fall behind.
                     loop {
-                        match live.recv().await {
+                        let received = tokio::select! {
+                            r = live.recv() => r,
+                            _ = stop.wait_for(|s| *s) => return,
+                        };
+                        match received {
                             Ok(e) if e.revision < next => continue,
                             Ok(e) if e.revision == next => {
                                 next += 1;

@@ -1,0 +1,132 @@
+//! A thin typed client over the generated `Resources` client.
+
+use cascade_proto::v1::{self, resources_client::ResourcesClient};
+use cascade_proto::error_details;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("invalid server address {addr:?}: {message}")]
+    Address { addr: String, message: String },
+    #[error("cannot connect to {addr}: {message} (is a node running there? `cascade demo` starts one)")]
+    Connect { addr: String, message: String },
+    /// The server refused or failed the call.
+    #[error("{}", describe_status(.0))]
+    Status(Box<Status>),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl ClientError {
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Status(s) => Some(s.code()),
+            _ => None,
+        }
+    }
+}
+
+impl From<Status> for ClientError {
+    fn from(s: Status) -> Self {
+        ClientError::Status(Box::new(s))
+    }
+}
+
+/// `CODE: message`. The server's message already lists blockers and
+/// dependents; the structured details only add how many were left out.
+pub fn describe_status(s: &Status) -> String {
+    let mut out = format!("{:?}: {}", s.code(), s.message());
+    if let Some(d) = error_details(s) {
+        if d.more > 0 && !s.message().contains("more)") {
+            out += &format!(" (and {} more)", d.more);
+        }
+    }
+    out
+}
+
+#[derive(Clone)]
+pub struct Client {
+    inner: ResourcesClient<Channel>,
+}
+
+impl Client {
+    pub async fn connect(addr: &str) -> Result<Self, ClientError> {
+        let endpoint = Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
+            addr: addr.to_owned(),
+            message: e.to_string(),
+        })?;
+        let channel = endpoint
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| ClientError::Connect {
+                addr: addr.to_owned(),
+                message: std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string()),
+            })?;
+        Ok(Self {
+            inner: ResourcesClient::new(channel)
+                .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES),
+        })
+    }
+
+    /// The generated client, for calls this wrapper does not cover.
+    pub fn raw(&self) -> ResourcesClient<Channel> {
+        self.inner.clone()
+    }
+
+    pub async fn create(&self, spec: v1::ResourceSpec) -> Result<v1::Resource, ClientError> {
+        let req = v1::CreateRequest { resource: Some(spec) };
+        Ok(self.inner.clone().create(req).await?.into_inner())
+    }
+
+    pub async fn batch_create(&self, specs: Vec<v1::ResourceSpec>) -> Result<Vec<v1::Resource>, ClientError> {
+        let req = v1::BatchCreateRequest { resources: specs };
+        Ok(self.inner.clone().batch_create(req).await?.into_inner().resources)
+    }
+
+    pub async fn get(&self, name: &str) -> Result<v1::Resource, ClientError> {
+        let req = v1::GetRequest { name: name.to_owned() };
+        Ok(self.inner.clone().get(req).await?.into_inner())
+    }
+
+    pub async fn list(&self, req: v1::ListRequest) -> Result<v1::ListResponse, ClientError> {
+        Ok(self.inner.clone().list(req).await?.into_inner())
+    }
+
+    pub async fn update(&self, spec: v1::ResourceSpec, etag: &str) -> Result<v1::Resource, ClientError> {
+        let req = v1::UpdateRequest {
+            resource: Some(spec),
+            etag: etag.to_owned(),
+        };
+        Ok(self.inner.clone().update(req).await?.into_inner())
+    }
+
+    pub async fn delete(&self, req: v1::DeleteRequest) -> Result<v1::DeleteResponse, ClientError> {
+        Ok(self.inner.clone().delete(req).await?.into_inner())
+    }
+
+    pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
+        let req = v1::GetOperationRequest {
+            id: id.to_owned(),
+            outcomes_page_size: outcomes,
+            outcomes_page_token: String::new(),
+        };
+        Ok(self.inner.clone().get_operation(req).await?.into_inner())
+    }
+
+    pub async fn watch_operation(&self, id: &str) -> Result<Streaming<v1::Operation>, ClientError> {
+        let req = v1::WatchOperationRequest { id: id.to_owned() };
+        Ok(self.inner.clone().watch_operation(req).await?.into_inner())
+    }
+
+    pub async fn watch(&self, from_revision: u64, kind: &str) -> Result<Streaming<v1::WatchEvent>, ClientError> {
+        let req = v1::WatchRequest {
+            from_revision,
+            kind: kind.to_owned(),
+        };
+        Ok(self.inner.clone().watch(req).await?.into_inner())
+    }
+}
+

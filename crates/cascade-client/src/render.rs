@@ -1,0 +1,213 @@
+//! Output of the CLI: short text for people, JSON (`-o json`) for scripts.
+
+use cascade_proto::v1;
+use serde_json::{json, Value};
+
+fn state_name(state: i32) -> &'static str {
+    v1::ResourceState::try_from(state)
+        .map(|s| match s {
+            v1::ResourceState::Unspecified => "UNSPECIFIED",
+            v1::ResourceState::Creating => "CREATING",
+            v1::ResourceState::Active => "ACTIVE",
+            v1::ResourceState::Deleting => "DELETING",
+        })
+        .unwrap_or("UNKNOWN")
+}
+
+fn op_state_name(state: i32) -> &'static str {
+    v1::OperationState::try_from(state)
+        .map(|s| match s {
+            v1::OperationState::Unspecified => "UNSPECIFIED",
+            v1::OperationState::Running => "RUNNING",
+            v1::OperationState::Succeeded => "SUCCEEDED",
+            v1::OperationState::Failed => "FAILED",
+        })
+        .unwrap_or("UNKNOWN")
+}
+
+fn object_ref(r: &v1::ObjectRef) -> Value {
+    let mut v = json!({"name": r.name, "uid": r.uid});
+    if r.dangling {
+        v["dangling"] = json!(true);
+    }
+    v
+}
+
+fn blocker(b: &v1::Blocker) -> Value {
+    json!({"referrer": b.referrer, "field": b.field, "referrer_deleting": b.referrer_deleting})
+}
+
+pub fn resource_json(r: &v1::Resource) -> Value {
+    let mut attributes: Vec<_> = r.attributes.iter().collect();
+    attributes.sort();
+    let mut v = json!({
+        "name": r.name,
+        "uid": r.uid,
+        "kind": r.kind,
+        "region": r.region,
+        "state": state_name(r.state),
+        "etag": r.etag,
+        "revision": r.revision,
+        "attributes": attributes.into_iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "refs": r.refs.iter().map(|f| (f.field.clone(), json!(f.targets.iter().map(object_ref).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
+        "create_time_ms": r.create_time_ms,
+        "update_time_ms": r.update_time_ms,
+        "finalizers": r.finalizers,
+    });
+    if let Some(d) = &r.deletion {
+        let status = v1::DeletionStatus::try_from(d.status)
+            .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
+            .unwrap_or_default();
+        v["deletion"] = json!({
+            "deleted_at_ms": d.deleted_at_ms,
+            "reason": d.reason,
+            "requested_by": d.requested_by,
+            "operation_id": d.operation_id,
+            "status": status,
+            "blockers": d.blockers.iter().map(blocker).collect::<Vec<_>>(),
+            "message": d.message,
+        });
+    }
+    v
+}
+
+pub fn resource_text(r: &v1::Resource) -> String {
+    let mut out = format!("{}  {}  uid={} etag={}\n", r.name, state_name(r.state), r.uid, r.etag);
+    let mut attributes: Vec<_> = r.attributes.iter().collect();
+    attributes.sort();
+    for (k, v) in attributes {
+        out += &format!("  {k} = {v}\n");
+    }
+    for f in &r.refs {
+        let targets: Vec<String> = f
+            .targets
+            .iter()
+            .map(|t| if t.dangling { format!("{} (dangling)", t.name) } else { t.name.clone() })
+            .collect();
+        out += &format!("  {} -> {}\n", f.field, targets.join(", "));
+    }
+    if !r.finalizers.is_empty() {
+        out += &format!("  finalizers: {}\n", r.finalizers.join(", "));
+    }
+    if let Some(d) = &r.deletion {
+        out += &format!(
+            "  deleting since {} ms: {} (by {}), operation {}\n",
+            d.deleted_at_ms, d.reason, d.requested_by, d.operation_id
+        );
+        if !d.message.is_empty() {
+            out += &format!("  waiting: {}\n", d.message);
+        }
+    }
+    out
+}
+
+pub fn operation_json(op: &v1::Operation) -> Value {
+    let p = op.progress.clone().unwrap_or_default();
+    json!({
+        "id": op.id,
+        "root": op.root.as_ref().map(object_ref),
+        "state": op_state_name(op.state),
+        "done": op.done,
+        "cascade": op.cascade,
+        "requested_by": op.requested_by,
+        "progress": {"deleted": p.deleted, "unset": p.unset, "pending": p.pending, "blocked": p.blocked, "failed": p.failed},
+        "create_time_ms": op.create_time_ms,
+        "end_time_ms": op.end_time_ms,
+        "outcomes": op.outcomes.iter().map(|o| {
+            let action = v1::OutcomeAction::try_from(o.action)
+                .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
+                .unwrap_or_default();
+            json!({
+                "resource": o.resource.as_ref().map(object_ref),
+                "action": action,
+                "field": o.field,
+                "message": o.message,
+                "region": o.region,
+                "blockers": o.blockers.iter().map(blocker).collect::<Vec<_>>(),
+            })
+        }).collect::<Vec<_>>(),
+        "next_outcomes_page_token": op.next_outcomes_page_token,
+    })
+}
+
+pub fn progress_text(op: &v1::Operation) -> String {
+    let p = op.progress.clone().unwrap_or_default();
+    format!(
+        "{} deleted, {} unset, {} pending ({} blocked), {} failed",
+        p.deleted, p.unset, p.pending, p.blocked, p.failed
+    )
+}
+
+pub fn operation_text(op: &v1::Operation) -> String {
+    let root = op.root.as_ref().map(|r| r.name.as_str()).unwrap_or("");
+    let mut out = format!("operation {} on {root}: {}\n  {}\n", op.id, op_state_name(op.state), progress_text(op));
+    for o in &op.outcomes {
+        let action = v1::OutcomeAction::try_from(o.action)
+            .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
+            .unwrap_or_default();
+        let name = o.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
+        let detail = match (o.field.is_empty(), o.message.is_empty()) {
+            (false, _) => format!(" (field {})", o.field),
+            (true, false) => format!(": {}", o.message),
+            _ => String::new(),
+        };
+        out += &format!("  {action:<8} {name}{detail}\n");
+    }
+    out
+}
+
+pub fn plan_json(p: &v1::Plan) -> Value {
+    json!({
+        "deleted": p.deleted.iter().map(object_ref).collect::<Vec<_>>(),
+        "unset": p.unset.iter().map(|u| json!({"resource": u.resource.as_ref().map(object_ref), "field": u.field})).collect::<Vec<_>>(),
+        "blocked": p.blocked.iter().map(|b| json!({"resource": b.resource.as_ref().map(object_ref), "blocker": b.blocker.as_ref().map(blocker)})).collect::<Vec<_>>(),
+        "truncated": p.truncated,
+    })
+}
+
+pub fn plan_text(p: &v1::Plan) -> String {
+    let mut out = format!("dry run: {} would be deleted, {} unset, {} blocked\n", p.deleted.len(), p.unset.len(), p.blocked.len());
+    for d in &p.deleted {
+        out += &format!("  delete  {}\n", d.name);
+    }
+    for u in &p.unset {
+        out += &format!("  unset   {} (field {})\n", u.resource.as_ref().map(|r| r.name.as_str()).unwrap_or(""), u.field);
+    }
+    for b in &p.blocked {
+        let blocker = b.blocker.clone().unwrap_or_default();
+        out += &format!(
+            "  blocked {} by {} (field {}){}\n",
+            b.resource.as_ref().map(|r| r.name.as_str()).unwrap_or(""),
+            blocker.referrer,
+            blocker.field,
+            if blocker.referrer_deleting { "" } else { ": stuck until the blocker is deleted or changed" }
+        );
+    }
+    if p.truncated {
+        out += "  (plan truncated)\n";
+    }
+    out
+}
+
+pub fn event_json(e: &v1::WatchEvent) -> Value {
+    let kind = v1::EventType::try_from(e.r#type)
+        .map(|t| t.as_str_name().trim_start_matches("EVENT_TYPE_").to_owned())
+        .unwrap_or_default();
+    json!({
+        "revision": e.revision,
+        "type": kind,
+        "resource": e.resource.as_ref().map(object_ref),
+        "snapshot": e.snapshot.as_ref().map(resource_json),
+        "operation_id": e.operation_id,
+        "message": e.message,
+        "time_ms": e.time_ms,
+    })
+}
+
+pub fn event_text(e: &v1::WatchEvent) -> String {
+    let kind = v1::EventType::try_from(e.r#type)
+        .map(|t| t.as_str_name().trim_start_matches("EVENT_TYPE_").to_owned())
+        .unwrap_or_default();
+    let name = e.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
+    format!("{:>8} {kind:<16} {name}  {}", e.revision, e.message)
+}
