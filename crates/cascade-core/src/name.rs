@@ -132,7 +132,7 @@ impl ResourceName {
             what: "resource name",
             reason: e.reason,
         })?;
-        validate_id(id).map_err(|reason| err(reason))?;
+        validate_id(id).map_err(err)?;
         Ok(Self {
             full: value.to_owned(),
             kind_start: region.len() + 1,

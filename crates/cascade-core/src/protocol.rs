@@ -199,7 +199,7 @@ pub fn create<S: StateRead + ?Sized>(
             };
             return Err(CoreError::AlreadyExists { name, detail });
         }
-        let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, &at("refs"))?;
+        let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, &at("refs"), None)?;
         let uid = Uid(ids.next_uuid());
         let resource = Resource {
             name,
@@ -243,7 +243,7 @@ pub fn update<S: StateRead + ?Sized>(
     if current.state == ResourceState::Deleting {
         return finish_finalizers(tx, ctx, current, spec);
     }
-    let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, "refs")?;
+    let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, "refs", Some(&current.refs))?;
     let mut next = current.clone();
     next.attributes = spec.attributes;
     next.refs = refs;
@@ -377,7 +377,17 @@ fn check_preconditions<S: StateRead + ?Sized>(
         for b in page {
             let list = match b.on_delete {
                 OnDelete::Block => &mut blockers,
-                OnDelete::Cascade if !cascade => &mut dependents,
+                OnDelete::Cascade if !cascade => {
+                    // A list owner that keeps other elements only loses one.
+                    let keeps_others = tx
+                        .resource_by_uid(b.referrer.uid)?
+                        .and_then(|r| r.refs.get(&b.field).map(Vec::len))
+                        .is_some_and(|n| n > 1);
+                    if keeps_others {
+                        continue;
+                    }
+                    &mut dependents
+                }
                 _ => continue,
             };
             if list.len() < ctx.policy.max_listed {
@@ -580,9 +590,19 @@ fn step_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     }
     let op = tx.operation(record.operation)?;
-    if op.as_ref().is_some_and(|op| op.root.uid == uid && op.progress.pending > 1) {
-        // The root goes last; the purge that leaves it alone wakes it.
+    // Whether the root itself is counted in `pending` (a failed one is not).
+    let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
+    if op.as_ref().is_some_and(|op| op.root.uid == uid && op.progress.pending > root_pending) {
+        // The root goes last; the purge or failure that leaves it alone wakes it.
         tx.remove_work(uid);
+        if matches!(record.status, DeletionStatus::Blocked { .. }) {
+            // Nothing holds it any more: it only waits for its closure.
+            let mut record = record;
+            record.status = DeletionStatus::Pending;
+            let op_id = record.operation;
+            tx.put_deletion(record);
+            update_operation(tx, op_id, |p| p.blocked = p.blocked.saturating_sub(1))?;
+        }
         return Ok(true);
     }
     purge(tx, ctx, resource, record)?;
@@ -678,6 +698,12 @@ fn enter_deleting<S: StateRead + ?Sized>(
         attempts: 0,
         last_error: None,
     });
+    // A list owner that first lost an element to this operation and is now
+    // deleted by it was not, in the end, an unset referrer.
+    let was_unset = matches!(
+        tx.outcome(operation, &target.name)?,
+        Some(Outcome { action: OutcomeAction::Unset { .. }, .. })
+    );
     tx.put_outcome(
         operation,
         Outcome {
@@ -686,7 +712,12 @@ fn enter_deleting<S: StateRead + ?Sized>(
             time: ctx.now,
         },
     );
-    update_operation(tx, operation, |p| p.pending += 1)?;
+    update_operation(tx, operation, |p| {
+        p.pending += 1;
+        if was_unset {
+            p.unset = p.unset.saturating_sub(1);
+        }
+    })?;
     Ok(())
 }
 
@@ -709,12 +740,18 @@ fn hold<S: StateRead + ?Sized>(
     }
     let target = target_of(resource);
     let op = record.operation;
-    work.attempts += 1;
     if let DeletionStatus::Failed { .. } = record.status {
         // Woken while failed and still unable to finish: stays failed.
         tx.remove_work(resource.uid);
         return Ok(());
     }
+    let changed = match &record.status {
+        DeletionStatus::Blocked { blockers: old, reason: old_reason } => old != &blockers || old_reason != &reason,
+        _ => true,
+    };
+    // Attempts count checks that found no progress: a blocker going away
+    // (which also wakes this deletion early) starts the count again.
+    work.attempts = if changed { 1 } else { work.attempts + 1 };
     if work.attempts > ctx.policy.max_attempts {
         let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
         let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
@@ -740,10 +777,6 @@ fn hold<S: StateRead + ?Sized>(
         after_pending_changed(tx, ctx, op)?;
         return Ok(());
     }
-    let changed = match &record.status {
-        DeletionStatus::Blocked { blockers: old, .. } => old != &blockers,
-        _ => true,
-    };
     let newly_blocked = !matches!(record.status, DeletionStatus::Blocked { .. });
     if changed {
         record.status = DeletionStatus::Blocked {
@@ -812,18 +845,18 @@ fn after_pending_changed<S: StateRead + ?Sized>(
     id: OperationId,
 ) -> Result<(), CoreError> {
     let Some(mut op) = tx.operation(id)? else { return Ok(()) };
-    match op.progress.pending {
-        0 => {
-            op.state = if op.progress.failed > 0 {
-                OperationState::Failed
-            } else {
-                OperationState::Succeeded
-            };
-            op.end_time.get_or_insert(ctx.now);
-            tx.put_operation(op);
-        }
-        1 => wake_if_deleting(tx, ctx, op.root.uid)?,
-        _ => {}
+    if op.progress.pending <= 1 {
+        // The root may be all that is left (or a failed root, nothing at all).
+        wake_if_deleting(tx, ctx, op.root.uid)?;
+    }
+    if op.progress.pending == 0 {
+        op.state = if op.progress.failed > 0 {
+            OperationState::Failed
+        } else {
+            OperationState::Succeeded
+        };
+        op.end_time = Some(ctx.now);
+        tx.put_operation(op);
     }
     Ok(())
 }
@@ -968,13 +1001,16 @@ fn validate_finalizers(finalizers: &[String], field: &str) -> Result<(), CoreErr
 
 /// Validates requested references against the schema and resolves them to
 /// live targets. Every target must exist, be ACTIVE, and (if pinned) have
-/// the given uid: nothing attaches to a DELETING resource.
+/// the given uid: nothing attaches to a DELETING resource. An
+/// `allow_dangling` target that an update keeps (`existing`) stays pinned
+/// to its incarnation, even when it is gone or its name was re-used.
 fn resolve_refs<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     ctx: Ctx<'_>,
     kind: &str,
     requested: &BTreeMap<String, Vec<RefRequest>>,
     field_prefix: &str,
+    existing: Option<&BTreeMap<String, Vec<RefTarget>>>,
 ) -> Result<BTreeMap<String, Vec<RefTarget>>, CoreError> {
     let kind_spec = ctx
         .schema
@@ -1011,6 +1047,15 @@ fn resolve_refs<S: StateRead + ?Sized>(
             }
             if resolved.iter().any(|r| r.name == name) {
                 return Err(CoreError::invalid(&at, format!("{name} is listed twice")));
+            }
+            if spec.on_delete == OnDelete::AllowDangling {
+                let kept = existing
+                    .and_then(|e| e.get(field))
+                    .and_then(|old| old.iter().find(|o| o.name == name && t.uid.is_none_or(|u| u == o.uid)));
+                if let Some(kept) = kept {
+                    resolved.push(kept.clone());
+                    continue;
+                }
             }
             let target = match tx.resource(&name)? {
                 None => return Err(CoreError::TargetNotFound { field: at, target: name }),

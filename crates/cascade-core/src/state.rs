@@ -33,6 +33,8 @@ pub trait StateRead {
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError>;
     fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError>;
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError>;
+    /// What an operation last recorded for a resource.
+    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError>;
     /// Up to `limit` queue entries whose `next_attempt_at <= now`.
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError>;
     /// The revision the next event gets.
@@ -188,6 +190,13 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
 
     pub fn put_operation(&mut self, op: Operation) {
         self.writes.operations.insert(op.id, Some(op));
+    }
+
+    pub fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
+        match self.writes.outcomes.get(&(op, name.clone())) {
+            Some(v) => Ok(Some(v.clone())),
+            None => self.base.outcome(op, name),
+        }
     }
 
     pub fn put_outcome(&mut self, op: OperationId, outcome: Outcome) {

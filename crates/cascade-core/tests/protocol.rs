@@ -929,7 +929,7 @@ fn list_owner_whose_elements_all_go_in_one_cascade_is_deleted() {
 }
 
 #[test]
-#[ignore = "bug: progress.unset counts a list-cascade owner that lost an element and was then deleted by the same operation"]
+
 fn unset_counter_excludes_list_owners_deleted_by_the_same_operation() {
     let mut w = World::neutron();
     let project = n("project", "p1");
@@ -1609,7 +1609,7 @@ fn finalizers_hold_the_purge_until_removed() {
 }
 
 #[test]
-#[ignore = "bug: a root whose deletion FAILED (finalizers) is purged as soon as its finalizers go, while the rest of its operation is still pending"]
+
 fn root_stays_until_its_closure_is_done_even_after_it_failed() {
     let (w, [p1, _p2, net, _, _, router]) = blocked_cascade_world();
     let mut w = w.with_policy(|p| p.max_attempts = 1);
@@ -1652,7 +1652,7 @@ fn root_stays_until_its_closure_is_done_even_after_it_failed() {
 }
 
 #[test]
-#[ignore = "bug: hold() counts every wake as an attempt, so a blocked deletion whose blockers are being removed is marked FAILED with no backoff elapsed"]
+
 fn wakes_from_blockers_going_away_do_not_exhaust_the_attempts() {
     let mut w = World::neutron().with_policy(|p| {
         p.max_attempts = 3;
@@ -1701,7 +1701,6 @@ fn wakes_from_blockers_going_away_do_not_exhaust_the_attempts() {
 }
 
 #[test]
-#[ignore = "bug: a root whose finalizers are removed while its closure is pending keeps status Blocked (\"waiting for finalizers\") and stays counted in progress.blocked"]
 fn root_waiting_for_its_closure_is_not_reported_blocked() {
     let (mut w, [p1, _p2, net, _, _, router]) = blocked_cascade_world();
     let mut s = spec(&p1, &[]);
@@ -2184,7 +2183,7 @@ proptest! {
     }
 
     #[test]
-    #[ignore = "bug: a root whose finalizers are removed while its closure is pending keeps a stale Blocked status (see root_waiting_for_its_closure_is_not_reported_blocked)"]
+    
     fn random_forests_with_finalizers_keep_the_invariants(
         cmds in script(),
         batch_budget in 1usize..6,

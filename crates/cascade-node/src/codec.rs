@@ -152,6 +152,9 @@ impl StateRead for StoreState<'_> {
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
         self.get(Table::RetryQueue, uid.as_bytes()).map_err(storage)
     }
+    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
+        self.get(Table::Outcomes, &outcome_key(op, name)).map_err(storage)
+    }
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
