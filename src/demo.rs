@@ -28,7 +28,10 @@ pub const DEMO_REGION: &str = "eu-west";
 fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
     v1::ResourceSpec {
         name: format!("{DEMO_REGION}/{name}"),
-        attributes: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        attributes: attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         refs: refs
             .iter()
             .map(|(field, targets)| v1::ReferenceField {
@@ -52,12 +55,28 @@ pub fn topology() -> Vec<v1::ResourceSpec> {
     let mut out = vec![
         spec("project/demo", &[("owner", "alice")], &[]),
         spec("security_group/web", &[], &[("project", &["project/demo"])]),
-        spec("network/net1", &[("cidr", "10.0.0.0/16")], &[("project", &["project/demo"])]),
-        spec("subnet/net1-a", &[("cidr", "10.0.1.0/24")], &[("network", &["network/net1"])]),
-        spec("subnet/net1-b", &[("cidr", "10.0.2.0/24")], &[("network", &["network/net1"])]),
+        spec(
+            "network/net1",
+            &[("cidr", "10.0.0.0/16")],
+            &[("project", &["project/demo"])],
+        ),
+        spec(
+            "subnet/net1-a",
+            &[("cidr", "10.0.1.0/24")],
+            &[("network", &["network/net1"])],
+        ),
+        spec(
+            "subnet/net1-b",
+            &[("cidr", "10.0.2.0/24")],
+            &[("network", &["network/net1"])],
+        ),
     ];
     for i in 1..=6 {
-        let subnet = if i % 2 == 0 { "subnet/net1-a" } else { "subnet/net1-b" };
+        let subnet = if i % 2 == 0 {
+            "subnet/net1-a"
+        } else {
+            "subnet/net1-b"
+        };
         out.push(spec(
             &format!("port/p{i}"),
             &[("mac", &format!("fa:16:3e:00:00:0{i}"))],
@@ -70,15 +89,46 @@ pub fn topology() -> Vec<v1::ResourceSpec> {
     }
     out.extend([
         spec("trunk/t1", &[], &[("parent_port", &["port/p1"])]),
-        spec("subport/t1-s2", &[("vlan", "102")], &[("trunk", &["trunk/t1"]), ("port", &["port/p2"])]),
-        spec("subport/t1-s3", &[("vlan", "103")], &[("trunk", &["trunk/t1"]), ("port", &["port/p3"])]),
+        spec(
+            "subport/t1-s2",
+            &[("vlan", "102")],
+            &[("trunk", &["trunk/t1"]), ("port", &["port/p2"])],
+        ),
+        spec(
+            "subport/t1-s3",
+            &[("vlan", "103")],
+            &[("trunk", &["trunk/t1"]), ("port", &["port/p3"])],
+        ),
         spec("router/r1", &[], &[("project", &["project/demo"])]),
-        spec("router_interface/r1-a", &[], &[("router", &["router/r1"]), ("subnet", &["subnet/net1-a"])]),
-        spec("floating_ip/fip1", &[("address", "203.0.113.10")], &[("project", &["project/demo"]), ("port", &["port/p4"])]),
-        spec("port_group/web-ports", &[], &[("ports", &["port/p5", "port/p6"])]),
+        spec(
+            "router_interface/r1-a",
+            &[],
+            &[("router", &["router/r1"]), ("subnet", &["subnet/net1-a"])],
+        ),
+        spec(
+            "floating_ip/fip1",
+            &[("address", "203.0.113.10")],
+            &[("project", &["project/demo"]), ("port", &["port/p4"])],
+        ),
+        spec(
+            "port_group/web-ports",
+            &[],
+            &[("ports", &["port/p5", "port/p6"])],
+        ),
         // A second network, used as a router gateway: deleting it is blocked.
-        spec("network/ext", &[("external", "true")], &[("project", &["project/demo"])]),
-        spec("router/edge", &[], &[("project", &["project/demo"]), ("gateway_network", &["network/ext"])]),
+        spec(
+            "network/ext",
+            &[("external", "true")],
+            &[("project", &["project/demo"])],
+        ),
+        spec(
+            "router/edge",
+            &[],
+            &[
+                ("project", &["project/demo"]),
+                ("gateway_network", &["network/ext"]),
+            ],
+        ),
     ]);
     out
 }
@@ -94,7 +144,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let listener = match tokio::net::TcpListener::bind(&args.listen).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("note: {} is not available ({e}); using a free port", args.listen);
+            eprintln!(
+                "note: {} is not available ({e}); using a free port",
+                args.listen
+            );
             tokio::net::TcpListener::bind("127.0.0.1:0").await?
         }
     };
@@ -108,17 +161,27 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 
     let exe = "cargo run --release --";
     println!("Cascade demo: region {DEMO_REGION} serving on {endpoint}");
-    println!("data: {} ({} resources created from deploy/schemas/neutron.toml)\n", data_dir.display(), created.len());
+    println!(
+        "data: {} ({} resources created from deploy/schemas/neutron.toml)\n",
+        data_dir.display(),
+        created.len()
+    );
     println!("Try, in another terminal:");
     println!("  export CASCADE_SERVER={endpoint}");
     println!("  {exe} list");
     println!("  {exe} get {DEMO_REGION}/network/net1");
     println!("  {exe} delete {DEMO_REGION}/network/net1                      # refused: lists its dependents");
-    println!("  {exe} delete {DEMO_REGION}/network/net1 --cascade --dry-run  # what a cascade would do");
-    println!("  {exe} delete {DEMO_REGION}/network/net1 --cascade --wait     # do it, with progress");
+    println!(
+        "  {exe} delete {DEMO_REGION}/network/net1 --cascade --dry-run  # what a cascade would do"
+    );
+    println!(
+        "  {exe} delete {DEMO_REGION}/network/net1 --cascade --wait     # do it, with progress"
+    );
     println!("  {exe} get {DEMO_REGION}/floating_ip/fip1                     # survived: its port reference was unset");
     println!("  {exe} delete {DEMO_REGION}/network/ext --cascade             # refused: router/edge blocks it");
-    println!("  {exe} watch --from 1                                      # every event, from the start");
+    println!(
+        "  {exe} watch --from 1                                      # every event, from the start"
+    );
     if args.no_wait {
         node.stop().await?;
         return Ok(());

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
-#[command(name = "cascade", version, about = "Multi-region resource store with safe cascading deletion")]
+#[command(
+    name = "cascade",
+    version,
+    about = "Multi-region resource store with safe cascading deletion"
+)]
 struct Cli {
     #[command(flatten)]
     client: ClientArgs,

@@ -39,7 +39,9 @@ fn spawn_server(config: &Path) -> Server {
         .expect("cascade serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("first line");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("first line");
     let addr = line
         .trim()
         .strip_prefix("listening on ")
@@ -52,7 +54,10 @@ fn spawn_server(config: &Path) -> Server {
 }
 
 async fn progress(client: &Client, id: &str) -> v1::Operation {
-    client.get_operation(id, 0).await.expect("operation readable")
+    client
+        .get_operation(id, 0)
+        .await
+        .expect("operation readable")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +80,10 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
             spec("project/p", &[]),
             spec("network/doomed", &[("project", &["project/p"])]),
             spec("network/bystander", &[("project", &["project/p"])]),
-            spec("port/bystander-port", &[("network", &["network/bystander"])]),
+            spec(
+                "port/bystander-port",
+                &[("network", &["network/bystander"])],
+            ),
             spec("floating_ip/fip", &[("project", &["project/p"])]),
         ])
         .await
@@ -88,7 +96,13 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
         client.batch_create(specs).await.unwrap();
     }
     let fip = client
-        .update(spec("floating_ip/fip", &[("project", &["project/p"]), ("port", &["port/p5000"])]), "")
+        .update(
+            spec(
+                "floating_ip/fip",
+                &[("project", &["project/p"]), ("port", &["port/p5000"])],
+            ),
+            "",
+        )
         .await
         .unwrap();
     assert_eq!(targets(&fip, "port"), vec!["eu-west/port/p5000"]);
@@ -101,10 +115,14 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
         .expect("operation");
 
     // Kill as soon as the cascade is visibly under way.
-    eventually(Duration::from_secs(60), "the cascade to make progress", || async {
-        let p = progress(&client, &op.id).await.progress.unwrap();
-        (p.deleted >= 100).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the cascade to make progress",
+        || async {
+            let p = progress(&client, &op.id).await.progress.unwrap();
+            (p.deleted >= 100).then_some(())
+        },
+    )
     .await;
     drop(client);
     drop(server); // SIGKILL, no chance to flush or finish
@@ -112,17 +130,27 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
     let server = spawn_server(&config);
     let client = Client::connect(&server.endpoint).await.unwrap();
     let after_restart = progress(&client, &op.id).await;
-    let p = after_restart.progress.clone().unwrap();
+    let p = after_restart.progress.unwrap();
     assert!(
         !after_restart.done && p.deleted < (PORTS as u64 + 1),
         "the kill should land mid-cascade, but the operation was already done: {p:?}"
     );
-    assert!(p.deleted >= 100, "progress acknowledged before the kill survives: {p:?}");
+    assert!(
+        p.deleted >= 100,
+        "progress acknowledged before the kill survives: {p:?}"
+    );
 
     let done = wait_operation(&client, &op.id).await;
-    assert_eq!(v1::OperationState::try_from(done.state), Ok(v1::OperationState::Succeeded));
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded)
+    );
     let p = done.progress.unwrap();
-    assert_eq!(p.deleted, PORTS as u64 + 1, "every port and the network, each once: {p:?}");
+    assert_eq!(
+        p.deleted,
+        PORTS as u64 + 1,
+        "every port and the network, each once: {p:?}"
+    );
     assert_eq!((p.pending, p.failed), (0, 0));
     assert_eq!(p.unset, 1, "the floating ip, once: {p:?}");
 
@@ -139,7 +167,11 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
     let names: Vec<_> = ports.resources.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, vec!["eu-west/port/bystander-port"]);
     for kept in ["project/p", "network/bystander", "port/bystander-port"] {
-        assert_eq!(state(&client.get(&full(kept)).await.unwrap()), v1::ResourceState::Active, "{kept}");
+        assert_eq!(
+            state(&client.get(&full(kept)).await.unwrap()),
+            v1::ResourceState::Active,
+            "{kept}"
+        );
     }
     let fip = client.get(&full("floating_ip/fip")).await.unwrap();
     assert!(targets(&fip, "port").is_empty());

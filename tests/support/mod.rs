@@ -30,12 +30,20 @@ pub async fn start_node() -> TestNode {
 pub async fn start_node_with(schema: &str, tweak: impl FnOnce(&mut NodeSettings)) -> TestNode {
     let dir = tempfile::tempdir().expect("temp dir");
     let schema = Schema::from_toml(schema).expect("test schema");
-    let mut settings = NodeSettings::new(RegionId::parse(REGION).unwrap(), Arc::new(schema), Some(dir.path().to_owned()));
+    let mut settings = NodeSettings::new(
+        RegionId::parse(REGION).unwrap(),
+        Arc::new(schema),
+        Some(dir.path().to_owned()),
+    );
     settings.tick = Duration::from_millis(50);
     tweak(&mut settings);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let node = RunningNode::start(settings, listener).await.expect("node starts");
-    let client = Client::connect(&node.endpoint()).await.expect("client connects");
+    let node = RunningNode::start(settings, listener)
+        .await
+        .expect("node starts");
+    let client = Client::connect(&node.endpoint())
+        .await
+        .expect("client connects");
     TestNode { node, client, dir }
 }
 
@@ -93,7 +101,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for: {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -101,21 +112,29 @@ where
 /// Waits until `name` answers NOT_FOUND.
 pub async fn wait_gone(client: &Client, name: &str) {
     let name = full(name);
-    eventually(Duration::from_secs(30), &format!("{name} to be purged"), || async {
-        match client.get(&name).await {
-            Err(e) if e.code() == Some(tonic::Code::NotFound) => Some(()),
-            _ => None,
-        }
-    })
+    eventually(
+        Duration::from_secs(30),
+        &format!("{name} to be purged"),
+        || async {
+            match client.get(&name).await {
+                Err(e) if e.code() == Some(tonic::Code::NotFound) => Some(()),
+                _ => None,
+            }
+        },
+    )
     .await
 }
 
 /// Waits until the operation is done and returns it with its outcomes.
 pub async fn wait_operation(client: &Client, id: &str) -> v1::Operation {
-    eventually(Duration::from_secs(60), &format!("operation {id} to finish"), || async {
-        let op = client.get_operation(id, 1000).await.ok()?;
-        op.done.then_some(op)
-    })
+    eventually(
+        Duration::from_secs(60),
+        &format!("operation {id} to finish"),
+        || async {
+            let op = client.get_operation(id, 1000).await.ok()?;
+            op.done.then_some(op)
+        },
+    )
     .await
 }
 

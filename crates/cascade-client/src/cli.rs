@@ -20,7 +20,12 @@ pub enum Output {
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// Address of any node.
-    #[arg(long, global = true, env = "CASCADE_SERVER", default_value = "http://127.0.0.1:50051")]
+    #[arg(
+        long,
+        global = true,
+        env = "CASCADE_SERVER",
+        default_value = "http://127.0.0.1:50051"
+    )]
     pub server: String,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value = "text")]
@@ -118,9 +123,9 @@ fn parse_spec(args: &SpecArgs) -> Result<v1::ResourceSpec, ClientError> {
     }
     let mut refs: BTreeMap<String, Vec<v1::ObjectRef>> = BTreeMap::new();
     for r in &args.refs {
-        let (field, targets) = r
-            .split_once('=')
-            .ok_or_else(|| ClientError::Usage(format!("--ref {r:?}: expected FIELD=TARGET[,TARGET…]")))?;
+        let (field, targets) = r.split_once('=').ok_or_else(|| {
+            ClientError::Usage(format!("--ref {r:?}: expected FIELD=TARGET[,TARGET…]"))
+        })?;
         let entry = refs.entry(field.to_owned()).or_default();
         for t in targets.split(',').filter(|t| !t.is_empty()) {
             entry.push(v1::ObjectRef {
@@ -201,7 +206,11 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                 }));
             } else {
                 for r in &items {
-                    println!("{:<9} {}", render::resource_json(r)["state"].as_str().unwrap_or(""), r.name);
+                    println!(
+                        "{:<9} {}",
+                        render::resource_json(r)["state"].as_str().unwrap_or(""),
+                        r.name
+                    );
                 }
                 if !token.is_empty() {
                     println!("(more: --all, or page token {token})");
@@ -209,7 +218,9 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             }
         }
         Command::Update { spec, etag } => {
-            let r = client.update(parse_spec(&spec)?, etag.as_deref().unwrap_or("")).await?;
+            let r = client
+                .update(parse_spec(&spec)?, etag.as_deref().unwrap_or(""))
+                .await?;
             if json {
                 print_json(&render::resource_json(&r));
             } else {
@@ -246,7 +257,9 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             }
             let Some(op) = response.operation else {
                 if json {
-                    print_json(&serde_json::json!({"deleted": false, "reason": "not found (allow_missing)"}));
+                    print_json(
+                        &serde_json::json!({"deleted": false, "reason": "not found (allow_missing)"}),
+                    );
                 } else {
                     println!("{name} does not exist; nothing to delete");
                 }
@@ -256,7 +269,11 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                 if json {
                     print_json(&render::operation_json(&op));
                 } else {
-                    let note = if response.already_deleting { " (already being deleted)" } else { "" };
+                    let note = if response.already_deleting {
+                        " (already being deleted)"
+                    } else {
+                        ""
+                    };
                     println!("deletion of {name} accepted{note}: operation {}", op.id);
                     println!("follow it with: cascade operation {}", op.id);
                 }
@@ -269,7 +286,11 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             } else {
                 print!("{}", render::operation_text(&full));
             }
-            return Ok(if full.state == v1::OperationState::Failed as i32 { 1 } else { 0 });
+            return Ok(if full.state == v1::OperationState::Failed as i32 {
+                1
+            } else {
+                0
+            });
         }
         Command::Operation { id, outcomes } => {
             let op = client.get_operation(&id, outcomes).await?;
@@ -315,7 +336,7 @@ async fn follow(client: &Client, id: &str, quiet: bool) -> Result<v1::Operation,
     let mut last = None;
     while let Some(op) = stream.next().await {
         let op = op?;
-        let p = op.progress.clone().unwrap_or_default();
+        let p = op.progress.unwrap_or_default();
         bar.set_length((p.deleted + p.pending + p.failed).max(1));
         bar.set_position(p.deleted + p.failed);
         bar.set_message(render::progress_text(&op));
@@ -328,6 +349,8 @@ async fn follow(client: &Client, id: &str, quiet: bool) -> Result<v1::Operation,
     bar.finish_and_clear();
     match last {
         Some(op) => Ok(op),
-        None => Err(ClientError::Usage(format!("the watch of operation {id} ended without a report"))),
+        None => Err(ClientError::Usage(format!(
+            "the watch of operation {id} ended without a report"
+        ))),
     }
 }

@@ -1,7 +1,7 @@
 //! A thin typed client over the generated `Resources` client.
 
-use cascade_proto::v1::{self, resources_client::ResourcesClient};
 use cascade_proto::error_details;
+use cascade_proto::v1::{self, resources_client::ResourcesClient};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
@@ -9,7 +9,9 @@ use tonic::{Code, Status, Streaming};
 pub enum ClientError {
     #[error("invalid server address {addr:?}: {message}")]
     Address { addr: String, message: String },
-    #[error("cannot connect to {addr}: {message} (is a node running there? `cascade demo` starts one)")]
+    #[error(
+        "cannot connect to {addr}: {message} (is a node running there? `cascade demo` starts one)"
+    )]
     Connect { addr: String, message: String },
     /// The server refused or failed the call.
     #[error("{}", describe_status(.0))]
@@ -52,17 +54,20 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(addr: &str) -> Result<Self, ClientError> {
-        let endpoint = Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
-            addr: addr.to_owned(),
-            message: e.to_string(),
-        })?;
+        let endpoint =
+            Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
+                addr: addr.to_owned(),
+                message: e.to_string(),
+            })?;
         let channel = endpoint
             .connect_timeout(std::time::Duration::from_secs(5))
             .connect()
             .await
             .map_err(|e| ClientError::Connect {
                 addr: addr.to_owned(),
-                message: std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string()),
+                message: std::error::Error::source(&e)
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| e.to_string()),
             })?;
         Ok(Self {
             inner: ResourcesClient::new(channel)
@@ -77,17 +82,30 @@ impl Client {
     }
 
     pub async fn create(&self, spec: v1::ResourceSpec) -> Result<v1::Resource, ClientError> {
-        let req = v1::CreateRequest { resource: Some(spec) };
+        let req = v1::CreateRequest {
+            resource: Some(spec),
+        };
         Ok(self.inner.clone().create(req).await?.into_inner())
     }
 
-    pub async fn batch_create(&self, specs: Vec<v1::ResourceSpec>) -> Result<Vec<v1::Resource>, ClientError> {
+    pub async fn batch_create(
+        &self,
+        specs: Vec<v1::ResourceSpec>,
+    ) -> Result<Vec<v1::Resource>, ClientError> {
         let req = v1::BatchCreateRequest { resources: specs };
-        Ok(self.inner.clone().batch_create(req).await?.into_inner().resources)
+        Ok(self
+            .inner
+            .clone()
+            .batch_create(req)
+            .await?
+            .into_inner()
+            .resources)
     }
 
     pub async fn get(&self, name: &str) -> Result<v1::Resource, ClientError> {
-        let req = v1::GetRequest { name: name.to_owned() };
+        let req = v1::GetRequest {
+            name: name.to_owned(),
+        };
         Ok(self.inner.clone().get(req).await?.into_inner())
     }
 
@@ -95,7 +113,11 @@ impl Client {
         Ok(self.inner.clone().list(req).await?.into_inner())
     }
 
-    pub async fn update(&self, spec: v1::ResourceSpec, etag: &str) -> Result<v1::Resource, ClientError> {
+    pub async fn update(
+        &self,
+        spec: v1::ResourceSpec,
+        etag: &str,
+    ) -> Result<v1::Resource, ClientError> {
         let req = v1::UpdateRequest {
             resource: Some(spec),
             etag: etag.to_owned(),
@@ -107,7 +129,11 @@ impl Client {
         Ok(self.inner.clone().delete(req).await?.into_inner())
     }
 
-    pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
+    pub async fn get_operation(
+        &self,
+        id: &str,
+        outcomes: u32,
+    ) -> Result<v1::Operation, ClientError> {
         let req = v1::GetOperationRequest {
             id: id.to_owned(),
             outcomes_page_size: outcomes,
@@ -121,7 +147,11 @@ impl Client {
         Ok(self.inner.clone().watch_operation(req).await?.into_inner())
     }
 
-    pub async fn watch(&self, from_revision: u64, kind: &str) -> Result<Streaming<v1::WatchEvent>, ClientError> {
+    pub async fn watch(
+        &self,
+        from_revision: u64,
+        kind: &str,
+    ) -> Result<Streaming<v1::WatchEvent>, ClientError> {
         let req = v1::WatchRequest {
             from_revision,
             kind: kind.to_owned(),
@@ -129,4 +159,3 @@ impl Client {
         Ok(self.inner.clone().watch(req).await?.into_inner())
     }
 }
-

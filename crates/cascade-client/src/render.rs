@@ -56,7 +56,11 @@ pub fn resource_json(r: &v1::Resource) -> Value {
     });
     if let Some(d) = &r.deletion {
         let status = v1::DeletionStatus::try_from(d.status)
-            .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
+            .map(|s| {
+                s.as_str_name()
+                    .trim_start_matches("DELETION_STATUS_")
+                    .to_owned()
+            })
             .unwrap_or_default();
         v["deletion"] = json!({
             "deleted_at_ms": d.deleted_at_ms,
@@ -72,7 +76,13 @@ pub fn resource_json(r: &v1::Resource) -> Value {
 }
 
 pub fn resource_text(r: &v1::Resource) -> String {
-    let mut out = format!("{}  {}  uid={} etag={}\n", r.name, state_name(r.state), r.uid, r.etag);
+    let mut out = format!(
+        "{}  {}  uid={} etag={}\n",
+        r.name,
+        state_name(r.state),
+        r.uid,
+        r.etag
+    );
     let mut attributes: Vec<_> = r.attributes.iter().collect();
     attributes.sort();
     for (k, v) in attributes {
@@ -82,7 +92,13 @@ pub fn resource_text(r: &v1::Resource) -> String {
         let targets: Vec<String> = f
             .targets
             .iter()
-            .map(|t| if t.dangling { format!("{} (dangling)", t.name) } else { t.name.clone() })
+            .map(|t| {
+                if t.dangling {
+                    format!("{} (dangling)", t.name)
+                } else {
+                    t.name.clone()
+                }
+            })
             .collect();
         out += &format!("  {} -> {}\n", f.field, targets.join(", "));
     }
@@ -102,7 +118,7 @@ pub fn resource_text(r: &v1::Resource) -> String {
 }
 
 pub fn operation_json(op: &v1::Operation) -> Value {
-    let p = op.progress.clone().unwrap_or_default();
+    let p = op.progress.unwrap_or_default();
     json!({
         "id": op.id,
         "root": op.root.as_ref().map(object_ref),
@@ -131,7 +147,7 @@ pub fn operation_json(op: &v1::Operation) -> Value {
 }
 
 pub fn progress_text(op: &v1::Operation) -> String {
-    let p = op.progress.clone().unwrap_or_default();
+    let p = op.progress.unwrap_or_default();
     format!(
         "{} deleted, {} unset, {} pending ({} blocked), {} failed",
         p.deleted, p.unset, p.pending, p.blocked, p.failed
@@ -140,10 +156,19 @@ pub fn progress_text(op: &v1::Operation) -> String {
 
 pub fn operation_text(op: &v1::Operation) -> String {
     let root = op.root.as_ref().map(|r| r.name.as_str()).unwrap_or("");
-    let mut out = format!("operation {} on {root}: {}\n  {}\n", op.id, op_state_name(op.state), progress_text(op));
+    let mut out = format!(
+        "operation {} on {root}: {}\n  {}\n",
+        op.id,
+        op_state_name(op.state),
+        progress_text(op)
+    );
     for o in &op.outcomes {
         let action = v1::OutcomeAction::try_from(o.action)
-            .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
+            .map(|a| {
+                a.as_str_name()
+                    .trim_start_matches("OUTCOME_ACTION_")
+                    .to_owned()
+            })
             .unwrap_or_default();
         let name = o.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
         let detail = match (o.field.is_empty(), o.message.is_empty()) {
@@ -166,12 +191,21 @@ pub fn plan_json(p: &v1::Plan) -> Value {
 }
 
 pub fn plan_text(p: &v1::Plan) -> String {
-    let mut out = format!("dry run: {} would be deleted, {} unset, {} blocked\n", p.deleted.len(), p.unset.len(), p.blocked.len());
+    let mut out = format!(
+        "dry run: {} would be deleted, {} unset, {} blocked\n",
+        p.deleted.len(),
+        p.unset.len(),
+        p.blocked.len()
+    );
     for d in &p.deleted {
         out += &format!("  delete  {}\n", d.name);
     }
     for u in &p.unset {
-        out += &format!("  unset   {} (field {})\n", u.resource.as_ref().map(|r| r.name.as_str()).unwrap_or(""), u.field);
+        out += &format!(
+            "  unset   {} (field {})\n",
+            u.resource.as_ref().map(|r| r.name.as_str()).unwrap_or(""),
+            u.field
+        );
     }
     for b in &p.blocked {
         let blocker = b.blocker.clone().unwrap_or_default();
@@ -180,7 +214,11 @@ pub fn plan_text(p: &v1::Plan) -> String {
             b.resource.as_ref().map(|r| r.name.as_str()).unwrap_or(""),
             blocker.referrer,
             blocker.field,
-            if blocker.referrer_deleting { "" } else { ": stuck until the blocker is deleted or changed" }
+            if blocker.referrer_deleting {
+                ""
+            } else {
+                ": stuck until the blocker is deleted or changed"
+            }
         );
     }
     if p.truncated {

@@ -39,7 +39,10 @@ pub enum CoreError {
     #[error("{0} not found")]
     NotFound(ResourceName),
     #[error("{name} already exists{detail}")]
-    AlreadyExists { name: ResourceName, detail: &'static str },
+    AlreadyExists {
+        name: ResourceName,
+        detail: &'static str,
+    },
     /// A reference (or a create under a parent) to a target being deleted.
     #[error("{field}: {target} is being deleted")]
     TargetDeleting { field: String, target: ResourceName },
@@ -121,9 +124,9 @@ impl CoreError {
             CoreError::InvalidName(_)
             | CoreError::InvalidArgument { .. }
             | CoreError::WrongRegion { .. } => ErrorCode::InvalidArgument,
-            CoreError::NotFound(_) | CoreError::TargetNotFound { .. } | CoreError::OperationNotFound(_) => {
-                ErrorCode::NotFound
-            }
+            CoreError::NotFound(_)
+            | CoreError::TargetNotFound { .. }
+            | CoreError::OperationNotFound(_) => ErrorCode::NotFound,
             CoreError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             CoreError::TargetDeleting { .. }
             | CoreError::TargetUidMismatch { .. }

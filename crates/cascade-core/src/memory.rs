@@ -79,7 +79,11 @@ impl StateRead for MemoryState {
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
         Ok(self.work.get(&uid).cloned())
     }
-    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
+    fn outcome(
+        &self,
+        op: OperationId,
+        name: &ResourceName,
+    ) -> Result<Option<Outcome>, StorageError> {
         Ok(self.outcomes.get(&(op, name.clone())).cloned())
     }
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {

@@ -38,7 +38,10 @@ impl RegionId {
             value: value.to_owned(),
             reason,
         };
-        let first = value.bytes().next().ok_or_else(|| err("must not be empty"))?;
+        let first = value
+            .bytes()
+            .next()
+            .ok_or_else(|| err("must not be empty"))?;
         if !first.is_ascii_lowercase() {
             return Err(err("must start with a lowercase letter"));
         }
@@ -82,7 +85,10 @@ pub fn validate_kind(value: &str) -> Result<(), NameError> {
         value: value.to_owned(),
         reason,
     };
-    let first = value.bytes().next().ok_or_else(|| err("must not be empty"))?;
+    let first = value
+        .bytes()
+        .next()
+        .ok_or_else(|| err("must not be empty"))?;
     if !first.is_ascii_lowercase() {
         return Err(err("must start with a lowercase letter"));
     }
@@ -229,11 +235,13 @@ pub struct OperationId(pub Uuid);
 
 impl OperationId {
     pub fn parse(value: &str) -> Result<Self, NameError> {
-        Uuid::parse_str(value).map(OperationId).map_err(|_| NameError {
-            what: "operation id",
-            value: value.to_owned(),
-            reason: "must be a UUID",
-        })
+        Uuid::parse_str(value)
+            .map(OperationId)
+            .map_err(|_| NameError {
+                what: "operation id",
+                value: value.to_owned(),
+                reason: "must be a UUID",
+            })
     }
 }
 
@@ -270,10 +278,7 @@ mod tests {
     #[test]
     fn resource_name_parts() {
         let n = ResourceName::parse("eu-1/port/p-01").unwrap();
-        assert_eq!(
-            (n.region(), n.kind(), n.id()),
-            ("eu-1", "port", "p-01")
-        );
+        assert_eq!((n.region(), n.kind(), n.id()), ("eu-1", "port", "p-01"));
     }
 
     #[test]

@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::error::{describe_blockers, CoreError, Dependent};
 use crate::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType,
-    Operation, OperationState, Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState,
-    Timestamp, WorkItem,
+    Operation, OperationState, Outcome, OutcomeAction, Progress, RefTarget, Resource,
+    ResourceState, Timestamp, WorkItem,
 };
 use crate::name::{IdSource, OperationId, RegionId, ResourceName, Uid};
 use crate::schema::{OnDelete, Schema};
@@ -236,14 +236,24 @@ pub fn update<S: StateRead + ?Sized>(
     let name = local_name(ctx, &spec.name, "name")?;
     validate_attributes(&spec.attributes, "attributes")?;
     validate_finalizers(&spec.finalizers, "finalizers")?;
-    let Some(current) = tx.resource(&name)?.filter(|r| r.state != ResourceState::Creating) else {
+    let Some(current) = tx
+        .resource(&name)?
+        .filter(|r| r.state != ResourceState::Creating)
+    else {
         return Err(CoreError::NotFound(name));
     };
     check_etag(&current, etag)?;
     if current.state == ResourceState::Deleting {
         return finish_finalizers(tx, ctx, current, spec);
     }
-    let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, "refs", Some(&current.refs))?;
+    let refs = resolve_refs(
+        &tx,
+        ctx,
+        name.kind(),
+        &spec.refs,
+        "refs",
+        Some(&current.refs),
+    )?;
     let mut next = current.clone();
     next.attributes = spec.attributes;
     next.refs = refs;
@@ -272,10 +282,17 @@ fn finish_finalizers<S: StateRead + ?Sized>(
 ) -> Result<Step<Resource>, CoreError> {
     let refs_unchanged = spec.refs.iter().all(|(f, targets)| {
         current.refs.get(f).is_some_and(|have| {
-            have.len() == targets.len() && have.iter().zip(targets).all(|(h, t)| h.name.as_str() == t.name)
+            have.len() == targets.len()
+                && have
+                    .iter()
+                    .zip(targets)
+                    .all(|(h, t)| h.name.as_str() == t.name)
         })
     }) && spec.refs.len() == current.refs.len();
-    let only_removes = spec.finalizers.iter().all(|f| current.finalizers.contains(f));
+    let only_removes = spec
+        .finalizers
+        .iter()
+        .all(|f| current.finalizers.contains(f));
     if spec.attributes != current.attributes || !refs_unchanged || !only_removes {
         return Err(CoreError::Deleting { name: current.name });
     }
@@ -283,7 +300,14 @@ fn finish_finalizers<S: StateRead + ?Sized>(
     next.finalizers = spec.finalizers;
     next.update_time = ctx.now;
     let uid = next.uid;
-    let next = put_with_event(&mut tx, ctx, next, EventType::Updated, None, "finalizers removed")?;
+    let next = put_with_event(
+        &mut tx,
+        ctx,
+        next,
+        EventType::Updated,
+        None,
+        "finalizers removed",
+    )?;
     wake_if_deleting(&mut tx, ctx, uid)?;
     Ok(Step {
         value: next,
@@ -321,7 +345,11 @@ pub fn delete<S: StateRead + ?Sized>(
             .map(|d| tx.operation(d.operation))
             .transpose()?
             .flatten()
-            .ok_or_else(|| CoreError::Storage(crate::error::StorageError(format!("{name} is DELETING without a deletion record or operation"))))?;
+            .ok_or_else(|| {
+                CoreError::Storage(crate::error::StorageError(format!(
+                    "{name} is DELETING without a deletion record or operation"
+                )))
+            })?;
         return Ok(Step {
             value: DeleteOutcome::AlreadyDeleting(op),
             writes: WriteSet::default(),
@@ -350,7 +378,14 @@ pub fn delete<S: StateRead + ?Sized>(
         end_time: None,
     };
     tx.put_operation(op.clone());
-    enter_deleting(&mut tx, ctx, resource, DeletionReason::Requested, op.id, &req.requested_by)?;
+    enter_deleting(
+        &mut tx,
+        ctx,
+        resource,
+        DeletionReason::Requested,
+        op.id,
+        &req.requested_by,
+    )?;
     let op = tx.operation(op.id)?.unwrap_or(op);
     Ok(Step {
         value: DeleteOutcome::Accepted(op),
@@ -446,7 +481,9 @@ fn plan<S: StateRead + ?Sized>(
                         if deleted.contains_key(&b.referrer.uid) {
                             continue;
                         }
-                        let Some(q) = tx.resource_by_uid(b.referrer.uid)? else { continue };
+                        let Some(q) = tx.resource_by_uid(b.referrer.uid)? else {
+                            continue;
+                        };
                         if q.state != ResourceState::Active {
                             continue;
                         }
@@ -504,7 +541,10 @@ fn plan<S: StateRead + ?Sized>(
 }
 
 /// Runs one bounded batch of due deletion work.
-pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<Step<WorkReport>, CoreError> {
+pub fn process_work<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+) -> Result<Step<WorkReport>, CoreError> {
     let mut tx = Tx::new(state);
     let due = tx.due_work(ctx.now, ctx.policy.batch_items)?;
     let mut report = WorkReport {
@@ -518,7 +558,9 @@ pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<St
             break;
         }
         // An earlier item of this batch may have changed or removed it.
-        let Some(work) = tx.work(item.target.uid)? else { continue };
+        let Some(work) = tx.work(item.target.uid)? else {
+            continue;
+        };
         if work.next_attempt_at > ctx.now {
             continue;
         }
@@ -592,7 +634,10 @@ fn step_deletion<S: StateRead + ?Sized>(
     let op = tx.operation(record.operation)?;
     // Whether the root itself is counted in `pending` (a failed one is not).
     let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
-    if op.as_ref().is_some_and(|op| op.root.uid == uid && op.progress.pending > root_pending) {
+    if op
+        .as_ref()
+        .is_some_and(|op| op.root.uid == uid && op.progress.pending > root_pending)
+    {
         // The root goes last; the purge or failure that leaves it alone wakes it.
         tx.remove_work(uid);
         if matches!(record.status, DeletionStatus::Blocked { .. }) {
@@ -626,7 +671,9 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     if referrer.state != ResourceState::Active {
         return Ok(());
     }
-    let Some(targets) = referrer.refs.get_mut(&b.field) else { return Ok(()) };
+    let Some(targets) = referrer.refs.get_mut(&b.field) else {
+        return Ok(());
+    };
     let before = targets.len();
     targets.retain(|t| t.uid != target.uid);
     if targets.len() == before {
@@ -641,13 +688,27 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             from: target.name.clone(),
             field: b.field.clone(),
         };
-        enter_deleting(tx, ctx, referrer, reason, record.operation, &record.requested_by)?;
+        enter_deleting(
+            tx,
+            ctx,
+            referrer,
+            reason,
+            record.operation,
+            &record.requested_by,
+        )?;
         report.cascaded += 1;
         return Ok(());
     }
     referrer.update_time = ctx.now;
     let message = format!("{} cleared: {} is being deleted", b.field, target.name);
-    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(record.operation), &message)?;
+    let referrer = put_with_event(
+        tx,
+        ctx,
+        referrer,
+        EventType::Updated,
+        Some(record.operation),
+        &message,
+    )?;
     tx.put_outcome(
         record.operation,
         Outcome {
@@ -682,7 +743,14 @@ fn enter_deleting<S: StateRead + ?Sized>(
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
-    let resource = put_with_event(tx, ctx, resource, EventType::Deleting, Some(operation), &message)?;
+    let resource = put_with_event(
+        tx,
+        ctx,
+        resource,
+        EventType::Deleting,
+        Some(operation),
+        &message,
+    )?;
     let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
@@ -702,7 +770,10 @@ fn enter_deleting<S: StateRead + ?Sized>(
     // deleted by it was not, in the end, an unset referrer.
     let was_unset = matches!(
         tx.outcome(operation, &target.name)?,
-        Some(Outcome { action: OutcomeAction::Unset { .. }, .. })
+        Some(Outcome {
+            action: OutcomeAction::Unset { .. },
+            ..
+        })
     );
     tx.put_outcome(
         operation,
@@ -746,7 +817,10 @@ fn hold<S: StateRead + ?Sized>(
         return Ok(());
     }
     let changed = match &record.status {
-        DeletionStatus::Blocked { blockers: old, reason: old_reason } => old != &blockers || old_reason != &reason,
+        DeletionStatus::Blocked {
+            blockers: old,
+            reason: old_reason,
+        } => old != &blockers || old_reason != &reason,
         _ => true,
     };
     // Attempts count checks that found no progress: a blocker going away
@@ -754,15 +828,22 @@ fn hold<S: StateRead + ?Sized>(
     work.attempts = if changed { 1 } else { work.attempts + 1 };
     if work.attempts > ctx.policy.max_attempts {
         let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
-        let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
-        record.status = DeletionStatus::Failed { error: error.clone() };
+        let error = format!(
+            "gave up after {} attempts: {reason}",
+            ctx.policy.max_attempts
+        );
+        record.status = DeletionStatus::Failed {
+            error: error.clone(),
+        };
         tx.put_deletion(record);
         tx.remove_work(resource.uid);
         tx.put_outcome(
             op,
             Outcome {
                 resource: target.clone(),
-                action: OutcomeAction::Failed { error: error.clone() },
+                action: OutcomeAction::Failed {
+                    error: error.clone(),
+                },
                 time: ctx.now,
             },
         );
@@ -844,7 +925,9 @@ fn after_pending_changed<S: StateRead + ?Sized>(
     ctx: Ctx<'_>,
     id: OperationId,
 ) -> Result<(), CoreError> {
-    let Some(mut op) = tx.operation(id)? else { return Ok(()) };
+    let Some(mut op) = tx.operation(id)? else {
+        return Ok(());
+    };
     if op.progress.pending <= 1 {
         // The root may be all that is left (or a failed root, nothing at all).
         wake_if_deleting(tx, ctx, op.root.uid)?;
@@ -874,8 +957,14 @@ fn update_operation<S: StateRead + ?Sized>(
 }
 
 /// Queues a deletion to be looked at now (a back-reference to it went away).
-fn wake_if_deleting<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
-    let Some(record) = tx.deletion(uid)? else { return Ok(()) };
+fn wake_if_deleting<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    uid: Uid,
+) -> Result<(), CoreError> {
+    let Some(record) = tx.deletion(uid)? else {
+        return Ok(());
+    };
     let mut work = tx.work(uid)?.unwrap_or(WorkItem {
         target: record.target.clone(),
         next_attempt_at: ctx.now,
@@ -958,18 +1047,26 @@ fn local_name(ctx: Ctx<'_>, raw: &str, field: &str) -> Result<ResourceName, Core
 
 fn check_etag(resource: &Resource, etag: Option<&str>) -> Result<(), CoreError> {
     match etag {
-        Some(expected) if !expected.is_empty() && expected != resource.etag() => Err(CoreError::EtagMismatch {
-            name: resource.name.clone(),
-            expected: expected.to_owned(),
-            actual: resource.etag(),
-        }),
+        Some(expected) if !expected.is_empty() && expected != resource.etag() => {
+            Err(CoreError::EtagMismatch {
+                name: resource.name.clone(),
+                expected: expected.to_owned(),
+                actual: resource.etag(),
+            })
+        }
         _ => Ok(()),
     }
 }
 
-fn validate_attributes(attributes: &BTreeMap<String, String>, field: &str) -> Result<(), CoreError> {
+fn validate_attributes(
+    attributes: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<(), CoreError> {
     if attributes.len() > MAX_ATTRIBUTES {
-        return Err(CoreError::invalid(field, format!("more than {MAX_ATTRIBUTES} attributes")));
+        return Err(CoreError::invalid(
+            field,
+            format!("more than {MAX_ATTRIBUTES} attributes"),
+        ));
     }
     for (k, v) in attributes {
         if k.is_empty() || k.len() > MAX_ATTRIBUTE_KEY {
@@ -990,11 +1087,18 @@ fn validate_attributes(attributes: &BTreeMap<String, String>, field: &str) -> Re
 
 fn validate_finalizers(finalizers: &[String], field: &str) -> Result<(), CoreError> {
     if finalizers.len() > MAX_FINALIZERS {
-        return Err(CoreError::invalid(field, format!("more than {MAX_FINALIZERS} finalizers")));
+        return Err(CoreError::invalid(
+            field,
+            format!("more than {MAX_FINALIZERS} finalizers"),
+        ));
     }
     let unique: BTreeSet<&String> = finalizers.iter().collect();
-    if unique.len() != finalizers.len() || finalizers.iter().any(|f| f.is_empty() || f.len() > 128) {
-        return Err(CoreError::invalid(field, "finalizers must be unique, non-empty, at most 128 bytes"));
+    if unique.len() != finalizers.len() || finalizers.iter().any(|f| f.is_empty() || f.len() > 128)
+    {
+        return Err(CoreError::invalid(
+            field,
+            "finalizers must be unique, non-empty, at most 128 bytes",
+        ));
     }
     Ok(())
 }
@@ -1019,23 +1123,36 @@ fn resolve_refs<S: StateRead + ?Sized>(
     let mut out = BTreeMap::new();
     for (field, targets) in requested {
         let path = format!("{field_prefix}.{field}");
-        let spec = kind_spec
-            .refs
-            .get(field)
-            .ok_or_else(|| CoreError::invalid(&path, format!("kind {kind:?} has no reference field {field:?}")))?;
+        let spec = kind_spec.refs.get(field).ok_or_else(|| {
+            CoreError::invalid(
+                &path,
+                format!("kind {kind:?} has no reference field {field:?}"),
+            )
+        })?;
         if targets.is_empty() {
             continue;
         }
         if !spec.many && targets.len() > 1 {
-            return Err(CoreError::invalid(&path, "takes one target (it is not a list reference)"));
+            return Err(CoreError::invalid(
+                &path,
+                "takes one target (it is not a list reference)",
+            ));
         }
         if targets.len() > MAX_TARGETS_PER_FIELD {
-            return Err(CoreError::invalid(&path, format!("more than {MAX_TARGETS_PER_FIELD} targets")));
+            return Err(CoreError::invalid(
+                &path,
+                format!("more than {MAX_TARGETS_PER_FIELD} targets"),
+            ));
         }
         let mut resolved: Vec<RefTarget> = Vec::with_capacity(targets.len());
         for (i, t) in targets.iter().enumerate() {
-            let at = if spec.many { format!("{path}[{i}]") } else { path.clone() };
-            let name = ResourceName::parse(&t.name).map_err(|e| CoreError::invalid(&at, e.to_string()))?;
+            let at = if spec.many {
+                format!("{path}[{i}]")
+            } else {
+                path.clone()
+            };
+            let name =
+                ResourceName::parse(&t.name).map_err(|e| CoreError::invalid(&at, e.to_string()))?;
             if name.kind() != spec.kind {
                 return Err(CoreError::invalid(
                     &at,
@@ -1043,27 +1160,42 @@ fn resolve_refs<S: StateRead + ?Sized>(
                 ));
             }
             if name.region() != ctx.region.as_str() {
-                return Err(CoreError::RemoteReference { field: at, target: name });
+                return Err(CoreError::RemoteReference {
+                    field: at,
+                    target: name,
+                });
             }
             if resolved.iter().any(|r| r.name == name) {
                 return Err(CoreError::invalid(&at, format!("{name} is listed twice")));
             }
             if spec.on_delete == OnDelete::AllowDangling {
-                let kept = existing
-                    .and_then(|e| e.get(field))
-                    .and_then(|old| old.iter().find(|o| o.name == name && t.uid.is_none_or(|u| u == o.uid)));
+                let kept = existing.and_then(|e| e.get(field)).and_then(|old| {
+                    old.iter()
+                        .find(|o| o.name == name && t.uid.is_none_or(|u| u == o.uid))
+                });
                 if let Some(kept) = kept {
                     resolved.push(kept.clone());
                     continue;
                 }
             }
             let target = match tx.resource(&name)? {
-                None => return Err(CoreError::TargetNotFound { field: at, target: name }),
+                None => {
+                    return Err(CoreError::TargetNotFound {
+                        field: at,
+                        target: name,
+                    })
+                }
                 Some(r) if r.state == ResourceState::Creating => {
-                    return Err(CoreError::TargetNotFound { field: at, target: name })
+                    return Err(CoreError::TargetNotFound {
+                        field: at,
+                        target: name,
+                    })
                 }
                 Some(r) if r.state == ResourceState::Deleting => {
-                    return Err(CoreError::TargetDeleting { field: at, target: name })
+                    return Err(CoreError::TargetDeleting {
+                        field: at,
+                        target: name,
+                    })
                 }
                 Some(r) => r,
             };
@@ -1077,7 +1209,10 @@ fn resolve_refs<S: StateRead + ?Sized>(
                     });
                 }
             }
-            resolved.push(RefTarget { name, uid: target.uid });
+            resolved.push(RefTarget {
+                name,
+                uid: target.uid,
+            });
         }
         out.insert(field.clone(), resolved);
     }
@@ -1096,7 +1231,9 @@ fn resolve_refs<S: StateRead + ?Sized>(
 fn tracked_keys(ctx: Ctx<'_>, r: &Resource) -> BTreeMap<BackRefKey, (RefTarget, OnDelete)> {
     let mut out = BTreeMap::new();
     for (field, targets) in &r.refs {
-        let Some(spec) = ctx.schema.reference(r.kind(), field) else { continue };
+        let Some(spec) = ctx.schema.reference(r.kind(), field) else {
+            continue;
+        };
         if !spec.on_delete.tracked() {
             continue;
         }

@@ -120,7 +120,8 @@ pub const MAX_REFS_PER_KIND: usize = 128;
 
 impl Schema {
     pub fn from_toml(text: &str) -> Result<Self, SchemaError> {
-        let file: SchemaFile = toml::from_str(text).map_err(|e| SchemaError::Syntax(e.to_string()))?;
+        let file: SchemaFile =
+            toml::from_str(text).map_err(|e| SchemaError::Syntax(e.to_string()))?;
         Self::new(file.kinds)
     }
 
@@ -132,7 +133,8 @@ impl Schema {
             return Err(invalid("kinds", format!("more than {MAX_KINDS} kinds")));
         }
         for (kind, spec) in &kinds {
-            validate_kind(kind).map_err(|e: NameError| invalid(format!("kinds.{kind}"), e.reason))?;
+            validate_kind(kind)
+                .map_err(|e: NameError| invalid(format!("kinds.{kind}"), e.reason))?;
             if spec.refs.len() > MAX_REFS_PER_KIND {
                 return Err(invalid(
                     format!("kinds.{kind}.refs"),
@@ -141,7 +143,8 @@ impl Schema {
             }
             for (field, r) in &spec.refs {
                 let path = format!("kinds.{kind}.refs.{field}");
-                validate_kind(field).map_err(|e| invalid(&path, format!("field name {}", e.reason)))?;
+                validate_kind(field)
+                    .map_err(|e| invalid(&path, format!("field name {}", e.reason)))?;
                 if !kinds.contains_key(&r.kind) {
                     return Err(invalid(path, format!("unknown kind {:?}", r.kind)));
                 }
@@ -255,7 +258,10 @@ on_delete = "cascade"
 "#,
         )
         .unwrap_err();
-        assert_eq!(err.to_string(), r#"kinds.port.refs.network: unknown kind "netwrk""#);
+        assert_eq!(
+            err.to_string(),
+            r#"kinds.port.refs.network: unknown kind "netwrk""#
+        );
     }
 
     #[test]
@@ -270,12 +276,15 @@ required = true
 "#,
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("kinds.port.refs.network: on_delete = \"unset\" on a required"));
+        assert!(err
+            .to_string()
+            .starts_with("kinds.port.refs.network: on_delete = \"unset\" on a required"));
     }
 
     #[test]
     fn bad_on_delete_and_unknown_keys_are_syntax_errors() {
-        let err = Schema::from_toml("[kinds.a.refs.b]\nkind = \"a\"\non_delete = \"explode\"\n").unwrap_err();
+        let err = Schema::from_toml("[kinds.a.refs.b]\nkind = \"a\"\non_delete = \"explode\"\n")
+            .unwrap_err();
         assert!(err.to_string().contains("explode"), "{err}");
         let err = Schema::from_toml("[kinds.a]\ncolour = 1\n").unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");

@@ -34,7 +34,11 @@ pub trait StateRead {
     fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError>;
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError>;
     /// What an operation last recorded for a resource.
-    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError>;
+    fn outcome(
+        &self,
+        op: OperationId,
+        name: &ResourceName,
+    ) -> Result<Option<Outcome>, StorageError>;
     /// Up to `limit` queue entries whose `next_attempt_at <= now`.
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError>;
     /// The revision the next event gets.
@@ -143,8 +147,12 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         limit: usize,
     ) -> Result<Vec<BackRef>, StorageError> {
         let in_range = |k: &BackRefKey| k.target == target && after.is_none_or(|a| k > a);
-        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> =
-            self.writes.backrefs.iter().filter(|(k, _)| in_range(k)).collect();
+        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> = self
+            .writes
+            .backrefs
+            .iter()
+            .filter(|(k, _)| in_range(k))
+            .collect();
         // Ask the base for enough rows that overlay deletions cannot starve the page.
         let base = self.base.backrefs(target, after, limit + overlay.len())?;
         let mut merged: BTreeMap<BackRefKey, BackRef> =
@@ -192,7 +200,11 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.writes.operations.insert(op.id, Some(op));
     }
 
-    pub fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
+    pub fn outcome(
+        &self,
+        op: OperationId,
+        name: &ResourceName,
+    ) -> Result<Option<Outcome>, StorageError> {
         match self.writes.outcomes.get(&(op, name.clone())) {
             Some(v) => Ok(Some(v.clone())),
             None => self.base.outcome(op, name),

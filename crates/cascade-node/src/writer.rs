@@ -42,9 +42,19 @@ pub struct WriterContext {
 }
 
 pub enum WriterMsg {
-    Create(Vec<ResourceSpec>, RpcReplyPort<Result<Vec<Resource>, CoreError>>),
-    Update(ResourceSpec, Option<String>, RpcReplyPort<Result<Resource, CoreError>>),
-    Delete(DeleteRequest, RpcReplyPort<Result<DeleteOutcome, CoreError>>),
+    Create(
+        Vec<ResourceSpec>,
+        RpcReplyPort<Result<Vec<Resource>, CoreError>>,
+    ),
+    Update(
+        ResourceSpec,
+        Option<String>,
+        RpcReplyPort<Result<Resource, CoreError>>,
+    ),
+    Delete(
+        DeleteRequest,
+        RpcReplyPort<Result<DeleteOutcome, CoreError>>,
+    ),
     /// Run one batch of due deletion work.
     Work,
 }
@@ -101,7 +111,9 @@ impl WriterState {
         step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut UuidV7) -> Result<protocol::Step<T>, CoreError>,
     ) -> Result<T, CoreError> {
         let WriterState { ctx: wctx, ids, .. } = self;
-        let state = StoreState { store: wctx.store.as_ref() };
+        let state = StoreState {
+            store: wctx.store.as_ref(),
+        };
         let ctx = Ctx {
             schema: &wctx.schema,
             region: &wctx.region,
@@ -129,7 +141,11 @@ impl Actor for Writer {
     type State = WriterState;
     type Arguments = WriterContext;
 
-    async fn pre_start(&self, myself: ActorRef<WriterMsg>, ctx: WriterContext) -> Result<WriterState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<WriterMsg>,
+        ctx: WriterContext,
+    ) -> Result<WriterState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || WriterMsg::Work);
         let mut state = WriterState {
             ctx,
@@ -142,14 +158,23 @@ impl Actor for Writer {
         Ok(state)
     }
 
-    async fn post_stop(&self, _: ActorRef<WriterMsg>, state: &mut WriterState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _: ActorRef<WriterMsg>,
+        state: &mut WriterState,
+    ) -> Result<(), ActorProcessingErr> {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<WriterMsg>, msg: WriterMsg, state: &mut WriterState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<WriterMsg>,
+        msg: WriterMsg,
+        state: &mut WriterState,
+    ) -> Result<(), ActorProcessingErr> {
         let region = state.ctx.region.to_string();
         match msg {
             WriterMsg::Create(specs, reply) => {
@@ -169,7 +194,9 @@ impl Actor for Writer {
             WriterMsg::Update(spec, etag, reply) => {
                 let span = info_span!("update", %region, name = %spec.name);
                 let _g = span.enter();
-                let result = state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()));
+                let result = state.run(&myself, |s, c, _| {
+                    protocol::update(s, c, spec, etag.as_deref())
+                });
                 let _ = reply.send(result);
             }
             WriterMsg::Delete(req, reply) => {
@@ -224,16 +251,32 @@ pub enum SupervisorMsg {
 impl Actor for Supervisor {
     type Msg = SupervisorMsg;
     type State = SupervisorState;
-    type Arguments = (WriterContext, tokio::sync::oneshot::Sender<Arc<RwLock<ActorRef<WriterMsg>>>>);
+    type Arguments = (
+        WriterContext,
+        tokio::sync::oneshot::Sender<Arc<RwLock<ActorRef<WriterMsg>>>>,
+    );
 
-    async fn pre_start(&self, myself: ActorRef<SupervisorMsg>, (ctx, ready): Self::Arguments) -> Result<SupervisorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        (ctx, ready): Self::Arguments,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
         let (writer, _) = Actor::spawn_linked(None, Writer, ctx.clone(), myself.get_cell()).await?;
         let current = Arc::new(RwLock::new(writer));
         let _ = ready.send(current.clone());
-        Ok(SupervisorState { ctx, current, stopping: false })
+        Ok(SupervisorState {
+            ctx,
+            current,
+            stopping: false,
+        })
     }
 
-    async fn handle(&self, myself: ActorRef<SupervisorMsg>, msg: SupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        msg: SupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             SupervisorMsg::Stop => {
                 state.stopping = true;
@@ -247,18 +290,25 @@ impl Actor for Supervisor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<SupervisorMsg>, evt: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<SupervisorMsg>,
+        evt: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match evt {
             SupervisionEvent::ActorFailed(_, err) if !state.stopping => {
                 error!(region = %state.ctx.region, error = %err, "writer failed; restarting it");
-                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                let (writer, _) =
+                    Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
                 if let Ok(mut cur) = state.current.write() {
                     *cur = writer;
                 }
             }
             SupervisionEvent::ActorTerminated(_, _, _) if !state.stopping => {
                 warn!(region = %state.ctx.region, "writer stopped unexpectedly; restarting it");
-                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                let (writer, _) =
+                    Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
                 if let Ok(mut cur) = state.current.write() {
                     *cur = writer;
                 }
@@ -289,8 +339,13 @@ impl WriterHandle {
         let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, ready_tx))
             .await
             .map_err(|e| WriterUnavailable(e.to_string()))?;
-        let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
-        Ok(Self { current, supervisor })
+        let current = ready_rx
+            .await
+            .map_err(|e| WriterUnavailable(e.to_string()))?;
+        Ok(Self {
+            current,
+            supervisor,
+        })
     }
 
     fn writer(&self) -> Result<ActorRef<WriterMsg>, WriterUnavailable> {
@@ -307,20 +362,37 @@ impl WriterHandle {
         let writer = self.writer()?;
         match writer.call(build, None).await {
             Ok(ractor::rpc::CallResult::Success(r)) => Ok(r),
-            Ok(other) => Err(WriterUnavailable(format!("no reply ({})", if matches!(other, ractor::rpc::CallResult::Timeout) { "timeout" } else { "writer stopped" }))),
+            Ok(other) => Err(WriterUnavailable(format!(
+                "no reply ({})",
+                if matches!(other, ractor::rpc::CallResult::Timeout) {
+                    "timeout"
+                } else {
+                    "writer stopped"
+                }
+            ))),
             Err(e) => Err(WriterUnavailable(e.to_string())),
         }
     }
 
-    pub async fn create(&self, specs: Vec<ResourceSpec>) -> Result<Result<Vec<Resource>, CoreError>, WriterUnavailable> {
+    pub async fn create(
+        &self,
+        specs: Vec<ResourceSpec>,
+    ) -> Result<Result<Vec<Resource>, CoreError>, WriterUnavailable> {
         self.call(|r| WriterMsg::Create(specs, r)).await
     }
 
-    pub async fn update(&self, spec: ResourceSpec, etag: Option<String>) -> Result<Result<Resource, CoreError>, WriterUnavailable> {
+    pub async fn update(
+        &self,
+        spec: ResourceSpec,
+        etag: Option<String>,
+    ) -> Result<Result<Resource, CoreError>, WriterUnavailable> {
         self.call(|r| WriterMsg::Update(spec, etag, r)).await
     }
 
-    pub async fn delete(&self, req: DeleteRequest) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
+    pub async fn delete(
+        &self,
+        req: DeleteRequest,
+    ) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
         self.call(|r| WriterMsg::Delete(req, r)).await
     }
 

@@ -32,7 +32,9 @@ fn optional_uid(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
     if raw.is_empty() {
         return Ok(None);
     }
-    Uid::parse(raw).map(Some).map_err(|e| invalid_field(field, e))
+    Uid::parse(raw)
+        .map(Some)
+        .map_err(|e| invalid_field(field, e))
 }
 
 pub fn resource_spec(spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
@@ -105,16 +107,19 @@ fn blockers(list: &[Blocker]) -> Vec<v1::Blocker> {
 fn deletion(d: &DeletionRecord) -> v1::Deletion {
     let (status, list, message) = match &d.status {
         DeletionStatus::Pending => (v1::DeletionStatus::Pending, Vec::new(), String::new()),
-        DeletionStatus::Blocked { blockers: b, reason } => {
-            (v1::DeletionStatus::Blocked, blockers(b), reason.clone())
-        }
+        DeletionStatus::Blocked {
+            blockers: b,
+            reason,
+        } => (v1::DeletionStatus::Blocked, blockers(b), reason.clone()),
         DeletionStatus::Failed { error } => (v1::DeletionStatus::Failed, Vec::new(), error.clone()),
     };
     v1::Deletion {
         deleted_at_ms: ms(d.deleted_at),
         reason: match &d.reason {
             DeletionReason::Requested => "requested".to_owned(),
-            DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
+            DeletionReason::Cascade { from, field } => {
+                format!("cascade from {from} (field {field})")
+            }
         },
         requested_by: d.requested_by.clone(),
         operation_id: d.operation.to_string(),
@@ -126,7 +131,11 @@ fn deletion(d: &DeletionRecord) -> v1::Deletion {
 
 /// A resource as clients see it. `dangling` names the targets of
 /// allow_dangling references that no longer exist.
-pub fn resource(r: &Resource, record: Option<&DeletionRecord>, dangling: &BTreeSet<Uid>) -> v1::Resource {
+pub fn resource(
+    r: &Resource,
+    record: Option<&DeletionRecord>,
+    dangling: &BTreeSet<Uid>,
+) -> v1::Resource {
     v1::Resource {
         name: r.name.to_string(),
         uid: r.uid.to_string(),
@@ -250,7 +259,10 @@ pub fn event(e: &Event) -> v1::WatchEvent {
         revision: e.revision,
         r#type: event_type(e.event_type) as i32,
         resource: Some(object_ref(&e.resource)),
-        snapshot: e.snapshot.as_ref().map(|r| resource(r, None, &BTreeSet::new())),
+        snapshot: e
+            .snapshot
+            .as_ref()
+            .map(|r| resource(r, None, &BTreeSet::new())),
         operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
         message: e.message.clone(),
         time_ms: ms(e.time),

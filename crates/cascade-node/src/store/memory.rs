@@ -6,14 +6,17 @@ use std::sync::Mutex;
 
 use super::{Batch, Entry, Store, StoreError, Table};
 
+/// One ordered map per table.
+type Tables = BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>;
+
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    /// One ordered map per table; one lock so a batch is atomic to readers.
-    tables: Mutex<BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>>,
+    /// One lock over all tables, so a batch is atomic to readers.
+    tables: Mutex<Tables>,
 }
 
 impl MemoryStore {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         // A panic while holding the lock cannot leave a half-applied batch
         // (batches are applied without panicking paths), so poisoning is moot.
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
@@ -25,9 +28,17 @@ impl Store for MemoryStore {
         Ok(self.lock().get(&table).and_then(|t| t.get(key).cloned()))
     }
 
-    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+    fn scan(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
         let tables = self.lock();
-        let Some(t) = tables.get(&table) else { return Ok(Vec::new()) };
+        let Some(t) = tables.get(&table) else {
+            return Ok(Vec::new());
+        };
         let start = match after {
             Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
             _ => Bound::Included(prefix.to_vec()),

@@ -1,0 +1,139 @@
+//! Benchmark harness: cost of a large cascade on each storage engine.
+//!
+//! `cargo bench --bench cascade` (N from `CASCADE_BENCH_N`, default 10,000)
+//! creates one network with N ports, deletes it with cascade, and runs the
+//! deletion work to the end, driving the protocol exactly as the node's
+//! writer does (core step → atomic batch → commit), without gRPC. It prints
+//! per engine: wall time, deleted resources per second, and key writes per
+//! deleted resource (the floor of deletion throughput is that number times
+//! the engine's write rate; see DESIGN.md, "Storage engine").
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cascade_core::protocol::{self, DeleteRequest, RefRequest, ResourceSpec};
+use cascade_core::{Ctx, Policy, RegionId, Schema, SequentialIds, Timestamp};
+use cascade_node::codec::{encode_writes, StoreState};
+use cascade_node::store::{MemoryStore, SledStore, Store};
+
+fn spec(name: &str, refs: &[(&str, &str)]) -> ResourceSpec {
+    ResourceSpec {
+        name: format!("bench/{name}"),
+        refs: refs
+            .iter()
+            .map(|(f, t)| {
+                (
+                    f.to_string(),
+                    vec![RefRequest {
+                        name: format!("bench/{t}"),
+                        uid: None,
+                    }],
+                )
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+struct Figures {
+    create_secs: f64,
+    delete_secs: f64,
+    deleted: u64,
+    key_writes: usize,
+    steps: usize,
+}
+
+fn run(store: &dyn Store, n: usize) -> Figures {
+    let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).expect("example schema");
+    let region = RegionId::parse("bench").expect("region");
+    let policy = Policy::default();
+    let mut ids = SequentialIds::default();
+    let mut clock = 1u64;
+    let mut apply = |step_writes: cascade_core::state::WriteSet| {
+        store.commit(encode_writes(&step_writes)).expect("commit");
+        store.flush().expect("flush");
+    };
+    let ctx = |now| Ctx {
+        schema: &schema,
+        region: &region,
+        now: Timestamp(now),
+        policy: &policy,
+    };
+
+    let started = Instant::now();
+    let state = StoreState { store };
+    let step = protocol::create(
+        &state,
+        ctx(clock),
+        &mut ids,
+        vec![spec("project/p", &[]), spec("network/n", &[("project", "project/p")])],
+    )
+    .expect("create");
+    apply(step.writes);
+    let ports: Vec<usize> = (0..n).collect();
+    for chunk in ports.chunks(1000) {
+        let specs = chunk.iter().map(|i| spec(&format!("port/p{i}"), &[("network", "network/n")])).collect();
+        let step = protocol::create(&state, ctx(clock), &mut ids, specs).expect("create ports");
+        apply(step.writes);
+    }
+    let create_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let delete = DeleteRequest {
+        name: "bench/network/n".into(),
+        cascade: true,
+        dry_run: false,
+        allow_missing: false,
+        etag: None,
+        uid: None,
+        requested_by: "bench".into(),
+    };
+    let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
+    let mut key_writes = step.writes.key_writes();
+    apply(step.writes);
+    let mut steps = 0;
+    let mut deleted = 0;
+    loop {
+        clock += 1;
+        let step = protocol::process_work(&state, ctx(clock)).expect("work");
+        steps += 1;
+        key_writes += step.writes.key_writes();
+        deleted += step.value.purged as u64;
+        let idle = step.value.items == 0 && !step.value.more;
+        apply(step.writes);
+        if idle {
+            break;
+        }
+    }
+    Figures {
+        create_secs,
+        delete_secs: started.elapsed().as_secs_f64(),
+        deleted,
+        key_writes,
+        steps,
+    }
+}
+
+fn report(engine: &str, f: &Figures) {
+    println!(
+        "{engine:<7} create {:>7.2}s | cascade delete {:>7.2}s, {:>6} deleted, {:>8.0} deleted/s, {:>5} steps, {:.1} key writes per deleted resource",
+        f.create_secs,
+        f.delete_secs,
+        f.deleted,
+        f.deleted as f64 / f.delete_secs.max(1e-9),
+        f.steps,
+        f.key_writes as f64 / f.deleted.max(1) as f64,
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing
+    // useful either; both just run the harness.
+    let n: usize = std::env::var("CASCADE_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    println!("cascade of one network with {n} ports (batch budget {})", Policy::default().batch_budget);
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    report("memory", &run(memory.as_ref(), n));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sled = SledStore::open(dir.path()).expect("sled opens");
+    report("sled", &run(&sled, n));
+}
