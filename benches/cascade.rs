@@ -72,7 +72,10 @@ fn run(store: &dyn Store, n: usize) -> Figures {
     apply(step.writes);
     let ports: Vec<usize> = (0..n).collect();
     for chunk in ports.chunks(1000) {
-        let specs = chunk.iter().map(|i| spec(&format!("port/p{i}"), &[("network", "network/n")])).collect();
+        let specs = chunk
+            .iter()
+            .map(|i| spec(&format!("port/p{i}"), &[("network", "network/n")]))
+            .collect();
         let step = protocol::create(&state, ctx(clock), &mut ids, specs).expect("create ports");
         apply(step.writes);
     }
@@ -129,8 +132,14 @@ fn report(engine: &str, f: &Figures) {
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing
     // useful either; both just run the harness.
-    let n: usize = std::env::var("CASCADE_BENCH_N").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
-    println!("cascade of one network with {n} ports (batch budget {})", Policy::default().batch_budget);
+    let n: usize = std::env::var("CASCADE_BENCH_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    println!(
+        "cascade of one network with {n} ports (batch budget {})",
+        Policy::default().batch_budget
+    );
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::default());
     report("memory", &run(memory.as_ref(), n));
     let dir = tempfile::tempdir().expect("temp dir");

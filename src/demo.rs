@@ -28,10 +28,7 @@ pub const DEMO_REGION: &str = "eu-west";
 fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
     v1::ResourceSpec {
         name: format!("{DEMO_REGION}/{name}"),
-        attributes: attrs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        attributes: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         refs: refs
             .iter()
             .map(|(field, targets)| v1::ReferenceField {
@@ -72,11 +69,7 @@ pub fn topology() -> Vec<v1::ResourceSpec> {
         ),
     ];
     for i in 1..=6 {
-        let subnet = if i % 2 == 0 {
-            "subnet/net1-a"
-        } else {
-            "subnet/net1-b"
-        };
+        let subnet = if i % 2 == 0 { "subnet/net1-a" } else { "subnet/net1-b" };
         out.push(spec(
             &format!("port/p{i}"),
             &[("mac", &format!("fa:16:3e:00:00:0{i}"))],
@@ -110,11 +103,7 @@ pub fn topology() -> Vec<v1::ResourceSpec> {
             &[("address", "203.0.113.10")],
             &[("project", &["project/demo"]), ("port", &["port/p4"])],
         ),
-        spec(
-            "port_group/web-ports",
-            &[],
-            &[("ports", &["port/p5", "port/p6"])],
-        ),
+        spec("port_group/web-ports", &[], &[("ports", &["port/p5", "port/p6"])]),
         // A second network, used as a router gateway: deleting it is blocked.
         spec(
             "network/ext",
@@ -124,10 +113,7 @@ pub fn topology() -> Vec<v1::ResourceSpec> {
         spec(
             "router/edge",
             &[],
-            &[
-                ("project", &["project/demo"]),
-                ("gateway_network", &["network/ext"]),
-            ],
+            &[("project", &["project/demo"]), ("gateway_network", &["network/ext"])],
         ),
     ]);
     out
@@ -144,10 +130,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let listener = match tokio::net::TcpListener::bind(&args.listen).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
-                "note: {} is not available ({e}); using a free port",
-                args.listen
-            );
+            eprintln!("note: {} is not available ({e}); using a free port", args.listen);
             tokio::net::TcpListener::bind("127.0.0.1:0").await?
         }
     };
@@ -171,17 +154,11 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     println!("  {exe} list");
     println!("  {exe} get {DEMO_REGION}/network/net1");
     println!("  {exe} delete {DEMO_REGION}/network/net1                      # refused: lists its dependents");
-    println!(
-        "  {exe} delete {DEMO_REGION}/network/net1 --cascade --dry-run  # what a cascade would do"
-    );
-    println!(
-        "  {exe} delete {DEMO_REGION}/network/net1 --cascade --wait     # do it, with progress"
-    );
+    println!("  {exe} delete {DEMO_REGION}/network/net1 --cascade --dry-run  # what a cascade would do");
+    println!("  {exe} delete {DEMO_REGION}/network/net1 --cascade --wait     # do it, with progress");
     println!("  {exe} get {DEMO_REGION}/floating_ip/fip1                     # survived: its port reference was unset");
     println!("  {exe} delete {DEMO_REGION}/network/ext --cascade             # refused: router/edge blocks it");
-    println!(
-        "  {exe} watch --from 1                                      # every event, from the start"
-    );
+    println!("  {exe} watch --from 1                                      # every event, from the start");
     if args.no_wait {
         node.stop().await?;
         return Ok(());

@@ -39,9 +39,7 @@ fn spawn_server(config: &Path) -> Server {
         .expect("cascade serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("first line");
+    BufReader::new(stdout).read_line(&mut line).expect("first line");
     let addr = line
         .trim()
         .strip_prefix("listening on ")
@@ -54,10 +52,7 @@ fn spawn_server(config: &Path) -> Server {
 }
 
 async fn progress(client: &Client, id: &str) -> v1::Operation {
-    client
-        .get_operation(id, 0)
-        .await
-        .expect("operation readable")
+    client.get_operation(id, 0).await.expect("operation readable")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,10 +75,7 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
             spec("project/p", &[]),
             spec("network/doomed", &[("project", &["project/p"])]),
             spec("network/bystander", &[("project", &["project/p"])]),
-            spec(
-                "port/bystander-port",
-                &[("network", &["network/bystander"])],
-            ),
+            spec("port/bystander-port", &[("network", &["network/bystander"])]),
             spec("floating_ip/fip", &[("project", &["project/p"])]),
         ])
         .await
@@ -115,14 +107,10 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
         .expect("operation");
 
     // Kill as soon as the cascade is visibly under way.
-    eventually(
-        Duration::from_secs(60),
-        "the cascade to make progress",
-        || async {
-            let p = progress(&client, &op.id).await.progress.unwrap();
-            (p.deleted >= 100).then_some(())
-        },
-    )
+    eventually(Duration::from_secs(60), "the cascade to make progress", || async {
+        let p = progress(&client, &op.id).await.progress.unwrap();
+        (p.deleted >= 100).then_some(())
+    })
     .await;
     drop(client);
     drop(server); // SIGKILL, no chance to flush or finish

@@ -31,14 +31,8 @@ async fn build_topology(client: &cascade_client::Client) {
     }
     specs.extend([
         spec("trunk/t", &[("parent_port", &["port/port-0"])]),
-        spec(
-            "subport/t-1",
-            &[("trunk", &["trunk/t"]), ("port", &["port/port-1"])],
-        ),
-        spec(
-            "subport/t-2",
-            &[("trunk", &["trunk/t"]), ("port", &["port/port-2"])],
-        ),
+        spec("subport/t-1", &[("trunk", &["trunk/t"]), ("port", &["port/port-1"])]),
+        spec("subport/t-2", &[("trunk", &["trunk/t"]), ("port", &["port/port-2"])]),
         spec("router/r", &[("project", &["project/p"])]),
         spec(
             "router_interface/ri",
@@ -59,21 +53,14 @@ async fn network_cascade_deletes_its_closure_and_unsets_the_floating_ip() {
     build_topology(c).await;
 
     // Without cascade: refused, with the dependents listed.
-    let err = c
-        .delete(delete_req("network/net", false))
-        .await
-        .unwrap_err();
+    let err = c.delete(delete_req("network/net", false)).await.unwrap_err();
     assert_eq!(code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
     let tonic_status = match &err {
         cascade_client::ClientError::Status(s) => s,
         other => panic!("expected a status, got {other}"),
     };
     let details = cascade_proto::error_details(tonic_status).expect("details listed");
-    let listed: BTreeSet<_> = details
-        .dependents
-        .iter()
-        .map(|d| d.referrer.as_str())
-        .collect();
+    let listed: BTreeSet<_> = details.dependents.iter().map(|d| d.referrer.as_str()).collect();
     assert!(
         listed.contains("eu-west/subnet/s1") && listed.contains("eu-west/port/port-0"),
         "{listed:?}"
@@ -94,10 +81,7 @@ async fn network_cascade_deletes_its_closure_and_unsets_the_floating_ip() {
     let op = response.operation.expect("an operation");
     assert!(!op.id.is_empty());
     let mut progress = c.watch_operation(&op.id).await.unwrap();
-    assert_eq!(
-        v1::OperationState::try_from(op.state),
-        Ok(v1::OperationState::Running)
-    );
+    assert_eq!(v1::OperationState::try_from(op.state), Ok(v1::OperationState::Running));
 
     // WatchOperation reports progress to completion.
     let mut reports = Vec::new();
@@ -123,10 +107,7 @@ async fn network_cascade_deletes_its_closure_and_unsets_the_floating_ip() {
     assert_eq!(p.pending, 0);
     assert_eq!(p.failed, 0);
     assert!(p.unset >= 1, "the floating ip was unset: {p:?}");
-    let deleted_counts: Vec<u64> = reports
-        .iter()
-        .map(|r| r.progress.unwrap().deleted)
-        .collect();
+    let deleted_counts: Vec<u64> = reports.iter().map(|r| r.progress.unwrap().deleted).collect();
     assert!(
         deleted_counts.windows(2).all(|w| w[0] <= w[1]),
         "progress never goes back: {deleted_counts:?}"
@@ -201,19 +182,13 @@ async fn network_cascade_deletes_its_closure_and_unsets_the_floating_ip() {
     let first = for_op.first().expect("events of the operation");
     assert_eq!(first.r#type, v1::EventType::Deleting as i32);
     assert_eq!(first.resource.clone().unwrap().name, "eu-west/network/net");
-    let snapshot = first
-        .snapshot
-        .clone()
-        .expect("snapshot of the deleting root");
+    let snapshot = first.snapshot.clone().expect("snapshot of the deleting root");
     assert_eq!(state(&snapshot), v1::ResourceState::Deleting);
     let last_purge = for_op
         .iter()
         .rev()
         .find(|e| e.r#type == v1::EventType::Purged as i32)
         .unwrap();
-    assert_eq!(
-        last_purge.resource.clone().unwrap().name,
-        "eu-west/network/net"
-    );
+    assert_eq!(last_purge.resource.clone().unwrap().name, "eu-west/network/net");
     t.node.stop().await.unwrap();
 }

@@ -47,7 +47,10 @@ async fn get_state(c: &Client, name: &str) -> v1::ResourceState {
 }
 
 fn deletion_status(r: &v1::Resource) -> v1::DeletionStatus {
-    let d = r.deletion.as_ref().unwrap_or_else(|| panic!("{} has no deletion record", r.name));
+    let d = r
+        .deletion
+        .as_ref()
+        .unwrap_or_else(|| panic!("{} has no deletion record", r.name));
     v1::DeletionStatus::try_from(d.status).unwrap_or(v1::DeletionStatus::Unspecified)
 }
 
@@ -78,7 +81,9 @@ async fn wait_blocked(c: &Client, name: &str) -> v1::Resource {
     eventually(LIMIT, &format!("{name} to be DELETING and BLOCKED"), || async {
         let r = c.get(&name).await.ok()?;
         let blocked = state(&r) == v1::ResourceState::Deleting
-            && r.deletion.as_ref().is_some_and(|d| d.status == v1::DeletionStatus::Blocked as i32);
+            && r.deletion
+                .as_ref()
+                .is_some_and(|d| d.status == v1::DeletionStatus::Blocked as i32);
         blocked.then_some(r)
     })
     .await
@@ -92,11 +97,17 @@ async fn blocked_cascade(c: &Client) -> String {
         spec("project/p1", &[]),
         spec("network/n1", &[("project", &["project/p1"])]),
         spec("project/p2", &[]),
-        spec("router/r2", &[("project", &["project/p2"]), ("gateway_network", &["network/n1"])]),
+        spec(
+            "router/r2",
+            &[("project", &["project/p2"]), ("gateway_network", &["network/n1"])],
+        ),
     ])
     .await
     .expect("topology created");
-    let response = c.delete(delete_req("project/p1", true)).await.expect("cascade delete of p1 accepted");
+    let response = c
+        .delete(delete_req("project/p1", true))
+        .await
+        .expect("cascade delete of p1 accepted");
     assert!(!response.already_deleting);
     let op = response.operation.expect("an operation");
     wait_blocked(c, "network/n1").await;
@@ -110,7 +121,10 @@ async fn block_reference_refuses_a_user_delete_and_names_the_blocker() {
     c.batch_create(vec![
         spec("project/p", &[]),
         spec("network/ext", &[("project", &["project/p"])]),
-        spec("router/r", &[("project", &["project/p"]), ("gateway_network", &["network/ext"])]),
+        spec(
+            "router/r",
+            &[("project", &["project/p"]), ("gateway_network", &["network/ext"])],
+        ),
     ])
     .await
     .unwrap();
@@ -119,12 +133,28 @@ async fn block_reference_refuses_a_user_delete_and_names_the_blocker() {
         let err = c.delete(delete_req("network/ext", cascade)).await.unwrap_err();
         assert_code(&err, tonic::Code::FailedPrecondition);
         let s = status(&err);
-        assert!(s.message().contains("eu-west/router/r"), "cascade={cascade}: {}", s.message());
+        assert!(
+            s.message().contains("eu-west/router/r"),
+            "cascade={cascade}: {}",
+            s.message()
+        );
         let details = cascade_proto::error_details(s).expect("error details on a refused delete");
-        let blockers: Vec<_> = details.blockers.iter().map(|b| (b.referrer.as_str(), b.field.as_str())).collect();
-        assert_eq!(blockers, vec![("eu-west/router/r", "gateway_network")], "cascade={cascade}");
+        let blockers: Vec<_> = details
+            .blockers
+            .iter()
+            .map(|b| (b.referrer.as_str(), b.field.as_str()))
+            .collect();
+        assert_eq!(
+            blockers,
+            vec![("eu-west/router/r", "gateway_network")],
+            "cascade={cascade}"
+        );
         assert_eq!(details.blockers[0].on_delete, "block");
-        assert_eq!(get_state(c, "network/ext").await, v1::ResourceState::Active, "cascade={cascade}");
+        assert_eq!(
+            get_state(c, "network/ext").await,
+            v1::ResourceState::Active,
+            "cascade={cascade}"
+        );
     }
     assert_eq!(get_state(c, "router/r").await, v1::ResourceState::Active);
     // A dry run is refused the same way: the precondition holds for it too.
@@ -144,10 +174,22 @@ async fn blocked_cascade_is_reported_and_finishes_when_the_blocker_goes() {
     let d = n1.deletion.clone().unwrap();
     assert_eq!(d.operation_id, op_id);
     assert!(d.reason.contains("cascade from eu-west/project/p1"), "{}", d.reason);
-    let blockers: Vec<_> = d.blockers.iter().map(|b| (b.referrer.as_str(), b.field.as_str(), b.referrer_deleting)).collect();
+    let blockers: Vec<_> = d
+        .blockers
+        .iter()
+        .map(|b| (b.referrer.as_str(), b.field.as_str(), b.referrer_deleting))
+        .collect();
     assert_eq!(blockers, vec![("eu-west/router/r2", "gateway_network", false)]);
-    assert!(d.message.contains("eu-west/router/r2"), "message names the blocker: {}", d.message);
-    assert!(d.message.contains("stuck"), "a live blocker makes it stuck: {}", d.message);
+    assert!(
+        d.message.contains("eu-west/router/r2"),
+        "message names the blocker: {}",
+        d.message
+    );
+    assert!(
+        d.message.contains("stuck"),
+        "a live blocker makes it stuck: {}",
+        d.message
+    );
 
     // The operation keeps running, with one blocked item; the root stays readable.
     let op = eventually(LIMIT, "operation to report the block", || async {
@@ -165,7 +207,9 @@ async fn blocked_cascade_is_reported_and_finishes_when_the_blocker_goes() {
     assert_eq!(get_state(c, "router/r2").await, v1::ResourceState::Active);
 
     // The blocker goes: the cascade finishes.
-    c.delete(delete_req("router/r2", false)).await.expect("router delete accepted");
+    c.delete(delete_req("router/r2", false))
+        .await
+        .expect("router delete accepted");
     let op = wait_operation(c, &op_id).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded, "{op:?}");
     let p = op.progress.unwrap();
@@ -216,7 +260,11 @@ async fn list_reference_owner_goes_with_its_last_element() {
     let op = c.delete(delete_req("port/p1", true)).await.unwrap().operation.unwrap();
     let op = wait_operation(c, &op.id).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded);
-    assert_eq!(op.progress.as_ref().map(|p| (p.deleted, p.unset)), Some((1, 1)), "{op:?}");
+    assert_eq!(
+        op.progress.as_ref().map(|p| (p.deleted, p.unset)),
+        Some((1, 1)),
+        "{op:?}"
+    );
     wait_gone(c, "port/p1").await;
     let g = get(c, "port_group/g").await;
     assert_eq!(state(&g), v1::ResourceState::Active);
@@ -250,7 +298,10 @@ async fn cascade_cycle_unwinds() {
     let c = &t.client;
     let a = c.create(spec("a/x", &[])).await.unwrap();
     c.create(spec("b/y", &[("peer", &["a/x"])])).await.unwrap();
-    let a = c.update(spec("a/x", &[("peer", &["b/y"])]), &a.etag).await.expect("closing the cycle");
+    let a = c
+        .update(spec("a/x", &[("peer", &["b/y"])]), &a.etag)
+        .await
+        .expect("closing the cycle");
     assert_eq!(targets(&a, "peer"), vec!["eu-west/b/y"]);
 
     let op = c.delete(delete_req("a/x", true)).await.unwrap().operation.unwrap();
@@ -267,15 +318,31 @@ async fn recreated_name_gets_a_new_uid_and_no_stale_effects() {
     let t = start_node().await;
     let c = &t.client;
     c.create(spec("project/p", &[])).await.unwrap();
-    let old = c.create(spec("network/n", &[("project", &["project/p"])])).await.unwrap();
-    c.create(spec("port/old-port", &[("network", &["network/n"])])).await.unwrap();
+    let old = c
+        .create(spec("network/n", &[("project", &["project/p"])]))
+        .await
+        .unwrap();
+    c.create(spec("port/old-port", &[("network", &["network/n"])]))
+        .await
+        .unwrap();
 
-    let op = c.delete(delete_req("network/n", true)).await.unwrap().operation.unwrap();
+    let op = c
+        .delete(delete_req("network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     wait_gone(c, "network/n").await;
     wait_gone(c, "port/old-port").await;
-    assert_eq!(op_state(&wait_operation(c, &op.id).await), v1::OperationState::Succeeded);
+    assert_eq!(
+        op_state(&wait_operation(c, &op.id).await),
+        v1::OperationState::Succeeded
+    );
 
-    let new = c.create(spec("network/n", &[("project", &["project/p"])])).await.expect("name is free again");
+    let new = c
+        .create(spec("network/n", &[("project", &["project/p"])]))
+        .await
+        .expect("name is free again");
     assert_ne!(new.uid, old.uid, "a fresh uid for the new incarnation");
     assert_eq!(state(&new), v1::ResourceState::Active);
     assert!(new.deletion.is_none());
@@ -300,7 +367,12 @@ async fn recreated_name_gets_a_new_uid_and_no_stale_effects() {
     assert_eq!(now.uid, new.uid);
 
     // Nothing references the new incarnation: a delete without cascade is accepted.
-    let op = c.delete(delete_req("network/n", false)).await.expect("no dependents").operation.unwrap();
+    let op = c
+        .delete(delete_req("network/n", false))
+        .await
+        .expect("no dependents")
+        .operation
+        .unwrap();
     let op = wait_operation(c, &op.id).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded);
     assert_eq!(op.progress.as_ref().map(|p| p.deleted), Some(1), "{op:?}");
@@ -317,12 +389,18 @@ async fn repeated_delete_of_a_deleting_resource_answers_ok_with_the_same_operati
 
     // The root, again (with or without cascade).
     for cascade in [true, false] {
-        let again = c.delete(delete_req("project/p1", cascade)).await.expect("a repeated delete answers OK");
+        let again = c
+            .delete(delete_req("project/p1", cascade))
+            .await
+            .expect("a repeated delete answers OK");
         assert!(again.already_deleting, "{again:?}");
         assert_eq!(again.operation.as_ref().map(|o| o.id.as_str()), Some(op_id.as_str()));
     }
     // A resource the cascade reached: even though a block reference holds it.
-    let again = c.delete(delete_req("network/n1", false)).await.expect("a repeated delete answers OK");
+    let again = c
+        .delete(delete_req("network/n1", false))
+        .await
+        .expect("a repeated delete answers OK");
     assert!(again.already_deleting, "{again:?}");
     assert_eq!(again.operation.as_ref().map(|o| o.id.as_str()), Some(op_id.as_str()));
     assert_eq!(get_state(c, "network/n1").await, v1::ResourceState::Deleting);
@@ -336,7 +414,10 @@ async fn nothing_attaches_to_a_deleting_resource() {
     blocked_cascade(c).await;
 
     // A new child of the DELETING network.
-    let err = c.create(spec("port/late", &[("network", &["network/n1"])])).await.unwrap_err();
+    let err = c
+        .create(spec("port/late", &[("network", &["network/n1"])]))
+        .await
+        .unwrap_err();
     assert_code(&err, tonic::Code::FailedPrecondition);
     assert!(status(&err).message().contains("being deleted"), "{err}");
     assert!(status(&err).message().contains("eu-west/network/n1"), "{err}");
@@ -345,7 +426,10 @@ async fn nothing_attaches_to_a_deleting_resource() {
     // An existing referrer cannot be updated while it keeps the reference.
     let r2 = get(c, "router/r2").await;
     let changed = with_attr(
-        spec("router/r2", &[("project", &["project/p2"]), ("gateway_network", &["network/n1"])]),
+        spec(
+            "router/r2",
+            &[("project", &["project/p2"]), ("gateway_network", &["network/n1"])],
+        ),
         "note",
         "changed",
     );
@@ -358,9 +442,7 @@ async fn nothing_attaches_to_a_deleting_resource() {
 
     // Nor can a resource under a DELETING parent be created through a batch.
     let err = c
-        .batch_create(vec![
-            spec("subnet/s-late", &[("network", &["network/n1"])]),
-        ])
+        .batch_create(vec![spec("subnet/s-late", &[("network", &["network/n1"])])])
         .await
         .unwrap_err();
     assert_code(&err, tonic::Code::FailedPrecondition);
@@ -372,13 +454,19 @@ async fn nothing_attaches_to_a_resource_held_by_a_finalizer() {
     let t = start_node().await;
     let c = &t.client;
     c.create(spec("project/p", &[])).await.unwrap();
-    c.create(with_finalizers(spec("network/n", &[("project", &["project/p"])]), &["x"]))
-        .await
-        .unwrap();
+    c.create(with_finalizers(
+        spec("network/n", &[("project", &["project/p"])]),
+        &["x"],
+    ))
+    .await
+    .unwrap();
     c.delete(delete_req("network/n", false)).await.unwrap();
     wait_blocked(c, "network/n").await;
 
-    let err = c.create(spec("port/late", &[("network", &["network/n"])])).await.unwrap_err();
+    let err = c
+        .create(spec("port/late", &[("network", &["network/n"])]))
+        .await
+        .unwrap_err();
     assert_code(&err, tonic::Code::FailedPrecondition);
     assert!(status(&err).message().contains("being deleted"), "{err}");
     assert_eq!(get_state(c, "network/n").await, v1::ResourceState::Deleting);
@@ -395,8 +483,14 @@ async fn dry_run_reports_a_plan_and_changes_nothing() {
         spec("network/n", &[("project", &["project/p"])]),
         spec("subnet/s", &[("network", &["network/n"])]),
         spec("port/x", &[("network", &["network/n"]), ("subnet", &["subnet/s"])]),
-        spec("floating_ip/f", &[("project", &["project/other"]), ("port", &["port/x"])]),
-        spec("router/r", &[("project", &["project/other"]), ("gateway_network", &["network/n"])]),
+        spec(
+            "floating_ip/f",
+            &[("project", &["project/other"]), ("port", &["port/x"])],
+        ),
+        spec(
+            "router/r",
+            &[("project", &["project/other"]), ("gateway_network", &["network/n"])],
+        ),
     ])
     .await
     .unwrap();
@@ -411,8 +505,14 @@ async fn dry_run_reports_a_plan_and_changes_nothing() {
     let plan = response.plan.expect("a plan");
     assert!(!plan.truncated);
     let deleted: BTreeSet<_> = plan.deleted.iter().map(|r| r.name.as_str()).collect();
-    let expected: BTreeSet<_> =
-        ["eu-west/project/p", "eu-west/network/n", "eu-west/subnet/s", "eu-west/port/x"].into_iter().collect();
+    let expected: BTreeSet<_> = [
+        "eu-west/project/p",
+        "eu-west/network/n",
+        "eu-west/subnet/s",
+        "eu-west/port/x",
+    ]
+    .into_iter()
+    .collect();
     assert_eq!(deleted, expected);
     assert_eq!(plan.deleted.len(), 4, "no duplicates: {:?}", plan.deleted);
     assert_eq!(plan.deleted[0].name, "eu-west/project/p", "the root first");
@@ -436,7 +536,10 @@ async fn dry_run_reports_a_plan_and_changes_nothing() {
             )
         })
         .collect();
-    assert_eq!(blocked, vec![("eu-west/network/n", "eu-west/router/r", "gateway_network", false)]);
+    assert_eq!(
+        blocked,
+        vec![("eu-west/network/n", "eu-west/router/r", "gateway_network", false)]
+    );
 
     // Nothing changed.
     let after = c.list(v1::ListRequest::default()).await.unwrap().resources;
@@ -480,13 +583,20 @@ async fn watch_resumes_without_gap_or_duplicate() {
     let revisions: Vec<u64> = seen.iter().map(|e| e.revision).collect();
     assert!(revisions.windows(2).all(|w| w[1] == w[0] + 1), "{revisions:?}");
     let names: Vec<_> = seen.iter().map(event_name).collect();
-    assert_eq!(names, vec!["eu-west/project/a", "eu-west/project/b", "eu-west/project/c"]);
+    assert_eq!(
+        names,
+        vec!["eu-west/project/a", "eu-west/project/b", "eu-west/project/c"]
+    );
     let last_seen = *revisions.last().unwrap();
 
     // More changes while nobody watches.
     let a = get(c, "project/a").await;
-    c.update(with_attr(spec("project/a", &[]), "k", "v"), &a.etag).await.unwrap();
-    c.create(spec("network/n", &[("project", &["project/a"])])).await.unwrap();
+    c.update(with_attr(spec("project/a", &[]), "k", "v"), &a.etag)
+        .await
+        .unwrap();
+    c.create(spec("network/n", &[("project", &["project/a"])]))
+        .await
+        .unwrap();
     c.create(spec("port/x", &[("network", &["network/n"])])).await.unwrap();
 
     // Resume right after the last event seen.
@@ -513,11 +623,18 @@ async fn watch_resumes_without_gap_or_duplicate() {
     // A kind filter passes only that kind, replayed and live.
     let mut ports = c.watch(0, "port").await.unwrap();
     let e = next_event(&mut ports).await;
-    assert_eq!((event_name(&e), event_type(&e)), ("eu-west/port/x", v1::EventType::Created));
+    assert_eq!(
+        (event_name(&e), event_type(&e)),
+        ("eu-west/port/x", v1::EventType::Created)
+    );
     c.create(spec("project/y", &[])).await.unwrap();
     c.create(spec("port/w", &[("network", &["network/n"])])).await.unwrap();
     let e = next_event(&mut ports).await;
-    assert_eq!((event_name(&e), event_type(&e)), ("eu-west/port/w", v1::EventType::Created), "{e:?}");
+    assert_eq!(
+        (event_name(&e), event_type(&e)),
+        ("eu-west/port/w", v1::EventType::Created),
+        "{e:?}"
+    );
     t.node.stop().await.unwrap();
 }
 
@@ -525,9 +642,20 @@ async fn watch_resumes_without_gap_or_duplicate() {
 async fn finalizer_holds_a_deletion_until_removed() {
     let t = start_node().await;
     let c = &t.client;
-    c.create(with_attr(with_finalizers(spec("project/p", &[]), &["x"]), "owner", "me")).await.unwrap();
+    c.create(with_attr(
+        with_finalizers(spec("project/p", &[]), &["x"]),
+        "owner",
+        "me",
+    ))
+    .await
+    .unwrap();
 
-    let op = c.delete(delete_req("project/p", false)).await.unwrap().operation.unwrap();
+    let op = c
+        .delete(delete_req("project/p", false))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let held = wait_blocked(c, "project/p").await;
     assert_eq!(deletion_status(&held), v1::DeletionStatus::Blocked);
     let message = &held.deletion.as_ref().unwrap().message;
@@ -560,7 +688,10 @@ async fn finalizer_holds_a_deletion_until_removed() {
 async fn list_pages_and_state_filter() {
     let t = start_node().await;
     let c = &t.client;
-    let mut specs = vec![spec("project/p", &[]), spec("network/n", &[("project", &["project/p"])])];
+    let mut specs = vec![
+        spec("project/p", &[]),
+        spec("network/n", &[("project", &["project/p"])]),
+    ];
     for i in 0..25 {
         let s = spec(&format!("port/port-{i:02}"), &[("network", &["network/n"])]);
         // Three of them will stay DELETING on their finalizer.
@@ -605,13 +736,20 @@ async fn list_pages_and_state_filter() {
     }
     let (pages, last) = list_all(v1::ResourceState::Deleting).await;
     assert_eq!(pages.len(), 1);
-    assert_eq!(pages[0], vec!["eu-west/port/port-03", "eu-west/port/port-13", "eu-west/port/port-23"]);
-    assert!(last.iter().all(|r| state(r) == v1::ResourceState::Deleting && r.deletion.is_some()));
+    assert_eq!(
+        pages[0],
+        vec!["eu-west/port/port-03", "eu-west/port/port-13", "eu-west/port/port-23"]
+    );
+    assert!(last
+        .iter()
+        .all(|r| state(r) == v1::ResourceState::Deleting && r.deletion.is_some()));
 
     let (pages, _) = list_all(v1::ResourceState::Active).await;
     let active: Vec<String> = pages.concat();
     assert_eq!(active.len(), 22);
-    assert!(!active.iter().any(|n| n.ends_with("-03") || n.ends_with("-13") || n.ends_with("-23")));
+    assert!(!active
+        .iter()
+        .any(|n| n.ends_with("-03") || n.ends_with("-13") || n.ends_with("-23")));
     t.node.stop().await.unwrap();
 }
 
@@ -622,10 +760,16 @@ async fn etag_preconditions() {
     let created = c.create(spec("project/p", &[])).await.unwrap();
     assert!(!created.etag.is_empty());
 
-    let err = c.update(with_attr(spec("project/p", &[]), "k", "1"), "not-the-etag").await.unwrap_err();
+    let err = c
+        .update(with_attr(spec("project/p", &[]), "k", "1"), "not-the-etag")
+        .await
+        .unwrap_err();
     assert_code(&err, tonic::Code::Aborted);
     assert!(status(&err).message().contains("etag"), "{err}");
-    assert!(get(c, "project/p").await.attributes.is_empty(), "a refused update changes nothing");
+    assert!(
+        get(c, "project/p").await.attributes.is_empty(),
+        "a refused update changes nothing"
+    );
 
     let updated = c
         .update(with_attr(spec("project/p", &[]), "k", "1"), &created.etag)
@@ -635,7 +779,10 @@ async fn etag_preconditions() {
     assert_eq!(updated.attributes.get("k").map(String::as_str), Some("1"));
 
     // The old etag is stale now.
-    let err = c.update(with_attr(spec("project/p", &[]), "k", "2"), &created.etag).await.unwrap_err();
+    let err = c
+        .update(with_attr(spec("project/p", &[]), "k", "2"), &created.etag)
+        .await
+        .unwrap_err();
     assert_code(&err, tonic::Code::Aborted);
 
     let mut req = delete_req("project/p", false);
@@ -645,7 +792,12 @@ async fn etag_preconditions() {
 
     let mut req = delete_req("project/p", false);
     req.etag = updated.etag.clone();
-    let op = c.delete(req).await.expect("delete with the current etag").operation.unwrap();
+    let op = c
+        .delete(req)
+        .await
+        .expect("delete with the current etag")
+        .operation
+        .unwrap();
     wait_operation(c, &op.id).await;
     wait_gone(c, "project/p").await;
     t.node.stop().await.unwrap();
@@ -662,16 +814,26 @@ async fn unset_dependents_need_no_cascade() {
         spec("security_group/sg2", &[("project", &["project/p"])]),
         spec(
             "port/x",
-            &[("network", &["network/n"]), ("security_groups", &["security_group/sg1", "security_group/sg2"])],
+            &[
+                ("network", &["network/n"]),
+                ("security_groups", &["security_group/sg1", "security_group/sg2"]),
+            ],
         ),
     ])
     .await
     .unwrap();
 
-    let op = c.delete(delete_req("security_group/sg1", false)).await.expect("unset dependents need no cascade");
+    let op = c
+        .delete(delete_req("security_group/sg1", false))
+        .await
+        .expect("unset dependents need no cascade");
     let op = wait_operation(c, &op.operation.unwrap().id).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded);
-    assert_eq!(op.progress.as_ref().map(|p| (p.deleted, p.unset)), Some((1, 1)), "{op:?}");
+    assert_eq!(
+        op.progress.as_ref().map(|p| (p.deleted, p.unset)),
+        Some((1, 1)),
+        "{op:?}"
+    );
     let unset: Vec<_> = op
         .outcomes
         .iter()
@@ -694,7 +856,10 @@ async fn allow_dangling_reference_reads_dangling_and_never_binds_to_a_new_incarn
         spec("project/p", &[]),
         spec("network/n", &[("project", &["project/p"])]),
         spec("qos_policy/q", &[]),
-        spec("port/x", &[("network", &["network/n"]), ("qos_policy", &["qos_policy/q"])]),
+        spec(
+            "port/x",
+            &[("network", &["network/n"]), ("qos_policy", &["qos_policy/q"])],
+        ),
     ])
     .await
     .unwrap();
@@ -702,19 +867,34 @@ async fn allow_dangling_reference_reads_dangling_and_never_binds_to_a_new_incarn
     assert!(before.refs.iter().flat_map(|f| &f.targets).all(|t| !t.dangling));
 
     // Nothing depends on the policy in a way that blocks or cascades.
-    let op = c.delete(delete_req("qos_policy/q", false)).await.unwrap().operation.unwrap();
+    let op = c
+        .delete(delete_req("qos_policy/q", false))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     wait_operation(c, &op.id).await;
     wait_gone(c, "qos_policy/q").await;
     let port = get(c, "port/x").await;
     assert_eq!(state(&port), v1::ResourceState::Active);
-    let qos: Vec<_> = port.refs.iter().filter(|f| f.field == "qos_policy").flat_map(|f| &f.targets).collect();
+    let qos: Vec<_> = port
+        .refs
+        .iter()
+        .filter(|f| f.field == "qos_policy")
+        .flat_map(|f| &f.targets)
+        .collect();
     assert_eq!(qos.len(), 1);
     assert!(qos[0].dangling, "the target is gone: {qos:?}");
 
     // A new policy under the same name is another incarnation: still dangling.
     let new = c.create(spec("qos_policy/q", &[])).await.unwrap();
     let port = get(c, "port/x").await;
-    let qos: Vec<_> = port.refs.iter().filter(|f| f.field == "qos_policy").flat_map(|f| &f.targets).collect();
+    let qos: Vec<_> = port
+        .refs
+        .iter()
+        .filter(|f| f.field == "qos_policy")
+        .flat_map(|f| &f.targets)
+        .collect();
     assert_ne!(qos[0].uid, new.uid);
     assert!(qos[0].dangling, "the reference is to the old incarnation: {qos:?}");
     t.node.stop().await.unwrap();
@@ -739,9 +919,18 @@ async fn list_owner_inside_one_cascade_is_deleted_not_unset() {
     let plan = c.delete(dry).await.unwrap().plan.unwrap();
     let planned: BTreeSet<_> = plan.deleted.iter().map(|r| r.name.as_str()).collect();
     assert!(planned.contains("eu-west/port_group/g"), "{planned:?}");
-    assert!(plan.unset.is_empty(), "the group is deleted, not unset: {:?}", plan.unset);
+    assert!(
+        plan.unset.is_empty(),
+        "the group is deleted, not unset: {:?}",
+        plan.unset
+    );
 
-    let op = c.delete(delete_req("network/n", true)).await.unwrap().operation.unwrap();
+    let op = c
+        .delete(delete_req("network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let op = wait_operation(c, &op.id).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded);
     wait_gone(c, "port_group/g").await;
@@ -751,7 +940,11 @@ async fn list_owner_inside_one_cascade_is_deleted_not_unset() {
         .find(|o| o.resource.as_ref().is_some_and(|r| r.name == "eu-west/port_group/g"))
         .expect("an outcome for the group");
     assert_eq!(outcome.action, v1::OutcomeAction::Deleted as i32);
-    assert_eq!(op.progress.as_ref().map(|p| (p.deleted, p.unset)), Some((4, 0)), "{op:?}");
+    assert_eq!(
+        op.progress.as_ref().map(|p| (p.deleted, p.unset)),
+        Some((4, 0)),
+        "{op:?}"
+    );
     t.node.stop().await.unwrap();
 }
 
@@ -760,7 +953,10 @@ async fn name_of_a_deleting_resource_is_not_free() {
     let t = start_node().await;
     let c = &t.client;
     blocked_cascade(c).await;
-    let err = c.create(spec("network/n1", &[("project", &["project/p2"])])).await.unwrap_err();
+    let err = c
+        .create(spec("network/n1", &[("project", &["project/p2"])]))
+        .await
+        .unwrap_err();
     assert_code(&err, tonic::Code::AlreadyExists);
     assert!(status(&err).message().contains("being deleted"), "{err}");
     assert_eq!(get_state(c, "network/n1").await, v1::ResourceState::Deleting);
@@ -772,13 +968,25 @@ async fn cascaded_child_with_a_finalizer_holds_the_root() {
     let t = start_node().await;
     let c = &t.client;
     c.create(spec("project/p", &[])).await.unwrap();
-    c.create(with_finalizers(spec("network/n", &[("project", &["project/p"])]), &["ipam"]))
+    c.create(with_finalizers(
+        spec("network/n", &[("project", &["project/p"])]),
+        &["ipam"],
+    ))
+    .await
+    .unwrap();
+    let op = c
+        .delete(delete_req("project/p", true))
         .await
+        .unwrap()
+        .operation
         .unwrap();
-    let op = c.delete(delete_req("project/p", true)).await.unwrap().operation.unwrap();
     let held = wait_blocked(c, "network/n").await;
     assert!(held.deletion.as_ref().unwrap().message.contains("ipam"), "{held:?}");
-    assert_eq!(get_state(c, "project/p").await, v1::ResourceState::Deleting, "the root waits");
+    assert_eq!(
+        get_state(c, "project/p").await,
+        v1::ResourceState::Deleting,
+        "the root waits"
+    );
     assert!(!c.get_operation(&op.id, 10).await.unwrap().done);
 
     // The finalizer's controller writes back what it read, minus the finalizer.
@@ -817,9 +1025,16 @@ async fn blocked_deletion_fails_after_the_maximum_attempts_and_can_still_finish(
         (deletion_status(&r) == v1::DeletionStatus::Failed).then_some(r)
     })
     .await;
-    assert_eq!(state(&failed), v1::ResourceState::Deleting, "a failed deletion stays readable");
+    assert_eq!(
+        state(&failed),
+        v1::ResourceState::Deleting,
+        "a failed deletion stays readable"
+    );
     let message = &failed.deletion.as_ref().unwrap().message;
-    assert!(message.contains("eu-west/router/r2"), "the last error names the blocker: {message}");
+    assert!(
+        message.contains("eu-west/router/r2"),
+        "the last error names the blocker: {message}"
+    );
 
     let op = wait_operation(c, &op_id).await;
     assert_eq!(op_state(&op), v1::OperationState::Failed, "{op:?}");
@@ -848,12 +1063,20 @@ async fn blocked_deletion_fails_after_the_maximum_attempts_and_can_still_finish(
 async fn operation_outcomes_are_paged() {
     let t = start_node().await;
     let c = &t.client;
-    let mut specs = vec![spec("project/p", &[]), spec("network/n", &[("project", &["project/p"])])];
+    let mut specs = vec![
+        spec("project/p", &[]),
+        spec("network/n", &[("project", &["project/p"])]),
+    ];
     for i in 0..25 {
         specs.push(spec(&format!("port/x-{i:02}"), &[("network", &["network/n"])]));
     }
     c.batch_create(specs).await.unwrap();
-    let op = c.delete(delete_req("network/n", true)).await.unwrap().operation.unwrap();
+    let op = c
+        .delete(delete_req("network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     wait_operation(c, &op.id).await;
 
     let mut token = String::new();
@@ -880,5 +1103,174 @@ async fn operation_outcomes_are_paged() {
     assert_eq!(sizes, vec![10, 10, 6]);
     let unique: BTreeSet<_> = names.iter().collect();
     assert_eq!(unique.len(), 26, "network + 25 ports, no duplicates: {names:?}");
+    t.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn blocker_inside_the_same_cascade_does_not_hold_it() {
+    let t = start_node().await;
+    let c = &t.client;
+    c.batch_create(vec![
+        spec("project/p", &[]),
+        spec("network/n", &[("project", &["project/p"])]),
+        spec(
+            "router/r",
+            &[("project", &["project/p"]), ("gateway_network", &["network/n"])],
+        ),
+    ])
+    .await
+    .unwrap();
+
+    let mut dry = delete_req("project/p", true);
+    dry.dry_run = true;
+    let plan = c.delete(dry).await.unwrap().plan.unwrap();
+    assert_eq!(plan.deleted.len(), 3, "{plan:?}");
+    assert!(plan.blocked.is_empty(), "the blocker goes with the cascade: {plan:?}");
+
+    let op = c
+        .delete(delete_req("project/p", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    let op = wait_operation(c, &op.id).await;
+    assert_eq!(op_state(&op), v1::OperationState::Succeeded, "{op:?}");
+    let p = op.progress.unwrap();
+    assert_eq!((p.deleted, p.pending, p.blocked, p.failed), (3, 0, 0, 0), "{p:?}");
+    for gone in ["project/p", "network/n", "router/r"] {
+        wait_gone(c, gone).await;
+    }
+    t.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn update_moves_back_references() {
+    let t = start_node().await;
+    let c = &t.client;
+    c.batch_create(vec![
+        spec("project/p", &[]),
+        spec("network/n1", &[("project", &["project/p"])]),
+        spec("network/n2", &[("project", &["project/p"])]),
+        spec("port/x", &[("network", &["network/n1"])]),
+    ])
+    .await
+    .unwrap();
+    let err = c.delete(delete_req("network/n1", false)).await.unwrap_err();
+    assert_code(&err, tonic::Code::FailedPrecondition);
+
+    let x = get(c, "port/x").await;
+    c.update(spec("port/x", &[("network", &["network/n2"])]), &x.etag)
+        .await
+        .unwrap();
+
+    // n1 has no dependents any more; n2 has the port.
+    let op = c
+        .delete(delete_req("network/n1", false))
+        .await
+        .expect("no dependents left")
+        .operation
+        .unwrap();
+    let op = wait_operation(c, &op.id).await;
+    assert_eq!(op.progress.as_ref().map(|p| p.deleted), Some(1), "only n1: {op:?}");
+    wait_gone(c, "network/n1").await;
+    assert_eq!(get_state(c, "port/x").await, v1::ResourceState::Active);
+    let err = c.delete(delete_req("network/n2", false)).await.unwrap_err();
+    let listed = cascade_proto::error_details(status(&err)).unwrap().dependents;
+    assert_eq!(
+        listed.iter().map(|d| d.referrer.as_str()).collect::<Vec<_>>(),
+        vec!["eu-west/port/x"]
+    );
+    c.delete(delete_req("network/n2", true)).await.unwrap();
+    wait_gone(c, "port/x").await;
+    t.node.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn delete_with_the_current_uid_is_accepted() {
+    let t = start_node().await;
+    let c = &t.client;
+    let p = c.create(spec("project/p", &[])).await.unwrap();
+    let mut req = delete_req("project/p", false);
+    req.uid = p.uid.clone();
+    let op = c.delete(req).await.expect("matching uid").operation.unwrap();
+    assert_eq!(op.root.as_ref().map(|r| r.uid.as_str()), Some(p.uid.as_str()));
+    wait_gone(c, "project/p").await;
+    t.node.stop().await.unwrap();
+}
+
+/// Creates race a cascade delete of their parent: every create either
+/// lands before the network enters DELETING (and is then cascaded) or is
+/// refused; at quiescence no port references the purged network.
+#[tokio::test]
+async fn creates_racing_a_cascade_leave_no_dangling_reference() {
+    let t = start_node().await;
+    let c = &t.client;
+    c.create(spec("project/p", &[])).await.unwrap();
+    let net = c
+        .create(spec("network/n", &[("project", &["project/p"])]))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        c.create(spec(&format!("port/pre-{i}"), &[("network", &["network/n"])]))
+            .await
+            .unwrap();
+    }
+
+    let creators: Vec<_> = (0..4)
+        .map(|w| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                let mut outcomes = Vec::new();
+                for i in 0..40 {
+                    let name = format!("port/w{w}-{i}");
+                    let r = c.create(spec(&name, &[("network", &["network/n"])])).await;
+                    outcomes.push((name, r.map(|r| r.uid).map_err(|e| code(&e))));
+                }
+                outcomes
+            })
+        })
+        .collect();
+    let deleter = {
+        let c = c.clone();
+        tokio::spawn(async move { c.delete(delete_req("network/n", true)).await })
+    };
+    let op = deleter.await.unwrap().expect("cascade accepted").operation.unwrap();
+    let mut refused = 0;
+    for creator in creators {
+        for (name, outcome) in creator.await.unwrap() {
+            match outcome {
+                Ok(_) => {}
+                Err(Some(tonic::Code::FailedPrecondition | tonic::Code::NotFound)) => refused += 1,
+                Err(other) => panic!("{name}: unexpected {other:?}"),
+            }
+        }
+    }
+    let op = wait_operation(c, &op.id).await;
+    assert_eq!(op_state(&op), v1::OperationState::Succeeded, "{op:?}");
+    wait_gone(c, "network/n").await;
+    let ports = c
+        .list(v1::ListRequest {
+            kind: "port".into(),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .resources;
+    let dangling: Vec<_> = ports
+        .iter()
+        .filter(|p| p.refs.iter().flat_map(|f| &f.targets).any(|t| t.uid == net.uid))
+        .map(|p| p.name.as_str())
+        .collect();
+    assert!(
+        dangling.is_empty(),
+        "ports left referencing the purged network: {dangling:?}"
+    );
+    let p = op.progress.unwrap();
+    assert_eq!(
+        p.deleted as usize + refused,
+        1 + 5 + 160,
+        "every port was cascaded or refused: {p:?}"
+    );
     t.node.stop().await.unwrap();
 }

@@ -27,7 +27,11 @@ fn expect_error(err: ClientError, expected: tonic::Code, needles: &[&str]) -> to
     assert_eq!(code(&err), Some(expected), "unexpected error: {err}");
     let s = status(&err).clone();
     for needle in needles {
-        assert!(s.message().contains(needle), "{expected:?} message should mention {needle:?}: {}", s.message());
+        assert!(
+            s.message().contains(needle),
+            "{expected:?} message should mention {needle:?}: {}",
+            s.message()
+        );
     }
     s
 }
@@ -44,7 +48,10 @@ async fn setup() -> TestNode {
 }
 
 async fn still_serving(c: &Client) {
-    let r = c.get(&full(OK)).await.expect("the node still serves after bad requests");
+    let r = c
+        .get(&full(OK))
+        .await
+        .expect("the node still serves after bad requests");
     assert_eq!(state(&r), v1::ResourceState::Active);
 }
 
@@ -55,18 +62,33 @@ fn raw_spec(name: &str) -> v1::ResourceSpec {
     }
 }
 
-const BAD_NAMES: [&str; 6] = ["nope", "EU/port/x", "eu-west/port/", "eu-west/port/a/b", "", "eu-west/Port/x"];
+const BAD_NAMES: [&str; 6] = [
+    "nope",
+    "EU/port/x",
+    "eu-west/port/",
+    "eu-west/port/a/b",
+    "",
+    "eu-west/Port/x",
+];
 
 #[tokio::test]
 async fn bad_names_are_invalid_arguments_naming_the_field() {
     let t = setup().await;
     let c = &t.client;
     for bad in BAD_NAMES {
-        let s = expect_error(c.get(bad).await.unwrap_err(), tonic::Code::InvalidArgument, &["name", "invalid"]);
+        let s = expect_error(
+            c.get(bad).await.unwrap_err(),
+            tonic::Code::InvalidArgument,
+            &["name", "invalid"],
+        );
         assert!(s.message().starts_with("name: "), "get {bad:?}: {}", s.message());
         assert_eq!(detail_field(&s), "name", "get {bad:?}");
 
-        let s = expect_error(c.create(raw_spec(bad)).await.unwrap_err(), tonic::Code::InvalidArgument, &["name", "invalid"]);
+        let s = expect_error(
+            c.create(raw_spec(bad)).await.unwrap_err(),
+            tonic::Code::InvalidArgument,
+            &["name", "invalid"],
+        );
         assert!(s.message().starts_with("name: "), "create {bad:?}: {}", s.message());
         assert_eq!(detail_field(&s), "name", "create {bad:?}");
 
@@ -75,18 +97,38 @@ async fn bad_names_are_invalid_arguments_naming_the_field() {
             cascade: true,
             ..Default::default()
         };
-        let s = expect_error(c.delete(req).await.unwrap_err(), tonic::Code::InvalidArgument, &["name", "invalid"]);
+        let s = expect_error(
+            c.delete(req).await.unwrap_err(),
+            tonic::Code::InvalidArgument,
+            &["name", "invalid"],
+        );
         assert!(s.message().starts_with("name: "), "delete {bad:?}: {}", s.message());
 
-        let s = expect_error(c.update(raw_spec(bad), "").await.unwrap_err(), tonic::Code::InvalidArgument, &["name"]);
+        let s = expect_error(
+            c.update(raw_spec(bad), "").await.unwrap_err(),
+            tonic::Code::InvalidArgument,
+            &["name"],
+        );
         assert!(s.message().starts_with("name: "), "update {bad:?}: {}", s.message());
         still_serving(c).await;
     }
     // The reason is specific.
-    let s = expect_error(c.get("nope").await.unwrap_err(), tonic::Code::InvalidArgument, &["{region}/{kind}/{id}"]);
+    let s = expect_error(
+        c.get("nope").await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["{region}/{kind}/{id}"],
+    );
     assert!(s.message().contains("\"nope\""), "{}", s.message());
-    expect_error(c.get("eu-west/port/").await.unwrap_err(), tonic::Code::InvalidArgument, &["empty"]);
-    expect_error(c.get("EU/port/x").await.unwrap_err(), tonic::Code::InvalidArgument, &["lowercase"]);
+    expect_error(
+        c.get("eu-west/port/").await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["empty"],
+    );
+    expect_error(
+        c.get("EU/port/x").await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["lowercase"],
+    );
     still_serving(c).await;
     t.node.stop().await.unwrap();
 }
@@ -124,20 +166,29 @@ async fn unknown_kinds_and_reference_fields() {
 
     // A reference field the kind does not have.
     let err = c
-        .create(spec("port/x", &[("network", &["network/n1"]), ("bogus", &["network/n2"])]))
+        .create(spec(
+            "port/x",
+            &[("network", &["network/n1"]), ("bogus", &["network/n2"])],
+        ))
         .await
         .unwrap_err();
     let s = expect_error(err, tonic::Code::InvalidArgument, &["refs.bogus", "port"]);
     assert_eq!(detail_field(&s), "refs.bogus");
 
     // Two targets for a single reference.
-    let err = c.create(spec("port/x", &[("network", &["network/n1", "network/n2"])])).await.unwrap_err();
+    let err = c
+        .create(spec("port/x", &[("network", &["network/n1", "network/n2"])]))
+        .await
+        .unwrap_err();
     let s = expect_error(err, tonic::Code::InvalidArgument, &["refs.network", "one target"]);
     assert_eq!(detail_field(&s), "refs.network");
 
     // The same field twice in one spec.
     let err = c
-        .create(spec("port/x", &[("network", &["network/n1"]), ("network", &["network/n2"])]))
+        .create(spec(
+            "port/x",
+            &[("network", &["network/n1"]), ("network", &["network/n2"])],
+        ))
         .await
         .unwrap_err();
     expect_error(err, tonic::Code::InvalidArgument, &["network", "twice"]);
@@ -151,7 +202,10 @@ async fn unknown_kinds_and_reference_fields() {
         matches!(code(&err), Some(tonic::Code::InvalidArgument | tonic::Code::NotFound)),
         "{err}"
     );
-    assert_eq!(c.get(&full("port/x")).await.unwrap_err().code(), Some(tonic::Code::NotFound));
+    assert_eq!(
+        c.get(&full("port/x")).await.unwrap_err().code(),
+        Some(tonic::Code::NotFound)
+    );
     still_serving(c).await;
     t.node.stop().await.unwrap();
 }
@@ -180,24 +234,44 @@ async fn reference_targets_are_checked() {
     c.create(spec("network/n", &[("project", &[OK])])).await.unwrap();
 
     // Missing target: NOT_FOUND naming the field and the target.
-    let err = c.create(spec("port/x", &[("network", &["network/missing"])])).await.unwrap_err();
+    let err = c
+        .create(spec("port/x", &[("network", &["network/missing"])]))
+        .await
+        .unwrap_err();
     let s = expect_error(err, tonic::Code::NotFound, &["refs.network", "eu-west/network/missing"]);
     assert_eq!(detail_field(&s), "refs.network");
 
     // A target of the wrong kind.
     let err = c.create(spec("port/x", &[("network", &[OK])])).await.unwrap_err();
-    expect_error(err, tonic::Code::InvalidArgument, &["refs.network", "network", "project"]);
+    expect_error(
+        err,
+        tonic::Code::InvalidArgument,
+        &["refs.network", "network", "project"],
+    );
 
     // A malformed target name.
-    let err = c.create(spec("port/x", &[("network", &["eu-west/network/Bad"])])).await.unwrap_err();
+    let err = c
+        .create(spec("port/x", &[("network", &["eu-west/network/Bad"])]))
+        .await
+        .unwrap_err();
     expect_error(err, tonic::Code::InvalidArgument, &["refs.network"]);
 
     // A list element: the index is named.
     let err = c
-        .create(spec("port/x", &[("network", &["network/n"]), ("security_groups", &["security_group/none"])]))
+        .create(spec(
+            "port/x",
+            &[
+                ("network", &["network/n"]),
+                ("security_groups", &["security_group/none"]),
+            ],
+        ))
         .await
         .unwrap_err();
-    expect_error(err, tonic::Code::NotFound, &["refs.security_groups[0]", "security_group/none"]);
+    expect_error(
+        err,
+        tonic::Code::NotFound,
+        &["refs.security_groups[0]", "security_group/none"],
+    );
 
     // A missing required reference.
     let err = c.create(spec("port/x", &[])).await.unwrap_err();
@@ -211,9 +285,15 @@ async fn reference_targets_are_checked() {
     let port = c.create(spec("port/x", &[("network", &["network/n"])])).await.unwrap();
     let err = c.update(spec("port/x", &[]), &port.etag).await.unwrap_err();
     expect_error(err, tonic::Code::InvalidArgument, &["refs.network", "required"]);
-    let err = c.update(spec("port/x", &[("network", &["network/gone"])]), "").await.unwrap_err();
+    let err = c
+        .update(spec("port/x", &[("network", &["network/gone"])]), "")
+        .await
+        .unwrap_err();
     expect_error(err, tonic::Code::NotFound, &["refs.network", "eu-west/network/gone"]);
-    let err = c.update(spec("port/missing", &[("network", &["network/n"])]), "").await.unwrap_err();
+    let err = c
+        .update(spec("port/missing", &[("network", &["network/n"])]), "")
+        .await
+        .unwrap_err();
     expect_error(err, tonic::Code::NotFound, &["eu-west/port/missing"]);
     let unchanged = c.get(&full("port/x")).await.unwrap();
     assert_eq!(unchanged.etag, port.etag, "refused updates changed nothing");
@@ -233,7 +313,11 @@ async fn bad_uids_and_operation_ids() {
 
     let mut bad = spec("port/x", &[("network", &["network/n"])]);
     bad.refs[0].targets[0].uid = "not-a-uuid".into();
-    let s = expect_error(c.create(bad).await.unwrap_err(), tonic::Code::InvalidArgument, &["uid", "not-a-uuid"]);
+    let s = expect_error(
+        c.create(bad).await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["uid", "not-a-uuid"],
+    );
     let field = detail_field(&s);
     assert!(field.contains("network") && field.ends_with(".uid"), "{field}");
 
@@ -249,13 +333,30 @@ async fn bad_uids_and_operation_ids() {
     );
     assert_eq!(detail_field(&s), "id");
     let unknown = uuid::Uuid::now_v7().to_string();
-    expect_error(c.get_operation(&unknown, 10).await.unwrap_err(), tonic::Code::NotFound, &[&unknown]);
-    expect_error(c.watch_operation("nope").await.unwrap_err(), tonic::Code::InvalidArgument, &["id"]);
-    expect_error(c.watch_operation(&unknown).await.unwrap_err(), tonic::Code::NotFound, &[&unknown]);
+    expect_error(
+        c.get_operation(&unknown, 10).await.unwrap_err(),
+        tonic::Code::NotFound,
+        &[&unknown],
+    );
+    expect_error(
+        c.watch_operation("nope").await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["id"],
+    );
+    expect_error(
+        c.watch_operation(&unknown).await.unwrap_err(),
+        tonic::Code::NotFound,
+        &[&unknown],
+    );
 
     // A bad outcomes page token on a real operation.
     c.create(spec("project/gone", &[])).await.unwrap();
-    let op = c.delete(delete_req("project/gone", false)).await.unwrap().operation.unwrap();
+    let op = c
+        .delete(delete_req("project/gone", false))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let err = c
         .raw()
         .get_operation(v1::GetOperationRequest {
@@ -288,7 +389,11 @@ async fn batch_create_is_all_or_nothing() {
     let s = expect_error(err, tonic::Code::InvalidArgument, &["resources[2]", "refs.network"]);
     assert_eq!(detail_field(&s), "resources[2].refs.network");
     for name in ["project/b1", "network/b2", "port/b3"] {
-        assert_eq!(c.get(&full(name)).await.unwrap_err().code(), Some(tonic::Code::NotFound), "{name} must not exist");
+        assert_eq!(
+            c.get(&full(name)).await.unwrap_err().code(),
+            Some(tonic::Code::NotFound),
+            "{name} must not exist"
+        );
     }
 
     // A bad uid is caught while decoding, with the index too.
@@ -298,9 +403,15 @@ async fn batch_create_is_all_or_nothing() {
     expect_error(err, tonic::Code::InvalidArgument, &["resources[1]", "uid"]);
 
     // The same name twice in one batch.
-    let err = c.batch_create(vec![spec("project/d", &[]), spec("project/d", &[])]).await.unwrap_err();
+    let err = c
+        .batch_create(vec![spec("project/d", &[]), spec("project/d", &[])])
+        .await
+        .unwrap_err();
     expect_error(err, tonic::Code::AlreadyExists, &["eu-west/project/d"]);
-    assert_eq!(c.get(&full("project/d")).await.unwrap_err().code(), Some(tonic::Code::NotFound));
+    assert_eq!(
+        c.get(&full("project/d")).await.unwrap_err().code(),
+        Some(tonic::Code::NotFound)
+    );
 
     // Sizes.
     let err = c.batch_create(Vec::new()).await.unwrap_err();
@@ -308,13 +419,24 @@ async fn batch_create_is_all_or_nothing() {
     let too_many: Vec<_> = (0..1001).map(|i| spec(&format!("project/many-{i}"), &[])).collect();
     let err = c.batch_create(too_many).await.unwrap_err();
     expect_error(err, tonic::Code::InvalidArgument, &["resources", "1000"]);
-    assert_eq!(c.get(&full("project/many-0")).await.unwrap_err().code(), Some(tonic::Code::NotFound));
+    assert_eq!(
+        c.get(&full("project/many-0")).await.unwrap_err().code(),
+        Some(tonic::Code::NotFound)
+    );
     let listed = c.list(v1::ListRequest::default()).await.unwrap().resources;
-    assert_eq!(listed.len(), 1, "only the seed resource: {:?}", listed.iter().map(|r| &r.name).collect::<Vec<_>>());
+    assert_eq!(
+        listed.len(),
+        1,
+        "only the seed resource: {:?}",
+        listed.iter().map(|r| &r.name).collect::<Vec<_>>()
+    );
 
     // The maximum is accepted.
     let max: Vec<_> = (0..1000).map(|i| spec(&format!("project/many-{i}"), &[])).collect();
-    assert_eq!(c.batch_create(max).await.expect("1000 resources in one batch").len(), 1000);
+    assert_eq!(
+        c.batch_create(max).await.expect("1000 resources in one batch").len(),
+        1000
+    );
     still_serving(c).await;
     t.node.stop().await.unwrap();
 }
@@ -334,7 +456,11 @@ async fn preconditions_regions_and_request_shape() {
     assert_eq!(c.get(&full(OK)).await.unwrap().etag, ok.etag);
 
     // Another region's resource (routing is a later issue): refused, naming the region.
-    expect_error(c.get("us-east/port/x").await.unwrap_err(), tonic::Code::InvalidArgument, &["region", "us-east"]);
+    expect_error(
+        c.get("us-east/port/x").await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["region", "us-east"],
+    );
     expect_error(
         c.create(raw_spec("us-east/project/x")).await.unwrap_err(),
         tonic::Code::InvalidArgument,
@@ -379,13 +505,25 @@ async fn preconditions_regions_and_request_shape() {
     // Finalizers and attributes are bounded.
     let mut dup = spec("project/f", &[]);
     dup.finalizers = vec!["a".into(), "a".into()];
-    expect_error(c.create(dup).await.unwrap_err(), tonic::Code::InvalidArgument, &["finalizers"]);
+    expect_error(
+        c.create(dup).await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["finalizers"],
+    );
     let mut long = spec("project/f", &[]);
     long.attributes.insert("k".into(), "v".repeat(5000));
-    expect_error(c.create(long).await.unwrap_err(), tonic::Code::InvalidArgument, &["attributes.k"]);
+    expect_error(
+        c.create(long).await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["attributes.k"],
+    );
     let mut empty_key = spec("project/f", &[]);
     empty_key.attributes.insert(String::new(), "v".into());
-    expect_error(c.create(empty_key).await.unwrap_err(), tonic::Code::InvalidArgument, &["attributes"]);
+    expect_error(
+        c.create(empty_key).await.unwrap_err(),
+        tonic::Code::InvalidArgument,
+        &["attributes"],
+    );
 
     // Missing resources: NOT_FOUND, unless allow_missing.
     expect_error(
@@ -437,7 +575,10 @@ async fn serve_refuses(extra: &[&str], needle: &str) {
     let out = run_cascade(&args).await;
     let err = stderr(&out);
     assert!(!out.status.success(), "cascade {args:?} should fail; stderr: {err}");
-    assert!(err.contains(needle), "cascade {args:?}: stderr should contain {needle:?}: {err}");
+    assert!(
+        err.contains(needle),
+        "cascade {args:?}: stderr should contain {needle:?}: {err}"
+    );
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("listening on"),
         "cascade {args:?} must not start listening"
@@ -455,7 +596,10 @@ async fn serve_refuses_a_bad_schema_or_configuration() {
         path.to_str().unwrap().to_owned()
     };
 
-    let bad_schema = write("bad.toml", "[kinds.port.refs.network]\nkind = \"netwrk\"\non_delete = \"cascade\"\n");
+    let bad_schema = write(
+        "bad.toml",
+        "[kinds.port.refs.network]\nkind = \"netwrk\"\non_delete = \"cascade\"\n",
+    );
     serve_refuses(
         &["--region", "eu-west", "--data-dir", data, "--schema", &bad_schema],
         "kinds.port.refs.network: unknown kind \"netwrk\"",
@@ -463,7 +607,11 @@ async fn serve_refuses_a_bad_schema_or_configuration() {
     .await;
 
     let not_toml = write("not-toml.toml", "[kinds.port\n");
-    serve_refuses(&["--region", "eu-west", "--data-dir", data, "--schema", &not_toml], "not valid TOML").await;
+    serve_refuses(
+        &["--region", "eu-west", "--data-dir", data, "--schema", &not_toml],
+        "not valid TOML",
+    )
+    .await;
 
     let unset_required = write(
         "unset-required.toml",
@@ -477,7 +625,14 @@ async fn serve_refuses_a_bad_schema_or_configuration() {
 
     let missing = dir.path().join("no-such-schema.toml");
     serve_refuses(
-        &["--region", "eu-west", "--data-dir", data, "--schema", missing.to_str().unwrap()],
+        &[
+            "--region",
+            "eu-west",
+            "--data-dir",
+            data,
+            "--schema",
+            missing.to_str().unwrap(),
+        ],
         "no-such-schema.toml",
     )
     .await;
@@ -495,7 +650,16 @@ async fn serve_refuses_a_bad_schema_or_configuration() {
     serve_refuses(&["--config", &zero_budget, "--data-dir", data], "deletion.batch_budget").await;
 
     // An unparsable listen address (the listen flag given last wins).
-    let out = run_cascade(&["serve", "--region", "eu-west", "--data-dir", data, "--listen", "nowhere"]).await;
+    let out = run_cascade(&[
+        "serve",
+        "--region",
+        "eu-west",
+        "--data-dir",
+        data,
+        "--listen",
+        "nowhere",
+    ])
+    .await;
     assert!(!out.status.success());
     assert!(stderr(&out).contains("listen"), "{}", stderr(&out));
 }
@@ -508,15 +672,30 @@ async fn cli_reports_server_errors() {
     let out = run_cascade(&["--server", &server, "get", "eu-west/network/missing"]).await;
     let err = stderr(&out);
     assert!(!out.status.success(), "stderr: {err}");
-    assert!(err.contains("NotFound") && err.contains("eu-west/network/missing"), "{err}");
+    assert!(
+        err.contains("NotFound") && err.contains("eu-west/network/missing"),
+        "{err}"
+    );
 
     let out = run_cascade(&["--server", &server, "get", "nope"]).await;
     assert!(!out.status.success());
     assert!(stderr(&out).contains("InvalidArgument"), "{}", stderr(&out));
 
-    let out = run_cascade(&["--server", &server, "create", "eu-west/port/x", "--ref", "network=eu-west/network/missing"]).await;
+    let out = run_cascade(&[
+        "--server",
+        &server,
+        "create",
+        "eu-west/port/x",
+        "--ref",
+        "network=eu-west/network/missing",
+    ])
+    .await;
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("NotFound") && stderr(&out).contains("refs.network"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("NotFound") && stderr(&out).contains("refs.network"),
+        "{}",
+        stderr(&out)
+    );
 
     // And a successful command against the same node.
     let out = run_cascade(&["--server", &server, "get", &full(OK)]).await;

@@ -38,12 +38,8 @@ pub async fn start_node_with(schema: &str, tweak: impl FnOnce(&mut NodeSettings)
     settings.tick = Duration::from_millis(50);
     tweak(&mut settings);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let node = RunningNode::start(settings, listener)
-        .await
-        .expect("node starts");
-    let client = Client::connect(&node.endpoint())
-        .await
-        .expect("client connects");
+    let node = RunningNode::start(settings, listener).await.expect("node starts");
+    let client = Client::connect(&node.endpoint()).await.expect("client connects");
     TestNode { node, client, dir }
 }
 
@@ -112,16 +108,12 @@ where
 /// Waits until `name` answers NOT_FOUND.
 pub async fn wait_gone(client: &Client, name: &str) {
     let name = full(name);
-    eventually(
-        Duration::from_secs(30),
-        &format!("{name} to be purged"),
-        || async {
-            match client.get(&name).await {
-                Err(e) if e.code() == Some(tonic::Code::NotFound) => Some(()),
-                _ => None,
-            }
-        },
-    )
+    eventually(Duration::from_secs(30), &format!("{name} to be purged"), || async {
+        match client.get(&name).await {
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => Some(()),
+            _ => None,
+        }
+    })
     .await
 }
 

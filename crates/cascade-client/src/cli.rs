@@ -123,9 +123,9 @@ fn parse_spec(args: &SpecArgs) -> Result<v1::ResourceSpec, ClientError> {
     }
     let mut refs: BTreeMap<String, Vec<v1::ObjectRef>> = BTreeMap::new();
     for r in &args.refs {
-        let (field, targets) = r.split_once('=').ok_or_else(|| {
-            ClientError::Usage(format!("--ref {r:?}: expected FIELD=TARGET[,TARGET…]"))
-        })?;
+        let (field, targets) = r
+            .split_once('=')
+            .ok_or_else(|| ClientError::Usage(format!("--ref {r:?}: expected FIELD=TARGET[,TARGET…]")))?;
         let entry = refs.entry(field.to_owned()).or_default();
         for t in targets.split(',').filter(|t| !t.is_empty()) {
             entry.push(v1::ObjectRef {
@@ -218,9 +218,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             }
         }
         Command::Update { spec, etag } => {
-            let r = client
-                .update(parse_spec(&spec)?, etag.as_deref().unwrap_or(""))
-                .await?;
+            let r = client.update(parse_spec(&spec)?, etag.as_deref().unwrap_or("")).await?;
             if json {
                 print_json(&render::resource_json(&r));
             } else {
@@ -257,9 +255,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             }
             let Some(op) = response.operation else {
                 if json {
-                    print_json(
-                        &serde_json::json!({"deleted": false, "reason": "not found (allow_missing)"}),
-                    );
+                    print_json(&serde_json::json!({"deleted": false, "reason": "not found (allow_missing)"}));
                 } else {
                     println!("{name} does not exist; nothing to delete");
                 }

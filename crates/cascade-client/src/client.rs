@@ -9,9 +9,7 @@ use tonic::{Code, Status, Streaming};
 pub enum ClientError {
     #[error("invalid server address {addr:?}: {message}")]
     Address { addr: String, message: String },
-    #[error(
-        "cannot connect to {addr}: {message} (is a node running there? `cascade demo` starts one)"
-    )]
+    #[error("cannot connect to {addr}: {message} (is a node running there? `cascade demo` starts one)")]
     Connect { addr: String, message: String },
     /// The server refused or failed the call.
     #[error("{}", describe_status(.0))]
@@ -54,11 +52,10 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(addr: &str) -> Result<Self, ClientError> {
-        let endpoint =
-            Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
-                addr: addr.to_owned(),
-                message: e.to_string(),
-            })?;
+        let endpoint = Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
+            addr: addr.to_owned(),
+            message: e.to_string(),
+        })?;
         let channel = endpoint
             .connect_timeout(std::time::Duration::from_secs(5))
             .connect()
@@ -82,30 +79,17 @@ impl Client {
     }
 
     pub async fn create(&self, spec: v1::ResourceSpec) -> Result<v1::Resource, ClientError> {
-        let req = v1::CreateRequest {
-            resource: Some(spec),
-        };
+        let req = v1::CreateRequest { resource: Some(spec) };
         Ok(self.inner.clone().create(req).await?.into_inner())
     }
 
-    pub async fn batch_create(
-        &self,
-        specs: Vec<v1::ResourceSpec>,
-    ) -> Result<Vec<v1::Resource>, ClientError> {
+    pub async fn batch_create(&self, specs: Vec<v1::ResourceSpec>) -> Result<Vec<v1::Resource>, ClientError> {
         let req = v1::BatchCreateRequest { resources: specs };
-        Ok(self
-            .inner
-            .clone()
-            .batch_create(req)
-            .await?
-            .into_inner()
-            .resources)
+        Ok(self.inner.clone().batch_create(req).await?.into_inner().resources)
     }
 
     pub async fn get(&self, name: &str) -> Result<v1::Resource, ClientError> {
-        let req = v1::GetRequest {
-            name: name.to_owned(),
-        };
+        let req = v1::GetRequest { name: name.to_owned() };
         Ok(self.inner.clone().get(req).await?.into_inner())
     }
 
@@ -113,11 +97,7 @@ impl Client {
         Ok(self.inner.clone().list(req).await?.into_inner())
     }
 
-    pub async fn update(
-        &self,
-        spec: v1::ResourceSpec,
-        etag: &str,
-    ) -> Result<v1::Resource, ClientError> {
+    pub async fn update(&self, spec: v1::ResourceSpec, etag: &str) -> Result<v1::Resource, ClientError> {
         let req = v1::UpdateRequest {
             resource: Some(spec),
             etag: etag.to_owned(),
@@ -129,11 +109,7 @@ impl Client {
         Ok(self.inner.clone().delete(req).await?.into_inner())
     }
 
-    pub async fn get_operation(
-        &self,
-        id: &str,
-        outcomes: u32,
-    ) -> Result<v1::Operation, ClientError> {
+    pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
         let req = v1::GetOperationRequest {
             id: id.to_owned(),
             outcomes_page_size: outcomes,
@@ -147,11 +123,7 @@ impl Client {
         Ok(self.inner.clone().watch_operation(req).await?.into_inner())
     }
 
-    pub async fn watch(
-        &self,
-        from_revision: u64,
-        kind: &str,
-    ) -> Result<Streaming<v1::WatchEvent>, ClientError> {
+    pub async fn watch(&self, from_revision: u64, kind: &str) -> Result<Streaming<v1::WatchEvent>, ClientError> {
         let req = v1::WatchRequest {
             from_revision,
             kind: kind.to_owned(),

@@ -56,11 +56,7 @@ pub fn resource_json(r: &v1::Resource) -> Value {
     });
     if let Some(d) = &r.deletion {
         let status = v1::DeletionStatus::try_from(d.status)
-            .map(|s| {
-                s.as_str_name()
-                    .trim_start_matches("DELETION_STATUS_")
-                    .to_owned()
-            })
+            .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
             .unwrap_or_default();
         v["deletion"] = json!({
             "deleted_at_ms": d.deleted_at_ms,
@@ -76,13 +72,7 @@ pub fn resource_json(r: &v1::Resource) -> Value {
 }
 
 pub fn resource_text(r: &v1::Resource) -> String {
-    let mut out = format!(
-        "{}  {}  uid={} etag={}\n",
-        r.name,
-        state_name(r.state),
-        r.uid,
-        r.etag
-    );
+    let mut out = format!("{}  {}  uid={} etag={}\n", r.name, state_name(r.state), r.uid, r.etag);
     let mut attributes: Vec<_> = r.attributes.iter().collect();
     attributes.sort();
     for (k, v) in attributes {
@@ -164,11 +154,7 @@ pub fn operation_text(op: &v1::Operation) -> String {
     );
     for o in &op.outcomes {
         let action = v1::OutcomeAction::try_from(o.action)
-            .map(|a| {
-                a.as_str_name()
-                    .trim_start_matches("OUTCOME_ACTION_")
-                    .to_owned()
-            })
+            .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
             .unwrap_or_default();
         let name = o.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
         let detail = match (o.field.is_empty(), o.message.is_empty()) {

@@ -39,10 +39,7 @@ pub enum CoreError {
     #[error("{0} not found")]
     NotFound(ResourceName),
     #[error("{name} already exists{detail}")]
-    AlreadyExists {
-        name: ResourceName,
-        detail: &'static str,
-    },
+    AlreadyExists { name: ResourceName, detail: &'static str },
     /// A reference (or a create under a parent) to a target being deleted.
     #[error("{field}: {target} is being deleted")]
     TargetDeleting { field: String, target: ResourceName },
@@ -86,12 +83,7 @@ pub enum CoreError {
     Storage(#[from] StorageError),
 }
 
-fn describe_refusal(
-    name: &ResourceName,
-    blockers: &[Dependent],
-    dependents: &[Dependent],
-    more: usize,
-) -> String {
+fn describe_refusal(name: &ResourceName, blockers: &[Dependent], dependents: &[Dependent], more: usize) -> String {
     let list = |items: &[Dependent]| {
         items
             .iter()
@@ -121,12 +113,12 @@ fn describe_refusal(
 impl CoreError {
     pub fn code(&self) -> ErrorCode {
         match self {
-            CoreError::InvalidName(_)
-            | CoreError::InvalidArgument { .. }
-            | CoreError::WrongRegion { .. } => ErrorCode::InvalidArgument,
-            CoreError::NotFound(_)
-            | CoreError::TargetNotFound { .. }
-            | CoreError::OperationNotFound(_) => ErrorCode::NotFound,
+            CoreError::InvalidName(_) | CoreError::InvalidArgument { .. } | CoreError::WrongRegion { .. } => {
+                ErrorCode::InvalidArgument
+            }
+            CoreError::NotFound(_) | CoreError::TargetNotFound { .. } | CoreError::OperationNotFound(_) => {
+                ErrorCode::NotFound
+            }
             CoreError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
             CoreError::TargetDeleting { .. }
             | CoreError::TargetUidMismatch { .. }

@@ -27,7 +27,5 @@ pub mod state;
 pub use error::{CoreError, ErrorCode};
 pub use model::*;
 pub use name::{IdSource, OperationId, RegionId, ResourceName, SequentialIds, Uid};
-pub use protocol::{
-    Ctx, DeleteOutcome, DeleteRequest, Plan, Policy, RefRequest, ResourceSpec, Step,
-};
+pub use protocol::{Ctx, DeleteOutcome, DeleteRequest, Plan, Policy, RefRequest, ResourceSpec, Step};
 pub use schema::{OnDelete, Schema, SchemaError};

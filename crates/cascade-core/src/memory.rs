@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp,
-    WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::state::{StateRead, WriteSet};
@@ -56,12 +55,7 @@ impl StateRead for MemoryState {
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError> {
         Ok(self.uid_index.get(&uid).cloned())
     }
-    fn backrefs(
-        &self,
-        target: Uid,
-        after: Option<&BackRefKey>,
-        limit: usize,
-    ) -> Result<Vec<BackRef>, StorageError> {
+    fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError> {
         Ok(self
             .backrefs
             .iter()
@@ -79,11 +73,7 @@ impl StateRead for MemoryState {
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
         Ok(self.work.get(&uid).cloned())
     }
-    fn outcome(
-        &self,
-        op: OperationId,
-        name: &ResourceName,
-    ) -> Result<Option<Outcome>, StorageError> {
+    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
         Ok(self.outcomes.get(&(op, name.clone())).cloned())
     }
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {

@@ -13,9 +13,7 @@ use crate::schema::OnDelete;
 
 /// Milliseconds since the Unix epoch. The core never reads a clock: every
 /// command carries `now`, so tests and simulations control time.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Timestamp(pub u64);
 
@@ -128,10 +126,7 @@ pub enum DeletionStatus {
     /// Work is queued or under way.
     Pending,
     /// Waiting on live `block` references (or finalizers).
-    Blocked {
-        blockers: Vec<Blocker>,
-        reason: String,
-    },
+    Blocked { blockers: Vec<Blocker>, reason: String },
     /// Gave up after the maximum number of attempts; an operator acts.
     Failed { error: String },
 }

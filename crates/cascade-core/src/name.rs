@@ -38,10 +38,7 @@ impl RegionId {
             value: value.to_owned(),
             reason,
         };
-        let first = value
-            .bytes()
-            .next()
-            .ok_or_else(|| err("must not be empty"))?;
+        let first = value.bytes().next().ok_or_else(|| err("must not be empty"))?;
         if !first.is_ascii_lowercase() {
             return Err(err("must start with a lowercase letter"));
         }
@@ -85,10 +82,7 @@ pub fn validate_kind(value: &str) -> Result<(), NameError> {
         value: value.to_owned(),
         reason,
     };
-    let first = value
-        .bytes()
-        .next()
-        .ok_or_else(|| err("must not be empty"))?;
+    let first = value.bytes().next().ok_or_else(|| err("must not be empty"))?;
     if !first.is_ascii_lowercase() {
         return Err(err("must start with a lowercase letter"));
     }
@@ -123,8 +117,7 @@ impl ResourceName {
             reason,
         };
         let mut parts = value.split('/');
-        let (Some(region), Some(kind), Some(id), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(region), Some(kind), Some(id), None) = (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(err("must have the form {region}/{kind}/{id}"));
         };
@@ -235,13 +228,11 @@ pub struct OperationId(pub Uuid);
 
 impl OperationId {
     pub fn parse(value: &str) -> Result<Self, NameError> {
-        Uuid::parse_str(value)
-            .map(OperationId)
-            .map_err(|_| NameError {
-                what: "operation id",
-                value: value.to_owned(),
-                reason: "must be a UUID",
-            })
+        Uuid::parse_str(value).map(OperationId).map_err(|_| NameError {
+            what: "operation id",
+            value: value.to_owned(),
+            reason: "must be a UUID",
+        })
     }
 }
 

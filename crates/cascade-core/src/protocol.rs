@@ -27,9 +27,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::error::{describe_blockers, CoreError, Dependent};
 use crate::model::{
-    BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType,
-    Operation, OperationState, Outcome, OutcomeAction, Progress, RefTarget, Resource,
-    ResourceState, Timestamp, WorkItem,
+    BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
+    OperationState, Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
 };
 use crate::name::{IdSource, OperationId, RegionId, ResourceName, Uid};
 use crate::schema::{OnDelete, Schema};
@@ -236,24 +235,14 @@ pub fn update<S: StateRead + ?Sized>(
     let name = local_name(ctx, &spec.name, "name")?;
     validate_attributes(&spec.attributes, "attributes")?;
     validate_finalizers(&spec.finalizers, "finalizers")?;
-    let Some(current) = tx
-        .resource(&name)?
-        .filter(|r| r.state != ResourceState::Creating)
-    else {
+    let Some(current) = tx.resource(&name)?.filter(|r| r.state != ResourceState::Creating) else {
         return Err(CoreError::NotFound(name));
     };
     check_etag(&current, etag)?;
     if current.state == ResourceState::Deleting {
         return finish_finalizers(tx, ctx, current, spec);
     }
-    let refs = resolve_refs(
-        &tx,
-        ctx,
-        name.kind(),
-        &spec.refs,
-        "refs",
-        Some(&current.refs),
-    )?;
+    let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, "refs", Some(&current.refs))?;
     let mut next = current.clone();
     next.attributes = spec.attributes;
     next.refs = refs;
@@ -282,17 +271,10 @@ fn finish_finalizers<S: StateRead + ?Sized>(
 ) -> Result<Step<Resource>, CoreError> {
     let refs_unchanged = spec.refs.iter().all(|(f, targets)| {
         current.refs.get(f).is_some_and(|have| {
-            have.len() == targets.len()
-                && have
-                    .iter()
-                    .zip(targets)
-                    .all(|(h, t)| h.name.as_str() == t.name)
+            have.len() == targets.len() && have.iter().zip(targets).all(|(h, t)| h.name.as_str() == t.name)
         })
     }) && spec.refs.len() == current.refs.len();
-    let only_removes = spec
-        .finalizers
-        .iter()
-        .all(|f| current.finalizers.contains(f));
+    let only_removes = spec.finalizers.iter().all(|f| current.finalizers.contains(f));
     if spec.attributes != current.attributes || !refs_unchanged || !only_removes {
         return Err(CoreError::Deleting { name: current.name });
     }
@@ -300,14 +282,7 @@ fn finish_finalizers<S: StateRead + ?Sized>(
     next.finalizers = spec.finalizers;
     next.update_time = ctx.now;
     let uid = next.uid;
-    let next = put_with_event(
-        &mut tx,
-        ctx,
-        next,
-        EventType::Updated,
-        None,
-        "finalizers removed",
-    )?;
+    let next = put_with_event(&mut tx, ctx, next, EventType::Updated, None, "finalizers removed")?;
     wake_if_deleting(&mut tx, ctx, uid)?;
     Ok(Step {
         value: next,
@@ -541,10 +516,7 @@ fn plan<S: StateRead + ?Sized>(
 }
 
 /// Runs one bounded batch of due deletion work.
-pub fn process_work<S: StateRead + ?Sized>(
-    state: &S,
-    ctx: Ctx<'_>,
-) -> Result<Step<WorkReport>, CoreError> {
+pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<Step<WorkReport>, CoreError> {
     let mut tx = Tx::new(state);
     let due = tx.due_work(ctx.now, ctx.policy.batch_items)?;
     let mut report = WorkReport {
@@ -688,27 +660,13 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             from: target.name.clone(),
             field: b.field.clone(),
         };
-        enter_deleting(
-            tx,
-            ctx,
-            referrer,
-            reason,
-            record.operation,
-            &record.requested_by,
-        )?;
+        enter_deleting(tx, ctx, referrer, reason, record.operation, &record.requested_by)?;
         report.cascaded += 1;
         return Ok(());
     }
     referrer.update_time = ctx.now;
     let message = format!("{} cleared: {} is being deleted", b.field, target.name);
-    let referrer = put_with_event(
-        tx,
-        ctx,
-        referrer,
-        EventType::Updated,
-        Some(record.operation),
-        &message,
-    )?;
+    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(record.operation), &message)?;
     tx.put_outcome(
         record.operation,
         Outcome {
@@ -743,14 +701,7 @@ fn enter_deleting<S: StateRead + ?Sized>(
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
-    let resource = put_with_event(
-        tx,
-        ctx,
-        resource,
-        EventType::Deleting,
-        Some(operation),
-        &message,
-    )?;
+    let resource = put_with_event(tx, ctx, resource, EventType::Deleting, Some(operation), &message)?;
     let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
@@ -828,22 +779,15 @@ fn hold<S: StateRead + ?Sized>(
     work.attempts = if changed { 1 } else { work.attempts + 1 };
     if work.attempts > ctx.policy.max_attempts {
         let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
-        let error = format!(
-            "gave up after {} attempts: {reason}",
-            ctx.policy.max_attempts
-        );
-        record.status = DeletionStatus::Failed {
-            error: error.clone(),
-        };
+        let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
+        record.status = DeletionStatus::Failed { error: error.clone() };
         tx.put_deletion(record);
         tx.remove_work(resource.uid);
         tx.put_outcome(
             op,
             Outcome {
                 resource: target.clone(),
-                action: OutcomeAction::Failed {
-                    error: error.clone(),
-                },
+                action: OutcomeAction::Failed { error: error.clone() },
                 time: ctx.now,
             },
         );
@@ -957,11 +901,7 @@ fn update_operation<S: StateRead + ?Sized>(
 }
 
 /// Queues a deletion to be looked at now (a back-reference to it went away).
-fn wake_if_deleting<S: StateRead + ?Sized>(
-    tx: &mut Tx<'_, S>,
-    ctx: Ctx<'_>,
-    uid: Uid,
-) -> Result<(), CoreError> {
+fn wake_if_deleting<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
     let Some(record) = tx.deletion(uid)? else {
         return Ok(());
     };
@@ -1047,21 +987,16 @@ fn local_name(ctx: Ctx<'_>, raw: &str, field: &str) -> Result<ResourceName, Core
 
 fn check_etag(resource: &Resource, etag: Option<&str>) -> Result<(), CoreError> {
     match etag {
-        Some(expected) if !expected.is_empty() && expected != resource.etag() => {
-            Err(CoreError::EtagMismatch {
-                name: resource.name.clone(),
-                expected: expected.to_owned(),
-                actual: resource.etag(),
-            })
-        }
+        Some(expected) if !expected.is_empty() && expected != resource.etag() => Err(CoreError::EtagMismatch {
+            name: resource.name.clone(),
+            expected: expected.to_owned(),
+            actual: resource.etag(),
+        }),
         _ => Ok(()),
     }
 }
 
-fn validate_attributes(
-    attributes: &BTreeMap<String, String>,
-    field: &str,
-) -> Result<(), CoreError> {
+fn validate_attributes(attributes: &BTreeMap<String, String>, field: &str) -> Result<(), CoreError> {
     if attributes.len() > MAX_ATTRIBUTES {
         return Err(CoreError::invalid(
             field,
@@ -1093,8 +1028,7 @@ fn validate_finalizers(finalizers: &[String], field: &str) -> Result<(), CoreErr
         ));
     }
     let unique: BTreeSet<&String> = finalizers.iter().collect();
-    if unique.len() != finalizers.len() || finalizers.iter().any(|f| f.is_empty() || f.len() > 128)
-    {
+    if unique.len() != finalizers.len() || finalizers.iter().any(|f| f.is_empty() || f.len() > 128) {
         return Err(CoreError::invalid(
             field,
             "finalizers must be unique, non-empty, at most 128 bytes",
@@ -1123,12 +1057,10 @@ fn resolve_refs<S: StateRead + ?Sized>(
     let mut out = BTreeMap::new();
     for (field, targets) in requested {
         let path = format!("{field_prefix}.{field}");
-        let spec = kind_spec.refs.get(field).ok_or_else(|| {
-            CoreError::invalid(
-                &path,
-                format!("kind {kind:?} has no reference field {field:?}"),
-            )
-        })?;
+        let spec = kind_spec
+            .refs
+            .get(field)
+            .ok_or_else(|| CoreError::invalid(&path, format!("kind {kind:?} has no reference field {field:?}")))?;
         if targets.is_empty() {
             continue;
         }
@@ -1151,8 +1083,7 @@ fn resolve_refs<S: StateRead + ?Sized>(
             } else {
                 path.clone()
             };
-            let name =
-                ResourceName::parse(&t.name).map_err(|e| CoreError::invalid(&at, e.to_string()))?;
+            let name = ResourceName::parse(&t.name).map_err(|e| CoreError::invalid(&at, e.to_string()))?;
             if name.kind() != spec.kind {
                 return Err(CoreError::invalid(
                     &at,
@@ -1169,10 +1100,9 @@ fn resolve_refs<S: StateRead + ?Sized>(
                 return Err(CoreError::invalid(&at, format!("{name} is listed twice")));
             }
             if spec.on_delete == OnDelete::AllowDangling {
-                let kept = existing.and_then(|e| e.get(field)).and_then(|old| {
-                    old.iter()
-                        .find(|o| o.name == name && t.uid.is_none_or(|u| u == o.uid))
-                });
+                let kept = existing
+                    .and_then(|e| e.get(field))
+                    .and_then(|old| old.iter().find(|o| o.name == name && t.uid.is_none_or(|u| u == o.uid)));
                 if let Some(kept) = kept {
                     resolved.push(kept.clone());
                     continue;
@@ -1209,10 +1139,7 @@ fn resolve_refs<S: StateRead + ?Sized>(
                     });
                 }
             }
-            resolved.push(RefTarget {
-                name,
-                uid: target.uid,
-            });
+            resolved.push(RefTarget { name, uid: target.uid });
         }
         out.insert(field.clone(), resolved);
     }

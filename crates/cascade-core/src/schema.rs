@@ -120,8 +120,7 @@ pub const MAX_REFS_PER_KIND: usize = 128;
 
 impl Schema {
     pub fn from_toml(text: &str) -> Result<Self, SchemaError> {
-        let file: SchemaFile =
-            toml::from_str(text).map_err(|e| SchemaError::Syntax(e.to_string()))?;
+        let file: SchemaFile = toml::from_str(text).map_err(|e| SchemaError::Syntax(e.to_string()))?;
         Self::new(file.kinds)
     }
 
@@ -133,8 +132,7 @@ impl Schema {
             return Err(invalid("kinds", format!("more than {MAX_KINDS} kinds")));
         }
         for (kind, spec) in &kinds {
-            validate_kind(kind)
-                .map_err(|e: NameError| invalid(format!("kinds.{kind}"), e.reason))?;
+            validate_kind(kind).map_err(|e: NameError| invalid(format!("kinds.{kind}"), e.reason))?;
             if spec.refs.len() > MAX_REFS_PER_KIND {
                 return Err(invalid(
                     format!("kinds.{kind}.refs"),
@@ -143,8 +141,7 @@ impl Schema {
             }
             for (field, r) in &spec.refs {
                 let path = format!("kinds.{kind}.refs.{field}");
-                validate_kind(field)
-                    .map_err(|e| invalid(&path, format!("field name {}", e.reason)))?;
+                validate_kind(field).map_err(|e| invalid(&path, format!("field name {}", e.reason)))?;
                 if !kinds.contains_key(&r.kind) {
                     return Err(invalid(path, format!("unknown kind {:?}", r.kind)));
                 }
@@ -258,10 +255,7 @@ on_delete = "cascade"
 "#,
         )
         .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            r#"kinds.port.refs.network: unknown kind "netwrk""#
-        );
+        assert_eq!(err.to_string(), r#"kinds.port.refs.network: unknown kind "netwrk""#);
     }
 
     #[test]
@@ -283,8 +277,7 @@ required = true
 
     #[test]
     fn bad_on_delete_and_unknown_keys_are_syntax_errors() {
-        let err = Schema::from_toml("[kinds.a.refs.b]\nkind = \"a\"\non_delete = \"explode\"\n")
-            .unwrap_err();
+        let err = Schema::from_toml("[kinds.a.refs.b]\nkind = \"a\"\non_delete = \"explode\"\n").unwrap_err();
         assert!(err.to_string().contains("explode"), "{err}");
         let err = Schema::from_toml("[kinds.a]\ncolour = 1\n").unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");

@@ -14,8 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp,
-    WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 
@@ -24,21 +23,12 @@ pub trait StateRead {
     fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError>;
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError>;
     /// Back-references of `target`, in key order, after `after` (exclusive).
-    fn backrefs(
-        &self,
-        target: Uid,
-        after: Option<&BackRefKey>,
-        limit: usize,
-    ) -> Result<Vec<BackRef>, StorageError>;
+    fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError>;
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError>;
     fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError>;
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError>;
     /// What an operation last recorded for a resource.
-    fn outcome(
-        &self,
-        op: OperationId,
-        name: &ResourceName,
-    ) -> Result<Option<Outcome>, StorageError>;
+    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError>;
     /// Up to `limit` queue entries whose `next_attempt_at <= now`.
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError>;
     /// The revision the next event gets.
@@ -147,16 +137,11 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         limit: usize,
     ) -> Result<Vec<BackRef>, StorageError> {
         let in_range = |k: &BackRefKey| k.target == target && after.is_none_or(|a| k > a);
-        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> = self
-            .writes
-            .backrefs
-            .iter()
-            .filter(|(k, _)| in_range(k))
-            .collect();
+        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> =
+            self.writes.backrefs.iter().filter(|(k, _)| in_range(k)).collect();
         // Ask the base for enough rows that overlay deletions cannot starve the page.
         let base = self.base.backrefs(target, after, limit + overlay.len())?;
-        let mut merged: BTreeMap<BackRefKey, BackRef> =
-            base.into_iter().map(|b| (b.key(), b)).collect();
+        let mut merged: BTreeMap<BackRefKey, BackRef> = base.into_iter().map(|b| (b.key(), b)).collect();
         for (k, v) in overlay {
             match v {
                 Some(b) => merged.insert(k.clone(), b.clone()),
@@ -200,11 +185,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.writes.operations.insert(op.id, Some(op));
     }
 
-    pub fn outcome(
-        &self,
-        op: OperationId,
-        name: &ResourceName,
-    ) -> Result<Option<Outcome>, StorageError> {
+    pub fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
         match self.writes.outcomes.get(&(op, name.clone())) {
             Some(v) => Ok(Some(v.clone())),
             None => self.base.outcome(op, name),

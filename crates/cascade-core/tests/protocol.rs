@@ -29,10 +29,7 @@ fn spec_owned(name: &str, refs: Vec<(String, Vec<String>)>) -> ResourceSpec {
         refs: refs
             .into_iter()
             .map(|(field, targets)| {
-                let targets = targets
-                    .into_iter()
-                    .map(|t| RefRequest { name: t, uid: None })
-                    .collect();
+                let targets = targets.into_iter().map(|t| RefRequest { name: t, uid: None }).collect();
                 (field, targets)
             })
             .collect(),
@@ -206,10 +203,7 @@ impl World {
     }
 
     fn outcome(&self, op: OperationId, name: &str) -> Option<OutcomeAction> {
-        self.state
-            .outcomes
-            .get(&(op, rn(name)))
-            .map(|o| o.action.clone())
+        self.state.outcomes.get(&(op, rn(name))).map(|o| o.action.clone())
     }
 
     fn check(&self) {
@@ -229,11 +223,7 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
     // The uid index and the resources agree.
     for (name, r) in &state.resources {
         assert_eq!(&r.name, name, "resource stored under another name");
-        assert_eq!(
-            state.uid_index.get(&r.uid),
-            Some(name),
-            "uid index of {name}"
-        );
+        assert_eq!(state.uid_index.get(&r.uid), Some(name), "uid index of {name}");
         assert_ne!(r.state, ResourceState::Creating, "{name} left CREATING");
     }
     for (uid, name) in &state.uid_index {
@@ -250,21 +240,13 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             .filter(|r| r.uid == uid)
     };
 
-    for r in state
-        .resources
-        .values()
-        .filter(|r| r.state == ResourceState::Active)
-    {
+    for r in state.resources.values().filter(|r| r.state == ResourceState::Active) {
         let kind = schema
             .kind(r.kind())
             .unwrap_or_else(|| panic!("{}: unknown kind", r.name));
         for (field, spec) in &kind.refs {
             if spec.required {
-                assert!(
-                    r.refs.contains_key(field),
-                    "{}: required {field} missing",
-                    r.name
-                );
+                assert!(r.refs.contains_key(field), "{}: required {field} missing", r.name);
             }
         }
         for (field, ts) in &r.refs {
@@ -283,12 +265,8 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             }
             for t in ts {
                 // (1) no dangling tracked reference.
-                let target = by_uid(t.uid).unwrap_or_else(|| {
-                    panic!(
-                        "(1) {} field {field} dangles: {} ({}) is gone",
-                        r.name, t.name, t.uid
-                    )
-                });
+                let target = by_uid(t.uid)
+                    .unwrap_or_else(|| panic!("(1) {} field {field} dangles: {} ({}) is gone", r.name, t.name, t.uid));
                 assert_eq!(
                     target.name, t.name,
                     "(1) {} field {field}: uid names another resource",
@@ -300,12 +278,10 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                     referrer: r.uid,
                     field: field.clone(),
                 };
-                let b = state.backrefs.get(&key).unwrap_or_else(|| {
-                    panic!(
-                        "(4) {} field {field} -> {} has no back-reference",
-                        r.name, t.name
-                    )
-                });
+                let b = state
+                    .backrefs
+                    .get(&key)
+                    .unwrap_or_else(|| panic!("(4) {} field {field} -> {} has no back-reference", r.name, t.name));
                 assert_eq!(b.on_delete, spec.on_delete, "(4) {} field {field}", r.name);
                 assert_eq!(&b.target, t, "(4) {} field {field}", r.name);
                 assert_eq!(b.referrer.name, r.name, "(4) {} field {field}", r.name);
@@ -316,12 +292,8 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
     // (2) every back-reference is held by a live referrer, on a live target.
     for (key, b) in &state.backrefs {
         assert_eq!(key, &b.key(), "back-reference stored under another key");
-        let target = by_uid(key.target).unwrap_or_else(|| {
-            panic!(
-                "(2) back-reference {key:?} on a missing target {}",
-                b.target.name
-            )
-        });
+        let target = by_uid(key.target)
+            .unwrap_or_else(|| panic!("(2) back-reference {key:?} on a missing target {}", b.target.name));
         assert_eq!(target.name, b.target.name, "(2) {key:?}");
         let referrer = by_uid(key.referrer).unwrap_or_else(|| {
             panic!(
@@ -349,10 +321,7 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
         let spec = schema
             .reference(referrer.kind(), &key.field)
             .expect("(2) field in schema");
-        assert!(
-            spec.on_delete.tracked(),
-            "(2) back-reference for an untracked field"
-        );
+        assert!(spec.on_delete.tracked(), "(2) back-reference for an untracked field");
         assert_eq!(spec.on_delete, b.on_delete, "(2) {key:?}");
     }
 
@@ -361,8 +330,7 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
         let record = state.deletions.get(&r.uid);
         match r.state {
             ResourceState::Deleting => {
-                let d =
-                    record.unwrap_or_else(|| panic!("(3) {} DELETING without a record", r.name));
+                let d = record.unwrap_or_else(|| panic!("(3) {} DELETING without a record", r.name));
                 assert_eq!(d.target.name, r.name, "(3)");
             }
             _ => assert!(
@@ -395,11 +363,7 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                 assert!(work.is_none(), "{}: failed but still queued", d.target.name)
             }
             DeletionStatus::Blocked { .. } => {
-                assert!(
-                    work.is_some(),
-                    "{}: blocked but not scheduled",
-                    d.target.name
-                )
+                assert!(work.is_some(), "{}: blocked but not scheduled", d.target.name)
             }
             DeletionStatus::Pending => assert!(
                 op.root.uid == *uid && op.progress.pending > 1,
@@ -422,11 +386,7 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
 
     // Operation counters agree with the records and outcomes.
     for op in state.operations.values() {
-        let records: Vec<&DeletionRecord> = state
-            .deletions
-            .values()
-            .filter(|d| d.operation == op.id)
-            .collect();
+        let records: Vec<&DeletionRecord> = state.deletions.values().filter(|d| d.operation == op.id).collect();
         let blocked = records
             .iter()
             .filter(|d| matches!(d.status, DeletionStatus::Blocked { .. }))
@@ -463,21 +423,12 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
                 assert!(op.end_time.is_none());
             }
             OperationState::Succeeded => {
-                assert_eq!(
-                    (p.pending, p.failed),
-                    (0, 0),
-                    "succeeded operation on {}",
-                    op.root.name
-                );
+                assert_eq!((p.pending, p.failed), (0, 0), "succeeded operation on {}", op.root.name);
                 assert!(op.end_time.is_some());
             }
             OperationState::Failed => {
                 assert_eq!(p.pending, 0, "failed operation on {}", op.root.name);
-                assert!(
-                    p.failed > 0,
-                    "failed operation on {} without failures",
-                    op.root.name
-                );
+                assert!(p.failed > 0, "failed operation on {} without failures", op.root.name);
                 assert!(op.end_time.is_some());
             }
         }
@@ -485,10 +436,7 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
 
     // Events carry strictly increasing revisions.
     for pair in state.events.windows(2) {
-        assert!(
-            pair[0].revision < pair[1].revision,
-            "event revisions not increasing"
-        );
+        assert!(pair[0].revision < pair[1].revision, "event revisions not increasing");
     }
     if let Some(last) = state.events.last() {
         assert_eq!(state.next_revision, last.revision + 1);
@@ -629,8 +577,7 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
         }
         steps += 1;
         assert!(steps < 1000);
-        let others_left: Vec<&String> =
-            closure[1..].iter().filter(|c| w.get(c).is_some()).collect();
+        let others_left: Vec<&String> = closure[1..].iter().filter(|c| w.get(c).is_some()).collect();
         match w.get(&net) {
             Some(root) => assert_eq!(root.state, ResourceState::Deleting),
             None => assert!(others_left.is_empty(), "root purged before {others_left:?}"),
@@ -656,11 +603,7 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
             field: "port".to_owned()
         })
     );
-    assert!(w
-        .state
-        .backrefs
-        .keys()
-        .all(|k| k.target != w.active(&sg).uid));
+    assert!(w.state.backrefs.keys().all(|k| k.target != w.active(&sg).uid));
 
     let op = w.op(op.id);
     assert_eq!(op.state, OperationState::Succeeded);
@@ -707,11 +650,7 @@ fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     let planned: Vec<String> = plan.deleted.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(planned[0], net, "the root comes first");
     let planned_set: BTreeSet<String> = planned.iter().cloned().collect();
-    assert_eq!(
-        planned.len(),
-        planned_set.len(),
-        "duplicates in {planned:?}"
-    );
+    assert_eq!(planned.len(), planned_set.len(), "duplicates in {planned:?}");
     assert_eq!(planned_set, closure.iter().cloned().collect());
     for t in &plan.deleted {
         assert_eq!(w.get(t.name.as_str()).unwrap().uid, t.uid);
@@ -729,10 +668,7 @@ fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     assert!(plan.blocked.is_empty());
     assert_eq!(w.state, before, "a dry run changes nothing");
     // Without cascade the dry run is refused like the delete.
-    assert!(matches!(
-        w.dry_run(&net, false),
-        Err(CoreError::DeleteRefused { .. })
-    ));
+    assert!(matches!(w.dry_run(&net, false), Err(CoreError::DeleteRefused { .. })));
     assert_eq!(w.state, before);
     // The plan matches what the delete then does.
     let op = w.delete_accepted(&net, true);
@@ -754,10 +690,7 @@ fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
     w.create(&net, &[("project", &[&project])]);
     w.create(&sg1, &[("project", &[&project])]);
     w.create(&sg2, &[("project", &[&project])]);
-    w.create(
-        &pa,
-        &[("network", &[&net]), ("security_groups", &[&sg1, &sg2])],
-    );
+    w.create(&pa, &[("network", &[&net]), ("security_groups", &[&sg1, &sg2])]);
     w.create(&pb, &[("network", &[&net]), ("security_groups", &[&sg1])]);
     let pa_etag = w.get(&pa).unwrap().etag();
 
@@ -772,11 +705,7 @@ fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
     assert_eq!(targets(&pa_now, "security_groups"), vec![sg2.clone()]);
     assert_ne!(pa_now.etag(), pa_etag, "the change moves the etag");
     let pb_now = w.active(&pb);
-    assert!(
-        !pb_now.refs.contains_key("security_groups"),
-        "{:?}",
-        pb_now.refs
-    );
+    assert!(!pb_now.refs.contains_key("security_groups"), "{:?}", pb_now.refs);
     w.active(&sg2);
     let op = w.op(op.id);
     assert_eq!(op.state, OperationState::Succeeded);
@@ -862,10 +791,7 @@ fn list_owner_survives_until_its_last_element_goes() {
     assert!(w.get(&p2).is_none());
     assert!(w.get(&group).is_none(), "the group goes with its last port");
     let o2 = w.op(op2.id);
-    assert_eq!(
-        (o2.state, o2.progress.deleted),
-        (OperationState::Succeeded, 2)
-    );
+    assert_eq!((o2.state, o2.progress.deleted), (OperationState::Succeeded, 2));
     assert_eq!(
         w.deleting_message(&group).as_deref(),
         Some(format!("cascade from {p2} (field ports)").as_str())
@@ -921,10 +847,7 @@ fn list_owner_whose_elements_all_go_in_one_cascade_is_deleted() {
     }
     assert_eq!(targets(&w.active(&keep), "ports"), vec![p3.clone()]);
     let op = w.op(op.id);
-    assert_eq!(
-        (op.state, op.progress.deleted),
-        (OperationState::Succeeded, 4)
-    );
+    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 4));
     w.check();
 }
 
@@ -963,10 +886,7 @@ fn block_reference_refuses_user_delete_even_with_cascade() {
     w.create(&project, &[]);
     w.create(&net, &[("project", &[&project])]);
     w.create(&subnet, &[("network", &[&net])]);
-    w.create(
-        &router,
-        &[("project", &[&project]), ("gateway_network", &[&net])],
-    );
+    w.create(&router, &[("project", &[&project]), ("gateway_network", &[&net])]);
     let before = w.state.clone();
     let blocker = error::Dependent {
         referrer: rn(&router),
@@ -977,9 +897,7 @@ fn block_reference_refuses_user_delete_even_with_cascade() {
         let err = w.delete(&net, cascade).unwrap_err();
         assert_eq!(err.code(), ErrorCode::FailedPrecondition);
         let CoreError::DeleteRefused {
-            blockers,
-            dependents,
-            ..
+            blockers, dependents, ..
         } = &err
         else {
             panic!("expected DeleteRefused, got {err:?}");
@@ -992,10 +910,7 @@ fn block_reference_refuses_user_delete_even_with_cascade() {
             assert_eq!(dependents[0].referrer.as_str(), subnet);
         }
         assert!(err.to_string().contains("blocked by r1/router/gw"), "{err}");
-        assert!(matches!(
-            w.dry_run(&net, cascade),
-            Err(CoreError::DeleteRefused { .. })
-        ));
+        assert!(matches!(w.dry_run(&net, cascade), Err(CoreError::DeleteRefused { .. })));
     }
     assert_eq!(w.state, before);
     w.check();
@@ -1015,10 +930,7 @@ fn blocked_cascade_world() -> (World, [String; 6]) {
     w.create(&net, &[("project", &[&p1])]);
     w.create(&subnet, &[("network", &[&net])]);
     w.create(&port, &[("network", &[&net]), ("subnet", &[&subnet])]);
-    w.create(
-        &router,
-        &[("project", &[&p2]), ("gateway_network", &[&net])],
-    );
+    w.create(&router, &[("project", &[&p2]), ("gateway_network", &[&net])]);
     (w, [p1, p2, net, subnet, port, router])
 }
 
@@ -1036,11 +948,7 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
     assert!(w.get(&subnet).is_none());
     assert!(w.get(&port).is_none());
     assert_eq!(w.get(&net).unwrap().state, ResourceState::Deleting);
-    assert_eq!(
-        w.get(&p1).unwrap().state,
-        ResourceState::Deleting,
-        "the root waits"
-    );
+    assert_eq!(w.get(&p1).unwrap().state, ResourceState::Deleting, "the root waits");
     let record = w.record(&net);
     assert_eq!(
         record.reason,
@@ -1061,14 +969,8 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
             referrer_deleting: false,
         }]
     );
-    assert!(
-        reason.contains(&router) && reason.contains("stuck"),
-        "{reason}"
-    );
-    assert!(matches!(
-        w.outcome(op1.id, &net),
-        Some(OutcomeAction::Blocked { .. })
-    ));
+    assert!(reason.contains(&router) && reason.contains("stuck"), "{reason}");
+    assert!(matches!(w.outcome(op1.id, &net), Some(OutcomeAction::Blocked { .. })));
     assert!(w
         .state
         .events
@@ -1076,10 +978,7 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
         .any(|e| e.event_type == EventType::DeletionBlocked && e.resource.name.as_str() == net));
     let o = w.op(op1.id);
     assert_eq!(o.state, OperationState::Running);
-    assert_eq!(
-        (o.progress.pending, o.progress.blocked, o.progress.deleted),
-        (2, 1, 2)
-    );
+    assert_eq!((o.progress.pending, o.progress.blocked, o.progress.deleted), (2, 1, 2));
     w.check();
 
     // Deleting the blocker lets the whole first operation finish.
@@ -1092,18 +991,11 @@ fn blocked_cascade_waits_for_a_blocker_from_another_project() {
     let o1 = w.op(op1.id);
     assert_eq!(o1.state, OperationState::Succeeded);
     assert_eq!(
-        (
-            o1.progress.deleted,
-            o1.progress.pending,
-            o1.progress.blocked
-        ),
+        (o1.progress.deleted, o1.progress.pending, o1.progress.blocked),
         (4, 0, 0)
     );
     let o2 = w.op(op2.id);
-    assert_eq!(
-        (o2.state, o2.progress.deleted),
-        (OperationState::Succeeded, 1)
-    );
+    assert_eq!((o2.state, o2.progress.deleted), (OperationState::Succeeded, 1));
     w.check();
 }
 
@@ -1113,8 +1005,7 @@ fn blocked_cascade_resumes_when_the_blocker_drops_its_reference() {
     let op = w.delete_accepted(&p1, true);
     w.run_until_quiet();
     assert_eq!(w.op(op.id).state, OperationState::Running);
-    w.try_update(spec(&router, &[("project", &[&p2])]), None)
-        .unwrap();
+    w.try_update(spec(&router, &[("project", &[&p2])]), None).unwrap();
     w.run_until_quiet();
     assert!(w.get(&net).is_none());
     assert!(w.get(&p1).is_none());
@@ -1142,10 +1033,7 @@ fn cascade_cycle_unwinds() {
     w.create(&b, &[("a", &[&a])]);
     w.try_update(spec(&a, &[("b", &[&b])]), None).unwrap();
     w.check();
-    assert!(matches!(
-        w.delete(&a, false),
-        Err(CoreError::DeleteRefused { .. })
-    ));
+    assert!(matches!(w.delete(&a, false), Err(CoreError::DeleteRefused { .. })));
     let plan = w.dry_run(&a, true).unwrap();
     assert_eq!(plan.deleted.len(), 2);
     let op = w.delete_accepted(&a, true);
@@ -1153,10 +1041,7 @@ fn cascade_cycle_unwinds() {
     assert!(w.get(&a).is_none());
     assert!(w.get(&b).is_none());
     let op = w.op(op.id);
-    assert_eq!(
-        (op.state, op.progress.deleted),
-        (OperationState::Succeeded, 2)
-    );
+    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 2));
     assert!(w.state.backrefs.is_empty());
     w.check();
 }
@@ -1200,10 +1085,7 @@ fn repeated_delete_answers_already_deleting_with_the_same_operation() {
     // A dry run of a deleting resource answers the same way, writing nothing.
     let mut req = del(&net, true);
     req.dry_run = true;
-    assert!(matches!(
-        w.delete_req(req).unwrap(),
-        DeleteOutcome::AlreadyDeleting(_)
-    ));
+    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::AlreadyDeleting(_)));
     w.run_until_quiet();
     w.check();
 }
@@ -1222,9 +1104,7 @@ fn create_and_update_under_a_deleting_parent_are_refused() {
     w.delete_accepted(&net, true);
     let before = w.state.clone();
 
-    let err = w
-        .try_create(&n("port", "late"), &[("network", &[&net])])
-        .unwrap_err();
+    let err = w.try_create(&n("port", "late"), &[("network", &[&net])]).unwrap_err();
     assert_eq!(
         err,
         CoreError::TargetDeleting {
@@ -1279,12 +1159,7 @@ fn recreate_after_purge_gets_a_new_uid_and_stale_uids_do_not_touch_it() {
     let old_net = w.create(&net, &[("project", &[&project])]);
     let old_port = w.create(&port, &[("network", &[&net])]);
     let op = w.delete_accepted(&net, true);
-    let stale_work = w
-        .state
-        .work
-        .get(&old_net.uid)
-        .cloned()
-        .expect("queued work");
+    let stale_work = w.state.work.get(&old_net.uid).cloned().expect("queued work");
     w.run_until_quiet();
     assert!(w.get(&net).is_none());
     assert!(w.get(&port).is_none());
@@ -1313,18 +1188,12 @@ fn recreate_after_purge_gets_a_new_uid_and_stale_uids_do_not_touch_it() {
         }],
     );
     let err = w.try_create_spec(s).unwrap_err();
-    assert!(
-        matches!(err, CoreError::TargetUidMismatch { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, CoreError::TargetUidMismatch { .. }), "{err:?}");
     assert_eq!(err.code(), ErrorCode::FailedPrecondition);
     // A delete pinned to the old uid does not reach the new one.
     let mut req = del(&net, true);
     req.uid = Some(old_net.uid);
-    assert_eq!(
-        w.delete_req(req.clone()).unwrap_err(),
-        CoreError::NotFound(rn(&net))
-    );
+    assert_eq!(w.delete_req(req.clone()).unwrap_err(), CoreError::NotFound(rn(&net)));
     req.allow_missing = true;
     assert_eq!(w.delete_req(req).unwrap(), DeleteOutcome::Missing);
     // A stale queue entry of the old incarnation is dropped without effect.
@@ -1371,30 +1240,21 @@ fn delete_preconditions_missing_etag_and_uid() {
 
     let mut req = del(&project, false);
     req.uid = Some(Uid(uuid_like(42)));
-    assert_eq!(
-        w.delete_req(req).unwrap_err(),
-        CoreError::NotFound(rn(&project))
-    );
+    assert_eq!(w.delete_req(req).unwrap_err(), CoreError::NotFound(rn(&project)));
     w.active(&project);
 
     // An empty etag is no precondition; the right etag and uid are accepted.
     let mut req = del(&project, false);
     req.etag = Some(r.etag());
     req.uid = Some(r.uid);
-    assert!(matches!(
-        w.delete_req(req).unwrap(),
-        DeleteOutcome::Accepted(_)
-    ));
+    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::Accepted(_)));
     w.run_until_quiet();
     assert!(w.get(&project).is_none());
     let other = n("project", "p2");
     w.create(&other, &[]);
     let mut req = del(&other, false);
     req.etag = Some(String::new());
-    assert!(matches!(
-        w.delete_req(req).unwrap(),
-        DeleteOutcome::Accepted(_)
-    ));
+    assert!(matches!(w.delete_req(req).unwrap(), DeleteOutcome::Accepted(_)));
     w.run_until_quiet();
     w.check();
 }
@@ -1408,9 +1268,7 @@ fn update_etag_mismatch_is_aborted() {
     let mut w = World::neutron();
     let project = n("project", "p1");
     let r = w.create(&project, &[]);
-    let err = w
-        .try_update(spec(&project, &[]), Some("12345"))
-        .unwrap_err();
+    let err = w.try_update(spec(&project, &[]), Some("12345")).unwrap_err();
     assert_eq!(err.code(), ErrorCode::Aborted);
     let updated = w.try_update(spec(&project, &[]), Some(&r.etag())).unwrap();
     assert_ne!(updated.etag(), r.etag());
@@ -1451,10 +1309,7 @@ fn batching_spreads_a_large_cascade_over_several_steps() {
         assert!(w.get(&n("port", &format!("p{i}"))).is_none());
     }
     let op = w.op(op.id);
-    assert_eq!(
-        (op.state, op.progress.deleted),
-        (OperationState::Succeeded, 21)
-    );
+    assert_eq!((op.state, op.progress.deleted), (OperationState::Succeeded, 21));
     w.active(&project);
     w.check();
 }
@@ -1488,10 +1343,7 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
     let work = w.state.work[&w.get(&net).unwrap().uid].clone();
     assert_eq!(work.attempts, 1);
     assert_eq!(work.next_attempt_at, t0.plus_millis(w.policy.backoff(1)));
-    assert!(work
-        .last_error
-        .as_deref()
-        .is_some_and(|e| e.contains(&router)));
+    assert!(work.last_error.as_deref().is_some_and(|e| e.contains(&router)));
 
     // Nothing happens before the backoff expires.
     w.now = t0.plus_millis(w.policy.backoff(1) - 1);
@@ -1502,10 +1354,7 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
     let work = w.state.work[&w.get(&net).unwrap().uid].clone();
     assert_eq!(work.attempts, 2);
     assert_eq!(work.next_attempt_at, t0.plus_millis(1_000 + 2_000));
-    assert!(matches!(
-        w.record(&net).status,
-        DeletionStatus::Blocked { .. }
-    ));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
     assert_eq!(w.op(op.id).state, OperationState::Running);
 
     w.advance_to_next_due();
@@ -1524,10 +1373,7 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
         .events
         .iter()
         .any(|e| e.event_type == EventType::DeletionFailed && e.resource.name.as_str() == net));
-    assert!(matches!(
-        w.outcome(op.id, &net),
-        Some(OutcomeAction::Failed { .. })
-    ));
+    assert!(matches!(w.outcome(op.id, &net), Some(OutcomeAction::Failed { .. })));
     for gone in [&p1, &subnet, &port] {
         assert!(w.get(gone).is_none(), "{gone} survived");
     }
@@ -1543,11 +1389,7 @@ fn retry_backoff_marks_a_stuck_deletion_failed() {
         (1, 0, 0, 3)
     );
     assert!(o.end_time.is_some());
-    assert_eq!(
-        w.advance_to_next_due(),
-        None,
-        "nothing is scheduled any more"
-    );
+    assert_eq!(w.advance_to_next_due(), None, "nothing is scheduled any more");
     w.check();
 
     // Removing the blocker later still lets the failed deletion finish.
@@ -1624,21 +1466,12 @@ fn root_stays_until_its_closure_is_done_even_after_it_failed() {
     // t0 + 500: net1 walks its children and holds on the router (attempt 1).
     w.now = t0.plus_millis(500);
     w.run_until_quiet();
-    assert!(matches!(
-        w.record(&net).status,
-        DeletionStatus::Blocked { .. }
-    ));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
     // t0 + 1000: p1 gives up; net1 is still pending (due at t0 + 1500).
     w.now = t0.plus_millis(1_000);
     w.run_until_quiet();
-    assert!(matches!(
-        w.record(&p1).status,
-        DeletionStatus::Failed { .. }
-    ));
-    assert!(matches!(
-        w.record(&net).status,
-        DeletionStatus::Blocked { .. }
-    ));
+    assert!(matches!(w.record(&p1).status, DeletionStatus::Failed { .. }));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
     assert_eq!(w.op(op.id).progress.pending, 1);
     // The finalizer is done: p1 must still wait for net1.
     w.try_update(spec(&p1, &[]), None).unwrap();
@@ -1672,10 +1505,7 @@ fn wakes_from_blockers_going_away_do_not_exhaust_the_attempts() {
     }
     let op1 = w.delete_accepted(&p1, true);
     w.run_until_quiet();
-    assert!(matches!(
-        w.record(&net).status,
-        DeletionStatus::Blocked { .. }
-    ));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
     // The six blockers go, one per step, without the clock moving.
     let op2 = w.delete_accepted(&p2, true);
     w.run_until_quiet();
@@ -1693,10 +1523,7 @@ fn wakes_from_blockers_going_away_do_not_exhaust_the_attempts() {
         failed.iter().map(|e| &e.message).collect::<Vec<_>>()
     );
     let o1 = w.op(op1.id);
-    assert_eq!(
-        (o1.state, o1.progress.failed),
-        (OperationState::Succeeded, 0)
-    );
+    assert_eq!((o1.state, o1.progress.failed), (OperationState::Succeeded, 0));
     w.check();
 }
 
@@ -1708,14 +1535,8 @@ fn root_waiting_for_its_closure_is_not_reported_blocked() {
     w.try_update(s, None).unwrap();
     let op = w.delete_accepted(&p1, true);
     w.run_until_quiet();
-    assert!(matches!(
-        w.record(&p1).status,
-        DeletionStatus::Blocked { .. }
-    ));
-    assert!(matches!(
-        w.record(&net).status,
-        DeletionStatus::Blocked { .. }
-    ));
+    assert!(matches!(w.record(&p1).status, DeletionStatus::Blocked { .. }));
+    assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
     assert_eq!(w.op(op.id).progress.blocked, 2);
     // The root's finalizer is done; it now only waits for net1 (held by the router).
     w.try_update(spec(&p1, &[]), None).unwrap();
@@ -1726,11 +1547,7 @@ fn root_waiting_for_its_closure_is_not_reported_blocked() {
         !matches!(&status, DeletionStatus::Blocked { reason, .. } if reason.contains("finalizers")),
         "stale status on the root: {status:?}"
     );
-    assert_eq!(
-        w.op(op.id).progress.blocked,
-        1,
-        "only {net} is held (by {router})"
-    );
+    assert_eq!(w.op(op.id).progress.blocked, 1, "only {net} is held (by {router})");
     w.check();
 }
 
@@ -1748,19 +1565,13 @@ fn error_codes_map_to_status_classes() {
     );
 
     let err = w
-        .try_create_all(vec![
-            spec(&n("project", "ok"), &[]),
-            spec("r1/project/Bad", &[]),
-        ])
+        .try_create_all(vec![spec(&n("project", "ok"), &[]), spec("r1/project/Bad", &[])])
         .unwrap_err();
     assert!(
         matches!(&err, CoreError::InvalidArgument { field, .. } if field == "resources[1].name"),
         "{err:?}"
     );
-    assert!(
-        w.get(&n("project", "ok")).is_none(),
-        "a refused batch writes nothing"
-    );
+    assert!(w.get(&n("project", "ok")).is_none(), "a refused batch writes nothing");
 
     let err = w
         .try_create(&n("network", "x"), &[("project", &["garbage"])])
@@ -1775,10 +1586,7 @@ fn error_codes_map_to_status_classes() {
         "{err:?}"
     );
     let err = w
-        .try_create(
-            &n("network", "x"),
-            &[("project", &[&project]), ("colour", &[&project])],
-        )
+        .try_create(&n("network", "x"), &[("project", &[&project]), ("colour", &[&project])])
         .unwrap_err();
     assert!(
         matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.colour"),
@@ -1816,10 +1624,7 @@ fn error_codes_map_to_status_classes() {
     );
 
     let err = w
-        .try_create(
-            &n("network", "x"),
-            &[("project", &[&n("project", "ghost")])],
-        )
+        .try_create(&n("network", "x"), &[("project", &[&n("project", "ghost")])])
         .unwrap_err();
     assert_eq!(
         err,
@@ -1831,20 +1636,12 @@ fn error_codes_map_to_status_classes() {
     assert_eq!(err.code(), ErrorCode::NotFound);
     let err = w.delete(&n("project", "ghost"), false).unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotFound);
-    let err = w
-        .try_update(spec(&n("project", "ghost"), &[]), None)
-        .unwrap_err();
+    let err = w.try_update(spec(&n("project", "ghost"), &[]), None).unwrap_err();
     assert_eq!(err, CoreError::NotFound(rn(&n("project", "ghost"))));
-    assert_eq!(
-        CoreError::OperationNotFound("x".to_owned()).code(),
-        ErrorCode::NotFound
-    );
+    assert_eq!(CoreError::OperationNotFound("x".to_owned()).code(), ErrorCode::NotFound);
 
     let err = w.try_create(&project, &[]).unwrap_err();
-    assert!(
-        matches!(&err, CoreError::AlreadyExists { detail: "", .. }),
-        "{err:?}"
-    );
+    assert!(matches!(&err, CoreError::AlreadyExists { detail: "", .. }), "{err:?}");
     assert_eq!(err.code(), ErrorCode::AlreadyExists);
 
     w.create(&n("network", "x"), &[("project", &[&project])]);
@@ -1929,22 +1726,18 @@ enum Cmd {
     /// Move the clock to the next scheduled retry.
     Tick,
     /// The external cleanup of a deleting resource reports done.
-    Finish { pick: u8 },
+    Finish {
+        pick: u8,
+    },
 }
 
 fn create_cmd() -> impl Strategy<Value = Cmd> {
-    (
-        0..PROP_KINDS.len(),
-        0u8..6,
-        any::<[u8; 4]>(),
-        any::<[bool; 3]>(),
-    )
-        .prop_map(|(kind, id, picks, set)| Cmd::Create {
-            kind,
-            id,
-            picks,
-            set,
-        })
+    (0..PROP_KINDS.len(), 0u8..6, any::<[u8; 4]>(), any::<[bool; 3]>()).prop_map(|(kind, id, picks, set)| Cmd::Create {
+        kind,
+        id,
+        picks,
+        set,
+    })
 }
 
 fn cmd() -> impl Strategy<Value = Cmd> {
@@ -1973,12 +1766,7 @@ fn script() -> impl Strategy<Value = Vec<Cmd>> {
 
 /// References for a resource of `kind`, chosen among ACTIVE targets; None
 /// when a required one has no candidate.
-fn pick_refs(
-    w: &World,
-    kind: &str,
-    picks: [u8; 4],
-    set: [bool; 3],
-) -> Option<Vec<(String, Vec<String>)>> {
+fn pick_refs(w: &World, kind: &str, picks: [u8; 4], set: [bool; 3]) -> Option<Vec<(String, Vec<String>)>> {
     let mut out = Vec::new();
     let spec = w.schema.kind(kind).unwrap();
     for (i, (field, r)) in spec.refs.iter().enumerate() {
@@ -2018,12 +1806,7 @@ fn prop_run(cmds: Vec<Cmd>, batch_budget: usize, batch_items: usize, finalizers:
     });
     for cmd in cmds {
         match cmd {
-            Cmd::Create {
-                kind,
-                id,
-                picks,
-                set,
-            } => {
+            Cmd::Create { kind, id, picks, set } => {
                 let kind = PROP_KINDS[kind];
                 let Some(refs) = pick_refs(&w, kind, picks, set) else {
                     continue;
@@ -2057,11 +1840,7 @@ fn prop_run(cmds: Vec<Cmd>, batch_budget: usize, batch_items: usize, finalizers:
                     .unwrap_or_else(|e| panic!("update {}: {e}", r.name));
                 w.run_until_quiet();
             }
-            Cmd::Delete {
-                kind,
-                pick,
-                cascade,
-            } => {
+            Cmd::Delete { kind, pick, cascade } => {
                 let mut all: Vec<Resource> = w.state.resources.values().cloned().collect();
                 if all.iter().any(|r| r.kind() == DELETE_KINDS[kind]) {
                     all.retain(|r| r.kind() == DELETE_KINDS[kind]);
@@ -2107,17 +1886,9 @@ fn prop_run(cmds: Vec<Cmd>, batch_budget: usize, batch_items: usize, finalizers:
                         .filter(|r| r.uid == uid && r.state == ResourceState::Active)
                         .is_some()
                 };
-                for old in before
-                    .resources
-                    .values()
-                    .filter(|r| r.state == ResourceState::Active)
-                {
+                for old in before.resources.values().filter(|r| r.state == ResourceState::Active) {
                     if !alive(old.uid) {
-                        assert!(
-                            planned.contains(&old.uid),
-                            "{} deleted but not planned",
-                            old.name
-                        );
+                        assert!(planned.contains(&old.uid), "{} deleted but not planned", old.name);
                     }
                 }
                 for t in &plan.deleted {
@@ -2183,7 +1954,7 @@ proptest! {
     }
 
     #[test]
-    
+
     fn random_forests_with_finalizers_keep_the_invariants(
         cmds in script(),
         batch_budget in 1usize..6,

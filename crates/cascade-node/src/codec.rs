@@ -5,8 +5,7 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp,
-    WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp, WorkItem,
 };
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
@@ -59,10 +58,7 @@ pub struct StoreState<'a> {
 
 impl StoreState<'_> {
     fn get<T: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<T>, StoreError> {
-        self.store
-            .get(table, key)?
-            .map(|v| decode(table, &v))
-            .transpose()
+        self.store.get(table, key)?.map(|v| decode(table, &v)).transpose()
     }
 
     /// Decoded entries of a prefix scan.
@@ -114,22 +110,17 @@ impl StoreState<'_> {
 
     pub fn next_revision_stored(&self) -> Result<Revision, StoreError> {
         Ok(match self.store.get(Table::Meta, NEXT_REVISION)? {
-            Some(b) => {
-                u64::from_be_bytes(b.as_slice().try_into().map_err(|_| StoreError::Corrupt {
-                    table: Table::Meta.name(),
-                    message: "next_revision is not 8 bytes".into(),
-                })?)
-            }
+            Some(b) => u64::from_be_bytes(b.as_slice().try_into().map_err(|_| StoreError::Corrupt {
+                table: Table::Meta.name(),
+                message: "next_revision is not 8 bytes".into(),
+            })?),
             None => 1,
         })
     }
 
     /// Number of queue entries (deletions with work left).
     pub fn queue_len(&self) -> Result<usize, StoreError> {
-        Ok(self
-            .store
-            .scan(Table::RetryQueue, &[], None, usize::MAX)?
-            .len())
+        Ok(self.store.scan(Table::RetryQueue, &[], None, usize::MAX)?.len())
     }
 
     /// The earliest `next_attempt_at` in the retry queue.
@@ -146,12 +137,7 @@ impl StateRead for StoreState<'_> {
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError> {
         self.get(Table::UidIndex, uid.as_bytes()).map_err(storage)
     }
-    fn backrefs(
-        &self,
-        target: Uid,
-        after: Option<&BackRefKey>,
-        limit: usize,
-    ) -> Result<Vec<BackRef>, StorageError> {
+    fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError> {
         let after = after.map(backref_key);
         self.scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
             .map_err(storage)
@@ -165,13 +151,8 @@ impl StateRead for StoreState<'_> {
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
         self.get(Table::RetryQueue, uid.as_bytes()).map_err(storage)
     }
-    fn outcome(
-        &self,
-        op: OperationId,
-        name: &ResourceName,
-    ) -> Result<Option<Outcome>, StorageError> {
-        self.get(Table::Outcomes, &outcome_key(op, name))
-            .map_err(storage)
+    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
+        self.get(Table::Outcomes, &outcome_key(op, name)).map_err(storage)
     }
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
         let mut out = Vec::new();
@@ -211,12 +192,7 @@ pub fn encode_writes(w: &WriteSet) -> Batch {
         }
     }
     for (name, v) in &w.resources {
-        put_or_remove(
-            &mut b,
-            Table::Resources,
-            name.as_str().as_bytes().to_vec(),
-            v,
-        );
+        put_or_remove(&mut b, Table::Resources, name.as_str().as_bytes().to_vec(), v);
     }
     for (uid, v) in &w.uid_index {
         put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v);
@@ -240,11 +216,7 @@ pub fn encode_writes(w: &WriteSet) -> Batch {
         b.put(Table::Outbox, revision_key(e.revision), encode(e));
     }
     if let Some(r) = w.next_revision {
-        b.put(
-            Table::Meta,
-            NEXT_REVISION.to_vec(),
-            r.to_be_bytes().to_vec(),
-        );
+        b.put(Table::Meta, NEXT_REVISION.to_vec(), r.to_be_bytes().to_vec());
     }
     b
 }

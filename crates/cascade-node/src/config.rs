@@ -50,17 +50,11 @@ pub struct DeletionConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("{field}: {message}")]
-    Invalid {
-        field: &'static str,
-        message: String,
-    },
+    Invalid { field: &'static str, message: String },
 }
 
 impl ConfigFile {
@@ -148,10 +142,7 @@ pub fn load_schema(path: Option<&Path>) -> Result<Schema, ConfigError> {
             })?,
             p.to_owned(),
         ),
-        None => (
-            EXAMPLE_SCHEMA.to_owned(),
-            PathBuf::from("<embedded example schema>"),
-        ),
+        None => (EXAMPLE_SCHEMA.to_owned(), PathBuf::from("<embedded example schema>")),
     };
     Schema::from_toml(&text).map_err(|e| ConfigError::Parse {
         path,

@@ -44,10 +44,7 @@ impl Node {
         Self::open_with_clock(settings, Arc::new(SystemClock)).await
     }
 
-    pub async fn open_with_clock(
-        settings: NodeSettings,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Self, NodeError> {
+    pub async fn open_with_clock(settings: NodeSettings, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
         let store: Arc<dyn Store> = match &settings.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
@@ -90,9 +87,7 @@ impl Node {
     ) -> Result<(), NodeError> {
         let addr = listener.local_addr()?;
         let (health, health_service) = tonic_health::server::health_reporter();
-        health
-            .set_serving::<ResourcesServer<ResourcesService>>()
-            .await;
+        health.set_serving::<ResourcesServer<ResourcesService>>().await;
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
             .build_v1()

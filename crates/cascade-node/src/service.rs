@@ -119,12 +119,7 @@ impl ResourcesService {
         Ok(convert::resource(r, record.as_ref(), &dangling))
     }
 
-    fn operation_view(
-        &self,
-        id: OperationId,
-        page_size: usize,
-        page_token: &str,
-    ) -> Result<v1::Operation, Status> {
+    fn operation_view(&self, id: OperationId, page_size: usize, page_token: &str) -> Result<v1::Operation, Status> {
         let state = self.state();
         let op = state
             .get_operation(id)
@@ -155,10 +150,7 @@ impl ResourcesService {
 
 #[tonic::async_trait]
 impl Resources for ResourcesService {
-    async fn create(
-        &self,
-        request: Request<v1::CreateRequest>,
-    ) -> Result<Response<v1::Resource>, Status> {
+    async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
         let spec = request
             .into_inner()
             .resource
@@ -198,17 +190,11 @@ impl Resources for ResourcesService {
             .await
             .map_err(writer_status)?
             .map_err(core_status)?;
-        let resources = created
-            .iter()
-            .map(|r| self.present(r))
-            .collect::<Result<_, _>>()?;
+        let resources = created.iter().map(|r| self.present(r)).collect::<Result<_, _>>()?;
         Ok(Response::new(v1::BatchCreateResponse { resources }))
     }
 
-    async fn get(
-        &self,
-        request: Request<v1::GetRequest>,
-    ) -> Result<Response<v1::Resource>, Status> {
+    async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         let name = parse_name(&request.into_inner().name, "name")?;
         self.check_local(&name)?;
         let found = self.state().get_resource(&name).map_err(store_status)?;
@@ -218,25 +204,18 @@ impl Resources for ResourcesService {
         }
     }
 
-    async fn list(
-        &self,
-        request: Request<v1::ListRequest>,
-    ) -> Result<Response<v1::ListResponse>, Status> {
+    async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
         let req = request.into_inner();
         let mut prefix = format!("{}/", self.region);
         if !req.kind.is_empty() {
             if self.schema.kind(&req.kind).is_none() {
-                return Err(invalid_field(
-                    "kind",
-                    format!("unknown kind {:?}", req.kind),
-                ));
+                return Err(invalid_field("kind", format!("unknown kind {:?}", req.kind)));
             }
             prefix.push_str(&req.kind);
             prefix.push('/');
         }
         let state_filter = convert::resource_state_from(
-            v1::ResourceState::try_from(req.state)
-                .map_err(|_| invalid_field("state", "unknown state"))?,
+            v1::ResourceState::try_from(req.state).map_err(|_| invalid_field("state", "unknown state"))?,
         );
         let page_size = match req.page_size as usize {
             0 => self.limits.default_page_size,
@@ -245,11 +224,7 @@ impl Resources for ResourcesService {
         let mut after = if req.page_token.is_empty() {
             None
         } else {
-            Some(
-                parse_name(&req.page_token, "page_token")?
-                    .to_string()
-                    .into_bytes(),
-            )
+            Some(parse_name(&req.page_token, "page_token")?.to_string().into_bytes())
         };
         let mut out = Vec::new();
         let mut next = String::new();
@@ -263,15 +238,11 @@ impl Resources for ResourcesService {
             for (_, v) in page {
                 let r: Resource = serde_json::from_slice(&v)
                     .map_err(|e| Status::internal(format!("corrupt resource record: {e}")))?;
-                if r.state == ResourceState::Creating || state_filter.is_some_and(|s| s != r.state)
-                {
+                if r.state == ResourceState::Creating || state_filter.is_some_and(|s| s != r.state) {
                     continue;
                 }
                 if out.len() == page_size {
-                    next = out
-                        .last()
-                        .map(|r: &v1::Resource| r.name.clone())
-                        .unwrap_or_default();
+                    next = out.last().map(|r: &v1::Resource| r.name.clone()).unwrap_or_default();
                     break 'pages;
                 }
                 out.push(self.present(&r)?);
@@ -283,14 +254,9 @@ impl Resources for ResourcesService {
         }))
     }
 
-    async fn update(
-        &self,
-        request: Request<v1::UpdateRequest>,
-    ) -> Result<Response<v1::Resource>, Status> {
+    async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         let req = request.into_inner();
-        let spec = req
-            .resource
-            .ok_or_else(|| invalid_field("resource", "is required"))?;
+        let spec = req.resource.ok_or_else(|| invalid_field("resource", "is required"))?;
         let spec = convert::resource_spec(spec, "resource")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self
@@ -302,10 +268,7 @@ impl Resources for ResourcesService {
         Ok(Response::new(self.present(&r)?))
     }
 
-    async fn delete(
-        &self,
-        request: Request<v1::DeleteRequest>,
-    ) -> Result<Response<v1::DeleteResponse>, Status> {
+    async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
         let req = convert::delete_request(request.into_inner())?;
         let outcome = self
             .writer
@@ -397,23 +360,15 @@ impl Resources for ResourcesService {
             }
             .instrument(span),
         );
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     type WatchStream = Stream2<v1::WatchEvent>;
 
-    async fn watch(
-        &self,
-        request: Request<v1::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
+    async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let req = request.into_inner();
         if !req.kind.is_empty() && self.schema.kind(&req.kind).is_none() {
-            return Err(invalid_field(
-                "kind",
-                format!("unknown kind {:?}", req.kind),
-            ));
+            return Err(invalid_field("kind", format!("unknown kind {:?}", req.kind)));
         }
         let kind = (!req.kind.is_empty()).then_some(req.kind);
         let from = req.from_revision.max(1);
@@ -427,16 +382,11 @@ impl Resources for ResourcesService {
         tokio::spawn(
             async move {
                 let mut next = from;
-                let wanted =
-                    |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k);
+                let wanted = |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k);
                 loop {
                     // Replay everything durable from `next` on.
                     loop {
-                        let page = match (StoreState {
-                            store: store.as_ref(),
-                        })
-                        .events_from(next, 512)
-                        {
+                        let page = match (StoreState { store: store.as_ref() }).events_from(next, 512) {
                             Ok(p) => p,
                             Err(e) => {
                                 let _ = tx.send(Err(store_status(e))).await;
@@ -470,16 +420,11 @@ impl Resources for ResourcesService {
                             Err(broadcast::error::RecvError::Closed) => return,
                         }
                     }
-                    warn!(
-                        next,
-                        "watch fell behind the live feed; replaying from the store"
-                    );
+                    warn!(next, "watch fell behind the live feed; replaying from the store");
                 }
             }
             .instrument(span),
         );
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 }

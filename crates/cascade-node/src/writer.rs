@@ -42,19 +42,9 @@ pub struct WriterContext {
 }
 
 pub enum WriterMsg {
-    Create(
-        Vec<ResourceSpec>,
-        RpcReplyPort<Result<Vec<Resource>, CoreError>>,
-    ),
-    Update(
-        ResourceSpec,
-        Option<String>,
-        RpcReplyPort<Result<Resource, CoreError>>,
-    ),
-    Delete(
-        DeleteRequest,
-        RpcReplyPort<Result<DeleteOutcome, CoreError>>,
-    ),
+    Create(Vec<ResourceSpec>, RpcReplyPort<Result<Vec<Resource>, CoreError>>),
+    Update(ResourceSpec, Option<String>, RpcReplyPort<Result<Resource, CoreError>>),
+    Delete(DeleteRequest, RpcReplyPort<Result<DeleteOutcome, CoreError>>),
     /// Run one batch of due deletion work.
     Work,
 }
@@ -158,11 +148,7 @@ impl Actor for Writer {
         Ok(state)
     }
 
-    async fn post_stop(
-        &self,
-        _: ActorRef<WriterMsg>,
-        state: &mut WriterState,
-    ) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(&self, _: ActorRef<WriterMsg>, state: &mut WriterState) -> Result<(), ActorProcessingErr> {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
@@ -194,13 +180,12 @@ impl Actor for Writer {
             WriterMsg::Update(spec, etag, reply) => {
                 let span = info_span!("update", %region, name = %spec.name);
                 let _g = span.enter();
-                let result = state.run(&myself, |s, c, _| {
-                    protocol::update(s, c, spec, etag.as_deref())
-                });
+                let result = state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()));
                 let _ = reply.send(result);
             }
             WriterMsg::Delete(req, reply) => {
-                let span = info_span!("delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
+                let span =
+                    info_span!("delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
                 let result = state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req));
                 match &result {
@@ -299,16 +284,14 @@ impl Actor for Supervisor {
         match evt {
             SupervisionEvent::ActorFailed(_, err) if !state.stopping => {
                 error!(region = %state.ctx.region, error = %err, "writer failed; restarting it");
-                let (writer, _) =
-                    Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
                 if let Ok(mut cur) = state.current.write() {
                     *cur = writer;
                 }
             }
             SupervisionEvent::ActorTerminated(_, _, _) if !state.stopping => {
                 warn!(region = %state.ctx.region, "writer stopped unexpectedly; restarting it");
-                let (writer, _) =
-                    Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
                 if let Ok(mut cur) = state.current.write() {
                     *cur = writer;
                 }
@@ -339,13 +322,8 @@ impl WriterHandle {
         let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, ready_tx))
             .await
             .map_err(|e| WriterUnavailable(e.to_string()))?;
-        let current = ready_rx
-            .await
-            .map_err(|e| WriterUnavailable(e.to_string()))?;
-        Ok(Self {
-            current,
-            supervisor,
-        })
+        let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
+        Ok(Self { current, supervisor })
     }
 
     fn writer(&self) -> Result<ActorRef<WriterMsg>, WriterUnavailable> {
@@ -389,10 +367,7 @@ impl WriterHandle {
         self.call(|r| WriterMsg::Update(spec, etag, r)).await
     }
 
-    pub async fn delete(
-        &self,
-        req: DeleteRequest,
-    ) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
+    pub async fn delete(&self, req: DeleteRequest) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
         self.call(|r| WriterMsg::Delete(req, r)).await
     }
 

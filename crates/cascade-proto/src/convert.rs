@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cascade_core::model::{
-    Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
-    OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
+    Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation, OperationState, Outcome,
+    OutcomeAction, RefTarget, Resource, ResourceState,
 };
 use cascade_core::protocol::{DeleteRequest, Plan, RefRequest, ResourceSpec};
 use cascade_core::Uid;
@@ -32,9 +32,7 @@ fn optional_uid(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
     if raw.is_empty() {
         return Ok(None);
     }
-    Uid::parse(raw)
-        .map(Some)
-        .map_err(|e| invalid_field(field, e))
+    Uid::parse(raw).map(Some).map_err(|e| invalid_field(field, e))
 }
 
 pub fn resource_spec(spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
@@ -107,10 +105,7 @@ fn blockers(list: &[Blocker]) -> Vec<v1::Blocker> {
 fn deletion(d: &DeletionRecord) -> v1::Deletion {
     let (status, list, message) = match &d.status {
         DeletionStatus::Pending => (v1::DeletionStatus::Pending, Vec::new(), String::new()),
-        DeletionStatus::Blocked {
-            blockers: b,
-            reason,
-        } => (v1::DeletionStatus::Blocked, blockers(b), reason.clone()),
+        DeletionStatus::Blocked { blockers: b, reason } => (v1::DeletionStatus::Blocked, blockers(b), reason.clone()),
         DeletionStatus::Failed { error } => (v1::DeletionStatus::Failed, Vec::new(), error.clone()),
     };
     v1::Deletion {
@@ -131,11 +126,7 @@ fn deletion(d: &DeletionRecord) -> v1::Deletion {
 
 /// A resource as clients see it. `dangling` names the targets of
 /// allow_dangling references that no longer exist.
-pub fn resource(
-    r: &Resource,
-    record: Option<&DeletionRecord>,
-    dangling: &BTreeSet<Uid>,
-) -> v1::Resource {
+pub fn resource(r: &Resource, record: Option<&DeletionRecord>, dangling: &BTreeSet<Uid>) -> v1::Resource {
     v1::Resource {
         name: r.name.to_string(),
         uid: r.uid.to_string(),
@@ -259,10 +250,7 @@ pub fn event(e: &Event) -> v1::WatchEvent {
         revision: e.revision,
         r#type: event_type(e.event_type) as i32,
         resource: Some(object_ref(&e.resource)),
-        snapshot: e
-            .snapshot
-            .as_ref()
-            .map(|r| resource(r, None, &BTreeSet::new())),
+        snapshot: e.snapshot.as_ref().map(|r| resource(r, None, &BTreeSet::new())),
         operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
         message: e.message.clone(),
         time_ms: ms(e.time),

@@ -22,8 +22,7 @@ pub mod status;
 pub use status::{error_details, status_from_core};
 
 /// Encoded `FileDescriptorSet` of the API, for the gRPC reflection service.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/cascade_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cascade_descriptor.bin"));
 
 /// Largest gRPC message a node or client accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

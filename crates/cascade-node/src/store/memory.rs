@@ -28,13 +28,7 @@ impl Store for MemoryStore {
         Ok(self.lock().get(&table).and_then(|t| t.get(key).cloned()))
     }
 
-    fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         let tables = self.lock();
         let Some(t) = tables.get(&table) else {
             return Ok(Vec::new());

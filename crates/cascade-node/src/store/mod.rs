@@ -94,10 +94,7 @@ pub enum StoreError {
     #[error("storage engine: {0}")]
     Engine(String),
     #[error("corrupt record in table {table}: {message}")]
-    Corrupt {
-        table: &'static str,
-        message: String,
-    },
+    Corrupt { table: &'static str, message: String },
 }
 
 /// One key-value pair as stored.
@@ -107,13 +104,7 @@ pub trait Store: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// Entries whose key starts with `prefix`, in key order, strictly after
     /// `after` when given, at most `limit`.
-    fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError>;
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError>;
     /// Applies every write of the batch atomically.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
     /// Makes every committed batch durable.
@@ -133,9 +124,7 @@ mod tests {
         store.commit(b).unwrap();
         let all = store.scan(Table::Resources, b"a/x/", None, 10).unwrap();
         assert_eq!(all.len(), 2);
-        let after = store
-            .scan(Table::Resources, b"a/x/", Some(b"a/x/1"), 10)
-            .unwrap();
+        let after = store.scan(Table::Resources, b"a/x/", Some(b"a/x/1"), 10).unwrap();
         assert_eq!(after, vec![(b"a/x/2".to_vec(), b"2".to_vec())]);
         assert_eq!(store.scan(Table::Resources, b"", None, 1).unwrap().len(), 1);
         let mut b = Batch::default();
@@ -161,9 +150,6 @@ mod tests {
             exercise(&s);
         }
         let s = SledStore::open(dir.path()).unwrap();
-        assert_eq!(
-            s.get(Table::Resources, b"a/x/2").unwrap(),
-            Some(b"2".to_vec())
-        );
+        assert_eq!(s.get(Table::Resources, b"a/x/2").unwrap(), Some(b"2".to_vec()));
     }
 }

@@ -20,12 +20,10 @@ fn engine(e: impl std::fmt::Display) -> StoreError {
 
 impl SledStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = sled::Config::new().path(dir).open().map_err(|e| {
-            StoreError::Engine(format!(
-                "cannot open sled database at {}: {e}",
-                dir.display()
-            ))
-        })?;
+        let db = sled::Config::new()
+            .path(dir)
+            .open()
+            .map_err(|e| StoreError::Engine(format!("cannot open sled database at {}: {e}", dir.display())))?;
         let trees = Table::ALL
             .iter()
             .map(|t| db.open_tree(t.name()).map_err(engine))
@@ -40,20 +38,10 @@ impl SledStore {
 
 impl Store for SledStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self
-            .tree(table)
-            .get(key)
-            .map_err(engine)?
-            .map(|v| v.to_vec()))
+        Ok(self.tree(table).get(key).map_err(engine)?.map(|v| v.to_vec()))
     }
 
-    fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<Entry>, StoreError> {
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         let tree = self.tree(table);
         let iter = match after {
             Some(a) if a >= prefix => {
@@ -76,9 +64,7 @@ impl Store for SledStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut per_tree: Vec<sled::Batch> = (0..Table::ALL.len())
-            .map(|_| sled::Batch::default())
-            .collect();
+        let mut per_tree: Vec<sled::Batch> = (0..Table::ALL.len()).map(|_| sled::Batch::default()).collect();
         let mut touched = [false; Table::ALL.len()];
         for (table, key, value) in batch.ops {
             touched[table.index()] = true;
