@@ -49,7 +49,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
     let policy = Policy::default();
     let mut ids = SequentialIds::default();
     let mut clock = 1u64;
-    let mut apply = |step_writes: cascade_core::state::WriteSet| {
+    let apply = |step_writes: cascade_core::state::WriteSet| {
         store.commit(encode_writes(&step_writes)).expect("commit");
         store.flush().expect("flush");
     };
