@@ -378,6 +378,34 @@ async fn recreated_name_gets_a_new_uid_and_no_stale_effects() {
     assert_eq!(op.progress.as_ref().map(|p| p.deleted), Some(1), "{op:?}");
     wait_gone(c, "network/n").await;
     assert_eq!(get_state(c, "project/p").await, v1::ResourceState::Active);
+
+    // Every event names the incarnation it is about.
+    let mut events = c.watch(0, "network").await.unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 6 {
+        let e = next_event(&mut events).await;
+        let uid = e.resource.as_ref().unwrap().uid.clone();
+        let incarnation = if uid == old.uid {
+            "old"
+        } else if uid == new.uid {
+            "new"
+        } else {
+            panic!("event for an unknown uid: {e:?}")
+        };
+        seen.push((event_type(&e), incarnation));
+    }
+    use v1::EventType::{Created, Deleting, Purged};
+    assert_eq!(
+        seen,
+        vec![
+            (Created, "old"),
+            (Deleting, "old"),
+            (Purged, "old"),
+            (Created, "new"),
+            (Deleting, "new"),
+            (Purged, "new")
+        ]
+    );
     t.node.stop().await.unwrap();
 }
 
@@ -1056,6 +1084,12 @@ async fn blocked_deletion_fails_after_the_maximum_attempts_and_can_still_finish(
     // The blocker goes: the failed deletion still finishes.
     c.delete(delete_req("router/r2", false)).await.unwrap();
     wait_gone(c, "network/n1").await;
+    // The report follows: the failure is replaced by the deletion.
+    let after = c.get_operation(&op_id, 100).await.unwrap();
+    assert!(after.done);
+    let p = after.progress.unwrap();
+    assert_eq!((p.deleted, p.pending, p.failed), (2, 0, 0), "{after:?}");
+    assert_eq!(op_state(&after), v1::OperationState::Succeeded, "{after:?}");
     t.node.stop().await.unwrap();
 }
 

@@ -214,7 +214,6 @@ async fn unknown_kinds_and_reference_fields() {
 /// with INVALID_ARGUMENT (and List/Watch refuse an unknown kind), but Get
 /// does not check the kind and answers NOT_FOUND.
 #[tokio::test]
-#[ignore = "bug: Get of a name with an unknown kind answers NOT_FOUND, not INVALID_ARGUMENT (Create/Delete/List/Watch check the kind)"]
 async fn get_of_an_unknown_kind_is_an_invalid_argument() {
     let t = setup().await;
     let c = &t.client;

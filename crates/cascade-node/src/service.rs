@@ -155,7 +155,7 @@ impl Resources for ResourcesService {
             .into_inner()
             .resource
             .ok_or_else(|| invalid_field("resource", "is required"))?;
-        let spec = convert::resource_spec(spec, "resource")?;
+        let spec = convert::resource_spec(spec, "")?;
         let mut created = self
             .writer
             .create(vec![spec])
@@ -197,6 +197,12 @@ impl Resources for ResourcesService {
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         let name = parse_name(&request.into_inner().name, "name")?;
         self.check_local(&name)?;
+        if self.schema.kind(name.kind()).is_none() {
+            return Err(invalid_field(
+                "name",
+                format!("unknown kind {:?} in {name}", name.kind()),
+            ));
+        }
         let found = self.state().get_resource(&name).map_err(store_status)?;
         match found {
             Some(r) if r.state != ResourceState::Creating => Ok(Response::new(self.present(&r)?)),
@@ -257,7 +263,7 @@ impl Resources for ResourcesService {
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         let req = request.into_inner();
         let spec = req.resource.ok_or_else(|| invalid_field("resource", "is required"))?;
-        let spec = convert::resource_spec(spec, "resource")?;
+        let spec = convert::resource_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self
             .writer

@@ -35,18 +35,27 @@ fn optional_uid(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
     Uid::parse(raw).map(Some).map_err(|e| invalid_field(field, e))
 }
 
+/// `field` prefixes the paths in errors (`resources[3]` in a batch, empty
+/// for a single resource), matching the paths the core reports.
 pub fn resource_spec(spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
+    let at = |path: String| {
+        if field.is_empty() {
+            path
+        } else {
+            format!("{field}.{path}")
+        }
+    };
     let mut refs: BTreeMap<String, Vec<RefRequest>> = BTreeMap::new();
     for (i, r) in spec.refs.into_iter().enumerate() {
         if refs.contains_key(&r.field) {
             return Err(invalid_field(
-                &format!("{field}.refs[{i}]"),
+                &at(format!("refs[{i}]")),
                 format!("field {:?} is given twice", r.field),
             ));
         }
         let mut targets = Vec::with_capacity(r.targets.len());
         for (j, t) in r.targets.into_iter().enumerate() {
-            let uid = optional_uid(&t.uid, &format!("{field}.refs.{}[{j}].uid", r.field))?;
+            let uid = optional_uid(&t.uid, &at(format!("refs.{}[{j}].uid", r.field)))?;
             targets.push(RefRequest { name: t.name, uid });
         }
         refs.insert(r.field, targets);
