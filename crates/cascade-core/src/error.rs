@@ -75,8 +75,17 @@ pub enum CoreError {
         region: String,
         local: String,
     },
-    #[error("{field}: cross-region reference to {target} is not supported by this node")]
+    /// A cross-region target reached the core without its uid (the node
+    /// resolves it at the owner first).
+    #[error("{field}: cross-region reference to {target} was not resolved at its owner")]
     RemoteReference { field: String, target: ResourceName },
+    /// A cross-region create that could not complete: the owner refused the
+    /// attach, or a target was deleted meanwhile.
+    #[error("create of {name} was aborted: {reason}")]
+    CreateAborted { name: ResourceName, reason: String },
+    /// A peer region could not be reached.
+    #[error("region {region} is unavailable: {reason}")]
+    RegionUnavailable { region: String, reason: String },
     #[error("operation {0} not found")]
     OperationNotFound(String),
     #[error(transparent)]
@@ -124,7 +133,9 @@ impl CoreError {
             | CoreError::TargetUidMismatch { .. }
             | CoreError::Deleting { .. }
             | CoreError::DeleteRefused { .. }
-            | CoreError::RemoteReference { .. } => ErrorCode::FailedPrecondition,
+            | CoreError::CreateAborted { .. } => ErrorCode::FailedPrecondition,
+            CoreError::RemoteReference { .. } => ErrorCode::Internal,
+            CoreError::RegionUnavailable { .. } => ErrorCode::Unavailable,
             CoreError::EtagMismatch { .. } => ErrorCode::Aborted,
             CoreError::Storage(_) => ErrorCode::Unavailable,
         }

@@ -13,6 +13,8 @@
 //!   overlay, and the write set a step produces.
 //! - [`protocol`]: create, update, delete (with dry run) and the deletion
 //!   work loop.
+//! - [`peer`]: the cross-region half: attach/release at the owner, deletion
+//!   events, CREATING resources and releases at the importer.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
 
@@ -20,6 +22,7 @@ pub mod error;
 pub mod memory;
 pub mod model;
 pub mod name;
+pub mod peer;
 pub mod protocol;
 pub mod schema;
 pub mod state;

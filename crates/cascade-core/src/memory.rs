@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingRelease, RefTarget, RemoteDeletion, Resource,
+    Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::state::{StateRead, WriteSet};
@@ -21,6 +22,11 @@ pub struct MemoryState {
     pub work: BTreeMap<Uid, WorkItem>,
     pub events: Vec<Event>,
     pub next_revision: Revision,
+    pub remote_deletions: BTreeMap<Uid, RemoteDeletion>,
+    pub pending_releases: BTreeMap<(String, BackRefKey), PendingRelease>,
+    pub cursors: BTreeMap<String, Revision>,
+    pub pending_attach: BTreeMap<Uid, RefTarget>,
+    pub generation: u64,
 }
 
 fn apply_map<K: Ord, V>(map: &mut BTreeMap<K, V>, writes: BTreeMap<K, Option<V>>) {
@@ -44,6 +50,13 @@ impl MemoryState {
         self.events.extend(w.events);
         if let Some(r) = w.next_revision {
             self.next_revision = r;
+        }
+        apply_map(&mut self.remote_deletions, w.remote_deletions);
+        apply_map(&mut self.pending_releases, w.pending_releases);
+        self.cursors.extend(w.cursors);
+        apply_map(&mut self.pending_attach, w.pending_attach);
+        if let Some(g) = w.generation {
+            self.generation = g;
         }
     }
 }
@@ -87,5 +100,17 @@ impl StateRead for MemoryState {
     }
     fn next_revision(&self) -> Result<Revision, StorageError> {
         Ok(self.next_revision.max(1))
+    }
+    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
+        Ok(self.remote_deletions.get(&uid).cloned())
+    }
+    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
+        Ok(self.pending_releases.get(&(region.to_owned(), key.clone())).cloned())
+    }
+    fn cursor(&self, region: &str) -> Result<Revision, StorageError> {
+        Ok(self.cursors.get(region).copied().unwrap_or(0))
+    }
+    fn generation(&self) -> Result<u64, StorageError> {
+        Ok(self.generation.max(1))
     }
 }

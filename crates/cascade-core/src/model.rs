@@ -81,13 +81,26 @@ pub struct BackRefKey {
     pub field: String,
 }
 
-/// Kept by the owner of the target: "`referrer` points at me through `field`".
+/// "`referrer` points at `target` through `field`".
+///
+/// Kept by the owner of the target. When the referrer lives in another
+/// region, the referrer's node keeps a mirror row too (target remote), so
+/// that a deletion event from the owner finds the local referrers with the
+/// same prefix scan a local deletion uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackRef {
     pub target: RefTarget,
     pub referrer: RefTarget,
     pub field: String,
     pub on_delete: OnDelete,
+    /// Cross-region only: the referrer region's generation at attach time. A
+    /// release with an older generation is stale and ignored.
+    #[serde(default)]
+    pub generation: u64,
+    /// When it was attached; the periodic check leaves young ones alone (an
+    /// attach precedes the referrer's own commit).
+    #[serde(default)]
+    pub attached_at: Timestamp,
 }
 
 impl BackRef {
@@ -129,6 +142,8 @@ pub enum DeletionStatus {
     Blocked { blockers: Vec<Blocker>, reason: String },
     /// Gave up after the maximum number of attempts; an operator acts.
     Failed { error: String },
+    /// Nothing blocks it, but referrers in other regions have yet to release.
+    Waiting { regions: Vec<String>, reason: String },
 }
 
 /// The deletion table (seed 000's `deleting_resource`): one row per resource
@@ -190,6 +205,8 @@ pub enum OutcomeAction {
     Unset { field: String },
     Blocked { blockers: Vec<Blocker> },
     Failed { error: String },
+    /// Pending, waiting on other regions to release their references.
+    Waiting { regions: Vec<String> },
 }
 
 /// What an operation did to one resource (seed 001's 207 body).
@@ -234,4 +251,34 @@ pub struct Event {
     pub operation: Option<OperationId>,
     pub message: String,
     pub time: Timestamp,
+}
+
+/// A resource of another region that this node saw enter DELETING (from the
+/// owner's watch stream). While it exists, nothing here may attach a new
+/// reference to that uid; local referrers are cascaded or unset from it.
+/// Removed when the owner reports the purge.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteDeletion {
+    pub target: RefTarget,
+    pub operation: OperationId,
+    pub seen_at: Timestamp,
+}
+
+/// A release of a cross-region back-reference that the owner has yet to
+/// acknowledge. Durable, so a crash between the local effect and the
+/// owner's acknowledgement only delays the release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingRelease {
+    pub backref: BackRef,
+    /// This node's generation when the release was queued.
+    pub generation: u64,
+}
+
+/// A deletion event of another region, as the importer applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemoteEvent {
+    pub revision: Revision,
+    pub event_type: EventType,
+    pub resource: RefTarget,
+    pub operation: Option<OperationId>,
 }

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::error::{describe_blockers, CoreError, Dependent};
 use crate::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
-    OperationState, Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
+    OperationState, Outcome, OutcomeAction, PendingRelease, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
 };
 use crate::name::{IdSource, OperationId, RegionId, ResourceName, Uid};
 use crate::schema::{OnDelete, Schema};
@@ -139,6 +139,9 @@ pub struct Plan {
     pub blocked: Vec<PlannedBlock>,
     /// The walk stopped at `Policy::max_plan` resources.
     pub truncated: bool,
+    /// Region → deleted resources referenced from there: that region's own
+    /// plan, started from these, continues the closure.
+    pub remote_seeds: BTreeMap<String, Vec<RefTarget>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -200,10 +203,17 @@ pub fn create<S: StateRead + ?Sized>(
         }
         let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, &at("refs"), None)?;
         let uid = Uid(ids.next_uuid());
+        // References into other regions are attached at their owners before
+        // the resource becomes ACTIVE (see `peer::activate`).
+        let crosses_regions = refs.values().flatten().any(|t| is_remote(ctx, &t.name));
         let resource = Resource {
             name,
             uid,
-            state: ResourceState::Active,
+            state: if crosses_regions {
+                ResourceState::Creating
+            } else {
+                ResourceState::Active
+            },
             attributes: spec.attributes,
             refs,
             revision: 0,
@@ -212,7 +222,16 @@ pub fn create<S: StateRead + ?Sized>(
             finalizers: spec.finalizers,
         };
         attach_backrefs(&mut tx, ctx, &resource, None);
-        let resource = put_with_event(&mut tx, ctx, resource, EventType::Created, None, "created")?;
+        let resource = if crosses_regions {
+            // Not visible, and no event, until it is ACTIVE.
+            let mut resource = resource;
+            resource.revision = tx.peek_revision()?;
+            tx.put_resource(resource.clone());
+            tx.put_pending_attach(target_of(&resource));
+            resource
+        } else {
+            put_with_event(&mut tx, ctx, resource, EventType::Created, None, "created")?
+        };
         created.push(resource);
     }
     Ok(Step {
@@ -251,9 +270,18 @@ pub fn update<S: StateRead + ?Sized>(
     // Release what the update drops, attach what it adds.
     let old = tracked_keys(ctx, &current);
     let new = tracked_keys(ctx, &next);
-    for (key, _) in old.iter().filter(|(k, _)| !new.contains_key(*k)) {
-        tx.remove_backref(key.clone());
-        wake_if_deleting(&mut tx, ctx, key.target)?;
+    for b in outgoing_backrefs(ctx, &current) {
+        if !new.contains_key(&b.key()) {
+            release_ref(&mut tx, ctx, &b)?;
+        }
+    }
+    for (key, (target, _)) in new.iter().filter(|(k, _)| !old.contains_key(*k)) {
+        // A release of this very reference may still be queued from an
+        // earlier update: it need not be sent (and the owner would ignore
+        // it by generation anyway).
+        if let Some(region) = remote_region(ctx, target) {
+            tx.remove_pending_release(&region, key.clone());
+        }
     }
     attach_backrefs(&mut tx, ctx, &next, Some(&old));
     let next = put_with_event(&mut tx, ctx, next, EventType::Updated, None, "updated")?;
@@ -333,7 +361,7 @@ pub fn delete<S: StateRead + ?Sized>(
     check_etag(&resource, req.etag.as_deref())?;
     check_preconditions(&tx, ctx, &resource, req.cascade)?;
     if req.dry_run {
-        let plan = plan(&tx, ctx, &resource, req.cascade)?;
+        let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], req.cascade)?;
         return Ok(Step {
             value: DeleteOutcome::DryRun(plan),
             writes: WriteSet::default(),
@@ -423,20 +451,32 @@ fn check_preconditions<S: StateRead + ?Sized>(
 }
 
 /// Walks the closure of a delete without changing anything.
-fn plan<S: StateRead + ?Sized>(
+///
+/// `seeds` are deleted resources to start from: the root of a local delete,
+/// or (for another region's plan) its deleted resources that this region's
+/// resources reference. Referrers in other regions are not followed here:
+/// they become `remote_seeds` for their region's own plan.
+pub(crate) fn plan_closure<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     ctx: Ctx<'_>,
-    root: &Resource,
+    seeds: Vec<RefTarget>,
     cascade: bool,
 ) -> Result<Plan, CoreError> {
     let mut deleted: BTreeMap<Uid, RefTarget> = BTreeMap::new();
-    let mut order = vec![target_of(root)];
-    deleted.insert(root.uid, target_of(root));
+    let mut order = Vec::new();
+    let mut remote_seeds: BTreeMap<String, BTreeSet<RefTarget>> = BTreeMap::new();
+    let mut queue = VecDeque::new();
+    for seed in seeds {
+        if !is_remote(ctx, &seed.name) {
+            order.push(seed.clone());
+        }
+        queue.push_back(seed.uid);
+        deleted.insert(seed.uid, seed);
+    }
     // (referrer uid, field) → elements the closure removes from that list.
     let mut removed: BTreeMap<(Uid, String), usize> = BTreeMap::new();
     let mut unset: BTreeMap<(Uid, String), RefTarget> = BTreeMap::new();
     let mut blocks: Vec<(RefTarget, BackRef)> = Vec::new();
-    let mut queue = VecDeque::from([root.uid]);
     let mut truncated = false;
     while let Some(uid) = queue.pop_front() {
         let target = deleted[&uid].clone();
@@ -446,6 +486,13 @@ fn plan<S: StateRead + ?Sized>(
             let Some(last) = page.last() else { break };
             after = Some(last.key());
             for b in page {
+                if is_remote(ctx, &b.referrer.name) && b.on_delete != OnDelete::Block {
+                    if cascade || b.on_delete == OnDelete::Unset {
+                        let region = b.referrer.name.region().to_owned();
+                        remote_seeds.entry(region).or_default().insert(target.clone());
+                    }
+                    continue;
+                }
                 match b.on_delete {
                     OnDelete::Block => blocks.push((target.clone(), b)),
                     OnDelete::AllowDangling => {}
@@ -512,6 +559,10 @@ fn plan<S: StateRead + ?Sized>(
         unset,
         blocked,
         truncated,
+        remote_seeds: remote_seeds
+            .into_iter()
+            .map(|(region, targets)| (region, targets.into_iter().collect()))
+            .collect(),
     })
 }
 
@@ -557,6 +608,9 @@ fn step_deletion<S: StateRead + ?Sized>(
     report: &mut WorkReport,
 ) -> Result<bool, CoreError> {
     let uid = work.target.uid;
+    if is_remote(ctx, &work.target.name) {
+        return step_remote_deletion(tx, ctx, work, budget, report);
+    }
     let resource = tx.resource_by_uid(uid)?;
     let record = tx.deletion(uid)?;
     let (Some(resource), Some(record)) = (resource, record) else {
@@ -568,7 +622,10 @@ fn step_deletion<S: StateRead + ?Sized>(
         tx.remove_work(uid);
         return Ok(true);
     }
+    let target = target_of(&resource);
     let mut blockers = Vec::new();
+    // Region → referrers there that have yet to release (they act on our event).
+    let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
     let mut after: Option<BackRefKey> = None;
     loop {
         if *budget == 0 {
@@ -578,12 +635,14 @@ fn step_deletion<S: StateRead + ?Sized>(
         let Some(last) = page.last() else { break };
         after = Some(last.key());
         for b in page {
+            let remote_referrer = is_remote(ctx, &b.referrer.name);
             match b.on_delete {
                 OnDelete::Block => {
                     if blockers.len() < ctx.policy.max_listed {
-                        let referrer_deleting = tx
-                            .resource_by_uid(b.referrer.uid)?
-                            .is_some_and(|r| r.state == ResourceState::Deleting);
+                        let referrer_deleting = !remote_referrer
+                            && tx
+                                .resource_by_uid(b.referrer.uid)?
+                                .is_some_and(|r| r.state == ResourceState::Deleting);
                         blockers.push(Blocker {
                             referrer: b.referrer.name.clone(),
                             field: b.field.clone(),
@@ -592,15 +651,22 @@ fn step_deletion<S: StateRead + ?Sized>(
                     }
                 }
                 OnDelete::AllowDangling => tx.remove_backref(b.key()),
+                OnDelete::Cascade | OnDelete::Unset if remote_referrer => {
+                    *waiting.entry(b.referrer.name.region().to_owned()).or_default() += 1;
+                }
                 OnDelete::Cascade | OnDelete::Unset => {
                     *budget = budget.saturating_sub(1);
-                    apply_to_referrer(tx, ctx, &resource, &record, b, report)?;
+                    apply_to_referrer(tx, ctx, &target, record.operation, &record.requested_by, b, report)?;
                 }
             }
         }
     }
     if !blockers.is_empty() || !resource.finalizers.is_empty() {
         hold(tx, ctx, &resource, record, work, blockers)?;
+        return Ok(true);
+    }
+    if !waiting.is_empty() {
+        wait_for_regions(tx, ctx, &resource, record, work, waiting)?;
         return Ok(true);
     }
     let op = tx.operation(record.operation)?;
@@ -612,13 +678,16 @@ fn step_deletion<S: StateRead + ?Sized>(
     {
         // The root goes last; the purge or failure that leaves it alone wakes it.
         tx.remove_work(uid);
-        if matches!(record.status, DeletionStatus::Blocked { .. }) {
+        if !matches!(record.status, DeletionStatus::Pending | DeletionStatus::Failed { .. }) {
             // Nothing holds it any more: it only waits for its closure.
             let mut record = record;
+            let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
             record.status = DeletionStatus::Pending;
             let op_id = record.operation;
             tx.put_deletion(record);
-            update_operation(tx, op_id, |p| p.blocked = p.blocked.saturating_sub(1))?;
+            if was_blocked {
+                update_operation(tx, op_id, |p| p.blocked = p.blocked.saturating_sub(1))?;
+            }
         }
         return Ok(true);
     }
@@ -627,25 +696,110 @@ fn step_deletion<S: StateRead + ?Sized>(
     Ok(true)
 }
 
+/// The importer's side of a deletion in another region: cascade or unset
+/// the local referrers (the mirror rows of the target), queueing a release
+/// to the owner for each. Local `block` referrers need nothing here: the
+/// owner's own row holds its deletion.
+fn step_remote_deletion<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    work: WorkItem,
+    budget: &mut usize,
+    report: &mut WorkReport,
+) -> Result<bool, CoreError> {
+    let uid = work.target.uid;
+    let Some(tombstone) = tx.remote_deletion(uid)? else {
+        tx.remove_work(uid);
+        return Ok(true);
+    };
+    let requested_by = format!("region {}", tombstone.target.name.region());
+    let mut after: Option<BackRefKey> = None;
+    loop {
+        if *budget == 0 {
+            return Ok(false);
+        }
+        let page = tx.backrefs(uid, after.as_ref(), (*budget).min(256))?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.key());
+        for b in page {
+            if matches!(b.on_delete, OnDelete::Cascade | OnDelete::Unset) && !is_remote(ctx, &b.referrer.name) {
+                *budget = budget.saturating_sub(1);
+                apply_to_referrer(tx, ctx, &tombstone.target, tombstone.operation, &requested_by, b, report)?;
+            }
+        }
+    }
+    tx.remove_work(uid);
+    after_pending_changed(tx, ctx, tombstone.operation)?;
+    Ok(true)
+}
+
+/// Nothing blocks the deletion, but referrers in other regions have yet to
+/// act on it. Their release wakes it; a late retry is only a safety net
+/// (the owner's periodic check heals lost releases).
+fn wait_for_regions<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+    mut record: DeletionRecord,
+    mut work: WorkItem,
+    waiting: BTreeMap<String, usize>,
+) -> Result<(), CoreError> {
+    let regions: Vec<String> = waiting.keys().cloned().collect();
+    let reason = waiting
+        .iter()
+        .map(|(region, n)| format!("waiting on region {region} to release {n} reference(s)"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let op = record.operation;
+    let changed = !matches!(&record.status, DeletionStatus::Waiting { reason: r, .. } if r == &reason);
+    if changed && !matches!(record.status, DeletionStatus::Failed { .. }) {
+        let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
+        record.status = DeletionStatus::Waiting {
+            regions: regions.clone(),
+            reason,
+        };
+        tx.put_deletion(record);
+        tx.put_outcome(
+            op,
+            Outcome {
+                resource: target_of(resource),
+                action: OutcomeAction::Waiting { regions },
+                time: ctx.now,
+            },
+        );
+        if was_blocked {
+            update_operation(tx, op, |p| p.blocked = p.blocked.saturating_sub(1))?;
+        }
+    }
+    work.attempts = 0;
+    work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
+    tx.put_work(work);
+    Ok(())
+}
+
 /// Applies the deletion of `target` to one referrer: cascade or unset.
 fn apply_to_referrer<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
-    target: &Resource,
-    record: &DeletionRecord,
+    target: &RefTarget,
+    operation: OperationId,
+    requested_by: &str,
     b: BackRef,
     report: &mut WorkReport,
 ) -> Result<(), CoreError> {
-    tx.remove_backref(b.key());
+    release_ref(tx, ctx, &b)?;
     let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
         return Ok(()); // the referrer is gone: the back-reference was stale
     };
+    if referrer.state == ResourceState::Creating {
+        // Its create has not been confirmed yet: the create fails instead.
+        abort_creating(tx, ctx, referrer)?;
+        return Ok(());
+    }
     if referrer.state != ResourceState::Active {
         return Ok(());
     }
-    let Some(targets) = referrer.refs.get_mut(&b.field) else {
-        return Ok(());
-    };
+    let Some(targets) = referrer.refs.get_mut(&b.field) else { return Ok(()) };
     let before = targets.len();
     targets.retain(|t| t.uid != target.uid);
     if targets.len() == before {
@@ -655,29 +809,99 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     if emptied {
         referrer.refs.remove(&b.field);
     }
+    ensure_operation_part(tx, ctx, operation, target)?;
     if b.on_delete == OnDelete::Cascade && emptied {
         let reason = DeletionReason::Cascade {
             from: target.name.clone(),
             field: b.field.clone(),
         };
-        enter_deleting(tx, ctx, referrer, reason, record.operation, &record.requested_by)?;
+        enter_deleting(tx, ctx, referrer, reason, operation, requested_by)?;
         report.cascaded += 1;
         return Ok(());
     }
     referrer.update_time = ctx.now;
     let message = format!("{} cleared: {} is being deleted", b.field, target.name);
-    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(record.operation), &message)?;
+    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(operation), &message)?;
     tx.put_outcome(
-        record.operation,
+        operation,
         Outcome {
             resource: target_of(&referrer),
             action: OutcomeAction::Unset { field: b.field },
             time: ctx.now,
         },
     );
-    update_operation(tx, record.operation, |p| p.unset += 1)?;
+    update_operation(tx, operation, |p| p.unset += 1)?;
     report.unset += 1;
     Ok(())
+}
+
+/// Drops the back-reference row of one reference: for a remote target also
+/// queues the release to its owner; for a local target being deleted, wakes it.
+fn release_ref<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, b: &BackRef) -> Result<(), CoreError> {
+    tx.remove_backref(b.key());
+    if is_remote(ctx, &b.target.name) {
+        let generation = tx.next_generation()?;
+        tx.put_pending_release(
+            b.target.name.region(),
+            PendingRelease {
+                backref: b.clone(),
+                generation,
+            },
+        );
+        Ok(())
+    } else {
+        wake_if_deleting(tx, ctx, b.target.uid)
+    }
+}
+
+/// Removes a CREATING resource whose cross-region create cannot complete,
+/// with its back-reference rows (releases queued for remote targets).
+pub(crate) fn abort_creating<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, r: Resource) -> Result<(), CoreError> {
+    for b in outgoing_backrefs(ctx, &r) {
+        release_ref(tx, ctx, &b)?;
+    }
+    tx.remove_resource(&r.name, r.uid);
+    tx.remove_pending_attach(r.uid);
+    Ok(())
+}
+
+/// A cascade that reaches this region from another one reports into the
+/// same operation id: this region keeps its part of the operation.
+fn ensure_operation_part<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    operation: OperationId,
+    root: &RefTarget,
+) -> Result<(), CoreError> {
+    if tx.operation(operation)?.is_none() {
+        tx.put_operation(Operation {
+            id: operation,
+            root: root.clone(),
+            requested_by: format!("region {}", root.name.region()),
+            cascade: true,
+            state: OperationState::Running,
+            progress: Progress::default(),
+            create_time: ctx.now,
+            end_time: None,
+        });
+    }
+    Ok(())
+}
+
+/// Makes a CREATING resource ACTIVE once its cross-region attach succeeded.
+pub(crate) fn activate_creating<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut r: Resource,
+) -> Result<Resource, CoreError> {
+    r.state = ResourceState::Active;
+    r.update_time = ctx.now;
+    tx.remove_pending_attach(r.uid);
+    put_with_event(tx, ctx, r, EventType::Created, None, "created")
+}
+
+fn is_remote(ctx: Ctx<'_>, name: &ResourceName) -> bool {
+    name.region() != ctx.region.as_str()
 }
 
 /// Marks a resource DELETING, in one step with everything that goes with it.
@@ -691,9 +915,8 @@ fn enter_deleting<S: StateRead + ?Sized>(
 ) -> Result<(), CoreError> {
     // Release our own outgoing references at once, so cycles unwind and the
     // targets we were holding can finish.
-    for (key, _) in tracked_keys(ctx, &resource) {
-        tx.remove_backref(key.clone());
-        wake_if_deleting(tx, ctx, key.target)?;
+    for b in outgoing_backrefs(ctx, &resource) {
+        release_ref(tx, ctx, &b)?;
     }
     resource.state = ResourceState::Deleting;
     resource.update_time = ctx.now;
@@ -855,7 +1078,7 @@ fn purge<S: StateRead + ?Sized>(
                 p.blocked = p.blocked.saturating_sub(1);
                 p.pending = p.pending.saturating_sub(1);
             }
-            DeletionStatus::Pending => p.pending = p.pending.saturating_sub(1),
+            DeletionStatus::Pending | DeletionStatus::Waiting { .. } => p.pending = p.pending.saturating_sub(1),
         }
         p.deleted += 1;
     })?;
@@ -901,7 +1124,7 @@ fn update_operation<S: StateRead + ?Sized>(
 }
 
 /// Queues a deletion to be looked at now (a back-reference to it went away).
-fn wake_if_deleting<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
+pub(crate) fn wake_if_deleting<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
     let Some(record) = tx.deletion(uid)? else {
         return Ok(());
     };
@@ -1090,11 +1313,21 @@ fn resolve_refs<S: StateRead + ?Sized>(
                     format!("must reference a {}, not a {}", spec.kind, name.kind()),
                 ));
             }
-            if name.region() != ctx.region.as_str() {
-                return Err(CoreError::RemoteReference {
-                    field: at,
-                    target: name,
-                });
+            if is_remote(ctx, &name) {
+                // The node resolved it at its owner (which refuses missing
+                // and DELETING targets); here we only refuse one we saw
+                // enter DELETING since.
+                let Some(uid) = t.uid else {
+                    return Err(CoreError::RemoteReference { field: at, target: name });
+                };
+                if tx.remote_deletion(uid)?.is_some() {
+                    return Err(CoreError::TargetDeleting { field: at, target: name });
+                }
+                if resolved.iter().any(|r| r.name == name) {
+                    return Err(CoreError::invalid(&at, format!("{name} is listed twice")));
+                }
+                resolved.push(RefTarget { name, uid });
+                continue;
             }
             if resolved.iter().any(|r| r.name == name) {
                 return Err(CoreError::invalid(&at, format!("{name} is listed twice")));
@@ -1178,6 +1411,25 @@ fn tracked_keys(ctx: Ctx<'_>, r: &Resource) -> BTreeMap<BackRefKey, (RefTarget, 
     out
 }
 
+/// The back-reference rows a resource's references hold.
+fn outgoing_backrefs(ctx: Ctx<'_>, r: &Resource) -> Vec<BackRef> {
+    tracked_keys(ctx, r)
+        .into_iter()
+        .map(|(key, (target, on_delete))| BackRef {
+            target,
+            referrer: target_of(r),
+            field: key.field,
+            on_delete,
+            generation: 0,
+            attached_at: Timestamp::default(),
+        })
+        .collect()
+}
+
+fn remote_region(ctx: Ctx<'_>, target: &RefTarget) -> Option<String> {
+    is_remote(ctx, &target.name).then(|| target.name.region().to_owned())
+}
+
 fn attach_backrefs<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -1193,6 +1445,8 @@ fn attach_backrefs<S: StateRead + ?Sized>(
             referrer: target_of(r),
             field: key.field,
             on_delete,
+            generation: 0,
+            attached_at: ctx.now,
         });
     }
 }

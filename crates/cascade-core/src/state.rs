@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingRelease, RefTarget, RemoteDeletion, Resource,
+    Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 
@@ -33,6 +34,12 @@ pub trait StateRead {
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError>;
     /// The revision the next event gets.
     fn next_revision(&self) -> Result<Revision, StorageError>;
+    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError>;
+    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError>;
+    /// The last revision of `region`'s outbox this node applied.
+    fn cursor(&self, region: &str) -> Result<Revision, StorageError>;
+    /// This node's release generation (see [`crate::model::BackRef::generation`]).
+    fn generation(&self) -> Result<u64, StorageError>;
 }
 
 /// Everything one step writes: final values per key (None = delete) and the
@@ -49,6 +56,14 @@ pub struct WriteSet {
     pub events: Vec<Event>,
     /// Set when events were appended.
     pub next_revision: Option<Revision>,
+    pub remote_deletions: BTreeMap<Uid, Option<RemoteDeletion>>,
+    /// (owner region, key) → release to send.
+    pub pending_releases: BTreeMap<(String, BackRefKey), Option<PendingRelease>>,
+    /// Region → last applied revision of its outbox.
+    pub cursors: BTreeMap<String, Revision>,
+    /// CREATING resources whose cross-region attach is not settled yet.
+    pub pending_attach: BTreeMap<Uid, Option<RefTarget>>,
+    pub generation: Option<u64>,
 }
 
 impl WriteSet {
@@ -61,6 +76,11 @@ impl WriteSet {
             && self.outcomes.is_empty()
             && self.work.is_empty()
             && self.events.is_empty()
+            && self.remote_deletions.is_empty()
+            && self.pending_releases.is_empty()
+            && self.cursors.is_empty()
+            && self.pending_attach.is_empty()
+            && self.generation.is_none()
     }
 
     /// Number of keys written: the unit of the storage cost of a step.
@@ -74,6 +94,11 @@ impl WriteSet {
             + self.work.len()
             + self.events.len()
             + usize::from(self.next_revision.is_some())
+            + self.remote_deletions.len()
+            + self.pending_releases.len()
+            + self.cursors.len()
+            + self.pending_attach.len()
+            + usize::from(self.generation.is_some())
     }
 }
 
@@ -82,6 +107,15 @@ pub struct Tx<'s, S: StateRead + ?Sized> {
     base: &'s S,
     writes: WriteSet,
     next_revision: Option<Revision>,
+}
+
+macro_rules! overlay_get {
+    ($self:ident, $map:ident, $key:expr, $base:expr) => {
+        match $self.writes.$map.get($key) {
+            Some(v) => Ok(v.clone()),
+            None => $base,
+        }
+    };
 }
 
 impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
@@ -230,6 +264,64 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.next_revision = Some(revision + 1);
         self.writes.events.push(event);
         Ok(revision)
+    }
+
+    pub fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
+        overlay_get!(self, remote_deletions, &uid, self.base.remote_deletion(uid))
+    }
+
+    pub fn put_remote_deletion(&mut self, d: RemoteDeletion) {
+        self.writes.remote_deletions.insert(d.target.uid, Some(d));
+    }
+
+    pub fn remove_remote_deletion(&mut self, uid: Uid) {
+        self.writes.remote_deletions.insert(uid, None);
+    }
+
+    pub fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
+        overlay_get!(
+            self,
+            pending_releases,
+            &(region.to_owned(), key.clone()),
+            self.base.pending_release(region, key)
+        )
+    }
+
+    pub fn put_pending_release(&mut self, region: &str, p: PendingRelease) {
+        self.writes.pending_releases.insert((region.to_owned(), p.backref.key()), Some(p));
+    }
+
+    pub fn remove_pending_release(&mut self, region: &str, key: BackRefKey) {
+        self.writes.pending_releases.insert((region.to_owned(), key), None);
+    }
+
+    pub fn cursor(&self, region: &str) -> Result<Revision, StorageError> {
+        match self.writes.cursors.get(region) {
+            Some(v) => Ok(*v),
+            None => self.base.cursor(region),
+        }
+    }
+
+    pub fn set_cursor(&mut self, region: &str, revision: Revision) {
+        self.writes.cursors.insert(region.to_owned(), revision);
+    }
+
+    pub fn put_pending_attach(&mut self, target: RefTarget) {
+        self.writes.pending_attach.insert(target.uid, Some(target));
+    }
+
+    pub fn remove_pending_attach(&mut self, uid: Uid) {
+        self.writes.pending_attach.insert(uid, None);
+    }
+
+    /// Takes the next release generation.
+    pub fn next_generation(&mut self) -> Result<u64, StorageError> {
+        let g = match self.writes.generation {
+            Some(g) => g,
+            None => self.base.generation()?,
+        };
+        self.writes.generation = Some(g + 1);
+        Ok(g)
     }
 
     /// The revision the next emitted event will get.

@@ -365,6 +365,10 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             DeletionStatus::Blocked { .. } => {
                 assert!(work.is_some(), "{}: blocked but not scheduled", d.target.name)
             }
+            DeletionStatus::Waiting { .. } => panic!(
+                "{}: waiting on another region in a single-region test",
+                d.target.name
+            ),
             DeletionStatus::Pending => assert!(
                 op.root.uid == *uid && op.progress.pending > 1,
                 "{}: pending at quiescence and not a waiting root (lost deletion)",
@@ -1610,8 +1614,9 @@ fn error_codes_map_to_status_classes() {
     let err = w
         .try_create(&n("network", "x"), &[("project", &["r2/project/p"])])
         .unwrap_err();
+    // A cross-region target must reach the core resolved (with its uid) by the node.
     assert!(matches!(err, CoreError::RemoteReference { .. }), "{err:?}");
-    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    assert_eq!(err.code(), ErrorCode::Internal);
     let mut s = spec(&n("project", "attrs"), &[]);
     s.attributes.insert(String::new(), "v".to_owned());
     let err = w.try_create_spec(s).unwrap_err();

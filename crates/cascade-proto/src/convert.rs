@@ -116,6 +116,7 @@ fn deletion(d: &DeletionRecord) -> v1::Deletion {
         DeletionStatus::Pending => (v1::DeletionStatus::Pending, Vec::new(), String::new()),
         DeletionStatus::Blocked { blockers: b, reason } => (v1::DeletionStatus::Blocked, blockers(b), reason.clone()),
         DeletionStatus::Failed { error } => (v1::DeletionStatus::Failed, Vec::new(), error.clone()),
+        DeletionStatus::Waiting { reason, .. } => (v1::DeletionStatus::Waiting, Vec::new(), reason.clone()),
     };
     v1::Deletion {
         deleted_at_ms: ms(d.deleted_at),
@@ -189,6 +190,7 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
         outcomes: outcomes.iter().map(outcome).collect(),
         next_outcomes_page_token: next_page_token,
         done: op.state != OperationState::Running,
+        unreachable_regions: Vec::new(),
     }
 }
 
@@ -215,6 +217,10 @@ pub fn outcome(o: &Outcome) -> v1::Outcome {
             out.message = error.clone();
             v1::OutcomeAction::Failed
         }
+        OutcomeAction::Waiting { regions } => {
+            out.message = format!("waiting on region {}", regions.join(", "));
+            v1::OutcomeAction::Waiting
+        }
     };
     out.action = action as i32;
     out
@@ -240,7 +246,102 @@ pub fn plan(p: &Plan) -> v1::Plan {
             })
             .collect(),
         truncated: p.truncated,
+        remote_seeds: p
+            .remote_seeds
+            .iter()
+            .flat_map(|(region, targets)| {
+                targets.iter().map(move |t| v1::RemoteSeed {
+                    region: region.clone(),
+                    target: Some(object_ref(t)),
+                })
+            })
+            .collect(),
+        unreachable_regions: Vec::new(),
     }
+}
+
+/// A wire object reference with both parts, as peers exchange them.
+pub fn ref_target(r: Option<v1::ObjectRef>, field: &str) -> Result<RefTarget, Status> {
+    let r = r.ok_or_else(|| invalid_field(field, "is required"))?;
+    let name = cascade_core::ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{field}.name"), e))?;
+    let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{field}.uid"), e))?;
+    Ok(RefTarget { name, uid })
+}
+
+pub fn peer_backref_from(b: v1::PeerBackRef, field: &str) -> Result<cascade_core::peer::PeerBackRef, Status> {
+    Ok(cascade_core::peer::PeerBackRef {
+        target: ref_target(b.target, &format!("{field}.target"))?,
+        referrer: ref_target(b.referrer, &format!("{field}.referrer"))?,
+        field: b.field,
+        generation: b.generation,
+    })
+}
+
+pub fn peer_backref(b: &cascade_core::peer::PeerBackRef) -> v1::PeerBackRef {
+    v1::PeerBackRef {
+        target: Some(object_ref(&b.target)),
+        referrer: Some(object_ref(&b.referrer)),
+        field: b.field.clone(),
+        generation: b.generation,
+        on_delete: String::new(),
+    }
+}
+
+/// A stored back-reference row, for dumps.
+pub fn backref_row(b: &cascade_core::model::BackRef) -> v1::PeerBackRef {
+    v1::PeerBackRef {
+        target: Some(object_ref(&b.target)),
+        referrer: Some(object_ref(&b.referrer)),
+        field: b.field.clone(),
+        generation: b.generation,
+        on_delete: b.on_delete.to_string(),
+    }
+}
+
+pub fn event_type_from(t: i32) -> Option<EventType> {
+    Some(match v1::EventType::try_from(t).ok()? {
+        v1::EventType::Unspecified => return None,
+        v1::EventType::Created => EventType::Created,
+        v1::EventType::Updated => EventType::Updated,
+        v1::EventType::Deleting => EventType::Deleting,
+        v1::EventType::Purged => EventType::Purged,
+        v1::EventType::DeletionBlocked => EventType::DeletionBlocked,
+        v1::EventType::DeletionFailed => EventType::DeletionFailed,
+    })
+}
+
+/// A plan from the wire (a peer's part), back into the core's terms.
+pub fn plan_from(p: v1::Plan) -> Result<Plan, Status> {
+    let mut out = Plan {
+        truncated: p.truncated,
+        ..Plan::default()
+    };
+    for d in p.deleted {
+        out.deleted.push(ref_target(Some(d), "deleted")?);
+    }
+    for u in p.unset {
+        out.unset.push(cascade_core::protocol::PlannedUnset {
+            resource: ref_target(u.resource, "unset.resource")?,
+            field: u.field,
+        });
+    }
+    for b in p.blocked {
+        let blocker = b.blocker.unwrap_or_default();
+        out.blocked.push(cascade_core::protocol::PlannedBlock {
+            resource: ref_target(b.resource, "blocked.resource")?,
+            blocker: Blocker {
+                referrer: cascade_core::ResourceName::parse(&blocker.referrer)
+                    .map_err(|e| invalid_field("blocked.blocker", e))?,
+                field: blocker.field,
+                referrer_deleting: blocker.referrer_deleting,
+            },
+        });
+    }
+    for seed in p.remote_seeds {
+        let target = ref_target(seed.target, "remote_seeds.target")?;
+        out.remote_seeds.entry(seed.region).or_default().push(target);
+    }
+    Ok(out)
 }
 
 pub fn event_type(t: EventType) -> v1::EventType {

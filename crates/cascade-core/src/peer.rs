@@ -1,0 +1,352 @@
+//! The cross-region half of the protocol (seed 002's owner/importer flow).
+//!
+//! The **owner** of a resource keeps a back-reference row for every
+//! referrer, local or remote. A remote referrer's region *attaches* the row
+//! before its reference becomes live, and *releases* it once the reference
+//! is gone (cascaded, unset, or dropped by an update). The owner purges a
+//! deleting resource only when no row is left.
+//!
+//! The **importer** (the referrer's region) keeps a mirror of each row it
+//! attached, keyed the same way (target uid first). When the owner's outbox
+//! reports the target DELETING, the importer records a tombstone, and its
+//! ordinary deletion work walks the mirror rows: cascade or unset each local
+//! referrer and queue a durable release to the owner. The cursor of the
+//! owner's outbox advances in the same step as those effects.
+//!
+//! Why nothing dangles or resurrects:
+//! - The owner refuses to attach to a missing, DELETING or re-created
+//!   target, so a new reference only lands on a live incarnation.
+//! - An attach accepted just before the owner starts deleting is followed
+//!   by the DELETING event; the tombstone it leaves makes the importer refuse
+//!   to commit the new reference, and a reference committed before the event
+//!   is cascaded or unset by it.
+//! - A release carries the importer's generation; the owner ignores a
+//!   release older than the row's attach (a late release of an earlier
+//!   incarnation of the same reference).
+
+use crate::error::{CoreError, StorageError};
+use crate::model::{
+    BackRef, BackRefKey, EventType, RefTarget, RemoteDeletion, RemoteEvent, Resource, ResourceState, WorkItem,
+};
+use crate::protocol::{self, Ctx, Plan, Step};
+use crate::state::{StateRead, Tx, WriteSet};
+use crate::{ResourceName, Uid};
+
+/// A back-reference as one region asks another to attach or release it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerBackRef {
+    pub target: RefTarget,
+    pub referrer: RefTarget,
+    pub field: String,
+    /// The referrer region's generation (see [`BackRef::generation`]).
+    pub generation: u64,
+}
+
+impl PeerBackRef {
+    pub fn key(&self) -> BackRefKey {
+        BackRefKey {
+            target: self.target.uid,
+            referrer: self.referrer.uid,
+            field: self.field.clone(),
+        }
+    }
+}
+
+/// Owner: records back-references from `from_region`, all or none. Each
+/// target must be local, ACTIVE, and the incarnation named; the reference
+/// must exist in the schema (its `on_delete` is the owner's schema's).
+pub fn attach<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: &str,
+    entries: Vec<PeerBackRef>,
+) -> Result<Step<usize>, CoreError> {
+    let mut tx = Tx::new(state);
+    let n = entries.len();
+    for (i, e) in entries.into_iter().enumerate() {
+        let at = format!("backrefs[{i}]");
+        if e.referrer.name.region() != from_region {
+            return Err(CoreError::invalid(
+                format!("{at}.referrer"),
+                format!("{} is not in region {from_region}", e.referrer.name),
+            ));
+        }
+        if e.target.name.region() != ctx.region.as_str() {
+            return Err(CoreError::WrongRegion {
+                name: e.target.name.clone(),
+                region: e.target.name.region().to_owned(),
+                local: ctx.region.to_string(),
+            });
+        }
+        let spec = ctx
+            .schema
+            .reference(e.referrer.name.kind(), &e.field)
+            .filter(|s| s.kind == e.target.name.kind() && s.on_delete.tracked())
+            .ok_or_else(|| {
+                CoreError::invalid(
+                    format!("{at}.field"),
+                    format!(
+                        "kind {:?} has no tracked reference {:?} to a {}",
+                        e.referrer.name.kind(),
+                        e.field,
+                        e.target.name.kind()
+                    ),
+                )
+            })?;
+        let field = format!("refs.{}", e.field);
+        match tx.resource(&e.target.name)? {
+            Some(r) if r.state == ResourceState::Active && r.uid == e.target.uid => {}
+            Some(r) if r.state == ResourceState::Deleting && r.uid == e.target.uid => {
+                return Err(CoreError::TargetDeleting {
+                    field,
+                    target: e.target.name,
+                })
+            }
+            Some(r) if r.state != ResourceState::Creating && r.uid != e.target.uid => {
+                return Err(CoreError::TargetUidMismatch {
+                    field,
+                    target: e.target.name,
+                    expected: e.target.uid.to_string(),
+                    actual: r.uid.to_string(),
+                })
+            }
+            _ => {
+                return Err(CoreError::TargetNotFound {
+                    field,
+                    target: e.target.name,
+                })
+            }
+        }
+        let key = e.key();
+        let existing = tx
+            .backrefs(key.target, None, usize::MAX)?
+            .into_iter()
+            .find(|b| b.key() == key);
+        let generation = existing.map_or(e.generation, |b| b.generation.max(e.generation));
+        tx.put_backref(BackRef {
+            target: e.target,
+            referrer: e.referrer,
+            field: e.field,
+            on_delete: spec.on_delete,
+            generation,
+            attached_at: ctx.now,
+        });
+    }
+    Ok(Step {
+        value: n,
+        writes: tx.finish(),
+    })
+}
+
+/// What a release request did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReleaseReport {
+    pub released: usize,
+    /// Already gone (a repeated release).
+    pub absent: usize,
+    /// Older than the row's attach: a late release of an earlier reference.
+    pub stale: usize,
+    /// The row's referrer is not in the releasing region (refused).
+    pub foreign: usize,
+}
+
+/// Owner: drops back-references that `from_region` released. Idempotent.
+pub fn release<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: Option<&str>,
+    entries: Vec<PeerBackRef>,
+) -> Result<Step<ReleaseReport>, CoreError> {
+    let mut tx = Tx::new(state);
+    let mut report = ReleaseReport::default();
+    for e in entries {
+        let key = e.key();
+        let found = tx
+            .backrefs(key.target, None, usize::MAX)?
+            .into_iter()
+            .find(|b| b.key() == key);
+        let Some(row) = found else {
+            report.absent += 1;
+            continue;
+        };
+        if from_region.is_some_and(|r| row.referrer.name.region() != r) {
+            report.foreign += 1;
+            continue;
+        }
+        if e.generation < row.generation {
+            report.stale += 1;
+            continue;
+        }
+        tx.remove_backref(key);
+        wake(&mut tx, ctx, row.target.uid)?;
+        report.released += 1;
+    }
+    Ok(Step {
+        value: report,
+        writes: tx.finish(),
+    })
+}
+
+/// Importer: does each back-reference still stand here? A referrer that is
+/// ACTIVE or CREATING and holds the target in the field does.
+pub fn standing<S: StateRead + ?Sized>(state: &S, keys: &[BackRefKey]) -> Result<Vec<bool>, StorageError> {
+    let tx = Tx::new(state);
+    keys.iter()
+        .map(|k| {
+            Ok(tx.resource_by_uid(k.referrer)?.is_some_and(|r| {
+                matches!(r.state, ResourceState::Active | ResourceState::Creating)
+                    && r.refs.get(&k.field).is_some_and(|ts| ts.iter().any(|t| t.uid == k.target))
+            }))
+        })
+        .collect()
+}
+
+/// Importer: applies a batch of the owner's outbox events, in order, and
+/// advances the cursor of `from_region` in the same step. Events at or
+/// below the cursor were applied before and are skipped.
+pub fn apply_remote_events<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: &str,
+    events: Vec<RemoteEvent>,
+) -> Result<Step<usize>, CoreError> {
+    let mut tx = Tx::new(state);
+    let mut cursor = tx.cursor(from_region)?;
+    let mut applied = 0;
+    for e in events {
+        if e.revision <= cursor {
+            continue;
+        }
+        cursor = e.revision;
+        if e.resource.name.region() != from_region {
+            continue; // an owner only speaks for its own resources
+        }
+        let uid = e.resource.uid;
+        match e.event_type {
+            EventType::Deleting => {
+                if tx.remote_deletion(uid)?.is_none() {
+                    let Some(operation) = e.operation else { continue };
+                    tx.put_remote_deletion(RemoteDeletion {
+                        target: e.resource.clone(),
+                        operation,
+                        seen_at: ctx.now,
+                    });
+                    tx.put_work(WorkItem {
+                        target: e.resource,
+                        next_attempt_at: ctx.now,
+                        attempts: 0,
+                        last_error: None,
+                    });
+                    applied += 1;
+                }
+            }
+            EventType::Purged => {
+                tx.remove_remote_deletion(uid);
+                tx.remove_work(uid);
+                applied += 1;
+            }
+            _ => {}
+        }
+    }
+    tx.set_cursor(from_region, cursor);
+    Ok(Step {
+        value: applied,
+        writes: tx.finish(),
+    })
+}
+
+/// Importer: the outcome of the owner's attach for a CREATING resource.
+/// Success makes it ACTIVE, unless a target was reported DELETING in the
+/// meantime; failure (or such a target) removes it and releases whatever
+/// was attached. The step's writes apply either way.
+pub fn activate<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    name: &ResourceName,
+    uid: Uid,
+    attached: Result<(), CoreError>,
+) -> Result<Step<Result<Resource, CoreError>>, CoreError> {
+    let mut tx = Tx::new(state);
+    let Some(resource) = tx.resource_by_uid(uid)?.filter(|r| r.state == ResourceState::Creating) else {
+        // Already settled (a cascade from a deleted target aborted it, or a
+        // reconciler got there first).
+        let settled = tx.resource_by_uid(uid)?;
+        let value = match settled {
+            Some(r) if r.state == ResourceState::Active => Ok(r),
+            _ => Err(attached.err().unwrap_or_else(|| CoreError::CreateAborted {
+                name: name.clone(),
+                reason: "a resource it references was deleted meanwhile".into(),
+            })),
+        };
+        return Ok(Step {
+            value,
+            writes: WriteSet::default(),
+        });
+    };
+    let deleting_target = resource
+        .refs
+        .iter()
+        .flat_map(|(f, ts)| ts.iter().map(move |t| (f, t)))
+        .find_map(|(f, t)| match tx.remote_deletion(t.uid) {
+            Ok(Some(_)) => Some(Ok((f.clone(), t.name.clone()))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .transpose()?;
+    let failure = match (attached, deleting_target) {
+        (Err(e), _) => Some(e),
+        (Ok(()), Some((field, target))) => Some(CoreError::TargetDeleting {
+            field: format!("refs.{field}"),
+            target,
+        }),
+        (Ok(()), None) => None,
+    };
+    let value = match failure {
+        Some(e) => {
+            protocol::abort_creating(&mut tx, ctx, resource)?;
+            Err(e)
+        }
+        None => Ok(protocol::activate_creating(&mut tx, ctx, resource)?),
+    };
+    Ok(Step {
+        value,
+        writes: tx.finish(),
+    })
+}
+
+/// Importer: the owner acknowledged these releases. A release queued again
+/// since (a newer generation) stays.
+pub fn releases_acknowledged<S: StateRead + ?Sized>(
+    state: &S,
+    region: &str,
+    sent: Vec<(BackRefKey, u64)>,
+) -> Result<Step<()>, CoreError> {
+    let mut tx = Tx::new(state);
+    for (key, generation) in sent {
+        if tx
+            .pending_release(region, &key)?
+            .is_some_and(|p| p.generation == generation)
+        {
+            tx.remove_pending_release(region, key);
+        }
+    }
+    Ok(Step {
+        value: (),
+        writes: tx.finish(),
+    })
+}
+
+/// Any region: the part of a delete's closure that starts from `seeds`
+/// (resources of other regions being deleted that resources here reference).
+pub fn plan_from<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    seeds: Vec<RefTarget>,
+    cascade: bool,
+) -> Result<Plan, CoreError> {
+    protocol::plan_closure(&Tx::new(state), ctx, seeds, cascade)
+}
+
+fn wake<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
+    protocol::wake_if_deleting(tx, ctx, uid)
+}
