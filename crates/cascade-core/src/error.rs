@@ -83,6 +83,9 @@ pub enum CoreError {
     /// attach, or a target was deleted meanwhile.
     #[error("create of {name} was aborted: {reason}")]
     CreateAborted { name: ResourceName, reason: String },
+    /// The owner of a referenced resource refused to record the reference.
+    #[error("region {region} refused the reference: {reason}")]
+    AttachRefused { region: String, reason: String },
     /// A peer region could not be reached.
     #[error("region {region} is unavailable: {reason}")]
     RegionUnavailable { region: String, reason: String },
@@ -133,7 +136,8 @@ impl CoreError {
             | CoreError::TargetUidMismatch { .. }
             | CoreError::Deleting { .. }
             | CoreError::DeleteRefused { .. }
-            | CoreError::CreateAborted { .. } => ErrorCode::FailedPrecondition,
+            | CoreError::CreateAborted { .. }
+            | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
             CoreError::RegionUnavailable { .. } => ErrorCode::Unavailable,
             CoreError::EtagMismatch { .. } => ErrorCode::Aborted,

@@ -5,7 +5,8 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, Resource, Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingRelease, RefTarget, RemoteDeletion, Resource,
+    Revision, Timestamp, WorkItem,
 };
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
@@ -15,6 +16,20 @@ use serde::Serialize;
 use crate::store::{Batch, Store, StoreError, Table};
 
 const NEXT_REVISION: &[u8] = b"next_revision";
+const GENERATION: &[u8] = b"generation";
+
+/// Pending releases are grouped by the owner region they go to.
+pub fn release_key(region: &str, k: &BackRefKey) -> Vec<u8> {
+    let mut out = release_prefix(region);
+    out.extend_from_slice(&backref_key(k));
+    out
+}
+
+pub fn release_prefix(region: &str) -> Vec<u8> {
+    let mut out = region.as_bytes().to_vec();
+    out.push(0);
+    out
+}
 
 pub fn backref_key(k: &BackRefKey) -> Vec<u8> {
     let mut out = Vec::with_capacity(32 + k.field.len());
@@ -108,14 +123,69 @@ impl StoreState<'_> {
         Ok(self.store.get(Table::UidIndex, uid.as_bytes())?.is_some())
     }
 
-    pub fn next_revision_stored(&self) -> Result<Revision, StoreError> {
-        Ok(match self.store.get(Table::Meta, NEXT_REVISION)? {
+    fn counter(&self, table: Table, key: &[u8], default: u64) -> Result<u64, StoreError> {
+        Ok(match self.store.get(table, key)? {
             Some(b) => u64::from_be_bytes(b.as_slice().try_into().map_err(|_| StoreError::Corrupt {
-                table: Table::Meta.name(),
-                message: "next_revision is not 8 bytes".into(),
+                table: table.name(),
+                message: format!("{} is not 8 bytes", String::from_utf8_lossy(key)),
             })?),
-            None => 1,
+            None => default,
         })
+    }
+
+    pub fn next_revision_stored(&self) -> Result<Revision, StoreError> {
+        self.counter(Table::Meta, NEXT_REVISION, 1)
+    }
+
+    pub fn generation_stored(&self) -> Result<u64, StoreError> {
+        self.counter(Table::Meta, GENERATION, 1)
+    }
+
+    /// Releases queued for `region`'s owner, oldest key first.
+    pub fn pending_releases(&self, region: &str, limit: usize) -> Result<Vec<PendingRelease>, StoreError> {
+        self.scan(Table::PendingReleases, &release_prefix(region), None, limit)
+    }
+
+    /// CREATING resources whose attach is not settled.
+    pub fn pending_attach(&self, limit: usize) -> Result<Vec<RefTarget>, StoreError> {
+        self.scan(Table::PendingAttach, &[], None, limit)
+    }
+
+    /// The last revision of `region`'s outbox this node applied.
+    pub fn cursor_of(&self, region: &str) -> Result<Revision, StoreError> {
+        self.counter(Table::Cursors, region.as_bytes(), 0)
+    }
+
+    /// Every back-reference row of a target.
+    pub fn backrefs_of(&self, target: Uid) -> Result<Vec<BackRef>, StoreError> {
+        self.scan(Table::Backrefs, target.as_bytes(), None, usize::MAX)
+    }
+
+    pub fn cursors(&self) -> Result<Vec<(String, Revision)>, StoreError> {
+        self.store
+            .scan(Table::Cursors, &[], None, usize::MAX)?
+            .into_iter()
+            .map(|(k, v)| {
+                let region = String::from_utf8(k).map_err(|e| StoreError::Corrupt {
+                    table: Table::Cursors.name(),
+                    message: e.to_string(),
+                })?;
+                let rev = u64::from_be_bytes(v.as_slice().try_into().map_err(|_| StoreError::Corrupt {
+                    table: Table::Cursors.name(),
+                    message: "cursor is not 8 bytes".into(),
+                })?);
+                Ok((region, rev))
+            })
+            .collect()
+    }
+
+    /// All rows of a table, decoded (the checker's dump; bounded by `limit`).
+    pub fn all<T: DeserializeOwned>(&self, table: Table, limit: usize) -> Result<Vec<T>, StoreError> {
+        self.scan(table, &[], None, limit)
+    }
+
+    pub fn count(&self, table: Table) -> Result<usize, StoreError> {
+        Ok(self.store.scan(table, &[], None, usize::MAX)?.len())
     }
 
     /// Number of queue entries (deletions with work left).
@@ -180,6 +250,18 @@ impl StateRead for StoreState<'_> {
     fn next_revision(&self) -> Result<Revision, StorageError> {
         self.next_revision_stored().map_err(storage)
     }
+    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
+        self.get(Table::RemoteDeletions, uid.as_bytes()).map_err(storage)
+    }
+    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
+        self.get(Table::PendingReleases, &release_key(region, key)).map_err(storage)
+    }
+    fn cursor(&self, region: &str) -> Result<Revision, StorageError> {
+        self.counter(Table::Cursors, region.as_bytes(), 0).map_err(storage)
+    }
+    fn generation(&self) -> Result<u64, StorageError> {
+        self.generation_stored().map_err(storage)
+    }
 }
 
 /// One atomic batch for everything a step wrote.
@@ -217,6 +299,21 @@ pub fn encode_writes(w: &WriteSet) -> Batch {
     }
     if let Some(r) = w.next_revision {
         b.put(Table::Meta, NEXT_REVISION.to_vec(), r.to_be_bytes().to_vec());
+    }
+    for (uid, v) in &w.remote_deletions {
+        put_or_remove(&mut b, Table::RemoteDeletions, uid.as_bytes().to_vec(), v);
+    }
+    for ((region, key), v) in &w.pending_releases {
+        put_or_remove(&mut b, Table::PendingReleases, release_key(region, key), v);
+    }
+    for (region, rev) in &w.cursors {
+        b.put(Table::Cursors, region.as_bytes().to_vec(), rev.to_be_bytes().to_vec());
+    }
+    for (uid, v) in &w.pending_attach {
+        put_or_remove(&mut b, Table::PendingAttach, uid.as_bytes().to_vec(), v);
+    }
+    if let Some(g) = w.generation {
+        b.put(Table::Meta, GENERATION.to_vec(), g.to_be_bytes().to_vec());
     }
     b
 }

@@ -7,14 +7,19 @@
 //! data_dir = "data/eu-1"
 //! schema = "deploy/schemas/neutron.toml"   # optional: the embedded example
 //!
+//! [peers]             # the other regions of the cluster
+//! us-east = "http://127.0.0.1:50052"
+//!
 //! [deletion]          # all optional
 //! batch_budget = 512
 //! max_attempts = 20
 //! backoff_base_ms = 1000
 //! backoff_cap_ms = 60000
 //! tick_ms = 200
+//! check_interval_ms = 30000   # re-check remote back-references of waiting deletions
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +38,9 @@ pub struct ConfigFile {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub schema: Option<PathBuf>,
+    /// Region → gRPC address of the node that owns it.
+    #[serde(default)]
+    pub peers: BTreeMap<String, String>,
     #[serde(default)]
     pub deletion: DeletionConfig,
 }
@@ -45,6 +53,7 @@ pub struct DeletionConfig {
     pub backoff_base_ms: Option<u64>,
     pub backoff_cap_ms: Option<u64>,
     pub tick_ms: Option<u64>,
+    pub check_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +89,11 @@ pub struct NodeSettings {
     pub policy: Policy,
     pub tick: Duration,
     pub limits: ApiLimits,
+    /// Other regions and their addresses.
+    pub peers: BTreeMap<RegionId, String>,
+    /// How long a cross-region back-reference of a waiting deletion may go
+    /// unreleased before the owner asks the importer whether it still stands.
+    pub check_interval: Duration,
 }
 
 impl NodeSettings {
@@ -92,6 +106,8 @@ impl NodeSettings {
             policy: Policy::default(),
             tick: Duration::from_millis(200),
             limits: ApiLimits::default(),
+            peers: BTreeMap::new(),
+            check_interval: Duration::from_secs(30),
         }
     }
 
@@ -127,6 +143,28 @@ impl NodeSettings {
         }
         if let Some(v) = d.tick_ms {
             settings.tick = Duration::from_millis(v.max(10));
+        }
+        if let Some(v) = d.check_interval_ms {
+            settings.check_interval = Duration::from_millis(v.max(10));
+        }
+        for (region, addr) in &file.peers {
+            let id = RegionId::parse(region).map_err(|e| ConfigError::Invalid {
+                field: "peers",
+                message: e.to_string(),
+            })?;
+            if id == settings.region {
+                return Err(ConfigError::Invalid {
+                    field: "peers",
+                    message: format!("{region} is this node's own region"),
+                });
+            }
+            if !(addr.starts_with("http://") || addr.starts_with("https://")) {
+                return Err(ConfigError::Invalid {
+                    field: "peers",
+                    message: format!("{region}: address {addr:?} must start with http:// or https://"),
+                });
+            }
+            settings.peers.insert(id, addr.clone());
         }
         Ok(settings)
     }

@@ -13,11 +13,16 @@
 //! - [`clock`]: injected time.
 
 pub mod clock;
+mod cluster;
+pub mod links;
 pub mod codec;
 pub mod config;
+pub mod peer_service;
+pub mod peers;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod stream;
 pub mod writer;
 
 pub use cascade_core::model::Event;

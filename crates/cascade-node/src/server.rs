@@ -11,6 +11,10 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
 
 use crate::clock::{Clock, SystemClock};
+use crate::links::{LinkContext, Links};
+use crate::peer_service::PeerService;
+use crate::peers::Peers;
+use cascade_proto::v1::peer_server::PeerServer;
 use crate::config::NodeSettings;
 use crate::service::ResourcesService;
 use crate::store::{MemoryStore, SledStore, Store, StoreError};
@@ -30,6 +34,8 @@ pub enum NodeError {
     Reflection(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 /// An opened node: store and writer running, not yet serving.
@@ -37,6 +43,9 @@ pub struct Node {
     service: ResourcesService,
     /// Tells the service's streams to end when serving stops.
     shutting_down: tokio::sync::watch::Sender<bool>,
+    /// How often peer links send releases and look at their streams.
+    link_tick: std::time::Duration,
+    check_interval: std::time::Duration,
 }
 
 impl Node {
@@ -54,12 +63,13 @@ impl Node {
         };
         let (events, _) = broadcast::channel(4096);
         let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
+        let peers = Peers::new(&settings.peers).map_err(|e| NodeError::Config(e.to_string()))?;
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
             policy: settings.policy.clone(),
             store: store.clone(),
-            clock,
+            clock: clock.clone(),
             events: events.clone(),
             tick: settings.tick,
         })
@@ -73,7 +83,12 @@ impl Node {
                 events,
                 limits: settings.limits,
                 shutting_down,
+                policy: settings.policy,
+                peers,
+                clock,
             },
+            link_tick: settings.tick,
+            check_interval: settings.check_interval,
             shutting_down: shutting_down_tx,
         })
     }
@@ -95,6 +110,18 @@ impl Node {
         let writer = self.service.writer.clone();
         let store = self.service.store.clone();
         let region = self.service.region.clone();
+        let links = Links::start(LinkContext {
+            node: self.service.clone(),
+            tick: self.link_tick,
+            check_interval: self.check_interval,
+        })
+        .await
+        .map_err(|e| NodeError::Config(format!("starting peer links: {e}")))?;
+        let peer_api = PeerServer::new(PeerService {
+            node: self.service.clone(),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let api = ResourcesServer::new(self.service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -108,8 +135,10 @@ impl Node {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(api)
+            .add_service(peer_api)
             .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
             .await;
+        links.stop().await;
         writer.stop().await;
         store.flush()?;
         info!(%region, "stopped");

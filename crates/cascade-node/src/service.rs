@@ -14,10 +14,16 @@ use cascade_proto::status_from_core;
 use cascade_proto::v1::{self, resources_server::Resources};
 use futures::Stream;
 use tokio::sync::{broadcast, mpsc};
+use cascade_proto::v1::resources_client::ResourcesClient;
+use std::time::Duration;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
-use tracing::{info_span, warn, Instrument};
+use tracing::{info_span, Instrument};
 
+use crate::clock::Clock;
 use crate::codec::StoreState;
+use crate::peers::Peers;
+use crate::stream::{outbox_stream, OutboxFeed};
 use crate::store::{Store, StoreError, Table};
 use crate::writer::{WriterHandle, WriterUnavailable};
 
@@ -51,23 +57,28 @@ pub struct ResourcesService {
     /// Flips to true when the node shuts down, so long-lived streams end
     /// and graceful shutdown does not wait on watchers forever.
     pub(crate) shutting_down: tokio::sync::watch::Receiver<bool>,
+    /// Tunables for the read-only protocol queries served here (dry runs).
+    pub(crate) policy: cascade_core::Policy,
+    /// The other regions: forwarding, cross-region attach, aggregation.
+    pub(crate) peers: Peers,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-fn store_status(e: StoreError) -> Status {
+pub(crate) fn store_status(e: StoreError) -> Status {
     Status::unavailable(e.to_string())
 }
 
-fn writer_status(e: WriterUnavailable) -> Status {
+pub(crate) fn writer_status(e: WriterUnavailable) -> Status {
     Status::unavailable(e.to_string())
 }
 
-fn core_status(e: CoreError) -> Status {
+pub(crate) fn core_status(e: CoreError) -> Status {
     status_from_core(&e)
 }
 
-fn parse_name(raw: &str, field: &str) -> Result<ResourceName, Status> {
+pub(crate) fn parse_name(raw: &str, field: &str) -> Result<ResourceName, Status> {
     ResourceName::parse(raw).map_err(|e| invalid_field(field, e))
 }
 
@@ -76,25 +87,38 @@ fn parse_operation_id(raw: &str) -> Result<OperationId, Status> {
 }
 
 impl ResourcesService {
-    fn state(&self) -> StoreState<'_> {
+    pub(crate) fn feed(&self) -> OutboxFeed {
+        OutboxFeed {
+            store: self.store.clone(),
+            live: self.events.subscribe(),
+            shutting_down: self.shutting_down.clone(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> StoreState<'_> {
         StoreState {
             store: self.store.as_ref(),
         }
     }
 
-    fn check_local(&self, name: &ResourceName) -> Result<(), Status> {
-        if name.region() != self.region.as_str() {
+    /// None for a name of this region; the owner's client for a peer's;
+    /// INVALID_ARGUMENT for a region that is not part of the cluster.
+    pub(crate) fn route(&self, name: &ResourceName) -> Result<Option<ResourcesClient<Channel>>, Status> {
+        if name.region() == self.region.as_str() {
+            return Ok(None);
+        }
+        if !self.peers.knows(name.region()) {
             return Err(core_status(CoreError::WrongRegion {
                 name: name.clone(),
                 region: name.region().to_owned(),
-                local: self.region.to_string(),
+                local: format!("{} (peers: {})", self.region, self.peers.regions().collect::<Vec<_>>().join(", ")),
             }));
         }
-        Ok(())
+        self.peers.resources(name.region()).map(Some).map_err(core_status)
     }
 
     /// The wire form of a resource, with its deletion record and dangling marks.
-    fn present(&self, r: &Resource) -> Result<v1::Resource, Status> {
+    pub(crate) fn present(&self, r: &Resource) -> Result<v1::Resource, Status> {
         let state = self.state();
         let record = if r.state == ResourceState::Deleting {
             state.get_deletion(r.uid).map_err(store_status)?
@@ -119,7 +143,13 @@ impl ResourcesService {
         Ok(convert::resource(r, record.as_ref(), &dangling))
     }
 
-    fn operation_view(&self, id: OperationId, page_size: usize, page_token: &str) -> Result<v1::Operation, Status> {
+    /// This region's part of an operation.
+    pub(crate) fn local_operation(
+        &self,
+        id: OperationId,
+        page_size: usize,
+        page_token: &str,
+    ) -> Result<v1::Operation, Status> {
         let state = self.state();
         let op = state
             .get_operation(id)
@@ -151,20 +181,14 @@ impl ResourcesService {
 #[tonic::async_trait]
 impl Resources for ResourcesService {
     async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
-        let spec = request
-            .into_inner()
-            .resource
-            .ok_or_else(|| invalid_field("resource", "is required"))?;
+        let raw = request.into_inner();
+        let spec = raw.resource.clone().ok_or_else(|| invalid_field("resource", "is required"))?;
+        if let Some(mut owner) = self.route(&parse_name(&spec.name, "name")?)? {
+            return owner.create(raw).await;
+        }
         let spec = convert::resource_spec(spec, "")?;
-        let mut created = self
-            .writer
-            .create(vec![spec])
-            .await
-            .map_err(writer_status)?
-            .map_err(core_status)?;
-        let r = created
-            .pop()
-            .ok_or_else(|| Status::internal("create returned nothing"))?;
+        let mut created = self.create_flow(vec![spec]).await?;
+        let r = created.pop().ok_or_else(|| Status::internal("create returned nothing"))?;
         Ok(Response::new(self.present(&r)?))
     }
 
@@ -179,24 +203,37 @@ impl Resources for ResourcesService {
                 format!("must hold 1 to {} resources", self.limits.max_batch_create),
             ));
         }
+        let mut regions = BTreeSet::new();
+        for (i, spec) in specs.iter().enumerate() {
+            regions.insert(parse_name(&spec.name, &format!("resources[{i}].name"))?.region().to_owned());
+        }
+        if regions.len() > 1 {
+            return Err(invalid_field(
+                "resources",
+                "a batch creates resources of one region (it is one transaction at their owner)",
+            ));
+        }
+        if let Some(first) = specs.first() {
+            if let Some(mut owner) = self.route(&parse_name(&first.name, "resources[0].name")?)? {
+                return owner.batch_create(v1::BatchCreateRequest { resources: specs }).await;
+            }
+        }
         let specs = specs
             .into_iter()
             .enumerate()
             .map(|(i, s)| convert::resource_spec(s, &format!("resources[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
-        let created = self
-            .writer
-            .create(specs)
-            .await
-            .map_err(writer_status)?
-            .map_err(core_status)?;
+        let created = self.create_flow(specs).await?;
         let resources = created.iter().map(|r| self.present(r)).collect::<Result<_, _>>()?;
         Ok(Response::new(v1::BatchCreateResponse { resources }))
     }
 
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
-        let name = parse_name(&request.into_inner().name, "name")?;
-        self.check_local(&name)?;
+        let raw = request.into_inner();
+        let name = parse_name(&raw.name, "name")?;
+        if let Some(mut owner) = self.route(&name)? {
+            return owner.get(raw).await;
+        }
         if self.schema.kind(name.kind()).is_none() {
             return Err(invalid_field(
                 "name",
@@ -262,20 +299,23 @@ impl Resources for ResourcesService {
 
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         let req = request.into_inner();
-        let spec = req.resource.ok_or_else(|| invalid_field("resource", "is required"))?;
+        let spec = req.resource.clone().ok_or_else(|| invalid_field("resource", "is required"))?;
+        if let Some(mut owner) = self.route(&parse_name(&spec.name, "name")?)? {
+            return owner.update(req).await;
+        }
         let spec = convert::resource_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
-        let r = self
-            .writer
-            .update(spec, etag)
-            .await
-            .map_err(writer_status)?
-            .map_err(core_status)?;
+        let r = self.update_flow(spec, etag).await?;
         Ok(Response::new(self.present(&r)?))
     }
 
     async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
-        let req = convert::delete_request(request.into_inner())?;
+        let raw = request.into_inner();
+        if let Some(mut owner) = self.route(&parse_name(&raw.name, "name")?)? {
+            return owner.delete(raw).await;
+        }
+        let req = convert::delete_request(raw)?;
+        let cascade = req.cascade;
         let outcome = self
             .writer
             .delete(req)
@@ -294,7 +334,7 @@ impl Resources for ResourcesService {
             },
             DeleteOutcome::Missing => v1::DeleteResponse::default(),
             DeleteOutcome::DryRun(plan) => v1::DeleteResponse {
-                plan: Some(convert::plan(&plan)),
+                plan: Some(self.plan_everywhere(plan, cascade).await),
                 ..Default::default()
             },
         };
@@ -311,11 +351,9 @@ impl Resources for ResourcesService {
             0 => self.limits.default_page_size,
             n => n as usize,
         };
-        Ok(Response::new(self.operation_view(
-            id,
-            page_size,
-            &req.outcomes_page_token,
-        )?))
+        Ok(Response::new(
+            self.operation(id, page_size, &req.outcomes_page_token).await?,
+        ))
     }
 
     type WatchOperationStream = Stream2<v1::Operation>;
@@ -325,37 +363,50 @@ impl Resources for ResourcesService {
         request: Request<v1::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
         let id = parse_operation_id(&request.into_inner().id)?;
-        // Subscribe before the first read so no change falls in between.
+        // Subscribe before the first read so no local change falls in between;
+        // other regions' parts are polled.
         let mut events = self.events.subscribe();
-        let first = self.operation_view(id, 0, "")?;
+        let first = self.operation(id, 0, "").await?;
         let (tx, rx) = mpsc::channel(16);
         let svc = self.clone();
         let mut stop = self.shutting_down.clone();
+        let poll = if self.peers.regions().next().is_some() {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(3600)
+        };
         let span = info_span!("watch_operation", region = %self.region, operation = %id);
         tokio::spawn(
             async move {
+                let changed = |a: &v1::Operation, b: &v1::Operation| {
+                    a.progress != b.progress
+                        || a.state != b.state
+                        || a.done != b.done
+                        || a.unreachable_regions != b.unreachable_regions
+                };
                 let mut last = first.clone();
                 if tx.send(Ok(first)).await.is_err() || last.done {
                     return;
                 }
                 loop {
-                    let received = tokio::select! {
-                        r = events.recv() => r,
+                    tokio::select! {
+                        r = events.recv() => match r {
+                            Ok(e) if e.operation != Some(id) => continue,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = tokio::time::sleep(poll) => {}
                         _ = stop.wait_for(|s| *s) => return,
-                    };
-                    match received {
-                        Ok(e) if e.operation != Some(id) => continue,
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(broadcast::error::RecvError::Closed) => return,
+                        _ = tx.closed() => return,
                     }
-                    let view = match svc.operation_view(id, 0, "") {
+                    let view = match svc.operation(id, 0, "").await {
                         Ok(v) => v,
                         Err(s) => {
                             let _ = tx.send(Err(s)).await;
                             return;
                         }
                     };
-                    if view.progress != last.progress || view.state != last.state {
+                    if changed(&view, &last) {
                         let done = view.done;
                         last = view.clone();
                         if tx.send(Ok(view)).await.is_err() || done {
@@ -377,60 +428,14 @@ impl Resources for ResourcesService {
             return Err(invalid_field("kind", format!("unknown kind {:?}", req.kind)));
         }
         let kind = (!req.kind.is_empty()).then_some(req.kind);
-        let from = req.from_revision.max(1);
-        // Subscribe first, then replay from the store: live events that are
-        // already in the replay are skipped by revision.
-        let mut live = self.events.subscribe();
-        let (tx, rx) = mpsc::channel(256);
-        let store = self.store.clone();
-        let mut stop = self.shutting_down.clone();
-        let span = info_span!("watch", region = %self.region, from);
-        tokio::spawn(
-            async move {
-                let mut next = from;
-                let wanted = |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k);
-                loop {
-                    // Replay everything durable from `next` on.
-                    loop {
-                        let page = match (StoreState { store: store.as_ref() }).events_from(next, 512) {
-                            Ok(p) => p,
-                            Err(e) => {
-                                let _ = tx.send(Err(store_status(e))).await;
-                                return;
-                            }
-                        };
-                        let Some(last) = page.last() else { break };
-                        next = last.revision + 1;
-                        for e in page.iter().filter(|e| wanted(e)) {
-                            if tx.send(Ok(convert::event(e))).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    // Then follow live events until we fall behind.
-                    loop {
-                        let received = tokio::select! {
-                            r = live.recv() => r,
-                            _ = stop.wait_for(|s| *s) => return,
-                        };
-                        match received {
-                            Ok(e) if e.revision < next => continue,
-                            Ok(e) if e.revision == next => {
-                                next += 1;
-                                if wanted(&e) && tx.send(Ok(convert::event(&e))).await.is_err() {
-                                    return;
-                                }
-                            }
-                            // A gap (or we lagged): go back to the store.
-                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        }
-                    }
-                    warn!(next, "watch fell behind the live feed; replaying from the store");
-                }
-            }
-            .instrument(span),
+        let span = info_span!("watch", region = %self.region, from = req.from_revision);
+        let stream = outbox_stream(
+            self.feed(),
+            req.from_revision,
+            move |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k),
+            convert::event,
+            span,
         );
-        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(stream)))
     }
 }

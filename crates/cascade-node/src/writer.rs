@@ -47,11 +47,16 @@ pub enum WriterMsg {
     Delete(DeleteRequest, RpcReplyPort<Result<DeleteOutcome, CoreError>>),
     /// Run one batch of due deletion work.
     Work,
+    /// Any other protocol step; the closure runs it and sends the reply.
+    Apply(ApplyFn),
 }
+
+/// A protocol step packaged with its reply port (see [`WriterHandle::apply`]).
+pub type ApplyFn = Box<dyn FnOnce(&mut WriterState, &ActorRef<WriterMsg>) + Send>;
 
 struct Writer;
 
-struct WriterState {
+pub struct WriterState {
     ctx: WriterContext,
     ids: UuidV7,
     /// A `Work` message is already in the mailbox; don't queue another.
@@ -98,7 +103,7 @@ impl WriterState {
     fn run<T>(
         &mut self,
         myself: &ActorRef<WriterMsg>,
-        step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut UuidV7) -> Result<protocol::Step<T>, CoreError>,
+        step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError>,
     ) -> Result<T, CoreError> {
         let WriterState { ctx: wctx, ids, .. } = self;
         let state = StoreState {
@@ -197,6 +202,7 @@ impl Actor for Writer {
                 }
                 let _ = reply.send(result);
             }
+            WriterMsg::Apply(apply) => apply(state, &myself),
             WriterMsg::Work => {
                 state.work_queued = false;
                 let span = info_span!("deletion_work", %region);
@@ -369,6 +375,20 @@ impl WriterHandle {
 
     pub async fn delete(&self, req: DeleteRequest) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
         self.call(|r| WriterMsg::Delete(req, r)).await
+    }
+
+    /// Runs any protocol step in the writer, committing its writes.
+    pub async fn apply<T, F>(&self, step: F) -> Result<Result<T, CoreError>, WriterUnavailable>
+    where
+        T: Send + 'static,
+        F: FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError> + Send + 'static,
+    {
+        self.call(|reply| {
+            WriterMsg::Apply(Box::new(move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
+                let _ = reply.send(state.run(myself, step));
+            }))
+        })
+        .await
     }
 
     /// Stops the writer and its supervisor, waiting for the writer's current step.

@@ -34,10 +34,18 @@ pub enum Table {
     Outbox,
     /// small named counters
     Meta,
+    /// remote uid → tombstone of a remote resource seen DELETING
+    RemoteDeletions,
+    /// owner region ‖ 0 ‖ back-reference key → release not yet acknowledged
+    PendingReleases,
+    /// peer region → last applied revision of its outbox
+    Cursors,
+    /// uid → CREATING resource whose cross-region attach is unsettled
+    PendingAttach,
 }
 
 impl Table {
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 13] = [
         Table::Resources,
         Table::UidIndex,
         Table::Backrefs,
@@ -47,6 +55,10 @@ impl Table {
         Table::RetryQueue,
         Table::Outbox,
         Table::Meta,
+        Table::RemoteDeletions,
+        Table::PendingReleases,
+        Table::Cursors,
+        Table::PendingAttach,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +72,10 @@ impl Table {
             Table::RetryQueue => "retry_queue",
             Table::Outbox => "outbox",
             Table::Meta => "meta",
+            Table::RemoteDeletions => "remote_deletions",
+            Table::PendingReleases => "pending_releases",
+            Table::Cursors => "cursors",
+            Table::PendingAttach => "pending_attach",
         }
     }
 

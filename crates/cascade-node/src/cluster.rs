@@ -1,0 +1,414 @@
+//! The cross-region flows of the client API: creates and updates whose
+//! references reach other regions, dry runs and operations that span
+//! regions.
+//!
+//! A create with a reference into another region (seed 002, DESIGN's
+//! CREATING state):
+//! 1. resolve each remote target's uid at its owner (`Peer.Lookup`, which
+//!    answers NOT_FOUND for a DELETING target: seed 000);
+//! 2. write the resource durably as CREATING, with its mirror rows;
+//! 3. `Peer.Attach` at every owner;
+//! 4. ACTIVE — or, if an owner refused or a target was reported DELETING
+//!    meanwhile, removed, with releases queued for whatever was attached.
+//!
+//! A crash between 2 and 4 leaves a `pending_attach` row; the reconciler
+//! (see `links.rs`) repeats 3–4, so the resource ends ACTIVE with its
+//! back-references or gone without them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cascade_core::model::{Resource, ResourceState};
+use cascade_core::peer::{self, PeerBackRef};
+use cascade_core::protocol::{Plan, ResourceSpec};
+use cascade_core::{CoreError, OperationId, RefTarget, ResourceName, Uid};
+use cascade_proto::convert;
+use cascade_proto::v1;
+use tonic::{Code, Status};
+use tracing::{info, warn};
+
+use crate::peer_service::read_ctx;
+use crate::peers::{unavailable, PEER_CALL_TIMEOUT};
+use crate::service::{core_status, store_status, writer_status, ResourcesService};
+
+/// Rounds of a cross-region dry run (a cycle through regions comes back).
+const MAX_PLAN_ROUNDS: usize = 8;
+
+impl ResourcesService {
+    /// The uid of a live resource of another region, asked of its owner.
+    async fn lookup(&self, name: &ResourceName, field: &str) -> Result<Uid, CoreError> {
+        let region = name.region();
+        let mut peer = self.peers.peer(region)?;
+        let call = peer.lookup(v1::LookupRequest { name: name.to_string() });
+        match tokio::time::timeout(PEER_CALL_TIMEOUT, call).await {
+            Ok(Ok(r)) => Uid::parse(&r.into_inner().uid).map_err(|e| CoreError::RegionUnavailable {
+                region: region.to_owned(),
+                reason: format!("bad uid in lookup answer: {e}"),
+            }),
+            Ok(Err(s)) if s.code() == Code::NotFound => Err(CoreError::TargetNotFound {
+                field: field.to_owned(),
+                target: name.clone(),
+            }),
+            Ok(Err(s)) => Err(unavailable(region, &s)),
+            Err(_) => Err(CoreError::RegionUnavailable {
+                region: region.to_owned(),
+                reason: "lookup timed out".into(),
+            }),
+        }
+    }
+
+    /// Fills in the uid of every remote target the client did not pin.
+    /// `held` are the targets the resource already holds (kept as they are).
+    async fn resolve_remote(&self, spec: &mut ResourceSpec, held: &BTreeMap<String, Vec<RefTarget>>) -> Result<(), CoreError> {
+        for (field, targets) in spec.refs.iter_mut() {
+            let targets_len = targets.len();
+            for (i, t) in targets.iter_mut().enumerate() {
+                let Ok(name) = ResourceName::parse(&t.name) else { continue }; // the core reports it
+                if name.region() == self.region.as_str() || t.uid.is_some() {
+                    continue;
+                }
+                if let Some(kept) = held.get(field).and_then(|h| h.iter().find(|h| h.name == name)) {
+                    t.uid = Some(kept.uid);
+                    continue;
+                }
+                let at = if targets_len > 1 {
+                    format!("refs.{field}[{i}]")
+                } else {
+                    format!("refs.{field}")
+                };
+                t.uid = Some(self.lookup(&name, &at).await?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches back-references at their owners, grouped per region.
+    async fn attach_at_owners(&self, entries: Vec<PeerBackRef>) -> Result<(), CoreError> {
+        let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
+        for e in entries {
+            by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
+        }
+        for (region, entries) in by_region {
+            let mut peer = self.peers.peer(&region)?;
+            for chunk in entries.chunks(self.limits.max_batch_create) {
+                let req = v1::AttachRequest {
+                    from_region: self.region.to_string(),
+                    backrefs: chunk.iter().map(convert::peer_backref).collect(),
+                };
+                match tokio::time::timeout(PEER_CALL_TIMEOUT, peer.attach(req)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(s)) if matches!(s.code(), Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument) => {
+                        return Err(CoreError::AttachRefused {
+                            region,
+                            reason: s.message().to_owned(),
+                        });
+                    }
+                    Ok(Err(s)) => return Err(unavailable(&region, &s)),
+                    Err(_) => {
+                        return Err(CoreError::RegionUnavailable {
+                            region,
+                            reason: "attach timed out".into(),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The cross-region back-references a resource's references need.
+    fn remote_backrefs(&self, r: &Resource, generation: u64, only: Option<&BTreeSet<Uid>>) -> Vec<PeerBackRef> {
+        let mut out = Vec::new();
+        for (field, targets) in &r.refs {
+            let tracked = self
+                .schema
+                .reference(r.kind(), field)
+                .is_some_and(|s| s.on_delete.tracked());
+            if !tracked {
+                continue;
+            }
+            for t in targets {
+                if t.name.region() == self.region.as_str() || only.is_some_and(|o| !o.contains(&t.uid)) {
+                    continue;
+                }
+                out.push(PeerBackRef {
+                    target: t.clone(),
+                    referrer: RefTarget {
+                        name: r.name.clone(),
+                        uid: r.uid,
+                    },
+                    field: field.clone(),
+                    generation,
+                });
+            }
+        }
+        out
+    }
+
+    fn generation(&self) -> Result<u64, Status> {
+        self.state().generation_stored().map_err(store_status)
+    }
+
+    /// Creates resources of this region, attaching cross-region references
+    /// at their owners before the resources become ACTIVE.
+    pub(crate) async fn create_flow(&self, mut specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Status> {
+        for spec in &mut specs {
+            self.resolve_remote(spec, &BTreeMap::new()).await.map_err(core_status)?;
+        }
+        let created = self
+            .writer
+            .create(specs)
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)?;
+        if created.iter().all(|r| r.state != ResourceState::Creating) {
+            return Ok(created);
+        }
+        let generation = self.generation()?;
+        let entries: Vec<PeerBackRef> = created
+            .iter()
+            .filter(|r| r.state == ResourceState::Creating)
+            .flat_map(|r| self.remote_backrefs(r, generation, None))
+            .collect();
+        let attached = self.attach_at_owners(entries).await;
+        let mut out = Vec::with_capacity(created.len());
+        let mut failure = None;
+        for r in created {
+            if r.state != ResourceState::Creating {
+                out.push(r);
+                continue;
+            }
+            match self.settle(&r, attached.clone()).await? {
+                Ok(active) => out.push(active),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(core_status(e)),
+            None => Ok(out),
+        }
+    }
+
+    /// Repeats the attach of a CREATING resource and settles it (the
+    /// reconciler, after a crash cut its create short).
+    pub(crate) async fn reattach(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Status> {
+        let entries = self.remote_backrefs(r, self.generation()?, None);
+        let attached = self.attach_at_owners(entries).await;
+        if let Err(CoreError::RegionUnavailable { .. }) = &attached {
+            // Not a refusal: try again later rather than abort the create.
+            return Err(core_status(attached.err().unwrap_or(CoreError::OperationNotFound(String::new()))));
+        }
+        self.settle(r, attached).await
+    }
+
+    /// Makes a CREATING resource ACTIVE, or removes it, after its attach.
+    pub(crate) async fn settle(&self, r: &Resource, attached: Result<(), CoreError>) -> Result<Result<Resource, CoreError>, Status> {
+        let (name, uid) = (r.name.clone(), r.uid);
+        if let Err(e) = &attached {
+            info!(region = %self.region, name = %name, %uid, error = %e, "cross-region create aborted");
+        }
+        self.writer
+            .apply(move |s, c, _| peer::activate(s, c, &name, uid, attached))
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)
+    }
+
+    /// Updates a resource of this region; new cross-region references are
+    /// attached at their owners first.
+    pub(crate) async fn update_flow(&self, mut spec: ResourceSpec, etag: Option<String>) -> Result<Resource, Status> {
+        let name = ResourceName::parse(&spec.name).map_err(|e| core_status(CoreError::invalid("name", e.to_string())))?;
+        let current = self.state().get_resource(&name).map_err(store_status)?;
+        let held = current.as_ref().map(|r| r.refs.clone()).unwrap_or_default();
+        self.resolve_remote(&mut spec, &held).await.map_err(core_status)?;
+        let mut fresh = Vec::new();
+        if let Some(current) = current.as_ref().filter(|r| r.state == ResourceState::Active) {
+            let held_uids: BTreeSet<Uid> = held.values().flatten().map(|t| t.uid).collect();
+            let mut wanted = current.clone();
+            wanted.refs = spec
+                .refs
+                .iter()
+                .filter_map(|(f, ts)| {
+                    let targets: Vec<RefTarget> = ts
+                        .iter()
+                        .filter_map(|t| {
+                            let name = ResourceName::parse(&t.name).ok()?;
+                            Some(RefTarget { name, uid: t.uid? })
+                        })
+                        .filter(|t| !held_uids.contains(&t.uid))
+                        .collect();
+                    (!targets.is_empty()).then(|| (f.clone(), targets))
+                })
+                .collect();
+            fresh = self.remote_backrefs(&wanted, self.generation()?, None);
+        }
+        if !fresh.is_empty() {
+            self.attach_at_owners(fresh.clone()).await.map_err(core_status)?;
+        }
+        let result = self.writer.update(spec, etag).await.map_err(writer_status)?;
+        match result {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                // The attach is not used: give it back (a lost release is
+                // healed by the owner's check, which finds it not standing).
+                self.release_now(fresh).await;
+                Err(core_status(e))
+            }
+        }
+    }
+
+    /// Best-effort immediate release of unused attaches.
+    async fn release_now(&self, entries: Vec<PeerBackRef>) {
+        let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
+        for e in entries {
+            by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
+        }
+        for (region, entries) in by_region {
+            let Ok(mut peer) = self.peers.peer(&region) else { continue };
+            let req = v1::ReleaseRequest {
+                from_region: self.region.to_string(),
+                backrefs: entries.iter().map(convert::peer_backref).collect(),
+            };
+            if let Err(e) = tokio::time::timeout(PEER_CALL_TIMEOUT, peer.release(req)).await {
+                warn!(%region, error = %e, "release of an unused attach failed; the owner's check will heal it");
+            }
+        }
+    }
+
+    /// This region's part of a dry run started elsewhere.
+    pub(crate) fn plan_part(&self, seeds: Vec<RefTarget>, cascade: bool) -> Result<Plan, Status> {
+        let state = self.state();
+        peer::plan_from(&state, read_ctx(self, self.clock.now()), seeds, cascade).map_err(core_status)
+    }
+
+    /// Completes a local dry run with every region's part.
+    pub(crate) async fn plan_everywhere(&self, mut plan: Plan, cascade: bool) -> v1::Plan {
+        let mut pending = std::mem::take(&mut plan.remote_seeds);
+        let mut seen: BTreeSet<(String, Uid)> = BTreeSet::new();
+        let mut unreachable = BTreeSet::new();
+        for _ in 0..MAX_PLAN_ROUNDS {
+            if pending.is_empty() {
+                break;
+            }
+            let mut next: BTreeMap<String, Vec<RefTarget>> = BTreeMap::new();
+            for (region, seeds) in std::mem::take(&mut pending) {
+                let seeds: Vec<RefTarget> = seeds
+                    .into_iter()
+                    .filter(|s| seen.insert((region.clone(), s.uid)))
+                    .collect();
+                if seeds.is_empty() {
+                    continue;
+                }
+                let part = if region == self.region.as_str() {
+                    self.plan_part(seeds, cascade).ok()
+                } else {
+                    self.peer_plan(&region, seeds, cascade).await
+                };
+                let Some(mut part) = part else {
+                    unreachable.insert(region);
+                    continue;
+                };
+                for (r, s) in std::mem::take(&mut part.remote_seeds) {
+                    next.entry(r).or_default().extend(s);
+                }
+                merge_plan(&mut plan, part);
+            }
+            pending = next;
+        }
+        let mut out = convert::plan(&plan);
+        out.unreachable_regions = unreachable.into_iter().collect();
+        out
+    }
+
+    async fn peer_plan(&self, region: &str, seeds: Vec<RefTarget>, cascade: bool) -> Option<Plan> {
+        let mut peer = self.peers.peer(region).ok()?;
+        let req = v1::PeerPlanRequest {
+            seeds: seeds.iter().map(convert::object_ref).collect(),
+            cascade,
+        };
+        let answer = tokio::time::timeout(PEER_CALL_TIMEOUT, peer.plan(req)).await.ok()?.ok()?;
+        convert::plan_from(answer.into_inner()).ok()
+    }
+
+    /// An operation with every region's part: counters summed, outcomes
+    /// listed with the region they are in, unreachable regions named.
+    pub(crate) async fn operation(&self, id: OperationId, page_size: usize, page_token: &str) -> Result<v1::Operation, Status> {
+        let mut parts: Vec<(String, v1::Operation)> = Vec::new();
+        match self.local_operation(id, page_size, page_token) {
+            Ok(op) => parts.push((self.region.to_string(), op)),
+            Err(s) if s.code() == Code::NotFound => {}
+            Err(s) => return Err(s),
+        }
+        let mut unreachable = Vec::new();
+        for region in self.peers.regions() {
+            let Ok(mut peer) = self.peers.peer(region) else { continue };
+            let req = v1::GetOperationRequest {
+                id: id.to_string(),
+                outcomes_page_size: page_size as u32,
+                outcomes_page_token: String::new(),
+            };
+            match tokio::time::timeout(PEER_CALL_TIMEOUT, peer.operation_part(req)).await {
+                Ok(Ok(op)) => parts.push((region.to_owned(), op.into_inner())),
+                Ok(Err(s)) if s.code() == Code::NotFound => {}
+                _ => unreachable.push(region.to_owned()),
+            }
+        }
+        if parts.is_empty() {
+            return Err(if unreachable.is_empty() {
+                core_status(CoreError::OperationNotFound(id.to_string()))
+            } else {
+                Status::unavailable(format!(
+                    "operation {id} not found here; regions {} could not be asked",
+                    unreachable.join(", ")
+                ))
+            });
+        }
+        // The origin's part (its root is its own) leads.
+        parts.sort_by_key(|(region, op)| op.root.as_ref().is_none_or(|r| !r.name.starts_with(&format!("{region}/"))));
+        let mut merged = parts[0].1.clone();
+        let mut progress = v1::Progress::default();
+        let mut any_running = false;
+        let mut any_failed = false;
+        let mut outcomes = Vec::new();
+        for (_, part) in &parts {
+            let p = part.progress.unwrap_or_default();
+            progress.deleted += p.deleted;
+            progress.unset += p.unset;
+            progress.pending += p.pending;
+            progress.blocked += p.blocked;
+            progress.failed += p.failed;
+            any_running |= !part.done;
+            any_failed |= part.state == v1::OperationState::Failed as i32;
+            merged.end_time_ms = merged.end_time_ms.max(part.end_time_ms);
+            outcomes.extend(part.outcomes.iter().cloned());
+        }
+        let done = !any_running && unreachable.is_empty();
+        merged.state = if !done {
+            v1::OperationState::Running
+        } else if any_failed {
+            v1::OperationState::Failed
+        } else {
+            v1::OperationState::Succeeded
+        } as i32;
+        merged.done = done;
+        if !done {
+            merged.end_time_ms = 0;
+        }
+        merged.progress = Some(progress);
+        merged.outcomes = outcomes;
+        merged.unreachable_regions = unreachable;
+        Ok(merged)
+    }
+}
+
+/// Adds a region's part to a plan, once per resource.
+fn merge_plan(into: &mut Plan, part: Plan) {
+    let known: BTreeSet<Uid> = into.deleted.iter().map(|d| d.uid).collect();
+    into.deleted.extend(part.deleted.into_iter().filter(|d| !known.contains(&d.uid)));
+    let deleted: BTreeSet<Uid> = into.deleted.iter().map(|d| d.uid).collect();
+    into.unset.retain(|u| !deleted.contains(&u.resource.uid));
+    into.unset.extend(part.unset.into_iter().filter(|u| !deleted.contains(&u.resource.uid)));
+    into.blocked.extend(part.blocked);
+    into.truncated |= part.truncated;
+}

@@ -1,0 +1,499 @@
+//! Node-to-node links: one supervised actor per peer region, and the
+//! reconciler of unsettled cross-region creates.
+//!
+//! A peer link, for peer region P:
+//! - follows P's outbox (`Peer.Watch` from this node's cursor for P + 1)
+//!   and hands the events to the writer in batches; the writer advances the
+//!   cursor in the same step as their effects, so a reconnect resumes
+//!   exactly where the last applied event left off;
+//! - reconnects with capped exponential backoff and jitter;
+//! - sends the releases queued for P and drops them once P acknowledges;
+//! - as the owner, asks P which back-references of this node's waiting
+//!   deletions still stand (seed 002's periodic check) and drops the rest.
+//!
+//! Actors are unnamed (several nodes share a process in tests and the demo)
+//! and linked to a supervisor that restarts one that fails.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use cascade_core::model::{DeletionRecord, RemoteEvent};
+use cascade_core::peer::{self, PeerBackRef};
+use cascade_core::{OperationId, Timestamp};
+use cascade_proto::convert;
+use cascade_proto::v1;
+use futures::{FutureExt, StreamExt};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::codec::StoreState;
+use crate::peers::PEER_CALL_TIMEOUT;
+use crate::service::ResourcesService;
+use crate::store::Table;
+
+/// Events handed to the writer per step.
+const EVENT_BATCH: usize = 256;
+/// Releases or checks per peer call.
+const CALL_BATCH: usize = 500;
+const RECONNECT_BASE: Duration = Duration::from_millis(100);
+const RECONNECT_CAP: Duration = Duration::from_secs(5);
+
+/// What every link needs; cloned into each actor.
+#[derive(Clone)]
+pub struct LinkContext {
+    /// The node's services: store, writer, peers, settings.
+    pub node: ResourcesService,
+    /// How often a link sends releases and looks at its watch.
+    pub tick: Duration,
+    pub check_interval: Duration,
+}
+
+pub enum LinkMsg {
+    Tick,
+    /// The watch stream ended (error text); reconnect after a backoff.
+    WatchEnded(String),
+    /// The watch stream delivered: the connection is healthy.
+    WatchHealthy,
+}
+
+struct PeerLink;
+
+struct LinkState {
+    ctx: LinkContext,
+    /// The peer region this link talks to.
+    peer: String,
+    /// The running watch task, if any.
+    watch: Option<tokio::task::JoinHandle<()>>,
+    /// Consecutive failed connections, for the backoff.
+    failures: u32,
+    reconnect_at: Instant,
+    last_check: Instant,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn backoff_with_jitter(failures: u32) -> Duration {
+    let exp = RECONNECT_BASE.saturating_mul(1u32 << failures.min(16)).min(RECONNECT_CAP);
+    // Jitter from the clock's sub-millisecond noise: no RNG dependency, and
+    // links of different peers do not reconnect in lockstep.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    exp / 2 + exp.mul_f64(f64::from(nanos % 1000) / 2000.0)
+}
+
+impl LinkState {
+    fn start_watch(&mut self, myself: &ActorRef<LinkMsg>) {
+        let node = self.ctx.node.clone();
+        let peer = self.peer.clone();
+        let me = myself.clone();
+        let span = info_span!("peer_link", region = %node.region, peer = %peer);
+        self.watch = Some(tokio::spawn(
+            async move {
+                let end = follow(&node, &peer, &me).await;
+                let _ = me.cast(LinkMsg::WatchEnded(end));
+            }
+            .instrument(span),
+        ));
+    }
+}
+
+/// Follows the peer's outbox until the stream ends; returns why it ended.
+async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> String {
+    let cursor = match (StoreState { store: node.store.as_ref() }).cursor_of(peer) {
+        Ok(c) => c,
+        Err(e) => return format!("reading the cursor: {e}"),
+    };
+    let mut client = match node.peers.peer(peer) {
+        Ok(c) => c,
+        Err(e) => return e.to_string(),
+    };
+    let request = v1::PeerWatchRequest {
+        region: node.region.to_string(),
+        from_revision: cursor + 1,
+    };
+    let mut stream = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.watch(request)).await {
+        Ok(Ok(s)) => s.into_inner(),
+        Ok(Err(s)) => return format!("{:?}: {}", s.code(), s.message()),
+        Err(_) => return "watch call timed out".into(),
+    };
+    debug!(from = cursor + 1, "following peer outbox");
+    let _ = me.cast(LinkMsg::WatchHealthy);
+    loop {
+        let first = match stream.next().await {
+            Some(Ok(e)) => e,
+            Some(Err(s)) => return format!("{:?}: {}", s.code(), s.message()),
+            None => return "stream closed by peer".into(),
+        };
+        let mut batch = vec![first];
+        while batch.len() < EVENT_BATCH {
+            match stream.next().now_or_never() {
+                Some(Some(Ok(e))) => batch.push(e),
+                _ => break,
+            }
+        }
+        let events: Vec<RemoteEvent> = batch.into_iter().filter_map(remote_event).collect();
+        let from = peer.to_owned();
+        match node
+            .writer
+            .apply(move |s, c, _| peer::apply_remote_events(s, c, &from, events))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return format!("applying events: {e}"),
+            Err(e) => return format!("applying events: {e}"),
+        }
+    }
+}
+
+fn remote_event(e: v1::PeerEvent) -> Option<RemoteEvent> {
+    let resource = convert::ref_target(e.resource, "resource").ok()?;
+    Some(RemoteEvent {
+        revision: e.revision,
+        event_type: convert::event_type_from(e.r#type)?,
+        resource,
+        operation: OperationId::parse(&e.operation_id).ok(),
+    })
+}
+
+/// Sends the releases queued for `peer`; drops them once acknowledged.
+async fn flush_releases(node: &ResourcesService, peer: &str) -> Result<usize, String> {
+    let mut sent_total = 0;
+    loop {
+        let pending = (StoreState { store: node.store.as_ref() })
+            .pending_releases(peer, CALL_BATCH)
+            .map_err(|e| e.to_string())?;
+        if pending.is_empty() {
+            return Ok(sent_total);
+        }
+        let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
+        let request = v1::ReleaseRequest {
+            from_region: node.region.to_string(),
+            backrefs: pending
+                .iter()
+                .map(|p| {
+                    convert::peer_backref(&PeerBackRef {
+                        target: p.backref.target.clone(),
+                        referrer: p.backref.referrer.clone(),
+                        field: p.backref.field.clone(),
+                        generation: p.generation,
+                    })
+                })
+                .collect(),
+        };
+        match tokio::time::timeout(PEER_CALL_TIMEOUT, client.release(request)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(s)) => return Err(format!("{:?}: {}", s.code(), s.message())),
+            Err(_) => return Err("release timed out".into()),
+        }
+        let n = pending.len();
+        let sent: Vec<_> = pending.into_iter().map(|p| (p.backref.key(), p.generation)).collect();
+        let region = peer.to_owned();
+        node.writer
+            .apply(move |s, _, _| peer::releases_acknowledged(s, &region, sent))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        sent_total += n;
+        if n < CALL_BATCH {
+            return Ok(sent_total);
+        }
+    }
+}
+
+/// Owner side of seed 002's periodic check: for this node's deletions that
+/// wait on `peer`, ask which back-references still stand; drop the others.
+async fn check_backrefs(node: &ResourcesService, peer: &str, older_than: Duration) -> Result<usize, String> {
+    let state = StoreState { store: node.store.as_ref() };
+    let now = node.clock.now();
+    let cutoff = Timestamp(now.0.saturating_sub(older_than.as_millis() as u64));
+    let deletions: Vec<DeletionRecord> = state.all(Table::Deletions, 100_000).map_err(|e| e.to_string())?;
+    let mut candidates = Vec::new();
+    for d in deletions {
+        for row in state.backrefs_of(d.target.uid).map_err(|e| e.to_string())? {
+            if row.referrer.name.region() == peer && row.attached_at <= cutoff && candidates.len() < CALL_BATCH {
+                candidates.push(PeerBackRef {
+                    target: row.target,
+                    referrer: row.referrer,
+                    field: row.field,
+                    generation: u64::MAX,
+                });
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Ok(0);
+    }
+    let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
+    let request = v1::CheckBackrefsRequest {
+        from_region: node.region.to_string(),
+        backrefs: candidates.iter().map(convert::peer_backref).collect(),
+    };
+    let standing = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.check_backrefs(request)).await {
+        Ok(Ok(r)) => r.into_inner().standing,
+        Ok(Err(s)) => return Err(format!("{:?}: {}", s.code(), s.message())),
+        Err(_) => return Err("check timed out".into()),
+    };
+    let gone: Vec<PeerBackRef> = candidates
+        .into_iter()
+        .zip(standing.into_iter().chain(std::iter::repeat(true)))
+        .filter(|(_, stands)| !stands)
+        .map(|(c, _)| c)
+        .collect();
+    if gone.is_empty() {
+        return Ok(0);
+    }
+    let n = gone.len();
+    info!(peer, dropped = n, "back-references no longer standing at the importer were dropped");
+    node.writer
+        .apply(move |s, c, _| peer::release(s, c, None, gone))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+impl Actor for PeerLink {
+    type Msg = LinkMsg;
+    type State = LinkState;
+    type Arguments = (LinkContext, String);
+
+    async fn pre_start(&self, myself: ActorRef<LinkMsg>, (ctx, peer): Self::Arguments) -> Result<LinkState, ActorProcessingErr> {
+        let ticker = myself.send_interval(ctx.tick, || LinkMsg::Tick);
+        let mut state = LinkState {
+            ctx,
+            peer,
+            watch: None,
+            failures: 0,
+            reconnect_at: Instant::now(),
+            last_check: Instant::now(),
+            ticker: Some(ticker),
+        };
+        state.start_watch(&myself);
+        Ok(state)
+    }
+
+    async fn post_stop(&self, _: ActorRef<LinkMsg>, state: &mut LinkState) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        if let Some(w) = state.watch.take() {
+            w.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, myself: ActorRef<LinkMsg>, msg: LinkMsg, state: &mut LinkState) -> Result<(), ActorProcessingErr> {
+        let node = state.ctx.node.clone();
+        let span = info_span!("peer_link", region = %node.region, peer = %state.peer);
+        match msg {
+            LinkMsg::WatchHealthy => state.failures = 0,
+            LinkMsg::WatchEnded(why) => {
+                state.watch = None;
+                state.failures += 1;
+                let wait = backoff_with_jitter(state.failures);
+                state.reconnect_at = Instant::now() + wait;
+                span.in_scope(|| debug!(reason = %why, retry_in = ?wait, "watch of peer ended"));
+            }
+            LinkMsg::Tick => {
+                if state.watch.is_none() && Instant::now() >= state.reconnect_at {
+                    state.start_watch(&myself);
+                }
+                if let Err(e) = flush_releases(&node, &state.peer).instrument(span.clone()).await {
+                    span.in_scope(|| debug!(error = %e, "releases not delivered yet; will retry"));
+                }
+                if state.last_check.elapsed() >= state.ctx.check_interval {
+                    state.last_check = Instant::now();
+                    if let Err(e) = check_backrefs(&node, &state.peer, state.ctx.check_interval)
+                        .instrument(span.clone())
+                        .await
+                    {
+                        span.in_scope(|| debug!(error = %e, "back-reference check failed; will retry"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settles CREATING resources whose create flow was cut short (a crash
+/// between the durable CREATING write and ACTIVE): attach again (attach is
+/// idempotent), then ACTIVE or removed.
+struct Reconciler;
+
+pub enum ReconcilerMsg {
+    Tick,
+}
+
+struct ReconcilerState {
+    ctx: LinkContext,
+    /// Creates younger than this may still be in flight in a request.
+    settle_after: Duration,
+    started: Instant,
+    ticker: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Actor for Reconciler {
+    type Msg = ReconcilerMsg;
+    type State = ReconcilerState;
+    type Arguments = LinkContext;
+
+    async fn pre_start(&self, myself: ActorRef<ReconcilerMsg>, ctx: LinkContext) -> Result<ReconcilerState, ActorProcessingErr> {
+        let ticker = myself.send_interval(ctx.tick.max(Duration::from_millis(200)), || ReconcilerMsg::Tick);
+        Ok(ReconcilerState {
+            ctx,
+            settle_after: PEER_CALL_TIMEOUT * 3,
+            started: Instant::now(),
+            ticker: Some(ticker),
+        })
+    }
+
+    async fn post_stop(&self, _: ActorRef<ReconcilerMsg>, state: &mut ReconcilerState) -> Result<(), ActorProcessingErr> {
+        if let Some(t) = state.ticker.take() {
+            t.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, _: ActorRef<ReconcilerMsg>, _: ReconcilerMsg, state: &mut ReconcilerState) -> Result<(), ActorProcessingErr> {
+        let node = state.ctx.node.clone();
+        let pending = match node.state().pending_attach(100) {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "reading unsettled creates failed");
+                return Ok(());
+            }
+        };
+        let now = node.clock.now();
+        for target in pending {
+            let Ok(Some(r)) = node.state().get_resource(&target.name) else { continue };
+            if r.uid != target.uid {
+                continue;
+            }
+            // Right after a restart nothing is in flight; later, leave young
+            // creates to the request that is handling them.
+            let age = Duration::from_millis(now.0.saturating_sub(r.create_time.0));
+            let fresh_start = state.started.elapsed() < state.ctx.tick * 2;
+            if !fresh_start && age < state.settle_after {
+                continue;
+            }
+            let span = info_span!("reconcile_create", region = %node.region, name = %r.name, uid = %r.uid);
+            async {
+                match node.reattach(&r).await {
+                    Ok(Ok(_)) => info!("unsettled create is ACTIVE"),
+                    Ok(Err(e)) => info!(reason = %e, "unsettled create removed"),
+                    Err(s) => debug!(error = %s, "unsettled create not settled yet; will retry"),
+                }
+            }
+            .instrument(span)
+            .await;
+        }
+        Ok(())
+    }
+}
+
+/// Which child a supervised actor is, so a failed one is restarted as itself.
+#[derive(Clone)]
+enum Child {
+    Peer(String),
+    Reconciler,
+}
+
+struct LinkSupervisor;
+
+struct SupervisorState {
+    ctx: LinkContext,
+    children: HashMap<ActorId, Child>,
+    stopping: bool,
+}
+
+pub enum LinkSupervisorMsg {
+    Stop,
+}
+
+impl LinkSupervisor {
+    async fn spawn_child(myself: &ActorRef<LinkSupervisorMsg>, state: &mut SupervisorState, child: Child) -> Result<(), ActorProcessingErr> {
+        let id = match &child {
+            Child::Peer(peer) => {
+                let (a, _) = Actor::spawn_linked(None, PeerLink, (state.ctx.clone(), peer.clone()), myself.get_cell()).await?;
+                a.get_id()
+            }
+            Child::Reconciler => {
+                let (a, _) = Actor::spawn_linked(None, Reconciler, state.ctx.clone(), myself.get_cell()).await?;
+                a.get_id()
+            }
+        };
+        state.children.insert(id, child);
+        Ok(())
+    }
+}
+
+impl Actor for LinkSupervisor {
+    type Msg = LinkSupervisorMsg;
+    type State = SupervisorState;
+    type Arguments = LinkContext;
+
+    async fn pre_start(&self, myself: ActorRef<LinkSupervisorMsg>, ctx: LinkContext) -> Result<SupervisorState, ActorProcessingErr> {
+        let peers: Vec<String> = ctx.node.peers.regions().map(str::to_owned).collect();
+        let mut state = SupervisorState {
+            ctx,
+            children: HashMap::new(),
+            stopping: false,
+        };
+        for peer in peers {
+            Self::spawn_child(&myself, &mut state, Child::Peer(peer)).await?;
+        }
+        Self::spawn_child(&myself, &mut state, Child::Reconciler).await?;
+        Ok(state)
+    }
+
+    async fn handle(&self, myself: ActorRef<LinkSupervisorMsg>, msg: LinkSupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        match msg {
+            LinkSupervisorMsg::Stop => {
+                state.stopping = true;
+                myself.stop_children_and_wait(None, Some(Duration::from_secs(5))).await;
+                myself.stop(None);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(&self, myself: ActorRef<LinkSupervisorMsg>, evt: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+        if state.stopping {
+            return Ok(());
+        }
+        let (who, why) = match &evt {
+            SupervisionEvent::ActorFailed(who, err) => (who.get_id(), err.to_string()),
+            SupervisionEvent::ActorTerminated(who, _, reason) => (who.get_id(), reason.clone().unwrap_or_default()),
+            _ => return Ok(()),
+        };
+        if let Some(child) = state.children.remove(&who) {
+            let name = match &child {
+                Child::Peer(p) => format!("peer link to {p}"),
+                Child::Reconciler => "create reconciler".to_owned(),
+            };
+            warn!(region = %state.ctx.node.region, actor = %name, reason = %why, "link actor stopped; restarting it");
+            Self::spawn_child(&myself, state, child).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The running links of a node.
+pub struct Links {
+    supervisor: ActorRef<LinkSupervisorMsg>,
+}
+
+impl Links {
+    pub async fn start(ctx: LinkContext) -> Result<Self, ractor::SpawnErr> {
+        let (supervisor, _) = Actor::spawn(None, LinkSupervisor, ctx).await?;
+        Ok(Self { supervisor })
+    }
+
+    pub async fn stop(&self) {
+        let _ = self.supervisor.cast(LinkSupervisorMsg::Stop);
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.supervisor.wait(None)).await;
+    }
+}
+

@@ -1,0 +1,203 @@
+//! `cascade.v1.Peer`: what other regions' nodes call on this one.
+
+use cascade_core::model::{EventType, ResourceState};
+use cascade_core::{peer, BackRefKey, Ctx, OperationId, RegionId, ResourceName};
+use cascade_proto::convert;
+use cascade_proto::status::invalid_field;
+use cascade_proto::status_from_core;
+use cascade_proto::v1::{self, peer_server::Peer};
+use tonic::{Request, Response, Status};
+use tracing::{info_span, warn};
+
+use crate::codec::StoreState;
+use crate::service::ResourcesService;
+use crate::store::Table;
+use crate::stream::outbox_stream;
+
+/// Shares the node's store, writer and feed with the client API.
+#[derive(Clone)]
+pub struct PeerService {
+    pub(crate) node: ResourcesService,
+}
+
+fn from_region(raw: &str) -> Result<RegionId, Status> {
+    RegionId::parse(raw).map_err(|e| invalid_field("from_region", e))
+}
+
+fn backrefs(list: Vec<v1::PeerBackRef>) -> Result<Vec<peer::PeerBackRef>, Status> {
+    list.into_iter()
+        .enumerate()
+        .map(|(i, b)| convert::peer_backref_from(b, &format!("backrefs[{i}]")))
+        .collect()
+}
+
+impl PeerService {
+    fn limit(&self, n: usize) -> Result<(), Status> {
+        if n > self.node.limits.max_batch_create {
+            return Err(invalid_field(
+                "backrefs",
+                format!("at most {} per call", self.node.limits.max_batch_create),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for PeerService {
+    async fn lookup(&self, request: Request<v1::LookupRequest>) -> Result<Response<v1::ObjectRef>, Status> {
+        let name = ResourceName::parse(&request.into_inner().name).map_err(|e| invalid_field("name", e))?;
+        let found = StoreState {
+            store: self.node.store.as_ref(),
+        }
+        .get_resource(&name)
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+        match found {
+            // Seed 000: to another region, a DELETING resource is already gone.
+            Some(r) if r.state == ResourceState::Active => Ok(Response::new(v1::ObjectRef {
+                name: r.name.to_string(),
+                uid: r.uid.to_string(),
+                dangling: false,
+            })),
+            _ => Err(Status::not_found(format!("{name} not found"))),
+        }
+    }
+
+    async fn attach(&self, request: Request<v1::AttachRequest>) -> Result<Response<v1::AttachResponse>, Status> {
+        let req = request.into_inner();
+        let from = from_region(&req.from_region)?;
+        self.limit(req.backrefs.len())?;
+        let entries = backrefs(req.backrefs)?;
+        let attached = self
+            .node
+            .writer
+            .apply(move |s, c, _| peer::attach(s, c, from.as_str(), entries))
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?
+            .map_err(|e| status_from_core(&e))?;
+        Ok(Response::new(v1::AttachResponse {
+            attached: attached as u32,
+        }))
+    }
+
+    async fn release(&self, request: Request<v1::ReleaseRequest>) -> Result<Response<v1::ReleaseResponse>, Status> {
+        let req = request.into_inner();
+        let from = from_region(&req.from_region)?;
+        self.limit(req.backrefs.len())?;
+        let entries = backrefs(req.backrefs)?;
+        let caller = from.clone();
+        let report = self
+            .node
+            .writer
+            .apply(move |s, c, _| peer::release(s, c, Some(caller.as_str()), entries))
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?
+            .map_err(|e| status_from_core(&e))?;
+        if report.foreign > 0 {
+            warn!(region = %self.node.region, from = %from, refused = report.foreign,
+                "refused to release back-references of another region's referrers");
+        }
+        Ok(Response::new(v1::ReleaseResponse {
+            released: report.released as u32,
+            absent: report.absent as u32,
+            stale: report.stale as u32,
+            foreign: report.foreign as u32,
+        }))
+    }
+
+    type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::PeerEvent, Status>> + Send>>;
+
+    async fn watch(&self, request: Request<v1::PeerWatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let req = request.into_inner();
+        let watcher = from_region(&req.region)?;
+        let span = info_span!("peer_watch", region = %self.node.region, watcher = %watcher, from = req.from_revision);
+        let stream = outbox_stream(
+            self.node.feed(),
+            req.from_revision,
+            |e| matches!(e.event_type, EventType::Deleting | EventType::Purged),
+            |e| v1::PeerEvent {
+                revision: e.revision,
+                r#type: convert::event_type(e.event_type) as i32,
+                resource: Some(convert::object_ref(&e.resource)),
+                operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
+            },
+            span,
+        );
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn check_backrefs(
+        &self,
+        request: Request<v1::CheckBackrefsRequest>,
+    ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
+        let req = request.into_inner();
+        self.limit(req.backrefs.len())?;
+        let keys: Vec<BackRefKey> = backrefs(req.backrefs)?.iter().map(|b| b.key()).collect();
+        let standing = peer::standing(
+            &StoreState {
+                store: self.node.store.as_ref(),
+            },
+            &keys,
+        )
+        .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(v1::CheckBackrefsResponse { standing }))
+    }
+
+    async fn plan(&self, request: Request<v1::PeerPlanRequest>) -> Result<Response<v1::Plan>, Status> {
+        let req = request.into_inner();
+        let seeds = req
+            .seeds
+            .into_iter()
+            .map(|s| convert::ref_target(Some(s), "seeds"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let plan = self.node.plan_part(seeds, req.cascade)?;
+        Ok(Response::new(convert::plan(&plan)))
+    }
+
+    async fn operation_part(&self, request: Request<v1::GetOperationRequest>) -> Result<Response<v1::Operation>, Status> {
+        let req = request.into_inner();
+        let id = OperationId::parse(&req.id).map_err(|e| invalid_field("id", e))?;
+        Ok(Response::new(self.node.local_operation(
+            id,
+            req.outcomes_page_size as usize,
+            &req.outcomes_page_token,
+        )?))
+    }
+
+    async fn dump(&self, _: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+        let state = StoreState {
+            store: self.node.store.as_ref(),
+        };
+        let unavailable = |e: crate::store::StoreError| Status::unavailable(e.to_string());
+        const MAX: usize = 1_000_000;
+        let resources: Vec<cascade_core::Resource> = state.all(Table::Resources, MAX).map_err(unavailable)?;
+        let rows: Vec<cascade_core::BackRef> = state.all(Table::Backrefs, MAX).map_err(unavailable)?;
+        let remote: Vec<cascade_core::RemoteDeletion> =
+            state.all(Table::RemoteDeletions, MAX).map_err(unavailable)?;
+        let mut out = v1::DumpResponse {
+            region: self.node.region.to_string(),
+            backrefs: rows.iter().map(convert::backref_row).collect(),
+            pending_releases: state.count(Table::PendingReleases).map_err(unavailable)? as u64,
+            queued_work: state.count(Table::RetryQueue).map_err(unavailable)? as u64,
+            pending_attach: state.count(Table::PendingAttach).map_err(unavailable)? as u64,
+            remote_deletions: remote.iter().map(|r| convert::object_ref(&r.target)).collect(),
+            cursors: state.cursors().map_err(unavailable)?.into_iter().collect(),
+            last_revision: state.next_revision_stored().map_err(unavailable)?.saturating_sub(1),
+            ..Default::default()
+        };
+        for r in &resources {
+            out.resources.push(self.node.present(r)?);
+        }
+        Ok(Response::new(out))
+    }
+}
+
+/// A read-only protocol context for queries served outside the writer.
+pub(crate) fn read_ctx<'a>(node: &'a ResourcesService, now: cascade_core::Timestamp) -> Ctx<'a> {
+    Ctx {
+        schema: &node.schema,
+        region: &node.region,
+        now,
+        policy: &node.policy,
+    }
+}
