@@ -141,3 +141,64 @@ pub fn targets<'a>(r: &'a v1::Resource, field: &str) -> Vec<&'a str> {
         .flat_map(|f| f.targets.iter().map(|t| t.name.as_str()))
         .collect()
 }
+
+/// Several region nodes on loopback that know each other as peers.
+pub struct Cluster {
+    pub nodes: Vec<(String, TestNode)>,
+}
+
+impl Cluster {
+    pub fn client(&self, region: &str) -> &Client {
+        &self.node(region).client
+    }
+
+    pub fn node(&self, region: &str) -> &TestNode {
+        &self
+            .nodes
+            .iter()
+            .find(|(r, _)| r == region)
+            .unwrap_or_else(|| panic!("no region {region}"))
+            .1
+    }
+}
+
+/// Starts one node per region, each with the others as peers. Listeners are
+/// bound first so every node knows every address before any starts.
+pub async fn start_cluster(regions: &[&str]) -> Cluster {
+    start_cluster_with(regions, |_| {}).await
+}
+
+pub async fn start_cluster_with(regions: &[&str], tweak: impl Fn(&mut NodeSettings)) -> Cluster {
+    let mut listeners = Vec::new();
+    for _ in regions {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("http://{}", l.local_addr().unwrap()))
+        .collect();
+    let mut nodes = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap();
+        let mut settings =
+            NodeSettings::new(RegionId::parse(regions[i]).unwrap(), Arc::new(schema), Some(dir.path().to_owned()));
+        settings.tick = Duration::from_millis(50);
+        settings.check_interval = Duration::from_millis(500);
+        for (j, region) in regions.iter().enumerate() {
+            if j != i {
+                settings.peers.insert(RegionId::parse(region).unwrap(), addrs[j].clone());
+            }
+        }
+        tweak(&mut settings);
+        let node = RunningNode::start(settings, listener).await.expect("node starts");
+        let client = Client::connect(&node.endpoint()).await.expect("client connects");
+        nodes.push((regions[i].to_owned(), TestNode { node, client, dir }));
+    }
+    Cluster { nodes }
+}
+
+/// A spec with full names (`{region}/{kind}/{id}`) everywhere.
+pub fn spec_in(name: &str, refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
+    spec(name, refs)
+}

@@ -77,6 +77,9 @@ impl StateRead for MemoryState {
             .map(|(_, v)| v.clone())
             .collect())
     }
+    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError> {
+        Ok(self.backrefs.get(key).cloned())
+    }
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError> {
         Ok(self.deletions.get(&uid).cloned())
     }

@@ -118,10 +118,7 @@ pub fn attach<S: StateRead + ?Sized>(
             }
         }
         let key = e.key();
-        let existing = tx
-            .backrefs(key.target, None, usize::MAX)?
-            .into_iter()
-            .find(|b| b.key() == key);
+        let existing = tx.backref(&key)?;
         let generation = existing.map_or(e.generation, |b| b.generation.max(e.generation));
         tx.put_backref(BackRef {
             target: e.target,
@@ -161,10 +158,7 @@ pub fn release<S: StateRead + ?Sized>(
     let mut report = ReleaseReport::default();
     for e in entries {
         let key = e.key();
-        let found = tx
-            .backrefs(key.target, None, usize::MAX)?
-            .into_iter()
-            .find(|b| b.key() == key);
+        let found = tx.backref(&key)?;
         let Some(row) = found else {
             report.absent += 1;
             continue;

@@ -25,6 +25,7 @@ pub trait StateRead {
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError>;
     /// Back-references of `target`, in key order, after `after` (exclusive).
     fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError>;
+    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError>;
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError>;
     fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError>;
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError>;
@@ -174,7 +175,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         let overlay: Vec<(&BackRefKey, &Option<BackRef>)> =
             self.writes.backrefs.iter().filter(|(k, _)| in_range(k)).collect();
         // Ask the base for enough rows that overlay deletions cannot starve the page.
-        let base = self.base.backrefs(target, after, limit + overlay.len())?;
+        let base = self.base.backrefs(target, after, limit.saturating_add(overlay.len()))?;
         let mut merged: BTreeMap<BackRefKey, BackRef> = base.into_iter().map(|b| (b.key(), b)).collect();
         for (k, v) in overlay {
             match v {
@@ -183,6 +184,10 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             };
         }
         Ok(merged.into_values().take(limit).collect())
+    }
+
+    pub fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError> {
+        overlay_get!(self, backrefs, key, self.base.backref(key))
     }
 
     pub fn put_backref(&mut self, b: BackRef) {

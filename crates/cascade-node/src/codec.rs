@@ -212,6 +212,9 @@ impl StateRead for StoreState<'_> {
         self.scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
             .map_err(storage)
     }
+    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError> {
+        self.get(Table::Backrefs, &backref_key(key)).map_err(storage)
+    }
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError> {
         self.get_deletion(uid).map_err(storage)
     }
