@@ -7,6 +7,7 @@
 //! - [`cli`]: the client subcommands of the `cascade` binary.
 //! - [`render`]: text and JSON output.
 
+pub mod check;
 pub mod cli;
 pub mod client;
 pub mod render;
