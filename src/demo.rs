@@ -1,5 +1,7 @@
-//! `cascade demo`: a node on an embedded sled in a temporary directory, the
-//! example schema, a small Neutron-like topology, and what to try next.
+//! `cascade demo`: three region nodes in one process on loopback, each on
+//! an embedded sled in a temporary directory, the example schema, a
+//! Neutron-like topology with references across the regions, and what to
+//! try next.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +14,8 @@ use cascade_proto::v1;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Address to serve on; when taken, a free port is used instead.
+    /// Address of the first region's node; when taken, a free port is used
+    /// instead. The other regions take free ports.
     #[arg(long, default_value = "127.0.0.1:50051")]
     listen: String,
     /// Keep the data here instead of a temporary directory.
@@ -23,11 +26,12 @@ pub struct DemoArgs {
     no_wait: bool,
 }
 
-pub const DEMO_REGION: &str = "eu-west";
+/// The demo's regions; the first serves on `--listen`.
+pub const DEMO_REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
 
 fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
     v1::ResourceSpec {
-        name: format!("{DEMO_REGION}/{name}"),
+        name: name.to_owned(),
         attributes: attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         refs: refs
             .iter()
@@ -36,7 +40,7 @@ fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::Res
                 targets: targets
                     .iter()
                     .map(|t| v1::ObjectRef {
-                        name: format!("{DEMO_REGION}/{t}"),
+                        name: t.to_string(),
                         ..Default::default()
                     })
                     .collect(),
@@ -46,125 +50,157 @@ fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::Res
     }
 }
 
-/// The seed 001 topology: a network with subnets, ports, a trunk with
-/// subports, a router interface, a floating IP, and a blocked network.
-pub fn topology() -> Vec<v1::ResourceSpec> {
-    let mut out = vec![
-        spec("project/demo", &[("owner", "alice")], &[]),
-        spec("security_group/web", &[], &[("project", &["project/demo"])]),
-        spec(
-            "network/net1",
-            &[("cidr", "10.0.0.0/16")],
-            &[("project", &["project/demo"])],
-        ),
-        spec(
-            "subnet/net1-a",
-            &[("cidr", "10.0.1.0/24")],
-            &[("network", &["network/net1"])],
-        ),
-        spec(
-            "subnet/net1-b",
-            &[("cidr", "10.0.2.0/24")],
-            &[("network", &["network/net1"])],
-        ),
-    ];
+/// The seed 001 topology spread over three regions, created in batches
+/// (one region per batch, in dependency order):
+/// - eu-west owns the project, the networks, subnets and a router;
+/// - us-east has the ports (on eu-west's network), a trunk and subports;
+/// - ap-south has a floating IP on a us-east port (unset), a port group of
+///   us-east ports (list owner), and a router whose gateway is eu-west's
+///   external network (block).
+pub fn topology() -> Vec<(&'static str, Vec<v1::ResourceSpec>)> {
+    let mut ports = Vec::new();
     for i in 1..=6 {
-        let subnet = if i % 2 == 0 { "subnet/net1-a" } else { "subnet/net1-b" };
-        out.push(spec(
-            &format!("port/p{i}"),
+        let subnet = if i % 2 == 0 { "eu-west/subnet/net1-a" } else { "eu-west/subnet/net1-b" };
+        ports.push(spec(
+            &format!("us-east/port/p{i}"),
             &[("mac", &format!("fa:16:3e:00:00:0{i}"))],
             &[
-                ("network", &["network/net1"]),
+                ("network", &["eu-west/network/net1"]),
                 ("subnet", &[subnet]),
-                ("security_groups", &["security_group/web"]),
+                ("security_groups", &["eu-west/security_group/web"]),
             ],
         ));
     }
-    out.extend([
-        spec("trunk/t1", &[], &[("parent_port", &["port/p1"])]),
-        spec(
-            "subport/t1-s2",
-            &[("vlan", "102")],
-            &[("trunk", &["trunk/t1"]), ("port", &["port/p2"])],
+    vec![
+        (
+            "eu-west",
+            vec![
+                spec("eu-west/project/demo", &[("owner", "alice")], &[]),
+                spec("eu-west/security_group/web", &[], &[("project", &["eu-west/project/demo"])]),
+                spec("eu-west/network/net1", &[("cidr", "10.0.0.0/16")], &[("project", &["eu-west/project/demo"])]),
+                spec("eu-west/subnet/net1-a", &[("cidr", "10.0.1.0/24")], &[("network", &["eu-west/network/net1"])]),
+                spec("eu-west/subnet/net1-b", &[("cidr", "10.0.2.0/24")], &[("network", &["eu-west/network/net1"])]),
+                spec("eu-west/router/r1", &[], &[("project", &["eu-west/project/demo"])]),
+                spec(
+                    "eu-west/router_interface/r1-a",
+                    &[],
+                    &[("router", &["eu-west/router/r1"]), ("subnet", &["eu-west/subnet/net1-a"])],
+                ),
+                spec("eu-west/network/ext", &[("external", "true")], &[("project", &["eu-west/project/demo"])]),
+            ],
         ),
-        spec(
-            "subport/t1-s3",
-            &[("vlan", "103")],
-            &[("trunk", &["trunk/t1"]), ("port", &["port/p3"])],
+        ("us-east", ports),
+        (
+            "us-east",
+            vec![
+                spec("us-east/trunk/t1", &[], &[("parent_port", &["us-east/port/p1"])]),
+                spec(
+                    "us-east/subport/t1-s2",
+                    &[("vlan", "102")],
+                    &[("trunk", &["us-east/trunk/t1"]), ("port", &["us-east/port/p2"])],
+                ),
+                spec(
+                    "us-east/subport/t1-s3",
+                    &[("vlan", "103")],
+                    &[("trunk", &["us-east/trunk/t1"]), ("port", &["us-east/port/p3"])],
+                ),
+            ],
         ),
-        spec("router/r1", &[], &[("project", &["project/demo"])]),
-        spec(
-            "router_interface/r1-a",
-            &[],
-            &[("router", &["router/r1"]), ("subnet", &["subnet/net1-a"])],
+        (
+            "ap-south",
+            vec![
+                spec("ap-south/project/ops", &[("owner", "bob")], &[]),
+                spec(
+                    "ap-south/floating_ip/fip1",
+                    &[("address", "203.0.113.10")],
+                    &[("project", &["ap-south/project/ops"]), ("port", &["us-east/port/p4"])],
+                ),
+                spec("ap-south/port_group/web-ports", &[], &[("ports", &["us-east/port/p5", "us-east/port/p6"])]),
+                spec(
+                    "ap-south/router/edge",
+                    &[],
+                    &[("project", &["ap-south/project/ops"]), ("gateway_network", &["eu-west/network/ext"])],
+                ),
+            ],
         ),
-        spec(
-            "floating_ip/fip1",
-            &[("address", "203.0.113.10")],
-            &[("project", &["project/demo"]), ("port", &["port/p4"])],
-        ),
-        spec("port_group/web-ports", &[], &[("ports", &["port/p5", "port/p6"])]),
-        // A second network, used as a router gateway: deleting it is blocked.
-        spec(
-            "network/ext",
-            &[("external", "true")],
-            &[("project", &["project/demo"])],
-        ),
-        spec(
-            "router/edge",
-            &[],
-            &[("project", &["project/demo"]), ("gateway_network", &["network/ext"])],
-        ),
-    ]);
-    out
+    ]
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
-    let (data_dir, _temp) = match args.data_dir {
+    let (data_root, _temp) = match args.data_dir {
         Some(d) => (d, None),
         None => {
             let t = tempfile::tempdir().context("cannot create a temporary directory")?;
             (t.path().to_owned(), Some(t))
         }
     };
-    let listener = match tokio::net::TcpListener::bind(&args.listen).await {
+    // Bind every listener first, so each node knows every peer's address.
+    let mut listeners = Vec::new();
+    let first = match tokio::net::TcpListener::bind(&args.listen).await {
         Ok(l) => l,
         Err(e) => {
             eprintln!("note: {} is not available ({e}); using a free port", args.listen);
             tokio::net::TcpListener::bind("127.0.0.1:0").await?
         }
     };
-    let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?;
-    let region = RegionId::parse(DEMO_REGION)?;
-    let settings = NodeSettings::new(region, Arc::new(schema), Some(data_dir.clone()));
-    let node = RunningNode::start(settings, listener).await?;
-    let endpoint = node.endpoint();
-    let client = Client::connect(&endpoint).await?;
-    let created = client.batch_create(topology()).await?;
+    listeners.push(first);
+    for _ in 1..DEMO_REGIONS.len() {
+        listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await?);
+    }
+    let endpoints: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| format!("http://{a}")))
+        .collect::<std::io::Result<_>>()?;
+    let schema = Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?);
+    let mut nodes = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let region = RegionId::parse(DEMO_REGIONS[i])?;
+        let mut settings = NodeSettings::new(region, schema.clone(), Some(data_root.join(DEMO_REGIONS[i])));
+        settings.check_interval = std::time::Duration::from_secs(5);
+        for (j, peer) in DEMO_REGIONS.iter().enumerate() {
+            if j != i {
+                settings.peers.insert(RegionId::parse(peer)?, endpoints[j].clone());
+            }
+        }
+        nodes.push(RunningNode::start(settings, listener).await?);
+    }
+    let client = Client::connect(&endpoints[0]).await?;
+    let mut created = 0;
+    for (region, batch) in topology() {
+        let n = batch.len();
+        // Any node forwards a request to the owning region.
+        client
+            .batch_create(batch)
+            .await
+            .with_context(|| format!("creating the example data of {region}"))?;
+        created += n;
+    }
 
     let exe = "cargo run --release --";
-    println!("Cascade demo: region {DEMO_REGION} serving on {endpoint}");
-    println!(
-        "data: {} ({} resources created from deploy/schemas/neutron.toml)\n",
-        data_dir.display(),
-        created.len()
-    );
-    println!("Try, in another terminal:");
-    println!("  export CASCADE_SERVER={endpoint}");
-    println!("  {exe} list");
-    println!("  {exe} get {DEMO_REGION}/network/net1");
-    println!("  {exe} delete {DEMO_REGION}/network/net1                      # refused: lists its dependents");
-    println!("  {exe} delete {DEMO_REGION}/network/net1 --cascade --dry-run  # what a cascade would do");
-    println!("  {exe} delete {DEMO_REGION}/network/net1 --cascade --wait     # do it, with progress");
-    println!("  {exe} get {DEMO_REGION}/floating_ip/fip1                     # survived: its port reference was unset");
-    println!("  {exe} delete {DEMO_REGION}/network/ext --cascade             # refused: router/edge blocks it");
-    println!("  {exe} watch --from 1                                      # every event, from the start");
-    if args.no_wait {
-        node.stop().await?;
-        return Ok(());
+    let endpoint = &endpoints[0];
+    println!("Cascade demo: three regions on loopback, {created} resources (schema deploy/schemas/neutron.toml)");
+    for (region, ep) in DEMO_REGIONS.iter().zip(&endpoints) {
+        println!("  {region:<9} {ep}");
     }
-    println!("\nCtrl-C stops the demo (its data directory is removed).");
-    crate::shutdown_signal().await;
-    node.stop().await?;
+    println!("data: {}
+", data_root.display());
+    println!("Any node accepts any request and forwards it to the owning region. Try, in another terminal:");
+    println!("  export CASCADE_SERVER={endpoint}");
+    println!("  {exe} list                                             # eu-west's resources");
+    println!("  {exe} get us-east/port/p1                              # a port in us-east on eu-west's network");
+    println!("  {exe} delete eu-west/network/net1                      # refused: lists its dependents in every region");
+    println!("  {exe} delete eu-west/network/net1 --cascade --dry-run  # the cross-region closure");
+    println!("  {exe} delete eu-west/network/net1 --cascade --wait     # do it: us-east and ap-south follow");
+    println!("  {exe} get ap-south/floating_ip/fip1                    # survived: its port reference was unset");
+    println!("  {exe} delete eu-west/network/ext --cascade             # refused: ap-south/router/edge blocks it");
+    println!("  {exe} check --region {}", DEMO_REGIONS.iter().zip(&endpoints).map(|(r, e)| format!("{r}={e}")).collect::<Vec<_>>().join(" --region "));
+    println!("  {exe} watch --from 1                                   # eu-west's events, from the start");
+    if !args.no_wait {
+        println!("\nCtrl-C stops the demo (a temporary data directory is removed).");
+        crate::shutdown_signal().await;
+    }
+    for node in nodes {
+        node.stop().await?;
+    }
     Ok(())
 }
