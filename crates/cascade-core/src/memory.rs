@@ -107,6 +107,9 @@ impl StateRead for MemoryState {
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
         Ok(self.remote_deletions.get(&uid).cloned())
     }
+    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError> {
+        Ok(self.remote_deletions.values().cloned().collect())
+    }
     fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
         Ok(self.pending_releases.get(&(region.to_owned(), key.clone())).cloned())
     }

@@ -30,7 +30,7 @@ use crate::model::{
 };
 use crate::protocol::{self, Ctx, Plan, Step};
 use crate::state::{StateRead, Tx, WriteSet};
-use crate::{ResourceName, Uid};
+use crate::{OperationId, ResourceName, Uid};
 
 /// A back-reference as one region asks another to attach or release it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +249,51 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     })
 }
 
+/// Importer: the owner compacted its outbox past this node's cursor. The
+/// owner's listing of its DELETING resources that this region references
+/// replaces the missed events: tombstones and work for those, tombstones of
+/// the others dropped (they were purged meanwhile), the cursor moved to the
+/// listing's revision.
+pub fn resync<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: &str,
+    deleting: Vec<(RefTarget, OperationId)>,
+    revision: crate::model::Revision,
+) -> Result<Step<usize>, CoreError> {
+    let mut tx = Tx::new(state);
+    let listed: std::collections::BTreeSet<Uid> = deleting.iter().map(|(t, _)| t.uid).collect();
+    for old in tx.remote_deletions_of(from_region)? {
+        if !listed.contains(&old.target.uid) {
+            tx.remove_remote_deletion(old.target.uid);
+            tx.remove_work(old.target.uid);
+        }
+    }
+    let mut added = 0;
+    for (target, operation) in deleting {
+        if target.name.region() != from_region || tx.remote_deletion(target.uid)?.is_some() {
+            continue;
+        }
+        tx.put_remote_deletion(RemoteDeletion {
+            target: target.clone(),
+            operation,
+            seen_at: ctx.now,
+        });
+        tx.put_work(WorkItem {
+            target,
+            next_attempt_at: ctx.now,
+            attempts: 0,
+            last_error: None,
+        });
+        added += 1;
+    }
+    tx.set_cursor(from_region, revision);
+    Ok(Step {
+        value: added,
+        writes: tx.finish(),
+    })
+}
+
 /// Importer: the outcome of the owner's attach for a CREATING resource.
 /// Success makes it ACTIVE, unless a target was reported DELETING in the
 /// meantime; failure (or such a target) removes it and releases whatever
@@ -343,4 +388,81 @@ pub fn plan_from<S: StateRead + ?Sized>(
 
 fn wake<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
     protocol::wake_if_deleting(tx, ctx, uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::MemoryState;
+    use crate::{Policy, RegionId, Schema, SequentialIds, Timestamp};
+
+    fn target(name: &str, ids: &mut SequentialIds) -> RefTarget {
+        use crate::IdSource;
+        RefTarget {
+            name: ResourceName::parse(name).unwrap(),
+            uid: Uid(ids.next_uuid()),
+        }
+    }
+
+    #[test]
+    fn resync_replaces_missed_events_and_drops_purged_tombstones() {
+        let schema = Schema::from_toml(crate::schema::EXAMPLE_SCHEMA).unwrap();
+        let region = RegionId::parse("rb").unwrap();
+        let policy = Policy::default();
+        let ctx = Ctx {
+            schema: &schema,
+            region: &region,
+            now: Timestamp(10),
+            policy: &policy,
+        };
+        let mut ids = SequentialIds::default();
+        let mut state = MemoryState::default();
+        let op = OperationId(uuid::Uuid::nil());
+        let purged_meanwhile = target("ra/network/old", &mut ids);
+        let still_deleting = target("ra/network/n", &mut ids);
+        let other_region = target("rc/network/x", &mut ids);
+        let events = [(&purged_meanwhile, "ra"), (&other_region, "rc")].map(|(t, from)| {
+            apply_remote_events(
+                &state,
+                ctx,
+                from,
+                vec![RemoteEvent {
+                    revision: 5,
+                    event_type: EventType::Deleting,
+                    resource: t.clone(),
+                    operation: Some(op),
+                }],
+            )
+            .unwrap()
+            .writes
+        });
+        for w in events {
+            state.apply(w);
+        }
+        assert_eq!(state.remote_deletions.len(), 2);
+
+        let step = resync(&state, ctx, "ra", vec![(still_deleting.clone(), op)], 40).unwrap();
+        assert_eq!(step.value, 1);
+        state.apply(step.writes);
+        assert!(state.remote_deletions.contains_key(&still_deleting.uid));
+        assert!(!state.remote_deletions.contains_key(&purged_meanwhile.uid), "purged while we were away");
+        assert!(state.remote_deletions.contains_key(&other_region.uid), "other regions untouched");
+        assert!(state.work.contains_key(&still_deleting.uid), "local referrers get processed");
+        assert_eq!(state.cursors["ra"], 40);
+
+        // Events at or below the new cursor are not applied again.
+        let step = apply_remote_events(
+            &state,
+            ctx,
+            "ra",
+            vec![RemoteEvent {
+                revision: 40,
+                event_type: EventType::Purged,
+                resource: still_deleting.clone(),
+                operation: Some(op),
+            }],
+        )
+        .unwrap();
+        assert_eq!(step.value, 0);
+    }
 }

@@ -36,6 +36,8 @@ pub trait StateRead {
     /// The revision the next event gets.
     fn next_revision(&self) -> Result<Revision, StorageError>;
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError>;
+    /// Every tombstone of a remote resource this node holds.
+    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError>;
     fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError>;
     /// The last revision of `region`'s outbox this node applied.
     fn cursor(&self, region: &str) -> Result<Revision, StorageError>;
@@ -273,6 +275,19 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
 
     pub fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
         overlay_get!(self, remote_deletions, &uid, self.base.remote_deletion(uid))
+    }
+
+    /// Tombstones of one region (with this step's own changes).
+    pub fn remote_deletions_of(&self, region: &str) -> Result<Vec<RemoteDeletion>, StorageError> {
+        let mut all: BTreeMap<Uid, RemoteDeletion> =
+            self.base.remote_deletions()?.into_iter().map(|d| (d.target.uid, d)).collect();
+        for (uid, v) in &self.writes.remote_deletions {
+            match v {
+                Some(d) => all.insert(*uid, d.clone()),
+                None => all.remove(uid),
+            };
+        }
+        Ok(all.into_values().filter(|d| d.target.name.region() == region).collect())
     }
 
     pub fn put_remote_deletion(&mut self, d: RemoteDeletion) {

@@ -17,6 +17,8 @@ use crate::store::{Batch, Store, StoreError, Table};
 
 const NEXT_REVISION: &[u8] = b"next_revision";
 const GENERATION: &[u8] = b"generation";
+/// The first revision still in the outbox (everything below was compacted).
+const OUTBOX_FLOOR: &[u8] = b"outbox_floor";
 
 /// Pending releases are grouped by the owner region they go to.
 pub fn release_key(region: &str, k: &BackRefKey) -> Vec<u8> {
@@ -137,6 +139,41 @@ impl StoreState<'_> {
         self.counter(Table::Meta, NEXT_REVISION, 1)
     }
 
+    pub fn outbox_floor(&self) -> Result<Revision, StoreError> {
+        self.counter(Table::Meta, OUTBOX_FLOOR, 1)
+    }
+
+    /// Removes outbox events below `below` (at most `limit` per call) and
+    /// raises the floor past them. Returns how many were removed.
+    pub fn compact_outbox(&self, below: Revision, limit: usize) -> Result<usize, StoreError> {
+        let floor = self.outbox_floor()?;
+        if below <= floor {
+            return Ok(0);
+        }
+        let keys = self.store.scan(Table::Outbox, &[], None, limit)?;
+        let mut batch = Batch::default();
+        let mut new_floor = floor;
+        for (k, _) in keys {
+            let rev = u64::from_be_bytes(k.as_slice().try_into().map_err(|_| StoreError::Corrupt {
+                table: Table::Outbox.name(),
+                message: "outbox key is not 8 bytes".into(),
+            })?);
+            if rev >= below {
+                break;
+            }
+            batch.remove(Table::Outbox, k);
+            new_floor = rev + 1;
+        }
+        let removed = batch.len();
+        if removed == 0 {
+            return Ok(0);
+        }
+        batch.put(Table::Meta, OUTBOX_FLOOR.to_vec(), new_floor.to_be_bytes().to_vec());
+        self.store.commit(batch)?;
+        self.store.flush()?;
+        Ok(removed)
+    }
+
     pub fn generation_stored(&self) -> Result<u64, StoreError> {
         self.counter(Table::Meta, GENERATION, 1)
     }
@@ -255,6 +292,9 @@ impl StateRead for StoreState<'_> {
     }
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
         self.get(Table::RemoteDeletions, uid.as_bytes()).map_err(storage)
+    }
+    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError> {
+        self.all(Table::RemoteDeletions, usize::MAX).map_err(storage)
     }
     fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
         self.get(Table::PendingReleases, &release_key(region, key)).map_err(storage)

@@ -17,6 +17,7 @@
 //! backoff_cap_ms = 60000
 //! tick_ms = 200
 //! check_interval_ms = 30000   # re-check remote back-references of waiting deletions
+//! outbox_retention = 100000   # events kept after every peer acknowledged them
 //! ```
 
 use std::collections::BTreeMap;
@@ -54,6 +55,7 @@ pub struct DeletionConfig {
     pub backoff_cap_ms: Option<u64>,
     pub tick_ms: Option<u64>,
     pub check_interval_ms: Option<u64>,
+    pub outbox_retention: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +96,8 @@ pub struct NodeSettings {
     /// How long a cross-region back-reference of a waiting deletion may go
     /// unreleased before the owner asks the importer whether it still stands.
     pub check_interval: Duration,
+    /// Outbox events kept even when every peer has acknowledged them.
+    pub outbox_retention: u64,
 }
 
 impl NodeSettings {
@@ -108,6 +112,7 @@ impl NodeSettings {
             limits: ApiLimits::default(),
             peers: BTreeMap::new(),
             check_interval: Duration::from_secs(30),
+            outbox_retention: 100_000,
         }
     }
 
@@ -143,6 +148,9 @@ impl NodeSettings {
         }
         if let Some(v) = d.tick_ms {
             settings.tick = Duration::from_millis(v.max(10));
+        }
+        if let Some(v) = d.outbox_retention {
+            settings.outbox_retention = v;
         }
         if let Some(v) = d.check_interval_ms {
             settings.check_interval = Duration::from_millis(v.max(10));

@@ -114,6 +114,7 @@ async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> 
     };
     let mut stream = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.watch(request)).await {
         Ok(Ok(s)) => s.into_inner(),
+        Ok(Err(s)) if s.code() == tonic::Code::OutOfRange => return resync(node, peer).await,
         Ok(Err(s)) => return format!("{:?}: {}", s.code(), s.message()),
         Err(_) => return "watch call timed out".into(),
     };
@@ -122,6 +123,7 @@ async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> 
     loop {
         let first = match stream.next().await {
             Some(Ok(e)) => e,
+            Some(Err(s)) if s.code() == tonic::Code::OutOfRange => return resync(node, peer).await,
             Some(Err(s)) => return format!("{:?}: {}", s.code(), s.message()),
             None => return "stream closed by peer".into(),
         };
@@ -143,6 +145,64 @@ async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> 
             Ok(Err(e)) => return format!("applying events: {e}"),
             Err(e) => return format!("applying events: {e}"),
         }
+    }
+}
+
+/// The peer compacted its outbox past our cursor: take its listing of
+/// DELETING resources we reference instead of the missed events.
+async fn resync(node: &ResourcesService, peer: &str) -> String {
+    let mut client = match node.peers.peer(peer) {
+        Ok(c) => c,
+        Err(e) => return e.to_string(),
+    };
+    let request = v1::ListDeletingRequest {
+        region: node.region.to_string(),
+    };
+    let listing = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.list_deleting(request)).await {
+        Ok(Ok(l)) => l.into_inner(),
+        Ok(Err(s)) => return format!("resync listing: {:?}: {}", s.code(), s.message()),
+        Err(_) => return "resync listing timed out".into(),
+    };
+    let revision = listing.revision;
+    let deleting: Vec<_> = listing
+        .deleting
+        .into_iter()
+        .filter_map(|d| {
+            let target = convert::ref_target(d.resource, "resource").ok()?;
+            Some((target, OperationId::parse(&d.operation_id).ok()?))
+        })
+        .collect();
+    let n = deleting.len();
+    let from = peer.to_owned();
+    match node
+        .writer
+        .apply(move |s, c, _| peer::resync(s, c, &from, deleting, revision))
+        .await
+    {
+        Ok(Ok(_)) => {
+            info!(peer, deleting = n, revision, "cursor was compacted away at the peer; resynced from its listing");
+            "resynced from the peer's listing".into()
+        }
+        Ok(Err(e)) => format!("resync: {e}"),
+        Err(e) => format!("resync: {e}"),
+    }
+}
+
+/// Tells the peer how far we applied its outbox (it compacts below every
+/// peer's acknowledgement).
+async fn ack(node: &ResourcesService, peer: &str) -> Result<(), String> {
+    let cursor = (StoreState { store: node.store.as_ref() })
+        .cursor_of(peer)
+        .map_err(|e| e.to_string())?;
+    let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
+    let request = v1::AckRequest {
+        region: node.region.to_string(),
+        revision: cursor,
+    };
+    match tokio::time::timeout(PEER_CALL_TIMEOUT, client.ack(request)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(s)) => Err(format!("{:?}: {}", s.code(), s.message())),
+        Err(_) => Err("ack timed out".into()),
     }
 }
 
@@ -302,6 +362,11 @@ impl Actor for PeerLink {
                 if let Err(e) = flush_releases(&node, &state.peer).instrument(span.clone()).await {
                     span.in_scope(|| debug!(error = %e, "releases not delivered yet; will retry"));
                 }
+                if state.watch.is_some() {
+                    if let Err(e) = ack(&node, &state.peer).await {
+                        span.in_scope(|| debug!(error = %e, "ack not delivered; will retry"));
+                    }
+                }
                 if state.last_check.elapsed() >= state.ctx.check_interval {
                     state.last_check = Instant::now();
                     if let Err(e) = check_backrefs(&node, &state.peer, state.ctx.check_interval)
@@ -358,6 +423,13 @@ impl Actor for Reconciler {
 
     async fn handle(&self, _: ActorRef<ReconcilerMsg>, _: ReconcilerMsg, state: &mut ReconcilerState) -> Result<(), ActorProcessingErr> {
         let node = state.ctx.node.clone();
+        if let Some(below) = node.compactable_below() {
+            match node.writer.compact_outbox(below).await {
+                Ok(Ok(n)) if n > 0 => debug!(region = %node.region, removed = n, below, "outbox compacted"),
+                Ok(Err(e)) => warn!(region = %node.region, error = %e, "outbox compaction failed"),
+                _ => {}
+            }
+        }
         let pending = match node.state().pending_attach(100) {
             Ok(p) => p,
             Err(e) => {

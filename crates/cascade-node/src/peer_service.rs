@@ -164,6 +164,45 @@ impl Peer for PeerService {
         )?))
     }
 
+    async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
+        let req = request.into_inner();
+        let region = from_region(&req.region)?;
+        if let Ok(mut acks) = self.node.acks.lock() {
+            let slot = acks.entry(region.to_string()).or_default();
+            *slot = (*slot).max(req.revision);
+        }
+        let first_retained = self
+            .node
+            .state()
+            .outbox_floor()
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(v1::AckResponse { first_retained }))
+    }
+
+    async fn list_deleting(
+        &self,
+        request: Request<v1::ListDeletingRequest>,
+    ) -> Result<Response<v1::ListDeletingResponse>, Status> {
+        let region = from_region(&request.into_inner().region)?;
+        let state = self.node.state();
+        let unavailable = |e: crate::store::StoreError| Status::unavailable(e.to_string());
+        // The revision first: events after it are streamed anyway, and
+        // applying one twice is harmless.
+        let revision = state.next_revision_stored().map_err(unavailable)?.saturating_sub(1);
+        let deletions: Vec<cascade_core::DeletionRecord> = state.all(Table::Deletions, usize::MAX).map_err(unavailable)?;
+        let mut deleting = Vec::new();
+        for d in deletions {
+            let rows = state.backrefs_of(d.target.uid).map_err(unavailable)?;
+            if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
+                deleting.push(v1::DeletingEntry {
+                    resource: Some(convert::object_ref(&d.target)),
+                    operation_id: d.operation.to_string(),
+                });
+            }
+        }
+        Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))
+    }
+
     async fn dump(&self, _: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
         let state = StoreState {
             store: self.node.store.as_ref(),

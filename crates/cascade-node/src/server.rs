@@ -86,6 +86,8 @@ impl Node {
                 policy: settings.policy,
                 peers,
                 clock,
+                acks: Default::default(),
+                outbox_retention: settings.outbox_retention,
             },
             link_tick: settings.tick,
             check_interval: settings.check_interval,

@@ -62,6 +62,12 @@ pub struct ResourcesService {
     /// The other regions: forwarding, cross-region attach, aggregation.
     pub(crate) peers: Peers,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Peer region → the last revision of our outbox it acknowledged
+    /// (in memory: after a restart nothing is compacted until all re-ack).
+    pub(crate) acks: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    /// Outbox events always kept, whatever the peers acknowledged (client
+    /// watchers resume from them too).
+    pub(crate) outbox_retention: u64,
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -99,6 +105,19 @@ impl ResourcesService {
         StoreState {
             store: self.store.as_ref(),
         }
+    }
+
+    /// The outbox may be compacted below this revision: every peer has
+    /// acknowledged it, and the retention floor allows it.
+    pub(crate) fn compactable_below(&self) -> Option<u64> {
+        let next = self.state().next_revision_stored().ok()?;
+        let keep_from = next.saturating_sub(self.outbox_retention);
+        let acks = self.acks.lock().ok()?;
+        let mut lowest = u64::MAX;
+        for region in self.peers.regions() {
+            lowest = lowest.min(*acks.get(region)?);
+        }
+        Some(lowest.saturating_add(1).min(keep_from))
     }
 
     /// None for a name of this region; the owner's client for a peer's;

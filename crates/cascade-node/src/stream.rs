@@ -37,7 +37,24 @@ pub fn outbox_stream<T: Send + 'static>(
     } = feed;
     tokio::spawn(
         async move {
-            let mut next = from.max(1);
+            // 0 or 1: from the oldest retained event. Older than that was
+            // compacted: the caller must resync (OUT_OF_RANGE).
+            let floor = match (StoreState { store: store.as_ref() }).outbox_floor() {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+                    return;
+                }
+            };
+            if from > 1 && from < floor {
+                let _ = tx
+                    .send(Err(Status::out_of_range(format!(
+                        "revision {from} was compacted; the outbox starts at {floor}"
+                    ))))
+                    .await;
+                return;
+            }
+            let mut next = from.max(floor);
             loop {
                 loop {
                     let page = match (StoreState { store: store.as_ref() }).events_from(next, 512) {
@@ -79,4 +96,34 @@ pub fn outbox_stream<T: Send + 'static>(
         .instrument(span),
     );
     ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Batch, MemoryStore, Table};
+    use futures::StreamExt;
+
+    #[tokio::test]
+    async fn a_compacted_revision_answers_out_of_range() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        let mut batch = Batch::default();
+        for rev in 1..=10u64 {
+            batch.put(Table::Outbox, rev.to_be_bytes().to_vec(), b"{}".to_vec());
+        }
+        store.commit(batch).unwrap();
+        let removed = StoreState { store: store.as_ref() }.compact_outbox(6, 100).unwrap();
+        assert_eq!(removed, 5);
+        let (events, _) = broadcast::channel(4);
+        let (_stop_tx, stop) = watch::channel(false);
+        let feed = OutboxFeed {
+            store: store.clone(),
+            live: events.subscribe(),
+            shutting_down: stop,
+        };
+        let mut stream = outbox_stream(feed, 3, |_| true, |e: &Event| e.revision, Span::none());
+        let first = stream.next().await.expect("an answer");
+        let status = first.expect_err("revision 3 was compacted");
+        assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+    }
 }

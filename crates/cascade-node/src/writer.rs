@@ -391,6 +391,22 @@ impl WriterHandle {
         .await
     }
 
+    /// Compacts the outbox below `below` (one bounded batch), in the writer
+    /// so it is ordered with every other write of the node.
+    pub async fn compact_outbox(&self, below: u64) -> Result<Result<usize, CoreError>, WriterUnavailable> {
+        self.call(|reply| {
+            WriterMsg::Apply(Box::new(move |state: &mut WriterState, _: &ActorRef<WriterMsg>| {
+                let result = StoreState {
+                    store: state.ctx.store.as_ref(),
+                }
+                .compact_outbox(below, 1_000)
+                .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+                let _ = reply.send(result);
+            }))
+        })
+        .await
+    }
+
     /// Stops the writer and its supervisor, waiting for the writer's current step.
     pub async fn stop(&self) {
         let writer = self.writer().ok();
