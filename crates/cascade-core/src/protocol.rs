@@ -1118,6 +1118,12 @@ fn update_operation<S: StateRead + ?Sized>(
 ) -> Result<(), CoreError> {
     if let Some(mut op) = tx.operation(id)? {
         change(&mut op.progress);
+        if op.progress.pending > 0 && op.state != OperationState::Running {
+            // More of the cascade reached this region's part after it had
+            // finished (a second target of the same operation): running again.
+            op.state = OperationState::Running;
+            op.end_time = None;
+        }
         tx.put_operation(op);
     }
     Ok(())
