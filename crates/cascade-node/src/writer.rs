@@ -88,6 +88,18 @@ impl WriterState {
             .and_then(|()| self.ctx.store.flush())
             .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))?;
         for e in writes.events {
+            // The uid (and operation) is what ties one deletion together
+            // across regions' logs.
+            debug!(
+                region = %self.ctx.region,
+                name = %e.resource.name,
+                uid = %e.resource.uid,
+                operation = e.operation.map(|o| o.to_string()).unwrap_or_default(),
+                revision = e.revision,
+                event = ?e.event_type,
+                "{}",
+                e.message
+            );
             // No receiver is fine: nobody is watching.
             let _ = self.ctx.events.send(Arc::new(e));
         }
