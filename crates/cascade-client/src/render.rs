@@ -133,6 +133,7 @@ pub fn operation_json(op: &v1::Operation) -> Value {
             })
         }).collect::<Vec<_>>(),
         "next_outcomes_page_token": op.next_outcomes_page_token,
+        "unreachable_regions": op.unreachable_regions,
     })
 }
 
@@ -152,6 +153,12 @@ pub fn operation_text(op: &v1::Operation) -> String {
         op_state_name(op.state),
         progress_text(op)
     );
+    if !op.unreachable_regions.is_empty() {
+        out += &format!(
+            "  regions that could not be asked (their part is unknown): {}\n",
+            op.unreachable_regions.join(", ")
+        );
+    }
     for o in &op.outcomes {
         let action = v1::OutcomeAction::try_from(o.action)
             .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
@@ -173,6 +180,7 @@ pub fn plan_json(p: &v1::Plan) -> Value {
         "unset": p.unset.iter().map(|u| json!({"resource": u.resource.as_ref().map(object_ref), "field": u.field})).collect::<Vec<_>>(),
         "blocked": p.blocked.iter().map(|b| json!({"resource": b.resource.as_ref().map(object_ref), "blocker": b.blocker.as_ref().map(blocker)})).collect::<Vec<_>>(),
         "truncated": p.truncated,
+        "unreachable_regions": p.unreachable_regions,
     })
 }
 
@@ -209,6 +217,12 @@ pub fn plan_text(p: &v1::Plan) -> String {
     }
     if p.truncated {
         out += "  (plan truncated)\n";
+    }
+    if !p.unreachable_regions.is_empty() {
+        out += &format!(
+            "  incomplete: regions {} could not be asked for their part\n",
+            p.unreachable_regions.join(", ")
+        );
     }
     out
 }
