@@ -395,7 +395,9 @@ struct ReconcilerState {
     ctx: LinkContext,
     /// Creates younger than this may still be in flight in a request.
     settle_after: Duration,
-    started: Instant,
+    /// Unsettled when the reconciler started: no request of this process
+    /// made them, so they are settled at once, whatever their age.
+    orphans: std::collections::HashSet<cascade_core::Uid>,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -405,11 +407,18 @@ impl Actor for Reconciler {
     type Arguments = LinkContext;
 
     async fn pre_start(&self, myself: ActorRef<ReconcilerMsg>, ctx: LinkContext) -> Result<ReconcilerState, ActorProcessingErr> {
+        let orphans = ctx
+            .node
+            .state()
+            .pending_attach(usize::MAX)
+            .map(|p| p.into_iter().map(|t| t.uid).collect())
+            .unwrap_or_default();
         let ticker = myself.send_interval(ctx.tick.max(Duration::from_millis(200)), || ReconcilerMsg::Tick);
+        let _ = myself.cast(ReconcilerMsg::Tick);
         Ok(ReconcilerState {
             ctx,
             settle_after: PEER_CALL_TIMEOUT * 3,
-            started: Instant::now(),
+            orphans,
             ticker: Some(ticker),
         })
     }
@@ -443,18 +452,22 @@ impl Actor for Reconciler {
             if r.uid != target.uid {
                 continue;
             }
-            // Right after a restart nothing is in flight; later, leave young
-            // creates to the request that is handling them.
+            // Leave young creates to the request that is handling them.
             let age = Duration::from_millis(now.0.saturating_sub(r.create_time.0));
-            let fresh_start = state.started.elapsed() < state.ctx.tick * 2;
-            if !fresh_start && age < state.settle_after {
+            if !state.orphans.contains(&r.uid) && age < state.settle_after {
                 continue;
             }
             let span = info_span!("reconcile_create", region = %node.region, name = %r.name, uid = %r.uid);
             async {
                 match node.reattach(&r).await {
-                    Ok(Ok(_)) => info!("unsettled create is ACTIVE"),
-                    Ok(Err(e)) => info!(reason = %e, "unsettled create removed"),
+                    Ok(Ok(_)) => {
+                        info!("unsettled create is ACTIVE");
+                        state.orphans.remove(&r.uid);
+                    }
+                    Ok(Err(e)) => {
+                        info!(reason = %e, "unsettled create removed");
+                        state.orphans.remove(&r.uid);
+                    }
                     Err(s) => debug!(error = %s, "unsettled create not settled yet; will retry"),
                 }
             }
