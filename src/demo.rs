@@ -60,7 +60,11 @@ fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::Res
 pub fn topology() -> Vec<(&'static str, Vec<v1::ResourceSpec>)> {
     let mut ports = Vec::new();
     for i in 1..=6 {
-        let subnet = if i % 2 == 0 { "eu-west/subnet/net1-a" } else { "eu-west/subnet/net1-b" };
+        let subnet = if i % 2 == 0 {
+            "eu-west/subnet/net1-a"
+        } else {
+            "eu-west/subnet/net1-b"
+        };
         ports.push(spec(
             &format!("us-east/port/p{i}"),
             &[("mac", &format!("fa:16:3e:00:00:0{i}"))],
@@ -76,17 +80,40 @@ pub fn topology() -> Vec<(&'static str, Vec<v1::ResourceSpec>)> {
             "eu-west",
             vec![
                 spec("eu-west/project/demo", &[("owner", "alice")], &[]),
-                spec("eu-west/security_group/web", &[], &[("project", &["eu-west/project/demo"])]),
-                spec("eu-west/network/net1", &[("cidr", "10.0.0.0/16")], &[("project", &["eu-west/project/demo"])]),
-                spec("eu-west/subnet/net1-a", &[("cidr", "10.0.1.0/24")], &[("network", &["eu-west/network/net1"])]),
-                spec("eu-west/subnet/net1-b", &[("cidr", "10.0.2.0/24")], &[("network", &["eu-west/network/net1"])]),
+                spec(
+                    "eu-west/security_group/web",
+                    &[],
+                    &[("project", &["eu-west/project/demo"])],
+                ),
+                spec(
+                    "eu-west/network/net1",
+                    &[("cidr", "10.0.0.0/16")],
+                    &[("project", &["eu-west/project/demo"])],
+                ),
+                spec(
+                    "eu-west/subnet/net1-a",
+                    &[("cidr", "10.0.1.0/24")],
+                    &[("network", &["eu-west/network/net1"])],
+                ),
+                spec(
+                    "eu-west/subnet/net1-b",
+                    &[("cidr", "10.0.2.0/24")],
+                    &[("network", &["eu-west/network/net1"])],
+                ),
                 spec("eu-west/router/r1", &[], &[("project", &["eu-west/project/demo"])]),
                 spec(
                     "eu-west/router_interface/r1-a",
                     &[],
-                    &[("router", &["eu-west/router/r1"]), ("subnet", &["eu-west/subnet/net1-a"])],
+                    &[
+                        ("router", &["eu-west/router/r1"]),
+                        ("subnet", &["eu-west/subnet/net1-a"]),
+                    ],
                 ),
-                spec("eu-west/network/ext", &[("external", "true")], &[("project", &["eu-west/project/demo"])]),
+                spec(
+                    "eu-west/network/ext",
+                    &[("external", "true")],
+                    &[("project", &["eu-west/project/demo"])],
+                ),
             ],
         ),
         ("us-east", ports),
@@ -115,11 +142,18 @@ pub fn topology() -> Vec<(&'static str, Vec<v1::ResourceSpec>)> {
                     &[("address", "203.0.113.10")],
                     &[("project", &["ap-south/project/ops"]), ("port", &["us-east/port/p4"])],
                 ),
-                spec("ap-south/port_group/web-ports", &[], &[("ports", &["us-east/port/p5", "us-east/port/p6"])]),
+                spec(
+                    "ap-south/port_group/web-ports",
+                    &[],
+                    &[("ports", &["us-east/port/p5", "us-east/port/p6"])],
+                ),
                 spec(
                     "ap-south/router/edge",
                     &[],
-                    &[("project", &["ap-south/project/ops"]), ("gateway_network", &["eu-west/network/ext"])],
+                    &[
+                        ("project", &["ap-south/project/ops"]),
+                        ("gateway_network", &["eu-west/network/ext"]),
+                    ],
                 ),
             ],
         ),
@@ -182,18 +216,31 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     for (region, ep) in DEMO_REGIONS.iter().zip(&endpoints) {
         println!("  {region:<9} {ep}");
     }
-    println!("data: {}
-", data_root.display());
+    println!(
+        "data: {}
+",
+        data_root.display()
+    );
     println!("Any node accepts any request and forwards it to the owning region. Try, in another terminal:");
     println!("  export CASCADE_SERVER={endpoint}");
     println!("  {exe} list                                             # eu-west's resources");
     println!("  {exe} get us-east/port/p1                              # a port in us-east on eu-west's network");
-    println!("  {exe} delete eu-west/network/net1                      # refused: lists its dependents in every region");
+    println!(
+        "  {exe} delete eu-west/network/net1                      # refused: lists its dependents in every region"
+    );
     println!("  {exe} delete eu-west/network/net1 --cascade --dry-run  # the cross-region closure");
     println!("  {exe} delete eu-west/network/net1 --cascade --wait     # do it: us-east and ap-south follow");
     println!("  {exe} get ap-south/floating_ip/fip1                    # survived: its port reference was unset");
     println!("  {exe} delete eu-west/network/ext --cascade             # refused: ap-south/router/edge blocks it");
-    println!("  {exe} check --region {}", DEMO_REGIONS.iter().zip(&endpoints).map(|(r, e)| format!("{r}={e}")).collect::<Vec<_>>().join(" --region "));
+    println!(
+        "  {exe} check --region {}",
+        DEMO_REGIONS
+            .iter()
+            .zip(&endpoints)
+            .map(|(r, e)| format!("{r}={e}"))
+            .collect::<Vec<_>>()
+            .join(" --region ")
+    );
     println!("  {exe} watch --from 1                                   # eu-west's events, from the start");
     if !args.no_wait {
         println!("\nCtrl-C stops the demo (a temporary data directory is removed).");

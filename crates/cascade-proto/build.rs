@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = [root.join("cascade/v1/resources.proto"), root.join("cascade/v1/peer.proto")];
+    let files = [
+        root.join("cascade/v1/resources.proto"),
+        root.join("cascade/v1/peer.proto"),
+    ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
     }

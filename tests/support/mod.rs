@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,9 @@ use cascade_client::{Client, ClientError};
 use cascade_core::{RegionId, Schema};
 use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
+use cascade_proto::v1::peer_client::PeerClient;
 use tokio::net::TcpListener;
+use tonic::transport::Channel;
 
 pub const REGION: &str = "eu-west";
 
@@ -145,9 +148,59 @@ pub fn targets<'a>(r: &'a v1::Resource, field: &str) -> Vec<&'a str> {
 /// Several region nodes on loopback that know each other as peers.
 pub struct Cluster {
     pub nodes: Vec<(String, TestNode)>,
+    /// Each region's settings, so a stopped node restarts as itself.
+    settings: Vec<(String, NodeSettings)>,
+    /// Stopped nodes: their address and data directory, kept for a restart.
+    stopped: Vec<(String, SocketAddr, tempfile::TempDir)>,
 }
 
 impl Cluster {
+    /// `(region, endpoint)` of every running node, for the checker.
+    pub fn endpoints(&self) -> Vec<(String, String)> {
+        self.nodes.iter().map(|(r, n)| (r.clone(), n.node.endpoint())).collect()
+    }
+
+    /// Gracefully stops a region's node, keeping its data directory and
+    /// address for [`Cluster::restart`].
+    pub async fn stop(&mut self, region: &str) {
+        let i = self
+            .nodes
+            .iter()
+            .position(|(r, _)| r == region)
+            .unwrap_or_else(|| panic!("no running region {region}"));
+        let (region, test_node) = self.nodes.remove(i);
+        let TestNode { node, client, dir } = test_node;
+        drop(client);
+        let addr = node.addr;
+        node.stop().await.expect("node stops cleanly");
+        self.stopped.push((region, addr, dir));
+    }
+
+    /// Starts a stopped region's node again on the same address and data
+    /// directory.
+    pub async fn restart(&mut self, region: &str) {
+        let i = self
+            .stopped
+            .iter()
+            .position(|(r, _, _)| r == region)
+            .unwrap_or_else(|| panic!("region {region} is not stopped"));
+        let (region, addr, dir) = self.stopped.remove(i);
+        let listener = eventually(Duration::from_secs(10), &format!("{addr} to be free again"), || async {
+            TcpListener::bind(addr).await.ok()
+        })
+        .await;
+        let settings = self
+            .settings
+            .iter()
+            .find(|(r, _)| *r == region)
+            .expect("settings of the region")
+            .1
+            .clone();
+        let node = RunningNode::start(settings, listener).await.expect("node restarts");
+        let client = Client::connect(&node.endpoint()).await.expect("client connects");
+        self.nodes.push((region, TestNode { node, client, dir }));
+    }
+
     pub fn client(&self, region: &str) -> &Client {
         &self.node(region).client
     }
@@ -178,27 +231,136 @@ pub async fn start_cluster_with(regions: &[&str], tweak: impl Fn(&mut NodeSettin
         .map(|l| format!("http://{}", l.local_addr().unwrap()))
         .collect();
     let mut nodes = Vec::new();
+    let mut saved = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let dir = tempfile::tempdir().expect("temp dir");
         let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap();
-        let mut settings =
-            NodeSettings::new(RegionId::parse(regions[i]).unwrap(), Arc::new(schema), Some(dir.path().to_owned()));
+        let mut settings = NodeSettings::new(
+            RegionId::parse(regions[i]).unwrap(),
+            Arc::new(schema),
+            Some(dir.path().to_owned()),
+        );
         settings.tick = Duration::from_millis(50);
         settings.check_interval = Duration::from_millis(500);
         for (j, region) in regions.iter().enumerate() {
             if j != i {
-                settings.peers.insert(RegionId::parse(region).unwrap(), addrs[j].clone());
+                settings
+                    .peers
+                    .insert(RegionId::parse(region).unwrap(), addrs[j].clone());
             }
         }
         tweak(&mut settings);
+        saved.push((regions[i].to_owned(), settings.clone()));
         let node = RunningNode::start(settings, listener).await.expect("node starts");
         let client = Client::connect(&node.endpoint()).await.expect("client connects");
         nodes.push((regions[i].to_owned(), TestNode { node, client, dir }));
     }
-    Cluster { nodes }
+    Cluster {
+        nodes,
+        settings: saved,
+        stopped: Vec::new(),
+    }
 }
 
 /// A spec with full names (`{region}/{kind}/{id}`) everywhere.
 pub fn spec_in(name: &str, refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
     spec(name, refs)
+}
+
+/// A `Peer` client of a node (what other regions call), for peer reads and
+/// dumps.
+pub async fn peer_client(endpoint: &str) -> PeerClient<Channel> {
+    PeerClient::connect(endpoint.to_owned())
+        .await
+        .expect("peer client connects")
+        .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
+}
+
+/// One region's `Peer.Dump`.
+pub async fn dump(endpoint: &str) -> Result<v1::DumpResponse, tonic::Status> {
+    peer_client(endpoint)
+        .await
+        .dump(v1::DumpRequest {})
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Why a region is not quiescent yet (None when it is): queued releases,
+/// unsettled creates, deletion work, remote deletions not yet applied, or
+/// resources still CREATING or DELETING.
+pub fn unquiet(d: &v1::DumpResponse) -> Option<String> {
+    let busy: Vec<&str> = d
+        .resources
+        .iter()
+        .filter(|r| matches!(state(r), v1::ResourceState::Creating | v1::ResourceState::Deleting))
+        .map(|r| r.name.as_str())
+        .collect();
+    let quiet = d.pending_releases == 0
+        && d.pending_attach == 0
+        && d.queued_work == 0
+        && d.remote_deletions.is_empty()
+        && busy.is_empty();
+    (!quiet).then(|| {
+        format!(
+            "{}: pending_releases={} pending_attach={} queued_work={} remote_deletions={} busy={busy:?}",
+            d.region,
+            d.pending_releases,
+            d.pending_attach,
+            d.queued_work,
+            d.remote_deletions.len()
+        )
+    })
+}
+
+/// Waits until every region is quiescent (see [`unquiet`]).
+pub async fn wait_quiescent_at(regions: &[(String, String)]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut why = Vec::new();
+        for (region, endpoint) in regions {
+            match dump(endpoint).await {
+                Ok(d) => why.extend(unquiet(&d)),
+                Err(e) => why.push(format!("{region}: dump failed: {e}")),
+            }
+        }
+        if why.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "cluster not quiescent after 30s: {why:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub async fn wait_quiescent(cluster: &Cluster) {
+    wait_quiescent_at(&cluster.endpoints()).await
+}
+
+/// Runs the invariant checker over the regions (at quiescence) and asserts
+/// it finds nothing. A checker that is not implemented yet is skipped with
+/// a note. Violations are re-checked for a few seconds, so a message still
+/// in flight (a release, a check) does not fail the test.
+pub async fn assert_no_violations_at(regions: &[(String, String)]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match cascade_client::check::check_cluster(regions).await {
+            Err(e) if e.to_string().contains("not implemented") => {
+                eprintln!("invariant checker skipped: {e}");
+                return;
+            }
+            Err(e) => panic!("invariant checker failed: {e}"),
+            Ok(report) if report.violations.is_empty() => return,
+            Ok(report) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "invariant violations at quiescence: {:#?}",
+                    report.violations
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub async fn assert_no_violations(cluster: &Cluster) {
+    assert_no_violations_at(&cluster.endpoints()).await
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingRelease, RefTarget, RemoteDeletion, Resource,
-    Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
+    Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::state::{StateRead, WriteSet};
@@ -25,7 +25,7 @@ pub struct MemoryState {
     pub remote_deletions: BTreeMap<Uid, RemoteDeletion>,
     pub pending_releases: BTreeMap<(String, BackRefKey), PendingRelease>,
     pub cursors: BTreeMap<String, Revision>,
-    pub pending_attach: BTreeMap<Uid, RefTarget>,
+    pub pending_attach: BTreeMap<Uid, PendingAttach>,
     pub generation: u64,
 }
 
@@ -106,6 +106,9 @@ impl StateRead for MemoryState {
     }
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
         Ok(self.remote_deletions.get(&uid).cloned())
+    }
+    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError> {
+        Ok(self.pending_attach.get(&uid).cloned())
     }
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError> {
         Ok(self.remote_deletions.values().cloned().collect())

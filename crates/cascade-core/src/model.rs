@@ -202,11 +202,19 @@ pub struct Operation {
 pub enum OutcomeAction {
     Pending,
     Deleted,
-    Unset { field: String },
-    Blocked { blockers: Vec<Blocker> },
-    Failed { error: String },
+    Unset {
+        field: String,
+    },
+    Blocked {
+        blockers: Vec<Blocker>,
+    },
+    Failed {
+        error: String,
+    },
     /// Pending, waiting on other regions to release their references.
-    Waiting { regions: Vec<String> },
+    Waiting {
+        regions: Vec<String>,
+    },
 }
 
 /// What an operation did to one resource (seed 001's 207 body).
@@ -262,6 +270,19 @@ pub struct RemoteDeletion {
     pub target: RefTarget,
     pub operation: OperationId,
     pub seen_at: Timestamp,
+    /// The owner already purged it, but local referrers were still being
+    /// walked: the tombstone goes when the walk is done.
+    #[serde(default)]
+    pub purged: bool,
+}
+
+/// References committed here whose owners have not confirmed the attach
+/// yet: a durable intent, so a crash between commit and confirmation is
+/// finished by the reconciler (attach again, then confirm or revert).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingAttach {
+    pub resource: RefTarget,
+    pub keys: Vec<BackRefKey>,
 }
 
 /// A release of a cross-region back-reference that the owner has yet to

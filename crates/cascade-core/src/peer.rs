@@ -26,7 +26,8 @@
 
 use crate::error::{CoreError, StorageError};
 use crate::model::{
-    BackRef, BackRefKey, EventType, RefTarget, RemoteDeletion, RemoteEvent, Resource, ResourceState, WorkItem,
+    BackRef, BackRefKey, EventType, PendingAttach, RefTarget, RemoteDeletion, RemoteEvent, Resource, ResourceState,
+    WorkItem,
 };
 use crate::protocol::{self, Ctx, Plan, Step};
 use crate::state::{StateRead, Tx, WriteSet};
@@ -189,7 +190,9 @@ pub fn standing<S: StateRead + ?Sized>(state: &S, keys: &[BackRefKey]) -> Result
         .map(|k| {
             Ok(tx.resource_by_uid(k.referrer)?.is_some_and(|r| {
                 matches!(r.state, ResourceState::Active | ResourceState::Creating)
-                    && r.refs.get(&k.field).is_some_and(|ts| ts.iter().any(|t| t.uid == k.target))
+                    && r.refs
+                        .get(&k.field)
+                        .is_some_and(|ts| ts.iter().any(|t| t.uid == k.target))
             }))
         })
         .collect()
@@ -217,26 +220,39 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
         }
         let uid = e.resource.uid;
         match e.event_type {
+            // Seen before (a replay): nothing to add.
+            EventType::Deleting if tx.remote_deletion(uid)?.is_some() => {}
             EventType::Deleting => {
-                if tx.remote_deletion(uid)?.is_none() {
-                    let Some(operation) = e.operation else { continue };
-                    tx.put_remote_deletion(RemoteDeletion {
-                        target: e.resource.clone(),
-                        operation,
-                        seen_at: ctx.now,
-                    });
-                    tx.put_work(WorkItem {
-                        target: e.resource,
-                        next_attempt_at: ctx.now,
-                        attempts: 0,
-                        last_error: None,
-                    });
-                    applied += 1;
-                }
+                let Some(operation) = e.operation else { continue };
+                tx.put_remote_deletion(RemoteDeletion {
+                    target: e.resource.clone(),
+                    operation,
+                    seen_at: ctx.now,
+                    purged: false,
+                });
+                tx.put_work(WorkItem {
+                    target: e.resource,
+                    next_attempt_at: ctx.now,
+                    attempts: 0,
+                    last_error: None,
+                });
+                applied += 1;
             }
             EventType::Purged => {
-                tx.remove_remote_deletion(uid);
-                tx.remove_work(uid);
+                // The owner purged it once every referrer released; local
+                // mirror rows can only remain if our walk of its deletion is
+                // still to come (both events in one batch): let it run.
+                let walk_pending = !tx.backrefs(uid, None, 1)?.is_empty();
+                match tx.remote_deletion(uid)? {
+                    Some(mut tombstone) if walk_pending => {
+                        tombstone.purged = true;
+                        tx.put_remote_deletion(tombstone);
+                    }
+                    _ => {
+                        tx.remove_remote_deletion(uid);
+                        tx.remove_work(uid);
+                    }
+                }
                 applied += 1;
             }
             _ => {}
@@ -278,6 +294,7 @@ pub fn resync<S: StateRead + ?Sized>(
             target: target.clone(),
             operation,
             seen_at: ctx.now,
+            purged: false,
         });
         tx.put_work(WorkItem {
             target,
@@ -294,63 +311,108 @@ pub fn resync<S: StateRead + ?Sized>(
     })
 }
 
-/// Importer: the outcome of the owner's attach for a CREATING resource.
-/// Success makes it ACTIVE, unless a target was reported DELETING in the
-/// meantime; failure (or such a target) removes it and releases whatever
-/// was attached. The step's writes apply either way.
-pub fn activate<S: StateRead + ?Sized>(
+/// Importer: the outcome of the owners' attach of a resource's pending
+/// cross-region references (`keys`, as the request read them).
+///
+/// - Success confirms those keys. A CREATING resource becomes ACTIVE once
+///   nothing is pending, unless a target was reported DELETING meanwhile.
+/// - Failure removes a CREATING resource (releases queued for whatever was
+///   attached) and takes the refused references back from an ACTIVE one.
+///
+/// The step's writes apply either way; the value is the call's answer.
+pub fn settle<S: StateRead + ?Sized>(
     state: &S,
     ctx: Ctx<'_>,
     name: &ResourceName,
     uid: Uid,
+    keys: &[BackRefKey],
     attached: Result<(), CoreError>,
 ) -> Result<Step<Result<Resource, CoreError>>, CoreError> {
     let mut tx = Tx::new(state);
-    let Some(resource) = tx.resource_by_uid(uid)?.filter(|r| r.state == ResourceState::Creating) else {
-        // Already settled (a cascade from a deleted target aborted it, or a
-        // reconciler got there first).
-        let settled = tx.resource_by_uid(uid)?;
-        let value = match settled {
-            Some(r) if r.state == ResourceState::Active => Ok(r),
-            _ => Err(attached.err().unwrap_or_else(|| CoreError::CreateAborted {
-                name: name.clone(),
-                reason: "a resource it references was deleted meanwhile".into(),
-            })),
+    let aborted = || CoreError::CreateAborted {
+        name: name.clone(),
+        reason: "a resource it references was deleted meanwhile".into(),
+    };
+    let Some(resource) = tx.resource_by_uid(uid)? else {
+        // Gone meanwhile (a cascade from a deleted target aborted it). An
+        // attach that landed anyway is dropped by the owner's periodic check.
+        return Ok(Step {
+            value: Err(attached.err().unwrap_or_else(aborted)),
+            writes: WriteSet::default(),
+        });
+    };
+    let Some(mut pending) = tx.pending_attach(uid)? else {
+        // Already settled (by the reconciler, or a concurrent request).
+        let value = match (resource.state, attached) {
+            (ResourceState::Active, Ok(())) => Ok(resource),
+            (_, Err(e)) => Err(e),
+            _ => Err(aborted()),
         };
         return Ok(Step {
             value,
             writes: WriteSet::default(),
         });
     };
-    let deleting_target = resource
-        .refs
-        .iter()
-        .flat_map(|(f, ts)| ts.iter().map(move |t| (f, t)))
-        .find_map(|(f, t)| match tx.remote_deletion(t.uid) {
-            Ok(Some(_)) => Some(Ok((f.clone(), t.name.clone()))),
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        })
-        .transpose()?;
-    let failure = match (attached, deleting_target) {
-        (Err(e), _) => Some(e),
-        (Ok(()), Some((field, target))) => Some(CoreError::TargetDeleting {
-            field: format!("refs.{field}"),
-            target,
-        }),
-        (Ok(()), None) => None,
-    };
-    let value = match failure {
-        Some(e) => {
+    let creating = resource.state == ResourceState::Creating;
+    let value = match attached {
+        Err(e) if creating => {
             protocol::abort_creating(&mut tx, ctx, resource)?;
             Err(e)
         }
-        None => Ok(protocol::activate_creating(&mut tx, ctx, resource)?),
+        Err(e) => {
+            pending.keys.retain(|k| !keys.contains(k));
+            store_pending(&mut tx, pending);
+            protocol::revert_references(&mut tx, ctx, resource, keys, &e.to_string())?;
+            Err(e)
+        }
+        Ok(()) => {
+            pending.keys.retain(|k| !keys.contains(k));
+            let settled = pending.keys.is_empty();
+            store_pending(&mut tx, pending);
+            if !creating {
+                Ok(resource)
+            } else if !settled {
+                // Another attach of the same create is still out (cannot
+                // happen with one request per create, kept for safety).
+                Err(aborted())
+            } else if let Some((field, target)) = deleting_target(&tx, &resource)? {
+                protocol::abort_creating(&mut tx, ctx, resource)?;
+                Err(CoreError::TargetDeleting {
+                    field: format!("refs.{field}"),
+                    target,
+                })
+            } else {
+                Ok(protocol::activate_creating(&mut tx, ctx, resource)?)
+            }
+        }
     };
     Ok(Step {
         value,
         writes: tx.finish(),
     })
+}
+
+fn store_pending<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, pending: PendingAttach) {
+    if pending.keys.is_empty() {
+        tx.remove_pending_attach(pending.resource.uid);
+    } else {
+        tx.put_pending_attach(pending);
+    }
+}
+
+/// A target of the resource that this node saw enter DELETING.
+fn deleting_target<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    r: &Resource,
+) -> Result<Option<(String, ResourceName)>, StorageError> {
+    for (field, targets) in &r.refs {
+        for t in targets {
+            if tx.remote_deletion(t.uid)?.is_some() {
+                return Ok(Some((field.clone(), t.name.clone())));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Importer: the owner acknowledged these releases. A release queued again
@@ -445,9 +507,18 @@ mod tests {
         assert_eq!(step.value, 1);
         state.apply(step.writes);
         assert!(state.remote_deletions.contains_key(&still_deleting.uid));
-        assert!(!state.remote_deletions.contains_key(&purged_meanwhile.uid), "purged while we were away");
-        assert!(state.remote_deletions.contains_key(&other_region.uid), "other regions untouched");
-        assert!(state.work.contains_key(&still_deleting.uid), "local referrers get processed");
+        assert!(
+            !state.remote_deletions.contains_key(&purged_meanwhile.uid),
+            "purged while we were away"
+        );
+        assert!(
+            state.remote_deletions.contains_key(&other_region.uid),
+            "other regions untouched"
+        );
+        assert!(
+            state.work.contains_key(&still_deleting.uid),
+            "local referrers get processed"
+        );
         assert_eq!(state.cursors["ra"], 40);
 
         // Events at or below the new cursor are not applied again.

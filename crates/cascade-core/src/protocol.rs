@@ -28,7 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::error::{describe_blockers, CoreError, Dependent};
 use crate::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
-    OperationState, Outcome, OutcomeAction, PendingRelease, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
+    OperationState, Outcome, OutcomeAction, PendingAttach, PendingRelease, Progress, RefTarget, Resource,
+    ResourceState, Timestamp, WorkItem,
 };
 use crate::name::{IdSource, OperationId, RegionId, ResourceName, Uid};
 use crate::schema::{OnDelete, Schema};
@@ -221,13 +222,16 @@ pub fn create<S: StateRead + ?Sized>(
             update_time: ctx.now,
             finalizers: spec.finalizers,
         };
-        attach_backrefs(&mut tx, ctx, &resource, None);
+        let remote_keys = attach_backrefs(&mut tx, ctx, &resource, None)?;
         let resource = if crosses_regions {
             // Not visible, and no event, until it is ACTIVE.
             let mut resource = resource;
             resource.revision = tx.peek_revision()?;
             tx.put_resource(resource.clone());
-            tx.put_pending_attach(target_of(&resource));
+            tx.put_pending_attach(PendingAttach {
+                resource: target_of(&resource),
+                keys: remote_keys,
+            });
             resource
         } else {
             put_with_event(&mut tx, ctx, resource, EventType::Created, None, "created")?
@@ -283,7 +287,20 @@ pub fn update<S: StateRead + ?Sized>(
             tx.remove_pending_release(&region, key.clone());
         }
     }
-    attach_backrefs(&mut tx, ctx, &next, Some(&old));
+    let added_remote = attach_backrefs(&mut tx, ctx, &next, Some(&old))?;
+    // New cross-region references are committed first and confirmed by
+    // their owners after (see `peer::settle`); the intent is durable.
+    let mut pending = tx.pending_attach(next.uid)?.map(|p| p.keys).unwrap_or_default();
+    pending.retain(|k| new.contains_key(k));
+    pending.extend(added_remote);
+    if pending.is_empty() {
+        tx.remove_pending_attach(next.uid);
+    } else {
+        tx.put_pending_attach(PendingAttach {
+            resource: target_of(&next),
+            keys: pending,
+        });
+    }
     let next = put_with_event(&mut tx, ctx, next, EventType::Updated, None, "updated")?;
     Ok(Step {
         value: next,
@@ -724,11 +741,22 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         for b in page {
             if matches!(b.on_delete, OnDelete::Cascade | OnDelete::Unset) && !is_remote(ctx, &b.referrer.name) {
                 *budget = budget.saturating_sub(1);
-                apply_to_referrer(tx, ctx, &tombstone.target, tombstone.operation, &requested_by, b, report)?;
+                apply_to_referrer(
+                    tx,
+                    ctx,
+                    &tombstone.target,
+                    tombstone.operation,
+                    &requested_by,
+                    b,
+                    report,
+                )?;
             }
         }
     }
     tx.remove_work(uid);
+    if tombstone.purged {
+        tx.remove_remote_deletion(uid);
+    }
     after_pending_changed(tx, ctx, tombstone.operation)?;
     Ok(true)
 }
@@ -799,7 +827,9 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     if referrer.state != ResourceState::Active {
         return Ok(());
     }
-    let Some(targets) = referrer.refs.get_mut(&b.field) else { return Ok(()) };
+    let Some(targets) = referrer.refs.get_mut(&b.field) else {
+        return Ok(());
+    };
     let before = targets.len();
     targets.retain(|t| t.uid != target.uid);
     if targets.len() == before {
@@ -856,7 +886,11 @@ fn release_ref<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, b: &Back
 
 /// Removes a CREATING resource whose cross-region create cannot complete,
 /// with its back-reference rows (releases queued for remote targets).
-pub(crate) fn abort_creating<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, r: Resource) -> Result<(), CoreError> {
+pub(crate) fn abort_creating<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    r: Resource,
+) -> Result<(), CoreError> {
     for b in outgoing_backrefs(ctx, &r) {
         release_ref(tx, ctx, &b)?;
     }
@@ -886,6 +920,35 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
         });
     }
     Ok(())
+}
+
+/// Takes back cross-region references whose owner refused them: drops them
+/// from the resource (an `Updated` event says why) and queues releases.
+pub(crate) fn revert_references<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut r: Resource,
+    keys: &[BackRefKey],
+    reason: &str,
+) -> Result<Resource, CoreError> {
+    let mut reverted = Vec::new();
+    for key in keys {
+        let Some(row) = tx.backref(key)? else { continue };
+        if let Some(targets) = r.refs.get_mut(&key.field) {
+            targets.retain(|t| t.uid != key.target);
+            if targets.is_empty() {
+                r.refs.remove(&key.field);
+            }
+        }
+        reverted.push(row.target.name.to_string());
+        release_ref(tx, ctx, &row)?;
+    }
+    if reverted.is_empty() {
+        return Ok(r);
+    }
+    r.update_time = ctx.now;
+    let message = format!("references to {} taken back: {reason}", reverted.join(", "));
+    put_with_event(tx, ctx, r, EventType::Updated, None, &message)
 }
 
 /// Makes a CREATING resource ACTIVE once its cross-region attach succeeded.
@@ -918,6 +981,8 @@ fn enter_deleting<S: StateRead + ?Sized>(
     for b in outgoing_backrefs(ctx, &resource) {
         release_ref(tx, ctx, &b)?;
     }
+    // Unconfirmed cross-region references are released with the rest.
+    tx.remove_pending_attach(resource.uid);
     resource.state = ResourceState::Deleting;
     resource.update_time = ctx.now;
     let message = match &reason {
@@ -1130,7 +1195,11 @@ fn update_operation<S: StateRead + ?Sized>(
 }
 
 /// Queues a deletion to be looked at now (a back-reference to it went away).
-pub(crate) fn wake_if_deleting<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
+pub(crate) fn wake_if_deleting<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    uid: Uid,
+) -> Result<(), CoreError> {
     let Some(record) = tx.deletion(uid)? else {
         return Ok(());
     };
@@ -1324,10 +1393,16 @@ fn resolve_refs<S: StateRead + ?Sized>(
                 // and DELETING targets); here we only refuse one we saw
                 // enter DELETING since.
                 let Some(uid) = t.uid else {
-                    return Err(CoreError::RemoteReference { field: at, target: name });
+                    return Err(CoreError::RemoteReference {
+                        field: at,
+                        target: name,
+                    });
                 };
                 if tx.remote_deletion(uid)?.is_some() {
-                    return Err(CoreError::TargetDeleting { field: at, target: name });
+                    return Err(CoreError::TargetDeleting {
+                        field: at,
+                        target: name,
+                    });
                 }
                 if resolved.iter().any(|r| r.name == name) {
                     return Err(CoreError::invalid(&at, format!("{name} is listed twice")));
@@ -1436,23 +1511,35 @@ fn remote_region(ctx: Ctx<'_>, target: &RefTarget) -> Option<String> {
     is_remote(ctx, &target.name).then(|| target.name.region().to_owned())
 }
 
+/// Writes the rows of a resource's new references and returns the keys of
+/// the cross-region ones (to be attached at their owners). A mirror row
+/// gets this node's next release generation: the attach carries it, and a
+/// release queued before it is older.
 fn attach_backrefs<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     r: &Resource,
     already: Option<&BTreeMap<BackRefKey, (RefTarget, OnDelete)>>,
-) {
+) -> Result<Vec<BackRefKey>, CoreError> {
+    let mut remote = Vec::new();
     for (key, (target, on_delete)) in tracked_keys(ctx, r) {
         if already.is_some_and(|a| a.contains_key(&key)) {
             continue;
         }
+        let generation = if is_remote(ctx, &target.name) {
+            remote.push(key.clone());
+            tx.next_generation()?
+        } else {
+            0
+        };
         tx.put_backref(BackRef {
             target,
             referrer: target_of(r),
             field: key.field,
             on_delete,
-            generation: 0,
+            generation,
             attached_at: ctx.now,
         });
     }
+    Ok(remote)
 }

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingRelease, RefTarget, RemoteDeletion, Resource,
-    Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
+    Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 
@@ -36,6 +36,7 @@ pub trait StateRead {
     /// The revision the next event gets.
     fn next_revision(&self) -> Result<Revision, StorageError>;
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError>;
+    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError>;
     /// Every tombstone of a remote resource this node holds.
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError>;
     fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError>;
@@ -65,7 +66,7 @@ pub struct WriteSet {
     /// Region → last applied revision of its outbox.
     pub cursors: BTreeMap<String, Revision>,
     /// CREATING resources whose cross-region attach is not settled yet.
-    pub pending_attach: BTreeMap<Uid, Option<RefTarget>>,
+    pub pending_attach: BTreeMap<Uid, Option<PendingAttach>>,
     pub generation: Option<u64>,
 }
 
@@ -279,8 +280,12 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
 
     /// Tombstones of one region (with this step's own changes).
     pub fn remote_deletions_of(&self, region: &str) -> Result<Vec<RemoteDeletion>, StorageError> {
-        let mut all: BTreeMap<Uid, RemoteDeletion> =
-            self.base.remote_deletions()?.into_iter().map(|d| (d.target.uid, d)).collect();
+        let mut all: BTreeMap<Uid, RemoteDeletion> = self
+            .base
+            .remote_deletions()?
+            .into_iter()
+            .map(|d| (d.target.uid, d))
+            .collect();
         for (uid, v) in &self.writes.remote_deletions {
             match v {
                 Some(d) => all.insert(*uid, d.clone()),
@@ -308,7 +313,9 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     }
 
     pub fn put_pending_release(&mut self, region: &str, p: PendingRelease) {
-        self.writes.pending_releases.insert((region.to_owned(), p.backref.key()), Some(p));
+        self.writes
+            .pending_releases
+            .insert((region.to_owned(), p.backref.key()), Some(p));
     }
 
     pub fn remove_pending_release(&mut self, region: &str, key: BackRefKey) {
@@ -326,8 +333,12 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.writes.cursors.insert(region.to_owned(), revision);
     }
 
-    pub fn put_pending_attach(&mut self, target: RefTarget) {
-        self.writes.pending_attach.insert(target.uid, Some(target));
+    pub fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError> {
+        overlay_get!(self, pending_attach, &uid, self.base.pending_attach(uid))
+    }
+
+    pub fn put_pending_attach(&mut self, p: PendingAttach) {
+        self.writes.pending_attach.insert(p.resource.uid, Some(p));
     }
 
     pub fn remove_pending_attach(&mut self, uid: Uid) {

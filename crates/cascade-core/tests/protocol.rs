@@ -365,10 +365,9 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
             DeletionStatus::Blocked { .. } => {
                 assert!(work.is_some(), "{}: blocked but not scheduled", d.target.name)
             }
-            DeletionStatus::Waiting { .. } => panic!(
-                "{}: waiting on another region in a single-region test",
-                d.target.name
-            ),
+            DeletionStatus::Waiting { .. } => {
+                panic!("{}: waiting on another region in a single-region test", d.target.name)
+            }
             DeletionStatus::Pending => assert!(
                 op.root.uid == *uid && op.progress.pending > 1,
                 "{}: pending at quiescence and not a waiting root (lost deletion)",

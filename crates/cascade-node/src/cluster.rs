@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cascade_core::model::{Resource, ResourceState};
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::protocol::{Plan, ResourceSpec};
-use cascade_core::{CoreError, OperationId, RefTarget, ResourceName, Uid};
+use cascade_core::{BackRefKey, CoreError, OperationId, RefTarget, ResourceName, Uid};
 use cascade_proto::convert;
 use cascade_proto::v1;
 use tonic::{Code, Status};
@@ -58,11 +58,17 @@ impl ResourcesService {
 
     /// Fills in the uid of every remote target the client did not pin.
     /// `held` are the targets the resource already holds (kept as they are).
-    async fn resolve_remote(&self, spec: &mut ResourceSpec, held: &BTreeMap<String, Vec<RefTarget>>) -> Result<(), CoreError> {
+    async fn resolve_remote(
+        &self,
+        spec: &mut ResourceSpec,
+        held: &BTreeMap<String, Vec<RefTarget>>,
+    ) -> Result<(), CoreError> {
         for (field, targets) in spec.refs.iter_mut() {
             let targets_len = targets.len();
             for (i, t) in targets.iter_mut().enumerate() {
-                let Ok(name) = ResourceName::parse(&t.name) else { continue }; // the core reports it
+                let Ok(name) = ResourceName::parse(&t.name) else {
+                    continue;
+                }; // the core reports it
                 if name.region() == self.region.as_str() || t.uid.is_some() {
                     continue;
                 }
@@ -81,6 +87,12 @@ impl ResourcesService {
         Ok(())
     }
 
+    /// Repeats the attach of a resource whose references are not confirmed
+    /// (the reconciler, after a crash or an unreachable owner).
+    pub(crate) async fn reattach(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Status> {
+        self.attach_pending(r).await
+    }
+
     /// Attaches back-references at their owners, grouped per region.
     async fn attach_at_owners(&self, entries: Vec<PeerBackRef>) -> Result<(), CoreError> {
         let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
@@ -96,7 +108,12 @@ impl ResourcesService {
                 };
                 match tokio::time::timeout(PEER_CALL_TIMEOUT, peer.attach(req)).await {
                     Ok(Ok(_)) => {}
-                    Ok(Err(s)) if matches!(s.code(), Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument) => {
+                    Ok(Err(s))
+                        if matches!(
+                            s.code(),
+                            Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument
+                        ) =>
+                    {
                         return Err(CoreError::AttachRefused {
                             region,
                             reason: s.message().to_owned(),
@@ -115,41 +132,68 @@ impl ResourcesService {
         Ok(())
     }
 
-    /// The cross-region back-references a resource's references need.
-    fn remote_backrefs(&self, r: &Resource, generation: u64, only: Option<&BTreeSet<Uid>>) -> Vec<PeerBackRef> {
-        let mut out = Vec::new();
-        for (field, targets) in &r.refs {
-            let tracked = self
-                .schema
-                .reference(r.kind(), field)
-                .is_some_and(|s| s.on_delete.tracked());
-            if !tracked {
-                continue;
-            }
-            for t in targets {
-                if t.name.region() == self.region.as_str() || only.is_some_and(|o| !o.contains(&t.uid)) {
-                    continue;
-                }
-                out.push(PeerBackRef {
-                    target: t.clone(),
-                    referrer: RefTarget {
-                        name: r.name.clone(),
-                        uid: r.uid,
-                    },
-                    field: field.clone(),
-                    generation,
+    /// What to attach for a resource's pending cross-region references:
+    /// each key whose mirror row still exists, with the generation the
+    /// writer gave that row.
+    fn pending_entries(&self, uid: Uid) -> Result<(Vec<BackRefKey>, Vec<PeerBackRef>), Status> {
+        let state = self.state();
+        let Some(pending) = state.get_pending_attach(uid).map_err(store_status)? else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let mut entries = Vec::new();
+        for key in &pending.keys {
+            if let Some(row) = state.get_backref(key).map_err(store_status)? {
+                entries.push(PeerBackRef {
+                    target: row.target,
+                    referrer: row.referrer,
+                    field: row.field,
+                    generation: row.generation,
                 });
             }
         }
-        out
+        Ok((pending.keys, entries))
     }
 
-    fn generation(&self) -> Result<u64, Status> {
-        self.state().generation_stored().map_err(store_status)
+    /// Attaches a resource's pending cross-region references at their
+    /// owners and settles it: confirmed, or (refused) taken back / removed.
+    async fn attach_pending(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Status> {
+        let (keys, entries) = self.pending_entries(r.uid)?;
+        if keys.is_empty() {
+            return Ok(Ok(r.clone()));
+        }
+        let attached = self.attach_at_owners(entries).await;
+        if let Err(e @ CoreError::RegionUnavailable { .. }) = &attached {
+            if r.state == ResourceState::Active {
+                // The reference is committed and the intent durable: the
+                // reconciler attaches it once the region is back. Taking it
+                // back here could race a slow attach that did land.
+                return Ok(Err(e.clone()));
+            }
+        }
+        self.settle(r, keys, attached).await
     }
 
-    /// Creates resources of this region, attaching cross-region references
-    /// at their owners before the resources become ACTIVE.
+    /// Confirms or takes back after the owners answered.
+    async fn settle(
+        &self,
+        r: &Resource,
+        keys: Vec<BackRefKey>,
+        attached: Result<(), CoreError>,
+    ) -> Result<Result<Resource, CoreError>, Status> {
+        let (name, uid) = (r.name.clone(), r.uid);
+        if let Err(e) = &attached {
+            info!(region = %self.region, name = %name, %uid, error = %e, "cross-region references refused");
+        }
+        self.writer
+            .apply(move |s, c, _| peer::settle(s, c, &name, uid, &keys, attached))
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)
+    }
+
+    /// Creates resources of this region. Cross-region references are
+    /// committed with the resource (CREATING, invisible) and attached at
+    /// their owners before it becomes ACTIVE.
     pub(crate) async fn create_flow(&self, mut specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Status> {
         for spec in &mut specs {
             self.resolve_remote(spec, &BTreeMap::new()).await.map_err(core_status)?;
@@ -160,16 +204,6 @@ impl ResourcesService {
             .await
             .map_err(writer_status)?
             .map_err(core_status)?;
-        if created.iter().all(|r| r.state != ResourceState::Creating) {
-            return Ok(created);
-        }
-        let generation = self.generation()?;
-        let entries: Vec<PeerBackRef> = created
-            .iter()
-            .filter(|r| r.state == ResourceState::Creating)
-            .flat_map(|r| self.remote_backrefs(r, generation, None))
-            .collect();
-        let attached = self.attach_at_owners(entries).await;
         let mut out = Vec::with_capacity(created.len());
         let mut failure = None;
         for r in created {
@@ -177,7 +211,7 @@ impl ResourcesService {
                 out.push(r);
                 continue;
             }
-            match self.settle(&r, attached.clone()).await? {
+            match self.attach_pending(&r).await? {
                 Ok(active) => out.push(active),
                 Err(e) => {
                     failure.get_or_insert(e);
@@ -190,89 +224,33 @@ impl ResourcesService {
         }
     }
 
-    /// Repeats the attach of a CREATING resource and settles it (the
-    /// reconciler, after a crash cut its create short).
-    pub(crate) async fn reattach(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Status> {
-        let entries = self.remote_backrefs(r, self.generation()?, None);
-        let attached = self.attach_at_owners(entries).await;
-        if let Err(CoreError::RegionUnavailable { .. }) = &attached {
-            // Not a refusal: try again later rather than abort the create.
-            return Err(core_status(attached.err().unwrap_or(CoreError::OperationNotFound(String::new()))));
-        }
-        self.settle(r, attached).await
-    }
-
-    /// Makes a CREATING resource ACTIVE, or removes it, after its attach.
-    pub(crate) async fn settle(&self, r: &Resource, attached: Result<(), CoreError>) -> Result<Result<Resource, CoreError>, Status> {
-        let (name, uid) = (r.name.clone(), r.uid);
-        if let Err(e) = &attached {
-            info!(region = %self.region, name = %name, %uid, error = %e, "cross-region create aborted");
-        }
-        self.writer
-            .apply(move |s, c, _| peer::activate(s, c, &name, uid, attached))
+    /// Updates a resource of this region. New cross-region references are
+    /// committed first (with a durable intent) and then attached; an owner
+    /// that refuses gets its reference taken back and the call fails.
+    pub(crate) async fn update_flow(&self, mut spec: ResourceSpec, etag: Option<String>) -> Result<Resource, Status> {
+        let name =
+            ResourceName::parse(&spec.name).map_err(|e| core_status(CoreError::invalid("name", e.to_string())))?;
+        let held = self
+            .state()
+            .get_resource(&name)
+            .map_err(store_status)?
+            .map(|r| r.refs)
+            .unwrap_or_default();
+        self.resolve_remote(&mut spec, &held).await.map_err(core_status)?;
+        let updated = self
+            .writer
+            .update(spec, etag)
             .await
             .map_err(writer_status)?
-            .map_err(core_status)
-    }
-
-    /// Updates a resource of this region; new cross-region references are
-    /// attached at their owners first.
-    pub(crate) async fn update_flow(&self, mut spec: ResourceSpec, etag: Option<String>) -> Result<Resource, Status> {
-        let name = ResourceName::parse(&spec.name).map_err(|e| core_status(CoreError::invalid("name", e.to_string())))?;
-        let current = self.state().get_resource(&name).map_err(store_status)?;
-        let held = current.as_ref().map(|r| r.refs.clone()).unwrap_or_default();
-        self.resolve_remote(&mut spec, &held).await.map_err(core_status)?;
-        let mut fresh = Vec::new();
-        if let Some(current) = current.as_ref().filter(|r| r.state == ResourceState::Active) {
-            let held_uids: BTreeSet<Uid> = held.values().flatten().map(|t| t.uid).collect();
-            let mut wanted = current.clone();
-            wanted.refs = spec
-                .refs
-                .iter()
-                .filter_map(|(f, ts)| {
-                    let targets: Vec<RefTarget> = ts
-                        .iter()
-                        .filter_map(|t| {
-                            let name = ResourceName::parse(&t.name).ok()?;
-                            Some(RefTarget { name, uid: t.uid? })
-                        })
-                        .filter(|t| !held_uids.contains(&t.uid))
-                        .collect();
-                    (!targets.is_empty()).then(|| (f.clone(), targets))
-                })
-                .collect();
-            fresh = self.remote_backrefs(&wanted, self.generation()?, None);
-        }
-        if !fresh.is_empty() {
-            self.attach_at_owners(fresh.clone()).await.map_err(core_status)?;
-        }
-        let result = self.writer.update(spec, etag).await.map_err(writer_status)?;
-        match result {
+            .map_err(core_status)?;
+        match self.attach_pending(&updated).await? {
             Ok(r) => Ok(r),
-            Err(e) => {
-                // The attach is not used: give it back (a lost release is
-                // healed by the owner's check, which finds it not standing).
-                self.release_now(fresh).await;
-                Err(core_status(e))
+            Err(e @ CoreError::RegionUnavailable { .. }) => {
+                // Committed; confirmed later by the reconciler.
+                warn!(region = %self.region, name = %updated.name, error = %e, "update committed; its cross-region attach will be retried");
+                Ok(updated)
             }
-        }
-    }
-
-    /// Best-effort immediate release of unused attaches.
-    async fn release_now(&self, entries: Vec<PeerBackRef>) {
-        let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
-        for e in entries {
-            by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
-        }
-        for (region, entries) in by_region {
-            let Ok(mut peer) = self.peers.peer(&region) else { continue };
-            let req = v1::ReleaseRequest {
-                from_region: self.region.to_string(),
-                backrefs: entries.iter().map(convert::peer_backref).collect(),
-            };
-            if let Err(e) = tokio::time::timeout(PEER_CALL_TIMEOUT, peer.release(req)).await {
-                warn!(%region, error = %e, "release of an unused attach failed; the owner's check will heal it");
-            }
+            Err(e) => Err(core_status(e)),
         }
     }
 
@@ -327,13 +305,21 @@ impl ResourcesService {
             seeds: seeds.iter().map(convert::object_ref).collect(),
             cascade,
         };
-        let answer = tokio::time::timeout(PEER_CALL_TIMEOUT, peer.plan(req)).await.ok()?.ok()?;
+        let answer = tokio::time::timeout(PEER_CALL_TIMEOUT, peer.plan(req))
+            .await
+            .ok()?
+            .ok()?;
         convert::plan_from(answer.into_inner()).ok()
     }
 
     /// An operation with every region's part: counters summed, outcomes
     /// listed with the region they are in, unreachable regions named.
-    pub(crate) async fn operation(&self, id: OperationId, page_size: usize, page_token: &str) -> Result<v1::Operation, Status> {
+    pub(crate) async fn operation(
+        &self,
+        id: OperationId,
+        page_size: usize,
+        page_token: &str,
+    ) -> Result<v1::Operation, Status> {
         let mut parts: Vec<(String, v1::Operation)> = Vec::new();
         match self.local_operation(id, page_size, page_token) {
             Ok(op) => parts.push((self.region.to_string(), op)),
@@ -342,7 +328,9 @@ impl ResourcesService {
         }
         let mut unreachable = Vec::new();
         for region in self.peers.regions() {
-            let Ok(mut peer) = self.peers.peer(region) else { continue };
+            let Ok(mut peer) = self.peers.peer(region) else {
+                continue;
+            };
             let req = v1::GetOperationRequest {
                 id: id.to_string(),
                 outcomes_page_size: page_size as u32,
@@ -365,7 +353,11 @@ impl ResourcesService {
             });
         }
         // The origin's part (its root is its own) leads.
-        parts.sort_by_key(|(region, op)| op.root.as_ref().is_none_or(|r| !r.name.starts_with(&format!("{region}/"))));
+        parts.sort_by_key(|(region, op)| {
+            op.root
+                .as_ref()
+                .is_none_or(|r| !r.name.starts_with(&format!("{region}/")))
+        });
         let mut merged = parts[0].1.clone();
         let mut progress = v1::Progress::default();
         let mut any_running = false;
@@ -405,10 +397,12 @@ impl ResourcesService {
 /// Adds a region's part to a plan, once per resource.
 fn merge_plan(into: &mut Plan, part: Plan) {
     let known: BTreeSet<Uid> = into.deleted.iter().map(|d| d.uid).collect();
-    into.deleted.extend(part.deleted.into_iter().filter(|d| !known.contains(&d.uid)));
+    into.deleted
+        .extend(part.deleted.into_iter().filter(|d| !known.contains(&d.uid)));
     let deleted: BTreeSet<Uid> = into.deleted.iter().map(|d| d.uid).collect();
     into.unset.retain(|u| !deleted.contains(&u.resource.uid));
-    into.unset.extend(part.unset.into_iter().filter(|u| !deleted.contains(&u.resource.uid)));
+    into.unset
+        .extend(part.unset.into_iter().filter(|u| !deleted.contains(&u.resource.uid)));
     into.blocked.extend(part.blocked);
     into.truncated |= part.truncated;
 }

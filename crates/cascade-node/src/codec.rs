@@ -5,8 +5,8 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingRelease, RefTarget, RemoteDeletion, Resource,
-    Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
+    Resource, Revision, Timestamp, WorkItem,
 };
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
@@ -183,9 +183,17 @@ impl StoreState<'_> {
         self.scan(Table::PendingReleases, &release_prefix(region), None, limit)
     }
 
-    /// CREATING resources whose attach is not settled.
-    pub fn pending_attach(&self, limit: usize) -> Result<Vec<RefTarget>, StoreError> {
+    /// Resources with cross-region references not yet confirmed by their owners.
+    pub fn pending_attaches(&self, limit: usize) -> Result<Vec<PendingAttach>, StoreError> {
         self.scan(Table::PendingAttach, &[], None, limit)
+    }
+
+    pub fn get_pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StoreError> {
+        self.get(Table::PendingAttach, uid.as_bytes())
+    }
+
+    pub fn get_backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StoreError> {
+        self.get(Table::Backrefs, &backref_key(key))
     }
 
     /// The last revision of `region`'s outbox this node applied.
@@ -293,11 +301,15 @@ impl StateRead for StoreState<'_> {
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
         self.get(Table::RemoteDeletions, uid.as_bytes()).map_err(storage)
     }
+    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError> {
+        self.get_pending_attach(uid).map_err(storage)
+    }
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError> {
         self.all(Table::RemoteDeletions, usize::MAX).map_err(storage)
     }
     fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
-        self.get(Table::PendingReleases, &release_key(region, key)).map_err(storage)
+        self.get(Table::PendingReleases, &release_key(region, key))
+            .map_err(storage)
     }
     fn cursor(&self, region: &str) -> Result<Revision, StorageError> {
         self.counter(Table::Cursors, region.as_bytes(), 0).map_err(storage)

@@ -14,9 +14,9 @@
 
 pub mod clock;
 mod cluster;
-pub mod links;
 pub mod codec;
 pub mod config;
+pub mod links;
 pub mod peer_service;
 pub mod peers;
 pub mod server;

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use cascade_core::model::{DeletionRecord, RemoteEvent};
+use cascade_core::model::RemoteEvent;
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::{OperationId, Timestamp};
 use cascade_proto::convert;
@@ -68,11 +68,15 @@ struct LinkState {
     failures: u32,
     reconnect_at: Instant,
     last_check: Instant,
+    /// Where the periodic check of back-reference rows resumes.
+    check_after: Option<Vec<u8>>,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
 fn backoff_with_jitter(failures: u32) -> Duration {
-    let exp = RECONNECT_BASE.saturating_mul(1u32 << failures.min(16)).min(RECONNECT_CAP);
+    let exp = RECONNECT_BASE
+        .saturating_mul(1u32 << failures.min(16))
+        .min(RECONNECT_CAP);
     // Jitter from the clock's sub-millisecond noise: no RNG dependency, and
     // links of different peers do not reconnect in lockstep.
     let nanos = std::time::SystemTime::now()
@@ -100,7 +104,11 @@ impl LinkState {
 
 /// Follows the peer's outbox until the stream ends; returns why it ended.
 async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> String {
-    let cursor = match (StoreState { store: node.store.as_ref() }).cursor_of(peer) {
+    let cursor = match (StoreState {
+        store: node.store.as_ref(),
+    })
+    .cursor_of(peer)
+    {
         Ok(c) => c,
         Err(e) => return format!("reading the cursor: {e}"),
     };
@@ -180,7 +188,12 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
         .await
     {
         Ok(Ok(_)) => {
-            info!(peer, deleting = n, revision, "cursor was compacted away at the peer; resynced from its listing");
+            info!(
+                peer,
+                deleting = n,
+                revision,
+                "cursor was compacted away at the peer; resynced from its listing"
+            );
             "resynced from the peer's listing".into()
         }
         Ok(Err(e)) => format!("resync: {e}"),
@@ -191,9 +204,11 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
 /// Tells the peer how far we applied its outbox (it compacts below every
 /// peer's acknowledgement).
 async fn ack(node: &ResourcesService, peer: &str) -> Result<(), String> {
-    let cursor = (StoreState { store: node.store.as_ref() })
-        .cursor_of(peer)
-        .map_err(|e| e.to_string())?;
+    let cursor = (StoreState {
+        store: node.store.as_ref(),
+    })
+    .cursor_of(peer)
+    .map_err(|e| e.to_string())?;
     let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
     let request = v1::AckRequest {
         region: node.region.to_string(),
@@ -220,9 +235,11 @@ fn remote_event(e: v1::PeerEvent) -> Option<RemoteEvent> {
 async fn flush_releases(node: &ResourcesService, peer: &str) -> Result<usize, String> {
     let mut sent_total = 0;
     loop {
-        let pending = (StoreState { store: node.store.as_ref() })
-            .pending_releases(peer, CALL_BATCH)
-            .map_err(|e| e.to_string())?;
+        let pending = (StoreState {
+            store: node.store.as_ref(),
+        })
+        .pending_releases(peer, CALL_BATCH)
+        .map_err(|e| e.to_string())?;
         if pending.is_empty() {
             return Ok(sent_total);
         }
@@ -261,24 +278,41 @@ async fn flush_releases(node: &ResourcesService, peer: &str) -> Result<usize, St
     }
 }
 
-/// Owner side of seed 002's periodic check: for this node's deletions that
-/// wait on `peer`, ask which back-references still stand; drop the others.
-async fn check_backrefs(node: &ResourcesService, peer: &str, older_than: Duration) -> Result<usize, String> {
-    let state = StoreState { store: node.store.as_ref() };
+/// Owner side of seed 002's periodic check, over every row whose referrer
+/// lives in `peer` (a page per call, round-robin through the table): ask
+/// the peer which still stand; drop the others. Rows attached within
+/// `older_than` are left alone (their referrer's commit may be in flight).
+/// Heals lost releases, referrers that crashed, and attaches that landed
+/// after their reference was already given up.
+async fn check_backrefs(
+    node: &ResourcesService,
+    peer: &str,
+    older_than: Duration,
+    resume_after: &mut Option<Vec<u8>>,
+) -> Result<usize, String> {
     let now = node.clock.now();
     let cutoff = Timestamp(now.0.saturating_sub(older_than.as_millis() as u64));
-    let deletions: Vec<DeletionRecord> = state.all(Table::Deletions, 100_000).map_err(|e| e.to_string())?;
+    let page = node
+        .store
+        .scan(Table::Backrefs, &[], resume_after.as_deref(), 4 * CALL_BATCH)
+        .map_err(|e| e.to_string())?;
+    *resume_after = page.last().map(|(k, _)| k.clone());
     let mut candidates = Vec::new();
-    for d in deletions {
-        for row in state.backrefs_of(d.target.uid).map_err(|e| e.to_string())? {
-            if row.referrer.name.region() == peer && row.attached_at <= cutoff && candidates.len() < CALL_BATCH {
-                candidates.push(PeerBackRef {
-                    target: row.target,
-                    referrer: row.referrer,
-                    field: row.field,
-                    generation: u64::MAX,
-                });
-            }
+    for (_, v) in &page {
+        let row: cascade_core::BackRef = match serde_json::from_slice(v) {
+            Ok(r) => r,
+            Err(_) => continue,
+        };
+        if row.referrer.name.region() == peer
+            && row.target.name.region() == node.region.as_str()
+            && row.attached_at <= cutoff
+        {
+            candidates.push(PeerBackRef {
+                target: row.target,
+                referrer: row.referrer,
+                field: row.field,
+                generation: u64::MAX,
+            });
         }
     }
     if candidates.is_empty() {
@@ -304,7 +338,11 @@ async fn check_backrefs(node: &ResourcesService, peer: &str, older_than: Duratio
         return Ok(0);
     }
     let n = gone.len();
-    info!(peer, dropped = n, "back-references no longer standing at the importer were dropped");
+    info!(
+        peer,
+        dropped = n,
+        "back-references no longer standing at the importer were dropped"
+    );
     node.writer
         .apply(move |s, c, _| peer::release(s, c, None, gone))
         .await
@@ -318,7 +356,11 @@ impl Actor for PeerLink {
     type State = LinkState;
     type Arguments = (LinkContext, String);
 
-    async fn pre_start(&self, myself: ActorRef<LinkMsg>, (ctx, peer): Self::Arguments) -> Result<LinkState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LinkMsg>,
+        (ctx, peer): Self::Arguments,
+    ) -> Result<LinkState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || LinkMsg::Tick);
         let mut state = LinkState {
             ctx,
@@ -327,6 +369,7 @@ impl Actor for PeerLink {
             failures: 0,
             reconnect_at: Instant::now(),
             last_check: Instant::now(),
+            check_after: None,
             ticker: Some(ticker),
         };
         state.start_watch(&myself);
@@ -343,7 +386,12 @@ impl Actor for PeerLink {
         Ok(())
     }
 
-    async fn handle(&self, myself: ActorRef<LinkMsg>, msg: LinkMsg, state: &mut LinkState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<LinkMsg>,
+        msg: LinkMsg,
+        state: &mut LinkState,
+    ) -> Result<(), ActorProcessingErr> {
         let node = state.ctx.node.clone();
         let span = info_span!("peer_link", region = %node.region, peer = %state.peer);
         match msg {
@@ -369,7 +417,7 @@ impl Actor for PeerLink {
                 }
                 if state.last_check.elapsed() >= state.ctx.check_interval {
                     state.last_check = Instant::now();
-                    if let Err(e) = check_backrefs(&node, &state.peer, state.ctx.check_interval)
+                    if let Err(e) = check_backrefs(&node, &state.peer, state.ctx.check_interval, &mut state.check_after)
                         .instrument(span.clone())
                         .await
                     {
@@ -382,9 +430,10 @@ impl Actor for PeerLink {
     }
 }
 
-/// Settles CREATING resources whose create flow was cut short (a crash
-/// between the durable CREATING write and ACTIVE): attach again (attach is
-/// idempotent), then ACTIVE or removed.
+/// Settles resources whose cross-region references are not confirmed (a
+/// crash between the durable commit and the owner's answer, or an owner
+/// that was unreachable): attach again (attach is idempotent), then
+/// confirmed, or removed (CREATING) / taken back (ACTIVE).
 struct Reconciler;
 
 pub enum ReconcilerMsg {
@@ -406,12 +455,16 @@ impl Actor for Reconciler {
     type State = ReconcilerState;
     type Arguments = LinkContext;
 
-    async fn pre_start(&self, myself: ActorRef<ReconcilerMsg>, ctx: LinkContext) -> Result<ReconcilerState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<ReconcilerMsg>,
+        ctx: LinkContext,
+    ) -> Result<ReconcilerState, ActorProcessingErr> {
         let orphans = ctx
             .node
             .state()
-            .pending_attach(usize::MAX)
-            .map(|p| p.into_iter().map(|t| t.uid).collect())
+            .pending_attaches(usize::MAX)
+            .map(|p| p.into_iter().map(|p| p.resource.uid).collect())
             .unwrap_or_default();
         let ticker = myself.send_interval(ctx.tick.max(Duration::from_millis(200)), || ReconcilerMsg::Tick);
         let _ = myself.cast(ReconcilerMsg::Tick);
@@ -423,14 +476,23 @@ impl Actor for Reconciler {
         })
     }
 
-    async fn post_stop(&self, _: ActorRef<ReconcilerMsg>, state: &mut ReconcilerState) -> Result<(), ActorProcessingErr> {
+    async fn post_stop(
+        &self,
+        _: ActorRef<ReconcilerMsg>,
+        state: &mut ReconcilerState,
+    ) -> Result<(), ActorProcessingErr> {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
         Ok(())
     }
 
-    async fn handle(&self, _: ActorRef<ReconcilerMsg>, _: ReconcilerMsg, state: &mut ReconcilerState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        _: ActorRef<ReconcilerMsg>,
+        _: ReconcilerMsg,
+        state: &mut ReconcilerState,
+    ) -> Result<(), ActorProcessingErr> {
         let node = state.ctx.node.clone();
         if let Some(below) = node.compactable_below() {
             match node.writer.compact_outbox(below).await {
@@ -439,7 +501,7 @@ impl Actor for Reconciler {
                 _ => {}
             }
         }
-        let pending = match node.state().pending_attach(100) {
+        let pending = match node.state().pending_attaches(100) {
             Ok(p) => p,
             Err(e) => {
                 warn!(error = %e, "reading unsettled creates failed");
@@ -447,13 +509,16 @@ impl Actor for Reconciler {
             }
         };
         let now = node.clock.now();
-        for target in pending {
-            let Ok(Some(r)) = node.state().get_resource(&target.name) else { continue };
+        for pending in pending {
+            let target = pending.resource;
+            let Ok(Some(r)) = node.state().get_resource(&target.name) else {
+                continue;
+            };
             if r.uid != target.uid {
                 continue;
             }
-            // Leave young creates to the request that is handling them.
-            let age = Duration::from_millis(now.0.saturating_sub(r.create_time.0));
+            // Leave young creates and updates to the request handling them.
+            let age = Duration::from_millis(now.0.saturating_sub(r.update_time.0));
             if !state.orphans.contains(&r.uid) && age < state.settle_after {
                 continue;
             }
@@ -461,14 +526,17 @@ impl Actor for Reconciler {
             async {
                 match node.reattach(&r).await {
                     Ok(Ok(_)) => {
-                        info!("unsettled create is ACTIVE");
+                        info!("cross-region references confirmed");
                         state.orphans.remove(&r.uid);
+                    }
+                    Ok(Err(e @ cascade_core::CoreError::RegionUnavailable { .. })) => {
+                        debug!(error = %e, "owner unreachable; will retry")
                     }
                     Ok(Err(e)) => {
-                        info!(reason = %e, "unsettled create removed");
+                        info!(reason = %e, "cross-region references refused: create removed or references taken back");
                         state.orphans.remove(&r.uid);
                     }
-                    Err(s) => debug!(error = %s, "unsettled create not settled yet; will retry"),
+                    Err(s) => debug!(error = %s, "not settled yet; will retry"),
                 }
             }
             .instrument(span)
@@ -498,10 +566,15 @@ pub enum LinkSupervisorMsg {
 }
 
 impl LinkSupervisor {
-    async fn spawn_child(myself: &ActorRef<LinkSupervisorMsg>, state: &mut SupervisorState, child: Child) -> Result<(), ActorProcessingErr> {
+    async fn spawn_child(
+        myself: &ActorRef<LinkSupervisorMsg>,
+        state: &mut SupervisorState,
+        child: Child,
+    ) -> Result<(), ActorProcessingErr> {
         let id = match &child {
             Child::Peer(peer) => {
-                let (a, _) = Actor::spawn_linked(None, PeerLink, (state.ctx.clone(), peer.clone()), myself.get_cell()).await?;
+                let (a, _) =
+                    Actor::spawn_linked(None, PeerLink, (state.ctx.clone(), peer.clone()), myself.get_cell()).await?;
                 a.get_id()
             }
             Child::Reconciler => {
@@ -519,7 +592,11 @@ impl Actor for LinkSupervisor {
     type State = SupervisorState;
     type Arguments = LinkContext;
 
-    async fn pre_start(&self, myself: ActorRef<LinkSupervisorMsg>, ctx: LinkContext) -> Result<SupervisorState, ActorProcessingErr> {
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LinkSupervisorMsg>,
+        ctx: LinkContext,
+    ) -> Result<SupervisorState, ActorProcessingErr> {
         let peers: Vec<String> = ctx.node.peers.regions().map(str::to_owned).collect();
         let mut state = SupervisorState {
             ctx,
@@ -533,7 +610,12 @@ impl Actor for LinkSupervisor {
         Ok(state)
     }
 
-    async fn handle(&self, myself: ActorRef<LinkSupervisorMsg>, msg: LinkSupervisorMsg, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle(
+        &self,
+        myself: ActorRef<LinkSupervisorMsg>,
+        msg: LinkSupervisorMsg,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         match msg {
             LinkSupervisorMsg::Stop => {
                 state.stopping = true;
@@ -544,7 +626,12 @@ impl Actor for LinkSupervisor {
         Ok(())
     }
 
-    async fn handle_supervisor_evt(&self, myself: ActorRef<LinkSupervisorMsg>, evt: SupervisionEvent, state: &mut SupervisorState) -> Result<(), ActorProcessingErr> {
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<LinkSupervisorMsg>,
+        evt: SupervisionEvent,
+        state: &mut SupervisorState,
+    ) -> Result<(), ActorProcessingErr> {
         if state.stopping {
             return Ok(());
         }
@@ -581,4 +668,3 @@ impl Links {
         let _ = tokio::time::timeout(Duration::from_secs(10), self.supervisor.wait(None)).await;
     }
 }
-

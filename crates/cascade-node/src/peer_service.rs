@@ -154,7 +154,10 @@ impl Peer for PeerService {
         Ok(Response::new(convert::plan(&plan)))
     }
 
-    async fn operation_part(&self, request: Request<v1::GetOperationRequest>) -> Result<Response<v1::Operation>, Status> {
+    async fn operation_part(
+        &self,
+        request: Request<v1::GetOperationRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
         let req = request.into_inner();
         let id = OperationId::parse(&req.id).map_err(|e| invalid_field("id", e))?;
         Ok(Response::new(self.node.local_operation(
@@ -189,7 +192,8 @@ impl Peer for PeerService {
         // The revision first: events after it are streamed anyway, and
         // applying one twice is harmless.
         let revision = state.next_revision_stored().map_err(unavailable)?.saturating_sub(1);
-        let deletions: Vec<cascade_core::DeletionRecord> = state.all(Table::Deletions, usize::MAX).map_err(unavailable)?;
+        let deletions: Vec<cascade_core::DeletionRecord> =
+            state.all(Table::Deletions, usize::MAX).map_err(unavailable)?;
         let mut deleting = Vec::new();
         for d in deletions {
             let rows = state.backrefs_of(d.target.uid).map_err(unavailable)?;
@@ -211,8 +215,7 @@ impl Peer for PeerService {
         const MAX: usize = 1_000_000;
         let resources: Vec<cascade_core::Resource> = state.all(Table::Resources, MAX).map_err(unavailable)?;
         let rows: Vec<cascade_core::BackRef> = state.all(Table::Backrefs, MAX).map_err(unavailable)?;
-        let remote: Vec<cascade_core::RemoteDeletion> =
-            state.all(Table::RemoteDeletions, MAX).map_err(unavailable)?;
+        let remote: Vec<cascade_core::RemoteDeletion> = state.all(Table::RemoteDeletions, MAX).map_err(unavailable)?;
         let mut out = v1::DumpResponse {
             region: self.node.region.to_string(),
             backrefs: rows.iter().map(convert::backref_row).collect(),

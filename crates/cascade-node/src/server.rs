@@ -11,14 +11,14 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::info;
 
 use crate::clock::{Clock, SystemClock};
+use crate::config::NodeSettings;
 use crate::links::{LinkContext, Links};
 use crate::peer_service::PeerService;
 use crate::peers::Peers;
-use cascade_proto::v1::peer_server::PeerServer;
-use crate::config::NodeSettings;
 use crate::service::ResourcesService;
 use crate::store::{MemoryStore, SledStore, Store, StoreError};
 use crate::writer::{WriterContext, WriterHandle, WriterUnavailable};
+use cascade_proto::v1::peer_server::PeerServer;
 
 pub use cascade_proto::MAX_MESSAGE_BYTES;
 

@@ -11,11 +11,11 @@ use cascade_core::{CoreError, OperationId, RegionId, ResourceName, Schema, Uid};
 use cascade_proto::convert;
 use cascade_proto::status::invalid_field;
 use cascade_proto::status_from_core;
+use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_proto::v1::{self, resources_server::Resources};
 use futures::Stream;
-use tokio::sync::{broadcast, mpsc};
-use cascade_proto::v1::resources_client::ResourcesClient;
 use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
@@ -23,8 +23,8 @@ use tracing::{info_span, Instrument};
 use crate::clock::Clock;
 use crate::codec::StoreState;
 use crate::peers::Peers;
-use crate::stream::{outbox_stream, OutboxFeed};
 use crate::store::{Store, StoreError, Table};
+use crate::stream::{outbox_stream, OutboxFeed};
 use crate::writer::{WriterHandle, WriterUnavailable};
 
 /// Limits that protect the node from oversized requests.
@@ -130,7 +130,11 @@ impl ResourcesService {
             return Err(core_status(CoreError::WrongRegion {
                 name: name.clone(),
                 region: name.region().to_owned(),
-                local: format!("{} (peers: {})", self.region, self.peers.regions().collect::<Vec<_>>().join(", ")),
+                local: format!(
+                    "{} (peers: {})",
+                    self.region,
+                    self.peers.regions().collect::<Vec<_>>().join(", ")
+                ),
             }));
         }
         self.peers.resources(name.region()).map(Some).map_err(core_status)
@@ -201,13 +205,18 @@ impl ResourcesService {
 impl Resources for ResourcesService {
     async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
         let raw = request.into_inner();
-        let spec = raw.resource.clone().ok_or_else(|| invalid_field("resource", "is required"))?;
+        let spec = raw
+            .resource
+            .clone()
+            .ok_or_else(|| invalid_field("resource", "is required"))?;
         if let Some(mut owner) = self.route(&parse_name(&spec.name, "name")?)? {
             return owner.create(raw).await;
         }
         let spec = convert::resource_spec(spec, "")?;
         let mut created = self.create_flow(vec![spec]).await?;
-        let r = created.pop().ok_or_else(|| Status::internal("create returned nothing"))?;
+        let r = created
+            .pop()
+            .ok_or_else(|| Status::internal("create returned nothing"))?;
         Ok(Response::new(self.present(&r)?))
     }
 
@@ -224,7 +233,11 @@ impl Resources for ResourcesService {
         }
         let mut regions = BTreeSet::new();
         for (i, spec) in specs.iter().enumerate() {
-            regions.insert(parse_name(&spec.name, &format!("resources[{i}].name"))?.region().to_owned());
+            regions.insert(
+                parse_name(&spec.name, &format!("resources[{i}].name"))?
+                    .region()
+                    .to_owned(),
+            );
         }
         if regions.len() > 1 {
             return Err(invalid_field(
@@ -318,7 +331,10 @@ impl Resources for ResourcesService {
 
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         let req = request.into_inner();
-        let spec = req.resource.clone().ok_or_else(|| invalid_field("resource", "is required"))?;
+        let spec = req
+            .resource
+            .clone()
+            .ok_or_else(|| invalid_field("resource", "is required"))?;
         if let Some(mut owner) = self.route(&parse_name(&spec.name, "name")?)? {
             return owner.update(req).await;
         }

@@ -396,9 +396,11 @@ impl WriterHandle {
         F: FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError> + Send + 'static,
     {
         self.call(|reply| {
-            WriterMsg::Apply(Box::new(move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
-                let _ = reply.send(state.run(myself, step));
-            }))
+            WriterMsg::Apply(Box::new(
+                move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
+                    let _ = reply.send(state.run(myself, step));
+                },
+            ))
         })
         .await
     }

@@ -1,0 +1,353 @@
+//! Cross-region durability with real `cascade serve` processes: a region
+//! SIGKILLed in the middle of a cascade it imports, and in the middle of
+//! cross-region creates, restarts from the same configuration and converges
+//! with nothing applied twice and nothing half-attached.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_proto::v1;
+use support::*;
+
+/// A `cascade serve` child process; dropping it SIGKILLs it.
+struct Server {
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_server(config: &Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("CASCADE_LOG", std::env::var("TEST_CASCADE_LOG").unwrap_or_else(|_| "error".into()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("cascade serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("first line");
+    assert!(line.starts_with("listening on "), "unexpected first line {line:?}");
+    Server { child }
+}
+
+/// Free loopback ports: bound, read, released (another process could take
+/// one in between; acceptable for a test).
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+/// One config file per region, each naming the others as peers. `deletion`
+/// is the `[deletion]` table of the given region (others get `tick_ms = 50`).
+struct ProcCluster {
+    dir: tempfile::TempDir,
+    regions: Vec<(String, u16)>,
+    servers: BTreeMap<String, Server>,
+}
+
+impl ProcCluster {
+    fn new(regions: &[&str], deletion: impl Fn(&str) -> String) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ports = free_ports(regions.len());
+        let regions: Vec<(String, u16)> = regions.iter().map(|r| r.to_string()).zip(ports).collect();
+        for (region, port) in &regions {
+            let mut text = format!(
+                "region = \"{region}\"\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n[peers]\n",
+                dir.path().join(region).display()
+            );
+            for (peer, peer_port) in regions.iter().filter(|(p, _)| p != region) {
+                text += &format!("{peer} = \"http://127.0.0.1:{peer_port}\"\n");
+            }
+            text += &format!("\n[deletion]\n{}\n", deletion(region));
+            std::fs::write(dir.path().join(format!("{region}.toml")), text).unwrap();
+        }
+        let mut cluster = Self {
+            dir,
+            regions,
+            servers: BTreeMap::new(),
+        };
+        for (region, _) in cluster.regions.clone() {
+            cluster.start(&region);
+        }
+        cluster
+    }
+
+    fn config(&self, region: &str) -> PathBuf {
+        self.dir.path().join(format!("{region}.toml"))
+    }
+
+    fn start(&mut self, region: &str) {
+        let server = spawn_server(&self.config(region));
+        self.servers.insert(region.to_owned(), server);
+    }
+
+    /// SIGKILL: no flush, no graceful anything.
+    fn kill(&mut self, region: &str) {
+        drop(self.take(region));
+    }
+
+    /// The running server of a region, to be killed elsewhere (by dropping).
+    fn take(&mut self, region: &str) -> Server {
+        self.servers.remove(region).expect("running")
+    }
+
+    fn endpoint(&self, region: &str) -> String {
+        let port = self.regions.iter().find(|(r, _)| r == region).unwrap().1;
+        format!("http://127.0.0.1:{port}")
+    }
+
+    fn endpoints(&self) -> Vec<(String, String)> {
+        self.regions.iter().map(|(r, _)| (r.clone(), self.endpoint(r))).collect()
+    }
+
+    async fn client(&self, region: &str) -> Client {
+        Client::connect(&self.endpoint(region)).await.expect("client connects")
+    }
+}
+
+fn port_on(name: &str, network: &str) -> v1::ResourceSpec {
+    spec_in(name, &[("network", &[network])])
+}
+
+/// Modest: a cross-region BatchCreate settles (activates) its resources one
+/// writer step each, ~15 ms apiece in a debug build.
+const PORTS: usize = 600;
+
+/// B imports a 600-port cascade from A and is SIGKILLed in the middle of
+/// it; restarted from the same config it resumes from its cursor. Every
+/// port is deleted once and every unset applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once() {
+    let mut cluster = ProcCluster::new(&["ra", "rb", "rc"], |region| {
+        if region == "rb" {
+            // Small steps, so the kill lands mid-cascade.
+            "batch_budget = 10\ntick_ms = 50\ncheck_interval_ms = 500".into()
+        } else {
+            "tick_ms = 50\ncheck_interval_ms = 500".into()
+        }
+    });
+    let t0 = Instant::now();
+    let (a, b, cc) = (
+        cluster.client("ra").await,
+        cluster.client("rb").await,
+        cluster.client("rc").await,
+    );
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/n", &[("project", &["ra/project/p"])]),
+    ])
+    .await
+    .unwrap();
+    b.create(spec_in("rb/project/pb", &[])).await.unwrap();
+    for chunk in (0..PORTS).collect::<Vec<_>>().chunks(300) {
+        b.batch_create(chunk.iter().map(|i| port_on(&format!("rb/port/p{i}"), "ra/network/n")).collect())
+            .await
+            .unwrap();
+    }
+    cc.create(spec_in("rc/project/pc", &[])).await.unwrap();
+    // Two unset referrers: one local to B, one in C pointing into B.
+    b.create(spec_in("rb/floating_ip/fb", &[("project", &["rb/project/pb"]), ("port", &["rb/port/p7"])]))
+        .await
+        .unwrap();
+    cc.create(spec_in(
+        "rc/floating_ip/fc",
+        &[("project", &["rc/project/pc"]), ("port", &["rb/port/p599"])],
+    ))
+    .await
+    .unwrap();
+
+    eprintln!("setup took {:?}", t0.elapsed());
+    let started = Instant::now();
+    let op = a.delete(delete_req("ra/network/n", true)).await.unwrap().operation.unwrap();
+    let at_kill = eventually(Duration::from_secs(30), "B's part of the cascade to be under way", || async {
+        let op = a.get_operation(&op.id, 0).await.ok()?;
+        let p = op.progress?;
+        (p.deleted >= 60 && !op.done).then_some(p)
+    })
+    .await;
+    drop(b);
+    cluster.kill("rb");
+    eprintln!("killed rb after {:?} at {at_kill:?}", started.elapsed());
+    assert!(at_kill.deleted < PORTS as u64 + 1, "{at_kill:?}");
+
+    // While B is down, A's operation cannot finish and says why.
+    let waiting = a.get_operation(&op.id, 0).await.unwrap();
+    assert!(!waiting.done, "{waiting:?}");
+    assert!(waiting.unreachable_regions.iter().any(|r| r == "rb"), "{waiting:?}");
+
+    cluster.start("rb");
+    let b = cluster.client("rb").await;
+    let restarted = Instant::now();
+    let done = wait_operation(&a, &op.id).await;
+    eprintln!("completed {:?} after the restart", restarted.elapsed());
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    let p = done.progress.unwrap();
+    assert_eq!(p.deleted, PORTS as u64 + 1, "every port and the network, each once: {p:?}");
+    assert_eq!(p.unset, 2, "both floating ips, once each: {p:?}");
+    assert_eq!((p.pending, p.blocked, p.failed), (0, 0, 0), "{p:?}");
+
+    wait_gone(&a, "ra/network/n").await;
+    let ports = b
+        .list(v1::ListRequest {
+            kind: "port".into(),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(ports.resources.is_empty(), "{} ports left", ports.resources.len());
+    for (client, fip) in [(&b, "rb/floating_ip/fb"), (&cc, "rc/floating_ip/fc")] {
+        let f = client.get(fip).await.unwrap();
+        assert_eq!(state(&f), v1::ResourceState::Active, "{fip}");
+        assert!(targets(&f, "port").is_empty(), "{fip}: {f:?}");
+    }
+    assert_eq!(state(&a.get("ra/project/p").await.unwrap()), v1::ResourceState::Active);
+
+    wait_quiescent_at(&cluster.endpoints()).await;
+    assert_no_violations_at(&cluster.endpoints()).await;
+}
+
+/// B is SIGKILLed while ~50 creates of ports on A's network are in flight.
+/// After the restart every port is either ACTIVE in B with its
+/// back-reference at A, or absent from both: never one without the other.
+async fn sigkill_during_cross_region_creates(b_tick_ms: u64) {
+    let mut cluster = ProcCluster::new(&["ra", "rb"], |region| {
+        let tick = if region == "rb" { b_tick_ms } else { 50 };
+        format!("tick_ms = {tick}\ncheck_interval_ms = 500")
+    });
+    let a = cluster.client("ra").await;
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/n", &[("project", &["ra/project/p"])]),
+    ])
+    .await
+    .unwrap();
+    let net_uid = a.get("ra/network/n").await.unwrap().uid;
+
+    const N: usize = 50;
+    let b = cluster.client("rb").await;
+    // B dies as soon as creates are visibly cut between their durable
+    // CREATING write and ACTIVE, or at the first acknowledgement.
+    let victim = Arc::new(Mutex::new(Some(cluster.take("rb"))));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let mut calls = Vec::new();
+    for i in 0..N {
+        let (b, ok, victim) = (b.clone(), ok.clone(), victim.clone());
+        calls.push(tokio::spawn(async move {
+            let r = b.create(port_on(&format!("rb/port/q{i}"), "ra/network/n")).await;
+            if r.is_ok() && ok.fetch_add(1, Ordering::SeqCst) == 0 {
+                drop(victim.lock().unwrap().take());
+            }
+            r.is_ok()
+        }));
+    }
+    let b_endpoint = cluster.endpoint("rb");
+    let mut peer = peer_client(&b_endpoint).await;
+    while victim.lock().unwrap().is_some() {
+        match peer.dump(v1::DumpRequest {}).await {
+            Ok(d) if d.get_ref().pending_attach >= 3 => drop(victim.lock().unwrap().take()),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    drop(victim.lock().unwrap().take());
+    let mut acknowledged = BTreeSet::new();
+    for (i, call) in calls.into_iter().enumerate() {
+        if call.await.unwrap() {
+            acknowledged.insert(format!("rb/port/q{i}"));
+        }
+    }
+    drop(victim.lock().unwrap().take());
+    eprintln!("{} of {N} creates acknowledged before the kill", acknowledged.len());
+    assert!(acknowledged.len() < N, "the kill should cut some creates short");
+
+    cluster.start("rb");
+    let endpoints = cluster.endpoints();
+    wait_quiescent_at(&endpoints).await;
+
+    let a_dump = dump(&cluster.endpoint("ra")).await.unwrap();
+    let b_dump = dump(&cluster.endpoint("rb")).await.unwrap();
+    // Back-references at A (owner rows) and mirrors in B, by referrer.
+    let rows = |d: &v1::DumpResponse| -> BTreeMap<String, String> {
+        d.backrefs
+            .iter()
+            .filter(|r| r.target.as_ref().unwrap().uid == net_uid)
+            .map(|r| {
+                let referrer = r.referrer.as_ref().unwrap();
+                (referrer.name.clone(), referrer.uid.clone())
+            })
+            .collect()
+    };
+    let (owner_rows, mirror_rows) = (rows(&a_dump), rows(&b_dump));
+    let ports: BTreeMap<String, &v1::Resource> = b_dump
+        .resources
+        .iter()
+        .filter(|r| r.kind == "port")
+        .map(|r| (r.name.clone(), r))
+        .collect();
+    let mut active = 0;
+    for i in 0..N {
+        let name = format!("rb/port/q{i}");
+        match ports.get(&name) {
+            Some(r) => {
+                assert_eq!(state(r), v1::ResourceState::Active, "{name}: {r:?}");
+                assert_eq!(r.refs[0].targets[0].uid, net_uid, "{name}");
+                assert_eq!(owner_rows.get(&name), Some(&r.uid), "{name}: ACTIVE in B, A must hold it");
+                assert_eq!(mirror_rows.get(&name), Some(&r.uid), "{name}: B's mirror row");
+                active += 1;
+            }
+            None => {
+                assert!(!acknowledged.contains(&name), "{name}: acknowledged, then lost");
+                assert!(!owner_rows.contains_key(&name), "{name}: absent in B, leaked at A");
+                assert!(!mirror_rows.contains_key(&name), "{name}: absent in B, mirror left");
+            }
+        }
+    }
+    assert_eq!(owner_rows.len(), active, "no other rows at A: {owner_rows:?}");
+    eprintln!("{active} of {N} ports ACTIVE after the restart");
+    assert_no_violations_at(&endpoints).await;
+
+    // And the network's cascade counts exactly those.
+    let op = a.delete(delete_req("ra/network/n", true)).await.unwrap().operation.unwrap();
+    let done = wait_operation(&a, &op.id).await;
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    assert_eq!(done.progress.unwrap().deleted, active as u64 + 1);
+    wait_quiescent_at(&endpoints).await;
+    assert_no_violations_at(&endpoints).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_cross_region_creates_leaves_each_port_whole_or_absent() {
+    sigkill_during_cross_region_creates(50).await;
+}
+
+/// At the default tick (200 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_cross_region_creates_at_the_default_tick() {
+    sigkill_during_cross_region_creates(200).await;
+}
