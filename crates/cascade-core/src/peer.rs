@@ -536,4 +536,217 @@ mod tests {
         .unwrap();
         assert_eq!(step.value, 0);
     }
+
+    struct Region {
+        schema: Schema,
+        region: RegionId,
+        policy: Policy,
+        ids: SequentialIds,
+        state: MemoryState,
+        now: u64,
+    }
+
+    impl Region {
+        fn new(name: &str) -> Self {
+            Self {
+                schema: Schema::from_toml(crate::schema::EXAMPLE_SCHEMA).unwrap(),
+                region: RegionId::parse(name).unwrap(),
+                policy: Policy::default(),
+                ids: SequentialIds::default(),
+                state: MemoryState::default(),
+                now: 1,
+            }
+        }
+        fn ctx(&self) -> Ctx<'_> {
+            Ctx {
+                schema: &self.schema,
+                region: &self.region,
+                now: Timestamp(self.now),
+                policy: &self.policy,
+            }
+        }
+        fn create(&mut self, name: &str, refs: &[(&str, &RefTarget)]) -> Resource {
+            let spec = crate::protocol::ResourceSpec {
+                name: name.into(),
+                refs: refs
+                    .iter()
+                    .map(|(f, t)| {
+                        (
+                            f.to_string(),
+                            vec![crate::protocol::RefRequest {
+                                name: t.name.to_string(),
+                                uid: Some(t.uid),
+                            }],
+                        )
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            let ctx = Ctx {
+                schema: &self.schema,
+                region: &self.region,
+                now: Timestamp(self.now),
+                policy: &self.policy,
+            };
+            let step = crate::protocol::create(&self.state, ctx, &mut self.ids, vec![spec]).unwrap();
+            let r = step.value[0].clone();
+            self.state.apply(step.writes);
+            r
+        }
+        fn settle(&mut self, r: &Resource, attached: Result<(), CoreError>) -> Result<Resource, CoreError> {
+            let keys = self.state.pending_attach[&r.uid].keys.clone();
+            let step = settle(&self.state, self.ctx(), &r.name, r.uid, &keys, attached).unwrap();
+            self.state.apply(step.writes);
+            step.value
+        }
+        fn run_work(&mut self) {
+            for _ in 0..100 {
+                self.now += 1;
+                let step = crate::protocol::process_work(&self.state, self.ctx()).unwrap();
+                let idle = step.value.items == 0 && !step.value.more;
+                self.state.apply(step.writes);
+                if idle {
+                    return;
+                }
+            }
+            panic!("work did not settle");
+        }
+    }
+
+    fn remote(name: &str, n: u128) -> RefTarget {
+        RefTarget {
+            name: ResourceName::parse(name).unwrap(),
+            uid: Uid(uuid::Uuid::from_u128(n)),
+        }
+    }
+
+    #[test]
+    fn purged_in_the_same_batch_as_deleting_still_cascades_local_referrers() {
+        let mut rb = Region::new("rb");
+        let net = remote("ra/network/n", 7);
+        let port = rb.create("rb/port/p", &[("network", &net)]);
+        assert_eq!(port.state, ResourceState::Creating);
+        let port = rb.settle(&port, Ok(())).unwrap();
+        assert_eq!(port.state, ResourceState::Active);
+        let op = OperationId(uuid::Uuid::from_u128(99));
+        // A reconnect replays both events at once.
+        let events = [(1, EventType::Deleting), (2, EventType::Purged)]
+            .map(|(revision, event_type)| RemoteEvent {
+                revision,
+                event_type,
+                resource: net.clone(),
+                operation: Some(op),
+            })
+            .to_vec();
+        let step = apply_remote_events(&rb.state, rb.ctx(), "ra", events).unwrap();
+        rb.state.apply(step.writes);
+        rb.run_work();
+        assert!(
+            !rb.state.resources.values().any(|r| r.state == ResourceState::Active),
+            "the port was cascaded"
+        );
+        assert!(rb.state.backrefs.is_empty(), "mirror row released");
+        assert!(rb.state.remote_deletions.is_empty(), "tombstone gone after the walk");
+        assert_eq!(rb.state.pending_releases.len(), 1, "release queued for the owner");
+    }
+
+    #[test]
+    fn late_release_of_an_earlier_incarnation_does_not_remove_a_newer_attach() {
+        let mut ra = Region::new("ra");
+        let project = ra.create("ra/project/p", &[]);
+        let net = ra.create(
+            "ra/network/n",
+            &[(
+                "project",
+                &RefTarget {
+                    name: project.name.clone(),
+                    uid: project.uid,
+                },
+            )],
+        );
+        let entry = |generation| PeerBackRef {
+            target: RefTarget {
+                name: net.name.clone(),
+                uid: net.uid,
+            },
+            referrer: remote("rb/port/p", 5),
+            field: "network".into(),
+            generation,
+        };
+        let step = attach(&ra.state, ra.ctx(), "rb", vec![entry(5)]).unwrap();
+        ra.state.apply(step.writes);
+        let step = release(&ra.state, ra.ctx(), Some("rb"), vec![entry(3)]).unwrap();
+        assert_eq!(step.value.stale, 1);
+        ra.state.apply(step.writes);
+        assert_eq!(ra.state.backrefs.len(), 2, "project row + the remote row still there");
+        // A region may not release another region's referrers.
+        let step = release(&ra.state, ra.ctx(), Some("rc"), vec![entry(9)]).unwrap();
+        assert_eq!(step.value.foreign, 1);
+        let step = release(&ra.state, ra.ctx(), Some("rb"), vec![entry(5)]).unwrap();
+        assert_eq!(step.value.released, 1);
+        ra.state.apply(step.writes);
+        assert_eq!(ra.state.backrefs.len(), 1);
+    }
+
+    #[test]
+    fn update_commits_a_cross_region_reference_before_attaching_and_takes_it_back_when_refused() {
+        let mut rb = Region::new("rb");
+        let project = rb.create("rb/project/p", &[]);
+        let project = RefTarget {
+            name: project.name,
+            uid: project.uid,
+        };
+        let fip = rb.create("rb/floating_ip/f", &[("project", &project)]);
+        let port = remote("ra/port/x", 11);
+        let spec = crate::protocol::ResourceSpec {
+            name: fip.name.to_string(),
+            refs: [("project", &project), ("port", &port)]
+                .iter()
+                .map(|(f, t)| {
+                    (
+                        f.to_string(),
+                        vec![crate::protocol::RefRequest {
+                            name: t.name.to_string(),
+                            uid: Some(t.uid),
+                        }],
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let step = crate::protocol::update(&rb.state, rb.ctx(), spec, None).unwrap();
+        let updated = step.value.clone();
+        rb.state.apply(step.writes);
+        // Committed (so the owner's check finds it standing) and pending.
+        assert_eq!(updated.refs["port"][0].uid, port.uid);
+        let key = BackRefKey {
+            target: port.uid,
+            referrer: fip.uid,
+            field: "port".into(),
+        };
+        assert_eq!(standing(&rb.state, std::slice::from_ref(&key)).unwrap(), vec![true]);
+        assert!(
+            rb.state.backrefs[&key].generation > 0,
+            "mirror row has a writer-assigned generation"
+        );
+        assert_eq!(rb.state.pending_attach[&fip.uid].keys, vec![key.clone()]);
+
+        let refused = CoreError::AttachRefused {
+            region: "ra".into(),
+            reason: "ra/port/x is being deleted".into(),
+        };
+        let answer = rb.settle(&updated, Err(refused));
+        assert!(matches!(answer, Err(CoreError::AttachRefused { .. })), "{answer:?}");
+        let now = &rb.state.resources[&fip.name];
+        assert!(!now.refs.contains_key("port"), "taken back: {:?}", now.refs);
+        assert!(rb.state.pending_attach.is_empty());
+        assert!(!rb.state.backrefs.contains_key(&key));
+        assert_eq!(
+            rb.state.pending_releases.len(),
+            1,
+            "whatever landed at the owner is released"
+        );
+        let last = rb.state.events.last().unwrap();
+        assert!(last.message.contains("taken back"), "{}", last.message);
+    }
 }

@@ -121,6 +121,11 @@ impl StoreState<'_> {
         self.scan(Table::Outbox, &[], after.as_deref(), limit)
     }
 
+    /// Whether this node saw the remote resource `uid` enter DELETING.
+    pub fn remote_deletion_of(&self, uid: Uid) -> Result<bool, StoreError> {
+        Ok(self.store.get(Table::RemoteDeletions, uid.as_bytes())?.is_some())
+    }
+
     pub fn uid_exists(&self, uid: Uid) -> Result<bool, StoreError> {
         Ok(self.store.get(Table::UidIndex, uid.as_bytes())?.is_some())
     }

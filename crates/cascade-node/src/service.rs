@@ -158,12 +158,51 @@ impl ResourcesService {
                 continue;
             }
             for t in targets {
-                if !state.uid_exists(t.uid).map_err(store_status)? {
+                let gone = if t.name.region() == self.region.as_str() {
+                    !state.uid_exists(t.uid).map_err(store_status)?
+                } else {
+                    // A remote target: gone once its owner reported it
+                    // deleting. (Get also asks the owner; see `get`.)
+                    state.remote_deletion_of(t.uid).map_err(store_status)?
+                };
+                if gone {
                     dangling.insert(t.uid);
                 }
             }
         }
         Ok(convert::resource(r, record.as_ref(), &dangling))
+    }
+
+    /// Asks the owners of remote `allow_dangling` targets whether they still
+    /// exist (the incarnation named). An owner that cannot be asked leaves
+    /// the mark as the local view had it.
+    async fn mark_remote_dangling(&self, r: &Resource, view: &mut v1::Resource) {
+        for field in &mut view.refs {
+            let tracked = self
+                .schema
+                .reference(r.kind(), &field.field)
+                .is_none_or(|s| s.on_delete.tracked());
+            if tracked {
+                continue;
+            }
+            for t in &mut field.targets {
+                if t.dangling || t.name.starts_with(&format!("{}/", self.region)) {
+                    continue;
+                }
+                let Some(region) = t.name.split('/').next() else {
+                    continue;
+                };
+                let Ok(mut peer) = self.peers.peer(region) else {
+                    continue;
+                };
+                let lookup = peer.lookup(v1::LookupRequest { name: t.name.clone() });
+                match tokio::time::timeout(Duration::from_secs(2), lookup).await {
+                    Ok(Ok(found)) => t.dangling = found.into_inner().uid != t.uid,
+                    Ok(Err(s)) if s.code() == tonic::Code::NotFound => t.dangling = true,
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// This region's part of an operation.
@@ -274,7 +313,11 @@ impl Resources for ResourcesService {
         }
         let found = self.state().get_resource(&name).map_err(store_status)?;
         match found {
-            Some(r) if r.state != ResourceState::Creating => Ok(Response::new(self.present(&r)?)),
+            Some(r) if r.state != ResourceState::Creating => {
+                let mut view = self.present(&r)?;
+                self.mark_remote_dangling(&r, &mut view).await;
+                Ok(Response::new(view))
+            }
             _ => Err(core_status(CoreError::NotFound(name))),
         }
     }
