@@ -32,7 +32,10 @@ async fn network_in_a_with_ports_in_b_and_c_cascades_across_regions() {
     .await
     .unwrap();
     let fip = cc
-        .create(spec_in("rc/floating_ip/f", &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])]))
+        .create(spec_in(
+            "rc/floating_ip/f",
+            &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])],
+        ))
         .await
         .unwrap();
     assert_eq!(state(&fip), v1::ResourceState::Active);
@@ -58,13 +61,28 @@ async fn network_in_a_with_ports_in_b_and_c_cascades_across_regions() {
         .plan
         .unwrap();
     let deleted: Vec<_> = plan.deleted.iter().map(|d| d.name.as_str()).collect();
-    assert!(deleted.contains(&"rb/port/b3") && deleted.contains(&"rc/port/c0"), "{deleted:?}");
-    assert!(plan.unset.iter().any(|u| u.resource.as_ref().unwrap().name == "rc/floating_ip/f"));
+    assert!(
+        deleted.contains(&"rb/port/b3") && deleted.contains(&"rc/port/c0"),
+        "{deleted:?}"
+    );
+    assert!(plan
+        .unset
+        .iter()
+        .any(|u| u.resource.as_ref().unwrap().name == "rc/floating_ip/f"));
 
     // Any node accepts the delete and forwards it to the owner.
-    let op = b.delete(delete_req("ra/network/net", true)).await.unwrap().operation.unwrap();
+    let op = b
+        .delete(delete_req("ra/network/net", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let done = wait_operation(a, &op.id).await;
-    assert_eq!(v1::OperationState::try_from(done.state), Ok(v1::OperationState::Succeeded), "{done:?}");
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
     let p = done.progress.unwrap();
     assert_eq!(p.deleted, 7, "network + 5 ports in B + 1 port in C: {p:?}");
     assert_eq!(p.unset, 1, "{p:?}");
@@ -144,23 +162,33 @@ async fn seed_001_topology_with_a_blocked_gateway_converges() {
     ])
     .await
     .unwrap();
-    b.batch_create((0..3).map(|i| port_on(&format!("rb/port/b{i}"), "ra/network/net")).collect())
-        .await
-        .unwrap();
+    b.batch_create(
+        (0..3)
+            .map(|i| port_on(&format!("rb/port/b{i}"), "ra/network/net"))
+            .collect(),
+    )
+    .await
+    .unwrap();
     cc.batch_create(vec![
         spec_in("rc/project/pc", &[]),
         port_on("rc/port/c0", "ra/network/net"),
         spec_in(
             "rc/router/r",
-            &[("project", &["rc/project/pc"]), ("gateway_network", &["ra/network/ext"])],
+            &[
+                ("project", &["rc/project/pc"]),
+                ("gateway_network", &["ra/network/ext"]),
+            ],
         ),
     ])
     .await
     .unwrap();
     // (A separate call: see the ignored batch test below.)
-    cc.create(spec_in("rc/floating_ip/f", &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])]))
-        .await
-        .unwrap();
+    cc.create(spec_in(
+        "rc/floating_ip/f",
+        &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])],
+    ))
+    .await
+    .unwrap();
 
     // The gateway network is blocked by C's router, with or without cascade,
     // asked of its owner or of another region.
@@ -169,13 +197,25 @@ async fn seed_001_topology_with_a_blocked_gateway_converges() {
         assert_eq!(code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
         assert!(err.to_string().contains("rc/router/r"), "cascade={cascade}: {err}");
     }
-    assert_eq!(state(&a.get("ra/network/ext").await.unwrap()), v1::ResourceState::Active);
+    assert_eq!(
+        state(&a.get("ra/network/ext").await.unwrap()),
+        v1::ResourceState::Active
+    );
 
-    let op = a.delete(delete_req("ra/network/net", true)).await.unwrap().operation.unwrap();
+    let op = a
+        .delete(delete_req("ra/network/net", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let done = wait_operation(a, &op.id).await;
     assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
     let p = done.progress.unwrap();
-    assert_eq!((p.deleted, p.unset, p.pending, p.blocked, p.failed), (5, 1, 0, 0, 0), "{p:?}");
+    assert_eq!(
+        (p.deleted, p.unset, p.pending, p.blocked, p.failed),
+        (5, 1, 0, 0, 0),
+        "{p:?}"
+    );
     assert_eq!(
         outcomes_with(&done, v1::OutcomeAction::Deleted),
         ["ra/network/net", "rb/port/b0", "rb/port/b1", "rb/port/b2", "rc/port/c0"]
@@ -219,9 +259,12 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
     ])
     .await
     .unwrap();
-    b.batch_create(vec![port_on("rb/port/x0", "ra/network/n"), port_on("rb/port/x1", "ra/network/n")])
-        .await
-        .unwrap();
+    b.batch_create(vec![
+        port_on("rb/port/x0", "ra/network/n"),
+        port_on("rb/port/x1", "ra/network/n"),
+    ])
+    .await
+    .unwrap();
     // The router is not in p's closure: its project is C's.
     cc.batch_create(vec![
         spec_in("rc/project/pc", &[]),
@@ -234,7 +277,12 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
     .unwrap();
     let old = a.get("ra/network/n").await.unwrap().uid;
 
-    let op = a.delete(delete_req("ra/project/p", true)).await.unwrap().operation.unwrap();
+    let op = a
+        .delete(delete_req("ra/project/p", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let held = eventually(Duration::from_secs(10), "n to be held by C's router", || async {
         let n = a.get("ra/network/n").await.ok()?;
         (state(&n) == v1::ResourceState::Deleting && deletion_status(&n) == v1::DeletionStatus::Blocked).then_some(n)
@@ -242,7 +290,9 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
     .await;
     let blockers = &held.deletion.as_ref().unwrap().blockers;
     assert!(
-        blockers.iter().any(|bl| bl.referrer == "rc/router/r" && !bl.referrer_deleting),
+        blockers
+            .iter()
+            .any(|bl| bl.referrer == "rc/router/r" && !bl.referrer_deleting),
         "{blockers:?}"
     );
     // B's ports were cascaded although n itself is held.
@@ -251,7 +301,10 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
 
     // A user read through B is forwarded to the owner: DELETING, same uid.
     let seen = b.get("ra/network/n").await.unwrap();
-    assert_eq!((state(&seen), seen.uid.as_str()), (v1::ResourceState::Deleting, old.as_str()));
+    assert_eq!(
+        (state(&seen), seen.uid.as_str()),
+        (v1::ResourceState::Deleting, old.as_str())
+    );
     // A repeated delete answers OK.
     let again = b.delete(delete_req("ra/network/n", true)).await.unwrap();
     assert!(again.already_deleting, "{again:?}");
@@ -279,7 +332,10 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
         let e = b.get(&name).await.unwrap_err();
         assert_eq!(code(&e), Some(tonic::Code::NotFound), "{name}: {e}");
     }
-    let e = a.create(spec_in("ra/subnet/s", &[("network", &["ra/network/n"])])).await.unwrap_err();
+    let e = a
+        .create(spec_in("ra/subnet/s", &[("network", &["ra/network/n"])]))
+        .await
+        .unwrap_err();
     assert!(
         matches!(code(&e), Some(tonic::Code::NotFound | tonic::Code::FailedPrecondition)),
         "{e}"
@@ -304,7 +360,11 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
     let done = wait_operation(a, &op.id).await;
     assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
     let p = done.progress.unwrap();
-    assert_eq!((p.deleted, p.pending, p.blocked, p.failed), (4, 0, 0, 0), "p, n, x0, x1: {p:?}");
+    assert_eq!(
+        (p.deleted, p.pending, p.blocked, p.failed),
+        (4, 0, 0, 0),
+        "p, n, x0, x1: {p:?}"
+    );
     wait_gone(a, "ra/network/n").await;
     wait_gone(a, "ra/project/p").await;
 
@@ -324,7 +384,10 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
     wait_quiescent(&c).await;
     let dumps = dump_all(&c).await;
     let (refs, rows) = uids_referenced(&dumps);
-    assert!(!refs.contains(&old) && !rows.contains(&old), "the old incarnation is not referenced");
+    assert!(
+        !refs.contains(&old) && !rows.contains(&old),
+        "the old incarnation is not referenced"
+    );
     let a_rows: Vec<_> = dumps
         .iter()
         .find(|d| d.region == "ra")
@@ -336,7 +399,10 @@ async fn deleting_network_is_gone_to_peers_and_its_name_is_reusable() {
         .collect();
     assert_eq!(a_rows, ["rb/port/x0"], "only the new port holds the new network");
     let c_dump = dumps.iter().find(|d| d.region == "rc").unwrap();
-    assert!(c_dump.resources.iter().all(|r| r.refs.iter().all(|f| f.targets.iter().all(|t| t.name != "ra/network/n"))));
+    assert!(c_dump.resources.iter().all(|r| r
+        .refs
+        .iter()
+        .all(|f| f.targets.iter().all(|t| t.name != "ra/network/n"))));
     assert_no_violations(&c).await;
 }
 
@@ -354,7 +420,9 @@ async fn cascade_chain_through_three_regions_back_to_the_first_unwinds() {
     ])
     .await
     .unwrap();
-    b.create(spec_in("rb/network/n", &[("project", &["ra/project/p"])])).await.unwrap();
+    b.create(spec_in("rb/network/n", &[("project", &["ra/project/p"])]))
+        .await
+        .unwrap();
     cc.create(port_on("rc/port/pt", "rb/network/n")).await.unwrap();
     a.batch_create(vec![
         spec_in("ra/port_group/g", &[("ports", &["rc/port/pt"])]),
@@ -380,7 +448,12 @@ async fn cascade_chain_through_three_regions_back_to_the_first_unwinds() {
         "{plan:?}"
     );
 
-    let op = a.delete(delete_req("ra/project/p", true)).await.unwrap().operation.unwrap();
+    let op = a
+        .delete(delete_req("ra/project/p", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let done = wait_operation(a, &op.id).await;
     assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
     let p = done.progress.unwrap();
@@ -422,17 +495,30 @@ async fn partitioned_region_resumes_the_cascade_after_restart() {
         ])
         .await
         .unwrap();
-        b.batch_create((0..5).map(|i| port_on(&format!("rb/port/b{i}"), "ra/network/n")).collect())
-            .await
-            .unwrap();
-        cc.batch_create((0..2).map(|i| port_on(&format!("rc/port/c{i}"), "ra/network/n")).collect())
-            .await
-            .unwrap();
+        b.batch_create(
+            (0..5)
+                .map(|i| port_on(&format!("rb/port/b{i}"), "ra/network/n"))
+                .collect(),
+        )
+        .await
+        .unwrap();
+        cc.batch_create(
+            (0..2)
+                .map(|i| port_on(&format!("rc/port/c{i}"), "ra/network/n"))
+                .collect(),
+        )
+        .await
+        .unwrap();
     }
     c.stop("rb").await;
 
     let (a, cc) = (c.client("ra"), c.client("rc"));
-    let op = a.delete(delete_req("ra/network/n", true)).await.unwrap().operation.unwrap();
+    let op = a
+        .delete(delete_req("ra/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     wait_gone(cc, "rc/port/c0").await;
     wait_gone(cc, "rc/port/c1").await;
     let n = eventually(Duration::from_secs(10), "n to wait on rb", || async {
@@ -483,11 +569,17 @@ async fn batch_create_may_reference_an_earlier_cross_region_resource() {
         .batch_create(vec![
             spec_in("rc/project/pc", &[]),
             port_on("rc/port/c0", "ra/network/net"),
-            spec_in("rc/floating_ip/f", &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])]),
+            spec_in(
+                "rc/floating_ip/f",
+                &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])],
+            ),
         ])
         .await
         .unwrap();
-    assert!(created.iter().all(|r| state(r) == v1::ResourceState::Active), "{created:?}");
+    assert!(
+        created.iter().all(|r| state(r) == v1::ResourceState::Active),
+        "{created:?}"
+    );
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }

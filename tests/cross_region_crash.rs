@@ -29,11 +29,15 @@ impl Drop for Server {
     }
 }
 
+/// The servers log at `error`; set `TEST_CASCADE_LOG` (e.g. `info`) to see more.
 fn spawn_server(config: &Path) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_cascade"))
         .args(["serve", "--config"])
         .arg(config)
-        .env("CASCADE_LOG", std::env::var("TEST_CASCADE_LOG").unwrap_or_else(|_| "error".into()))
+        .env(
+            "CASCADE_LOG",
+            std::env::var("TEST_CASCADE_LOG").unwrap_or_else(|_| "error".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -114,7 +118,10 @@ impl ProcCluster {
     }
 
     fn endpoints(&self) -> Vec<(String, String)> {
-        self.regions.iter().map(|(r, _)| (r.clone(), self.endpoint(r))).collect()
+        self.regions
+            .iter()
+            .map(|(r, _)| (r.clone(), self.endpoint(r)))
+            .collect()
     }
 
     async fn client(&self, region: &str) -> Client {
@@ -157,15 +164,23 @@ async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(
     .unwrap();
     b.create(spec_in("rb/project/pb", &[])).await.unwrap();
     for chunk in (0..PORTS).collect::<Vec<_>>().chunks(300) {
-        b.batch_create(chunk.iter().map(|i| port_on(&format!("rb/port/p{i}"), "ra/network/n")).collect())
-            .await
-            .unwrap();
+        b.batch_create(
+            chunk
+                .iter()
+                .map(|i| port_on(&format!("rb/port/p{i}"), "ra/network/n"))
+                .collect(),
+        )
+        .await
+        .unwrap();
     }
     cc.create(spec_in("rc/project/pc", &[])).await.unwrap();
     // Two unset referrers: one local to B, one in C pointing into B.
-    b.create(spec_in("rb/floating_ip/fb", &[("project", &["rb/project/pb"]), ("port", &["rb/port/p7"])]))
-        .await
-        .unwrap();
+    b.create(spec_in(
+        "rb/floating_ip/fb",
+        &[("project", &["rb/project/pb"]), ("port", &["rb/port/p7"])],
+    ))
+    .await
+    .unwrap();
     cc.create(spec_in(
         "rc/floating_ip/fc",
         &[("project", &["rc/project/pc"]), ("port", &["rb/port/p599"])],
@@ -175,17 +190,42 @@ async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(
 
     eprintln!("setup took {:?}", t0.elapsed());
     let started = Instant::now();
-    let op = a.delete(delete_req("ra/network/n", true)).await.unwrap().operation.unwrap();
-    let at_kill = eventually(Duration::from_secs(30), "B's part of the cascade to be under way", || async {
-        let op = a.get_operation(&op.id, 0).await.ok()?;
-        let p = op.progress?;
-        (p.deleted >= 60 && !op.done).then_some(p)
-    })
-    .await;
+    let op = a
+        .delete(delete_req("ra/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    // Watch B's own part of the operation (no fan-out) and kill B as soon as
+    // it is under way.
+    let mut b_peer = peer_client(&cluster.endpoint("rb")).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let at_kill = loop {
+        assert!(
+            Instant::now() < deadline,
+            "B's part of the cascade never showed progress"
+        );
+        let part = b_peer
+            .operation_part(v1::GetOperationRequest {
+                id: op.id.clone(),
+                ..Default::default()
+            })
+            .await;
+        let Ok(part) = part.map(|p| p.into_inner()) else {
+            continue;
+        };
+        let p = part.progress.unwrap_or_default();
+        assert!(
+            p.deleted < PORTS as u64,
+            "B finished its part before the kill could land: {p:?}"
+        );
+        if p.deleted >= 20 {
+            break p;
+        }
+    };
     drop(b);
     cluster.kill("rb");
-    eprintln!("killed rb after {:?} at {at_kill:?}", started.elapsed());
-    assert!(at_kill.deleted < PORTS as u64 + 1, "{at_kill:?}");
+    eprintln!("killed rb after {:?} at {at_kill:?} (B's part)", started.elapsed());
 
     // While B is down, A's operation cannot finish and says why.
     let waiting = a.get_operation(&op.id, 0).await.unwrap();
@@ -203,7 +243,11 @@ async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(
         "{done:?}"
     );
     let p = done.progress.unwrap();
-    assert_eq!(p.deleted, PORTS as u64 + 1, "every port and the network, each once: {p:?}");
+    assert_eq!(
+        p.deleted,
+        PORTS as u64 + 1,
+        "every port and the network, each once: {p:?}"
+    );
     assert_eq!(p.unset, 2, "both floating ips, once each: {p:?}");
     assert_eq!((p.pending, p.blocked, p.failed), (0, 0, 0), "{p:?}");
 
@@ -313,7 +357,11 @@ async fn sigkill_during_cross_region_creates(b_tick_ms: u64) {
             Some(r) => {
                 assert_eq!(state(r), v1::ResourceState::Active, "{name}: {r:?}");
                 assert_eq!(r.refs[0].targets[0].uid, net_uid, "{name}");
-                assert_eq!(owner_rows.get(&name), Some(&r.uid), "{name}: ACTIVE in B, A must hold it");
+                assert_eq!(
+                    owner_rows.get(&name),
+                    Some(&r.uid),
+                    "{name}: ACTIVE in B, A must hold it"
+                );
                 assert_eq!(mirror_rows.get(&name), Some(&r.uid), "{name}: B's mirror row");
                 active += 1;
             }
@@ -329,7 +377,12 @@ async fn sigkill_during_cross_region_creates(b_tick_ms: u64) {
     assert_no_violations_at(&endpoints).await;
 
     // And the network's cascade counts exactly those.
-    let op = a.delete(delete_req("ra/network/n", true)).await.unwrap().operation.unwrap();
+    let op = a
+        .delete(delete_req("ra/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
     let done = wait_operation(&a, &op.id).await;
     assert_eq!(
         v1::OperationState::try_from(done.state),

@@ -348,7 +348,14 @@ pub async fn assert_no_violations_at(regions: &[(String, String)]) {
                 return;
             }
             Err(e) => panic!("invariant checker failed: {e}"),
-            Ok(report) if report.violations.is_empty() => return,
+            Ok(report) if report.violations.is_empty() => {
+                assert_eq!(
+                    report.regions.len(),
+                    regions.len(),
+                    "the checker read every region: {report:?}"
+                );
+                return;
+            }
             Ok(report) => {
                 assert!(
                     Instant::now() < deadline,
