@@ -182,7 +182,7 @@ async fn seed_001_topology_with_a_blocked_gateway_converges() {
     ])
     .await
     .unwrap();
-    // (A separate call: see the ignored batch test below.)
+    // (A separate call: the batch case has its own test below.)
     cc.create(spec_in(
         "rc/floating_ip/f",
         &[("project", &["rc/project/pc"]), ("port", &["rc/port/c0"])],
@@ -554,7 +554,6 @@ async fn partitioned_region_resumes_the_cascade_after_restart() {
 /// BatchCreate promises that "a later resource may reference an earlier
 /// one"; it does not hold when the earlier one references another region.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: BatchCreate refuses (NOT_FOUND) a reference to an earlier resource of the same batch when that one crosses regions (it is CREATING: protocol::resolve_refs treats CREATING as missing)"]
 async fn batch_create_may_reference_an_earlier_cross_region_resource() {
     let c = start_cluster(&["ra", "rc"]).await;
     c.client("ra")

@@ -30,7 +30,7 @@ use crate::model::{
     WorkItem,
 };
 use crate::protocol::{self, Ctx, Plan, Step};
-use crate::state::{StateRead, Tx, WriteSet};
+use crate::state::{StateRead, Tx};
 use crate::{OperationId, ResourceName, Uid};
 
 /// A back-reference as one region asks another to attach or release it.
@@ -328,68 +328,110 @@ pub fn settle<S: StateRead + ?Sized>(
     keys: &[BackRefKey],
     attached: Result<(), CoreError>,
 ) -> Result<Step<Result<Resource, CoreError>>, CoreError> {
+    let step = settle_batch(state, ctx, vec![(name.clone(), uid, keys.to_vec())], attached)?;
+    Ok(Step {
+        value: step.value.map(|mut v| v.remove(0)),
+        writes: step.writes,
+    })
+}
+
+/// [`settle`] for the members of one create, all or nothing, in one step:
+/// if any owner refused, or any member's target was reported DELETING
+/// meanwhile, every CREATING member is removed.
+pub fn settle_batch<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    members: Vec<(ResourceName, Uid, Vec<BackRefKey>)>,
+    attached: Result<(), CoreError>,
+) -> Result<Step<Result<Vec<Resource>, CoreError>>, CoreError> {
     let mut tx = Tx::new(state);
-    let aborted = || CoreError::CreateAborted {
-        name: name.clone(),
-        reason: "a resource it references was deleted meanwhile".into(),
+    let first_name = members.first().map(|m| m.0.clone());
+    let aborted = |name: Option<ResourceName>| match name {
+        Some(name) => CoreError::CreateAborted {
+            name,
+            reason: "a resource it references was deleted meanwhile".into(),
+        },
+        None => CoreError::invalid("resources", "nothing to settle"),
     };
-    let Some(resource) = tx.resource_by_uid(uid)? else {
-        // Gone meanwhile (a cascade from a deleted target aborted it). An
-        // attach that landed anyway is dropped by the owner's periodic check.
-        return Ok(Step {
-            value: Err(attached.err().unwrap_or_else(aborted)),
-            writes: WriteSet::default(),
-        });
-    };
-    let Some(mut pending) = tx.pending_attach(uid)? else {
-        // Already settled (by the reconciler, or a concurrent request).
-        let value = match (resource.state, attached) {
-            (ResourceState::Active, Ok(())) => Ok(resource),
-            (_, Err(e)) => Err(e),
-            _ => Err(aborted()),
-        };
-        return Ok(Step {
-            value,
-            writes: WriteSet::default(),
-        });
-    };
-    let creating = resource.state == ResourceState::Creating;
-    let value = match attached {
-        Err(e) if creating => {
-            protocol::abort_creating(&mut tx, ctx, resource)?;
-            Err(e)
-        }
-        Err(e) => {
-            pending.keys.retain(|k| !keys.contains(k));
-            store_pending(&mut tx, pending);
-            protocol::revert_references(&mut tx, ctx, resource, keys, &e.to_string())?;
-            Err(e)
-        }
-        Ok(()) => {
-            pending.keys.retain(|k| !keys.contains(k));
-            let settled = pending.keys.is_empty();
-            store_pending(&mut tx, pending);
-            if !creating {
-                Ok(resource)
-            } else if !settled {
-                // Another attach of the same create is still out (cannot
-                // happen with one request per create, kept for safety).
-                Err(aborted())
-            } else if let Some((field, target)) = deleting_target(&tx, &resource)? {
-                protocol::abort_creating(&mut tx, ctx, resource)?;
-                Err(CoreError::TargetDeleting {
-                    field: format!("refs.{field}"),
-                    target,
-                })
-            } else {
-                Ok(protocol::activate_creating(&mut tx, ctx, resource)?)
+    // The failure that decides for the whole batch, if any.
+    let mut failure = attached.err();
+    if failure.is_none() {
+        for (_, uid, _) in &members {
+            if let Some(r) = tx.resource_by_uid(*uid)? {
+                if r.state == ResourceState::Creating {
+                    if let Some((field, target)) = deleting_target(&tx, &r)? {
+                        failure = Some(CoreError::TargetDeleting {
+                            field: format!("refs.{field}"),
+                            target,
+                        });
+                        break;
+                    }
+                }
+            } else if tx.pending_attach(*uid)?.is_none() {
+                // Gone meanwhile (a cascade from a deleted target aborted it).
+                failure = Some(aborted(first_name.clone()));
+                break;
             }
         }
-    };
+    }
+    if let Some(e) = failure {
+        for (_, uid, keys) in members.iter().rev() {
+            let Some(r) = tx.resource_by_uid(*uid)? else { continue };
+            match r.state {
+                ResourceState::Creating => protocol::abort_creating(&mut tx, ctx, r)?,
+                ResourceState::Active => {
+                    if let Some(mut pending) = tx.pending_attach(*uid)? {
+                        pending.keys.retain(|k| !keys.contains(k));
+                        store_pending(&mut tx, pending);
+                    }
+                    protocol::revert_references(&mut tx, ctx, r, keys, &e.to_string())?;
+                }
+                ResourceState::Deleting => {}
+            }
+        }
+        return Ok(Step {
+            value: Err(e),
+            writes: tx.finish(),
+        });
+    }
+    let mut out = Vec::with_capacity(members.len());
+    for (_, uid, keys) in &members {
+        let Some(resource) = tx.resource_by_uid(*uid)? else {
+            return Ok(Step {
+                value: Err(aborted(first_name)),
+                writes: tx.finish(),
+            });
+        };
+        let Some(mut pending) = tx.pending_attach(*uid)? else {
+            out.push(resource); // already settled
+            continue;
+        };
+        pending.keys.retain(|k| !keys.contains(k));
+        let waits_for_sibling = resource.refs.values().flatten().any(|t| {
+            !is_remote(ctx, &t.name)
+                && matches!(tx.resource_by_uid(t.uid), Ok(Some(s)) if s.state == ResourceState::Creating)
+        });
+        if resource.state != ResourceState::Creating {
+            store_pending(&mut tx, pending);
+            out.push(resource);
+        } else if pending.keys.is_empty() && !waits_for_sibling {
+            tx.remove_pending_attach(*uid);
+            out.push(protocol::activate_creating(&mut tx, ctx, resource)?);
+        } else {
+            // Still waiting (another attach, or a batch sibling it
+            // references); the reconciler settles it.
+            tx.put_pending_attach(pending);
+            out.push(resource);
+        }
+    }
     Ok(Step {
-        value,
+        value: Ok(out),
         writes: tx.finish(),
     })
+}
+
+fn is_remote(ctx: Ctx<'_>, name: &ResourceName) -> bool {
+    name.region() != ctx.region.as_str()
 }
 
 fn store_pending<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, pending: PendingAttach) {

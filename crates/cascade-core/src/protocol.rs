@@ -183,6 +183,15 @@ pub fn create<S: StateRead + ?Sized>(
     let mut tx = Tx::new(state);
     let mut created = Vec::with_capacity(specs.len());
     let many = specs.len() > 1;
+    // A batch with any reference into another region is created CREATING as
+    // a whole and settled as a whole (see `peer::settle_batch`), so a later
+    // member may reference an earlier one and the batch stays all or nothing.
+    let batch_crosses = specs.iter().any(|s| {
+        s.refs
+            .values()
+            .flatten()
+            .any(|t| t.name.split('/').next().is_some_and(|r| r != ctx.region.as_str()))
+    });
     for (i, spec) in specs.into_iter().enumerate() {
         let at = |field: &str| {
             if many {
@@ -206,7 +215,7 @@ pub fn create<S: StateRead + ?Sized>(
         let uid = Uid(ids.next_uuid());
         // References into other regions are attached at their owners before
         // the resource becomes ACTIVE (see `peer::activate`).
-        let crosses_regions = refs.values().flatten().any(|t| is_remote(ctx, &t.name));
+        let crosses_regions = batch_crosses;
         let resource = Resource {
             name,
             uid,
@@ -896,6 +905,15 @@ pub(crate) fn abort_creating<S: StateRead + ?Sized>(
     }
     tx.remove_resource(&r.name, r.uid);
     tx.remove_pending_attach(r.uid);
+    // Only members of its own batch can reference a CREATING resource, and
+    // they are CREATING too: they go with it.
+    for b in tx.backrefs(r.uid, None, usize::MAX)? {
+        if let Some(sibling) = tx.resource_by_uid(b.referrer.uid)? {
+            if sibling.state == ResourceState::Creating {
+                abort_creating(tx, ctx, sibling)?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -1429,7 +1447,9 @@ fn resolve_refs<S: StateRead + ?Sized>(
                         target: name,
                     })
                 }
-                Some(r) if r.state == ResourceState::Creating => {
+                // Only a member of the same batch may reference a CREATING
+                // resource (it is settled together with it).
+                Some(r) if r.state == ResourceState::Creating && !tx.is_written(&name) => {
                     return Err(CoreError::TargetNotFound {
                         field: at,
                         target: name,

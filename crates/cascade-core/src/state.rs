@@ -158,6 +158,11 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         Ok(self.resource(&name)?.filter(|r| r.uid == uid))
     }
 
+    /// Whether this step wrote (created or changed) the resource `name`.
+    pub fn is_written(&self, name: &ResourceName) -> bool {
+        self.writes.resources.get(name).is_some_and(Option::is_some)
+    }
+
     pub fn put_resource(&mut self, r: Resource) {
         self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
         self.writes.resources.insert(r.name.clone(), Some(r));

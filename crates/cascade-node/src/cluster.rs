@@ -191,9 +191,9 @@ impl ResourcesService {
             .map_err(core_status)
     }
 
-    /// Creates resources of this region. Cross-region references are
-    /// committed with the resource (CREATING, invisible) and attached at
-    /// their owners before it becomes ACTIVE.
+    /// Creates resources of this region. A batch with cross-region
+    /// references is committed CREATING (invisible), attached at the
+    /// owners, and settled in one step, all or nothing.
     pub(crate) async fn create_flow(&self, mut specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Status> {
         for spec in &mut specs {
             self.resolve_remote(spec, &BTreeMap::new()).await.map_err(core_status)?;
@@ -204,24 +204,26 @@ impl ResourcesService {
             .await
             .map_err(writer_status)?
             .map_err(core_status)?;
-        let mut out = Vec::with_capacity(created.len());
-        let mut failure = None;
-        for r in created {
-            if r.state != ResourceState::Creating {
-                out.push(r);
-                continue;
-            }
-            match self.attach_pending(&r).await? {
-                Ok(active) => out.push(active),
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
+        if created.iter().all(|r| r.state != ResourceState::Creating) {
+            return Ok(created);
         }
-        match failure {
-            Some(e) => Err(core_status(e)),
-            None => Ok(out),
+        let mut members = Vec::with_capacity(created.len());
+        let mut entries = Vec::new();
+        for r in &created {
+            let (keys, mut e) = self.pending_entries(r.uid)?;
+            entries.append(&mut e);
+            members.push((r.name.clone(), r.uid, keys));
         }
+        let attached = self.attach_at_owners(entries).await;
+        if let Err(e) = &attached {
+            info!(region = %self.region, count = members.len(), error = %e, "cross-region create aborted");
+        }
+        self.writer
+            .apply(move |s, c, _| peer::settle_batch(s, c, members, attached))
+            .await
+            .map_err(writer_status)?
+            .map_err(core_status)?
+            .map_err(core_status)
     }
 
     /// Updates a resource of this region. New cross-region references are
