@@ -4,9 +4,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cascade_client::Client;
@@ -14,42 +11,6 @@ use cascade_proto::v1;
 use support::*;
 
 const PORTS: usize = 10_000;
-
-/// A `cascade serve` child process and the address it printed.
-struct Server {
-    child: Child,
-    endpoint: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn_server(config: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cascade"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("CASCADE_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("cascade serve starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("first line");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    Server {
-        child,
-        endpoint: format!("http://{addr}"),
-    }
-}
 
 async fn progress(client: &Client, id: &str) -> v1::Operation {
     client.get_operation(id, 0).await.expect("operation readable")

@@ -6,9 +6,9 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+
+use std::path::PathBuf;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,38 +16,6 @@ use std::time::{Duration, Instant};
 use cascade_client::Client;
 use cascade_proto::v1;
 use support::*;
-
-/// A `cascade serve` child process; dropping it SIGKILLs it.
-struct Server {
-    child: Child,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The servers log at `error`; set `TEST_CASCADE_LOG` (e.g. `info`) to see more.
-fn spawn_server(config: &Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cascade"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env(
-            "CASCADE_LOG",
-            std::env::var("TEST_CASCADE_LOG").unwrap_or_else(|_| "error".into()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("cascade serve starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("first line");
-    assert!(line.starts_with("listening on "), "unexpected first line {line:?}");
-    Server { child }
-}
 
 /// Free loopback ports: bound, read, released (another process could take
 /// one in between; acceptable for a test).
@@ -63,7 +31,7 @@ fn free_ports(n: usize) -> Vec<u16> {
 struct ProcCluster {
     dir: tempfile::TempDir,
     regions: Vec<(String, u16)>,
-    servers: BTreeMap<String, Server>,
+    servers: BTreeMap<String, ServerProcess>,
 }
 
 impl ProcCluster {
@@ -108,7 +76,7 @@ impl ProcCluster {
     }
 
     /// The running server of a region, to be killed elsewhere (by dropping).
-    fn take(&mut self, region: &str) -> Server {
+    fn take(&mut self, region: &str) -> ServerProcess {
         self.servers.remove(region).expect("running")
     }
 

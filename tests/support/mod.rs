@@ -371,3 +371,48 @@ pub async fn assert_no_violations_at(regions: &[(String, String)]) {
 pub async fn assert_no_violations(cluster: &Cluster) {
     assert_no_violations_at(&cluster.endpoints()).await
 }
+
+/// A `cascade serve` child process; dropping it SIGKILLs it (no chance to
+/// flush or finish: the crash tests rely on that).
+pub struct ServerProcess {
+    child: std::process::Child,
+    /// The address it printed on its first line.
+    pub endpoint: String,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cascade serve --config <config>` and waits for its
+/// `listening on ADDR` line. The server logs at `error`; set
+/// `TEST_CASCADE_LOG` (e.g. `info`) to see more.
+pub fn spawn_server(config: &std::path::Path) -> ServerProcess {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env(
+            "CASCADE_LOG",
+            std::env::var("TEST_CASCADE_LOG").unwrap_or_else(|_| "error".into()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("cascade serve starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("first line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+    ServerProcess {
+        child,
+        endpoint: format!("http://{addr}"),
+    }
+}
