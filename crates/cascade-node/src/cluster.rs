@@ -72,6 +72,16 @@ impl ResourcesService {
                 if name.region() == self.region.as_str() || t.uid.is_some() {
                     continue;
                 }
+                if !self.peers.knows(name.region()) {
+                    return Err(CoreError::invalid(
+                        format!("refs.{field}"),
+                        format!(
+                            "{name}: region {} is not part of this cluster (peers: {})",
+                            name.region(),
+                            self.peers.regions().collect::<Vec<_>>().join(", ")
+                        ),
+                    ));
+                }
                 if let Some(kept) = held.get(field).and_then(|h| h.iter().find(|h| h.name == name)) {
                     t.uid = Some(kept.uid);
                     continue;

@@ -37,6 +37,8 @@ const EVENT_BATCH: usize = 256;
 const CALL_BATCH: usize = 500;
 const RECONNECT_BASE: Duration = Duration::from_millis(100);
 const RECONNECT_CAP: Duration = Duration::from_secs(5);
+/// An unchanged cursor is acknowledged again this often.
+const ACK_REFRESH: Duration = Duration::from_secs(5);
 
 /// What every link needs; cloned into each actor.
 #[derive(Clone)]
@@ -70,6 +72,8 @@ struct LinkState {
     last_check: Instant,
     /// Where the periodic check of back-reference rows resumes.
     check_after: Option<Vec<u8>>,
+    /// The cursor last acknowledged to the peer, and when.
+    last_ack: Option<(u64, Instant)>,
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -202,20 +206,27 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
 }
 
 /// Tells the peer how far we applied its outbox (it compacts below every
-/// peer's acknowledgement).
-async fn ack(node: &ResourcesService, peer: &str) -> Result<(), String> {
+/// peer's acknowledgement) when the cursor moved, or every `ACK_REFRESH`
+/// (an owner that restarted has forgotten the acks it had).
+async fn ack(node: &ResourcesService, peer: &str, last: &mut Option<(u64, Instant)>) -> Result<(), String> {
     let cursor = (StoreState {
         store: node.store.as_ref(),
     })
     .cursor_of(peer)
     .map_err(|e| e.to_string())?;
+    if last.is_some_and(|(acked, at)| acked == cursor && at.elapsed() < ACK_REFRESH) {
+        return Ok(());
+    }
     let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
     let request = v1::AckRequest {
         region: node.region.to_string(),
         revision: cursor,
     };
     match tokio::time::timeout(PEER_CALL_TIMEOUT, client.ack(request)).await {
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(_)) => {
+            *last = Some((cursor, Instant::now()));
+            Ok(())
+        }
         Ok(Err(s)) => Err(format!("{:?}: {}", s.code(), s.message())),
         Err(_) => Err("ack timed out".into()),
     }
@@ -370,6 +381,7 @@ impl Actor for PeerLink {
             reconnect_at: Instant::now(),
             last_check: Instant::now(),
             check_after: None,
+            last_ack: None,
             ticker: Some(ticker),
         };
         state.start_watch(&myself);
@@ -411,7 +423,7 @@ impl Actor for PeerLink {
                     span.in_scope(|| debug!(error = %e, "releases not delivered yet; will retry"));
                 }
                 if state.watch.is_some() {
-                    if let Err(e) = ack(&node, &state.peer).await {
+                    if let Err(e) = ack(&node, &state.peer, &mut state.last_ack).await {
                         span.in_scope(|| debug!(error = %e, "ack not delivered; will retry"));
                     }
                 }
