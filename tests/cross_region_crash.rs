@@ -7,95 +7,12 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use std::path::PathBuf;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cascade_client::Client;
 use cascade_proto::v1;
 use support::*;
-
-/// Free loopback ports: bound, read, released (another process could take
-/// one in between; acceptable for a test).
-fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
-}
-
-/// One config file per region, each naming the others as peers. `deletion`
-/// is the `[deletion]` table of the given region (others get `tick_ms = 50`).
-struct ProcCluster {
-    dir: tempfile::TempDir,
-    regions: Vec<(String, u16)>,
-    servers: BTreeMap<String, ServerProcess>,
-}
-
-impl ProcCluster {
-    fn new(regions: &[&str], deletion: impl Fn(&str) -> String) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ports = free_ports(regions.len());
-        let regions: Vec<(String, u16)> = regions.iter().map(|r| r.to_string()).zip(ports).collect();
-        for (region, port) in &regions {
-            let mut text = format!(
-                "region = \"{region}\"\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n[peers]\n",
-                dir.path().join(region).display()
-            );
-            for (peer, peer_port) in regions.iter().filter(|(p, _)| p != region) {
-                text += &format!("{peer} = \"http://127.0.0.1:{peer_port}\"\n");
-            }
-            text += &format!("\n[deletion]\n{}\n", deletion(region));
-            std::fs::write(dir.path().join(format!("{region}.toml")), text).unwrap();
-        }
-        let mut cluster = Self {
-            dir,
-            regions,
-            servers: BTreeMap::new(),
-        };
-        for (region, _) in cluster.regions.clone() {
-            cluster.start(&region);
-        }
-        cluster
-    }
-
-    fn config(&self, region: &str) -> PathBuf {
-        self.dir.path().join(format!("{region}.toml"))
-    }
-
-    fn start(&mut self, region: &str) {
-        let server = spawn_server(&self.config(region));
-        self.servers.insert(region.to_owned(), server);
-    }
-
-    /// SIGKILL: no flush, no graceful anything.
-    fn kill(&mut self, region: &str) {
-        drop(self.take(region));
-    }
-
-    /// The running server of a region, to be killed elsewhere (by dropping).
-    fn take(&mut self, region: &str) -> ServerProcess {
-        self.servers.remove(region).expect("running")
-    }
-
-    fn endpoint(&self, region: &str) -> String {
-        let port = self.regions.iter().find(|(r, _)| r == region).unwrap().1;
-        format!("http://127.0.0.1:{port}")
-    }
-
-    fn endpoints(&self) -> Vec<(String, String)> {
-        self.regions
-            .iter()
-            .map(|(r, _)| (r.clone(), self.endpoint(r)))
-            .collect()
-    }
-
-    async fn client(&self, region: &str) -> Client {
-        Client::connect(&self.endpoint(region)).await.expect("client connects")
-    }
-}
 
 fn port_on(name: &str, network: &str) -> v1::ResourceSpec {
     spec_in(name, &[("network", &[network])])
