@@ -13,7 +13,12 @@ use proptest::prelude::*;
 
 const REGION: &str = "r1";
 
+/// `cases` per property, or `PROPTEST_CASES` for a deeper run.
 fn config(cases: u32) -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
     ProptestConfig {
         cases,
         // Keep the tree clean: no regression files next to the test.

@@ -1942,7 +1942,7 @@ fn prop_run(cmds: Vec<Cmd>, batch_budget: usize, batch_items: usize, finalizers:
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: cases_or(64),
         // Keep the tree clean: no regression files next to the test.
         failure_persistence: None,
         ..ProptestConfig::default()
@@ -1966,4 +1966,12 @@ proptest! {
     ) {
         prop_run(cmds, batch_budget, batch_items, true);
     }
+}
+
+/// Cases per property: `PROPTEST_CASES` for a deeper run, else the default.
+fn cases_or(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

@@ -646,7 +646,7 @@ fn run(ops: &[Op]) {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 64,
+        cases: cases_or(64),
         // Keep the tree clean: no regression files next to the test.
         failure_persistence: None,
         ..ProptestConfig::default()
@@ -823,4 +823,12 @@ fn reference_model_scenarios() {
     for ops in scenarios {
         run(&ops);
     }
+}
+
+/// Cases per property: `PROPTEST_CASES` for a deeper run, else the default.
+fn cases_or(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
