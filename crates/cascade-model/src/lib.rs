@@ -1,0 +1,1240 @@
+//! A model checker for Cascade's cross-region deletion protocol.
+//!
+//! The model is a [`stateright::Model`] whose transitions call the core
+//! crate's **own** step functions (`protocol::delete`, `protocol::process_work`,
+//! `peer::attach`, `peer::release`, `peer::apply_remote_events`, `peer::settle`,
+//! `peer::releases_acknowledged`, `peer::standing`) on one [`MemoryState`] per
+//! region: there is no second copy of the protocol here, only the network,
+//! the clock and the client around it.
+//!
+//! # The world
+//!
+//! Three regions (`ra`, `rb`, `rc`) over the example schema
+//! ([`cascade_core::schema::EXAMPLE_SCHEMA`]). The initial topology is built
+//! through the real create → attach → settle path (see [`Setup`]):
+//!
+//! ```text
+//! ra: project p, network n (→ p), network n2 (→ p), port_group h (ports → [rc/port/x])
+//! rb: project q, network m (project → ra/project/p), port pt (network → ra/network/n),
+//!     floating_ip f (project → rb/project/q, port → rb/port/pt: unset)
+//! rc: project q, port x (network → rb/network/m), port_group g (ports → [rb/port/pt]),
+//!     router r (project → rc/project/q, gateway_network → ra/network/n2: block)
+//! ```
+//!
+//! The cascade of `ra/project/p` goes ra → rb → rc → ra (p → m → x → h) and
+//! ra → rb → rc (n → pt → g); `f.port` is unset; `n2` is held by the router
+//! in rc (blocked, then FAILED after `max_attempts`) until a second client
+//! deletes the router.
+//!
+//! # Actions
+//!
+//! - the client deletes `ra/project/p` (cascade), once; optionally a second
+//!   client deletes the blocker `rc/router/r`, once;
+//! - a region runs one `process_work` step (when work is due, or by jumping
+//!   its clock to the next scheduled attempt, a bounded number of times);
+//! - a watcher applies the next 1 or 2 DELETING/PURGED events of an owner's
+//!   outbox after its durable cursor (the Watch stream, resumed from the cursor);
+//! - an importer sends its pending releases to an owner; a release request in
+//!   flight is delivered, delivered and kept (duplicated), or lost; the
+//!   owner's answer (the ack) is delivered (`releases_acknowledged`) or lost;
+//! - a region crashes and restarts: its durable state (the `MemoryState`)
+//!   survives, every message in flight to it is lost;
+//! - the owner's periodic CheckBackrefs (`peer::standing` at the importer,
+//!   then `peer::release(None, …, generation u64::MAX)` at the owner);
+//! - optionally, a racing create in rb of a port referencing `ra/network/n`
+//!   (CREATING, Attach request/answer over the network, `peer::settle`).
+//!
+//! Losses, crashes and clock jumps are bounded by the [`Config`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+use cascade_core::memory::MemoryState;
+use cascade_core::peer::{self, PeerBackRef};
+use cascade_core::protocol::{self, Ctx, DeleteOutcome, DeleteRequest, Policy, RefRequest, ResourceSpec};
+use cascade_core::schema::{OnDelete, Schema, EXAMPLE_SCHEMA};
+use cascade_core::state::StateRead;
+use cascade_core::{
+    BackRefKey, CoreError, DeletionStatus, EventType, IdSource, RefTarget, RegionId, RemoteEvent, Resource,
+    ResourceName, ResourceState, SequentialIds, Timestamp, Uid,
+};
+use stateright::{Model, Property};
+
+/// The regions of the model, by index.
+pub const REGIONS: [&str; 3] = ["ra", "rb", "rc"];
+const RA: usize = 0;
+const RB: usize = 1;
+const RC: usize = 2;
+
+/// The root of the client's delete.
+pub const ROOT: &str = "ra/project/p";
+/// The `block` referrer that holds `ra/network/n2`.
+pub const BLOCKER: &str = "rc/router/r";
+/// The resource of the racing create.
+pub const LATE: &str = "rb/port/late";
+/// What the racing create references.
+pub const LATE_TARGET: &str = "ra/network/n";
+
+/// The closure of the delete of [`ROOT`], by the schema's semantics (worked
+/// out by hand, not by the core's planner).
+pub const CLOSURE: [&str; 8] = [
+    "ra/project/p",
+    "ra/network/n",
+    "ra/network/n2",
+    "rb/network/m",
+    "rb/port/pt",
+    "rc/port/x",
+    "rc/port_group/g",
+    "ra/port_group/h",
+];
+
+/// Bounds and switches of one check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Message losses plus crashes, in total.
+    pub faults: u8,
+    /// Clock jumps to the next scheduled attempt, per region.
+    pub jumps: u8,
+    /// A second client may delete the blocker `rc/router/r`.
+    pub delete_blocker: bool,
+    /// The owner's periodic CheckBackrefs runs.
+    pub check_backrefs: bool,
+    /// A racing create in rb of a port referencing `ra/network/n`.
+    pub racing_create: bool,
+    /// Release and attach requests may be delivered twice.
+    pub duplicates: bool,
+    /// Peer calls are one atomic round trip (request applied and answered
+    /// in one action; a fault loses the answer). Otherwise requests and
+    /// answers are separate messages that can be delayed, duplicated, lost.
+    pub atomic_rpc: bool,
+    /// Largest Watch batch (events per delivery).
+    pub max_batch: usize,
+    /// Policy of every region (small batches and few attempts make more interleavings reachable).
+    pub policy: Policy,
+}
+
+impl Config {
+    /// The bounded check that `cargo test` runs.
+    pub fn bounded() -> Self {
+        Self {
+            faults: 1,
+            jumps: 1,
+            delete_blocker: true,
+            check_backrefs: true,
+            racing_create: false,
+            duplicates: true,
+            atomic_rpc: true,
+            max_batch: 2,
+            policy: small_policy(),
+        }
+    }
+
+    /// No faults, no duplicates, one event per Watch delivery, no periodic check.
+    pub fn minimal() -> Self {
+        Self {
+            faults: 0,
+            duplicates: false,
+            check_backrefs: false,
+            max_batch: 1,
+            ..Self::bounded()
+        }
+    }
+
+    /// The deeper run (the `deep` example / the ignored test).
+    pub fn deep() -> Self {
+        Self {
+            faults: 2,
+            jumps: 2,
+            racing_create: true,
+            atomic_rpc: false,
+            ..Self::bounded()
+        }
+    }
+}
+
+/// A policy with small batches, fast backoff and one attempt before FAILED.
+pub fn small_policy() -> Policy {
+    Policy {
+        batch_budget: 3,
+        batch_items: 3,
+        backoff_base_ms: 10,
+        backoff_cap_ms: 40,
+        max_attempts: 1,
+        ..Policy::default()
+    }
+}
+
+/// One region: its durable state and its clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region {
+    pub state: MemoryState,
+    pub now: Timestamp,
+    /// Clock jumps left.
+    pub jumps: u8,
+}
+
+/// A release request in flight: `from` (importer) asks `to` (owner) to drop rows.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReleaseMsg {
+    pub from: usize,
+    pub to: usize,
+    /// (target, referrer, field, generation).
+    pub entries: Vec<(RefTarget, RefTarget, String, u64)>,
+}
+
+/// The owner's answer to a release request, in flight back to the importer.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AckMsg {
+    /// The importer.
+    pub to: usize,
+    /// The owner that answered.
+    pub from: usize,
+    pub sent: Vec<(BackRefKey, u64)>,
+}
+
+/// An attach request of the racing create (rb → ra), or its answer.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AttachMsg {
+    Request {
+        entries: Vec<(RefTarget, RefTarget, String, u64)>,
+    },
+    Answer {
+        keys: Vec<BackRefKey>,
+        /// None: attached; Some: the owner's refusal.
+        refused: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct State {
+    pub regions: Vec<Region>,
+    pub root_deleted: bool,
+    pub blocker_deleted: bool,
+    /// The racing create was issued (whatever its outcome).
+    pub late_created: bool,
+    pub releases: BTreeSet<ReleaseMsg>,
+    pub acks: BTreeSet<AckMsg>,
+    pub attaches: BTreeSet<AttachMsg>,
+    pub faults: u8,
+    /// Uids that ever entered DELETING (from the outboxes, before compaction).
+    pub ever_deleting: BTreeSet<Uid>,
+}
+
+/// Feeds `Debug` output into a hasher without allocating.
+struct HashWriter<'a, H: Hasher>(&'a mut H);
+
+impl<H: Hasher> fmt::Write for HashWriter<'_, H> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl Hash for State {
+    // `MemoryState` is not `Hash`: hash the canonical (BTreeMap-ordered) Debug form of everything.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        use fmt::Write;
+        let _ = write!(HashWriter(state), "{self:?}");
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    DeleteRoot,
+    DeleteBlocker,
+    /// One `process_work` step; `jump`: the clock first moves to the next scheduled attempt.
+    Work {
+        region: usize,
+        jump: bool,
+    },
+    /// `watcher` applies the next `k` DELETING/PURGED events of `owner`'s outbox.
+    Watch {
+        owner: usize,
+        watcher: usize,
+        k: usize,
+    },
+    SendReleases {
+        from: usize,
+        to: usize,
+    },
+    DeliverRelease {
+        msg: ReleaseMsg,
+        duplicate: bool,
+    },
+    LoseRelease(ReleaseMsg),
+    DeliverAck(AckMsg),
+    LoseAck(AckMsg),
+    Crash(usize),
+    CheckBackrefs {
+        owner: usize,
+        importer: usize,
+    },
+    CreateLate,
+    SendAttach,
+    DeliverAttach {
+        msg: AttachMsg,
+        duplicate: bool,
+    },
+    LoseAttach(AttachMsg),
+    /// Atomic peer calls: the importer's pending releases to `to`, applied
+    /// at the owner; `answered`: the acknowledgement came back.
+    Release {
+        from: usize,
+        to: usize,
+        answered: bool,
+    },
+    /// Atomic peer calls: the racing create's attach at ra; `answered`: rb settles with the answer.
+    Attach {
+        answered: bool,
+    },
+}
+
+/// The model: the schema, policy, config, and what setup produced.
+pub struct CascadeModel {
+    pub config: Config,
+    pub schema: Schema,
+    pub region_ids: Vec<RegionId>,
+    pub init: State,
+    /// Every resource setup created: name → uid.
+    pub initial: BTreeMap<ResourceName, Uid>,
+    /// Ids after setup (operation ids and the racing create's uid come from clones of it).
+    pub ids: SequentialIds,
+}
+
+fn rn(name: &str) -> ResourceName {
+    ResourceName::parse(name).expect("resource name")
+}
+
+fn region_of(name: &ResourceName) -> usize {
+    REGIONS.iter().position(|r| *r == name.region()).expect("known region")
+}
+
+/// The initial topology, built through the core's create → attach → settle path.
+pub struct Setup {
+    schema: Schema,
+    policy: Policy,
+    region_ids: Vec<RegionId>,
+    regions: Vec<MemoryState>,
+    ids: SequentialIds,
+    now: Timestamp,
+}
+
+impl Setup {
+    fn new(policy: Policy) -> Self {
+        Self {
+            schema: Schema::from_toml(EXAMPLE_SCHEMA).expect("example schema"),
+            policy,
+            region_ids: REGIONS.iter().map(|r| RegionId::parse(r).unwrap()).collect(),
+            regions: vec![MemoryState::default(); 3],
+            // One id source for every region: uids are globally unique.
+            ids: SequentialIds::default(),
+            now: Timestamp(1_000),
+        }
+    }
+
+    fn ctx(&self, region: usize) -> Ctx<'_> {
+        Ctx {
+            schema: &self.schema,
+            region: &self.region_ids[region],
+            now: self.now,
+            policy: &self.policy,
+        }
+    }
+
+    fn uid(&self, name: &str) -> Uid {
+        let name = rn(name);
+        self.regions[region_of(&name)].resources[&name].uid
+    }
+
+    /// Creates `name` with references (targets resolved to their uids here,
+    /// as the node resolves them at their owners), attaches its cross-region
+    /// references at each owner, and settles it.
+    fn create(&mut self, name: &str, refs: &[(&str, &[&str])]) -> Resource {
+        let region = region_of(&rn(name));
+        let spec = ResourceSpec {
+            name: name.to_owned(),
+            refs: refs
+                .iter()
+                .map(|(field, targets)| {
+                    let targets = targets
+                        .iter()
+                        .map(|t| RefRequest {
+                            name: (*t).to_owned(),
+                            uid: Some(self.uid(t)),
+                        })
+                        .collect();
+                    ((*field).to_owned(), targets)
+                })
+                .collect(),
+            ..ResourceSpec::default()
+        };
+        let mut ids = self.ids.clone();
+        let step = protocol::create(&self.regions[region], self.ctx(region), &mut ids, vec![spec])
+            .unwrap_or_else(|e| panic!("create {name}: {e}"));
+        self.ids = ids;
+        let resource = step.value[0].clone();
+        self.regions[region].apply(step.writes);
+        if resource.state == ResourceState::Active {
+            return resource;
+        }
+        // Attach at every owner, from the importer's mirror rows.
+        let mut by_owner: BTreeMap<usize, Vec<PeerBackRef>> = BTreeMap::new();
+        for row in self.regions[region].backrefs.values() {
+            if row.referrer.uid == resource.uid && row.target.name.region() != REGIONS[region] {
+                by_owner
+                    .entry(region_of(&row.target.name))
+                    .or_default()
+                    .push(PeerBackRef {
+                        target: row.target.clone(),
+                        referrer: row.referrer.clone(),
+                        field: row.field.clone(),
+                        generation: row.generation,
+                    });
+            }
+        }
+        for (owner, entries) in by_owner {
+            let step = peer::attach(&self.regions[owner], self.ctx(owner), REGIONS[region], entries)
+                .unwrap_or_else(|e| panic!("attach {name} at {}: {e}", REGIONS[owner]));
+            self.regions[owner].apply(step.writes);
+        }
+        let keys = self.regions[region].pending_attach[&resource.uid].keys.clone();
+        let step = peer::settle(
+            &self.regions[region],
+            self.ctx(region),
+            &resource.name,
+            resource.uid,
+            &keys,
+            Ok(()),
+        )
+        .unwrap_or_else(|e| panic!("settle {name}: {e}"));
+        self.regions[region].apply(step.writes);
+        let settled = step.value.unwrap_or_else(|e| panic!("settle {name}: {e}"));
+        assert_eq!(settled.state, ResourceState::Active, "{name}");
+        settled
+    }
+
+    /// Builds the topology of the module doc.
+    pub fn build(policy: Policy) -> Self {
+        let mut s = Self::new(policy);
+        s.create("ra/project/p", &[]);
+        s.create("ra/network/n", &[("project", &["ra/project/p"])]);
+        s.create("ra/network/n2", &[("project", &["ra/project/p"])]);
+        s.create("rb/project/q", &[]);
+        s.create("rb/network/m", &[("project", &["ra/project/p"])]);
+        s.create("rb/port/pt", &[("network", &["ra/network/n"])]);
+        s.create(
+            "rb/floating_ip/f",
+            &[("project", &["rb/project/q"]), ("port", &["rb/port/pt"])],
+        );
+        s.create("rc/project/q", &[]);
+        s.create("rc/port/x", &[("network", &["rb/network/m"])]);
+        s.create("rc/port_group/g", &[("ports", &["rb/port/pt"])]);
+        s.create(
+            "rc/router/r",
+            &[("project", &["rc/project/q"]), ("gateway_network", &["ra/network/n2"])],
+        );
+        s.create("ra/port_group/h", &[("ports", &["rc/port/x"])]);
+        s
+    }
+}
+
+impl CascadeModel {
+    pub fn new(config: Config) -> Self {
+        let setup = Setup::build(config.policy.clone());
+        let initial = setup
+            .regions
+            .iter()
+            .flat_map(|s| s.resources.values().map(|r| (r.name.clone(), r.uid)))
+            .collect();
+        let init = State {
+            regions: setup
+                .regions
+                .iter()
+                .map(|s| Region {
+                    state: s.clone(),
+                    now: setup.now,
+                    jumps: config.jumps,
+                })
+                .collect(),
+            root_deleted: false,
+            blocker_deleted: false,
+            late_created: false,
+            releases: BTreeSet::new(),
+            acks: BTreeSet::new(),
+            attaches: BTreeSet::new(),
+            faults: config.faults,
+            ever_deleting: BTreeSet::new(),
+        };
+        let mut init = init;
+        Self::compact(&mut init);
+        Self {
+            schema: setup.schema,
+            region_ids: setup.region_ids,
+            ids: setup.ids,
+            initial,
+            init,
+            config,
+        }
+    }
+
+    fn ctx(&self, s: &State, region: usize) -> Ctx<'_> {
+        Ctx {
+            schema: &self.schema,
+            region: &self.region_ids[region],
+            now: s.regions[region].now,
+            policy: &self.config.policy,
+        }
+    }
+
+    /// The DELETING/PURGED events of `owner` that `watcher` has not applied yet.
+    fn undelivered(s: &State, owner: usize, watcher: usize) -> Vec<RemoteEvent> {
+        let cursor = s.regions[watcher].state.cursor(REGIONS[owner]).unwrap_or(0);
+        s.regions[owner]
+            .state
+            .events
+            .iter()
+            .filter(|e| e.revision > cursor && matches!(e.event_type, EventType::Deleting | EventType::Purged))
+            .map(|e| RemoteEvent {
+                revision: e.revision,
+                event_type: e.event_type,
+                resource: e.resource.clone(),
+                operation: e.operation,
+            })
+            .collect()
+    }
+
+    fn release_msg(s: &State, from: usize, to: usize) -> Option<ReleaseMsg> {
+        let entries: Vec<_> = s.regions[from]
+            .state
+            .pending_releases
+            .iter()
+            .filter(|((region, _), _)| region == REGIONS[to])
+            .map(|(_, p)| {
+                (
+                    p.backref.target.clone(),
+                    p.backref.referrer.clone(),
+                    p.backref.field.clone(),
+                    p.generation,
+                )
+            })
+            .collect();
+        (!entries.is_empty()).then_some(ReleaseMsg { from, to, entries })
+    }
+
+    /// Owner rows whose referrer lives in `importer` and no longer stands there.
+    fn not_standing(s: &State, owner: usize, importer: usize) -> Vec<PeerBackRef> {
+        let candidates: Vec<PeerBackRef> = s.regions[owner]
+            .state
+            .backrefs
+            .values()
+            .filter(|b| b.referrer.name.region() == REGIONS[importer] && b.target.name.region() == REGIONS[owner])
+            .map(|b| PeerBackRef {
+                target: b.target.clone(),
+                referrer: b.referrer.clone(),
+                field: b.field.clone(),
+                generation: u64::MAX,
+            })
+            .collect();
+        if candidates.is_empty() {
+            return candidates;
+        }
+        let keys: Vec<BackRefKey> = candidates.iter().map(PeerBackRef::key).collect();
+        let standing = peer::standing(&s.regions[importer].state, &keys).expect("standing");
+        candidates
+            .into_iter()
+            .zip(standing)
+            .filter(|(_, stands)| !stands)
+            .map(|(c, _)| c)
+            .collect()
+    }
+
+    fn late_uid(&self) -> Uid {
+        let mut ids = self.ids.clone();
+        let _operation_root = ids.next_uuid();
+        let _operation_blocker = ids.next_uuid();
+        Uid(ids.next_uuid())
+    }
+
+    fn late_attach_msg(&self, s: &State) -> Option<AttachMsg> {
+        let uid = self.late_uid();
+        let rb = &s.regions[RB].state;
+        rb.pending_attach.get(&uid)?;
+        let entries: Vec<_> = rb
+            .backrefs
+            .values()
+            .filter(|b| b.referrer.uid == uid && b.target.name.region() == REGIONS[RA])
+            .map(|b| (b.target.clone(), b.referrer.clone(), b.field.clone(), b.generation))
+            .collect();
+        (!entries.is_empty()).then_some(AttachMsg::Request { entries })
+    }
+}
+
+impl CascadeModel {
+    /// The owner applies a release request; returns its answer.
+    fn deliver_release(&self, s: &mut State, msg: &ReleaseMsg) -> AckMsg {
+        let step = peer::release(
+            &s.regions[msg.to].state,
+            self.ctx(s, msg.to),
+            Some(REGIONS[msg.from]),
+            to_peer(&msg.entries),
+        )
+        .unwrap_or_else(|e| panic!("release at {}: {e}", REGIONS[msg.to]));
+        s.regions[msg.to].state.apply(step.writes);
+        AckMsg {
+            to: msg.from,
+            from: msg.to,
+            sent: to_peer(&msg.entries).iter().map(|e| (e.key(), e.generation)).collect(),
+        }
+    }
+
+    /// The importer drops the acknowledged releases.
+    fn deliver_ack(s: &mut State, ack: AckMsg) {
+        let step = peer::releases_acknowledged(&s.regions[ack.to].state, REGIONS[ack.from], ack.sent)
+            .unwrap_or_else(|e| panic!("ack at {}: {e}", REGIONS[ack.to]));
+        s.regions[ack.to].state.apply(step.writes);
+    }
+
+    /// ra applies the racing create's attach request; returns its answer.
+    fn deliver_attach(&self, s: &mut State, entries: &[(RefTarget, RefTarget, String, u64)]) -> AttachMsg {
+        let keys = to_peer(entries).iter().map(PeerBackRef::key).collect();
+        let refused = match peer::attach(&s.regions[RA].state, self.ctx(s, RA), REGIONS[RB], to_peer(entries)) {
+            Ok(step) => {
+                s.regions[RA].state.apply(step.writes);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        AttachMsg::Answer { keys, refused }
+    }
+
+    /// rb settles the racing create with ra's answer.
+    fn settle_late(&self, s: &mut State, answer: AttachMsg) {
+        let AttachMsg::Answer { keys, refused } = answer else {
+            return;
+        };
+        let attached = match refused {
+            None => Ok(()),
+            Some(reason) => Err(CoreError::AttachRefused {
+                region: REGIONS[RA].to_owned(),
+                reason,
+            }),
+        };
+        let step = peer::settle(
+            &s.regions[RB].state,
+            self.ctx(s, RB),
+            &rn(LATE),
+            self.late_uid(),
+            &keys,
+            attached,
+        )
+        .unwrap_or_else(|e| panic!("settle {LATE}: {e}"));
+        s.regions[RB].state.apply(step.writes);
+    }
+}
+
+fn to_peer(entries: &[(RefTarget, RefTarget, String, u64)]) -> Vec<PeerBackRef> {
+    entries
+        .iter()
+        .map(|(target, referrer, field, generation)| PeerBackRef {
+            target: target.clone(),
+            referrer: referrer.clone(),
+            field: field.clone(),
+            generation: *generation,
+        })
+        .collect()
+}
+
+/// An id source that hands out the ids of a clone of the model's, skipping `skip`.
+fn ids_after(ids: &SequentialIds, skip: usize) -> SequentialIds {
+    let mut ids = ids.clone();
+    for _ in 0..skip {
+        ids.next_uuid();
+    }
+    ids
+}
+
+fn user_delete(name: &str) -> DeleteRequest {
+    DeleteRequest {
+        name: name.to_owned(),
+        cascade: true,
+        dry_run: false,
+        allow_missing: false,
+        etag: None,
+        uid: None,
+        requested_by: "model".to_owned(),
+    }
+}
+
+impl Model for CascadeModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.init.clone()]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if !s.root_deleted {
+            actions.push(Action::DeleteRoot);
+        }
+        if self.config.delete_blocker && !s.blocker_deleted {
+            actions.push(Action::DeleteBlocker);
+        }
+        if self.config.racing_create && !s.late_created {
+            actions.push(Action::CreateLate);
+        }
+        for (i, r) in s.regions.iter().enumerate() {
+            if r.state.work.values().any(|w| w.next_attempt_at <= r.now) {
+                actions.push(Action::Work { region: i, jump: false });
+            } else if r.jumps > 0 && !r.state.work.is_empty() {
+                actions.push(Action::Work { region: i, jump: true });
+            }
+        }
+        for owner in 0..3 {
+            for watcher in (0..3).filter(|w| *w != owner) {
+                let n = Self::undelivered(s, owner, watcher).len();
+                for k in 1..=n.min(self.config.max_batch) {
+                    actions.push(Action::Watch { owner, watcher, k });
+                }
+            }
+        }
+        for from in 0..3 {
+            for to in (0..3).filter(|t| *t != from) {
+                if self.config.atomic_rpc {
+                    if Self::release_msg(s, from, to).is_some() {
+                        actions.push(Action::Release {
+                            from,
+                            to,
+                            answered: true,
+                        });
+                        if s.faults > 0 {
+                            actions.push(Action::Release {
+                                from,
+                                to,
+                                answered: false,
+                            });
+                        }
+                    }
+                } else if Self::release_msg(s, from, to).is_some_and(|m| !s.releases.contains(&m)) {
+                    actions.push(Action::SendReleases { from, to });
+                }
+                if self.config.check_backrefs && !Self::not_standing(s, to, from).is_empty() {
+                    actions.push(Action::CheckBackrefs {
+                        owner: to,
+                        importer: from,
+                    });
+                }
+            }
+        }
+        for msg in &s.releases {
+            actions.push(Action::DeliverRelease {
+                msg: msg.clone(),
+                duplicate: false,
+            });
+            if self.config.duplicates {
+                actions.push(Action::DeliverRelease {
+                    msg: msg.clone(),
+                    duplicate: true,
+                });
+            }
+            if s.faults > 0 {
+                actions.push(Action::LoseRelease(msg.clone()));
+            }
+        }
+        for ack in &s.acks {
+            actions.push(Action::DeliverAck(ack.clone()));
+            if s.faults > 0 {
+                actions.push(Action::LoseAck(ack.clone()));
+            }
+        }
+        if self.late_attach_msg(s).is_some_and(|m| {
+            !s.attaches.contains(&m) && !s.attaches.iter().any(|a| matches!(a, AttachMsg::Answer { .. }))
+        }) {
+            actions.push(Action::SendAttach);
+        }
+        for msg in &s.attaches {
+            actions.push(Action::DeliverAttach {
+                msg: msg.clone(),
+                duplicate: false,
+            });
+            if self.config.duplicates && matches!(msg, AttachMsg::Request { .. }) {
+                actions.push(Action::DeliverAttach {
+                    msg: msg.clone(),
+                    duplicate: true,
+                });
+            }
+            if s.faults > 0 {
+                actions.push(Action::LoseAttach(msg.clone()));
+            }
+        }
+        if s.faults > 0 && !self.config.atomic_rpc {
+            for region in 0..3 {
+                let inbound = s.releases.iter().any(|m| m.to == region)
+                    || s.acks.iter().any(|a| a.to == region)
+                    || s.attaches.iter().any(|a| match a {
+                        AttachMsg::Request { .. } => region == RA,
+                        AttachMsg::Answer { .. } => region == RB,
+                    });
+                if inbound {
+                    actions.push(Action::Crash(region));
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::DeleteRoot => {
+                s.root_deleted = true;
+                let mut ids = ids_after(&self.ids, 0);
+                let step = protocol::delete(&s.regions[RA].state, self.ctx(&s, RA), &mut ids, user_delete(ROOT))
+                    .unwrap_or_else(|e| panic!("delete {ROOT}: {e}"));
+                assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
+                s.regions[RA].state.apply(step.writes);
+            }
+            Action::DeleteBlocker => {
+                s.blocker_deleted = true;
+                let mut ids = ids_after(&self.ids, 1);
+                let step = protocol::delete(&s.regions[RC].state, self.ctx(&s, RC), &mut ids, user_delete(BLOCKER))
+                    .unwrap_or_else(|e| panic!("delete {BLOCKER}: {e}"));
+                assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
+                s.regions[RC].state.apply(step.writes);
+            }
+            Action::Work { region, jump } => {
+                let r = &mut s.regions[region];
+                if jump {
+                    let next = r.state.work.values().map(|w| w.next_attempt_at).min()?;
+                    r.now = r.now.max(next);
+                    r.jumps -= 1;
+                }
+                let step = protocol::process_work(&s.regions[region].state, self.ctx(&s, region))
+                    .unwrap_or_else(|e| panic!("process_work at {}: {e}", REGIONS[region]));
+                s.regions[region].state.apply(step.writes);
+            }
+            Action::Watch { owner, watcher, k } => {
+                let events: Vec<RemoteEvent> = Self::undelivered(&s, owner, watcher).into_iter().take(k).collect();
+                let step =
+                    peer::apply_remote_events(&s.regions[watcher].state, self.ctx(&s, watcher), REGIONS[owner], events)
+                        .unwrap_or_else(|e| panic!("apply events of {} at {}: {e}", REGIONS[owner], REGIONS[watcher]));
+                s.regions[watcher].state.apply(step.writes);
+            }
+            Action::SendReleases { from, to } => {
+                s.releases.insert(Self::release_msg(&s, from, to)?);
+            }
+            Action::DeliverRelease { msg, duplicate } => {
+                if !duplicate {
+                    s.releases.remove(&msg);
+                }
+                let ack = self.deliver_release(&mut s, &msg);
+                s.acks.insert(ack);
+            }
+            Action::Release { from, to, answered } => {
+                let msg = Self::release_msg(&s, from, to)?;
+                let ack = self.deliver_release(&mut s, &msg);
+                if answered {
+                    Self::deliver_ack(&mut s, ack);
+                } else {
+                    s.faults -= 1;
+                }
+            }
+            Action::LoseRelease(msg) => {
+                s.releases.remove(&msg);
+                s.faults -= 1;
+            }
+            Action::DeliverAck(ack) => {
+                s.acks.remove(&ack);
+                Self::deliver_ack(&mut s, ack);
+            }
+            Action::LoseAck(ack) => {
+                s.acks.remove(&ack);
+                s.faults -= 1;
+            }
+            Action::Crash(region) => {
+                // Durable state survives; what was in flight to the region is gone.
+                s.releases.retain(|m| m.to != region);
+                s.acks.retain(|a| a.to != region);
+                s.attaches.retain(|a| match a {
+                    AttachMsg::Request { .. } => region != RA,
+                    AttachMsg::Answer { .. } => region != RB,
+                });
+                s.faults -= 1;
+            }
+            Action::CheckBackrefs { owner, importer } => {
+                let gone = Self::not_standing(&s, owner, importer);
+                let step = peer::release(&s.regions[owner].state, self.ctx(&s, owner), None, gone)
+                    .unwrap_or_else(|e| panic!("check at {}: {e}", REGIONS[owner]));
+                s.regions[owner].state.apply(step.writes);
+            }
+            Action::CreateLate => {
+                s.late_created = true;
+                let uid = s.regions[RA].state.resources.get(&rn(LATE_TARGET)).map(|r| r.uid);
+                // The client resolved the target at its owner before (the uid setup gave it).
+                let uid = uid.or_else(|| self.initial.get(&rn(LATE_TARGET)).copied());
+                let spec = ResourceSpec {
+                    name: LATE.to_owned(),
+                    refs: [(
+                        "network".to_owned(),
+                        vec![RefRequest {
+                            name: LATE_TARGET.to_owned(),
+                            uid,
+                        }],
+                    )]
+                    .into(),
+                    ..ResourceSpec::default()
+                };
+                let mut ids = ids_after(&self.ids, 2);
+                // Refused (the rb tombstone of the target): nothing happens.
+                if let Ok(step) = protocol::create(&s.regions[RB].state, self.ctx(&s, RB), &mut ids, vec![spec]) {
+                    assert_eq!(step.value[0].uid, self.late_uid());
+                    s.regions[RB].state.apply(step.writes);
+                }
+            }
+            Action::SendAttach => {
+                s.attaches.insert(self.late_attach_msg(&s)?);
+            }
+            Action::DeliverAttach { msg, duplicate } => {
+                if !duplicate {
+                    s.attaches.remove(&msg);
+                }
+                match msg {
+                    AttachMsg::Request { entries } => {
+                        let answer = self.deliver_attach(&mut s, &entries);
+                        s.attaches.insert(answer);
+                    }
+                    answer @ AttachMsg::Answer { .. } => self.settle_late(&mut s, answer),
+                }
+            }
+            Action::Attach { answered } => {
+                let Some(AttachMsg::Request { entries }) = self.late_attach_msg(&s) else {
+                    return None;
+                };
+                let answer = self.deliver_attach(&mut s, &entries);
+                if answered {
+                    self.settle_late(&mut s, answer);
+                } else {
+                    s.faults -= 1;
+                }
+            }
+            Action::LoseAttach(msg) => {
+                s.attaches.remove(&msg);
+                s.faults -= 1;
+            }
+        }
+        Self::compact(&mut s);
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("1 no dangling reference", |m, s| m.dangling(s).is_empty()),
+            Property::always("1 every live reference has its back-reference at the owner", |m, s| {
+                m.uncovered(s).is_empty()
+            }),
+            Property::always("2 no resurrection", |m, s| m.resurrected(s).is_empty()),
+            Property::always("3 no over-deletion", |m, s| m.over_deleted(s).is_empty()),
+            Property::always("4 no leak at quiescence", |m, s| {
+                !m.quiescent(s) || m.leaks(s).is_empty()
+            }),
+            // Every maximal path is finite (faults and clock jumps are bounded),
+            // so this is checked at the states where nothing more can happen.
+            Property::eventually("every deletion of the closure finishes or is explained", |m, s| {
+                m.closure_resolved(s)
+            }),
+            if self.config.delete_blocker {
+                Property::sometimes("the whole closure purged", |m, s| m.closure_purged(s))
+            } else {
+                Property::sometimes("quiescent with the blocked deletion explained", |m, s| {
+                    m.quiescent(s)
+                        && s.regions.iter().any(|r| {
+                            r.state.deletions.values().any(|d| {
+                                matches!(d.status, DeletionStatus::Blocked { .. } | DeletionStatus::Failed { .. })
+                            })
+                        })
+                })
+            },
+        ]
+    }
+}
+
+/// The checks behind the properties; each returns what violates it (empty: holds).
+impl CascadeModel {
+    fn holds(s: &State, uid: Uid) -> Option<&Resource> {
+        s.regions.iter().find_map(|r| {
+            let name = r.state.uid_index.get(&uid)?;
+            r.state.resources.get(name).filter(|x| x.uid == uid)
+        })
+    }
+
+    fn tracked(&self, kind: &str, field: &str) -> Option<OnDelete> {
+        self.schema
+            .reference(kind, field)
+            .map(|r| r.on_delete)
+            .filter(|o| o.tracked())
+    }
+
+    /// Live (ACTIVE) resources with a tracked reference to a uid no region holds.
+    pub fn dangling(&self, s: &State) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in s.regions.iter().flat_map(|r| r.state.resources.values()) {
+            if r.state != ResourceState::Active {
+                continue;
+            }
+            for (field, targets) in &r.refs {
+                if self.tracked(r.kind(), field).is_none() {
+                    continue;
+                }
+                for t in targets {
+                    if Self::holds(s, t.uid).is_none() {
+                        out.push(format!("{}.{field} → {} (gone)", r.name, t.name));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Live (ACTIVE or CREATING) tracked references whose target exists but
+    /// whose owner keeps no back-reference row for them.
+    pub fn uncovered(&self, s: &State) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in s.regions.iter().flat_map(|r| r.state.resources.values()) {
+            if r.state != ResourceState::Active {
+                continue;
+            }
+            for (field, targets) in &r.refs {
+                if self.tracked(r.kind(), field).is_none() {
+                    continue;
+                }
+                for t in targets {
+                    if Self::holds(s, t.uid).is_none() {
+                        continue; // reported as dangling
+                    }
+                    let key = BackRefKey {
+                        target: t.uid,
+                        referrer: r.uid,
+                        field: field.clone(),
+                    };
+                    if !s.regions[region_of(&t.name)].state.backrefs.contains_key(&key) {
+                        out.push(format!("{}.{field} → {}: no row at the owner", r.name, t.name));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Uids that ever entered DELETING (from every region's outbox).
+    pub fn ever_deleting(s: &State) -> &BTreeSet<Uid> {
+        &s.ever_deleting
+    }
+
+    /// Records the uids that entered DELETING, then compacts every outbox:
+    /// only DELETING/PURGED events that some peer has yet to apply stay (the
+    /// node compacts below its peers' acknowledged cursors the same way;
+    /// revisions are unaffected, `next_revision` is kept apart).
+    fn compact(s: &mut State) {
+        for r in &s.regions {
+            s.ever_deleting.extend(
+                r.state
+                    .events
+                    .iter()
+                    .filter(|e| e.event_type == EventType::Deleting)
+                    .map(|e| e.resource.uid),
+            );
+        }
+        for (owner, owner_name) in REGIONS.iter().enumerate() {
+            let floor = (0..3)
+                .filter(|w| *w != owner)
+                .map(|w| s.regions[w].state.cursor(owner_name).unwrap_or(0))
+                .min()
+                .unwrap_or(0);
+            s.regions[owner]
+                .state
+                .events
+                .retain(|e| e.revision > floor && matches!(e.event_type, EventType::Deleting | EventType::Purged));
+        }
+    }
+
+    /// ACTIVE resources under a uid that entered DELETING; rows attached to a DELETING target after it did.
+    pub fn resurrected(&self, s: &State) -> Vec<String> {
+        let deleting = &s.ever_deleting;
+        let mut out: Vec<String> = s
+            .regions
+            .iter()
+            .flat_map(|r| r.state.resources.values())
+            .filter(|r| r.state != ResourceState::Deleting && deleting.contains(&r.uid))
+            .map(|r| format!("{} is {:?} after DELETING", r.name, r.state))
+            .collect();
+        for r in &s.regions {
+            for b in r.state.backrefs.values() {
+                if let Some(d) = r.state.deletions.get(&b.target.uid) {
+                    if b.attached_at > d.deleted_at {
+                        out.push(format!("{} attached to DELETING {}", b.referrer.name, b.target.name));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn allowed_deletions(&self, s: &State) -> BTreeSet<ResourceName> {
+        let mut allowed: BTreeSet<ResourceName> = BTreeSet::new();
+        if s.root_deleted {
+            allowed.extend(CLOSURE.iter().map(|n| rn(n)));
+        }
+        if s.blocker_deleted {
+            allowed.insert(rn(BLOCKER));
+        }
+        allowed
+    }
+
+    /// Resources of the initial topology outside the deletes' closures that are DELETING or gone.
+    pub fn over_deleted(&self, s: &State) -> Vec<String> {
+        let allowed = self.allowed_deletions(s);
+        let mut out = Vec::new();
+        for (name, uid) in &self.initial {
+            if allowed.contains(name) {
+                continue;
+            }
+            match s.regions[region_of(name)].state.resources.get(name) {
+                Some(r) if r.uid == *uid && r.state != ResourceState::Deleting => {}
+                Some(r) => out.push(format!("{name} is {:?}", r.state)),
+                None => out.push(format!("{name} was purged")),
+            }
+        }
+        out
+    }
+
+    /// Nothing in flight, nothing to deliver or send, no due work, and the
+    /// periodic check (if modelled) would drop nothing.
+    pub fn quiescent(&self, s: &State) -> bool {
+        if !s.releases.is_empty() || !s.acks.is_empty() || !s.attaches.is_empty() {
+            return false;
+        }
+        if s.regions
+            .iter()
+            .any(|r| !r.state.pending_releases.is_empty() || r.state.work.values().any(|w| w.next_attempt_at <= r.now))
+        {
+            return false;
+        }
+        if self.late_attach_msg(s).is_some() {
+            return false;
+        }
+        for owner in 0..3 {
+            for other in (0..3).filter(|o| *o != owner) {
+                if !Self::undelivered(s, owner, other).is_empty() {
+                    return false;
+                }
+                if self.config.check_backrefs && !Self::not_standing(s, owner, other).is_empty() {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// At quiescence: rows without a live referrer holding them, unexplained
+    /// DELETING resources, stale blockers, tombstones of purged targets,
+    /// closure members still ACTIVE.
+    pub fn leaks(&self, s: &State) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, r) in s.regions.iter().enumerate() {
+            for b in r.state.backrefs.values() {
+                let holds = Self::holds(s, b.referrer.uid).is_some_and(|x| {
+                    matches!(x.state, ResourceState::Active | ResourceState::Creating)
+                        && x.refs
+                            .get(&b.field)
+                            .is_some_and(|ts| ts.iter().any(|t| t.uid == b.target.uid))
+                });
+                if !holds {
+                    out.push(format!(
+                        "{}: row {}.{} → {} has no live referrer holding it",
+                        REGIONS[i], b.referrer.name, b.field, b.target.name
+                    ));
+                }
+            }
+            for res in r
+                .state
+                .resources
+                .values()
+                .filter(|x| x.state == ResourceState::Deleting)
+            {
+                if !self.explained(s, i, res.uid, 0) {
+                    let status = r.state.deletions.get(&res.uid).map(|d| &d.status);
+                    out.push(format!("{} DELETING, unexplained: {status:?}", res.name));
+                }
+            }
+            for t in r.state.remote_deletions.values() {
+                if Self::holds(s, t.target.uid).is_none() {
+                    out.push(format!("{}: tombstone of purged {}", REGIONS[i], t.target.name));
+                }
+            }
+        }
+        if s.root_deleted {
+            for name in CLOSURE {
+                let name = rn(name);
+                if let Some(r) = s.regions[region_of(&name)].state.resources.get(&name) {
+                    if r.state == ResourceState::Active {
+                        out.push(format!("{name} of the closure is still ACTIVE"));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A DELETING resource at quiescence is explained if it is BLOCKED (by
+    /// blockers that still hold it) or FAILED with a reason, or if it is the
+    /// root of its operation and waits for another explained member.
+    fn explained(&self, s: &State, region: usize, uid: Uid, depth: usize) -> bool {
+        let st = &s.regions[region].state;
+        let Some(d) = st.deletions.get(&uid) else { return false };
+        match &d.status {
+            DeletionStatus::Failed { error } => !error.is_empty(),
+            DeletionStatus::Blocked { blockers, reason } => {
+                !reason.is_empty()
+                    && !blockers.is_empty()
+                    && blockers.iter().all(|b| {
+                        s.regions[region_of(&b.referrer)]
+                            .state
+                            .resources
+                            .get(&b.referrer)
+                            .is_some_and(|x| x.refs.get(&b.field).is_some_and(|ts| ts.iter().any(|t| t.uid == uid)))
+                    })
+            }
+            DeletionStatus::Pending | DeletionStatus::Waiting { .. } => {
+                let root = st.operations.get(&d.operation).is_some_and(|op| op.root.uid == uid);
+                root && depth == 0
+                    && st.deletions.values().any(|o| {
+                        o.operation == d.operation && o.target.uid != uid && self.explained(s, region, o.target.uid, 1)
+                    })
+            }
+        }
+    }
+
+    /// The root was deleted, all is quiet, and every resource of the closure
+    /// is purged or DELETING with an explanation.
+    pub fn closure_resolved(&self, s: &State) -> bool {
+        s.root_deleted
+            && self.quiescent(s)
+            && CLOSURE.iter().all(|n| {
+                let n = rn(n);
+                let region = region_of(&n);
+                match s.regions[region].state.resources.get(&n) {
+                    None => true,
+                    Some(r) => r.state == ResourceState::Deleting && self.explained(s, region, r.uid, 0),
+                }
+            })
+    }
+
+    /// Every resource of the closure (and the blocker) is purged.
+    pub fn closure_purged(&self, s: &State) -> bool {
+        s.root_deleted
+            && CLOSURE.iter().chain(std::iter::once(&BLOCKER)).all(|n| {
+                let n = rn(n);
+                !s.regions[region_of(&n)].state.resources.contains_key(&n)
+            })
+    }
+}

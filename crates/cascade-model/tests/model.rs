@@ -1,0 +1,112 @@
+//! Model checking of the cross-region deletion protocol (see the crate doc).
+//!
+//! - `exhaustive_near_the_root`: every interleaving up to a depth bound.
+//! - `random_deep_traces`: random complete runs (every maximal path is
+//!   finite), which reach the full purge and the blocked/failed outcomes.
+//! - `deep` (ignored; also `cargo run -p cascade-model --release --example deep`):
+//!   the larger configuration with message-level faults and the racing create.
+
+use std::time::{Duration, Instant};
+
+use cascade_model::{CascadeModel, Config};
+use stateright::{Checker, Model, UniformChooser};
+
+const ALWAYS: [&str; 5] = [
+    "1 no dangling reference",
+    "1 every live reference has its back-reference at the owner",
+    "2 no resurrection",
+    "3 no over-deletion",
+    "4 no leak at quiescence",
+];
+
+#[test]
+fn setup_builds_the_topology_through_the_core() {
+    let model = CascadeModel::new(Config::bounded());
+    assert_eq!(model.initial.len(), 12);
+    let init = &model.init_states()[0];
+    for r in &init.regions {
+        assert!(r
+            .state
+            .resources
+            .values()
+            .all(|r| r.state == cascade_core::ResourceState::Active));
+        assert!(r.state.pending_attach.is_empty() && r.state.work.is_empty());
+    }
+    // Cross-region rows at the owners: p←m, n←pt, n2←r, m←x, pt←g, x←h.
+    let remote_rows = init
+        .regions
+        .iter()
+        .flat_map(|r| r.state.backrefs.values())
+        .filter(|b| b.target.name.region() != b.referrer.name.region())
+        .count();
+    assert_eq!(
+        remote_rows, 12,
+        "each cross-region reference: owner row + importer mirror"
+    );
+    assert!(model.quiescent(init));
+    assert!(model.leaks(init).is_empty(), "{:?}", model.leaks(init));
+}
+
+#[test]
+fn exhaustive_near_the_root() {
+    let started = Instant::now();
+    let checker = CascadeModel::new(Config::bounded())
+        .checker()
+        .threads(2)
+        .target_max_depth(8)
+        .spawn_bfs()
+        .join();
+    println!(
+        "exhaustive: {} states ({} unique), depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    assert!(checker.unique_state_count() > 1_000);
+    for name in ALWAYS {
+        checker.assert_no_discovery(name);
+    }
+}
+
+#[test]
+fn random_deep_traces() {
+    let started = Instant::now();
+    let checker = CascadeModel::new(Config::bounded())
+        .checker()
+        .threads(2)
+        .target_state_count(20_000)
+        .timeout(Duration::from_secs(40))
+        .spawn_simulation(7, UniformChooser)
+        .join();
+    println!(
+        "simulation: {} states, depth {}, {:.1?}",
+        checker.state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    assert!(checker.state_count() > 0);
+    checker.assert_properties();
+}
+
+#[test]
+#[ignore = "deep run (minutes in release): cargo test -p cascade-model --release -- --ignored"]
+fn deep() {
+    let started = Instant::now();
+    let checker = CascadeModel::new(Config::deep())
+        .checker()
+        .threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .target_max_depth(12)
+        .spawn_bfs()
+        .join();
+    println!(
+        "deep: {} states ({} unique), depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    for name in ALWAYS {
+        checker.assert_no_discovery(name);
+    }
+}
