@@ -11,6 +11,7 @@ use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
 use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
+use cascade_tls::DevPki;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -24,6 +25,10 @@ pub struct DemoArgs {
     /// Set up, print, and exit instead of serving until Ctrl-C (for scripts).
     #[arg(long)]
     no_wait: bool,
+    /// Serve without TLS (by default the demo's nodes use mutual TLS with a
+    /// freshly generated development CA, written next to the data).
+    #[arg(long)]
+    plaintext: bool,
 }
 
 /// The demo's regions; the first serves on `--listen`.
@@ -181,9 +186,17 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     for _ in 1..DEMO_REGIONS.len() {
         listeners.push(tokio::net::TcpListener::bind("127.0.0.1:0").await?);
     }
+    let pki = if args.plaintext {
+        None
+    } else {
+        let pki = DevPki::generate(&DEMO_REGIONS).context("generating the demo's certificates")?;
+        pki.write(&data_root.join("certs"))?;
+        Some(pki)
+    };
+    let scheme = if pki.is_some() { "https" } else { "http" };
     let endpoints: Vec<String> = listeners
         .iter()
-        .map(|l| l.local_addr().map(|a| format!("http://{a}")))
+        .map(|l| l.local_addr().map(|a| format!("{scheme}://{a}")))
         .collect::<std::io::Result<_>>()?;
     let schema = Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?);
     let mut nodes = Vec::new();
@@ -191,6 +204,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         let region = RegionId::parse(DEMO_REGIONS[i])?;
         let mut settings = NodeSettings::new(region, schema.clone(), Some(data_root.join(DEMO_REGIONS[i])));
         settings.check_interval = std::time::Duration::from_secs(5);
+        if let Some(pki) = &pki {
+            settings.tls = Some(pki.node_tls(DEMO_REGIONS[i])?);
+        }
         for (j, peer) in DEMO_REGIONS.iter().enumerate() {
             if j != i {
                 settings.peers.insert(RegionId::parse(peer)?, endpoints[j].clone());
@@ -198,7 +214,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         }
         nodes.push(RunningNode::start(settings, listener).await?);
     }
-    let client = Client::connect(&endpoints[0]).await?;
+    let client = Client::connect_with(&endpoints[0], pki.as_ref().map(DevPki::client).as_ref()).await?;
     let mut created = 0;
     for (region, batch) in topology() {
         let n = batch.len();
@@ -221,8 +237,19 @@ pub async fn run(args: DemoArgs) -> Result<()> {
 ",
         data_root.display()
     );
+    let certs = data_root.join("certs");
+    match &pki {
+        Some(_) => println!(
+            "Mutual TLS between the regions (development CA in {}; --plaintext turns it off).\n",
+            certs.display()
+        ),
+        None => println!("Plain text (without --plaintext the nodes use mutual TLS).\n"),
+    }
     println!("Any node accepts any request and forwards it to the owning region. Try, in another terminal:");
     println!("  export CASCADE_SERVER={endpoint}");
+    if pki.is_some() {
+        println!("  export CASCADE_CA_CERT={}", certs.join("ca.pem").display());
+    }
     println!("  {exe} list                                             # eu-west's resources");
     println!("  {exe} get us-east/port/p1                              # a port in us-east on eu-west's network");
     println!(
@@ -232,8 +259,18 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     println!("  {exe} delete eu-west/network/net1 --cascade --wait     # do it: us-east and ap-south follow");
     println!("  {exe} get ap-south/floating_ip/fip1                    # survived: its port reference was unset");
     println!("  {exe} delete eu-west/network/ext --cascade             # refused: ap-south/router/edge blocks it");
+    // The checker reads every region through the Peer API: it needs a region's identity.
+    let identity = if pki.is_some() {
+        format!(
+            "--cert {} --key {} ",
+            certs.join("eu-west.pem").display(),
+            certs.join("eu-west.key").display()
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "  {exe} check --region {}",
+        "  {exe} check {identity}--region {}",
         DEMO_REGIONS
             .iter()
             .zip(&endpoints)

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use cascade_client::cli::{ClientArgs, Command as ClientCommand};
 use cascade_node::{ConfigFile, Node, NodeSettings};
+use cascade_tls::DevPki;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
@@ -31,6 +32,12 @@ enum Command {
     Serve(ServeArgs),
     /// Start a local node with example data and show what to try.
     Demo(demo::DemoArgs),
+    /// Generate a development CA and a certificate per region (mutual TLS).
+    ///
+    /// Writes ca.pem, ca.key and REGION.pem, REGION.key into --out. An
+    /// existing ca.pem/ca.key there is reused, so a region can be added
+    /// later; existing region certificates are kept unless --force.
+    DevCerts(DevCertsArgs),
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -52,6 +59,39 @@ struct ServeArgs {
     /// Schema file (default: the embedded example schema).
     #[arg(long, env = "CASCADE_SCHEMA")]
     schema: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct DevCertsArgs {
+    /// Directory to write into (created if missing).
+    #[arg(long, default_value = "certs")]
+    out: PathBuf,
+    /// Replace existing region certificates.
+    #[arg(long)]
+    force: bool,
+    /// Regions to issue certificates for.
+    #[arg(required = true)]
+    regions: Vec<String>,
+}
+
+fn dev_certs(args: DevCertsArgs) -> Result<()> {
+    let mut pki = if args.out.join("ca.pem").exists() && args.out.join("ca.key").exists() {
+        println!("reusing the CA in {}", args.out.display());
+        DevPki::load_ca(&args.out)?
+    } else {
+        DevPki::generate(&[])?
+    };
+    for region in &args.regions {
+        if args.out.join(format!("{region}.pem")).exists() && !args.force {
+            println!("kept {region}.pem (exists; --force replaces it)");
+            continue;
+        }
+        pki.add_region(region)?;
+    }
+    for file in pki.write(&args.out)? {
+        println!("wrote {}", file.display());
+    }
+    Ok(())
 }
 
 fn init_tracing(default: &str) {
@@ -85,6 +125,10 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Demo(args) => {
             init_tracing("warn");
             demo::run(args).await?;
+            Ok(0)
+        }
+        Command::DevCerts(args) => {
+            dev_certs(args)?;
             Ok(0)
         }
         Command::Client(command) => {

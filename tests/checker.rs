@@ -21,7 +21,7 @@ async fn assert_clean(regions: &[(String, String)]) -> CheckReport {
         // cross-region allow_dangling reference is not marked dangling, so
         // the dump alone cannot tell it is untracked.
         let schema = cascade_core::Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap();
-        let report = check_cluster_with_schema(regions, Some(&schema))
+        let report = check_cluster_with_schema(regions, Some(&schema), None)
             .await
             .expect("checker reads every region");
         if report.violations.is_empty() {
@@ -193,6 +193,7 @@ async fn the_check_command_fails_on_wrong_nodes_and_needs_no_server() {
     let args = ClientArgs {
         server: "http://127.0.0.1:1".into(),
         output: Output::Json,
+        tls: Default::default(),
     };
     let check = |regions: Vec<String>| {
         Command::Check(CheckArgs {
@@ -238,6 +239,7 @@ async fn the_check_command_reads_a_node_configuration() {
     let args = ClientArgs {
         server: "http://127.0.0.1:1".into(),
         output: Output::Text,
+        tls: Default::default(),
     };
     let err = cli::run(
         &args,

@@ -508,3 +508,52 @@ async fn random_specs_naming_unknown_regions_never_fail_internally() {
     still_serving(c).await;
     t.node.stop().await.unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// (e) Limits set in the configuration file.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn limits_set_in_the_configuration_file_are_enforced() {
+    let file = cascade_node::ConfigFile::parse(
+        "region = \"eu-west\"\n[limits]\nmax_message_bytes = 65536\nmax_batch = 5\nmax_page_size = 3\ndefault_page_size = 2\n",
+        std::path::Path::new("limits.toml"),
+    )
+    .unwrap();
+    let configured = cascade_node::NodeSettings::from_file(&file).unwrap();
+    let t = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| {
+        s.limits = configured.limits.clone()
+    })
+    .await;
+    let c = &t.client;
+    c.create(spec(OK, &[])).await.unwrap();
+
+    let specs = |n: usize| -> Vec<v1::ResourceSpec> { (0..n).map(|i| spec(&format!("project/p{i}"), &[])).collect() };
+    let err = c.batch_create(specs(6)).await.unwrap_err();
+    assert_eq!(err.code(), Some(tonic::Code::InvalidArgument), "{err}");
+    assert!(err.to_string().contains("1 to 5"), "{err}");
+    c.batch_create(specs(5)).await.expect("a batch of 5");
+
+    let page = c
+        .list(v1::ListRequest {
+            page_size: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.resources.len(), 3, "max_page_size caps the page");
+    let default_page = c.list(v1::ListRequest::default()).await.unwrap();
+    assert_eq!(default_page.resources.len(), 2, "default_page_size");
+
+    // 100 KiB is over the configured 64 KiB (far under the default 16 MiB).
+    let mut big = spec("project/big", &[]);
+    big.attributes.insert("blob".into(), "x".repeat(100 * 1024));
+    let mut raw = ResourcesClient::connect(t.node.endpoint())
+        .await
+        .unwrap()
+        .max_encoding_message_size(1024 * 1024);
+    let status = raw.create(v1::CreateRequest { resource: Some(big) }).await.unwrap_err();
+    assert!(too_large(status.code()), "{status:?}");
+    still_serving(c).await;
+    t.node.stop().await.unwrap();
+}

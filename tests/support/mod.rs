@@ -8,11 +8,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cascade_client::{Client, ClientError};
+use cascade_client::{Client, ClientError, ClientTls};
 use cascade_core::{RegionId, Schema};
 use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
 use cascade_proto::v1::peer_client::PeerClient;
+use cascade_tls::DevPki;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
@@ -152,6 +153,8 @@ pub struct Cluster {
     settings: Vec<(String, NodeSettings)>,
     /// Stopped nodes: their address and data directory, kept for a restart.
     stopped: Vec<(String, SocketAddr, tempfile::TempDir)>,
+    /// How clients reach the nodes (None: plain text).
+    pub client_tls: Option<ClientTls>,
 }
 
 impl Cluster {
@@ -197,7 +200,9 @@ impl Cluster {
             .1
             .clone();
         let node = RunningNode::start(settings, listener).await.expect("node restarts");
-        let client = Client::connect(&node.endpoint()).await.expect("client connects");
+        let client = Client::connect_with(&node.endpoint(), self.client_tls.as_ref())
+            .await
+            .expect("client connects");
         self.nodes.push((region, TestNode { node, client, dir }));
     }
 
@@ -222,14 +227,25 @@ pub async fn start_cluster(regions: &[&str]) -> Cluster {
 }
 
 pub async fn start_cluster_with(regions: &[&str], tweak: impl Fn(&mut NodeSettings)) -> Cluster {
+    start_cluster_on(regions, None, tweak).await
+}
+
+/// A cluster with mutual TLS: each node has its region's certificate of `pki`.
+pub async fn start_cluster_tls(regions: &[&str], pki: &DevPki) -> Cluster {
+    start_cluster_on(regions, Some(pki), |_| {}).await
+}
+
+async fn start_cluster_on(regions: &[&str], pki: Option<&DevPki>, tweak: impl Fn(&mut NodeSettings)) -> Cluster {
     let mut listeners = Vec::new();
     for _ in regions {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
     }
+    let scheme = if pki.is_some() { "https" } else { "http" };
     let addrs: Vec<String> = listeners
         .iter()
-        .map(|l| format!("http://{}", l.local_addr().unwrap()))
+        .map(|l| format!("{scheme}://{}", l.local_addr().unwrap()))
         .collect();
+    let client_tls = pki.map(DevPki::client);
     let mut nodes = Vec::new();
     let mut saved = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
@@ -249,16 +265,22 @@ pub async fn start_cluster_with(regions: &[&str], tweak: impl Fn(&mut NodeSettin
                     .insert(RegionId::parse(region).unwrap(), addrs[j].clone());
             }
         }
+        if let Some(pki) = pki {
+            settings.tls = Some(pki.node_tls(regions[i]).expect("region certificate"));
+        }
         tweak(&mut settings);
         saved.push((regions[i].to_owned(), settings.clone()));
         let node = RunningNode::start(settings, listener).await.expect("node starts");
-        let client = Client::connect(&node.endpoint()).await.expect("client connects");
+        let client = Client::connect_with(&node.endpoint(), client_tls.as_ref())
+            .await
+            .expect("client connects");
         nodes.push((regions[i].to_owned(), TestNode { node, client, dir }));
     }
     Cluster {
         nodes,
         settings: saved,
         stopped: Vec::new(),
+        client_tls,
     }
 }
 

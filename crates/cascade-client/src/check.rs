@@ -60,9 +60,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use cascade_core::Schema;
 use cascade_proto::v1;
 use cascade_proto::v1::peer_client::PeerClient;
-use tonic::transport::Endpoint;
 
-use crate::client::ClientError;
+use crate::client::{connect_channel, ClientError, ClientTls};
 
 /// One broken invariant, with the resources involved.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -95,7 +94,7 @@ pub struct CheckReport {
 /// Reads every region (`(region, endpoint)` pairs) and checks the invariants.
 /// Call it at quiescence (see the module doc).
 pub async fn check_cluster(regions: &[(String, String)]) -> Result<CheckReport, ClientError> {
-    check_cluster_with_schema(regions, None).await
+    check_cluster_with_schema(regions, None, None).await
 }
 
 /// [`check_cluster`] with the cluster's schema, which decides tracked-ness
@@ -103,8 +102,9 @@ pub async fn check_cluster(regions: &[(String, String)]) -> Result<CheckReport, 
 pub async fn check_cluster_with_schema(
     regions: &[(String, String)],
     schema: Option<&Schema>,
+    tls: Option<&ClientTls>,
 ) -> Result<CheckReport, ClientError> {
-    let dumps = fetch_dumps(regions).await?;
+    let dumps = fetch_dumps(regions, tls).await?;
     let mut report = check_dumps_with_schema(&dumps, schema);
     for ((asked, _), d) in regions.iter().zip(&dumps) {
         if *asked != d.region {
@@ -118,27 +118,25 @@ pub async fn check_cluster_with_schema(
     Ok(report)
 }
 
-/// One `Peer.Dump` per region, in order.
-pub async fn fetch_dumps(regions: &[(String, String)]) -> Result<Vec<v1::DumpResponse>, ClientError> {
+/// One `Peer.Dump` per region, in order. With mutual TLS on, `tls` must
+/// carry a region identity (a node's certificate), and each node must
+/// prove it is the region it is listed as.
+pub async fn fetch_dumps(
+    regions: &[(String, String)],
+    tls: Option<&ClientTls>,
+) -> Result<Vec<v1::DumpResponse>, ClientError> {
     if regions.is_empty() {
         return Err(ClientError::Usage("no regions to check".into()));
     }
     let mut out = Vec::with_capacity(regions.len());
     for (region, addr) in regions {
-        let endpoint = Endpoint::from_shared(addr.clone()).map_err(|e| ClientError::Address {
-            addr: addr.clone(),
-            message: e.to_string(),
-        })?;
-        let channel = endpoint
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(|e| ClientError::Connect {
+        let channel = connect_channel(addr, tls, Some(region)).await.map_err(|e| match e {
+            ClientError::Connect { addr, message } => ClientError::Connect {
                 addr: format!("{addr} (region {region})"),
-                message: std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| e.to_string()),
-            })?;
+                message,
+            },
+            other => other,
+        })?;
         let mut peer = PeerClient::new(channel).max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES);
         let dump = peer.dump(v1::DumpRequest {}).await?.into_inner();
         out.push(dump);

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
 use crate::check;
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, ClientTls};
 use crate::render;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -31,6 +31,43 @@ pub struct ClientArgs {
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value = "text")]
     pub output: Output,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS for `https://` nodes.
+#[derive(Debug, Clone, Default, Args)]
+pub struct TlsArgs {
+    /// The cluster's CA certificate (PEM); needed for `https://` addresses.
+    #[arg(long, global = true, env = "CASCADE_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
+    /// A certificate to present (PEM), with --key. Only Peer calls need one
+    /// (`cascade check`), and it must be a region's.
+    #[arg(long, global = true, env = "CASCADE_CERT", value_name = "FILE", requires = "key")]
+    pub cert: Option<std::path::PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long, global = true, env = "CASCADE_KEY", value_name = "FILE", requires = "cert")]
+    pub key: Option<std::path::PathBuf>,
+    /// The name the server's certificate must carry, when the address is
+    /// not one of its names (e.g. `eu-west.cascade`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    /// None without --ca-cert (plain text).
+    pub fn load(&self) -> Result<Option<ClientTls>, ClientError> {
+        let Some(ca) = &self.ca_cert else {
+            if self.cert.is_some() {
+                return Err(ClientError::Usage("--cert needs --ca-cert (the cluster's CA)".into()));
+            }
+            return Ok(None);
+        };
+        let identity = self.cert.as_deref().zip(self.key.as_deref());
+        ClientTls::load(ca, identity, self.tls_server_name.clone())
+            .map(Some)
+            .map_err(|e| ClientError::Usage(e.to_string()))
+    }
 }
 
 /// A resource's content on the command line.
@@ -147,11 +184,28 @@ struct NodeConfig {
     schema: Option<std::path::PathBuf>,
     #[serde(default)]
     peers: BTreeMap<String, String>,
+    /// The node's identity: with it the checker calls the Peer API as that region.
+    tls: Option<NodeTlsFiles>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct NodeTlsFiles {
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+}
+
+/// What `cascade check` reads, and how.
+struct CheckTargets {
+    regions: Regions,
+    schema: Option<cascade_core::Schema>,
+    /// From --config's `[tls]`, unless the TLS flags say otherwise.
+    tls: Option<ClientTls>,
 }
 
 /// The endpoint that dials a node's `listen` address: an unspecified IP
 /// (0.0.0.0, ::) is dialed on loopback; port 0 cannot be dialed.
-fn listen_endpoint(listen: &str) -> Result<String, ClientError> {
+fn listen_endpoint(listen: &str, tls: bool) -> Result<String, ClientError> {
     let addr: std::net::SocketAddr = listen
         .parse()
         .map_err(|_| ClientError::Usage(format!("listen {listen:?}: expected an address like 127.0.0.1:50051")))?;
@@ -166,14 +220,16 @@ fn listen_endpoint(listen: &str) -> Result<String, ClientError> {
         std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
         ip => ip,
     };
-    Ok(format!("http://{}", std::net::SocketAddr::new(ip, addr.port())))
+    let scheme = if tls { "https" } else { "http" };
+    Ok(format!("{scheme}://{}", std::net::SocketAddr::new(ip, addr.port())))
 }
 
 /// `(region, endpoint)` pairs.
 type Regions = Vec<(String, String)>;
 
 /// The `(region, endpoint)` pairs and the schema `cascade check` uses.
-fn check_targets(args: &CheckArgs) -> Result<(Regions, Option<cascade_core::Schema>), ClientError> {
+fn check_targets(args: &CheckArgs, tls_args: &TlsArgs) -> Result<CheckTargets, ClientError> {
+    let mut tls = tls_args.load()?;
     let mut regions: BTreeMap<String, String> = BTreeMap::new();
     let mut schema_path = args.schema.clone();
     let mut use_example = false;
@@ -186,7 +242,15 @@ fn check_targets(args: &CheckArgs) -> Result<(Regions, Option<cascade_core::Sche
             .region
             .ok_or_else(|| ClientError::Usage(format!("{}: region: is required", path.display())))?;
         let listen = config.listen.as_deref().unwrap_or("127.0.0.1:50051");
-        let endpoint = listen_endpoint(listen).map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
+        let endpoint = listen_endpoint(listen, config.tls.is_some())
+            .map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
+        if let (None, Some(files)) = (&tls, &config.tls) {
+            let identity = Some((files.cert.as_path(), files.key.as_path()));
+            tls = Some(
+                ClientTls::load(&files.ca, identity, None)
+                    .map_err(|e| ClientError::Usage(format!("{}: tls: {e}", path.display())))?,
+            );
+        }
         regions.insert(region, endpoint);
         for (peer, endpoint) in config.peers {
             regions.insert(peer, endpoint);
@@ -223,12 +287,17 @@ fn check_targets(args: &CheckArgs) -> Result<(Regions, Option<cascade_core::Sche
         ),
         None => None,
     };
-    Ok((regions.into_iter().collect(), schema))
+    Ok(CheckTargets {
+        regions: regions.into_iter().collect(),
+        schema,
+        tls,
+    })
 }
 
-async fn run_check(args: &CheckArgs, json: bool) -> Result<i32, ClientError> {
-    let (regions, schema) = check_targets(args)?;
-    let report = check::check_cluster_with_schema(&regions, schema.as_ref()).await?;
+async fn run_check(args: &CheckArgs, tls: &TlsArgs, json: bool) -> Result<i32, ClientError> {
+    let targets = check_targets(args, tls)?;
+    let report =
+        check::check_cluster_with_schema(&targets.regions, targets.schema.as_ref(), targets.tls.as_ref()).await?;
     if json {
         print_json(&serde_json::to_value(&report).unwrap_or_default());
     } else {
@@ -279,9 +348,9 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     let json = args.output == Output::Json;
     if let Command::Check(check_args) = &command {
         // Reads every region itself: no --server connection.
-        return run_check(check_args, json).await;
+        return run_check(check_args, &args.tls, json).await;
     }
-    let client = Client::connect(&args.server).await?;
+    let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {
         Command::Check(_) => unreachable!("handled above"),
         Command::Create(spec) => {

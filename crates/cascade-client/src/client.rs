@@ -2,6 +2,7 @@
 
 use cascade_proto::error_details;
 use cascade_proto::v1::{self, resources_client::ResourcesClient};
+pub use cascade_tls::ClientTls;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
@@ -37,6 +38,13 @@ impl From<Status> for ClientError {
 /// dependents; the structured details only add how many were left out.
 pub fn describe_status(s: &Status) -> String {
     let mut out = format!("{:?}: {}", s.code(), s.message());
+    if s.code() == Code::Unknown && s.message() == "transport error" {
+        // The connection broke before any gRPC answer: say why, and the usual cause.
+        out += &format!(
+            " ({}; a node serving TLS needs an https:// address and --ca-cert)",
+            error_chain(s)
+        );
+    }
     if let Some(d) = error_details(s) {
         if d.more > 0 && !s.message().contains("more)") {
             out += &format!(" (and {} more)", d.more);
@@ -50,22 +58,68 @@ pub struct Client {
     inner: ResourcesClient<Channel>,
 }
 
+/// Opens a channel to `addr`. `https://` needs `tls` (the cluster's CA);
+/// `expected_region`, when known, is what the server's certificate must name.
+pub async fn connect_channel(
+    addr: &str,
+    tls: Option<&ClientTls>,
+    expected_region: Option<&str>,
+) -> Result<Channel, ClientError> {
+    let mut endpoint = Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
+        addr: addr.to_owned(),
+        message: e.to_string(),
+    })?;
+    match tls {
+        Some(tls) => {
+            let mut config = tls.config();
+            if let (None, Some(region)) = (&tls.server_name, expected_region) {
+                config = config.domain_name(cascade_tls::identity_name(region));
+            }
+            endpoint = endpoint.tls_config(config).map_err(|e| ClientError::Address {
+                addr: addr.to_owned(),
+                message: e.to_string(),
+            })?;
+        }
+        None if addr.starts_with("https://") => {
+            return Err(ClientError::Usage(format!(
+                "{addr}: https:// needs the cluster's CA certificate: --ca-cert FILE (or CASCADE_CA_CERT)"
+            )))
+        }
+        None => {}
+    }
+    endpoint
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .connect()
+        .await
+        .map_err(|e| ClientError::Connect {
+            addr: addr.to_owned(),
+            message: error_chain(&e),
+        })
+}
+
+/// The transport error with its causes: TLS failures hide two levels down.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut cur = std::error::Error::source(e);
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    if parts.is_empty() {
+        e.to_string()
+    } else {
+        parts.join(": ")
+    }
+}
+
 impl Client {
     pub async fn connect(addr: &str) -> Result<Self, ClientError> {
-        let endpoint = Endpoint::from_shared(addr.to_owned()).map_err(|e| ClientError::Address {
-            addr: addr.to_owned(),
-            message: e.to_string(),
-        })?;
-        let channel = endpoint
-            .connect_timeout(std::time::Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(|e| ClientError::Connect {
-                addr: addr.to_owned(),
-                message: std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| e.to_string()),
-            })?;
+        Self::connect_with(addr, None).await
+    }
+
+    /// Connects with TLS when `tls` is given (required for `https://`).
+    pub async fn connect_with(addr: &str, tls: Option<&ClientTls>) -> Result<Self, ClientError> {
+        let channel = connect_channel(addr, tls, None).await?;
         Ok(Self {
             inner: ResourcesClient::new(channel)
                 .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)

@@ -18,7 +18,21 @@
 //! tick_ms = 200
 //! check_interval_ms = 30000   # re-check remote back-references of waiting deletions
 //! outbox_retention = 100000   # events kept after every peer acknowledged them
+//!
+//! [limits]            # all optional; what one request may carry
+//! max_message_bytes = 16777216  # a gRPC message, either way (keep equal across the cluster)
+//! max_batch = 1000              # resources per BatchCreate, back-references per peer call
+//! max_page_size = 1000          # List / outcome pages
+//! default_page_size = 100
+//!
+//! [tls]               # mutual TLS: all three, or none (plain text)
+//! ca = "certs/ca.pem"        # the cluster's CA
+//! cert = "certs/eu-1.pem"    # names this region: DNS SAN "eu-1.cascade"
+//! key = "certs/eu-1.key"
 //! ```
+//!
+//! With `[tls]`, every peer address must be `https://`, and a peer is
+//! verified to be the region it is listed as.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +44,7 @@ use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
 use crate::service::ApiLimits;
+use cascade_tls::{NodeTls, TlsFiles};
 
 /// The file as written. Every field may also come from a flag or the environment.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -44,6 +59,26 @@ pub struct ConfigFile {
     pub peers: BTreeMap<String, String>,
     #[serde(default)]
     pub deletion: DeletionConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    pub tls: Option<TlsConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub max_message_bytes: Option<usize>,
+    pub max_batch: Option<usize>,
+    pub max_page_size: Option<usize>,
+    pub default_page_size: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -66,6 +101,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{field}: {message}")]
     Invalid { field: &'static str, message: String },
+    #[error("tls: {0}")]
+    Tls(#[from] cascade_tls::TlsError),
 }
 
 impl ConfigFile {
@@ -74,8 +111,13 @@ impl ConfigFile {
             path: path.to_owned(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_owned(),
+        Self::parse(&text, path)
+    }
+
+    /// Parses a configuration's text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_owned(),
             message: e.to_string(),
         })
     }
@@ -98,6 +140,9 @@ pub struct NodeSettings {
     pub check_interval: Duration,
     /// Outbox events kept even when every peer has acknowledged them.
     pub outbox_retention: u64,
+    /// Mutual TLS with peers (and TLS for clients); None: plain text, and
+    /// Peer calls are trusted to name their own region.
+    pub tls: Option<NodeTls>,
 }
 
 impl NodeSettings {
@@ -113,6 +158,7 @@ impl NodeSettings {
             peers: BTreeMap::new(),
             check_interval: Duration::from_secs(30),
             outbox_retention: 100_000,
+            tls: None,
         }
     }
 
@@ -155,6 +201,27 @@ impl NodeSettings {
         if let Some(v) = d.check_interval_ms {
             settings.check_interval = Duration::from_millis(v.max(10));
         }
+        apply_limits(&file.limits, &mut settings.limits)?;
+        if let Some(tls) = &file.tls {
+            let loaded = NodeTls::load(&TlsFiles {
+                ca: tls.ca.clone(),
+                cert: tls.cert.clone(),
+                key: tls.key.clone(),
+            })?;
+            if loaded.region() != &settings.region {
+                return Err(ConfigError::Invalid {
+                    field: "tls.cert",
+                    message: format!(
+                        "{} names region {}, but this node is region {}",
+                        tls.cert.display(),
+                        loaded.region(),
+                        settings.region
+                    ),
+                });
+            }
+            settings.tls = Some(loaded);
+        }
+        let scheme = if settings.tls.is_some() { "https://" } else { "http://" };
         for (region, addr) in &file.peers {
             let id = RegionId::parse(region).map_err(|e| ConfigError::Invalid {
                 field: "peers",
@@ -166,16 +233,54 @@ impl NodeSettings {
                     message: format!("{region} is this node's own region"),
                 });
             }
-            if !(addr.starts_with("http://") || addr.starts_with("https://")) {
+            if !addr.starts_with(scheme) {
+                let why = if settings.tls.is_some() {
+                    "[tls] is on"
+                } else {
+                    "[tls] is off; https:// peers need it"
+                };
                 return Err(ConfigError::Invalid {
                     field: "peers",
-                    message: format!("{region}: address {addr:?} must start with http:// or https://"),
+                    message: format!("{region}: address {addr:?} must start with {scheme} ({why})"),
                 });
             }
             settings.peers.insert(id, addr.clone());
         }
         Ok(settings)
     }
+}
+
+fn apply_limits(file: &LimitsConfig, limits: &mut ApiLimits) -> Result<(), ConfigError> {
+    let at_least = |field: &'static str, value: Option<usize>, min: usize| match value {
+        Some(v) if v < min => Err(ConfigError::Invalid {
+            field,
+            message: format!("must be at least {min}"),
+        }),
+        other => Ok(other),
+    };
+    // 64 KiB: below that a single large resource could not be created at all.
+    if let Some(v) = at_least("limits.max_message_bytes", file.max_message_bytes, 64 * 1024)? {
+        limits.max_message_bytes = v;
+    }
+    if let Some(v) = at_least("limits.max_batch", file.max_batch, 1)? {
+        limits.max_batch_create = v;
+    }
+    if let Some(v) = at_least("limits.max_page_size", file.max_page_size, 1)? {
+        limits.max_page_size = v;
+    }
+    if let Some(v) = at_least("limits.default_page_size", file.default_page_size, 1)? {
+        limits.default_page_size = v;
+    }
+    if limits.default_page_size > limits.max_page_size {
+        return Err(ConfigError::Invalid {
+            field: "limits.default_page_size",
+            message: format!(
+                "{} exceeds max_page_size {}",
+                limits.default_page_size, limits.max_page_size
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Loads a schema file, or the embedded example when none is given.
@@ -194,4 +299,93 @@ pub fn load_schema(path: Option<&Path>) -> Result<Schema, ConfigError> {
         path,
         message: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cascade_tls::DevPki;
+
+    fn settings(text: &str) -> Result<NodeSettings, ConfigError> {
+        NodeSettings::from_file(&ConfigFile::parse(text, Path::new("node.toml"))?)
+    }
+
+    fn err(text: &str) -> String {
+        match settings(text) {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn limits_come_from_the_file() {
+        let s = settings(
+            "region = \"eu-1\"\n[limits]\nmax_message_bytes = 65536\nmax_batch = 5\nmax_page_size = 7\ndefault_page_size = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                s.limits.max_message_bytes,
+                s.limits.max_batch_create,
+                s.limits.max_page_size,
+                s.limits.default_page_size
+            ),
+            (65536, 5, 7, 3)
+        );
+        let defaults = settings("region = \"eu-1\"").unwrap().limits;
+        assert_eq!(defaults.max_message_bytes, cascade_proto::MAX_MESSAGE_BYTES);
+    }
+
+    #[test]
+    fn limits_that_cannot_work_are_refused_by_name() {
+        assert_eq!(
+            err("region = \"eu-1\"\n[limits]\nmax_batch = 0"),
+            "limits.max_batch: must be at least 1"
+        );
+        assert!(err("region = \"eu-1\"\n[limits]\nmax_message_bytes = 100").starts_with("limits.max_message_bytes"));
+        assert_eq!(
+            err("region = \"eu-1\"\n[limits]\nmax_page_size = 10\ndefault_page_size = 20"),
+            "limits.default_page_size: 20 exceeds max_page_size 10"
+        );
+        assert!(err("region = \"eu-1\"\n[limits]\nmax_pages = 10").contains("unknown field"));
+    }
+
+    fn tls_section(dir: &Path, region: &str) -> String {
+        format!(
+            "[tls]\nca = {:?}\ncert = {:?}\nkey = {:?}\n",
+            dir.join("ca.pem"),
+            dir.join(format!("{region}.pem")),
+            dir.join(format!("{region}.key"))
+        )
+    }
+
+    #[test]
+    fn tls_needs_the_certificate_of_this_region_and_https_peers() {
+        let dir = tempfile::tempdir().unwrap();
+        DevPki::generate(&["eu-1", "us-2"]).unwrap().write(dir.path()).unwrap();
+        let ok = format!(
+            "region = \"eu-1\"\n[peers]\nus-2 = \"https://127.0.0.1:1\"\n{}",
+            tls_section(dir.path(), "eu-1")
+        );
+        let s = settings(&ok).unwrap();
+        assert_eq!(s.tls.as_ref().map(|t| t.region().as_str()), Some("eu-1"));
+
+        let wrong_cert = format!("region = \"eu-1\"\n{}", tls_section(dir.path(), "us-2"));
+        let e = err(&wrong_cert);
+        assert!(
+            e.starts_with("tls.cert: ") && e.contains("names region us-2, but this node is region eu-1"),
+            "{e}"
+        );
+
+        let http_peer = format!(
+            "region = \"eu-1\"\n[peers]\nus-2 = \"http://127.0.0.1:1\"\n{}",
+            tls_section(dir.path(), "eu-1")
+        );
+        assert!(err(&http_peer).contains("must start with https:// ([tls] is on)"));
+        let https_without_tls = "region = \"eu-1\"\n[peers]\nus-2 = \"https://127.0.0.1:1\"\n";
+        assert!(err(https_without_tls).contains("https:// peers need it"));
+
+        let missing = format!("region = \"eu-1\"\n{}", tls_section(&dir.path().join("nope"), "eu-1"));
+        assert!(err(&missing).contains("cannot read"), "{}", err(&missing));
+    }
 }

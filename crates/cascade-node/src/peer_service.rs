@@ -31,7 +31,49 @@ fn backrefs(list: Vec<v1::PeerBackRef>) -> Result<Vec<peer::PeerBackRef>, Status
         .collect()
 }
 
+/// Who is calling, as far as the transport can tell.
+enum Caller {
+    /// Plain text: the region the request names is taken on trust.
+    Unauthenticated,
+    /// Mutual TLS: the region the client certificate names.
+    Region(RegionId),
+}
+
 impl PeerService {
+    /// With mutual TLS on, every Peer call needs a client certificate that
+    /// names a region (the CA already verified the chain at the handshake).
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        if !self.node.peer_auth {
+            return Ok(Caller::Unauthenticated);
+        }
+        let chain = request.peer_certs().ok_or_else(|| {
+            Status::unauthenticated("peer calls need a client certificate of a cascade region (mutual TLS)")
+        })?;
+        match cascade_tls::peer_region(&chain) {
+            Ok(region) => Ok(Caller::Region(region)),
+            Err(why) => Err(Status::unauthenticated(format!("client certificate {why}"))),
+        }
+    }
+
+    /// A region may attach, release, watch and acknowledge only as itself.
+    fn authorize_as<T>(&self, request: &Request<T>, claimed: &RegionId, rpc: &str) -> Result<(), Status> {
+        match self.caller(request)? {
+            Caller::Region(actual) if actual != *claimed => {
+                warn!(region = %self.node.region, caller = %actual, claimed = %claimed, rpc,
+                    "refused a peer call made in another region's name");
+                Err(Status::permission_denied(format!(
+                    "{rpc}: the caller's certificate names region {actual}, not {claimed}"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Read-only peer calls: any certified region (or anyone, in plain text).
+    fn authorize_any<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.caller(request).map(|_| ())
+    }
+
     fn limit(&self, n: usize) -> Result<(), Status> {
         if n > self.node.limits.max_batch_create {
             return Err(invalid_field(
@@ -46,6 +88,7 @@ impl PeerService {
 #[tonic::async_trait]
 impl Peer for PeerService {
     async fn lookup(&self, request: Request<v1::LookupRequest>) -> Result<Response<v1::ObjectRef>, Status> {
+        self.authorize_any(&request)?;
         let name = ResourceName::parse(&request.into_inner().name).map_err(|e| invalid_field("name", e))?;
         let found = StoreState {
             store: self.node.store.as_ref(),
@@ -64,8 +107,9 @@ impl Peer for PeerService {
     }
 
     async fn attach(&self, request: Request<v1::AttachRequest>) -> Result<Response<v1::AttachResponse>, Status> {
+        let from = from_region(&request.get_ref().from_region)?;
+        self.authorize_as(&request, &from, "Attach")?;
         let req = request.into_inner();
-        let from = from_region(&req.from_region)?;
         self.limit(req.backrefs.len())?;
         let entries = backrefs(req.backrefs)?;
         let attached = self
@@ -81,8 +125,9 @@ impl Peer for PeerService {
     }
 
     async fn release(&self, request: Request<v1::ReleaseRequest>) -> Result<Response<v1::ReleaseResponse>, Status> {
+        let from = from_region(&request.get_ref().from_region)?;
+        self.authorize_as(&request, &from, "Release")?;
         let req = request.into_inner();
-        let from = from_region(&req.from_region)?;
         self.limit(req.backrefs.len())?;
         let entries = backrefs(req.backrefs)?;
         let caller = from.clone();
@@ -108,8 +153,9 @@ impl Peer for PeerService {
     type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::PeerEvent, Status>> + Send>>;
 
     async fn watch(&self, request: Request<v1::PeerWatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let watcher = from_region(&request.get_ref().region)?;
+        self.authorize_as(&request, &watcher, "Watch")?;
         let req = request.into_inner();
-        let watcher = from_region(&req.region)?;
         let span = info_span!("peer_watch", region = %self.node.region, watcher = %watcher, from = req.from_revision);
         let stream = outbox_stream(
             self.node.feed(),
@@ -130,6 +176,7 @@ impl Peer for PeerService {
         &self,
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
+        self.authorize_any(&request)?;
         let req = request.into_inner();
         self.limit(req.backrefs.len())?;
         let keys: Vec<BackRefKey> = backrefs(req.backrefs)?.iter().map(|b| b.key()).collect();
@@ -144,6 +191,7 @@ impl Peer for PeerService {
     }
 
     async fn plan(&self, request: Request<v1::PeerPlanRequest>) -> Result<Response<v1::Plan>, Status> {
+        self.authorize_any(&request)?;
         let req = request.into_inner();
         let seeds = req
             .seeds
@@ -158,6 +206,7 @@ impl Peer for PeerService {
         &self,
         request: Request<v1::GetOperationRequest>,
     ) -> Result<Response<v1::Operation>, Status> {
+        self.authorize_any(&request)?;
         let req = request.into_inner();
         let id = OperationId::parse(&req.id).map_err(|e| invalid_field("id", e))?;
         Ok(Response::new(self.node.local_operation(
@@ -168,8 +217,10 @@ impl Peer for PeerService {
     }
 
     async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
+        let region = from_region(&request.get_ref().region)?;
+        // An acknowledgement lets the owner compact its outbox: only the watcher itself may give it.
+        self.authorize_as(&request, &region, "Ack")?;
         let req = request.into_inner();
-        let region = from_region(&req.region)?;
         if let Ok(mut acks) = self.node.acks.lock() {
             let slot = acks.entry(region.to_string()).or_default();
             *slot = (*slot).max(req.revision);
@@ -186,7 +237,8 @@ impl Peer for PeerService {
         &self,
         request: Request<v1::ListDeletingRequest>,
     ) -> Result<Response<v1::ListDeletingResponse>, Status> {
-        let region = from_region(&request.into_inner().region)?;
+        let region = from_region(&request.get_ref().region)?;
+        self.authorize_any(&request)?;
         let state = self.node.state();
         let unavailable = |e: crate::store::StoreError| Status::unavailable(e.to_string());
         // The revision first: events after it are streamed anyway, and
@@ -207,7 +259,9 @@ impl Peer for PeerService {
         Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))
     }
 
-    async fn dump(&self, _: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+    async fn dump(&self, request: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+        // The whole region's state: certified regions only (`cascade check` runs with a node's identity).
+        self.authorize_any(&request)?;
         let state = StoreState {
             store: self.node.store.as_ref(),
         };

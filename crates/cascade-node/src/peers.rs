@@ -7,15 +7,18 @@ use std::time::Duration;
 use cascade_core::{CoreError, RegionId};
 use cascade_proto::v1::peer_client::PeerClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
+use cascade_tls::NodeTls;
 use tonic::transport::{Channel, Endpoint};
 
 /// Bound on one peer call; a peer that does not answer is unavailable.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Peers {
     /// Region → channel to its node. Immutable after start.
     channels: Arc<BTreeMap<String, Channel>>,
+    /// Largest message either way; the same limit the node's server enforces.
+    max_message_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -27,14 +30,26 @@ pub struct PeerAddressError {
 }
 
 impl Peers {
-    pub fn new(peers: &BTreeMap<RegionId, String>) -> Result<Self, PeerAddressError> {
+    /// With `tls`, each channel presents this node's certificate and accepts
+    /// only a server certificate naming the region it is listed as.
+    pub fn new(
+        peers: &BTreeMap<RegionId, String>,
+        tls: Option<&NodeTls>,
+        max_message_bytes: usize,
+    ) -> Result<Self, PeerAddressError> {
         let mut channels = BTreeMap::new();
         for (region, addr) in peers {
-            let endpoint = Endpoint::from_shared(addr.clone()).map_err(|e| PeerAddressError {
+            let invalid = |message: String| PeerAddressError {
                 region: region.to_string(),
                 addr: addr.clone(),
-                message: e.to_string(),
-            })?;
+                message,
+            };
+            let mut endpoint = Endpoint::from_shared(addr.clone()).map_err(|e| invalid(e.to_string()))?;
+            if let Some(tls) = tls {
+                endpoint = endpoint
+                    .tls_config(tls.peer_client_config(region.as_str()))
+                    .map_err(|e| invalid(e.to_string()))?;
+            }
             let channel = endpoint
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
@@ -43,6 +58,7 @@ impl Peers {
         }
         Ok(Self {
             channels: Arc::new(channels),
+            max_message_bytes,
         })
     }
 
@@ -66,14 +82,14 @@ impl Peers {
 
     pub fn peer(&self, region: &str) -> Result<PeerClient<Channel>, CoreError> {
         Ok(PeerClient::new(self.channel(region)?)
-            .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES))
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes))
     }
 
     pub fn resources(&self, region: &str) -> Result<ResourcesClient<Channel>, CoreError> {
         Ok(ResourcesClient::new(self.channel(region)?)
-            .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES))
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes))
     }
 }
 

@@ -19,6 +19,7 @@ use crate::service::ResourcesService;
 use crate::store::{MemoryStore, SledStore, Store, StoreError};
 use crate::writer::{WriterContext, WriterHandle, WriterUnavailable};
 use cascade_proto::v1::peer_server::PeerServer;
+use cascade_tls::NodeTls;
 
 pub use cascade_proto::MAX_MESSAGE_BYTES;
 
@@ -43,6 +44,8 @@ pub struct Node {
     service: ResourcesService,
     /// Tells the service's streams to end when serving stops.
     shutting_down: tokio::sync::watch::Sender<bool>,
+    /// Served with TLS (peers and clients) when set.
+    tls: Option<NodeTls>,
     /// How often peer links send releases and look at their streams.
     link_tick: std::time::Duration,
     check_interval: std::time::Duration,
@@ -63,7 +66,21 @@ impl Node {
         };
         let (events, _) = broadcast::channel(4096);
         let (shutting_down_tx, shutting_down) = tokio::sync::watch::channel(false);
-        let peers = Peers::new(&settings.peers).map_err(|e| NodeError::Config(e.to_string()))?;
+        if let Some(tls) = &settings.tls {
+            if tls.region() != &settings.region {
+                return Err(NodeError::Config(format!(
+                    "the TLS certificate names region {}, but this node is region {}",
+                    tls.region(),
+                    settings.region
+                )));
+            }
+        }
+        let peers = Peers::new(
+            &settings.peers,
+            settings.tls.as_ref(),
+            settings.limits.max_message_bytes,
+        )
+        .map_err(|e| NodeError::Config(e.to_string()))?;
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -82,6 +99,7 @@ impl Node {
                 writer,
                 events,
                 limits: settings.limits,
+                peer_auth: settings.tls.is_some(),
                 shutting_down,
                 policy: settings.policy,
                 peers,
@@ -89,6 +107,7 @@ impl Node {
                 acks: Default::default(),
                 outbox_retention: settings.outbox_retention,
             },
+            tls: settings.tls,
             link_tick: settings.tick,
             check_interval: settings.check_interval,
             shutting_down: shutting_down_tx,
@@ -119,21 +138,26 @@ impl Node {
         })
         .await
         .map_err(|e| NodeError::Config(format!("starting peer links: {e}")))?;
+        let max_message = self.service.limits.max_message_bytes;
         let peer_api = PeerServer::new(PeerService {
             node: self.service.clone(),
         })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
         let api = ResourcesServer::new(self.service)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(max_message);
         let stop_streams = self.shutting_down;
         let shutdown = async move {
             shutdown.await;
             let _ = stop_streams.send(true);
         };
-        info!(%region, %addr, "serving");
-        let result = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &self.tls {
+            builder = builder.tls_config(tls.server_config())?;
+        }
+        info!(%region, %addr, tls = self.tls.is_some(), "serving");
+        let result = builder
             .add_service(health_service)
             .add_service(reflection)
             .add_service(api)
@@ -151,6 +175,8 @@ impl Node {
 /// A node serving in a background task (tests, the demo).
 pub struct RunningNode {
     pub addr: SocketAddr,
+    /// Serving TLS: the endpoint is `https://`.
+    tls: bool,
     /// Dropping it also stops the node.
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), NodeError>>,
@@ -159,6 +185,7 @@ pub struct RunningNode {
 impl RunningNode {
     pub async fn start(settings: NodeSettings, listener: TcpListener) -> Result<Self, NodeError> {
         let addr = listener.local_addr()?;
+        let tls = settings.tls.is_some();
         let node = Node::open(settings).await?;
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async {
@@ -166,13 +193,15 @@ impl RunningNode {
         }));
         Ok(Self {
             addr,
+            tls,
             shutdown: Some(tx),
             task,
         })
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Graceful stop: in-flight requests finish, the writer completes its step.

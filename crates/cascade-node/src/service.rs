@@ -30,6 +30,9 @@ use crate::writer::{WriterHandle, WriterUnavailable};
 /// Limits that protect the node from oversized requests.
 #[derive(Debug, Clone)]
 pub struct ApiLimits {
+    /// Largest gRPC message either way (server and the node's own peer clients).
+    pub max_message_bytes: usize,
+    /// Resources per BatchCreate; back-references per peer call.
     pub max_batch_create: usize,
     pub default_page_size: usize,
     pub max_page_size: usize,
@@ -38,6 +41,7 @@ pub struct ApiLimits {
 impl Default for ApiLimits {
     fn default() -> Self {
         Self {
+            max_message_bytes: cascade_proto::MAX_MESSAGE_BYTES,
             max_batch_create: 1_000,
             default_page_size: 100,
             max_page_size: 1_000,
@@ -54,6 +58,8 @@ pub struct ResourcesService {
     /// Committed events, fanned out to Watch and WatchOperation streams.
     pub(crate) events: broadcast::Sender<Arc<Event>>,
     pub(crate) limits: ApiLimits,
+    /// Peer calls must come from a certified region, acting as itself (mutual TLS is on).
+    pub(crate) peer_auth: bool,
     /// Flips to true when the node shuts down, so long-lived streams end
     /// and graceful shutdown does not wait on watchers forever.
     pub(crate) shutting_down: tokio::sync::watch::Receiver<bool>,

@@ -1,0 +1,483 @@
+//! Transport security between region nodes: mutual TLS on rustls, and a
+//! region's identity read from its certificate.
+//!
+//! # Identity
+//!
+//! A region's certificate names the region in a DNS subject alternative
+//! name `{region}.cascade` ([`identity_name`]). That one name is used both
+//! ways:
+//!
+//! - a node calling a peer sets the TLS server name to the *region it means
+//!   to reach*, so a wrong or hijacked address cannot pose as that region;
+//! - the called node reads the caller's region from its client certificate
+//!   ([`peer_region`]) and the Peer service refuses calls made in another
+//!   region's name (a region may attach, release and watch only as itself).
+//!
+//! Clients of the Resources API need only the CA: client certificates are
+//! optional at the handshake, and it is the Peer service that requires one.
+//!
+//! # Layout
+//!
+//! - [`TlsFiles`], [`NodeTls`]: a node's PEM files, loaded and checked, and
+//!   the tonic server/client configurations built from them.
+//! - [`ClientTls`]: what a CLI or library client needs (the CA, optionally
+//!   an identity).
+//! - [`peer_region`]: the region of a verified peer certificate chain.
+//! - [`DevPki`]: a development CA and per-region certificates (`cascade
+//!   dev-certs`, the demo, the tests). Production deployments bring their
+//!   own PKI and only have to follow the naming rule above.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use cascade_core::RegionId;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+/// The DNS name suffix that marks a region identity in a certificate.
+pub const IDENTITY_SUFFIX: &str = ".cascade";
+
+/// The subject alternative name that carries `region`'s identity.
+pub fn identity_name(region: &str) -> String {
+    format!("{region}{IDENTITY_SUFFIX}")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("{what}: {message}")]
+    Invalid { what: String, message: String },
+    #[error("generating certificates: {0}")]
+    Generate(#[from] rcgen::Error),
+}
+
+fn invalid(what: impl Into<String>, message: impl Into<String>) -> TlsError {
+    TlsError::Invalid {
+        what: what.into(),
+        message: message.into(),
+    }
+}
+
+fn read(path: &Path) -> Result<String, TlsError> {
+    std::fs::read_to_string(path).map_err(|source| TlsError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Where a node's TLS material lives: the `[tls]` section of its config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The cluster's CA certificate: peers (and clients) are verified against it.
+    pub ca: PathBuf,
+    /// This node's certificate (naming its region), PEM.
+    pub cert: PathBuf,
+    /// This node's private key, PEM.
+    pub key: PathBuf,
+}
+
+/// A node's loaded TLS material, with the region its certificate names.
+#[derive(Clone)]
+pub struct NodeTls {
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+    /// The region the certificate names, checked against the node's own at start.
+    region: RegionId,
+}
+
+impl std::fmt::Debug for NodeTls {
+    // Never print the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls")
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeTls {
+    pub fn load(files: &TlsFiles) -> Result<Self, TlsError> {
+        let ca = read(&files.ca)?;
+        let cert = read(&files.cert)?;
+        let key = read(&files.key)?;
+        Self::from_pem(ca, cert, key).map_err(|e| match e {
+            TlsError::Invalid { what, message } => invalid(
+                format!(
+                    "{what} ({})",
+                    match what.as_str() {
+                        "ca" => files.ca.display(),
+                        "key" => files.key.display(),
+                        _ => files.cert.display(),
+                    }
+                ),
+                message,
+            ),
+            other => other,
+        })
+    }
+
+    /// Checks the PEMs parse and the certificate names exactly one region.
+    pub fn from_pem(ca_pem: String, cert_pem: String, key_pem: String) -> Result<Self, TlsError> {
+        first_certificate_der(&ca_pem).map_err(|m| invalid("ca", m))?;
+        let leaf = first_certificate_der(&cert_pem).map_err(|m| invalid("cert", m))?;
+        KeyPair::from_pem(&key_pem).map_err(|e| invalid("key", format!("not a usable private key: {e}")))?;
+        let region = region_of_certificate(&leaf).map_err(|m| invalid("cert", m))?;
+        Ok(Self {
+            ca_pem,
+            cert_pem,
+            key_pem,
+            region,
+        })
+    }
+
+    /// The region this node's certificate names.
+    pub fn region(&self) -> &RegionId {
+        &self.region
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::from_pem(&self.cert_pem, &self.key_pem)
+    }
+
+    fn ca(&self) -> Certificate {
+        Certificate::from_pem(&self.ca_pem)
+    }
+
+    /// The server side: present this node's certificate; verify client
+    /// certificates against the CA when a client offers one.
+    pub fn server_config(&self) -> ServerTlsConfig {
+        ServerTlsConfig::new()
+            .identity(self.identity())
+            .client_ca_root(self.ca())
+            .client_auth_optional(true)
+    }
+
+    /// Calling the node of `peer`: the server must prove it *is* that region.
+    pub fn peer_client_config(&self, peer: &str) -> ClientTlsConfig {
+        ClientTlsConfig::new()
+            .ca_certificate(self.ca())
+            .identity(self.identity())
+            .domain_name(identity_name(peer))
+    }
+
+    /// This node's material as a client identity (the invariant checker run by an operator).
+    pub fn as_client(&self) -> ClientTls {
+        ClientTls {
+            ca_pem: self.ca_pem.clone(),
+            identity: Some((self.cert_pem.clone(), self.key_pem.clone())),
+            server_name: None,
+        }
+    }
+}
+
+/// What a client needs to talk to TLS-enabled nodes.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    pub ca_pem: String,
+    /// Certificate and key to present (needed only for Peer calls, e.g. `cascade check`).
+    pub identity: Option<(String, String)>,
+    /// Overrides the name the server certificate is checked against (e.g.
+    /// `eu-west.cascade` when connecting by an address the certificate does not list).
+    pub server_name: Option<String>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("identity", &self.identity.is_some())
+            .field("server_name", &self.server_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    pub fn load(ca: &Path, identity: Option<(&Path, &Path)>, server_name: Option<String>) -> Result<Self, TlsError> {
+        let ca_pem = read(ca)?;
+        first_certificate_der(&ca_pem).map_err(|m| invalid(ca.display().to_string(), m))?;
+        let identity = match identity {
+            Some((cert, key)) => Some((read(cert)?, read(key)?)),
+            None => None,
+        };
+        Ok(Self {
+            ca_pem,
+            identity,
+            server_name,
+        })
+    }
+
+    pub fn config(&self) -> ClientTlsConfig {
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca_pem));
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(name) = &self.server_name {
+            config = config.domain_name(name.clone());
+        }
+        config
+    }
+}
+
+/// The region a peer's (already verified) certificate chain names.
+pub fn peer_region(chain: &[impl AsRef<[u8]>]) -> Result<RegionId, String> {
+    let leaf = chain.first().ok_or("no client certificate")?;
+    region_of_certificate(leaf.as_ref())
+}
+
+fn region_of_certificate(der: &[u8]) -> Result<RegionId, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("not an X.509 certificate: {e}"))?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| format!("bad subject alternative names: {e}"))?;
+    let mut regions = Vec::new();
+    for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
+        if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
+            if let Some(region) = dns.strip_suffix(IDENTITY_SUFFIX) {
+                regions.push(RegionId::parse(region).map_err(|e| format!("DNS name {dns:?}: {e}"))?);
+            }
+        }
+    }
+    match regions.as_slice() {
+        [region] => Ok(region.clone()),
+        [] => Err(format!(
+            "names no region (expected a DNS subject alternative name \"<region>{IDENTITY_SUFFIX}\")"
+        )),
+        many => Err(format!(
+            "names several regions ({many:?}); a region certificate names one"
+        )),
+    }
+}
+
+fn first_certificate_der(pem: &str) -> Result<Vec<u8>, String> {
+    let begin = "-----BEGIN CERTIFICATE-----";
+    let end = "-----END CERTIFICATE-----";
+    let start = pem.find(begin).ok_or("no PEM certificate found")? + begin.len();
+    let stop = pem[start..].find(end).ok_or("unterminated PEM certificate")? + start;
+    decode_base64(&pem[start..stop]).ok_or_else(|| "PEM certificate is not valid base64".to_owned())
+}
+
+/// Base64 (standard alphabet, whitespace ignored): small enough not to be worth a dependency.
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for c in text.bytes().filter(|c| !c.is_ascii_whitespace()) {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// A development PKI: a CA and one certificate per region. For local
+/// clusters, the demo and tests; not a substitute for a real CA.
+pub struct DevPki {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    /// Region → (certificate PEM, key PEM).
+    pub regions: BTreeMap<String, (String, String)>,
+}
+
+const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+const REGION_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl DevPki {
+    /// A fresh CA and a certificate for each region.
+    pub fn generate(regions: &[&str]) -> Result<Self, TlsError> {
+        let ca_key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "Cascade development CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        set_validity(&mut params, CA_VALIDITY);
+        let ca_cert = params.self_signed(&ca_key)?;
+        let mut pki = Self {
+            ca_cert_pem: ca_cert.pem(),
+            ca_key_pem: ca_key.serialize_pem(),
+            regions: BTreeMap::new(),
+        };
+        for region in regions {
+            pki.add_region(region)?;
+        }
+        Ok(pki)
+    }
+
+    /// Reads `ca.pem` and `ca.key` from `dir`.
+    pub fn load_ca(dir: &Path) -> Result<Self, TlsError> {
+        Ok(Self {
+            ca_cert_pem: read(&dir.join("ca.pem"))?,
+            ca_key_pem: read(&dir.join("ca.key"))?,
+            regions: BTreeMap::new(),
+        })
+    }
+
+    /// Issues `region`'s certificate: names `{region}.cascade` (its
+    /// identity), `localhost` and 127.0.0.1 (so local clients can connect
+    /// by address), usable as server and as client.
+    pub fn add_region(&mut self, region: &str) -> Result<(), TlsError> {
+        RegionId::parse(region).map_err(|e| invalid(format!("region {region:?}"), e.to_string()))?;
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert_pem, ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec![
+            identity_name(region),
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])?;
+        params.distinguished_name.push(DnType::CommonName, region);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        set_validity(&mut params, REGION_VALIDITY);
+        let cert = params.signed_by(&key, &issuer)?;
+        self.regions
+            .insert(region.to_owned(), (cert.pem(), key.serialize_pem()));
+        Ok(())
+    }
+
+    /// `region`'s material as a node loads it.
+    pub fn node_tls(&self, region: &str) -> Result<NodeTls, TlsError> {
+        let (cert, key) = self
+            .regions
+            .get(region)
+            .ok_or_else(|| invalid(format!("region {region:?}"), "has no certificate in this PKI"))?;
+        NodeTls::from_pem(self.ca_cert_pem.clone(), cert.clone(), key.clone())
+    }
+
+    /// A client that trusts this CA and presents no certificate.
+    pub fn client(&self) -> ClientTls {
+        ClientTls {
+            ca_pem: self.ca_cert_pem.clone(),
+            identity: None,
+            server_name: None,
+        }
+    }
+
+    /// Writes `ca.pem`, `ca.key` and `{region}.pem`, `{region}.key` for each
+    /// region into `dir`; keys are readable by the owner only. Returns the
+    /// files written.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>, TlsError> {
+        std::fs::create_dir_all(dir).map_err(|source| TlsError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut files = vec![
+            write_file(&dir.join("ca.pem"), &self.ca_cert_pem, false)?,
+            write_file(&dir.join("ca.key"), &self.ca_key_pem, true)?,
+        ];
+        for (region, (cert, key)) in &self.regions {
+            files.push(write_file(&dir.join(format!("{region}.pem")), cert, false)?);
+            files.push(write_file(&dir.join(format!("{region}.key")), key, true)?);
+        }
+        Ok(files)
+    }
+}
+
+fn set_validity(params: &mut CertificateParams, validity: Duration) {
+    let now = SystemTime::now();
+    // An hour of slack for clocks that disagree a little.
+    params.not_before = (now - Duration::from_secs(3600)).into();
+    params.not_after = (now + validity).into();
+}
+
+fn write_file(path: &Path, contents: &str, secret: bool) -> Result<PathBuf, TlsError> {
+    let err = |source| TlsError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = secret;
+    let mut file = options.open(path).map_err(err)?;
+    std::io::Write::write_all(&mut file, contents.as_bytes()).map_err(err)?;
+    Ok(path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_certificates_name_their_region() {
+        let pki = DevPki::generate(&["eu-west", "us-east"]).unwrap();
+        let tls = pki.node_tls("eu-west").unwrap();
+        assert_eq!(tls.region().as_str(), "eu-west");
+        let der = first_certificate_der(&pki.regions["us-east"].0).unwrap();
+        assert_eq!(peer_region(&[der]).unwrap().as_str(), "us-east");
+    }
+
+    #[test]
+    fn a_certificate_without_a_region_name_is_refused() {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let err = peer_region(&[cert.der().to_vec()]).unwrap_err();
+        assert!(err.contains("names no region"), "{err}");
+        let pki = DevPki::generate(&[]).unwrap();
+        let err = NodeTls::from_pem(pki.ca_cert_pem.clone(), cert.pem(), key.serialize_pem()).unwrap_err();
+        assert!(err.to_string().starts_with("cert: names no region"), "{err}");
+    }
+
+    #[test]
+    fn garbage_files_are_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = DevPki::generate(&["eu-west"]).unwrap();
+        pki.write(dir.path()).unwrap();
+        std::fs::write(dir.path().join("eu-west.key"), "not a key").unwrap();
+        let files = TlsFiles {
+            ca: dir.path().join("ca.pem"),
+            cert: dir.path().join("eu-west.pem"),
+            key: dir.path().join("eu-west.key"),
+        };
+        let err = NodeTls::load(&files).unwrap_err().to_string();
+        assert!(err.contains("eu-west.key") && err.contains("private key"), "{err}");
+        let missing = TlsFiles {
+            ca: dir.path().join("nope.pem"),
+            ..files
+        };
+        assert!(NodeTls::load(&missing).unwrap_err().to_string().contains("nope.pem"));
+    }
+
+    #[test]
+    fn an_existing_ca_issues_certificates_for_new_regions() {
+        let dir = tempfile::tempdir().unwrap();
+        DevPki::generate(&["eu-west"]).unwrap().write(dir.path()).unwrap();
+        let mut pki = DevPki::load_ca(dir.path()).unwrap();
+        pki.add_region("ap-south").unwrap();
+        assert_eq!(pki.node_tls("ap-south").unwrap().region().as_str(), "ap-south");
+        assert!(pki.add_region("Not A Region").is_err());
+    }
+
+    #[test]
+    fn base64_decodes_what_pem_holds() {
+        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(decode_base64("aGVs\nbG8h").unwrap(), b"hello!");
+        assert!(decode_base64("a*b").is_none());
+    }
+}
