@@ -974,55 +974,43 @@ impl CascadeModel {
             .filter(|o| o.tracked())
     }
 
-    /// Live (ACTIVE) resources with a tracked reference to a uid no region holds.
-    pub fn dangling(&self, s: &State) -> Vec<String> {
-        let mut out = Vec::new();
-        for r in s.regions.iter().flat_map(|r| r.state.resources.values()) {
-            if r.state != ResourceState::Active {
-                continue;
-            }
-            for (field, targets) in &r.refs {
-                if self.tracked(r.kind(), field).is_none() {
-                    continue;
-                }
-                for t in targets {
-                    if Self::holds(s, t.uid).is_none() {
-                        out.push(format!("{}.{field} → {} (gone)", r.name, t.name));
-                    }
-                }
-            }
-        }
-        out
+    /// Every tracked reference of an ACTIVE resource: (referrer, field, target).
+    fn live_tracked_refs<'s>(&'s self, s: &'s State) -> impl Iterator<Item = (&'s Resource, &'s str, &'s RefTarget)> {
+        s.regions
+            .iter()
+            .flat_map(|r| r.state.resources.values())
+            .filter(|r| r.state == ResourceState::Active)
+            .flat_map(move |r| {
+                r.refs
+                    .iter()
+                    .filter(move |(field, _)| self.tracked(r.kind(), field).is_some())
+                    .flat_map(move |(field, targets)| targets.iter().map(move |t| (r, field.as_str(), t)))
+            })
     }
 
-    /// Live (ACTIVE or CREATING) tracked references whose target exists but
-    /// whose owner keeps no back-reference row for them.
+    /// Live (ACTIVE) resources with a tracked reference to a uid no region holds.
+    pub fn dangling(&self, s: &State) -> Vec<String> {
+        self.live_tracked_refs(s)
+            .filter(|(_, _, t)| Self::holds(s, t.uid).is_none())
+            .map(|(r, field, t)| format!("{}.{field} → {} (gone)", r.name, t.name))
+            .collect()
+    }
+
+    /// Live tracked references whose target exists but whose owner keeps no
+    /// back-reference row for them (a gone target is reported as dangling).
     pub fn uncovered(&self, s: &State) -> Vec<String> {
-        let mut out = Vec::new();
-        for r in s.regions.iter().flat_map(|r| r.state.resources.values()) {
-            if r.state != ResourceState::Active {
-                continue;
-            }
-            for (field, targets) in &r.refs {
-                if self.tracked(r.kind(), field).is_none() {
-                    continue;
-                }
-                for t in targets {
-                    if Self::holds(s, t.uid).is_none() {
-                        continue; // reported as dangling
-                    }
-                    let key = BackRefKey {
-                        target: t.uid,
-                        referrer: r.uid,
-                        field: field.clone(),
-                    };
-                    if !s.regions[region_of(&t.name)].state.backrefs.contains_key(&key) {
-                        out.push(format!("{}.{field} → {}: no row at the owner", r.name, t.name));
-                    }
-                }
-            }
-        }
-        out
+        self.live_tracked_refs(s)
+            .filter(|(_, _, t)| Self::holds(s, t.uid).is_some())
+            .filter(|(r, field, t)| {
+                let key = BackRefKey {
+                    target: t.uid,
+                    referrer: r.uid,
+                    field: (*field).to_owned(),
+                };
+                !s.regions[region_of(&t.name)].state.backrefs.contains_key(&key)
+            })
+            .map(|(r, field, t)| format!("{}.{field} → {}: no row at the owner", r.name, t.name))
+            .collect()
     }
 
     /// Uids that ever entered DELETING (from every region's outbox).
