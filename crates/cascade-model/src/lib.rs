@@ -61,6 +61,15 @@ use cascade_core::{
 };
 use stateright::{Model, Property};
 
+/// The properties that must hold in every state (what a depth-bounded search can check).
+pub const ALWAYS: [&str; 5] = [
+    "1 no dangling reference",
+    "1 every live reference has its back-reference at the owner",
+    "2 no resurrection",
+    "3 no over-deletion",
+    "4 no leak at quiescence",
+];
+
 /// The regions of the model, by index.
 pub const REGIONS: [&str; 3] = ["ra", "rb", "rc"];
 const RA: usize = 0;
@@ -928,15 +937,11 @@ impl Model for CascadeModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("1 no dangling reference", |m, s| m.dangling(s).is_empty()),
-            Property::always("1 every live reference has its back-reference at the owner", |m, s| {
-                m.uncovered(s).is_empty()
-            }),
-            Property::always("2 no resurrection", |m, s| m.resurrected(s).is_empty()),
-            Property::always("3 no over-deletion", |m, s| m.over_deleted(s).is_empty()),
-            Property::always("4 no leak at quiescence", |m, s| {
-                !m.quiescent(s) || m.leaks(s).is_empty()
-            }),
+            Property::always(ALWAYS[0], |m, s| m.dangling(s).is_empty()),
+            Property::always(ALWAYS[1], |m, s| m.uncovered(s).is_empty()),
+            Property::always(ALWAYS[2], |m, s| m.resurrected(s).is_empty()),
+            Property::always(ALWAYS[3], |m, s| m.over_deleted(s).is_empty()),
+            Property::always(ALWAYS[4], |m, s| !m.quiescent(s) || m.leaks(s).is_empty()),
             // Every maximal path is finite (faults and clock jumps are bounded),
             // so this is checked at the states where nothing more can happen.
             Property::eventually("every deletion of the closure finishes or is explained", |m, s| {

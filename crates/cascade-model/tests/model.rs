@@ -8,16 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use cascade_model::{CascadeModel, Config};
+use cascade_model::{CascadeModel, Config, ALWAYS};
 use stateright::{Checker, Model, UniformChooser};
-
-const ALWAYS: [&str; 5] = [
-    "1 no dangling reference",
-    "1 every live reference has its back-reference at the owner",
-    "2 no resurrection",
-    "3 no over-deletion",
-    "4 no leak at quiescence",
-];
 
 #[test]
 fn setup_builds_the_topology_through_the_core() {
