@@ -1,16 +1,36 @@
 //! Clients of the other regions' nodes, one lazily connected channel each.
+//!
+//! By default a channel dials TCP. [`Peers::with_connector`] takes a
+//! [`PeerConnector`] instead, which opens the byte stream to a peer's
+//! address itself: the simulation (`tests/simulation.rs`) passes one that
+//! dials turmoil's simulated network, so the same channels, services and
+//! links run there unchanged.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cascade_core::{CoreError, RegionId};
 use cascade_proto::v1::peer_client::PeerClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
-use tonic::transport::{Channel, Endpoint};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 /// Bound on one peer call; a peer that does not answer is unavailable.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A byte stream to a peer, as a [`PeerConnector`] opens it.
+pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
+
+/// What a [`PeerConnector`] returns.
+pub type PeerConnecting = Pin<Box<dyn Future<Output = std::io::Result<Box<dyn PeerIo>>> + Send>>;
+
+/// Opens the connection to a peer's address (the URI of its `[peers]`
+/// entry) in place of TCP. Called again whenever the channel reconnects.
+pub type PeerConnector = Arc<dyn Fn(Uri) -> PeerConnecting + Send + Sync>;
 
 #[derive(Clone, Default)]
 pub struct Peers {
@@ -28,6 +48,15 @@ pub struct PeerAddressError {
 
 impl Peers {
     pub fn new(peers: &BTreeMap<RegionId, String>) -> Result<Self, PeerAddressError> {
+        Self::with_connector(peers, None)
+    }
+
+    /// Like [`Peers::new`], but with `connector` (when given) opening the
+    /// connections instead of TCP.
+    pub fn with_connector(
+        peers: &BTreeMap<RegionId, String>,
+        connector: Option<PeerConnector>,
+    ) -> Result<Self, PeerAddressError> {
         let mut channels = BTreeMap::new();
         for (region, addr) in peers {
             let endpoint = Endpoint::from_shared(addr.clone()).map_err(|e| PeerAddressError {
@@ -35,10 +64,17 @@ impl Peers {
                 addr: addr.clone(),
                 message: e.to_string(),
             })?;
-            let channel = endpoint
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true)
-                .connect_lazy();
+            let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true);
+            let channel = match &connector {
+                None => endpoint.connect_lazy(),
+                Some(connect) => {
+                    let connect = connect.clone();
+                    endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: Uri| {
+                        let connecting = connect(uri);
+                        async move { connecting.await.map(hyper_util::rt::TokioIo::new) }
+                    }))
+                }
+            };
             channels.insert(region.to_string(), channel);
         }
         Ok(Self {

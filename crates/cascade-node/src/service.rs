@@ -467,15 +467,18 @@ impl Resources for ResourcesService {
                     return;
                 }
                 loop {
+                    // Biased for replayable simulations; stop and closed
+                    // first so a busy feed cannot starve them.
                     tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => return,
+                        _ = tx.closed() => return,
                         r = events.recv() => match r {
                             Ok(e) if e.operation != Some(id) => continue,
                             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                             Err(broadcast::error::RecvError::Closed) => return,
                         },
                         _ = tokio::time::sleep(poll) => {}
-                        _ = stop.wait_for(|s| *s) => return,
-                        _ = tx.closed() => return,
                     }
                     let view = match svc.operation(id, 0, "").await {
                         Ok(v) => v,
