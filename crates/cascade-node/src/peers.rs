@@ -21,6 +21,15 @@ use tonic::transport::{Channel, Endpoint, Uri};
 /// Bound on one peer call; a peer that does not answer is unavailable.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// HTTP/2 pings on every peer connection (and, server side, on every
+/// accepted one), idle or not. A connection whose packets vanish (a
+/// partition, a peer host gone without a reset) otherwise stays "open"
+/// forever: every call on the channel times out and a watch stream never
+/// ends, so the link never reconnects. Found by the simulation.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// A ping unanswered this long closes the connection; the channel redials.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A byte stream to a peer, as a [`PeerConnector`] opens it.
 pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
@@ -64,7 +73,12 @@ impl Peers {
                 addr: addr.clone(),
                 message: e.to_string(),
             })?;
-            let endpoint = endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true);
+            let endpoint = endpoint
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                .keep_alive_while_idle(true);
             let channel = match &connector {
                 None => endpoint.connect_lazy(),
                 Some(connect) => {

@@ -25,7 +25,7 @@ use crate::config::NodeSettings;
 use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
 use crate::links::{LinkContext, Links};
 use crate::peer_service::PeerService;
-use crate::peers::{PeerConnector, Peers};
+use crate::peers::{PeerConnector, Peers, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use crate::service::ResourcesService;
 use crate::store::{MemoryStore, SledStore, Store, StoreError};
 use crate::writer::{WriterContext, WriterHandle, WriterUnavailable};
@@ -210,6 +210,8 @@ impl Node {
             let _ = stop_streams.send(true);
         };
         let result = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(api)
