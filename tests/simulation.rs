@@ -60,7 +60,7 @@ const EPOCH_SECS: u64 = 1_700_000_000;
 /// One client call, simulated time: a held or partitioned link times out.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Workload operations per seed.
-const OPERATIONS: usize = 60;
+const OPERATIONS: usize = 100;
 /// After the workload and the repair, how long (simulated) the cluster has
 /// to settle.
 const SETTLE_LIMIT: Duration = Duration::from_secs(240);
@@ -72,6 +72,8 @@ struct Report {
     seed: u64,
     creates_ok: usize,
     creates_refused: usize,
+    updates_ok: usize,
+    updates_refused: usize,
     deletes_accepted: usize,
     deletes_refused: usize,
     deletions_succeeded: usize,
@@ -367,6 +369,53 @@ impl Workload {
         }
     }
 
+    /// Re-points or drops an optional reference of a port, router or
+    /// floating IP (read first, then updated with its etag): updates that
+    /// add a cross-region reference commit it before they attach.
+    async fn update(&mut self) {
+        let kind = self.pick(&["port", "router", "floating_ip"]);
+        let Some(name) = self.known(kind) else { return };
+        let region = name.split('/').next().unwrap_or_default().to_owned();
+        let node = self.node_for(&region);
+        let request = v1::GetRequest { name: name.clone() };
+        let current = match self.call(node, |mut c| async move { c.get(request).await }).await {
+            Call::Ok(r) => r,
+            _ => return,
+        };
+        let (field, target_kind) = match kind {
+            "port" => self.pick(&[("security_groups", "security_group"), ("qos_policy", "qos_policy")]),
+            "router" => ("gateway_network", "network"),
+            _ => ("port", "port"),
+        };
+        let mut refs: Vec<v1::ReferenceField> = current.refs.into_iter().filter(|f| f.field != field).collect();
+        // Two times in three point it at something (again); else drop it.
+        if self.rng.below(3) > 0 {
+            if let Some(target) = self.known(target_kind) {
+                refs.push(v1::ReferenceField {
+                    field: field.to_owned(),
+                    targets: vec![v1::ObjectRef {
+                        name: target,
+                        ..Default::default()
+                    }],
+                });
+            }
+        }
+        let request = v1::UpdateRequest {
+            resource: Some(v1::ResourceSpec {
+                name,
+                attributes: current.attributes,
+                refs,
+                finalizers: current.finalizers,
+            }),
+            etag: current.etag,
+        };
+        match self.call(node, |mut c| async move { c.update(request).await }).await {
+            Call::Ok(_) => self.report.updates_ok += 1,
+            Call::Refused(_) => self.report.updates_refused += 1,
+            Call::TimedOut => {}
+        }
+    }
+
     /// A delete at a random known root; cascading four times in five.
     async fn delete(&mut self) {
         let kinds: Vec<&'static str> = self.known.keys().copied().collect();
@@ -390,7 +439,10 @@ impl Workload {
                     if !response.already_deleting {
                         self.report.deletes_accepted += 1;
                     }
-                    self.accepted.push((op.id, name.clone()));
+                    // A repeated delete answers with the running operation.
+                    if !self.accepted.iter().any(|(id, _)| *id == op.id) {
+                        self.accepted.push((op.id, name.clone()));
+                    }
                 }
                 if let Some(list) = self.known.get_mut(kind) {
                     list.retain(|n| *n != name);
@@ -511,8 +563,11 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
         },
     };
     for _ in 0..OPERATIONS {
-        if w.chance(20) {
+        let dice = w.rng.below(100);
+        if dice < 18 {
             w.delete().await;
+        } else if dice < 30 {
+            w.update().await;
         } else {
             w.create().await;
         }
@@ -718,6 +773,8 @@ fn random_workloads_under_faults_keep_every_invariant() {
                 runs += 1;
                 total.creates_ok += r.creates_ok;
                 total.creates_refused += r.creates_refused;
+                total.updates_ok += r.updates_ok;
+                total.updates_refused += r.updates_refused;
                 total.deletes_accepted += r.deletes_accepted;
                 total.deletes_refused += r.deletes_refused;
                 total.deletions_succeeded += r.deletions_succeeded;
@@ -737,11 +794,13 @@ fn random_workloads_under_faults_keep_every_invariant() {
         }
     }
     println!(
-        "simulation: {runs} seeds in {:.1?}: {} creates ({} refused), {} deletions accepted: {} succeeded, {} failed with a reason; \
+        "simulation: {runs} seeds in {:.1?}: {} creates ({} refused), {} updates ({} refused), {} deletions accepted: {} succeeded, {} failed with a reason; \
          {} refused; {} partitions, {} holds, {} seeds with random link failures; {} calls timed out; {} violations",
         started.elapsed(),
         total.creates_ok,
         total.creates_refused,
+        total.updates_ok,
+        total.updates_refused,
         total.deletes_accepted,
         total.deletions_succeeded,
         total.deletions_failed,
