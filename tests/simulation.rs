@@ -491,14 +491,14 @@ impl Workload {
 
     async fn dumps(&mut self) -> Result<Vec<v1::DumpResponse>, String> {
         let mut out = Vec::new();
-        for i in 0..REGIONS.len() {
-            let mut peer = self.links[i].peer();
+        for (region, link) in REGIONS.iter().zip(&mut self.links) {
+            let mut peer = link.peer();
             match tokio::time::timeout(CALL_TIMEOUT, peer.dump(v1::DumpRequest {})).await {
                 Ok(Ok(d)) => out.push(d.into_inner()),
-                Ok(Err(s)) => return Err(format!("dump of {}: {s}", REGIONS[i])),
+                Ok(Err(s)) => return Err(format!("dump of {region}: {s}")),
                 Err(_) => {
-                    self.links[i].reset();
-                    return Err(format!("dump of {} timed out", REGIONS[i]));
+                    link.reset();
+                    return Err(format!("dump of {region} timed out"));
                 }
             }
         }
@@ -552,7 +552,7 @@ fn fingerprint(dumps: &[v1::DumpResponse], report: &Report) -> u64 {
 async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, String> {
     let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).map_err(|e| e.to_string())?;
     let mut w = Workload {
-        rng: XorShift64::new(seed ^ 0xC11E_47),
+        rng: XorShift64::new(seed ^ 0x00C1_1E47),
         links: REGIONS.iter().map(|r| NodeLink::new(r)).collect(),
         known: BTreeMap::new(),
         next_id: 0,
@@ -630,7 +630,7 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
 /// One seed's whole run: build the simulation, run workload and faults,
 /// settle, check. Deterministic in `seed`.
 fn run_seed(seed: u64) -> Result<Report, String> {
-    let mut chaos = XorShift64::new(seed ^ 0xFA_17);
+    let mut chaos = XorShift64::new(seed ^ 0xFA17);
     let random_failures = chaos.below(4) == 0;
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
