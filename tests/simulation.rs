@@ -630,6 +630,14 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
 /// One seed's whole run: build the simulation, run workload and faults,
 /// settle, check. Deterministic in `seed`.
 fn run_seed(seed: u64) -> Result<Report, String> {
+    // `CASCADE_SIM_LOG=debug` (a tracing filter) shows the nodes' logs of a
+    // replayed seed.
+    if let Ok(filter) = std::env::var("CASCADE_SIM_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
     let mut chaos = XorShift64::new(seed ^ 0xFA17);
     let random_failures = chaos.below(4) == 0;
     let mut sim = turmoil::Builder::new()
