@@ -274,3 +274,52 @@ async fn the_check_command_reads_a_node_configuration() {
         "{err}"
     );
 }
+
+/// A remote allow_dangling target is deleted and purged while its referrers
+/// live on: once the PURGED event has removed the importer's tombstone, the
+/// importer's own store cannot tell the target is gone, so List and Dump
+/// (not only Get) must ask the owner. The simulation found Dump reporting
+/// such a reference as not dangling, which the checker flags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_allow_dangling_target_purged_reads_dangling_in_get_list_and_dump() {
+    let c = start_cluster(&["ra", "rb", "rc"]).await;
+    build(&c).await;
+    let regions = c.endpoints();
+    let op = c
+        .client("rc")
+        .delete(delete_req("rc/qos_policy/q", false))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    wait_operation(c.client("rc"), &op.id).await;
+    wait_quiescent(&c).await;
+    let qos_marks = |r: &v1::Resource| -> Vec<bool> {
+        r.refs
+            .iter()
+            .filter(|f| f.field == "qos_policy")
+            .flat_map(|f| f.targets.iter().map(|t| t.dangling))
+            .collect()
+    };
+    let got = c.client("rb").get("rb/port/b0").await.unwrap();
+    assert_eq!(qos_marks(&got), [true], "Get: {got:?}");
+    let listed = c
+        .client("rb")
+        .list(v1::ListRequest {
+            kind: "port".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.resources.len(), 2);
+    for r in &listed.resources {
+        assert_eq!(qos_marks(r), [true], "List: {r:?}");
+    }
+    let dumped = dump(&c.node("rb").node.endpoint()).await.unwrap();
+    let ports: Vec<_> = dumped.resources.iter().filter(|r| r.kind == "port").collect();
+    assert_eq!(ports.len(), 2);
+    for r in ports {
+        assert_eq!(qos_marks(r), [true], "Dump: {r:?}");
+    }
+    assert_clean(&regions).await;
+}

@@ -242,7 +242,13 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                 // The owner purged it once every referrer released; local
                 // mirror rows can only remain if our walk of its deletion is
                 // still to come (both events in one batch): let it run.
-                let walk_pending = !tx.backrefs(uid, None, 1)?.is_empty();
+                // Whether the walk is still to come is whether its work
+                // item is still queued: a mirror row alone does not say so,
+                // since the walk leaves `block` rows (and a CREATING
+                // referrer's) in place, and a tombstone kept for a walk
+                // that already ran would never be removed (simulation seed
+                // 869).
+                let walk_pending = tx.work(uid)?.is_some() && !tx.backrefs(uid, None, 1)?.is_empty();
                 match tx.remote_deletion(uid)? {
                     Some(mut tombstone) if walk_pending => {
                         tombstone.purged = true;
@@ -690,6 +696,46 @@ mod tests {
         assert!(rb.state.backrefs.is_empty(), "mirror row released");
         assert!(rb.state.remote_deletions.is_empty(), "tombstone gone after the walk");
         assert_eq!(rb.state.pending_releases.len(), 1, "release queued for the owner");
+    }
+
+    /// Simulation seed 869: a router's gateway (block) attach never reached
+    /// the owner, which deleted and purged the network; the importer's walk
+    /// ran (leaving the block row) before PURGED arrived, and the tombstone
+    /// was kept for a walk that would never come again.
+    #[test]
+    fn purged_after_the_walk_drops_the_tombstone_though_a_block_row_remains() {
+        let mut rb = Region::new("rb");
+        let net = remote("ra/network/n", 7);
+        let project = rb.create("rb/project/p", &[]);
+        let project = RefTarget {
+            name: project.name,
+            uid: project.uid,
+        };
+        let router = rb.create("rb/router/r", &[("project", &project), ("gateway_network", &net)]);
+        assert_eq!(router.state, ResourceState::Creating, "attach not answered");
+        let op = OperationId(uuid::Uuid::from_u128(99));
+        let event = |revision, event_type| RemoteEvent {
+            revision,
+            event_type,
+            resource: net.clone(),
+            operation: Some(op),
+        };
+        let step = apply_remote_events(&rb.state, rb.ctx(), "ra", vec![event(1, EventType::Deleting)]).unwrap();
+        rb.state.apply(step.writes);
+        rb.run_work();
+        assert!(!rb.state.backrefs.is_empty(), "the walk leaves the block row");
+        let step = apply_remote_events(&rb.state, rb.ctx(), "ra", vec![event(2, EventType::Purged)]).unwrap();
+        rb.state.apply(step.writes);
+        rb.run_work();
+        assert!(
+            rb.state.remote_deletions.is_empty(),
+            "tombstone gone: the walk already ran"
+        );
+        // The create is then refused by the owner and removed.
+        let refused = rb.settle(&router, Err(CoreError::NotFound(net.name.clone())));
+        assert!(refused.is_err());
+        assert!(rb.state.backrefs.is_empty());
+        assert!(rb.state.remote_deletions.is_empty());
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //! - [`codec`]: how core records are keyed and encoded in the store.
 //! - [`config`]: the node's TOML configuration.
 //! - [`clock`]: injected time.
+//! - [`entropy`]: injected randomness (uids, reconnect jitter).
 
 pub mod clock;
 mod cluster;
 pub mod codec;
 pub mod config;
+pub mod entropy;
 pub mod links;
 pub mod peer_service;
 pub mod peers;
@@ -27,4 +29,4 @@ pub mod writer;
 
 pub use cascade_core::model::Event;
 pub use config::{ConfigFile, NodeSettings};
-pub use server::{Node, NodeError, RunningNode};
+pub use server::{Node, NodeEnv, NodeError, RunningNode};

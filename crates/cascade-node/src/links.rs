@@ -15,7 +15,11 @@
 //! and linked to a supervisor that restarts one that fails.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, not std's: it is the one a simulation (and a paused test
+// runtime) controls.
+use tokio::time::Instant;
 
 use cascade_core::model::RemoteEvent;
 use cascade_core::peer::{self, PeerBackRef};
@@ -27,6 +31,7 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::codec::StoreState;
+use crate::entropy::{stable_hash, XorShift64};
 use crate::peers::PEER_CALL_TIMEOUT;
 use crate::service::ResourcesService;
 use crate::store::Table;
@@ -48,6 +53,8 @@ pub struct LinkContext {
     /// How often a link sends releases and looks at its watch.
     pub tick: Duration,
     pub check_interval: Duration,
+    /// Seeds each link's reconnect jitter (mixed with the peer's name).
+    pub jitter_seed: u64,
 }
 
 pub enum LinkMsg {
@@ -75,19 +82,17 @@ struct LinkState {
     /// The cursor last acknowledged to the peer, and when.
     last_ack: Option<(u64, Instant)>,
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// Reconnect jitter, seeded per node and peer (see `NodeEnv::seed`), so
+    /// links do not reconnect in lockstep and a simulation replays.
+    jitter: XorShift64,
 }
 
-fn backoff_with_jitter(failures: u32) -> Duration {
+/// Half to all of the capped exponential delay, picked by `jitter`.
+fn backoff_with_jitter(failures: u32, jitter: &mut XorShift64) -> Duration {
     let exp = RECONNECT_BASE
         .saturating_mul(1u32 << failures.min(16))
         .min(RECONNECT_CAP);
-    // Jitter from the clock's sub-millisecond noise: no RNG dependency, and
-    // links of different peers do not reconnect in lockstep.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    exp / 2 + exp.mul_f64(f64::from(nanos % 1000) / 2000.0)
+    exp / 2 + exp.mul_f64(jitter.below(1000) as f64 / 2000.0)
 }
 
 impl LinkState {
@@ -373,7 +378,9 @@ impl Actor for PeerLink {
         (ctx, peer): Self::Arguments,
     ) -> Result<LinkState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || LinkMsg::Tick);
+        let jitter = XorShift64::new(ctx.jitter_seed ^ stable_hash(&peer));
         let mut state = LinkState {
+            jitter,
             ctx,
             peer,
             watch: None,
@@ -411,7 +418,7 @@ impl Actor for PeerLink {
             LinkMsg::WatchEnded(why) => {
                 state.watch = None;
                 state.failures += 1;
-                let wait = backoff_with_jitter(state.failures);
+                let wait = backoff_with_jitter(state.failures, &mut state.jitter);
                 state.reconnect_at = Instant::now() + wait;
                 span.in_scope(|| debug!(reason = %why, retry_in = ?wait, "watch of peer ended"));
             }

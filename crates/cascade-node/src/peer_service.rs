@@ -281,8 +281,12 @@ impl Peer for PeerService {
             last_revision: state.next_revision_stored().map_err(unavailable)?.saturating_sub(1),
             ..Default::default()
         };
+        // Marked as Get marks them, so the checker sees what a reader sees.
+        let mut owners = std::collections::BTreeMap::new();
         for r in &resources {
-            out.resources.push(self.node.present(r)?);
+            let mut view = self.node.present(r)?;
+            self.node.mark_remote_dangling(r, &mut view, &mut owners).await;
+            out.resources.push(view);
         }
         Ok(Response::new(out))
     }

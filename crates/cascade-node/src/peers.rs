@@ -1,6 +1,14 @@
 //! Clients of the other regions' nodes, one lazily connected channel each.
+//!
+//! By default a channel dials TCP. [`Peers::with_connector`] takes a
+//! [`PeerConnector`] instead, which opens the byte stream to a peer's
+//! address itself: the simulation (`tests/simulation.rs`) passes one that
+//! dials turmoil's simulated network, so the same channels, services and
+//! links run there unchanged.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,10 +16,31 @@ use cascade_core::{CoreError, RegionId};
 use cascade_proto::v1::peer_client::PeerClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_tls::NodeTls;
-use tonic::transport::{Channel, Endpoint};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 /// Bound on one peer call; a peer that does not answer is unavailable.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTP/2 pings on every peer connection (and, server side, on every
+/// accepted one), idle or not. A connection whose packets vanish (a
+/// partition, a peer host gone without a reset) otherwise stays "open"
+/// forever: every call on the channel times out and a watch stream never
+/// ends, so the link never reconnects. Found by the simulation.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// A ping unanswered this long closes the connection; the channel redials.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A byte stream to a peer, as a [`PeerConnector`] opens it.
+pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> PeerIo for T {}
+
+/// What a [`PeerConnector`] returns.
+pub type PeerConnecting = Pin<Box<dyn Future<Output = std::io::Result<Box<dyn PeerIo>>> + Send>>;
+
+/// Opens the connection to a peer's address (the URI of its `[peers]`
+/// entry) in place of TCP. Called again whenever the channel reconnects.
+pub type PeerConnector = Arc<dyn Fn(Uri) -> PeerConnecting + Send + Sync>;
 
 #[derive(Clone)]
 pub struct Peers {
@@ -31,10 +60,13 @@ pub struct PeerAddressError {
 
 impl Peers {
     /// With `tls`, each channel presents this node's certificate and accepts
-    /// only a server certificate naming the region it is listed as.
+    /// only a server certificate naming the region it is listed as. With
+    /// `connector`, connections are opened by it instead of TCP (a simulated
+    /// network); TLS, when on, runs over whatever it opens.
     pub fn new(
         peers: &BTreeMap<RegionId, String>,
         tls: Option<&NodeTls>,
+        connector: Option<PeerConnector>,
         max_message_bytes: usize,
     ) -> Result<Self, PeerAddressError> {
         let mut channels = BTreeMap::new();
@@ -50,10 +82,22 @@ impl Peers {
                     .tls_config(tls.peer_client_config(region.as_str()))
                     .map_err(|e| invalid(e.to_string()))?;
             }
-            let channel = endpoint
+            let endpoint = endpoint
                 .connect_timeout(Duration::from_secs(2))
                 .tcp_nodelay(true)
-                .connect_lazy();
+                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                .keep_alive_while_idle(true);
+            let channel = match &connector {
+                None => endpoint.connect_lazy(),
+                Some(connect) => {
+                    let connect = connect.clone();
+                    endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: Uri| {
+                        let connecting = connect(uri);
+                        async move { connecting.await.map(hyper_util::rt::TokioIo::new) }
+                    }))
+                }
+            };
             channels.insert(region.to_string(), channel);
         }
         Ok(Self {

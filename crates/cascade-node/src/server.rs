@@ -1,8 +1,18 @@
 //! Starting, serving and stopping a node.
+//!
+//! What a node takes from its surroundings — time, randomness, and how it
+//! reaches its peers — comes in a [`NodeEnv`], and what it serves on is any
+//! stream of connections ([`Node::serve_incoming`]). The defaults are the
+//! real ones; the simulation (`tests/simulation.rs`) substitutes turmoil's
+//! clock, network and a seed, and runs this same code.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+use futures::Stream;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::transport::server::Connected;
 
 use cascade_proto::v1::resources_server::ResourcesServer;
 use tokio::net::TcpListener;
@@ -12,9 +22,10 @@ use tracing::info;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::NodeSettings;
+use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
 use crate::links::{LinkContext, Links};
 use crate::peer_service::PeerService;
-use crate::peers::Peers;
+use crate::peers::{PeerConnector, Peers, KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 use crate::service::ResourcesService;
 use crate::store::{MemoryStore, SledStore, Store, StoreError};
 use crate::writer::{WriterContext, WriterHandle, WriterUnavailable};
@@ -39,6 +50,30 @@ pub enum NodeError {
     Config(String),
 }
 
+/// The node's surroundings, injectable so a simulation controls them.
+#[derive(Clone)]
+pub struct NodeEnv {
+    /// `deleted_at`, retry schedules, attach times.
+    pub clock: Arc<dyn Clock>,
+    /// None: uids from [`SystemUids`] and reconnect jitter from the wall
+    /// clock. Some: [`SeededUids`] and jitter derived from this seed and the
+    /// region, so a run replays exactly (give each node its own region, or
+    /// its own seed).
+    pub seed: Option<u64>,
+    /// Opens connections to peers instead of TCP (see [`PeerConnector`]).
+    pub connector: Option<PeerConnector>,
+}
+
+impl Default for NodeEnv {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            seed: None,
+            connector: None,
+        }
+    }
+}
+
 /// An opened node: store and writer running, not yet serving.
 pub struct Node {
     service: ResourcesService,
@@ -49,6 +84,8 @@ pub struct Node {
     /// How often peer links send releases and look at their streams.
     link_tick: std::time::Duration,
     check_interval: std::time::Duration,
+    /// Seeds the peer links' reconnect jitter.
+    jitter_seed: u64,
 }
 
 impl Node {
@@ -57,6 +94,25 @@ impl Node {
     }
 
     pub async fn open_with_clock(settings: NodeSettings, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
+        Self::open_with(
+            settings,
+            NodeEnv {
+                clock,
+                ..NodeEnv::default()
+            },
+        )
+        .await
+    }
+
+    /// Opens a node in the given surroundings (see [`NodeEnv`]).
+    pub async fn open_with(settings: NodeSettings, env: NodeEnv) -> Result<Self, NodeError> {
+        let NodeEnv { clock, seed, connector } = env;
+        let region_seed = seed.map(|s| s ^ stable_hash(settings.region.as_str()));
+        let ids: Arc<dyn UidSource> = match region_seed {
+            Some(s) => Arc::new(SeededUids::new(s, clock.clone())),
+            None => Arc::new(SystemUids),
+        };
+        let jitter_seed = region_seed.map_or_else(wall_clock_seed, |s| s.rotate_left(17));
         let store: Arc<dyn Store> = match &settings.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir)?;
@@ -78,6 +134,7 @@ impl Node {
         let peers = Peers::new(
             &settings.peers,
             settings.tls.as_ref(),
+            connector,
             settings.limits.max_message_bytes,
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
@@ -87,6 +144,7 @@ impl Node {
             policy: settings.policy.clone(),
             store: store.clone(),
             clock: clock.clone(),
+            ids,
             events: events.clone(),
             tick: settings.tick,
         })
@@ -110,6 +168,7 @@ impl Node {
             tls: settings.tls,
             link_tick: settings.tick,
             check_interval: settings.check_interval,
+            jitter_seed,
             shutting_down: shutting_down_tx,
         })
     }
@@ -122,6 +181,24 @@ impl Node {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), NodeError> {
         let addr = listener.local_addr()?;
+        info!(region = %self.service.region, %addr, tls = self.tls.is_some(), "serving");
+        self.serve_incoming(TcpListenerStream::new(listener), shutdown).await
+    }
+
+    /// Serves every connection `incoming` yields until `shutdown` resolves,
+    /// then stops like [`Node::serve`]. Any byte stream will do: TCP, or a
+    /// simulated network.
+    pub async fn serve_incoming<I, IO, IE>(
+        self,
+        incoming: I,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), NodeError>
+    where
+        I: Stream<Item = Result<IO, IE>>,
+        IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+        IO::ConnectInfo: Clone + Send + Sync + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let (health, health_service) = tonic_health::server::health_reporter();
         health.set_serving::<ResourcesServer<ResourcesService>>().await;
         let reflection = tonic_reflection::server::Builder::configure()
@@ -135,6 +212,7 @@ impl Node {
             node: self.service.clone(),
             tick: self.link_tick,
             check_interval: self.check_interval,
+            jitter_seed: self.jitter_seed,
         })
         .await
         .map_err(|e| NodeError::Config(format!("starting peer links: {e}")))?;
@@ -152,17 +230,18 @@ impl Node {
             shutdown.await;
             let _ = stop_streams.send(true);
         };
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
         if let Some(tls) = &self.tls {
             builder = builder.tls_config(tls.server_config())?;
         }
-        info!(%region, %addr, tls = self.tls.is_some(), "serving");
         let result = builder
             .add_service(health_service)
             .add_service(reflection)
             .add_service(api)
             .add_service(peer_api)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
         links.stop().await;
         writer.stop().await;

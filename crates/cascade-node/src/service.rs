@@ -1,7 +1,7 @@
 //! The client API (`cascade.v1.Resources`): decodes requests, sends writes
 //! to the writer, serves reads straight from the store, streams events.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -74,6 +74,16 @@ pub struct ResourcesService {
     /// Outbox events always kept, whatever the peers acknowledged (client
     /// watchers resume from them too).
     pub(crate) outbox_retention: u64,
+}
+
+/// What a remote target's owner said about it (see
+/// [`ResourcesService::mark_remote_dangling`]).
+pub(crate) enum RemoteLookup {
+    /// It lives, with this uid.
+    Found(String),
+    Gone,
+    /// The owner could not be asked.
+    Unknown,
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -181,8 +191,19 @@ impl ResourcesService {
 
     /// Asks the owners of remote `allow_dangling` targets whether they still
     /// exist (the incarnation named). An owner that cannot be asked leaves
-    /// the mark as the local view had it.
-    async fn mark_remote_dangling(&self, r: &Resource, view: &mut v1::Resource) {
+    /// the mark as the local view had it. `owners` remembers the answers
+    /// within one request, so a page (or a dump) asks once per target.
+    ///
+    /// Needed because the local view alone cannot tell: the tombstone of a
+    /// remote deletion goes with its PURGED event, after which a remote
+    /// target that is gone looks like one that lives. (The simulation found
+    /// List and Dump reporting such references as not dangling.)
+    pub(crate) async fn mark_remote_dangling(
+        &self,
+        r: &Resource,
+        view: &mut v1::Resource,
+        owners: &mut BTreeMap<String, RemoteLookup>,
+    ) {
         for field in &mut view.refs {
             let tracked = self
                 .schema
@@ -195,19 +216,31 @@ impl ResourcesService {
                 if t.dangling || t.name.starts_with(&format!("{}/", self.region)) {
                     continue;
                 }
-                let Some(region) = t.name.split('/').next() else {
-                    continue;
-                };
-                let Ok(mut peer) = self.peers.peer(region) else {
-                    continue;
-                };
-                let lookup = peer.lookup(v1::LookupRequest { name: t.name.clone() });
-                match tokio::time::timeout(Duration::from_secs(2), lookup).await {
-                    Ok(Ok(found)) => t.dangling = found.into_inner().uid != t.uid,
-                    Ok(Err(s)) if s.code() == tonic::Code::NotFound => t.dangling = true,
-                    _ => {}
+                if !owners.contains_key(&t.name) {
+                    let answer = self.lookup_remote(&t.name).await;
+                    owners.insert(t.name.clone(), answer);
+                }
+                match owners.get(&t.name) {
+                    Some(RemoteLookup::Found(uid)) => t.dangling = *uid != t.uid,
+                    Some(RemoteLookup::Gone) => t.dangling = true,
+                    Some(RemoteLookup::Unknown) | None => {}
                 }
             }
+        }
+    }
+
+    async fn lookup_remote(&self, name: &str) -> RemoteLookup {
+        let Some(region) = name.split('/').next() else {
+            return RemoteLookup::Unknown;
+        };
+        let Ok(mut peer) = self.peers.peer(region) else {
+            return RemoteLookup::Unknown;
+        };
+        let lookup = peer.lookup(v1::LookupRequest { name: name.to_owned() });
+        match tokio::time::timeout(Duration::from_secs(2), lookup).await {
+            Ok(Ok(found)) => RemoteLookup::Found(found.into_inner().uid),
+            Ok(Err(s)) if s.code() == tonic::Code::NotFound => RemoteLookup::Gone,
+            _ => RemoteLookup::Unknown,
         }
     }
 
@@ -321,7 +354,7 @@ impl Resources for ResourcesService {
         match found {
             Some(r) if r.state != ResourceState::Creating => {
                 let mut view = self.present(&r)?;
-                self.mark_remote_dangling(&r, &mut view).await;
+                self.mark_remote_dangling(&r, &mut view, &mut BTreeMap::new()).await;
                 Ok(Response::new(view))
             }
             _ => Err(core_status(CoreError::NotFound(name))),
@@ -352,6 +385,7 @@ impl Resources for ResourcesService {
         };
         let mut out = Vec::new();
         let mut next = String::new();
+        let mut owners = BTreeMap::new();
         'pages: loop {
             let page: Vec<(Vec<u8>, Vec<u8>)> = self
                 .store
@@ -369,7 +403,9 @@ impl Resources for ResourcesService {
                     next = out.last().map(|r: &v1::Resource| r.name.clone()).unwrap_or_default();
                     break 'pages;
                 }
-                out.push(self.present(&r)?);
+                let mut view = self.present(&r)?;
+                self.mark_remote_dangling(&r, &mut view, &mut owners).await;
+                out.push(view);
             }
         }
         Ok(Response::new(v1::ListResponse {
@@ -473,15 +509,18 @@ impl Resources for ResourcesService {
                     return;
                 }
                 loop {
+                    // Biased for replayable simulations; stop and closed
+                    // first so a busy feed cannot starve them.
                     tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => return,
+                        _ = tx.closed() => return,
                         r = events.recv() => match r {
                             Ok(e) if e.operation != Some(id) => continue,
                             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                             Err(broadcast::error::RecvError::Closed) => return,
                         },
                         _ = tokio::time::sleep(poll) => {}
-                        _ = stop.wait_for(|s| *s) => return,
-                        _ = tx.closed() => return,
                     }
                     let view = match svc.operation(id, 0, "").await {
                         Ok(v) => v,

@@ -73,10 +73,14 @@ pub fn outbox_stream<T: Send + 'static>(
                     }
                 }
                 loop {
+                    // Biased, not random: the same run polls in the same
+                    // order (a simulation replays), and a busy feed cannot
+                    // starve the shutdown and closed checks.
                     let received = tokio::select! {
-                        r = live.recv() => r,
+                        biased;
                         _ = shutting_down.wait_for(|s| *s) => return,
                         _ = tx.closed() => return,
+                        r = live.recv() => r,
                     };
                     match received {
                         Ok(e) if e.revision < next => continue,

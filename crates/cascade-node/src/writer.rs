@@ -24,6 +24,7 @@ use tracing::{debug, error, info, info_span, warn};
 
 use crate::clock::Clock;
 use crate::codec::{encode_writes, StoreState};
+use crate::entropy::UidSource;
 use crate::store::Store;
 use crate::Event;
 
@@ -35,6 +36,8 @@ pub struct WriterContext {
     pub policy: Policy,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
+    /// Where uids and operation ids come from (injected for simulations).
+    pub ids: Arc<dyn UidSource>,
     /// Committed events, for Watch and WatchOperation streams.
     pub events: broadcast::Sender<Arc<Event>>,
     /// How often the writer looks at the retry queue when nothing wakes it.
@@ -58,19 +61,19 @@ struct Writer;
 
 pub struct WriterState {
     ctx: WriterContext,
-    ids: UuidV7,
+    ids: SharedIds,
     /// A `Work` message is already in the mailbox; don't queue another.
     work_queued: bool,
     /// The periodic tick; aborted when the actor stops.
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Mints UUID v7 from the system clock.
-struct UuidV7;
+/// The core's `IdSource` over the node's injected [`UidSource`].
+struct SharedIds(Arc<dyn UidSource>);
 
-impl IdSource for UuidV7 {
+impl IdSource for SharedIds {
     fn next_uuid(&mut self) -> uuid::Uuid {
-        uuid::Uuid::now_v7()
+        self.0.next_uuid()
     }
 }
 
@@ -155,8 +158,8 @@ impl Actor for Writer {
     ) -> Result<WriterState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || WriterMsg::Work);
         let mut state = WriterState {
+            ids: SharedIds(ctx.ids.clone()),
             ctx,
-            ids: UuidV7,
             work_queued: false,
             ticker: Some(ticker),
         };
