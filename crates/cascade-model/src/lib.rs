@@ -190,6 +190,11 @@ pub struct ReleaseMsg {
     pub to: usize,
     /// (target, referrer, field, generation).
     pub entries: Vec<(RefTarget, RefTarget, String, u64)>,
+    /// This is the second copy of a duplicated message: it is delivered at
+    /// most once more, never duplicated again. Unbounded duplication would
+    /// let a path deliver the same copy forever (an unfair loop that says
+    /// nothing about liveness under fair delivery).
+    pub redelivery: bool,
 }
 
 /// The owner's answer to a release request, in flight back to the importer.
@@ -207,6 +212,8 @@ pub struct AckMsg {
 pub enum AttachMsg {
     Request {
         entries: Vec<(RefTarget, RefTarget, String, u64)>,
+        /// As [`ReleaseMsg::redelivery`].
+        redelivery: bool,
     },
     Answer {
         keys: Vec<BackRefKey>,
@@ -528,7 +535,22 @@ impl CascadeModel {
                 )
             })
             .collect();
-        (!entries.is_empty()).then_some(ReleaseMsg { from, to, entries })
+        (!entries.is_empty()).then_some(ReleaseMsg {
+            from,
+            to,
+            entries,
+            redelivery: false,
+        })
+    }
+
+    /// A release call from `from` to `to` is still open: its request or its
+    /// answer is in flight. The peer link sends again only when the call
+    /// ended (answered, or failed: a loss here). Resending while an answer
+    /// is on its way would also give the checker an unfair cycle (send,
+    /// deliver, send, … with the answer never delivered), which it would
+    /// report as a liveness violation.
+    fn release_call_open(s: &State, from: usize, to: usize) -> bool {
+        s.releases.iter().any(|m| m.from == from && m.to == to) || s.acks.iter().any(|a| a.to == from && a.from == to)
     }
 
     /// Owner rows whose referrer lives in `importer` and no longer stands there.
@@ -575,7 +597,10 @@ impl CascadeModel {
             .filter(|b| b.referrer.uid == uid && b.target.name.region() == REGIONS[RA])
             .map(|b| (b.target.clone(), b.referrer.clone(), b.field.clone(), b.generation))
             .collect();
-        (!entries.is_empty()).then_some(AttachMsg::Request { entries })
+        (!entries.is_empty()).then_some(AttachMsg::Request {
+            entries,
+            redelivery: false,
+        })
     }
 }
 
@@ -725,7 +750,7 @@ impl Model for CascadeModel {
                             });
                         }
                     }
-                } else if Self::release_msg(s, from, to).is_some_and(|m| !s.releases.contains(&m)) {
+                } else if Self::release_msg(s, from, to).is_some() && !Self::release_call_open(s, from, to) {
                     actions.push(Action::SendReleases { from, to });
                 }
                 if self.config.check_backrefs && !Self::not_standing(s, to, from).is_empty() {
@@ -741,7 +766,7 @@ impl Model for CascadeModel {
                 msg: msg.clone(),
                 duplicate: false,
             });
-            if self.config.duplicates {
+            if self.config.duplicates && !msg.redelivery {
                 actions.push(Action::DeliverRelease {
                     msg: msg.clone(),
                     duplicate: true,
@@ -757,9 +782,8 @@ impl Model for CascadeModel {
                 actions.push(Action::LoseAck(ack.clone()));
             }
         }
-        if self.late_attach_msg(s).is_some_and(|m| {
-            !s.attaches.contains(&m) && !s.attaches.iter().any(|a| matches!(a, AttachMsg::Answer { .. }))
-        }) {
+        // Like the node's create flow: one attach call at a time.
+        if self.late_attach_msg(s).is_some() && s.attaches.is_empty() {
             actions.push(Action::SendAttach);
         }
         for msg in &s.attaches {
@@ -767,7 +791,7 @@ impl Model for CascadeModel {
                 msg: msg.clone(),
                 duplicate: false,
             });
-            if self.config.duplicates && matches!(msg, AttachMsg::Request { .. }) {
+            if self.config.duplicates && matches!(msg, AttachMsg::Request { redelivery: false, .. }) {
                 actions.push(Action::DeliverAttach {
                     msg: msg.clone(),
                     duplicate: true,
@@ -833,8 +857,12 @@ impl Model for CascadeModel {
                 s.releases.insert(Self::release_msg(&s, from, to)?);
             }
             Action::DeliverRelease { msg, duplicate } => {
-                if !duplicate {
-                    s.releases.remove(&msg);
+                s.releases.remove(&msg);
+                if duplicate {
+                    s.releases.insert(ReleaseMsg {
+                        redelivery: true,
+                        ..msg.clone()
+                    });
                 }
                 let ack = self.deliver_release(&mut s, &msg);
                 s.acks.insert(ack);
@@ -904,11 +932,15 @@ impl Model for CascadeModel {
                 s.attaches.insert(self.late_attach_msg(&s)?);
             }
             Action::DeliverAttach { msg, duplicate } => {
-                if !duplicate {
-                    s.attaches.remove(&msg);
-                }
+                s.attaches.remove(&msg);
                 match msg {
-                    AttachMsg::Request { entries } => {
+                    AttachMsg::Request { entries, .. } => {
+                        if duplicate {
+                            s.attaches.insert(AttachMsg::Request {
+                                entries: entries.clone(),
+                                redelivery: true,
+                            });
+                        }
                         let answer = self.deliver_attach(&mut s, &entries);
                         s.attaches.insert(answer);
                     }
@@ -916,7 +948,7 @@ impl Model for CascadeModel {
                 }
             }
             Action::Attach { answered } => {
-                let Some(AttachMsg::Request { entries }) = self.late_attach_msg(&s) else {
+                let Some(AttachMsg::Request { entries, .. }) = self.late_attach_msg(&s) else {
                     return None;
                 };
                 let answer = self.deliver_attach(&mut s, &entries);
