@@ -103,23 +103,9 @@ async fn clean_before_and_after_cross_region_cascades() {
     assert_eq!(before.unclassified_refs, 0, "{before:#?}");
 
     // An allow_dangling target goes: the ports keep a dangling reference.
-    let op = c
-        .client("rc")
-        .delete(delete_req("rc/qos_policy/q", false))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    wait_operation(c.client("rc"), &op.id).await;
+    delete_and_wait(c.client("rc"), "rc/qos_policy/q", false).await;
     // The unset side: the security group goes, the ports lose it.
-    let op = c
-        .client("rc")
-        .delete(delete_req("rc/security_group/sg", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    wait_operation(c.client("rc"), &op.id).await;
+    delete_and_wait(c.client("rc"), "rc/security_group/sg", true).await;
     // The cascade across the three regions.
     let op = c
         .client("rb")
@@ -285,14 +271,7 @@ async fn remote_allow_dangling_target_purged_reads_dangling_in_get_list_and_dump
     let c = start_cluster(&["ra", "rb", "rc"]).await;
     build(&c).await;
     let regions = c.endpoints();
-    let op = c
-        .client("rc")
-        .delete(delete_req("rc/qos_policy/q", false))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    wait_operation(c.client("rc"), &op.id).await;
+    delete_and_wait(c.client("rc"), "rc/qos_policy/q", false).await;
     wait_quiescent(&c).await;
     let qos_marks = |r: &v1::Resource| -> Vec<bool> {
         r.refs

@@ -54,14 +54,7 @@ async fn a_cross_region_cascade_runs_over_mutual_tls_and_the_checker_finds_nothi
     let c = start_cluster_tls(&REGIONS, &pki).await;
     assert!(c.node("ra").node.endpoint().starts_with("https://"));
     topology(&c).await;
-    let op = c
-        .client("ra")
-        .delete(delete_req("ra/network/net", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    let done = wait_operation(c.client("ra"), &op.id).await;
+    let done = delete_and_wait(c.client("ra"), "ra/network/net", true).await;
     assert_eq!(done.state(), v1::OperationState::Succeeded, "{done:?}");
     assert_eq!(done.progress.unwrap().deleted, 3, "network and both remote ports");
     for name in ["rb/port/b0", "rc/port/c0"] {

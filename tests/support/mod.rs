@@ -134,6 +134,17 @@ pub async fn wait_operation(client: &Client, id: &str) -> v1::Operation {
     .await
 }
 
+/// Deletes `name` through `client` and waits until its operation is done.
+pub async fn delete_and_wait(client: &Client, name: &str, cascade: bool) -> v1::Operation {
+    let op = client
+        .delete(delete_req(name, cascade))
+        .await
+        .unwrap_or_else(|e| panic!("delete {name}: {e}"))
+        .operation
+        .unwrap_or_else(|| panic!("delete {name}: no operation"));
+    wait_operation(client, &op.id).await
+}
+
 pub fn state(r: &v1::Resource) -> v1::ResourceState {
     v1::ResourceState::try_from(r.state).unwrap_or(v1::ResourceState::Unspecified)
 }
