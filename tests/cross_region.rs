@@ -202,13 +202,7 @@ async fn seed_001_topology_with_a_blocked_gateway_converges() {
         v1::ResourceState::Active
     );
 
-    let op = a
-        .delete(delete_req("ra/network/net", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    let done = wait_operation(a, &op.id).await;
+    let done = delete_and_wait(a, "ra/network/net", true).await;
     assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
     let p = done.progress.unwrap();
     assert_eq!(
@@ -448,13 +442,7 @@ async fn cascade_chain_through_three_regions_back_to_the_first_unwinds() {
         "{plan:?}"
     );
 
-    let op = a
-        .delete(delete_req("ra/project/p", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    let done = wait_operation(a, &op.id).await;
+    let done = delete_and_wait(a, "ra/project/p", true).await;
     assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
     let p = done.progress.unwrap();
     assert_eq!((p.deleted, p.pending, p.blocked, p.failed), (4, 0, 0, 0), "{p:?}");

@@ -257,8 +257,7 @@ async fn list_reference_owner_goes_with_its_last_element() {
     .unwrap();
 
     // Deleting one element removes it from the list; the group survives.
-    let op = c.delete(delete_req("port/p1", true)).await.unwrap().operation.unwrap();
-    let op = wait_operation(c, &op.id).await;
+    let op = delete_and_wait(c, "port/p1", true).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded);
     assert_eq!(
         op.progress.as_ref().map(|p| (p.deleted, p.unset)),
@@ -304,8 +303,7 @@ async fn cascade_cycle_unwinds() {
         .expect("closing the cycle");
     assert_eq!(targets(&a, "peer"), vec!["eu-west/b/y"]);
 
-    let op = c.delete(delete_req("a/x", true)).await.unwrap().operation.unwrap();
-    let op = wait_operation(c, &op.id).await;
+    let op = delete_and_wait(c, "a/x", true).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded, "{op:?}");
     assert_eq!(op.progress.as_ref().map(|p| p.deleted), Some(2), "{op:?}");
     wait_gone(c, "a/x").await;
@@ -953,13 +951,7 @@ async fn list_owner_inside_one_cascade_is_deleted_not_unset() {
         plan.unset
     );
 
-    let op = c
-        .delete(delete_req("network/n", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    let op = wait_operation(c, &op.id).await;
+    let op = delete_and_wait(c, "network/n", true).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded);
     wait_gone(c, "port_group/g").await;
     let outcome = op
@@ -1161,13 +1153,7 @@ async fn blocker_inside_the_same_cascade_does_not_hold_it() {
     assert_eq!(plan.deleted.len(), 3, "{plan:?}");
     assert!(plan.blocked.is_empty(), "the blocker goes with the cascade: {plan:?}");
 
-    let op = c
-        .delete(delete_req("project/p", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
-    let op = wait_operation(c, &op.id).await;
+    let op = delete_and_wait(c, "project/p", true).await;
     assert_eq!(op_state(&op), v1::OperationState::Succeeded, "{op:?}");
     let p = op.progress.unwrap();
     assert_eq!((p.deleted, p.pending, p.blocked, p.failed), (3, 0, 0, 0), "{p:?}");

@@ -614,22 +614,7 @@ mod tests {
             }
         }
         fn create(&mut self, name: &str, refs: &[(&str, &RefTarget)]) -> Resource {
-            let spec = crate::protocol::ResourceSpec {
-                name: name.into(),
-                refs: refs
-                    .iter()
-                    .map(|(f, t)| {
-                        (
-                            f.to_string(),
-                            vec![crate::protocol::RefRequest {
-                                name: t.name.to_string(),
-                                uid: Some(t.uid),
-                            }],
-                        )
-                    })
-                    .collect(),
-                ..Default::default()
-            };
+            let spec = spec_of(name, refs);
             let ctx = Ctx {
                 schema: &self.schema,
                 region: &self.region,
@@ -658,6 +643,26 @@ mod tests {
                 }
             }
             panic!("work did not settle");
+        }
+    }
+
+    /// A spec with one target per reference field, given by name and uid.
+    fn spec_of(name: &str, refs: &[(&str, &RefTarget)]) -> crate::protocol::ResourceSpec {
+        crate::protocol::ResourceSpec {
+            name: name.into(),
+            refs: refs
+                .iter()
+                .map(|(f, t)| {
+                    (
+                        f.to_string(),
+                        vec![crate::protocol::RefRequest {
+                            name: t.name.to_string(),
+                            uid: Some(t.uid),
+                        }],
+                    )
+                })
+                .collect(),
+            ..Default::default()
         }
     }
 
@@ -786,22 +791,7 @@ mod tests {
         };
         let fip = rb.create("rb/floating_ip/f", &[("project", &project)]);
         let port = remote("ra/port/x", 11);
-        let spec = crate::protocol::ResourceSpec {
-            name: fip.name.to_string(),
-            refs: [("project", &project), ("port", &port)]
-                .iter()
-                .map(|(f, t)| {
-                    (
-                        f.to_string(),
-                        vec![crate::protocol::RefRequest {
-                            name: t.name.to_string(),
-                            uid: Some(t.uid),
-                        }],
-                    )
-                })
-                .collect(),
-            ..Default::default()
-        };
+        let spec = spec_of(fip.name.as_str(), &[("project", &project), ("port", &port)]);
         let step = crate::protocol::update(&rb.state, rb.ctx(), spec, None).unwrap();
         let updated = step.value.clone();
         rb.state.apply(step.writes);

@@ -103,31 +103,24 @@ impl std::fmt::Debug for NodeTls {
 
 impl NodeTls {
     pub fn load(files: &TlsFiles) -> Result<Self, TlsError> {
-        let ca = read(&files.ca)?;
-        let cert = read(&files.cert)?;
-        let key = read(&files.key)?;
-        Self::from_pem(ca, cert, key).map_err(|e| match e {
-            TlsError::Invalid { what, message } => invalid(
-                format!(
-                    "{what} ({})",
-                    match what.as_str() {
-                        "ca" => files.ca.display(),
-                        "key" => files.key.display(),
-                        _ => files.cert.display(),
-                    }
-                ),
-                message,
-            ),
-            other => other,
-        })
+        let label = |p: &Path| p.display().to_string();
+        Self::parse(
+            [read(&files.ca)?, read(&files.cert)?, read(&files.key)?],
+            [label(&files.ca), label(&files.cert), label(&files.key)],
+        )
     }
 
     /// Checks the PEMs parse and the certificate names exactly one region.
     pub fn from_pem(ca_pem: String, cert_pem: String, key_pem: String) -> Result<Self, TlsError> {
-        first_certificate_der(&ca_pem).map_err(|m| invalid("ca", m))?;
-        let leaf = first_certificate_der(&cert_pem).map_err(|m| invalid("cert", m))?;
-        KeyPair::from_pem(&key_pem).map_err(|e| invalid("key", format!("not a usable private key: {e}")))?;
-        let region = region_of_certificate(&leaf).map_err(|m| invalid("cert", m))?;
+        Self::parse([ca_pem, cert_pem, key_pem], ["ca".into(), "cert".into(), "key".into()])
+    }
+
+    /// `labels` name the CA, certificate and key in errors (file paths, when loaded).
+    fn parse([ca_pem, cert_pem, key_pem]: [String; 3], [ca, cert, key]: [String; 3]) -> Result<Self, TlsError> {
+        first_certificate_der(&ca_pem).map_err(|m| invalid(ca, m))?;
+        let leaf = first_certificate_der(&cert_pem).map_err(|m| invalid(cert.clone(), m))?;
+        KeyPair::from_pem(&key_pem).map_err(|e| invalid(key, format!("not a usable private key: {e}")))?;
+        let region = region_of_certificate(&leaf).map_err(|m| invalid(cert, m))?;
         Ok(Self {
             ca_pem,
             cert_pem,
@@ -254,36 +247,12 @@ fn region_of_certificate(der: &[u8]) -> Result<RegionId, String> {
 }
 
 fn first_certificate_der(pem: &str) -> Result<Vec<u8>, String> {
-    let begin = "-----BEGIN CERTIFICATE-----";
-    let end = "-----END CERTIFICATE-----";
-    let start = pem.find(begin).ok_or("no PEM certificate found")? + begin.len();
-    let stop = pem[start..].find(end).ok_or("unterminated PEM certificate")? + start;
-    decode_base64(&pem[start..stop]).ok_or_else(|| "PEM certificate is not valid base64".to_owned())
-}
-
-/// Base64 (standard alphabet, whitespace ignored): small enough not to be worth a dependency.
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc = 0u32;
-    let mut bits = 0;
-    for c in text.bytes().filter(|c| !c.is_ascii_whitespace()) {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => break,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| format!("no PEM certificate found: {e}"))?;
+    if block.label != "CERTIFICATE" {
+        return Err(format!("expected a PEM CERTIFICATE, found {:?}", block.label));
     }
-    Some(out)
+    Ok(block.contents)
 }
 
 /// A development PKI: a CA and one certificate per region. For local
@@ -457,6 +426,15 @@ mod tests {
         };
         let err = NodeTls::load(&files).unwrap_err().to_string();
         assert!(err.contains("eu-west.key") && err.contains("private key"), "{err}");
+        let key_as_ca = TlsFiles {
+            ca: dir.path().join("ca.key"),
+            ..files.clone()
+        };
+        let err = NodeTls::load(&key_as_ca).unwrap_err().to_string();
+        assert!(
+            err.contains("ca.key") && err.contains("expected a PEM CERTIFICATE"),
+            "{err}"
+        );
         let missing = TlsFiles {
             ca: dir.path().join("nope.pem"),
             ..files
@@ -472,12 +450,5 @@ mod tests {
         pki.add_region("ap-south").unwrap();
         assert_eq!(pki.node_tls("ap-south").unwrap().region().as_str(), "ap-south");
         assert!(pki.add_region("Not A Region").is_err());
-    }
-
-    #[test]
-    fn base64_decodes_what_pem_holds() {
-        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(decode_base64("aGVs\nbG8h").unwrap(), b"hello!");
-        assert!(decode_base64("a*b").is_none());
     }
 }
