@@ -90,6 +90,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         etag: None,
         uid: None,
         requested_by: "bench".into(),
+        remote_kept: Default::default(),
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
     let mut key_writes = step.writes.key_writes();

@@ -15,6 +15,8 @@
 //!   work loop.
 //! - [`peer`]: the cross-region half: attach/release at the owner, deletion
 //!   events, CREATING resources and releases at the importer.
+//! - [`plan`]: the cross-region dry run: region parts re-planned to a
+//!   fixpoint and merged.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
 
@@ -23,6 +25,7 @@ pub mod memory;
 pub mod model;
 pub mod name;
 pub mod peer;
+pub mod plan;
 pub mod protocol;
 pub mod schema;
 pub mod state;

@@ -259,6 +259,12 @@ pub struct Event {
     pub operation: Option<OperationId>,
     pub message: String,
     pub time: Timestamp,
+    /// On a DELETING event: the request that deleted the resource did not
+    /// allow a cascade (`cascade = false`). Referrers in other regions then
+    /// lose the reference instead of being deleted (see
+    /// [`RemoteDeletion::no_cascade`]).
+    #[serde(default)]
+    pub no_cascade: bool,
 }
 
 /// A resource of another region that this node saw enter DELETING (from the
@@ -274,6 +280,12 @@ pub struct RemoteDeletion {
     /// walked: the tombstone goes when the walk is done.
     #[serde(default)]
     pub purged: bool,
+    /// The deletion did not allow a cascade: a `cascade` referrer here loses
+    /// the element (a list owner that loses its last one survives, emptied)
+    /// instead of being deleted. What a request did not allow is never
+    /// deleted by its operation, even when two such deletes race.
+    #[serde(default)]
+    pub no_cascade: bool,
 }
 
 /// References committed here whose owners have not confirmed the attach
@@ -302,4 +314,6 @@ pub struct RemoteEvent {
     pub event_type: EventType,
     pub resource: RefTarget,
     pub operation: Option<OperationId>,
+    /// See [`Event::no_cascade`].
+    pub no_cascade: bool,
 }

@@ -198,6 +198,26 @@ pub fn standing<S: StateRead + ?Sized>(state: &S, keys: &[BackRefKey]) -> Result
         .collect()
 }
 
+/// Importer, asked by an owner about to accept a delete without cascade:
+/// for each back-reference, does its referrer (a list owner here) keep a
+/// live target other than the one to be deleted in that field? Only then
+/// does losing this one not delete it (see `protocol::delete`).
+pub fn keeps_another_target<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    keys: &[BackRefKey],
+) -> Result<Vec<bool>, CoreError> {
+    let tx = Tx::new(state);
+    keys.iter()
+        .map(|k| match tx.resource_by_uid(k.referrer)? {
+            Some(r) if r.state == ResourceState::Active => {
+                protocol::keeps_live_other_target(&tx, ctx, &r, &k.field, k.target)
+            }
+            _ => Ok(false),
+        })
+        .collect()
+}
+
 /// Importer: applies a batch of the owner's outbox events, in order, and
 /// advances the cursor of `from_region` in the same step. Events at or
 /// below the cursor were applied before and are skipped.
@@ -229,6 +249,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                     operation,
                     seen_at: ctx.now,
                     purged: false,
+                    no_cascade: e.no_cascade,
                 });
                 tx.put_work(WorkItem {
                     target: e.resource,
@@ -271,6 +292,16 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     })
 }
 
+/// A resource of another region in DELETING, as its owner lists it for a
+/// resync (see [`resync`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteDeleting {
+    pub target: RefTarget,
+    pub operation: OperationId,
+    /// See [`RemoteDeletion::no_cascade`].
+    pub no_cascade: bool,
+}
+
 /// Importer: the owner compacted its outbox past this node's cursor. The
 /// owner's listing of its DELETING resources that this region references
 /// replaces the missed events: tombstones and work for those, tombstones of
@@ -280,11 +311,11 @@ pub fn resync<S: StateRead + ?Sized>(
     state: &S,
     ctx: Ctx<'_>,
     from_region: &str,
-    deleting: Vec<(RefTarget, OperationId)>,
+    deleting: Vec<RemoteDeleting>,
     revision: crate::model::Revision,
 ) -> Result<Step<usize>, CoreError> {
     let mut tx = Tx::new(state);
-    let listed: std::collections::BTreeSet<Uid> = deleting.iter().map(|(t, _)| t.uid).collect();
+    let listed: std::collections::BTreeSet<Uid> = deleting.iter().map(|d| d.target.uid).collect();
     for old in tx.remote_deletions_of(from_region)? {
         if !listed.contains(&old.target.uid) {
             tx.remove_remote_deletion(old.target.uid);
@@ -292,7 +323,12 @@ pub fn resync<S: StateRead + ?Sized>(
         }
     }
     let mut added = 0;
-    for (target, operation) in deleting {
+    for RemoteDeleting {
+        target,
+        operation,
+        no_cascade,
+    } in deleting
+    {
         if target.name.region() != from_region || tx.remote_deletion(target.uid)?.is_some() {
             continue;
         }
@@ -301,6 +337,7 @@ pub fn resync<S: StateRead + ?Sized>(
             operation,
             seen_at: ctx.now,
             purged: false,
+            no_cascade,
         });
         tx.put_work(WorkItem {
             target,
@@ -541,6 +578,7 @@ mod tests {
                     event_type: EventType::Deleting,
                     resource: t.clone(),
                     operation: Some(op),
+                    no_cascade: false,
                 }],
             )
             .unwrap()
@@ -551,7 +589,12 @@ mod tests {
         }
         assert_eq!(state.remote_deletions.len(), 2);
 
-        let step = resync(&state, ctx, "ra", vec![(still_deleting.clone(), op)], 40).unwrap();
+        let listing = vec![RemoteDeleting {
+            target: still_deleting.clone(),
+            operation: op,
+            no_cascade: false,
+        }];
+        let step = resync(&state, ctx, "ra", listing, 40).unwrap();
         assert_eq!(step.value, 1);
         state.apply(step.writes);
         assert!(state.remote_deletions.contains_key(&still_deleting.uid));
@@ -579,6 +622,7 @@ mod tests {
                 event_type: EventType::Purged,
                 resource: still_deleting.clone(),
                 operation: Some(op),
+                no_cascade: false,
             }],
         )
         .unwrap();
@@ -689,6 +733,7 @@ mod tests {
                 event_type,
                 resource: net.clone(),
                 operation: Some(op),
+                no_cascade: false,
             })
             .to_vec();
         let step = apply_remote_events(&rb.state, rb.ctx(), "ra", events).unwrap();
@@ -724,6 +769,7 @@ mod tests {
             event_type,
             resource: net.clone(),
             operation: Some(op),
+            no_cascade: false,
         };
         let step = apply_remote_events(&rb.state, rb.ctx(), "ra", vec![event(1, EventType::Deleting)]).unwrap();
         rb.state.apply(step.writes);

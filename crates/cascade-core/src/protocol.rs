@@ -107,7 +107,7 @@ pub struct ResourceSpec {
     pub finalizers: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeleteRequest {
     pub name: String,
     pub cascade: bool,
@@ -116,6 +116,13 @@ pub struct DeleteRequest {
     pub etag: Option<String>,
     pub uid: Option<Uid>,
     pub requested_by: String,
+    /// Back-references from list owners in other regions that, as their
+    /// region answered just before this request, keep another live target
+    /// in that field (see [`crate::peer::keeps_another_target`]). Only read
+    /// without `cascade`: such a referrer loses one element, not its last.
+    /// A remote `cascade` referrer not in this set counts as a dependent
+    /// that would be deleted, so the check errs on refusing.
+    pub remote_kept: BTreeSet<BackRefKey>,
 }
 
 /// A planned change to a referrer that survives.
@@ -385,7 +392,7 @@ pub fn delete<S: StateRead + ?Sized>(
         });
     }
     check_etag(&resource, req.etag.as_deref())?;
-    check_preconditions(&tx, ctx, &resource, req.cascade)?;
+    check_preconditions(&tx, ctx, &resource, req.cascade, &req.remote_kept)?;
     if req.dry_run {
         let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], req.cascade)?;
         return Ok(Step {
@@ -423,12 +430,16 @@ pub fn delete<S: StateRead + ?Sized>(
 }
 
 /// Refuses a user delete while a live `block` reference exists, or, without
-/// `cascade`, while a `cascade` referrer exists. Lists them.
+/// `cascade`, while a `cascade` referrer exists that would be deleted: one
+/// whose reference is single, or a list owner with no other live target
+/// (every other element already DELETING counts as gone: deleting this one
+/// would cascade once they finish). Lists them.
 fn check_preconditions<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     ctx: Ctx<'_>,
     resource: &Resource,
     cascade: bool,
+    remote_kept: &BTreeSet<BackRefKey>,
 ) -> Result<(), CoreError> {
     let mut blockers = Vec::new();
     let mut dependents = Vec::new();
@@ -442,11 +453,16 @@ fn check_preconditions<S: StateRead + ?Sized>(
             let list = match b.on_delete {
                 OnDelete::Block => &mut blockers,
                 OnDelete::Cascade if !cascade => {
-                    // A list owner that keeps other elements only loses one.
-                    let keeps_others = tx
-                        .resource_by_uid(b.referrer.uid)?
-                        .and_then(|r| r.refs.get(&b.field).map(Vec::len))
-                        .is_some_and(|n| n > 1);
+                    // A list owner that keeps another live element only
+                    // loses one. A remote one's region answered for it.
+                    let keeps_others = if is_remote(ctx, &b.referrer.name) {
+                        remote_kept.contains(&b.key())
+                    } else {
+                        match tx.resource_by_uid(b.referrer.uid)? {
+                            Some(r) => keeps_live_other_target(tx, ctx, &r, &b.field, resource.uid)?,
+                            None => false,
+                        }
+                    };
                     if keeps_others {
                         continue;
                     }
@@ -474,6 +490,33 @@ fn check_preconditions<S: StateRead + ?Sized>(
         dependents,
         more,
     })
+}
+
+/// Whether `referrer` holds, in `field`, a live target other than `target`:
+/// one that is not being deleted, as far as this region knows (a local
+/// target ACTIVE; a remote one not reported DELETING by its owner).
+pub(crate) fn keeps_live_other_target<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    referrer: &Resource,
+    field: &str,
+    target: Uid,
+) -> Result<bool, CoreError> {
+    let Some(targets) = referrer.refs.get(field) else {
+        return Ok(false);
+    };
+    for t in targets.iter().filter(|t| t.uid != target) {
+        let live = if is_remote(ctx, &t.name) {
+            tx.remote_deletion(t.uid)?.is_none()
+        } else {
+            tx.resource_by_uid(t.uid)?
+                .is_some_and(|r| r.state == ResourceState::Active)
+        };
+        if live {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Walks the closure of a delete without changing anything.
@@ -513,10 +556,10 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
             after = Some(last.key());
             for b in page {
                 if is_remote(ctx, &b.referrer.name) && b.on_delete != OnDelete::Block {
-                    if cascade || b.on_delete == OnDelete::Unset {
-                        let region = b.referrer.name.region().to_owned();
-                        remote_seeds.entry(region).or_default().insert(target.clone());
-                    }
+                    // Without cascade a remote `cascade` referrer still
+                    // loses the element (see `apply_to_referrer`).
+                    let region = b.referrer.name.region().to_owned();
+                    remote_seeds.entry(region).or_default().insert(target.clone());
                     continue;
                 }
                 match b.on_delete {
@@ -538,11 +581,9 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
                         let len = q.refs.get(&b.field).map_or(0, Vec::len);
                         let n = removed.entry((q.uid, b.field.clone())).or_default();
                         *n += 1;
-                        // Only deletable if root-side cascade is allowed at all.
-                        if !cascade {
-                            continue;
-                        }
-                        if *n >= len {
+                        // Without cascade nothing is deleted: the referrer
+                        // loses the element, as an `unset` one would.
+                        if *n >= len && cascade {
                             if deleted.len() >= ctx.policy.max_plan {
                                 truncated = true;
                                 continue;
@@ -649,6 +690,9 @@ fn step_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     }
     let target = target_of(&resource);
+    // Only an operation's root can be deleted without cascade (nothing else
+    // enters DELETING by it), and then its referrers lose the element.
+    let no_cascade = tx.operation(record.operation)?.is_some_and(|op| !op.cascade);
     let mut blockers = Vec::new();
     // Region → referrers there that have yet to release (they act on our event).
     let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
@@ -682,7 +726,13 @@ fn step_deletion<S: StateRead + ?Sized>(
                 }
                 OnDelete::Cascade | OnDelete::Unset => {
                     *budget = budget.saturating_sub(1);
-                    apply_to_referrer(tx, ctx, &target, record.operation, &record.requested_by, b, report)?;
+                    let deletion = Applied {
+                        target: &target,
+                        operation: record.operation,
+                        requested_by: &record.requested_by,
+                        no_cascade,
+                    };
+                    apply_to_referrer(tx, ctx, &deletion, b, report)?;
                 }
             }
         }
@@ -750,15 +800,13 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         for b in page {
             if matches!(b.on_delete, OnDelete::Cascade | OnDelete::Unset) && !is_remote(ctx, &b.referrer.name) {
                 *budget = budget.saturating_sub(1);
-                apply_to_referrer(
-                    tx,
-                    ctx,
-                    &tombstone.target,
-                    tombstone.operation,
-                    &requested_by,
-                    b,
-                    report,
-                )?;
+                let deletion = Applied {
+                    target: &tombstone.target,
+                    operation: tombstone.operation,
+                    requested_by: &requested_by,
+                    no_cascade: tombstone.no_cascade,
+                };
+                apply_to_referrer(tx, ctx, &deletion, b, report)?;
             }
         }
     }
@@ -814,16 +862,37 @@ fn wait_for_regions<S: StateRead + ?Sized>(
     Ok(())
 }
 
+/// The deletion whose effect [`apply_to_referrer`] applies.
+#[derive(Clone, Copy)]
+struct Applied<'a> {
+    target: &'a RefTarget,
+    operation: OperationId,
+    requested_by: &'a str,
+    /// The request did not allow a cascade (`cascade = false`).
+    no_cascade: bool,
+}
+
 /// Applies the deletion of `target` to one referrer: cascade or unset.
+///
+/// Without cascade (`no_cascade`) a `cascade` referrer is never deleted: it
+/// loses the element like an `unset` one, even its last (the acceptance
+/// check refuses that case when it can see it; two such deletes of a list
+/// owner's last two owners can still race, across regions especially, and
+/// then the referrer survives, emptied, rather than being deleted by an
+/// operation that did not allow it: invariant 3).
 fn apply_to_referrer<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
-    target: &RefTarget,
-    operation: OperationId,
-    requested_by: &str,
+    deletion: &Applied<'_>,
     b: BackRef,
     report: &mut WorkReport,
 ) -> Result<(), CoreError> {
+    let Applied {
+        target,
+        operation,
+        requested_by,
+        no_cascade,
+    } = *deletion;
     release_ref(tx, ctx, &b)?;
     let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
         return Ok(()); // the referrer is gone: the back-reference was stale
@@ -848,8 +917,8 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     if emptied {
         referrer.refs.remove(&b.field);
     }
-    ensure_operation_part(tx, ctx, operation, target)?;
-    if b.on_delete == OnDelete::Cascade && emptied {
+    ensure_operation_part(tx, ctx, operation, target, !no_cascade)?;
+    if b.on_delete == OnDelete::Cascade && emptied && !no_cascade {
         let reason = DeletionReason::Cascade {
             from: target.name.clone(),
             field: b.field.clone(),
@@ -859,7 +928,14 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         return Ok(());
     }
     referrer.update_time = ctx.now;
-    let message = format!("{} cleared: {} is being deleted", b.field, target.name);
+    let message = if b.on_delete == OnDelete::Cascade && emptied {
+        format!(
+            "{} cleared: {} is being deleted without cascade, so this resource is kept",
+            b.field, target.name
+        )
+    } else {
+        format!("{} cleared: {} is being deleted", b.field, target.name)
+    };
     let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(operation), &message)?;
     tx.put_outcome(
         operation,
@@ -924,13 +1000,14 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
     ctx: Ctx<'_>,
     operation: OperationId,
     root: &RefTarget,
+    cascade: bool,
 ) -> Result<(), CoreError> {
     if tx.operation(operation)?.is_none() {
         tx.put_operation(Operation {
             id: operation,
             root: root.clone(),
             requested_by: format!("region {}", root.name.region()),
-            cascade: true,
+            cascade,
             state: OperationState::Running,
             progress: Progress::default(),
             create_time: ctx.now,
@@ -1007,7 +1084,13 @@ fn enter_deleting<S: StateRead + ?Sized>(
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
+    // Importers must know whether this deletion allows a cascade: they
+    // apply it to their referrers on their own (see `apply_to_referrer`).
+    let no_cascade = tx.operation(operation)?.is_some_and(|op| !op.cascade);
     let resource = put_with_event(tx, ctx, resource, EventType::Deleting, Some(operation), &message)?;
+    if no_cascade {
+        tx.mark_last_event_no_cascade();
+    }
     let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
@@ -1251,6 +1334,7 @@ fn put_with_event<S: StateRead + ?Sized>(
         operation,
         message: message.to_owned(),
         time: ctx.now,
+        no_cascade: false,
     })?;
     Ok(resource)
 }
@@ -1272,6 +1356,7 @@ fn emit_only<S: StateRead + ?Sized>(
         operation: Some(operation),
         message: message.to_owned(),
         time: ctx.now,
+        no_cascade: false,
     })?;
     Ok(())
 }

@@ -232,6 +232,7 @@ fn a_chain_of_a_thousand_cascading_kinds_loads_and_cascades() {
         etag: None,
         uid: None,
         requested_by: "hostile".into(),
+        remote_kept: Default::default(),
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the whole chain is purged");
@@ -326,6 +327,7 @@ fn cycles_of_kinds_load_and_unwind() {
         etag: None,
         uid: None,
         requested_by: "hostile".into(),
+        remote_kept: Default::default(),
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the cycle unwinds completely");
@@ -532,6 +534,7 @@ fn any_req() -> impl Strategy<Value = Req> {
                     etag,
                     uid,
                     requested_by,
+                    remote_kept: Default::default(),
                 })
             }
         ),

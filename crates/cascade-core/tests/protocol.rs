@@ -55,6 +55,7 @@ fn del(name: &str, cascade: bool) -> DeleteRequest {
         etag: None,
         uid: None,
         requested_by: "tester".to_owned(),
+        remote_kept: Default::default(),
     }
 }
 

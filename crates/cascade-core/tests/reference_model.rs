@@ -404,6 +404,7 @@ impl Real {
             etag: None,
             uid: None,
             requested_by: "model".to_owned(),
+            remote_kept: Default::default(),
         };
         let ctx = Ctx {
             schema: &self.schema,

@@ -516,6 +516,7 @@ impl CascadeModel {
                 event_type: e.event_type,
                 resource: e.resource.clone(),
                 operation: e.operation,
+                no_cascade: e.no_cascade,
             })
             .collect()
     }
@@ -697,6 +698,7 @@ fn user_delete(name: &str) -> DeleteRequest {
         etag: None,
         uid: None,
         requested_by: "model".to_owned(),
+        remote_kept: Default::default(),
     }
 }
 

@@ -19,8 +19,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cascade_core::model::{Resource, ResourceState};
 use cascade_core::peer::{self, PeerBackRef};
+use cascade_core::plan::PlanDriver;
 use cascade_core::protocol::{Plan, ResourceSpec};
-use cascade_core::{BackRefKey, CoreError, OperationId, RefTarget, ResourceName, Uid};
+use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Uid};
 use cascade_proto::convert;
 use cascade_proto::v1;
 use tonic::{Code, Status};
@@ -29,9 +30,6 @@ use tracing::{info, warn};
 use crate::peer_service::read_ctx;
 use crate::peers::{unavailable, PEER_CALL_TIMEOUT};
 use crate::service::{core_status, store_status, writer_status, ResourcesService};
-
-/// Rounds of a cross-region dry run (a cycle through regions comes back).
-const MAX_PLAN_ROUNDS: usize = 8;
 
 impl ResourcesService {
     /// The uid of a live resource of another region, asked of its owner.
@@ -272,43 +270,87 @@ impl ResourcesService {
         peer::plan_from(&state, read_ctx(self, self.clock.now()), seeds, cascade).map_err(core_status)
     }
 
-    /// Completes a local dry run with every region's part.
-    pub(crate) async fn plan_everywhere(&self, mut plan: Plan, cascade: bool) -> v1::Plan {
-        let mut pending = std::mem::take(&mut plan.remote_seeds);
-        let mut seen: BTreeSet<(String, Uid)> = BTreeSet::new();
-        let mut unreachable = BTreeSet::new();
-        for _ in 0..MAX_PLAN_ROUNDS {
-            if pending.is_empty() {
+    /// Completes a local dry run with every region's part: regions are
+    /// re-planned from every seed they were handed until nothing grows
+    /// (see `cascade_core::plan`), then the parts are merged.
+    pub(crate) async fn plan_everywhere(&self, plan: Plan, cascade: bool) -> v1::Plan {
+        let Some(root) = plan.deleted.first().cloned() else {
+            return convert::plan(&plan);
+        };
+        let mut driver = PlanDriver::new(self.region.as_str(), root, plan);
+        loop {
+            let round = driver.next_round();
+            if round.is_empty() {
                 break;
             }
-            let mut next: BTreeMap<String, Vec<RefTarget>> = BTreeMap::new();
-            for (region, seeds) in std::mem::take(&mut pending) {
-                let seeds: Vec<RefTarget> = seeds
-                    .into_iter()
-                    .filter(|s| seen.insert((region.clone(), s.uid)))
-                    .collect();
-                if seeds.is_empty() {
-                    continue;
-                }
+            for (region, seeds) in round {
                 let part = if region == self.region.as_str() {
-                    self.plan_part(seeds, cascade).ok()
+                    self.plan_part(seeds.clone(), cascade).ok()
                 } else {
-                    self.peer_plan(&region, seeds, cascade).await
+                    self.peer_plan(&region, seeds.clone(), cascade).await
                 };
-                let Some(mut part) = part else {
-                    unreachable.insert(region);
-                    continue;
-                };
-                for (r, s) in std::mem::take(&mut part.remote_seeds) {
-                    next.entry(r).or_default().extend(s);
-                }
-                merge_plan(&mut plan, part);
+                driver.answer(&region, seeds, part);
             }
-            pending = next;
         }
-        let mut out = convert::plan(&plan);
-        out.unreachable_regions = unreachable.into_iter().collect();
+        let unreachable: Vec<String> = driver.unreachable().map(str::to_owned).collect();
+        let mut out = convert::plan(&driver.finish());
+        out.unreachable_regions = unreachable;
         out
+    }
+
+    /// For a delete without cascade: which of the target's `cascade`
+    /// referrers in other regions keep another live target in their list
+    /// (their regions answer; see `peer::keeps_another_target`). The core
+    /// refuses the delete for every other remote `cascade` referrer. A
+    /// region that cannot be asked makes the delete UNAVAILABLE: refusing
+    /// would list dependents that may not be, accepting could cascade.
+    pub(crate) async fn remote_kept(&self, name: &ResourceName) -> Result<BTreeSet<BackRefKey>, Status> {
+        let state = self.state();
+        let Some(target) = state.get_resource(name).map_err(store_status)? else {
+            return Ok(BTreeSet::new());
+        };
+        let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
+        for row in state.backrefs_of(target.uid).map_err(store_status)? {
+            if row.on_delete == OnDelete::Cascade && row.referrer.name.region() != self.region.as_str() {
+                by_region
+                    .entry(row.referrer.name.region().to_owned())
+                    .or_default()
+                    .push(PeerBackRef {
+                        target: row.target,
+                        referrer: row.referrer,
+                        field: row.field,
+                        generation: row.generation,
+                    });
+            }
+        }
+        let mut kept = BTreeSet::new();
+        for (region, rows) in by_region {
+            let mut peer = self.peers.peer(&region).map_err(core_status)?;
+            for chunk in rows.chunks(self.limits.max_batch_create) {
+                let req = v1::CheckBackrefsRequest {
+                    from_region: self.region.to_string(),
+                    backrefs: chunk.iter().map(convert::peer_backref).collect(),
+                };
+                let answer = match tokio::time::timeout(PEER_CALL_TIMEOUT, peer.keeps_another_target(req)).await {
+                    Ok(Ok(r)) => r.into_inner().standing,
+                    Ok(Err(s)) => return Err(core_status(unavailable(&region, &s))),
+                    Err(_) => {
+                        return Err(core_status(CoreError::RegionUnavailable {
+                            region,
+                            reason: "asking whether list owners keep another owner timed out".into(),
+                        }))
+                    }
+                };
+                kept.extend(
+                    chunk
+                        .iter()
+                        .zip(answer)
+                        .filter(|(_, keeps)| *keeps)
+                        .map(|(row, _)| row.key()),
+                );
+            }
+        }
+        Ok(kept)
     }
 
     async fn peer_plan(&self, region: &str, seeds: Vec<RefTarget>, cascade: bool) -> Option<Plan> {
@@ -404,17 +446,4 @@ impl ResourcesService {
         merged.unreachable_regions = unreachable;
         Ok(merged)
     }
-}
-
-/// Adds a region's part to a plan, once per resource.
-fn merge_plan(into: &mut Plan, part: Plan) {
-    let known: BTreeSet<Uid> = into.deleted.iter().map(|d| d.uid).collect();
-    into.deleted
-        .extend(part.deleted.into_iter().filter(|d| !known.contains(&d.uid)));
-    let deleted: BTreeSet<Uid> = into.deleted.iter().map(|d| d.uid).collect();
-    into.unset.retain(|u| !deleted.contains(&u.resource.uid));
-    into.unset
-        .extend(part.unset.into_iter().filter(|u| !deleted.contains(&u.resource.uid)));
-    into.blocked.extend(part.blocked);
-    into.truncated |= part.truncated;
 }

@@ -185,8 +185,11 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
         .deleting
         .into_iter()
         .filter_map(|d| {
-            let target = convert::ref_target(d.resource, "resource").ok()?;
-            Some((target, OperationId::parse(&d.operation_id).ok()?))
+            Some(peer::RemoteDeleting {
+                target: convert::ref_target(d.resource, "resource").ok()?,
+                operation: OperationId::parse(&d.operation_id).ok()?,
+                no_cascade: d.no_cascade,
+            })
         })
         .collect();
     let n = deleting.len();
@@ -244,6 +247,7 @@ fn remote_event(e: v1::PeerEvent) -> Option<RemoteEvent> {
         event_type: convert::event_type_from(e.r#type)?,
         resource,
         operation: OperationId::parse(&e.operation_id).ok(),
+        no_cascade: e.no_cascade,
     })
 }
 

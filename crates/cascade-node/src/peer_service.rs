@@ -166,6 +166,7 @@ impl Peer for PeerService {
                 r#type: convert::event_type(e.event_type) as i32,
                 resource: Some(convert::object_ref(&e.resource)),
                 operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
+                no_cascade: e.no_cascade,
             },
             span,
         );
@@ -250,13 +251,32 @@ impl Peer for PeerService {
         for d in deletions {
             let rows = state.backrefs_of(d.target.uid).map_err(unavailable)?;
             if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
+                let no_cascade = state
+                    .get_operation(d.operation)
+                    .map_err(unavailable)?
+                    .is_some_and(|op| !op.cascade);
                 deleting.push(v1::DeletingEntry {
                     resource: Some(convert::object_ref(&d.target)),
                     operation_id: d.operation.to_string(),
+                    no_cascade,
                 });
             }
         }
         Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))
+    }
+
+    async fn keeps_another_target(
+        &self,
+        request: Request<v1::CheckBackrefsRequest>,
+    ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
+        self.authorize_any(&request)?;
+        let req = request.into_inner();
+        self.limit(req.backrefs.len())?;
+        let keys: Vec<BackRefKey> = backrefs(req.backrefs)?.iter().map(|b| b.key()).collect();
+        let state = self.node.state();
+        let standing = peer::keeps_another_target(&state, read_ctx(&self.node, self.node.clock.now()), &keys)
+            .map_err(|e| status_from_core(&e))?;
+        Ok(Response::new(v1::CheckBackrefsResponse { standing }))
     }
 
     async fn dump(&self, request: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {

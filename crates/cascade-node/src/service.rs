@@ -434,7 +434,10 @@ impl Resources for ResourcesService {
         if let Some(mut owner) = self.route(&parse_name(&raw.name, "name")?)? {
             return owner.delete(raw).await;
         }
-        let req = convert::delete_request(raw)?;
+        let mut req = convert::delete_request(raw)?;
+        if !req.cascade {
+            req.remote_kept = self.remote_kept(&parse_name(&req.name, "name")?).await?;
+        }
         let cascade = req.cascade;
         let outcome = self
             .writer

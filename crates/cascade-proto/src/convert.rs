@@ -81,6 +81,8 @@ pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
         } else {
             req.requested_by
         },
+        // Filled in by the node from the referrers' regions.
+        remote_kept: Default::default(),
     })
 }
 
