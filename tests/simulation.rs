@@ -17,6 +17,19 @@
 //! that every deletion it saw accepted reached a terminal state: SUCCEEDED,
 //! or FAILED with a reason.
 //!
+//! The **intent oracle** then holds every deletion to what its request
+//! allowed: an operation whose request said `cascade = false` deleted
+//! nothing but its root, and every resource that is gone is either the
+//! root of a delete the client sent, or was reached by a cascade: one of
+//! its `cascade` targets (all of them, for a list owner) is gone or being
+//! deleted, by a deletion that allowed a cascade. The workload includes
+//! concurrent `cascade = false` deletes of two owners of one port group, in
+//! the same and in different regions (the race that once deleted the port
+//! group). Last, on the quiet cluster, a few dry runs are each followed by
+//! the same delete, and the plan must equal what the delete did, in every
+//! region. (The simulation had neither check when a `cascade = false`
+//! over-deletion and cross-region dry-run mispredictions went through it.)
+//!
 //! Every run is a seed: the network's randomness (turmoil's `rng_seed`),
 //! the workload, the faults, the nodes' uids and reconnect jitter
 //! (`NodeEnv::seed`) and their clock (turmoil's) all derive from it, so a
@@ -31,7 +44,7 @@
 //! `CASCADE_SIM_SEEDS=N` runs seeds `0..N` (`A..B` for a range).
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -61,6 +74,8 @@ const EPOCH_SECS: u64 = 1_700_000_000;
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Workload operations per seed.
 const OPERATIONS: usize = 100;
+/// Dry runs compared with the real delete, on the quiet cluster.
+const DRY_RUNS: usize = 3;
 /// After the workload and the repair, how long (simulated) the cluster has
 /// to settle.
 const SETTLE_LIMIT: Duration = Duration::from_secs(240);
@@ -79,6 +94,14 @@ struct Report {
     deletions_succeeded: usize,
     deletions_failed: usize,
     calls_timed_out: usize,
+    /// Deletes sent with `cascade = false`.
+    no_cascade_deletes: usize,
+    /// Concurrent `cascade = false` deletes of two owners of a port group.
+    shared_owner_races: usize,
+    /// Resources gone at the end, each explained by the intent oracle.
+    deletions_explained: usize,
+    /// Dry runs compared with the real run that followed.
+    dry_runs_compared: usize,
     partitions: usize,
     holds: usize,
     random_failures: bool,
@@ -212,8 +235,13 @@ struct Workload {
     /// Kind → full names created (and not deleted as a root by us).
     known: BTreeMap<&'static str, Vec<String>>,
     next_id: usize,
-    /// Accepted deletions: (operation id, root name).
-    accepted: Vec<(String, String)>,
+    /// Accepted deletions: (operation id, root name, cascade).
+    accepted: Vec<(String, String, bool)>,
+    /// Every delete that may have been accepted (answered OK, or timed
+    /// out): (root, cascade).
+    attempts: Vec<(String, bool)>,
+    /// Resources created (answered OK): name → reference field → target names.
+    created: BTreeMap<String, BTreeMap<String, Vec<String>>>,
     report: Report,
 }
 
@@ -335,6 +363,10 @@ impl Workload {
         if !complete {
             return;
         }
+        let sent: BTreeMap<String, Vec<String>> = refs
+            .iter()
+            .map(|(field, targets)| (field.to_string(), dedup(targets.clone())))
+            .collect();
         let spec = v1::ResourceSpec {
             name: name.clone(),
             attributes: Default::default(),
@@ -362,6 +394,7 @@ impl Workload {
         {
             Call::Ok(_) => {
                 self.report.creates_ok += 1;
+                self.created.insert(name.clone(), sent);
                 self.known.entry(kind).or_default().push(name);
             }
             Call::Refused(_) => self.report.creates_refused += 1,
@@ -427,63 +460,197 @@ impl Workload {
         let cascade = self.chance(80);
         let region = name.split('/').next().unwrap_or_default().to_owned();
         let node = self.node_for(&region);
-        let request = v1::DeleteRequest {
-            name: name.clone(),
-            cascade,
-            requested_by: "simulation".into(),
-            ..Default::default()
-        };
-        match self.call(node, |mut c| async move { c.delete(request).await }).await {
-            Call::Ok(response) => {
-                if let Some(op) = response.operation {
-                    // A repeated delete answers with the running operation
-                    // (also one whose first answer timed out): follow each once.
-                    if !self.accepted.iter().any(|(id, _)| *id == op.id) {
-                        self.accepted.push((op.id, name.clone()));
-                    }
+        let request = delete_request(&name, cascade);
+        let answer = self.call(node, |mut c| async move { c.delete(request).await }).await;
+        self.record_delete(&name, cascade, answer);
+    }
+
+    /// Two owners (ports) of one port group deleted at once, both without
+    /// cascade, each through its own region's node (or another): in the
+    /// same region or in two. At most the ports go; the group must stay.
+    async fn shared_owner_race(&mut self) {
+        let groups: Vec<(String, Vec<String>)> = self
+            .created
+            .iter()
+            .filter(|(name, _)| name.contains("/port_group/"))
+            .filter_map(|(name, refs)| Some((name.clone(), refs.get("ports")?.clone())))
+            .filter(|(_, ports)| ports.len() >= 2)
+            .collect();
+        if groups.is_empty() {
+            return;
+        }
+        let (_, ports) = groups[self.rng.below(groups.len() as u64) as usize].clone();
+        let (a, b) = (ports[0].clone(), ports[1].clone());
+        let region_of = |n: &str| n.split('/').next().unwrap_or_default().to_owned();
+        let (na, nb) = (self.node_for(&region_of(&a)), self.node_for(&region_of(&b)));
+        let (ca, cb) = (self.links[na].resources(), self.links[nb].resources());
+        let (ra, rb) = (delete_request(&a, false), delete_request(&b, false));
+        let (x, y) = tokio::join!(
+            tokio::time::timeout(CALL_TIMEOUT, async move {
+                let mut c = ca;
+                c.delete(ra).await
+            }),
+            tokio::time::timeout(CALL_TIMEOUT, async move {
+                let mut c = cb;
+                c.delete(rb).await
+            })
+        );
+        self.report.shared_owner_races += 1;
+        for (name, node, answer) in [(a, na, x), (b, nb, y)] {
+            let answer = match answer {
+                Ok(Ok(r)) => Call::Ok(r.into_inner()),
+                Ok(Err(s)) => Call::Refused(s),
+                Err(_) => {
+                    self.report.calls_timed_out += 1;
+                    self.links[node].reset();
+                    Call::TimedOut
                 }
-                if let Some(list) = self.known.get_mut(kind) {
-                    list.retain(|n| *n != name);
-                }
-            }
-            Call::Refused(_) => self.report.deletes_refused += 1,
-            Call::TimedOut => {}
+            };
+            self.record_delete(&name, false, answer);
         }
     }
 
+    fn record_delete(&mut self, name: &str, cascade: bool, answer: Call<v1::DeleteResponse>) {
+        self.report.no_cascade_deletes += usize::from(!cascade);
+        match answer {
+            Call::Ok(response) => {
+                self.attempts.push((name.to_owned(), cascade));
+                if let Some(op) = response.operation {
+                    // A repeated delete answers with the running operation
+                    // (also one whose first answer timed out): follow each
+                    // once, with the cascade flag of the request that made it.
+                    if !self.accepted.iter().any(|(id, _, _)| *id == op.id) {
+                        self.accepted.push((op.id, name.to_owned(), op.cascade));
+                    }
+                }
+                let kind = name.split('/').nth(1).unwrap_or_default();
+                if let Some(list) = self.known.get_mut(kind) {
+                    list.retain(|n| n != name);
+                }
+            }
+            Call::Refused(_) => self.report.deletes_refused += 1,
+            Call::TimedOut => self.attempts.push((name.to_owned(), cascade)),
+        }
+    }
+
+    /// Polls an operation until it is done (simulated time).
+    async fn wait_operation(
+        &mut self,
+        id: &str,
+        root: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<v1::Operation, String> {
+        let region = root.split('/').next().unwrap_or_default();
+        let node = REGIONS.iter().position(|r| *r == region).unwrap_or(0);
+        loop {
+            let request = v1::GetOperationRequest {
+                id: id.to_owned(),
+                outcomes_page_size: 1000,
+                outcomes_page_token: String::new(),
+            };
+            let last = match self
+                .call(node, |mut c| async move { c.get_operation(request).await })
+                .await
+            {
+                Call::Ok(op) if op.done => return Ok(op),
+                Call::Ok(op) => format!("{op:?}"),
+                Call::Refused(s) => format!("{:?}: {}", s.code(), s.message()),
+                Call::TimedOut => "timed out".into(),
+            };
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("deletion {id} of {root} did not finish: {last}"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// With nothing else in flight: a dry run of a delete at a random live
+    /// root, then the same delete, run to the end. The plan must be what
+    /// the delete did in every region: the same resources deleted, the same
+    /// (resource, field) unset, the same resources held by a blocker; a
+    /// refused dry run means the same refusal.
+    async fn dry_run_then_delete(&mut self, deadline: tokio::time::Instant) -> Result<(), String> {
+        let kinds: Vec<&'static str> = self.known.keys().copied().collect();
+        if kinds.is_empty() {
+            return Ok(());
+        }
+        let kind = self.pick(&kinds);
+        let Some(root) = self.known(kind) else { return Ok(()) };
+        let cascade = self.chance(70);
+        let region = root.split('/').next().unwrap_or_default().to_owned();
+        let node = self.node_for(&region);
+        let dry = v1::DeleteRequest {
+            dry_run: true,
+            ..delete_request(&root, cascade)
+        };
+        let planned = match self.call(node, |mut c| async move { c.delete(dry).await }).await {
+            Call::Ok(r) => Ok(r.plan.ok_or_else(|| format!("dry run of {root} answered no plan"))?),
+            Call::Refused(s) => Err(s.code()),
+            Call::TimedOut => return Err(format!("dry run of {root} timed out on a quiet cluster")),
+        };
+        let request = delete_request(&root, cascade);
+        let real = self.call(node, |mut c| async move { c.delete(request).await }).await;
+        let real = match real {
+            Call::Ok(r) => Ok(r),
+            Call::Refused(s) => Err(s.code()),
+            Call::TimedOut => return Err(format!("delete of {root} timed out on a quiet cluster")),
+        };
+        let context = format!("dry run vs real run of {root} (cascade = {cascade})");
+        let (plan, response) = match (planned, real) {
+            (Err(a), Err(b)) if a == b => return Ok(()),
+            (Ok(plan), Ok(response)) => (plan, response),
+            (a, b) => return Err(format!("{context}: dry run {a:?}, real run {b:?}")),
+        };
+        self.report.dry_runs_compared += 1;
+        let Some(op) = response.operation else {
+            return Err(format!("{context}: no operation"));
+        };
+        self.attempts.push((root.clone(), cascade));
+        if let Some(list) = self.known.get_mut(kind) {
+            list.retain(|n| *n != root);
+        }
+        let op = self.wait_operation(&op.id, &root, deadline).await?;
+        if !plan.unreachable_regions.is_empty() || plan.truncated {
+            return Err(format!("{context}: incomplete plan on a quiet cluster: {plan:?}"));
+        }
+        let deleted: BTreeSet<String> = plan.deleted.iter().map(|d| d.name.clone()).collect();
+        let unset: BTreeSet<(String, String)> = plan
+            .unset
+            .iter()
+            .filter_map(|u| Some((u.resource.as_ref()?.name.clone(), u.field.clone())))
+            .collect();
+        let held: BTreeSet<String> = plan
+            .blocked
+            .iter()
+            .filter_map(|b| Some(b.resource.as_ref()?.name.clone()))
+            .collect();
+        let did_unset: BTreeSet<(String, String)> = op
+            .outcomes
+            .iter()
+            .filter(|o| o.action == v1::OutcomeAction::Unset as i32)
+            .filter_map(|o| Some((o.resource.as_ref()?.name.clone(), o.field.clone())))
+            .collect();
+        let did_delete = outcome_names(&op, &[v1::OutcomeAction::Deleted]);
+        let did_hold = outcome_names(&op, &[v1::OutcomeAction::Blocked, v1::OutcomeAction::Failed]);
+        // A resource held by a blocker is in the plan's `deleted` too.
+        let did_reach: BTreeSet<String> = did_delete.union(&did_hold).cloned().collect();
+        if deleted != did_reach || unset != did_unset || held != did_hold {
+            return Err(format!(
+                "{context}: planned deleted {deleted:?}, unset {unset:?}, held {held:?}; \
+                 the run deleted {did_delete:?}, unset {did_unset:?}, held {did_hold:?}"
+            ));
+        }
+        Ok(())
+    }
+
     /// Waits until every accepted deletion is done; then returns each one's
-    /// final view.
+    /// final view, in the order they were accepted.
     async fn wait_operations(&mut self, deadline: tokio::time::Instant) -> Result<Vec<v1::Operation>, String> {
         let mut done = Vec::new();
-        let accepted = std::mem::take(&mut self.accepted);
-        for (id, root) in &accepted {
-            let region = root.split('/').next().unwrap_or_default();
-            let node = REGIONS.iter().position(|r| *r == region).unwrap_or(0);
-            loop {
-                let request = v1::GetOperationRequest {
-                    id: id.clone(),
-                    outcomes_page_size: 1000,
-                    outcomes_page_token: String::new(),
-                };
-                let last = match self
-                    .call(node, |mut c| async move { c.get_operation(request).await })
-                    .await
-                {
-                    Call::Ok(op) if op.done => {
-                        done.push(op);
-                        break;
-                    }
-                    Call::Ok(op) => format!("{op:?}"),
-                    Call::Refused(s) => format!("{:?}: {}", s.code(), s.message()),
-                    Call::TimedOut => "timed out".into(),
-                };
-                if tokio::time::Instant::now() > deadline {
-                    return Err(format!("deletion {id} of {root} did not finish: {last}"));
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+        let accepted = self.accepted.clone();
+        for (id, root, _) in &accepted {
+            done.push(self.wait_operation(id, root, deadline).await?);
         }
-        self.accepted = accepted;
         Ok(done)
     }
 
@@ -502,6 +669,101 @@ impl Workload {
         }
         Ok(out)
     }
+}
+
+fn delete_request(name: &str, cascade: bool) -> v1::DeleteRequest {
+    v1::DeleteRequest {
+        name: name.to_owned(),
+        cascade,
+        requested_by: "simulation".into(),
+        ..Default::default()
+    }
+}
+
+fn outcome_names(op: &v1::Operation, actions: &[v1::OutcomeAction]) -> BTreeSet<String> {
+    op.outcomes
+        .iter()
+        .filter(|o| actions.iter().any(|a| *a as i32 == o.action))
+        .filter_map(|o| o.resource.as_ref().map(|r| r.name.clone()))
+        .collect()
+}
+
+/// The intent oracle, part one: an operation whose request did not allow a
+/// cascade deleted nothing but its root.
+fn check_operations_intent(accepted: &[(String, String, bool)], ops: &[v1::Operation]) -> Result<(), String> {
+    for ((id, root, cascade), op) in accepted.iter().zip(ops) {
+        if *cascade {
+            continue;
+        }
+        let over: Vec<String> = outcome_names(op, &[v1::OutcomeAction::Deleted])
+            .into_iter()
+            .filter(|n| n != root)
+            .collect();
+        if !over.is_empty() {
+            return Err(format!(
+                "over-deletion: operation {id} (delete of {root} with cascade = false) deleted {over:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The intent oracle, part two: every created resource that is gone was
+/// the root of a delete the client sent, or was reached by a cascade that
+/// some deletion allowed: a single `cascade` target of it is gone or being
+/// deleted, or every target of a `cascade` list is, and at least one of
+/// those was not only ever deleted as the root of a `cascade = false`
+/// request. Returns how many gone resources it explained.
+fn check_gone_resources_intent(
+    created: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    attempts: &[(String, bool)],
+    dumps: &[v1::DumpResponse],
+    schema: &Schema,
+) -> Result<usize, String> {
+    let present: BTreeMap<&str, i32> = dumps
+        .iter()
+        .flat_map(|d| d.resources.iter().map(|r| (r.name.as_str(), r.state)))
+        .collect();
+    let gone_or_deleting = |n: &str| {
+        present
+            .get(n)
+            .is_none_or(|state| *state == v1::ResourceState::Deleting as i32)
+    };
+    let roots: BTreeSet<&str> = attempts.iter().map(|(n, _)| n.as_str()).collect();
+    // Deleted only as the root of cascade = false requests: cascades nothing.
+    let no_cascade_only =
+        |n: &str| attempts.iter().any(|(r, c)| r == n && !c) && !attempts.iter().any(|(r, c)| r == n && *c);
+    let allows = |n: &str| gone_or_deleting(n) && !no_cascade_only(n);
+    let mut explained = 0;
+    for (name, refs) in created {
+        if present.contains_key(name.as_str()) {
+            continue;
+        }
+        explained += 1;
+        if roots.contains(name.as_str()) {
+            continue;
+        }
+        let kind = name.split('/').nth(1).unwrap_or_default();
+        let reached = refs.iter().any(|(field, targets)| {
+            let Some(spec) = schema.reference(kind, field) else {
+                return false;
+            };
+            if spec.on_delete != cascade_core::OnDelete::Cascade || targets.is_empty() {
+                return false;
+            }
+            if spec.many {
+                targets.iter().all(|t| gone_or_deleting(t)) && targets.iter().any(|t| allows(t))
+            } else {
+                targets.iter().any(|t| allows(t))
+            }
+        });
+        if !reached {
+            return Err(format!(
+                "over-deletion: {name} is gone, but no delete named it and no cascade allowed by a request reached it (references {refs:?})"
+            ));
+        }
+    }
+    Ok(explained)
 }
 
 fn dedup(mut v: Vec<String>) -> Vec<String> {
@@ -555,6 +817,8 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
         known: BTreeMap::new(),
         next_id: 0,
         accepted: Vec::new(),
+        attempts: Vec::new(),
+        created: BTreeMap::new(),
         report: Report {
             seed,
             ..Report::default()
@@ -562,7 +826,9 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
     };
     for _ in 0..OPERATIONS {
         let dice = w.rng.below(100);
-        if dice < 18 {
+        if dice < 4 {
+            w.shared_owner_race().await;
+        } else if dice < 18 {
             w.delete().await;
         } else if dice < 30 {
             w.update().await;
@@ -579,6 +845,7 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
     let ops = w.wait_operations(deadline).await?;
     // Distinct operations, so that succeeded + failed adds up.
     w.report.deletes_accepted = ops.len();
+    check_operations_intent(&w.accepted, &ops)?;
     for op in &ops {
         let id = &op.id;
         match v1::OperationState::try_from(op.state) {
@@ -620,6 +887,25 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
     if !check.violations.is_empty() {
         return Err(report_text(&check));
     }
+    w.report.deletions_explained = check_gone_resources_intent(&w.created, &w.attempts, &dumps, &schema)?;
+    // On the quiet cluster: dry runs, each followed by the same delete.
+    for _ in 0..DRY_RUNS {
+        w.dry_run_then_delete(deadline).await?;
+    }
+    let dumps = loop {
+        let last = match w.dumps().await {
+            Ok(dumps) => match unsettled(&dumps, &schema) {
+                None => break dumps,
+                Some(why) => why,
+            },
+            Err(e) => e,
+        };
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("not quiescent after the dry runs: {last}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    w.report.deletions_explained = check_gone_resources_intent(&w.created, &w.attempts, &dumps, &schema)?;
     w.report.sim_millis = turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64;
     w.report.fingerprint = fingerprint(&dumps, &w.report);
     Ok(w.report)
@@ -788,6 +1074,10 @@ fn random_workloads_under_faults_keep_every_invariant() {
                 total.deletions_succeeded += r.deletions_succeeded;
                 total.deletions_failed += r.deletions_failed;
                 total.calls_timed_out += r.calls_timed_out;
+                total.no_cascade_deletes += r.no_cascade_deletes;
+                total.shared_owner_races += r.shared_owner_races;
+                total.deletions_explained += r.deletions_explained;
+                total.dry_runs_compared += r.dry_runs_compared;
                 total.partitions += r.partitions;
                 total.holds += r.holds;
                 total.violations += r.violations;
@@ -803,7 +1093,8 @@ fn random_workloads_under_faults_keep_every_invariant() {
     }
     println!(
         "simulation: {runs} seeds in {:.1?}: {} creates ({} refused), {} updates ({} refused), {} deletions accepted: {} succeeded, {} failed with a reason; \
-         {} refused; {} partitions, {} holds, {} seeds with random link failures; {} calls timed out; {} violations",
+         {} refused; {} deletes without cascade ({} concurrent pairs of a port group's owners); intent oracle: {} gone resources explained; \
+         {} dry runs equal to their real run; {} partitions, {} holds, {} seeds with random link failures; {} calls timed out; {} violations",
         started.elapsed(),
         total.creates_ok,
         total.creates_refused,
@@ -813,6 +1104,10 @@ fn random_workloads_under_faults_keep_every_invariant() {
         total.deletions_succeeded,
         total.deletions_failed,
         total.deletes_refused,
+        total.no_cascade_deletes,
+        total.shared_owner_races,
+        total.deletions_explained,
+        total.dry_runs_compared,
         total.partitions,
         total.holds,
         random_failure_runs,
