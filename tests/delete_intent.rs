@@ -1,6 +1,7 @@
 //! What a delete is allowed to delete, seen from a client: `cascade = false`
 //! allows no cascade at all, at acceptance and later, in one region and
-//! across regions; a dry run predicts the real run across regions.
+//! across regions; a dry run predicts the real run across regions; the root
+//! stays readable until its whole cross-region closure is finished.
 //!
 //! Each test is a scenario an outside client (generated from `proto/` by
 //! the standard protoc) found wrong; the fixes are in the core
@@ -15,6 +16,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cascade_core::Schema;
 use cascade_proto::v1;
@@ -220,6 +222,57 @@ async fn delete_without_cascade_of_one_owner_of_a_remote_list_owner_that_keeps_a
             "via {via}: {refused}"
         );
     }
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
+
+/// Bug 9: the root of a cascade whose dependent in another region is held
+/// by a blocker read NOT_FOUND as soon as its own region's part was done,
+/// so the stuck cascade was visible only through the operation. The root
+/// stays DELETING (WAITING, naming the regions) until every region's part
+/// is finished, as Kubernetes' foreground deletion keeps an owner until
+/// its dependents are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_stays_deleting_until_its_remote_closure_is_finished() {
+    let c = cluster(&["eu-west", "us-east", "ap-south"], 512).await;
+    create(&c, "eu-west", "eu-west/app/a", &[]).await;
+    create(&c, "us-east", "us-east/component/c", &[("app", &["eu-west/app/a"])]).await;
+    create(&c, "ap-south", "ap-south/sentinel/s", &[("component", &["us-east/component/c"])]).await;
+    let op = c
+        .client("eu-west")
+        .delete(delete_req("eu-west/app/a", true))
+        .await
+        .expect("accepted")
+        .operation
+        .expect("operation");
+    // c enters DELETING in us-east and is held there by s.
+    eventually(Duration::from_secs(30), "c to be blocked by s", || async {
+        let c = c.client("us-east").get("us-east/component/c").await.ok()?;
+        let d = c.deletion?;
+        (d.status == v1::DeletionStatus::Blocked as i32).then_some(())
+    })
+    .await;
+    // The root's own part is done (c released its reference), but it stays.
+    let root = eventually(Duration::from_secs(30), "the root to wait for us-east", || async {
+        let a = c.client("ap-south").get("eu-west/app/a").await.ok()?;
+        let d = a.deletion.clone()?;
+        (d.status == v1::DeletionStatus::Waiting as i32 && d.message.contains("us-east")).then_some(a)
+    })
+    .await;
+    assert_eq!(state(&root), v1::ResourceState::Deleting);
+    let running = c.client("eu-west").get_operation(&op.id, 100).await.unwrap();
+    assert!(!running.done, "{running:?}");
+
+    // Unblock: the cascade finishes in us-east, and only then the root goes.
+    let s_gone = delete_and_wait(c.client("ap-south"), "ap-south/sentinel/s", false).await;
+    assert_eq!(s_gone.state, v1::OperationState::Succeeded as i32);
+    wait_gone(c.client("eu-west"), "eu-west/app/a").await;
+    let done = wait_operation(c.client("eu-west"), &op.id).await;
+    assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:?}");
+    assert_eq!(
+        deleted_by(&done),
+        BTreeSet::from(["eu-west/app/a".to_owned(), "us-east/component/c".to_owned()])
+    );
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }

@@ -195,6 +195,23 @@ pub struct Operation {
     pub progress: Progress,
     pub create_time: Timestamp,
     pub end_time: Option<Timestamp>,
+    /// Other regions this region's part reached: they had `cascade` or
+    /// `unset` referrers of its deleting resources, so they have parts of
+    /// their own (which may reach further regions). The root's region
+    /// keeps the root until those parts are finished too.
+    #[serde(default)]
+    pub reached: std::collections::BTreeSet<String>,
+    /// Bumped by every change of this part's progress: two reads that see
+    /// the same number saw no change in between (the node's double collect
+    /// of every region's part relies on it, see
+    /// [`crate::protocol::confirm_remote_closure`]).
+    #[serde(default)]
+    pub changes: u64,
+    /// The root's region saw every other region's part finished (no
+    /// pending deletion anywhere) while its own held only the root: the
+    /// root may be purged.
+    #[serde(default)]
+    pub closure_confirmed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

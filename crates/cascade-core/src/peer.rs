@@ -31,7 +31,7 @@ use crate::model::{
 };
 use crate::protocol::{self, Ctx, Plan, Step};
 use crate::state::{StateRead, Tx};
-use crate::{OperationId, ResourceName, Uid};
+use crate::{OnDelete, OperationId, ResourceName, Uid};
 
 /// A back-reference as one region asks another to attach or release it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +173,13 @@ pub fn release<S: StateRead + ?Sized>(
             continue;
         }
         tx.remove_backref(key);
+        if let (Some(region), OnDelete::Cascade | OnDelete::Unset) = (from_region, row.on_delete) {
+            // The releasing region acted on this deletion: its part of the
+            // operation may have work of its own (see `Operation::reached`).
+            if let Some(d) = tx.deletion(row.target.uid)? {
+                protocol::note_reached(&mut tx, d.operation, [&region.to_owned()])?;
+            }
+        }
         wake(&mut tx, ctx, row.target.uid)?;
         report.released += 1;
     }

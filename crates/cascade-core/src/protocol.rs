@@ -48,6 +48,9 @@ pub struct Policy {
     pub max_attempts: u32,
     /// Dependents or blockers listed in an error or report.
     pub max_listed: usize,
+    /// How often a root whose own region's part is done looks again
+    /// whether the other regions' parts are (see `confirm_remote_closure`).
+    pub closure_check_ms: u64,
     /// Resources a dry run walks before it reports a truncated plan.
     pub max_plan: usize,
 }
@@ -61,6 +64,7 @@ impl Default for Policy {
             backoff_cap_ms: 60_000,
             max_attempts: 20,
             max_listed: 50,
+            closure_check_ms: 1_000,
             max_plan: 10_000,
         }
     }
@@ -164,7 +168,7 @@ pub enum DeleteOutcome {
 }
 
 /// What one work step did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkReport {
     pub items: usize,
     pub purged: usize,
@@ -172,6 +176,10 @@ pub struct WorkReport {
     pub unset: usize,
     /// More work was due than one step takes: call again at once.
     pub more: bool,
+    /// Operations whose root waits only for other regions' parts: the
+    /// node asks them and, when all are finished, confirms with
+    /// [`confirm_remote_closure`].
+    pub awaiting_closure: Vec<OperationId>,
 }
 
 const MAX_ATTRIBUTES: usize = 256;
@@ -412,6 +420,9 @@ pub fn delete<S: StateRead + ?Sized>(
         progress: Progress::default(),
         create_time: ctx.now,
         end_time: None,
+        reached: BTreeSet::new(),
+        changes: 0,
+        closure_confirmed: false,
     };
     tx.put_operation(op.clone());
     enter_deleting(
@@ -742,7 +753,14 @@ fn step_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     }
     if !waiting.is_empty() {
-        wait_for_regions(tx, ctx, &resource, record, work, waiting)?;
+        note_reached(tx, record.operation, waiting.keys())?;
+        let reason = waiting
+            .iter()
+            .map(|(region, n)| format!("waiting on region {region} to release {n} reference(s)"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let retry_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
+        wait_for_regions(tx, ctx, &resource, record, work, waiting.into_keys().collect(), reason, retry_at)?;
         return Ok(true);
     }
     let op = tx.operation(record.operation)?;
@@ -767,9 +785,82 @@ fn step_deletion<S: StateRead + ?Sized>(
         }
         return Ok(true);
     }
+    if let Some(op) = op.filter(|op| op.root.uid == uid && !op.reached.is_empty() && !op.closure_confirmed) {
+        // The root of a cascade that reached other regions stays until
+        // their parts are finished too (Kubernetes' foreground rule, across
+        // regions): the node asks them, and confirms (see
+        // `confirm_remote_closure`); until then it reads DELETING.
+        let regions: Vec<String> = op.reached.iter().cloned().collect();
+        let reason = format!(
+            "its own region's part is done; waiting for the cascade to finish in {} (see operation {})",
+            regions.join(", "),
+            op.id
+        );
+        let retry_at = ctx.now.plus_millis(ctx.policy.closure_check_ms);
+        wait_for_regions(tx, ctx, &resource, record, work, regions, reason, retry_at)?;
+        report.awaiting_closure.push(op.id);
+        return Ok(true);
+    }
     purge(tx, ctx, resource, record)?;
     report.purged += 1;
     Ok(true)
+}
+
+/// Records that an operation's part reached other regions.
+pub(crate) fn note_reached<'r, S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    id: OperationId,
+    regions: impl IntoIterator<Item = &'r String>,
+) -> Result<(), CoreError> {
+    let Some(mut op) = tx.operation(id)? else {
+        return Ok(());
+    };
+    let before = op.reached.len();
+    op.reached.extend(regions.into_iter().cloned());
+    if op.reached.len() != before {
+        tx.put_operation(op);
+    }
+    Ok(())
+}
+
+/// The root's region asked every other region for its part of the
+/// operation twice in a row and saw no pending deletion and no change
+/// between the two reads, and its own part (read before the first) had
+/// `local_changes` changes. If its own part is still exactly that, there
+/// was an instant when the whole cross-region closure was finished but
+/// the root (every region's part was constant over an interval containing
+/// it), and nothing can start new work for the operation after that: the
+/// only resource of it left in DELETING is the root, whose referrers have
+/// all released, and nothing attaches to a DELETING resource. So the root
+/// may now be purged: this marks the operation and wakes the root.
+/// Returns whether it confirmed.
+pub fn confirm_remote_closure<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    id: OperationId,
+    local_changes: u64,
+) -> Result<Step<bool>, CoreError> {
+    let mut tx = Tx::new(state);
+    let Some(mut op) = tx.operation(id)? else {
+        return Ok(Step {
+            value: false,
+            writes: WriteSet::default(),
+        });
+    };
+    if op.changes != local_changes || op.closure_confirmed || op.root.name.region() != ctx.region.as_str() {
+        return Ok(Step {
+            value: false,
+            writes: WriteSet::default(),
+        });
+    }
+    op.closure_confirmed = true;
+    let root = op.root.uid;
+    tx.put_operation(op);
+    wake_if_deleting(&mut tx, ctx, root)?;
+    Ok(Step {
+        value: true,
+        writes: tx.finish(),
+    })
 }
 
 /// The importer's side of a deletion in another region: cascade or unset
@@ -821,20 +912,17 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
 /// Nothing blocks the deletion, but referrers in other regions have yet to
 /// act on it. Their release wakes it; a late retry is only a safety net
 /// (the owner's periodic check heals lost releases).
+#[allow(clippy::too_many_arguments)]
 fn wait_for_regions<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     resource: &Resource,
     mut record: DeletionRecord,
     mut work: WorkItem,
-    waiting: BTreeMap<String, usize>,
+    regions: Vec<String>,
+    reason: String,
+    retry_at: Timestamp,
 ) -> Result<(), CoreError> {
-    let regions: Vec<String> = waiting.keys().cloned().collect();
-    let reason = waiting
-        .iter()
-        .map(|(region, n)| format!("waiting on region {region} to release {n} reference(s)"))
-        .collect::<Vec<_>>()
-        .join("; ");
     let op = record.operation;
     let changed = !matches!(&record.status, DeletionStatus::Waiting { reason: r, .. } if r == &reason);
     if changed && !matches!(record.status, DeletionStatus::Failed { .. }) {
@@ -857,7 +945,7 @@ fn wait_for_regions<S: StateRead + ?Sized>(
         }
     }
     work.attempts = 0;
-    work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
+    work.next_attempt_at = retry_at;
     tx.put_work(work);
     Ok(())
 }
@@ -1012,6 +1100,9 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
             progress: Progress::default(),
             create_time: ctx.now,
             end_time: None,
+            reached: BTreeSet::new(),
+            changes: 0,
+            closure_confirmed: false,
         });
     }
     Ok(())
@@ -1284,6 +1375,7 @@ fn update_operation<S: StateRead + ?Sized>(
 ) -> Result<(), CoreError> {
     if let Some(mut op) = tx.operation(id)? {
         change(&mut op.progress);
+        op.changes += 1;
         if op.progress.pending > 0 && op.state != OperationState::Running {
             // More of the cascade reached this region's part after it had
             // finished (a second target of the same operation): running again.

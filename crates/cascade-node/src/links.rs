@@ -524,6 +524,7 @@ impl Actor for Reconciler {
                 _ => {}
             }
         }
+        confirm_closures(&node).await;
         let pending = match node.state().pending_attaches(100) {
             Ok(p) => p,
             Err(e) => {
@@ -567,6 +568,81 @@ impl Actor for Reconciler {
         }
         Ok(())
     }
+}
+
+/// For every operation whose root waits only for other regions' parts
+/// (reported by the writer): read every region's part twice; if no region
+/// has a pending deletion and none changed between the two reads, confirm,
+/// and the root is purged. A region that cannot be asked, or any pending
+/// or changing part, leaves the root waiting: the writer reports it again
+/// after `Policy::closure_check_ms`.
+async fn confirm_closures(node: &ResourcesService) {
+    let ids: Vec<OperationId> = match node.closure_checks.lock() {
+        Ok(mut checks) => std::mem::take(&mut *checks).into_iter().collect(),
+        Err(_) => return,
+    };
+    for id in ids {
+        let span = info_span!("closure_check", region = %node.region, operation = %id);
+        async {
+            let Some(local_changes) = remote_closure_finished(node, id).await else {
+                return;
+            };
+            match node
+                .writer
+                .apply(move |s, c, _| cascade_core::protocol::confirm_remote_closure(s, c, id, local_changes))
+                .await
+            {
+                Ok(Ok(true)) => info!("every region's part of the operation is finished; the root goes"),
+                Ok(Ok(false)) => debug!("the operation changed meanwhile; will look again"),
+                Ok(Err(e)) => warn!(error = %e, "confirming the closure failed"),
+                Err(e) => debug!(error = %e, "writer unavailable; will look again"),
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+}
+
+/// The double collect of [`confirm_closures`]: Some(the local part's change
+/// count, read before the first collect) when every other region's part
+/// had nothing pending and did not change between two collects.
+async fn remote_closure_finished(node: &ResourcesService, id: OperationId) -> Option<u64> {
+    let local = node.state().get_operation(id).ok()??;
+    let first = collect_parts(node, id).await?;
+    if first.iter().any(|(_, pending, _)| *pending > 0) {
+        debug!(parts = ?first, "other regions' parts still pending");
+        return None;
+    }
+    let second = collect_parts(node, id).await?;
+    (first == second).then_some(local.changes)
+}
+
+/// (region, pending, changes) of every peer's part; a region without a part
+/// reads (0, 0). None if any region could not be asked.
+async fn collect_parts(node: &ResourcesService, id: OperationId) -> Option<Vec<(String, u64, u64)>> {
+    let mut parts = Vec::new();
+    for region in node.peers.regions() {
+        let mut client = node.peers.peer(region).ok()?;
+        let request = v1::GetOperationRequest {
+            id: id.to_string(),
+            outcomes_page_size: 0,
+            outcomes_page_token: String::new(),
+        };
+        match tokio::time::timeout(PEER_CALL_TIMEOUT, client.operation_part(request)).await {
+            Ok(Ok(part)) => {
+                let part = part.into_inner();
+                let pending = part.progress.map_or(0, |p| p.pending);
+                parts.push((region.to_owned(), pending, part.changes));
+            }
+            Ok(Err(s)) if s.code() == tonic::Code::NotFound => parts.push((region.to_owned(), 0, 0)),
+            Ok(Err(s)) => {
+                debug!(peer = region, error = %s, "part of the operation not readable; will look again");
+                return None;
+            }
+            Err(_) => return None,
+        }
+    }
+    Some(parts)
 }
 
 /// Which child a supervised actor is, so a failed one is restarted as itself.

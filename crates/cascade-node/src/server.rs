@@ -138,6 +138,7 @@ impl Node {
             settings.limits.max_message_bytes,
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
+        let closure_checks = crate::writer::ClosureChecks::default();
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -147,6 +148,7 @@ impl Node {
             ids,
             events: events.clone(),
             tick: settings.tick,
+            closure_checks: closure_checks.clone(),
         })
         .await?;
         Ok(Self {
@@ -164,6 +166,7 @@ impl Node {
                 clock,
                 acks: Default::default(),
                 outbox_retention: settings.outbox_retention,
+                closure_checks,
             },
             tls: settings.tls,
             link_tick: settings.tick,

@@ -74,6 +74,8 @@ pub struct ResourcesService {
     /// Outbox events always kept, whatever the peers acknowledged (client
     /// watchers resume from them too).
     pub(crate) outbox_retention: u64,
+    /// Roots waiting for other regions' parts of their operation.
+    pub(crate) closure_checks: crate::writer::ClosureChecks,
 }
 
 /// What a remote target's owner said about it (see

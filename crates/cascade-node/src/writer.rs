@@ -42,7 +42,15 @@ pub struct WriterContext {
     pub events: broadcast::Sender<Arc<Event>>,
     /// How often the writer looks at the retry queue when nothing wakes it.
     pub tick: Duration,
+    /// Operations whose root waits for other regions' parts (from work
+    /// reports); the reconciler asks those regions (see `links.rs`).
+    pub closure_checks: ClosureChecks,
 }
+
+/// Operations to check for a finished cross-region closure. In memory: a
+/// root that waits is re-examined by the writer every
+/// `Policy::closure_check_ms`, which reports it again (also after a restart).
+pub type ClosureChecks = Arc<std::sync::Mutex<std::collections::BTreeSet<cascade_core::OperationId>>>;
 
 pub enum WriterMsg {
     Create(Vec<ResourceSpec>, RpcReplyPort<Result<Vec<Resource>, CoreError>>),
@@ -141,6 +149,11 @@ impl WriterState {
         let report = self.run(myself, |state, ctx, _| protocol::process_work(state, ctx))?;
         if report.more || report.items > 0 {
             self.kick(myself);
+        }
+        if !report.awaiting_closure.is_empty() {
+            if let Ok(mut checks) = self.ctx.closure_checks.lock() {
+                checks.extend(report.awaiting_closure.iter().copied());
+            }
         }
         Ok(report)
     }

@@ -193,6 +193,7 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
         next_outcomes_page_token: next_page_token,
         done: op.state != OperationState::Running,
         unreachable_regions: Vec::new(),
+        changes: op.changes,
     }
 }
 
