@@ -237,7 +237,13 @@ async fn root_stays_deleting_until_its_remote_closure_is_finished() {
     let c = cluster(&["eu-west", "us-east", "ap-south"], 512).await;
     create(&c, "eu-west", "eu-west/app/a", &[]).await;
     create(&c, "us-east", "us-east/component/c", &[("app", &["eu-west/app/a"])]).await;
-    create(&c, "ap-south", "ap-south/sentinel/s", &[("component", &["us-east/component/c"])]).await;
+    create(
+        &c,
+        "ap-south",
+        "ap-south/sentinel/s",
+        &[("component", &["us-east/component/c"])],
+    )
+    .await;
     let op = c
         .client("eu-west")
         .delete(delete_req("eu-west/app/a", true))

@@ -173,11 +173,14 @@ pub fn release<S: StateRead + ?Sized>(
             continue;
         }
         tx.remove_backref(key);
-        if let (Some(region), OnDelete::Cascade | OnDelete::Unset) = (from_region, row.on_delete) {
-            // The releasing region acted on this deletion: its part of the
-            // operation may have work of its own (see `Operation::reached`).
+        let referrer_region = row.referrer.name.region();
+        if referrer_region != ctx.region.as_str() && matches!(row.on_delete, OnDelete::Cascade | OnDelete::Unset) {
+            // The referrer's region acted on this deletion (or, when the
+            // periodic check drops the row, its referrer went some other
+            // way, possibly by this very cascade): its part of the operation
+            // may have work of its own (see `Operation::reached`).
             if let Some(d) = tx.deletion(row.target.uid)? {
-                protocol::note_reached(&mut tx, d.operation, [&region.to_owned()])?;
+                protocol::note_reached(&mut tx, d.operation, [&referrer_region.to_owned()], true)?;
             }
         }
         wake(&mut tx, ctx, row.target.uid)?;

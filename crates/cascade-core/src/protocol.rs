@@ -753,14 +753,23 @@ fn step_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     }
     if !waiting.is_empty() {
-        note_reached(tx, record.operation, waiting.keys())?;
+        note_reached(tx, record.operation, waiting.keys(), false)?;
         let reason = waiting
             .iter()
             .map(|(region, n)| format!("waiting on region {region} to release {n} reference(s)"))
             .collect::<Vec<_>>()
             .join("; ");
         let retry_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
-        wait_for_regions(tx, ctx, &resource, record, work, waiting.into_keys().collect(), reason, retry_at)?;
+        wait_for_regions(
+            tx,
+            ctx,
+            &resource,
+            record,
+            work,
+            waiting.into_keys().collect(),
+            reason,
+            retry_at,
+        )?;
         return Ok(true);
     }
     let op = tx.operation(record.operation)?;
@@ -806,18 +815,23 @@ fn step_deletion<S: StateRead + ?Sized>(
     Ok(true)
 }
 
-/// Records that an operation's part reached other regions.
+/// Records that an operation's part reached other regions. `changed`:
+/// count it as a change of the part (a release from a region that acted on
+/// the deletion: that region's part may have started after the root's
+/// region last looked at it).
 pub(crate) fn note_reached<'r, S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     id: OperationId,
     regions: impl IntoIterator<Item = &'r String>,
+    changed: bool,
 ) -> Result<(), CoreError> {
     let Some(mut op) = tx.operation(id)? else {
         return Ok(());
     };
     let before = op.reached.len();
     op.reached.extend(regions.into_iter().cloned());
-    if op.reached.len() != before {
+    if changed || op.reached.len() != before {
+        op.changes += u64::from(changed);
         tx.put_operation(op);
     }
     Ok(())
@@ -847,14 +861,28 @@ pub fn confirm_remote_closure<S: StateRead + ?Sized>(
             writes: WriteSet::default(),
         });
     };
+    let unchanged = Step {
+        value: false,
+        writes: WriteSet::default(),
+    };
     if op.changes != local_changes || op.closure_confirmed || op.root.name.region() != ctx.region.as_str() {
-        return Ok(Step {
-            value: false,
-            writes: WriteSet::default(),
-        });
+        return Ok(unchanged);
+    }
+    // Its own part must be the root alone, past its walk: DELETING, counted
+    // pending unless it failed, and no referrer left to act on its event
+    // (a release of one changes the part, see `peer::release`).
+    let root = op.root.uid;
+    let Some(record) = tx.deletion(root)? else {
+        return Ok(unchanged);
+    };
+    let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
+    let root_deleting = tx
+        .resource_by_uid(root)?
+        .is_some_and(|r| r.state == ResourceState::Deleting);
+    if op.progress.pending != root_pending || !root_deleting || !tx.backrefs(root, None, 1)?.is_empty() {
+        return Ok(unchanged);
     }
     op.closure_confirmed = true;
-    let root = op.root.uid;
     tx.put_operation(op);
     wake_if_deleting(&mut tx, ctx, root)?;
     Ok(Step {

@@ -54,9 +54,9 @@ use cascade_core::plan::PlanDriver;
 use cascade_core::protocol::{self, Ctx, DeleteOutcome, DeleteRequest, Plan, Policy, RefRequest, ResourceSpec};
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{
-    BackRefKey, CoreError, DeletionReason, DeletionRecord, DeletionStatus, EventType, IdSource, OnDelete,
-    OperationId, OperationState, OutcomeAction, RefTarget, RegionId, RemoteEvent, Resource, ResourceName,
-    ResourceState, Schema, Timestamp, Uid,
+    BackRefKey, CoreError, DeletionReason, DeletionRecord, DeletionStatus, EventType, IdSource, OnDelete, OperationId,
+    OperationState, OutcomeAction, RefTarget, RegionId, RemoteEvent, Resource, ResourceName, ResourceState, Schema,
+    Timestamp, Uid,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestError, TestRunner};
@@ -148,7 +148,11 @@ enum Op {
     Create(CreateOp),
     /// A user delete of a resource of `DELETE_KINDS[kind]` (any kind when
     /// there is none), ACTIVE or already DELETING.
-    Delete { kind: usize, pick: u8, cascade: bool },
+    Delete {
+        kind: usize,
+        pick: u8,
+        cascade: bool,
+    },
     /// Two user deletes of two owners of one list owner, one right after the
     /// other, before any work or delivery (the race of `cascade = false`).
     RaceListOwners {
@@ -158,24 +162,52 @@ enum Op {
         cascade: [bool; 2],
     },
     /// Up to `steps` `process_work` steps in one region.
-    Work { region: usize, steps: u8 },
+    Work {
+        region: usize,
+        steps: u8,
+    },
     /// The watcher applies the owner's next `events` DELETING/PURGED events.
-    Deliver { owner: usize, watcher: usize, events: u8 },
+    Deliver {
+        owner: usize,
+        watcher: usize,
+        events: u8,
+    },
     /// The importer's pending releases to the owner, applied and acknowledged.
-    Release { importer: usize, owner: usize },
+    Release {
+        importer: usize,
+        owner: usize,
+    },
+    /// One round of the network: every undelivered event and pending
+    /// release delivered, then up to `steps` work steps in every region
+    /// (no closure confirmed, no create advanced).
+    Pump {
+        steps: u8,
+    },
     /// The next stage of a pending cross-region create (attach, then settle).
-    AdvanceCreate { pick: u8 },
+    AdvanceCreate {
+        pick: u8,
+    },
     /// The clock moves to the next scheduled retry.
     Tick,
     /// Everything delivered and run until nothing is due; invariants checked.
     Quiesce,
     /// Quiesce, dry-run a delete across regions, run it to quiescence and
-    /// compare.
-    CheckedDelete { kind: usize, pick: u8, cascade: bool },
+    /// compare. With `dependents`, of a resource that has `cascade`
+    /// referrers (a larger closure), when there is one.
+    CheckedDelete {
+        kind: usize,
+        pick: u8,
+        cascade: bool,
+        dependents: bool,
+    },
     /// The node's double collect for a root that waits for other regions'
     /// parts of its operation, with `between` run at point `at` (0: after
     /// the local read, 1: between the two collects, 2: before the confirm).
-    CollectClosure { pick: u8, at: u8, between: Between },
+    CollectClosure {
+        pick: u8,
+        at: u8,
+        between: Between,
+    },
 }
 
 /// A step that may run in the middle of a double collect.
@@ -187,17 +219,48 @@ enum Between {
     Release { importer: usize, owner: usize },
 }
 
+/// A step of the initial forest: a random create, or a motif that builds
+/// the shapes the properties are about (fresh names, settled creates).
+#[derive(Debug, Clone)]
+enum Seed {
+    Create(CreateOp),
+    /// Owners in each of `owners`' regions, and in `list`'s region a list
+    /// owner of all of them (the targets of the `cascade = false` races).
+    SharedList {
+        owners: Vec<usize>,
+        list: usize,
+    },
+    /// Owner `a` ← owner `b` (`parent` = a) ← child `c` (`owner` = b), and a
+    /// guard blocking `c` (or `b`), itself cascaded from `a` (then a delete
+    /// of `a` deletes the blocker too) or from an owner of its own.
+    BlockedChain {
+        regions: [usize; 4],
+        block_child: bool,
+        of_root: bool,
+    },
+    /// Owner `r`, two owners with `parent` = r in the `mids` regions, and in
+    /// `list`'s region a list owner of those two (and of a third, live
+    /// owner when `keeper`): a delete of `r` reaches the list owner from two
+    /// regions, so its dry run must re-plan that region from both.
+    CrossList {
+        root: usize,
+        mids: [usize; 2],
+        list: usize,
+        keeper: bool,
+    },
+}
+
 #[derive(Clone)]
 struct Program {
     batch_budget: usize,
-    forest: Vec<CreateOp>,
+    forest: Vec<Seed>,
     ops: Vec<Op>,
 }
 
 impl fmt::Debug for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "Program {{ batch_budget: {}", self.batch_budget)?;
-        writeln!(f, "  forest (created and settled in order):")?;
+        writeln!(f, "  forest (created and settled, in order):")?;
         for c in &self.forest {
             writeln!(f, "    {c:?}")?;
         }
@@ -254,11 +317,12 @@ fn op() -> impl Strategy<Value = Op> {
             events,
         }),
         3 => pair.prop_map(|(owner, d)| Op::Release { importer: (owner + d) % REGIONS.len(), owner }),
+        2 => (1u8..4).prop_map(|steps| Op::Pump { steps }),
         2 => any::<u8>().prop_map(|pick| Op::AdvanceCreate { pick }),
         1 => Just(Op::Tick),
         1 => Just(Op::Quiesce),
-        2 => (0..DELETE_KINDS.len(), any::<u8>(), any::<bool>())
-            .prop_map(|(kind, pick, cascade)| Op::CheckedDelete { kind, pick, cascade }),
+        3 => (0..DELETE_KINDS.len(), any::<u8>(), any::<bool>(), any::<bool>())
+            .prop_map(|(kind, pick, cascade, dependents)| Op::CheckedDelete { kind, pick, cascade, dependents }),
         2 => (any::<u8>(), 0u8..3, between()).prop_map(|(pick, at, between)| Op::CollectClosure { pick, at, between }),
     ]
 }
@@ -273,11 +337,28 @@ fn between() -> impl Strategy<Value = Between> {
     ]
 }
 
+fn region() -> impl Strategy<Value = usize> {
+    0..REGIONS.len()
+}
+
+fn seed() -> impl Strategy<Value = Seed> {
+    prop_oneof![
+        6 => create_op(false).prop_map(Seed::Create),
+        2 => (prop::collection::vec(region(), 2..4), region())
+            .prop_map(|(owners, list)| Seed::SharedList { owners, list }),
+        1 => (prop::array::uniform4(region()), any::<bool>(), any::<bool>()).prop_map(
+            |(regions, block_child, of_root)| Seed::BlockedChain { regions, block_child, of_root }
+        ),
+        1 => (region(), prop::array::uniform2(region()), region(), any::<bool>())
+            .prop_map(|(root, mids, list, keeper)| Seed::CrossList { root, mids, list, keeper }),
+    ]
+}
+
 fn program() -> impl Strategy<Value = Program> {
     (
         1usize..5,
-        prop::collection::vec(create_op(false), 8..28),
-        prop::collection::vec(op(), 1..45),
+        prop::collection::vec(seed(), 1..30),
+        prop::collection::vec(op(), 1..70),
     )
         .prop_map(|(batch_budget, forest, ops)| Program {
             batch_budget,
@@ -341,9 +422,11 @@ struct Stats {
     deletes_accepted_cascade: usize,
     deletes_accepted_no_cascade: usize,
     deletes_refused: usize,
-    races_both_accepted_same_region: usize,
-    races_both_accepted_cross_region: usize,
-    races_second_refused: usize,
+    /// Races by where the two owners and the list owner are: "all in one
+    /// region", "owners in one, list in another", "owners in two regions".
+    races_both_accepted: BTreeMap<&'static str, usize>,
+    races_second_refused: BTreeMap<&'static str, usize>,
+    collect_ops_run: usize,
     list_owners_left_empty: usize,
     checked_deletes: usize,
     checked_refused: usize,
@@ -352,6 +435,8 @@ struct Stats {
     checked_with_unset: usize,
     checked_with_blocks: usize,
     checked_list_owner_deleted: usize,
+    /// Dry runs in which a region was planned again from grown seeds.
+    checked_replanned: usize,
     closures_confirmed: usize,
     closure_confirms_declined: usize,
 }
@@ -448,8 +533,13 @@ impl World {
 
     /// The failure message: what failed, then what the program did.
     fn failure(&self, what: &str) -> String {
-        let mut msg = format!("{what}\n--- trace ({} lines, last first) ---\n", self.trace.len());
-        for line in self.trace.iter().rev().take(120) {
+        let skip = self.trace.len().saturating_sub(150);
+        let mut msg = format!(
+            "{what}\n--- trace (the last {} of {} lines) ---\n",
+            self.trace.len() - skip,
+            self.trace.len()
+        );
+        for line in &self.trace[skip..] {
             msg += line;
             msg.push('\n');
         }
@@ -524,6 +614,7 @@ impl World {
                     if e.operation != Some(record.operation) {
                         return Err(format!("DELETING event of {} names another operation", e.resource.name));
                     }
+                    self.check_entered(region, &record)?;
                     let no_cascade = self.accepted.get(&record.operation).is_some_and(|a| !a.cascade);
                     if e.no_cascade != no_cascade {
                         return Err(format!(
@@ -533,7 +624,6 @@ impl World {
                             self.op_label(record.operation)
                         ));
                     }
-                    self.check_entered(region, &record)?;
                     self.entered.insert(
                         record.target.uid,
                         Entered {
@@ -573,7 +663,11 @@ impl World {
                 continue;
             }
             let name = &self.created[uid].name;
-            let status = self.regions[region_of(name)].state.deletions.get(uid).map(|d| &d.status);
+            let status = self.regions[region_of(name)]
+                .state
+                .deletions
+                .get(uid)
+                .map(|d| &d.status);
             if !matches!(status, Some(DeletionStatus::Failed { .. })) {
                 return Err(format!(
                     "the root of {} was purged while {name} of its closure is {status:?}",
@@ -596,7 +690,9 @@ impl World {
         })?;
         let label = self.op_label(record.operation);
         if self.purged.contains(&op.root.uid) {
-            return Err(format!("{name} entered DELETING under {label}, whose root was already purged"));
+            return Err(format!(
+                "{name} entered DELETING under {label}, whose root was already purged"
+            ));
         }
         let original = self
             .created
@@ -702,6 +798,110 @@ impl World {
             return Ok(());
         };
         let name = ResourceName::parse(&format!("{}/{kind}/x{}", REGIONS[c.region], c.id)).unwrap();
+        self.create_with(name, refs, c.stage).map(|_| ())
+    }
+
+    /// Builds a motif of the forest (names `m{i}-…`, never reused).
+    fn seed(&mut self, i: usize, seed: &Seed) -> Checked<()> {
+        let name = |region: usize, kind: &str, id: &str| {
+            ResourceName::parse(&format!("{}/{kind}/m{i}-{id}", REGIONS[region])).unwrap()
+        };
+        let refs = |fields: &[(&str, &[&RefTarget])]| -> BTreeMap<String, Vec<RefTarget>> {
+            fields
+                .iter()
+                .map(|(f, ts)| ((*f).to_owned(), ts.iter().map(|t| (*t).clone()).collect()))
+                .collect()
+        };
+        match seed {
+            Seed::Create(c) => self.create(c),
+            Seed::SharedList { owners, list } => {
+                let mut made = Vec::new();
+                for (k, r) in owners.iter().enumerate() {
+                    made.extend(self.create_with(
+                        name(*r, "owner", &format!("o{k}")),
+                        BTreeMap::new(),
+                        Stage::Settled,
+                    )?);
+                }
+                let targets: Vec<&RefTarget> = made.iter().collect();
+                self.create_with(
+                    name(*list, "dep_list", "d"),
+                    refs(&[("owners", &targets)]),
+                    Stage::Settled,
+                )?;
+                Ok(())
+            }
+            Seed::BlockedChain {
+                regions: [ra, rb, rc, rg],
+                block_child,
+                of_root,
+            } => {
+                let Some(a) = self.create_with(name(*ra, "owner", "a"), BTreeMap::new(), Stage::Settled)? else {
+                    return Ok(());
+                };
+                let Some(b) = self.create_with(name(*rb, "owner", "b"), refs(&[("parent", &[&a])]), Stage::Settled)?
+                else {
+                    return Ok(());
+                };
+                let Some(c) = self.create_with(name(*rc, "child", "c"), refs(&[("owner", &[&b])]), Stage::Settled)?
+                else {
+                    return Ok(());
+                };
+                let of = if *of_root {
+                    a
+                } else {
+                    let own = self.create_with(name(*rg, "owner", "g"), BTreeMap::new(), Stage::Settled)?;
+                    let Some(own) = own else { return Ok(()) };
+                    own
+                };
+                let (field, target) = if *block_child { ("child", &c) } else { ("owner", &b) };
+                self.create_with(
+                    name(*rg, "guard", "g"),
+                    refs(&[(field, &[target]), ("of", &[&of])]),
+                    Stage::Settled,
+                )?;
+                Ok(())
+            }
+            Seed::CrossList {
+                root,
+                mids,
+                list,
+                keeper,
+            } => {
+                let Some(r) = self.create_with(name(*root, "owner", "r"), BTreeMap::new(), Stage::Settled)? else {
+                    return Ok(());
+                };
+                let mut owners = Vec::new();
+                for (k, m) in mids.iter().enumerate() {
+                    let mid = self.create_with(
+                        name(*m, "owner", &format!("m{k}")),
+                        refs(&[("parent", &[&r])]),
+                        Stage::Settled,
+                    )?;
+                    owners.extend(mid);
+                }
+                if *keeper {
+                    owners.extend(self.create_with(name(*list, "owner", "k"), BTreeMap::new(), Stage::Settled)?);
+                }
+                let targets: Vec<&RefTarget> = owners.iter().collect();
+                self.create_with(
+                    name(*list, "dep_list", "d"),
+                    refs(&[("owners", &targets)]),
+                    Stage::Settled,
+                )?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Creates `name` with these references; a cross-region create goes to
+    /// `stage`. Returns the resource when it was created ACTIVE or settled.
+    fn create_with(
+        &mut self,
+        name: ResourceName,
+        refs: BTreeMap<String, Vec<RefTarget>>,
+        stage: Stage,
+    ) -> Checked<Option<RefTarget>> {
         let spec = ResourceSpec {
             name: name.to_string(),
             refs: refs
@@ -721,41 +921,50 @@ impl World {
         };
         let described: Vec<String> = refs
             .iter()
-            .map(|(f, ts)| format!("{f}=[{}]", ts.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",")))
+            .map(|(f, ts)| {
+                format!(
+                    "{f}=[{}]",
+                    ts.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(",")
+                )
+            })
             .collect();
-        let r = c.region;
+        let r = region_of(&name);
         let Region { id, state, ids } = &mut self.regions[r];
         let step = protocol::create(state, ctx(&self.schema, &self.policy, id, self.now), ids, vec![spec]);
         let step = match step {
             Ok(step) => step,
             Err(e @ (CoreError::AlreadyExists { .. } | CoreError::TargetDeleting { .. })) => {
                 self.note(format!("create {name} {}: refused: {e}", described.join(" ")));
-                return Ok(());
+                return Ok(None);
             }
             Err(e) => return Err(format!("create {name}: unexpected error {e:?}")),
         };
-        let created = step.value[0].clone();
+        let created = target_of(&step.value[0]);
+        let active = step.value[0].state == ResourceState::Active;
         self.commit(r, step.writes)?;
-        if created.state == ResourceState::Active {
+        if active {
             self.note(format!("create {name} {}: ACTIVE", described.join(" ")));
-            return Ok(());
+            return Ok(Some(created));
         }
         self.stats.cross_region_creates += 1;
-        self.note(format!("create {name} {}: CREATING ({:?})", described.join(" "), c.stage));
+        self.note(format!("create {name} {}: CREATING ({stage:?})", described.join(" ")));
         self.creates.push(PendingCreate {
             region: r,
-            name,
+            name: name.clone(),
             uid: created.uid,
             attached: None,
         });
         let i = self.creates.len() - 1;
-        if c.stage != Stage::Committed {
+        if stage != Stage::Committed {
             self.advance_create(i)?;
         }
-        if c.stage == Stage::Settled {
+        if stage == Stage::Settled {
             self.advance_create(i)?;
         }
-        Ok(())
+        let settled = self
+            .find(&name, created.uid)
+            .is_some_and(|x| x.state == ResourceState::Active);
+        Ok(settled.then_some(created))
     }
 
     /// Attaches a pending create at its owners (as the node does: the
@@ -769,16 +978,23 @@ impl World {
         match self.creates[i].attached.take() {
             None => {
                 let state = &self.regions[r].state;
-                let keys = state.pending_attach.get(&uid).map(|p| p.keys.clone()).unwrap_or_default();
+                let keys = state
+                    .pending_attach
+                    .get(&uid)
+                    .map(|p| p.keys.clone())
+                    .unwrap_or_default();
                 let mut by_owner: BTreeMap<usize, Vec<PeerBackRef>> = BTreeMap::new();
                 for key in &keys {
                     if let Some(row) = state.backrefs.get(key) {
-                        by_owner.entry(region_of(&row.target.name)).or_default().push(PeerBackRef {
-                            target: row.target.clone(),
-                            referrer: row.referrer.clone(),
-                            field: row.field.clone(),
-                            generation: row.generation,
-                        });
+                        by_owner
+                            .entry(region_of(&row.target.name))
+                            .or_default()
+                            .push(PeerBackRef {
+                                target: row.target.clone(),
+                                referrer: row.referrer.clone(),
+                                field: row.field.clone(),
+                                generation: row.generation,
+                            });
                     }
                 }
                 let mut answer = Ok(());
@@ -803,8 +1019,13 @@ impl World {
                 self.creates[i].attached = Some((keys, answer));
             }
             Some((keys, answer)) => {
-                let step = peer::settle_batch(&self.regions[r].state, self.ctx(r), vec![(name.clone(), uid, keys)], answer)
-                    .map_err(|e| format!("settle {name}: {e}"))?;
+                let step = peer::settle_batch(
+                    &self.regions[r].state,
+                    self.ctx(r),
+                    vec![(name.clone(), uid, keys)],
+                    answer,
+                )
+                .map_err(|e| format!("settle {name}: {e}"))?;
                 self.commit(r, step.writes)?;
                 match step.value {
                     Ok(_) => self.note(format!("settle {name}: ok")),
@@ -833,7 +1054,10 @@ impl World {
                 && row.on_delete == OnDelete::Cascade
                 && row.referrer.name.region() != REGIONS[r]
             {
-                by_region.entry(region_of(&row.referrer.name)).or_default().push(row.key());
+                by_region
+                    .entry(region_of(&row.referrer.name))
+                    .or_default()
+                    .push(row.key());
             }
         }
         let mut kept = BTreeSet::new();
@@ -875,7 +1099,10 @@ impl World {
             Err(e @ CoreError::DeleteRefused { .. }) => {
                 if !dry_run {
                     self.stats.deletes_refused += 1;
-                    self.note(format!("delete {name} cascade={cascade} kept={}: refused: {e}", remote_kept.len()));
+                    self.note(format!(
+                        "delete {name} cascade={cascade} kept={}: refused: {e}",
+                        remote_kept.len()
+                    ));
                 }
                 return Ok(Err(e));
             }
@@ -967,13 +1194,17 @@ impl World {
         self.note(format!("race on {}: delete {a} then {b}", list.name));
         let x = self.user_delete(&a, cascade[0], false)?;
         let y = self.user_delete(&b, cascade[1], false)?;
+        let shape = if a.region() != b.region() {
+            "owners in two regions"
+        } else if a.region() == list.name.region() {
+            "all in one region"
+        } else {
+            "owners in one region, list in another"
+        };
         if matches!(x, Ok(DeleteOutcome::Accepted(_))) {
             match y {
-                Ok(DeleteOutcome::Accepted(_)) if a.region() == b.region() => {
-                    self.stats.races_both_accepted_same_region += 1
-                }
-                Ok(DeleteOutcome::Accepted(_)) => self.stats.races_both_accepted_cross_region += 1,
-                Err(_) => self.stats.races_second_refused += 1,
+                Ok(DeleteOutcome::Accepted(_)) => *self.stats.races_both_accepted.entry(shape).or_default() += 1,
+                Err(_) => *self.stats.races_second_refused.entry(shape).or_default() += 1,
                 _ => {}
             }
         }
@@ -1006,13 +1237,8 @@ impl World {
             return Ok(0);
         }
         let n = events.len();
-        let step = peer::apply_remote_events(
-            &self.regions[watcher].state,
-            self.ctx(watcher),
-            REGIONS[owner],
-            events,
-        )
-        .map_err(|e| format!("apply events of {} at {}: {e}", REGIONS[owner], REGIONS[watcher]))?;
+        let step = peer::apply_remote_events(&self.regions[watcher].state, self.ctx(watcher), REGIONS[owner], events)
+            .map_err(|e| format!("apply events of {} at {}: {e}", REGIONS[owner], REGIONS[watcher]))?;
         self.commit(watcher, step.writes)?;
         Ok(n)
     }
@@ -1042,7 +1268,10 @@ impl World {
         )
         .map_err(|e| format!("release at {}: {e}", REGIONS[owner]))?;
         if step.value.foreign > 0 {
-            return Err(format!("release from {} refused as foreign: {:?}", REGIONS[importer], step.value));
+            return Err(format!(
+                "release from {} refused as foreign: {:?}",
+                REGIONS[importer], step.value
+            ));
         }
         self.commit(owner, step.writes)?;
         let step = peer::releases_acknowledged(&self.regions[importer].state, REGIONS[owner], sent)
@@ -1209,11 +1438,15 @@ impl World {
 
     /// The node's cross-region dry run: the owner's plan, then every region
     /// re-planned from the seeds it is handed, to a fixpoint, merged.
-    fn plan_everywhere(&self, origin: usize, root: RefTarget, plan: Plan, cascade: bool) -> Checked<Plan> {
+    fn plan_everywhere(&mut self, origin: usize, root: RefTarget, plan: Plan, cascade: bool) -> Checked<Plan> {
         let mut driver = PlanDriver::new(REGIONS[origin], root, plan);
+        // Regions asked so far (the origin answered with `plan`).
+        let mut asked = BTreeSet::from([REGIONS[origin].to_owned()]);
+        let mut replanned = false;
         for _ in 0..MAX_PLAN_ROUNDS {
             let round = driver.next_round();
             if round.is_empty() {
+                self.stats.checked_replanned += usize::from(replanned);
                 if let Some(r) = driver.unreachable().next() {
                     return Err(format!("dry run: region {r} unreachable"));
                 }
@@ -1227,14 +1460,38 @@ impl World {
                 let part = peer::plan_from(&self.regions[r].state, self.ctx(r), seeds.clone(), cascade)
                     .map_err(|e| format!("plan_from at {region}: {e}"))?;
                 driver.answer(&region, seeds, Some(part));
+                if !asked.insert(region) {
+                    replanned = true;
+                }
             }
         }
         Err(format!("dry run did not finish in {MAX_PLAN_ROUNDS} rounds"))
     }
 
-    fn checked_delete(&mut self, kind: usize, pick: u8, cascade: bool) -> Checked<()> {
+    fn checked_delete(&mut self, kind: usize, pick: u8, cascade: bool, dependents: bool) -> Checked<()> {
         self.quiesce()?;
-        let candidates = self.delete_candidates(DELETE_KINDS[kind], true);
+        let mut candidates = Vec::new();
+        if dependents {
+            for reg in &self.regions {
+                let with_dependents: BTreeSet<Uid> = reg
+                    .state
+                    .backrefs
+                    .values()
+                    .filter(|b| b.on_delete == OnDelete::Cascade)
+                    .map(|b| b.target.uid)
+                    .collect();
+                candidates.extend(
+                    reg.state
+                        .resources
+                        .values()
+                        .filter(|r| r.state == ResourceState::Active && with_dependents.contains(&r.uid))
+                        .map(|r| r.name.clone()),
+                );
+            }
+        }
+        if candidates.is_empty() {
+            candidates = self.delete_candidates(DELETE_KINDS[kind], true);
+        }
         if candidates.is_empty() {
             return Ok(());
         }
@@ -1382,7 +1639,12 @@ impl World {
         if !cascade {
             self.stats.checked_no_cascade += 1;
         }
-        if plan.deleted.iter().chain(plan.unset.iter().map(|u| &u.resource)).any(|t| t.name.region() != name.region()) {
+        if plan
+            .deleted
+            .iter()
+            .chain(plan.unset.iter().map(|u| &u.resource))
+            .any(|t| t.name.region() != name.region())
+        {
             self.stats.checked_spanning_regions += 1;
         }
         if !plan.unset.is_empty() {
@@ -1455,7 +1717,10 @@ impl World {
                     .find(&t.target.name, t.target.uid)
                     .is_none_or(|x| x.state != ResourceState::Deleting)
                 {
-                    out.push(format!("{region}: tombstone of {}, which is not DELETING", t.target.name));
+                    out.push(format!(
+                        "{region}: tombstone of {}, which is not DELETING",
+                        t.target.name
+                    ));
                 }
             }
             for (uid, d) in &st.deletions {
@@ -1463,7 +1728,10 @@ impl World {
                     .find(&d.target.name, *uid)
                     .is_none_or(|x| x.state != ResourceState::Deleting)
                 {
-                    out.push(format!("{region}: deletion record of {} without a DELETING resource", d.target.name));
+                    out.push(format!(
+                        "{region}: deletion record of {} without a DELETING resource",
+                        d.target.name
+                    ));
                 }
             }
             for op in st.operations.values() {
@@ -1621,7 +1889,11 @@ impl World {
 
 fn describe_plan(p: &Plan) -> String {
     let deleted: Vec<&str> = p.deleted.iter().map(|t| t.name.as_str()).collect();
-    let unset: Vec<String> = p.unset.iter().map(|u| format!("{}.{}", u.resource.name, u.field)).collect();
+    let unset: Vec<String> = p
+        .unset
+        .iter()
+        .map(|u| format!("{}.{}", u.resource.name, u.field))
+        .collect();
     let blocked: Vec<String> = p
         .blocked
         .iter()
@@ -1661,13 +1933,29 @@ fn run_op(w: &mut World, op: &Op) -> Checked<()> {
         Op::Deliver { owner, watcher, events } => {
             let n = w.deliver_events(*owner, *watcher, *events as usize)?;
             if n > 0 {
-                w.note(format!("{} applies {n} event(s) of {}", REGIONS[*watcher], REGIONS[*owner]));
+                w.note(format!(
+                    "{} applies {n} event(s) of {}",
+                    REGIONS[*watcher], REGIONS[*owner]
+                ));
             }
             Ok(())
         }
         Op::Release { importer, owner } => {
             if w.deliver_releases(*importer, *owner)? {
                 w.note(format!("{} releases at {}", REGIONS[*importer], REGIONS[*owner]));
+            }
+            Ok(())
+        }
+        Op::Pump { steps } => {
+            w.note("pump".to_owned());
+            for owner in 0..REGIONS.len() {
+                for other in (0..REGIONS.len()).filter(|o| *o != owner) {
+                    w.deliver_events(owner, other, usize::MAX)?;
+                    w.deliver_releases(other, owner)?;
+                }
+            }
+            for r in 0..REGIONS.len() {
+                w.work(r, *steps as usize)?;
             }
             Ok(())
         }
@@ -1690,7 +1978,12 @@ fn run_op(w: &mut World, op: &Op) -> Checked<()> {
             w.quiesce()?;
             w.check_quiescent()
         }
-        Op::CheckedDelete { kind, pick, cascade } => w.checked_delete(*kind, *pick, *cascade),
+        Op::CheckedDelete {
+            kind,
+            pick,
+            cascade,
+            dependents,
+        } => w.checked_delete(*kind, *pick, *cascade, *dependents),
         Op::CollectClosure { pick, at, between } => {
             let awaiting: Vec<(usize, OperationId)> = w.awaiting.iter().copied().collect();
             if awaiting.is_empty() {
@@ -1698,7 +1991,12 @@ fn run_op(w: &mut World, op: &Op) -> Checked<()> {
             }
             let (r, id) = awaiting[*pick as usize % awaiting.len()];
             w.awaiting.remove(&(r, id));
-            w.note(format!("{}: double collect of {} ({between:?} at {at})", REGIONS[r], w.op_label(id)));
+            w.stats.collect_ops_run += 1;
+            w.note(format!(
+                "{}: double collect of {} ({between:?} at {at})",
+                REGIONS[r],
+                w.op_label(id)
+            ));
             w.collect_closure(r, id, *at, *between).map(|_| ())
         }
     }
@@ -1707,8 +2005,8 @@ fn run_op(w: &mut World, op: &Op) -> Checked<()> {
 fn run(p: &Program, stats: &RefCell<Stats>) -> Result<(), String> {
     let mut w = World::new(p.batch_budget);
     let result = (|| {
-        for c in &p.forest {
-            w.create(c)?;
+        for (i, seed) in p.forest.iter().enumerate() {
+            w.seed(i, seed)?;
         }
         w.quiesce()?;
         w.check_quiescent()?;
@@ -1732,9 +2030,13 @@ fn run(p: &Program, stats: &RefCell<Stats>) -> Result<(), String> {
     s.deletes_accepted_cascade += c.deletes_accepted_cascade;
     s.deletes_accepted_no_cascade += c.deletes_accepted_no_cascade;
     s.deletes_refused += c.deletes_refused;
-    s.races_both_accepted_same_region += c.races_both_accepted_same_region;
-    s.races_both_accepted_cross_region += c.races_both_accepted_cross_region;
-    s.races_second_refused += c.races_second_refused;
+    for (k, v) in &c.races_both_accepted {
+        *s.races_both_accepted.entry(k).or_default() += v;
+    }
+    for (k, v) in &c.races_second_refused {
+        *s.races_second_refused.entry(k).or_default() += v;
+    }
+    s.collect_ops_run += c.collect_ops_run;
     s.list_owners_left_empty += c.list_owners_left_empty;
     s.checked_deletes += c.checked_deletes;
     s.checked_refused += c.checked_refused;
@@ -1743,6 +2045,7 @@ fn run(p: &Program, stats: &RefCell<Stats>) -> Result<(), String> {
     s.checked_with_unset += c.checked_with_unset;
     s.checked_with_blocks += c.checked_with_blocks;
     s.checked_list_owner_deleted += c.checked_list_owner_deleted;
+    s.checked_replanned += c.checked_replanned;
     s.closures_confirmed += c.closures_confirmed;
     s.closure_confirms_declined += c.closure_confirms_declined;
     Ok(())
@@ -1758,19 +2061,96 @@ fn cases_or(default: u32) -> u32 {
 
 #[test]
 fn three_regions_delete_only_what_was_asked_and_as_the_dry_run_said() {
+    let defaults = ProptestConfig::default();
     let mut runner = TestRunner::new(ProptestConfig {
-        cases: cases_or(64),
+        cases: cases_or(128),
+        // Programs are cheap to run: shrink them all the way (unless
+        // PROPTEST_MAX_SHRINK_ITERS says otherwise).
+        max_shrink_iters: if std::env::var_os("PROPTEST_MAX_SHRINK_ITERS").is_some() {
+            defaults.max_shrink_iters
+        } else {
+            20_000
+        },
         // Keep the tree clean: no regression files next to the test.
         failure_persistence: None,
-        ..ProptestConfig::default()
+        ..defaults
     });
     let stats = RefCell::new(Stats::default());
     let result = runner.run(&program(), |p| run(&p, &stats).map_err(TestCaseError::fail));
     match result {
         Ok(()) => eprintln!("multi_region coverage: {:#?}", stats.borrow()),
         Err(TestError::Fail(why, program)) => {
+            // The minimal program's own failure, with its trace.
+            let why = run(&program, &RefCell::default())
+                .err()
+                .unwrap_or_else(|| why.to_string());
             panic!("{why}\n--- minimal failing program ---\n{program:?}")
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+// ---------------------------------------------------------------------------
+// Minimal scenarios of core bugs the property found (ignored until fixed)
+
+fn rn(name: &str) -> ResourceName {
+    ResourceName::parse(name).unwrap()
+}
+
+fn accepted(w: &mut World, name: &ResourceName, cascade: bool) -> OperationId {
+    match w.user_delete(name, cascade, false).unwrap() {
+        Ok(DeleteOutcome::Accepted(op)) => op.id,
+        other => panic!("delete {name}: {other:?}"),
+    }
+}
+
+/// An importer's part of an operation stays RUNNING (with nothing pending)
+/// forever when the owner's PURGED event arrives after the importer's walk
+/// of the deletion used up its batch budget on the last referrer: the walk
+/// stopped before it saw that no row was left, and the PURGED event, seeing
+/// no mirror row left, dropped the tombstone and the work item, so the walk
+/// never finishes and the part is never marked finished. The node reports
+/// an operation `done` only when every region's part is, so the operation
+/// never completes (`delete --wait` does not return).
+#[test]
+#[ignore = "core bug: importer's operation part left RUNNING when PURGED arrives after a walk cut by the budget"]
+fn importer_part_finishes_when_purged_follows_a_walk_cut_by_the_budget() {
+    let (ra, rb) = (0, 1);
+    let mut w = World::new(1);
+    let m = w
+        .create_with(rn("rb/owner/m"), BTreeMap::new(), Stage::Settled)
+        .unwrap()
+        .expect("m");
+    w.create_with(
+        rn("ra/note/n"),
+        BTreeMap::from([("owner".to_owned(), vec![m.clone()])]),
+        Stage::Settled,
+    )
+    .unwrap()
+    .expect("n");
+    let op = accepted(&mut w, &m.name, true);
+    w.work(rb, 10).unwrap(); // m waits for ra to release n's reference
+    assert_eq!(w.deliver_events(rb, ra, 10).unwrap(), 1, "DELETING of m");
+    // One step with a budget of one: n loses its owner (ra's part of the
+    // operation is created), and the walk stops there.
+    w.work(ra, 1).unwrap();
+    assert!(w.regions[ra].state.resources[&rn("ra/note/n")].refs.is_empty());
+    assert!(w.deliver_releases(ra, rb).unwrap());
+    // rb purges m (confirming first, when the root waits for ra's part).
+    for _ in 0..3 {
+        w.work(rb, 10).unwrap();
+        for (r, id) in std::mem::take(&mut w.awaiting) {
+            w.collect_closure(r, id, 0, Between::Nothing).unwrap();
+        }
+    }
+    assert!(!w.regions[rb].state.resources.contains_key(&m.name), "m purged");
+    assert!(w.deliver_events(rb, ra, 10).unwrap() >= 1, "PURGED of m");
+    w.quiesce().unwrap();
+    let part = &w.regions[ra].state.operations[&op];
+    assert_eq!(part.progress.pending, 0);
+    assert_ne!(
+        part.state,
+        OperationState::Running,
+        "ra's part of the operation is finished: {part:?}"
+    );
 }

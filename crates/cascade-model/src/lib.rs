@@ -62,12 +62,13 @@ use cascade_core::{
 use stateright::{Model, Property};
 
 /// The properties that must hold in every state (what a depth-bounded search can check).
-pub const ALWAYS: [&str; 5] = [
+pub const ALWAYS: [&str; 6] = [
     "1 no dangling reference",
     "1 every live reference has its back-reference at the owner",
     "2 no resurrection",
     "3 no over-deletion",
     "4 no leak at quiescence",
+    "the root outlives its closure in every region",
 ];
 
 /// The regions of the model, by index.
@@ -304,6 +305,10 @@ pub enum Action {
     Attach {
         answered: bool,
     },
+    /// The root's region sees every other region's part of the operation
+    /// with nothing pending and confirms (the node's double collect gives
+    /// it an instant where that held; here the model reads it atomically).
+    ConfirmClosure,
 }
 
 /// The model: the schema, policy, config, and what setup produced.
@@ -803,6 +808,9 @@ impl Model for CascadeModel {
                 actions.push(Action::LoseAttach(msg.clone()));
             }
         }
+        if self.closure_confirmable(s).is_some() {
+            actions.push(Action::ConfirmClosure);
+        }
         if s.faults > 0 && !self.config.atomic_rpc {
             for region in 0..3 {
                 let inbound = s.releases.iter().any(|m| m.to == region)
@@ -836,6 +844,12 @@ impl Model for CascadeModel {
                     .unwrap_or_else(|e| panic!("delete {BLOCKER}: {e}"));
                 assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
                 s.regions[RC].state.apply(step.writes);
+            }
+            Action::ConfirmClosure => {
+                let (id, changes) = self.closure_confirmable(&s)?;
+                let step = protocol::confirm_remote_closure(&s.regions[RA].state, self.ctx(&s, RA), id, changes)
+                    .unwrap_or_else(|e| panic!("confirm closure at ra: {e}"));
+                s.regions[RA].state.apply(step.writes);
             }
             Action::Work { region, jump } => {
                 let r = &mut s.regions[region];
@@ -976,6 +990,7 @@ impl Model for CascadeModel {
             Property::always(ALWAYS[2], |m, s| m.resurrected(s).is_empty()),
             Property::always(ALWAYS[3], |m, s| m.over_deleted(s).is_empty()),
             Property::always(ALWAYS[4], |m, s| !m.quiescent(s) || m.leaks(s).is_empty()),
+            Property::always(ALWAYS[5], |m, s| m.orphaned_parts(s).is_empty()),
             // Every maximal path is finite (faults and clock jumps are bounded),
             // so this is checked at the states where nothing more can happen.
             Property::eventually("every deletion of the closure finishes or is explained", |m, s| {
@@ -999,6 +1014,56 @@ impl Model for CascadeModel {
 
 /// The checks behind the properties; each returns what violates it (empty: holds).
 impl CascadeModel {
+    /// The root's operation, if the root's region would confirm its
+    /// closure now: every other region's part has nothing pending, and the
+    /// core accepts the confirmation (its own part is the root alone).
+    fn closure_confirmable(&self, s: &State) -> Option<(cascade_core::OperationId, u64)> {
+        let ra = &s.regions[RA].state;
+        let op = ra
+            .operations
+            .values()
+            .find(|op| op.root.name.as_str() == ROOT && !op.closure_confirmed && !op.reached.is_empty())?;
+        let others_done = s.regions[1..].iter().all(|r| {
+            r.state
+                .operations
+                .get(&op.id)
+                .is_none_or(|part| part.progress.pending == 0)
+        });
+        if !others_done {
+            return None;
+        }
+        let step = protocol::confirm_remote_closure(ra, self.ctx(s, RA), op.id, op.changes).ok()?;
+        step.value.then_some((op.id, op.changes))
+    }
+
+    /// Parts of an operation with deletions pending in some region while
+    /// the operation's root is already purged (DESIGN: the root stays
+    /// readable until its whole closure, in every region, is finished).
+    pub fn orphaned_parts(&self, s: &State) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, r) in s.regions.iter().enumerate() {
+            for part in r.state.operations.values().filter(|p| p.progress.pending > 0) {
+                // The origin's record is the one whose root is its own
+                // (another region's part names the remote target it came from).
+                let origin = s.regions.iter().enumerate().find_map(|(j, other)| {
+                    other
+                        .state
+                        .operations
+                        .get(&part.id)
+                        .filter(|o| o.root.name.region() == REGIONS[j])
+                });
+                let Some(origin) = origin else { continue };
+                if Self::holds(s, origin.root.uid).is_none() {
+                    out.push(format!(
+                        "{}: part of operation {} has {} pending, but its root {} is purged",
+                        REGIONS[i], part.id, part.progress.pending, origin.root.name
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     fn holds(s: &State, uid: Uid) -> Option<&Resource> {
         s.regions.iter().find_map(|r| {
             let name = r.state.uid_index.get(&uid)?;
@@ -1146,7 +1211,7 @@ impl CascadeModel {
         {
             return false;
         }
-        if self.late_attach_msg(s).is_some() {
+        if self.late_attach_msg(s).is_some() || self.closure_confirmable(s).is_some() {
             return false;
         }
         for owner in 0..3 {
