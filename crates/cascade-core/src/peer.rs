@@ -285,9 +285,12 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                         tombstone.purged = true;
                         tx.put_remote_deletion(tombstone);
                     }
-                    _ => {
+                    tombstone => {
                         tx.remove_remote_deletion(uid);
                         tx.remove_work(uid);
+                        if let Some(t) = tombstone {
+                            finish_part(&mut tx, ctx, t.operation)?;
+                        }
                     }
                 }
                 applied += 1;
@@ -330,6 +333,7 @@ pub fn resync<S: StateRead + ?Sized>(
         if !listed.contains(&old.target.uid) {
             tx.remove_remote_deletion(old.target.uid);
             tx.remove_work(old.target.uid);
+            finish_part(&mut tx, ctx, old.operation)?;
         }
     }
     let mut added = 0;
@@ -541,6 +545,22 @@ pub fn plan_from<S: StateRead + ?Sized>(
     cascade: bool,
 ) -> Result<Plan, CoreError> {
     protocol::plan_closure(&Tx::new(state), ctx, seeds, cascade)
+}
+
+/// A tombstone dropped without its walk's last step (the walk was cut by
+/// the budget after its last referrer, then PURGED came): what that step
+/// would have done for this region's part of the operation, finishing it
+/// when nothing is pending. Found by the multi-region property test: the
+/// part stayed RUNNING with nothing pending, so the operation was never
+/// done.
+fn finish_part<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, id: OperationId) -> Result<(), CoreError> {
+    if tx
+        .operation(id)?
+        .is_some_and(|op| op.state == crate::model::OperationState::Running)
+    {
+        protocol::after_pending_changed(tx, ctx, id)?;
+    }
+    Ok(())
 }
 
 fn wake<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {

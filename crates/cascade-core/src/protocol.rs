@@ -1372,7 +1372,7 @@ fn purge<S: StateRead + ?Sized>(
 
 /// Finishes the operation when nothing is pending, or wakes its root when
 /// the root is all that is left.
-fn after_pending_changed<S: StateRead + ?Sized>(
+pub(crate) fn after_pending_changed<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     id: OperationId,

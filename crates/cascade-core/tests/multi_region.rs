@@ -4,8 +4,11 @@
 //! owners → `peer::settle_batch`), the owners' DELETING/PURGED events
 //! delivered with `peer::apply_remote_events` (carrying `no_cascade`),
 //! releases delivered with `peer::release` + `peer::releases_acknowledged`,
-//! and `protocol::process_work` in every region — all in random partial
-//! orders between random user deletes.
+//! `protocol::process_work` in every region, and the node's double collect
+//! of every region's part of an operation before
+//! `protocol::confirm_remote_closure` lets a waiting root go — all in
+//! random partial orders between random creates and user deletes (with
+//! `remote_kept` asked of the list owners' regions, as the node does).
 //!
 //! What it checks:
 //!
@@ -16,8 +19,11 @@
 //!    `cascade = true`, through a `cascade` reference it held to a resource
 //!    the same operation deleted; a list owner goes only once every target
 //!    of its list was deleted; a `cascade = false` operation deletes only
-//!    its root. Nothing becomes ACTIVE again, and no owner attaches a new
-//!    back-reference to a DELETING target.
+//!    its root. An operation's root is purged only once everything else
+//!    it deleted, in every region, is purged or FAILED, and nothing enters
+//!    DELETING under an operation whose root is gone. Nothing becomes
+//!    ACTIVE again, and no owner attaches a new back-reference to a
+//!    DELETING target.
 //! 2. **Dry run = real run across regions**: for a delete taken when every
 //!    region is quiescent, the dry run the node computes (the owner's
 //!    `protocol::delete` with `dry_run`, then [`PlanDriver`] over every
@@ -118,12 +124,6 @@ const IDS: u8 = 4;
 const MAX_WORK_STEPS: usize = 2_000;
 const MAX_QUIESCE_ROUNDS: usize = 400;
 const MAX_PLAN_ROUNDS: usize = 64;
-/// A known core bug: an importer's part of an operation can be left
-/// RUNNING with nothing pending (see the ignored
-/// `importer_part_finishes_when_purged_follows_a_walk_cut_by_the_budget`).
-/// While true, the quiescence check tolerates exactly that; set it to
-/// false once the core is fixed.
-const TOLERATE_IMPORTER_PART_LEFT_RUNNING: bool = true;
 
 // ---------------------------------------------------------------------------
 // Programs
@@ -258,14 +258,21 @@ enum Seed {
 
 #[derive(Clone)]
 struct Program {
+    /// `Policy::batch_budget` and `batch_items` of every region: small, so
+    /// a deletion takes several steps.
     batch_budget: usize,
+    batch_items: usize,
     forest: Vec<Seed>,
     ops: Vec<Op>,
 }
 
 impl fmt::Debug for Program {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "Program {{ batch_budget: {}", self.batch_budget)?;
+        writeln!(
+            f,
+            "Program {{ batch_budget: {}, batch_items: {}",
+            self.batch_budget, self.batch_items
+        )?;
         writeln!(f, "  forest (created and settled, in order):")?;
         for c in &self.forest {
             writeln!(f, "    {c:?}")?;
@@ -363,11 +370,13 @@ fn seed() -> impl Strategy<Value = Seed> {
 fn program() -> impl Strategy<Value = Program> {
     (
         1usize..5,
+        1usize..5,
         prop::collection::vec(seed(), 1..30),
         prop::collection::vec(op(), 1..70),
     )
-        .prop_map(|(batch_budget, forest, ops)| Program {
+        .prop_map(|(batch_budget, batch_items, forest, ops)| Program {
             batch_budget,
+            batch_items,
             forest,
             ops,
         })
@@ -496,12 +505,12 @@ fn target_of(r: &Resource) -> RefTarget {
 type Checked<T> = Result<T, String>;
 
 impl World {
-    fn new(batch_budget: usize) -> Self {
+    fn new(batch_budget: usize, batch_items: usize) -> Self {
         World {
             schema: Schema::from_toml(SCHEMA).expect("test schema"),
             policy: Policy {
                 batch_budget,
-                batch_items: 3,
+                batch_items,
                 backoff_base_ms: 10,
                 backoff_cap_ms: 40,
                 max_attempts: 2,
@@ -1752,11 +1761,7 @@ impl World {
                         p.failed
                     ));
                 }
-                let known_bug = TOLERATE_IMPORTER_PART_LEFT_RUNNING
-                    && op.state == OperationState::Running
-                    && p.pending == 0
-                    && op.root.name.region() != region;
-                if (op.state == OperationState::Running) != (p.pending > 0) && !known_bug {
+                if (op.state == OperationState::Running) != (p.pending > 0) {
                     out.push(format!(
                         "{region}: part of {} is {:?} with {} pending",
                         self.op_label(op.id),
@@ -2009,7 +2014,7 @@ fn run_op(w: &mut World, op: &Op) -> Checked<()> {
 }
 
 fn run(p: &Program, stats: &RefCell<Stats>) -> Result<(), String> {
-    let mut w = World::new(p.batch_budget);
+    let mut w = World::new(p.batch_budget, p.batch_items);
     let result = (|| -> Checked<()> {
         for (i, seed) in p.forest.iter().enumerate() {
             w.seed(i, seed)?;
@@ -2104,7 +2109,7 @@ fn three_regions_delete_only_what_was_asked_and_as_the_dry_run_said() {
 }
 
 // ---------------------------------------------------------------------------
-// Minimal scenarios of core bugs the property found (ignored until fixed)
+// Minimal scenarios of core bugs the property found (regression tests)
 
 fn rn(name: &str) -> ResourceName {
     ResourceName::parse(name).unwrap()
@@ -2117,8 +2122,8 @@ fn accepted(w: &mut World, name: &ResourceName, cascade: bool) -> OperationId {
     }
 }
 
-/// An importer's part of an operation stays RUNNING (with nothing pending)
-/// forever when the owner's PURGED event arrives after the importer's walk
+/// Regression (found by this property): an importer's part of an
+/// operation stayed RUNNING (with nothing pending) forever when the owner's PURGED event arrives after the importer's walk
 /// of the deletion used up its batch budget on the last referrer: the walk
 /// stopped before it saw that no row was left, and the PURGED event, seeing
 /// no mirror row left, dropped the tombstone and the work item, so the walk
@@ -2126,10 +2131,9 @@ fn accepted(w: &mut World, name: &ResourceName, cascade: bool) -> OperationId {
 /// an operation `done` only when every region's part is, so the operation
 /// never completes (`delete --wait` does not return).
 #[test]
-#[ignore = "core bug: importer's operation part left RUNNING when PURGED arrives after a walk cut by the budget"]
 fn importer_part_finishes_when_purged_follows_a_walk_cut_by_the_budget() {
     let (ra, rb) = (0, 1);
-    let mut w = World::new(1);
+    let mut w = World::new(1, 3);
     let m = w
         .create_with(rn("rb/owner/m"), BTreeMap::new(), Stage::Settled)
         .unwrap()
