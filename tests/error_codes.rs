@@ -146,7 +146,7 @@ async fn hold_deleting(c: &Cluster) {
 async fn a_malformed_field_is_invalid_argument_naming_it_the_same_from_every_node() {
     let c = start_cluster(&REGIONS).await;
     us_east_network(&c, false).await;
-    let cases: [(&str, v1::ResourceSpec, &str); 4] = [
+    let cases: Vec<(&str, v1::ResourceSpec, &str)> = vec![
         // An element in a region that is not part of the cluster (resolved
         // by the referrer's owner before anything is written).
         (
@@ -169,6 +169,17 @@ async fn a_malformed_field_is_invalid_argument_naming_it_the_same_from_every_nod
             "a malformed name in a single reference",
             spec_in("us-east/port/q", &[("network", &["not a name"])]),
             "refs.network",
+        ),
+        // A target's uid that is no uid (decoded before the core runs).
+        (
+            "a bad uid in a single reference",
+            with_uid(spec_in("us-east/port/q", &[("network", &["us-east/network/n"])]), "xyz"),
+            "refs.network.uid",
+        ),
+        (
+            "a bad uid in a list",
+            with_uid(spec_in("us-east/port_group/g", &[("ports", &["us-east/port/x"])]), "xyz"),
+            "refs.ports[0].uid",
         ),
     ];
     for (what, s, field) in cases {

@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use cascade_core::model::{Event, Resource, ResourceState};
-use cascade_core::protocol::DeleteOutcome;
+use cascade_core::protocol::{DeleteOutcome, ResourceSpec};
 use cascade_core::{CoreError, OperationId, RegionId, ResourceName, Schema, Uid};
 use cascade_proto::convert;
 use cascade_proto::status::{invalid_field, storage_unavailable};
@@ -110,6 +110,17 @@ fn parse_operation_id(raw: &str) -> Result<OperationId, Status> {
 }
 
 impl ResourcesService {
+    /// Decodes a spec, naming a bad target uid as the core names targets
+    /// (`refs.network.uid`, `refs.ports[0].uid`).
+    pub(crate) fn decode_spec(&self, spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
+        let kind = ResourceName::parse(&spec.name).map(|n| n.kind().to_owned()).ok();
+        let many = |f: &str| match &kind {
+            Some(kind) => self.schema.reference(kind, f).is_none_or(|r| r.many),
+            None => true,
+        };
+        convert::resource_spec_with(spec, field, &many)
+    }
+
     pub(crate) fn feed(&self) -> OutboxFeed {
         OutboxFeed {
             store: self.store.clone(),
@@ -299,7 +310,7 @@ impl Resources for ResourcesService {
             let created = call_owner(&region, "Create", FORWARD_TIMEOUT, owner.create(raw)).await?;
             return Ok(Response::new(created));
         }
-        let spec = convert::resource_spec(spec, "")?;
+        let spec = self.decode_spec(spec, "")?;
         let mut created = self.create_flow(vec![spec]).await?;
         let r = created
             .pop()
@@ -345,7 +356,7 @@ impl Resources for ResourcesService {
         let specs = specs
             .into_iter()
             .enumerate()
-            .map(|(i, s)| convert::resource_spec(s, &format!("resources[{i}]")))
+            .map(|(i, s)| self.decode_spec(s, &format!("resources[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         let created = self.create_flow(specs).await?;
         let resources = created.iter().map(|r| self.present(r)).collect::<Result<_, _>>()?;
@@ -439,7 +450,7 @@ impl Resources for ResourcesService {
             let updated = call_owner(&region, "Update", FORWARD_TIMEOUT, owner.update(req)).await?;
             return Ok(Response::new(updated));
         }
-        let spec = convert::resource_spec(spec, "")?;
+        let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self.update_flow(spec, etag).await?;
         Ok(Response::new(self.present(&r)?))
