@@ -71,7 +71,10 @@ where
 {
     let mut first: Option<(String, Refusal)> = None;
     for region in REGIONS {
-        let got = refusal(&format!("{what} through {region}"), call(c.client(region).clone()).await);
+        let got = refusal(
+            &format!("{what} through {region}"),
+            call(c.client(region).clone()).await,
+        );
         match &first {
             None => first = Some((region.to_owned(), got)),
             Some((r0, want)) => assert_eq!(&got, want, "{what}: {region} answered differently from {r0}"),
@@ -178,7 +181,10 @@ async fn a_malformed_field_is_invalid_argument_naming_it_the_same_from_every_nod
         ),
         (
             "a bad uid in a list",
-            with_uid(spec_in("us-east/port_group/g", &[("ports", &["us-east/port/x"])]), "xyz"),
+            with_uid(
+                spec_in("us-east/port_group/g", &[("ports", &["us-east/port/x"])]),
+                "xyz",
+            ),
             "refs.ports[0].uid",
         ),
     ];
@@ -193,8 +199,15 @@ async fn a_malformed_field_is_invalid_argument_naming_it_the_same_from_every_nod
         assert_eq!(r.details().field, field, "{what}: {r:?}");
         assert!(r.message.starts_with(&format!("{field}: ")), "{what}: {r:?}");
     }
-    let r = same_from_every_node(&c, "a malformed name", |client| async move { client.get("us-east/network").await }).await;
-    assert_eq!((r.code, r.reason()), (tonic::Code::InvalidArgument, ErrorReason::InvalidField), "{r:?}");
+    let r = same_from_every_node(&c, "a malformed name", |client| async move {
+        client.get("us-east/network").await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::InvalidArgument, ErrorReason::InvalidField),
+        "{r:?}"
+    );
     assert_eq!(r.details().field, "name", "{r:?}");
 }
 
@@ -208,7 +221,11 @@ async fn undecodable_request_bytes_are_invalid_argument_on_both_services_of_ever
     let garbage: [&[u8]; 2] = [&[0x0a, 0x7f, 0x01], &[0x0a, 0x02, 0xc3, 0x28]];
     for region in REGIONS {
         let endpoint = c.node(region).node.endpoint();
-        for path in ["/cascade.v1.Resources/Get", "/cascade.v1.Resources/Create", "/cascade.v1.Peer/Lookup"] {
+        for path in [
+            "/cascade.v1.Resources/Get",
+            "/cascade.v1.Resources/Create",
+            "/cascade.v1.Peer/Lookup",
+        ] {
             for bytes in garbage {
                 let s = raw_call(&endpoint, path, bytes.to_vec()).await.unwrap_err();
                 let r = Refusal::of(&s);
@@ -272,7 +289,11 @@ async fn an_unknown_resource_or_operation_is_not_found_naming_it_from_every_node
     let missing = "us-east/network/missing";
     let r = same_from_every_node(&c, "get", |client| async move { client.get(missing).await }).await;
     let expect = |r: &Refusal| {
-        assert_eq!((r.code, r.reason()), (tonic::Code::NotFound, ErrorReason::NotFound), "{r:?}");
+        assert_eq!(
+            (r.code, r.reason()),
+            (tonic::Code::NotFound, ErrorReason::NotFound),
+            "{r:?}"
+        );
         assert_eq!(r.resource().0, missing, "{r:?}");
     };
     expect(&r);
@@ -283,7 +304,10 @@ async fn an_unknown_resource_or_operation_is_not_found_naming_it_from_every_node
     })
     .await;
     expect(&r);
-    let r = same_from_every_node(&c, "delete", |client| async move { client.delete(delete_req(missing, false)).await }).await;
+    let r = same_from_every_node(&c, "delete", |client| async move {
+        client.delete(delete_req(missing, false)).await
+    })
+    .await;
     expect(&r);
     let id = uuid::Uuid::now_v7().to_string();
     let r = same_from_every_node(&c, "operation", |client| {
@@ -291,7 +315,11 @@ async fn an_unknown_resource_or_operation_is_not_found_naming_it_from_every_node
         async move { client.get_operation(&id, 10).await }
     })
     .await;
-    assert_eq!((r.code, r.reason()), (tonic::Code::NotFound, ErrorReason::NotFound), "{r:?}");
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::NotFound, ErrorReason::NotFound),
+        "{r:?}"
+    );
     assert!(r.message.contains(&id), "{r:?}");
 }
 
@@ -303,20 +331,34 @@ async fn a_reference_to_a_missing_target_is_not_found_naming_the_field_from_ever
     let c = start_cluster(&REGIONS).await;
     let r = same_for_every_referrer(&c, "list element", |referrer, client| async move {
         client
-            .create(spec_in(&format!("{referrer}/port_group/g"), &[("ports", &["us-east/port/missing"])]))
+            .create(spec_in(
+                &format!("{referrer}/port_group/g"),
+                &[("ports", &["us-east/port/missing"])],
+            ))
             .await
     })
     .await;
-    assert_eq!((r.code, r.reason()), (tonic::Code::NotFound, ErrorReason::NotFound), "{r:?}");
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::NotFound, ErrorReason::NotFound),
+        "{r:?}"
+    );
     assert_eq!(r.details().field, "refs.ports[0]", "{r:?}");
     assert_eq!(r.resource().0, "us-east/port/missing", "{r:?}");
     let r = same_for_every_referrer(&c, "single reference", |referrer, client| async move {
         client
-            .create(spec_in(&format!("{referrer}/port/q"), &[("network", &["us-east/network/missing"])]))
+            .create(spec_in(
+                &format!("{referrer}/port/q"),
+                &[("network", &["us-east/network/missing"])],
+            ))
             .await
     })
     .await;
-    assert_eq!((r.code, r.reason()), (tonic::Code::NotFound, ErrorReason::NotFound), "{r:?}");
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::NotFound, ErrorReason::NotFound),
+        "{r:?}"
+    );
     assert_eq!(r.details().field, "refs.network", "{r:?}");
     assert_eq!(r.message, "refs.network: target us-east/network/missing not found");
 }
@@ -325,7 +367,10 @@ async fn a_reference_to_a_missing_target_is_not_found_naming_the_field_from_ever
 async fn a_taken_name_is_already_exists_naming_it_from_every_node() {
     let c = start_cluster(&REGIONS).await;
     us_east_network(&c, false).await;
-    let r = same_from_every_node(&c, "create", |client| async move { client.create(spec_in("us-east/project/p", &[])).await }).await;
+    let r = same_from_every_node(&c, "create", |client| async move {
+        client.create(spec_in("us-east/project/p", &[])).await
+    })
+    .await;
     assert_eq!(
         (r.code, r.reason()),
         (tonic::Code::AlreadyExists, ErrorReason::AlreadyExists),
@@ -346,7 +391,10 @@ async fn a_reference_to_a_deleting_target_is_failed_precondition_from_every_regi
     let c = start_cluster(&REGIONS).await;
     let n = us_east_network(&c, true).await;
     c.client("us-east")
-        .create(with_finalizer(spec_in("us-east/port/held", &[("network", &["us-east/network/n"])])))
+        .create(with_finalizer(spec_in(
+            "us-east/port/held",
+            &[("network", &["us-east/network/n"])],
+        )))
         .await
         .unwrap();
     c.client("us-east")
@@ -367,7 +415,10 @@ async fn a_reference_to_a_deleting_target_is_failed_precondition_from_every_regi
     };
     let r = same_for_every_referrer(&c, "by name", |referrer, client| async move {
         client
-            .create(spec_in(&format!("{referrer}/port/a"), &[("network", &["us-east/network/n"])]))
+            .create(spec_in(
+                &format!("{referrer}/port/a"),
+                &[("network", &["us-east/network/n"])],
+            ))
             .await
     })
     .await;
@@ -384,7 +435,10 @@ async fn a_reference_to_a_deleting_target_is_failed_precondition_from_every_regi
     expect(&r, "refs.network", "us-east/network/n");
     let r = same_for_every_referrer(&c, "a list element", |referrer, client| async move {
         client
-            .create(spec_in(&format!("{referrer}/port_group/g"), &[("ports", &["us-east/port/held"])]))
+            .create(spec_in(
+                &format!("{referrer}/port_group/g"),
+                &[("ports", &["us-east/port/held"])],
+            ))
             .await
     })
     .await;
@@ -459,7 +513,10 @@ async fn a_delete_refused_by_dependents_or_blockers_lists_them_from_every_node()
             spec_in("ap-south/project/x", &[]),
             spec_in(
                 "ap-south/router/r",
-                &[("project", &["ap-south/project/x"]), ("gateway_network", &["us-east/network/n"])],
+                &[
+                    ("project", &["ap-south/project/x"]),
+                    ("gateway_network", &["us-east/network/n"]),
+                ],
             ),
         ])
         .await
@@ -507,7 +564,10 @@ async fn an_etag_mismatch_is_aborted_from_every_node() {
     let n = us_east_network(&c, false).await;
     let r = same_from_every_node(&c, "update", |client| async move {
         client
-            .update(spec_in("us-east/network/n", &[("project", &["us-east/project/p"])]), "stale")
+            .update(
+                spec_in("us-east/network/n", &[("project", &["us-east/project/p"])]),
+                "stale",
+            )
             .await
     })
     .await;
@@ -553,7 +613,10 @@ async fn an_owner_frozen_then_killed_mid_call_is_unavailable_for_forwarded_calls
     for via in ["eu-west", "ap-south"] {
         let client = cluster.client(via).await;
         // The channel to us-east is open (a forwarded call went through).
-        client.get("us-east/project/p").await.expect("forwarded before the freeze");
+        client
+            .get("us-east/project/p")
+            .await
+            .expect("forwarded before the freeze");
         forwarders.push((via, client));
     }
     cluster.freeze("us-east");
@@ -592,7 +655,11 @@ async fn an_owner_frozen_then_killed_mid_call_is_unavailable_for_forwarded_calls
     }
     // A dead owner (connection refused) is UNAVAILABLE too.
     for (via, client) in &forwarders {
-        assert_region_unavailable(&format!("get through {via}, owner dead"), client.get("us-east/network/n").await, "us-east");
+        assert_region_unavailable(
+            &format!("get through {via}, owner dead"),
+            client.get("us-east/network/n").await,
+            "us-east",
+        );
     }
 }
 
@@ -679,5 +746,8 @@ async fn peer_calls_without_a_region_certificate_or_in_another_regions_name_are_
         .await
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
-    assert!(s.message().contains("ap-south") && s.message().contains("eu-west"), "{s:?}");
+    assert!(
+        s.message().contains("ap-south") && s.message().contains("eu-west"),
+        "{s:?}"
+    );
 }

@@ -108,7 +108,10 @@ async fn ten_outcomes_over_three_regions_page_by_two_exactly_once_through_every_
     let (c, id, expected) = ten_outcomes_over_three_regions().await;
     for region in REGIONS {
         let client = c.client(region);
-        let items = page_all(&format!("through {region}"), 20, |token| outcomes_page(client, &id, 2, token)).await;
+        let items = page_all(&format!("through {region}"), 20, |token| {
+            outcomes_page(client, &id, 2, token)
+        })
+        .await;
         assert_once(&format!("page size 2 through {region}"), &items, &expected);
         assert_eq!(items.len(), 10);
     }
@@ -129,13 +132,11 @@ async fn operation_outcomes_page_exactly_once_for_every_size_through_every_node(
             assert_once(&format!("size {size} through {region}"), &items, &expected);
         }
         // Each page through the next node.
-        let mut turn = 0usize;
         let mut items = Vec::new();
         let mut token = String::new();
         let mut ended = false;
-        for _ in 0..12 {
+        for turn in 0..12 {
             let client = c.client(REGIONS[turn % REGIONS.len()]);
-            turn += 1;
             let (page, next) = outcomes_page(client, &id, size, token).await;
             items.extend(page);
             if next.is_empty() {
@@ -171,7 +172,9 @@ async fn list_pages_exactly_once_for_every_size() {
     let t = start_node().await;
     let c = &t.client;
     c.create(spec("project/p", &[])).await.unwrap();
-    c.create(spec("network/n", &[("project", &["project/p"])])).await.unwrap();
+    c.create(spec("network/n", &[("project", &["project/p"])]))
+        .await
+        .unwrap();
     let mut ports = Vec::new();
     for i in 0..11 {
         let s = spec(&format!("port/p{i:02}"), &[("network", &["network/n"])]);
@@ -195,7 +198,10 @@ async fn list_pages_exactly_once_for_every_size() {
                     })
                     .await
                     .unwrap_or_else(|e| panic!("List: {e}"));
-                (page.resources.into_iter().map(|r| r.name).collect(), page.next_page_token)
+                (
+                    page.resources.into_iter().map(|r| r.name).collect(),
+                    page.next_page_token,
+                )
             })
             .await;
             assert_once(&what, &items, expected);

@@ -29,10 +29,10 @@ use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::protocol::{Plan, ResourceSpec};
 use cascade_core::{BackRefKey, CoreError, OperationId, RefTarget, ResourceName, Uid};
 use cascade_proto::convert;
+use cascade_proto::error_details;
 use cascade_proto::page_token::OutcomesPageToken;
 use cascade_proto::status::{invalid_field, reason_of};
 use cascade_proto::v1::{self, ErrorReason};
-use cascade_proto::error_details;
 use tonic::{Code, Status};
 use tracing::{debug, info, warn};
 
@@ -516,20 +516,23 @@ impl ResourcesService {
     ) -> Result<v1::Operation, Status> {
         let order = self.regions_in_order();
         let malformed = |why: String| invalid_field("outcomes_page_token", why);
-        let (start_at, start_inner) = match OutcomesPageToken::decode(page_token).map_err(|e| malformed(e.to_string()))? {
-            None => (0, String::new()),
-            Some(t) => {
-                let at = order
-                    .iter()
-                    .position(|r| *r == t.region)
-                    .ok_or_else(|| malformed(format!("names region {:?}, which is not part of this cluster", t.region)))?;
-                if !t.inner.is_empty() {
-                    // The part's own token: the last outcome's resource name.
-                    parse_name(&t.inner, "outcomes_page_token")?;
+        let (start_at, start_inner) =
+            match OutcomesPageToken::decode(page_token).map_err(|e| malformed(e.to_string()))? {
+                None => (0, String::new()),
+                Some(t) => {
+                    let at = order.iter().position(|r| *r == t.region).ok_or_else(|| {
+                        malformed(format!(
+                            "names region {:?}, which is not part of this cluster",
+                            t.region
+                        ))
+                    })?;
+                    if !t.inner.is_empty() {
+                        // The part's own token: the last outcome's resource name.
+                        parse_name(&t.inner, "outcomes_page_token")?;
+                    }
+                    (at, t.inner)
                 }
-                (at, t.inner)
-            }
-        };
+            };
         let page_size = page_size.min(self.limits.max_page_size);
         let mut left = page_size;
         let mut filling = page_size > 0;

@@ -47,7 +47,11 @@ pub(crate) enum OwnerError {
     /// (`CoreError::RegionUnavailable`).
     Unreachable(CoreError),
     /// The owner's answer could not be decoded here.
-    BadAnswer { region: String, rpc: &'static str, status: Status },
+    BadAnswer {
+        region: String,
+        rpc: &'static str,
+        status: Status,
+    },
 }
 
 impl OwnerError {
@@ -157,7 +161,10 @@ mod tests {
         assert_eq!(broken.code(), Code::Unknown);
         let s = classify::<()>("us-east", "Get", Err(broken)).unwrap_err().into_status();
         assert_eq!(s.code(), Code::Unavailable, "{s:?}");
-        assert!(s.message().contains("us-east") && s.message().contains("reset"), "{s:?}");
+        assert!(
+            s.message().contains("us-east") && s.message().contains("reset"),
+            "{s:?}"
+        );
         let details = cascade_proto::error_details(&s).expect("details");
         assert_eq!(details.region, "us-east");
         assert_eq!(details.reason, cascade_proto::v1::ErrorReason::RegionUnavailable as i32);

@@ -119,7 +119,9 @@ impl Peer for PeerService {
             // gone (NOT_FOUND). The details still say DELETING, so a node
             // resolving a reference for a client can tell it "is being
             // deleted", as this region tells its own clients.
-            Some(r) if r.state == ResourceState::Deleting => Err(not_found(&name, ErrorReason::Deleting, &r.uid.to_string())),
+            Some(r) if r.state == ResourceState::Deleting => {
+                Err(not_found(&name, ErrorReason::Deleting, &r.uid.to_string()))
+            }
             _ => Err(not_found(&name, ErrorReason::NotFound, "")),
         }
     }
@@ -243,11 +245,7 @@ impl Peer for PeerService {
             let slot = acks.entry(region.to_string()).or_default();
             *slot = (*slot).max(req.revision);
         }
-        let first_retained = self
-            .node
-            .state()
-            .outbox_floor()
-            .map_err(storage_unavailable)?;
+        let first_retained = self.node.state().outbox_floor().map_err(storage_unavailable)?;
         Ok(Response::new(v1::AckResponse { first_retained }))
     }
 

@@ -344,10 +344,9 @@ impl Resources for ResourcesService {
             ));
         }
         if let Some(first) = specs.first() {
-            if let Some((region, mut owner)) = self.route(
-                &parse_name(&first.name, "resources[0].name")?,
-                "resources[0].name",
-            )? {
+            if let Some((region, mut owner)) =
+                self.route(&parse_name(&first.name, "resources[0].name")?, "resources[0].name")?
+            {
                 let call = owner.batch_create(v1::BatchCreateRequest { resources: specs });
                 let created = call_owner(&region, "BatchCreate", FORWARD_TIMEOUT, call).await?;
                 return Ok(Response::new(created));

@@ -95,7 +95,8 @@ mod tests {
             assert_eq!(code_of(&rewrite(r)).as_deref(), Some("3"), "{m}");
         }
         // A handler's own statuses keep their code.
-        let floor: http::Response<()> = Status::out_of_range("revision 3 was compacted; the outbox starts at 9").into_http();
+        let floor: http::Response<()> =
+            Status::out_of_range("revision 3 was compacted; the outbox starts at 9").into_http();
         assert_eq!(code_of(&rewrite(floor)).as_deref(), Some("11"));
         let internal: http::Response<()> = Status::internal("corrupt resource record").into_http();
         assert_eq!(code_of(&rewrite(internal)).as_deref(), Some("13"));

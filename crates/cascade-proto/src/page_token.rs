@@ -63,9 +63,7 @@ impl OutcomesPageToken {
         if raw.is_empty() {
             return Ok(None);
         }
-        let bytes = URL_SAFE_NO_PAD
-            .decode(raw)
-            .map_err(|_| PageTokenError::Encoding)?;
+        let bytes = URL_SAFE_NO_PAD.decode(raw).map_err(|_| PageTokenError::Encoding)?;
         let encoded = Encoded::decode(bytes.as_slice()).map_err(|_| PageTokenError::Message)?;
         if encoded.version != VERSION {
             return Err(PageTokenError::Version(encoded.version));
@@ -91,7 +89,10 @@ mod tests {
             inner: "us-east/port/p1".into(),
         };
         let raw = t.encode();
-        assert!(raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{raw}");
+        assert!(
+            raw.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+            "{raw}"
+        );
         assert_eq!(OutcomesPageToken::decode(&raw), Ok(Some(t)));
         assert_eq!(OutcomesPageToken::decode(""), Ok(None));
         assert_eq!(

@@ -135,7 +135,8 @@ fn every_proto_file_compiles_with_the_standard_protoc_into_the_same_api() {
     let by_protoc = FileDescriptorSet::decode(bytes.as_slice()).expect("protoc's descriptor set decodes");
     let by_protox = protox::compile(&files, [&root]).expect("protox compiles the same files");
 
-    let names = |set: &FileDescriptorSet| -> BTreeSet<String> { set.file.iter().map(|f| f.name().to_owned()).collect() };
+    let names =
+        |set: &FileDescriptorSet| -> BTreeSet<String> { set.file.iter().map(|f| f.name().to_owned()).collect() };
     assert_eq!(names(&by_protoc), names(&by_protox), "the same files");
     let (protoc_api, protox_api) = (api_of(&by_protoc), api_of(&by_protox));
     let only_protoc: Vec<_> = protoc_api.difference(&protox_api).collect();
@@ -145,10 +146,10 @@ fn every_proto_file_compiles_with_the_standard_protoc_into_the_same_api() {
         "protoc and protox disagree:\nonly protoc: {only_protoc:#?}\nonly protox: {only_protox:#?}"
     );
     // And it is the API the crate serves (a sanity check on the comparison).
-    assert!(protoc_api.contains(
-        "rpc .cascade.v1.Peer/Plan(.cascade.v1.PeerPlanRequest) returns (.cascade.v1.Plan)"
-    ));
-    assert!(protoc_api.iter().any(|l| l.starts_with("rpc .cascade.v1.Resources/Watch(")));
+    assert!(protoc_api.contains("rpc .cascade.v1.Peer/Plan(.cascade.v1.PeerPlanRequest) returns (.cascade.v1.Plan)"));
+    assert!(protoc_api
+        .iter()
+        .any(|l| l.starts_with("rpc .cascade.v1.Resources/Watch(")));
     let _ = std::fs::remove_dir_all(&out_dir);
 }
 
