@@ -16,6 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("cascade_descriptor.bin"), prost::Message::encode_to_vec(&fds))?;
     tonic_prost_build::configure()
+        // INVALID_ARGUMENT, not INTERNAL, for a request that does not decode.
+        .codec_path("crate::codec::WireCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

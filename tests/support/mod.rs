@@ -413,6 +413,22 @@ pub struct ServerProcess {
     pub endpoint: String,
 }
 
+impl ServerProcess {
+    /// The process id, for signals (`freeze`, `thaw`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Sends a signal with `kill(1)` (no libc binding needed).
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill(1) runs");
+    assert!(status.success(), "kill {signal} {pid}: {status}");
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -513,6 +529,17 @@ impl ProcCluster {
         self.servers.remove(region).expect("running")
     }
 
+    /// SIGSTOP: the process keeps its sockets (connections stay open, the
+    /// kernel still accepts new ones) but answers nothing.
+    pub fn freeze(&self, region: &str) {
+        signal(self.servers.get(region).expect("running").pid(), "-STOP");
+    }
+
+    /// SIGCONT after [`ProcCluster::freeze`].
+    pub fn thaw(&self, region: &str) {
+        signal(self.servers.get(region).expect("running").pid(), "-CONT");
+    }
+
     pub fn endpoint(&self, region: &str) -> String {
         let port = self.regions.iter().find(|(r, _)| r == region).unwrap().1;
         format!("http://127.0.0.1:{port}")
@@ -528,4 +555,60 @@ impl ProcCluster {
     pub async fn client(&self, region: &str) -> Client {
         Client::connect(&self.endpoint(region)).await.expect("client connects")
     }
+}
+
+/// A codec that sends and receives message bytes as they are, for requests
+/// the generated clients cannot make (undecodable, oversized).
+#[derive(Clone, Copy, Default)]
+pub struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(&mut self, item: Vec<u8>, buf: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(&mut self, buf: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = bytes::Buf::remaining(buf);
+        Ok(Some(bytes::Buf::copy_to_bytes(buf, n).to_vec()))
+    }
+}
+
+/// Calls `path` (e.g. `/cascade.v1.Resources/Get`) at `endpoint` with
+/// `message` as the request's bytes, exactly (no size limit on this side).
+pub async fn raw_call(endpoint: &str, path: &'static str, message: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+    let channel = Channel::from_shared(endpoint.to_owned())
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("raw channel connects");
+    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(usize::MAX);
+    grpc.ready().await.expect("raw channel ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+    grpc.unary(tonic::Request::new(message), path, RawCodec)
+        .await
+        .map(tonic::Response::into_inner)
 }

@@ -45,7 +45,11 @@ pub enum CoreError {
     TargetDeleting { field: String, target: ResourceName },
     #[error("{field}: target {target} not found")]
     TargetNotFound { field: String, target: ResourceName },
-    #[error("{field}: {target} has uid {actual}, not {expected} (it was re-created)")]
+    /// The message states what is known: the target's uid is not the one
+    /// pinned. Whether the pinned uid was an earlier incarnation of the name
+    /// (re-created) or was never this resource's is not known here (a purged
+    /// uid leaves no record), so the message does not guess.
+    #[error("{field}: {target} has uid {actual}, not {expected}")]
     TargetUidMismatch {
         field: String,
         target: ResourceName,

@@ -12,12 +12,18 @@
 //! - [`config`]: the node's TOML configuration.
 //! - [`clock`]: injected time.
 //! - [`entropy`]: injected randomness (uids, reconnect jitter).
+//! - [`forward`]: calls to other regions on a client's behalf, and the one
+//!   rule that maps their outcome to a status (UNAVAILABLE for transport
+//!   failures, the owner's own status passed through).
+//! - [`wire_errors`]: tonic's refusals of unreadable requests in the
+//!   documented codes (RESOURCE_EXHAUSTED, INVALID_ARGUMENT).
 
 pub mod clock;
 mod cluster;
 pub mod codec;
 pub mod config;
 pub mod entropy;
+pub mod forward;
 pub mod links;
 pub mod peer_service;
 pub mod peers;
@@ -25,6 +31,7 @@ pub mod server;
 pub mod service;
 pub mod store;
 pub mod stream;
+pub mod wire_errors;
 pub mod writer;
 
 pub use cascade_core::model::Event;

@@ -3,9 +3,9 @@
 use cascade_core::model::{EventType, ResourceState};
 use cascade_core::{peer, BackRefKey, Ctx, OperationId, RegionId, ResourceName};
 use cascade_proto::convert;
-use cascade_proto::status::invalid_field;
+use cascade_proto::status::{invalid_field, storage_unavailable, with_details};
 use cascade_proto::status_from_core;
-use cascade_proto::v1::{self, peer_server::Peer};
+use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
 
@@ -18,6 +18,20 @@ use crate::stream::outbox_stream;
 #[derive(Clone)]
 pub struct PeerService {
     pub(crate) node: ResourcesService,
+}
+
+/// Lookup's NOT_FOUND, with the reason (absent, or DELETING) in the details.
+fn not_found(name: &ResourceName, reason: ErrorReason, uid: &str) -> Status {
+    let details = v1::ErrorDetails {
+        reason: reason as i32,
+        resource: Some(v1::ObjectRef {
+            name: name.to_string(),
+            uid: uid.to_owned(),
+            dangling: false,
+        }),
+        ..Default::default()
+    };
+    with_details(tonic::Code::NotFound, format!("{name} not found"), &details)
 }
 
 fn from_region(raw: &str) -> Result<RegionId, Status> {
@@ -94,15 +108,21 @@ impl Peer for PeerService {
             store: self.node.store.as_ref(),
         }
         .get_resource(&name)
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+        .map_err(storage_unavailable)?;
         match found {
-            // Seed 000: to another region, a DELETING resource is already gone.
             Some(r) if r.state == ResourceState::Active => Ok(Response::new(v1::ObjectRef {
                 name: r.name.to_string(),
                 uid: r.uid.to_string(),
                 dangling: false,
             })),
-            _ => Err(Status::not_found(format!("{name} not found"))),
+            // Seed 000: to another region, a DELETING resource is already
+            // gone (NOT_FOUND). The details still say DELETING, so a node
+            // resolving a reference for a client can tell it "is being
+            // deleted", as this region tells its own clients.
+            Some(r) if r.state == ResourceState::Deleting => {
+                Err(not_found(&name, ErrorReason::Deleting, &r.uid.to_string()))
+            }
+            _ => Err(not_found(&name, ErrorReason::NotFound, "")),
         }
     }
 
@@ -117,7 +137,7 @@ impl Peer for PeerService {
             .writer
             .apply(move |s, c, _| peer::attach(s, c, from.as_str(), entries))
             .await
-            .map_err(|e| Status::unavailable(e.to_string()))?
+            .map_err(storage_unavailable)?
             .map_err(|e| status_from_core(&e))?;
         Ok(Response::new(v1::AttachResponse {
             attached: attached as u32,
@@ -136,7 +156,7 @@ impl Peer for PeerService {
             .writer
             .apply(move |s, c, _| peer::release(s, c, Some(caller.as_str()), entries))
             .await
-            .map_err(|e| Status::unavailable(e.to_string()))?
+            .map_err(storage_unavailable)?
             .map_err(|e| status_from_core(&e))?;
         if report.foreign > 0 {
             warn!(region = %self.node.region, from = %from, refused = report.foreign,
@@ -187,7 +207,7 @@ impl Peer for PeerService {
             },
             &keys,
         )
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+        .map_err(storage_unavailable)?;
         Ok(Response::new(v1::CheckBackrefsResponse { standing }))
     }
 
@@ -226,11 +246,7 @@ impl Peer for PeerService {
             let slot = acks.entry(region.to_string()).or_default();
             *slot = (*slot).max(req.revision);
         }
-        let first_retained = self
-            .node
-            .state()
-            .outbox_floor()
-            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let first_retained = self.node.state().outbox_floor().map_err(storage_unavailable)?;
         Ok(Response::new(v1::AckResponse { first_retained }))
     }
 
@@ -241,7 +257,7 @@ impl Peer for PeerService {
         let region = from_region(&request.get_ref().region)?;
         self.authorize_any(&request)?;
         let state = self.node.state();
-        let unavailable = |e: crate::store::StoreError| Status::unavailable(e.to_string());
+        let unavailable = storage_unavailable::<crate::store::StoreError>;
         // The revision first: events after it are streamed anyway, and
         // applying one twice is harmless.
         let revision = state.next_revision_stored().map_err(unavailable)?.saturating_sub(1);
@@ -285,7 +301,7 @@ impl Peer for PeerService {
         let state = StoreState {
             store: self.node.store.as_ref(),
         };
-        let unavailable = |e: crate::store::StoreError| Status::unavailable(e.to_string());
+        let unavailable = storage_unavailable::<crate::store::StoreError>;
         const MAX: usize = 1_000_000;
         let resources: Vec<cascade_core::Resource> = state.all(Table::Resources, MAX).map_err(unavailable)?;
         let rows: Vec<cascade_core::BackRef> = state.all(Table::Backrefs, MAX).map_err(unavailable)?;

@@ -136,11 +136,3 @@ impl Peers {
             .max_encoding_message_size(self.max_message_bytes))
     }
 }
-
-/// A peer call's failure, as the protocol sees it.
-pub fn unavailable(region: &str, status: &tonic::Status) -> CoreError {
-    CoreError::RegionUnavailable {
-        region: region.to_owned(),
-        reason: format!("{:?}: {}", status.code(), status.message()),
-    }
-}

@@ -240,6 +240,10 @@ impl Node {
             builder = builder.tls_config(tls.server_config())?;
         }
         let result = builder
+            // tonic's own refusals of unreadable requests, in the documented codes.
+            .layer(tower::util::MapResponseLayer::new(
+                crate::wire_errors::rewrite::<tonic::body::Body>,
+            ))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(api)

@@ -6,10 +6,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use cascade_core::model::{Event, Resource, ResourceState};
-use cascade_core::protocol::DeleteOutcome;
+use cascade_core::protocol::{DeleteOutcome, ResourceSpec};
 use cascade_core::{CoreError, OperationId, RegionId, ResourceName, Schema, Uid};
 use cascade_proto::convert;
-use cascade_proto::status::invalid_field;
+use cascade_proto::status::{invalid_field, storage_unavailable};
 use cascade_proto::status_from_core;
 use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_proto::v1::{self, resources_server::Resources};
@@ -22,6 +22,7 @@ use tracing::{info_span, Instrument};
 
 use crate::clock::Clock;
 use crate::codec::StoreState;
+use crate::forward::{call_owner, FORWARD_TIMEOUT};
 use crate::peers::Peers;
 use crate::store::{Store, StoreError, Table};
 use crate::stream::{outbox_stream, OutboxFeed};
@@ -91,11 +92,11 @@ pub(crate) enum RemoteLookup {
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 pub(crate) fn store_status(e: StoreError) -> Status {
-    Status::unavailable(e.to_string())
+    storage_unavailable(e)
 }
 
 pub(crate) fn writer_status(e: WriterUnavailable) -> Status {
-    Status::unavailable(e.to_string())
+    storage_unavailable(e)
 }
 
 pub(crate) fn core_status(e: CoreError) -> Status {
@@ -111,6 +112,17 @@ fn parse_operation_id(raw: &str) -> Result<OperationId, Status> {
 }
 
 impl ResourcesService {
+    /// Decodes a spec, naming a bad target uid as the core names targets
+    /// (`refs.network.uid`, `refs.ports[0].uid`).
+    pub(crate) fn decode_spec(&self, spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
+        let kind = ResourceName::parse(&spec.name).map(|n| n.kind().to_owned()).ok();
+        let many = |f: &str| match &kind {
+            Some(kind) => self.schema.reference(kind, f).is_none_or(|r| r.many),
+            None => true,
+        };
+        convert::resource_spec_with(spec, field, &many)
+    }
+
     pub(crate) fn feed(&self) -> OutboxFeed {
         OutboxFeed {
             store: self.store.clone(),
@@ -139,13 +151,18 @@ impl ResourcesService {
     }
 
     /// None for a name of this region; the owner's client for a peer's;
-    /// INVALID_ARGUMENT for a region that is not part of the cluster.
-    pub(crate) fn route(&self, name: &ResourceName) -> Result<Option<ResourcesClient<Channel>>, Status> {
+    /// INVALID_ARGUMENT naming `field` for a region that is not part of the
+    /// cluster.
+    pub(crate) fn route(
+        &self,
+        name: &ResourceName,
+        field: &str,
+    ) -> Result<Option<(String, ResourcesClient<Channel>)>, Status> {
         if name.region() == self.region.as_str() {
             return Ok(None);
         }
         if !self.peers.knows(name.region()) {
-            return Err(core_status(CoreError::WrongRegion {
+            let refused = CoreError::WrongRegion {
                 name: name.clone(),
                 region: name.region().to_owned(),
                 local: format!(
@@ -153,9 +170,11 @@ impl ResourcesService {
                     self.region,
                     self.peers.regions().collect::<Vec<_>>().join(", ")
                 ),
-            }));
+            };
+            return Err(invalid_field(field, refused));
         }
-        self.peers.resources(name.region()).map(Some).map_err(core_status)
+        let owner = self.peers.resources(name.region()).map_err(core_status)?;
+        Ok(Some((name.region().to_owned(), owner)))
     }
 
     /// The wire form of a resource, with its deletion record and dangling marks.
@@ -289,10 +308,11 @@ impl Resources for ResourcesService {
             .resource
             .clone()
             .ok_or_else(|| invalid_field("resource", "is required"))?;
-        if let Some(mut owner) = self.route(&parse_name(&spec.name, "name")?)? {
-            return owner.create(raw).await;
+        if let Some((region, mut owner)) = self.route(&parse_name(&spec.name, "name")?, "name")? {
+            let created = call_owner(&region, "Create", FORWARD_TIMEOUT, owner.create(raw)).await?;
+            return Ok(Response::new(created));
         }
-        let spec = convert::resource_spec(spec, "")?;
+        let spec = self.decode_spec(spec, "")?;
         let mut created = self.create_flow(vec![spec]).await?;
         let r = created
             .pop()
@@ -326,14 +346,18 @@ impl Resources for ResourcesService {
             ));
         }
         if let Some(first) = specs.first() {
-            if let Some(mut owner) = self.route(&parse_name(&first.name, "resources[0].name")?)? {
-                return owner.batch_create(v1::BatchCreateRequest { resources: specs }).await;
+            if let Some((region, mut owner)) =
+                self.route(&parse_name(&first.name, "resources[0].name")?, "resources[0].name")?
+            {
+                let call = owner.batch_create(v1::BatchCreateRequest { resources: specs });
+                let created = call_owner(&region, "BatchCreate", FORWARD_TIMEOUT, call).await?;
+                return Ok(Response::new(created));
             }
         }
         let specs = specs
             .into_iter()
             .enumerate()
-            .map(|(i, s)| convert::resource_spec(s, &format!("resources[{i}]")))
+            .map(|(i, s)| self.decode_spec(s, &format!("resources[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
         let created = self.create_flow(specs).await?;
         let resources = created.iter().map(|r| self.present(r)).collect::<Result<_, _>>()?;
@@ -343,8 +367,9 @@ impl Resources for ResourcesService {
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
-        if let Some(mut owner) = self.route(&name)? {
-            return owner.get(raw).await;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
+            let found = call_owner(&region, "Get", FORWARD_TIMEOUT, owner.get(raw)).await?;
+            return Ok(Response::new(found));
         }
         if self.schema.kind(name.kind()).is_none() {
             return Err(invalid_field(
@@ -422,10 +447,11 @@ impl Resources for ResourcesService {
             .resource
             .clone()
             .ok_or_else(|| invalid_field("resource", "is required"))?;
-        if let Some(mut owner) = self.route(&parse_name(&spec.name, "name")?)? {
-            return owner.update(req).await;
+        if let Some((region, mut owner)) = self.route(&parse_name(&spec.name, "name")?, "name")? {
+            let updated = call_owner(&region, "Update", FORWARD_TIMEOUT, owner.update(req)).await?;
+            return Ok(Response::new(updated));
         }
-        let spec = convert::resource_spec(spec, "")?;
+        let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self.update_flow(spec, etag).await?;
         Ok(Response::new(self.present(&r)?))
@@ -433,8 +459,9 @@ impl Resources for ResourcesService {
 
     async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
         let raw = request.into_inner();
-        if let Some(mut owner) = self.route(&parse_name(&raw.name, "name")?)? {
-            return owner.delete(raw).await;
+        if let Some((region, mut owner)) = self.route(&parse_name(&raw.name, "name")?, "name")? {
+            let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
+            return Ok(Response::new(answer));
         }
         let mut req = convert::delete_request(raw)?;
         if !req.cascade {

@@ -36,8 +36,21 @@ fn optional_uid(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
 }
 
 /// `field` prefixes the paths in errors (`resources[3]` in a batch, empty
-/// for a single resource), matching the paths the core reports.
+/// for a single resource), matching the paths the core reports. A target's
+/// uid is named `refs.{field}[j].uid` (see [`resource_spec_with`] for the
+/// schema-aware paths the node uses).
 pub fn resource_spec(spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
+    resource_spec_with(spec, field, &|_| true)
+}
+
+/// [`resource_spec`], naming a target as the core does: `refs.ports[2]`
+/// for an element of a list reference (`many(field)` is true) and
+/// `refs.network` for a single reference.
+pub fn resource_spec_with(
+    spec: v1::ResourceSpec,
+    field: &str,
+    many: &dyn Fn(&str) -> bool,
+) -> Result<ResourceSpec, Status> {
     let at = |path: String| {
         if field.is_empty() {
             path
@@ -55,7 +68,12 @@ pub fn resource_spec(spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec
         }
         let mut targets = Vec::with_capacity(r.targets.len());
         for (j, t) in r.targets.into_iter().enumerate() {
-            let uid = optional_uid(&t.uid, &at(format!("refs.{}[{j}].uid", r.field)))?;
+            let target = if many(&r.field) {
+                format!("refs.{}[{j}]", r.field)
+            } else {
+                format!("refs.{}", r.field)
+            };
+            let uid = optional_uid(&t.uid, &at(format!("{target}.uid")))?;
             targets.push(RefRequest { name: t.name, uid });
         }
         refs.insert(r.field, targets);

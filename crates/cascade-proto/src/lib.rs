@@ -9,14 +9,19 @@
 //!
 //! - [`v1`]: generated messages, clients and servers.
 //! - [`convert`]: core ↔ wire conversions; request decoders name the bad field.
-//! - [`status`]: the mapping of core error classes to `tonic::Code`.
+//! - [`status`]: the mapping of core error classes to `tonic::Code` and
+//!   `ErrorDetails`.
+//! - [`codec`]: the gRPC codec (INVALID_ARGUMENT for undecodable requests).
+//! - [`page_token`]: the opaque page token of aggregated operation outcomes.
 
 pub mod v1 {
     #![allow(clippy::all, missing_docs)]
     tonic::include_proto!("cascade.v1");
 }
 
+pub mod codec;
 pub mod convert;
+pub mod page_token;
 pub mod status;
 
 pub use status::{error_details, status_from_core};

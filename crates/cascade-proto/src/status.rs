@@ -1,19 +1,36 @@
 //! Core errors ↔ gRPC statuses a client can act on.
 //!
-//! | core class | gRPC code |
-//! |---|---|
-//! | InvalidArgument (the field is named in the message and details) | INVALID_ARGUMENT |
-//! | NotFound | NOT_FOUND |
-//! | AlreadyExists | ALREADY_EXISTS |
-//! | FailedPrecondition (blockers/dependents in the details) | FAILED_PRECONDITION |
-//! | Aborted (etag mismatch) | ABORTED |
-//! | Unavailable (storage, writer restarting) | UNAVAILABLE |
+//! Every refusal carries a [`v1::ErrorDetails`] in the status details, whose
+//! `reason` names the condition (one per row of README's "Error codes"
+//! table), `field` the request field at fault, `resource` the resource it is
+//! about and `region` the region it concerns. The same condition gets the
+//! same code and details whichever node answers: forwarded calls pass the
+//! owner's status through, and a node resolving a cross-region reference
+//! rebuilds the owner's refusal in its own client's terms.
+//!
+//! | condition | gRPC code | `ErrorDetails` |
+//! |---|---|---|
+//! | malformed request field (InvalidArgument, WrongRegion) | INVALID_ARGUMENT | `INVALID_FIELD`, `field` |
+//! | undecodable request bytes ([`crate::codec`]) | INVALID_ARGUMENT | none; the message says why |
+//! | unknown resource or operation | NOT_FOUND | `NOT_FOUND`, `resource` (and `field` for a reference target) |
+//! | name taken | ALREADY_EXISTS | `ALREADY_EXISTS`, `resource` |
+//! | reference to a DELETING target; update of a DELETING resource | FAILED_PRECONDITION | `DELETING`, `resource` (and `field`) |
+//! | reference pinned to a uid the target does not have | FAILED_PRECONDITION | `UID_MISMATCH`, `field`, `resource` (current uid) |
+//! | delete refused by blockers or dependents | FAILED_PRECONDITION | `REFERENCED`, `blockers`, `dependents`, `more` |
+//! | attach refused by the owner; create aborted | FAILED_PRECONDITION | `REFUSED`, `region` or `resource` |
+//! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
+//! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
+//! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
+//! | message over the size limit (the node's server layer) | RESOURCE_EXHAUSTED | none |
+//! | watch below the compaction floor (`cascade-node`'s stream) | OUT_OF_RANGE | none |
+//! | peer call without / with another region's certificate | UNAUTHENTICATED / PERMISSION_DENIED | none |
 
-use cascade_core::{CoreError, ErrorCode};
+use cascade_core::{CoreError, ErrorCode, ResourceName};
 use prost::Message;
 use tonic::{Code, Status};
 
 use crate::v1;
+use crate::v1::ErrorReason;
 
 pub fn code_of(code: ErrorCode) -> Code {
     match code {
@@ -37,38 +54,105 @@ fn dependents(list: &[cascade_core::error::Dependent]) -> Vec<v1::Dependent> {
         .collect()
 }
 
-/// The status for a core error, with structured details where a client can use them.
-pub fn status_from_core(err: &CoreError) -> Status {
-    let code = code_of(err.code());
-    let details = match err {
-        CoreError::InvalidArgument { field, .. } => Some(v1::ErrorDetails {
+/// A resource named in the details (its uid only when the error knows it).
+fn named(name: &ResourceName, uid: &str) -> Option<v1::ObjectRef> {
+    Some(v1::ObjectRef {
+        name: name.to_string(),
+        uid: uid.to_owned(),
+        dangling: false,
+    })
+}
+
+/// The structured details of a core error.
+pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
+    let with = |reason: ErrorReason| v1::ErrorDetails {
+        reason: reason as i32,
+        ..Default::default()
+    };
+    match err {
+        CoreError::InvalidName(_) => with(ErrorReason::InvalidField),
+        CoreError::InvalidArgument { field, .. } => v1::ErrorDetails {
             field: field.clone(),
-            ..Default::default()
-        }),
+            ..with(ErrorReason::InvalidField)
+        },
+        CoreError::WrongRegion { .. } => v1::ErrorDetails {
+            field: "name".into(),
+            ..with(ErrorReason::InvalidField)
+        },
+        CoreError::NotFound(name) => v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::NotFound)
+        },
+        CoreError::OperationNotFound(_) => with(ErrorReason::NotFound),
+        CoreError::AlreadyExists { name, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::AlreadyExists)
+        },
+        CoreError::TargetDeleting { field, target } => v1::ErrorDetails {
+            field: field.clone(),
+            resource: named(target, ""),
+            ..with(ErrorReason::Deleting)
+        },
+        CoreError::TargetNotFound { field, target } => v1::ErrorDetails {
+            field: field.clone(),
+            resource: named(target, ""),
+            ..with(ErrorReason::NotFound)
+        },
+        CoreError::TargetUidMismatch {
+            field, target, actual, ..
+        } => v1::ErrorDetails {
+            field: field.clone(),
+            resource: named(target, actual),
+            ..with(ErrorReason::UidMismatch)
+        },
+        CoreError::Deleting { name } => v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::Deleting)
+        },
+        CoreError::EtagMismatch { name, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::EtagMismatch)
+        },
         CoreError::DeleteRefused {
+            name,
             blockers,
             dependents: deps,
             more,
-            ..
-        } => Some(v1::ErrorDetails {
-            field: String::new(),
+        } => v1::ErrorDetails {
             blockers: dependents(blockers),
             dependents: dependents(deps),
             more: *more as u64,
-        }),
-        CoreError::TargetDeleting { field, .. }
-        | CoreError::TargetNotFound { field, .. }
-        | CoreError::TargetUidMismatch { field, .. }
-        | CoreError::RemoteReference { field, .. } => Some(v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::Referenced)
+        },
+        CoreError::RemoteReference { field, target } => v1::ErrorDetails {
             field: field.clone(),
+            resource: named(target, ""),
             ..Default::default()
-        }),
-        _ => None,
-    };
-    match details {
-        Some(d) => Status::with_details(code, err.to_string(), d.encode_to_vec().into()),
-        None => Status::new(code, err.to_string()),
+        },
+        CoreError::CreateAborted { name, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::Refused)
+        },
+        CoreError::AttachRefused { region, .. } => v1::ErrorDetails {
+            region: region.clone(),
+            ..with(ErrorReason::Refused)
+        },
+        CoreError::RegionUnavailable { region, .. } => v1::ErrorDetails {
+            region: region.clone(),
+            ..with(ErrorReason::RegionUnavailable)
+        },
+        CoreError::Storage(_) => with(ErrorReason::StorageUnavailable),
     }
+}
+
+/// The status for a core error, with structured details where a client can use them.
+pub fn status_from_core(err: &CoreError) -> Status {
+    Status::with_details(
+        code_of(err.code()),
+        err.to_string(),
+        details_of(err).encode_to_vec().into(),
+    )
 }
 
 /// The structured details a Cascade server put in a status, if any.
@@ -79,10 +163,23 @@ pub fn error_details(status: &Status) -> Option<v1::ErrorDetails> {
     v1::ErrorDetails::decode(status.details()).ok()
 }
 
+/// The reason in a status's details (UNSPECIFIED when there are none).
+pub fn reason_of(status: &Status) -> ErrorReason {
+    error_details(status)
+        .and_then(|d| ErrorReason::try_from(d.reason).ok())
+        .unwrap_or(ErrorReason::Unspecified)
+}
+
+/// A status with `details` encoded in its details.
+pub fn with_details(code: Code, message: impl Into<String>, details: &v1::ErrorDetails) -> Status {
+    Status::with_details(code, message, details.encode_to_vec().into())
+}
+
 /// A request field that could not be decoded.
 pub fn invalid_field(field: &str, message: impl std::fmt::Display) -> Status {
     let details = v1::ErrorDetails {
         field: field.to_owned(),
+        reason: ErrorReason::InvalidField as i32,
         ..Default::default()
     };
     Status::with_details(
@@ -90,4 +187,13 @@ pub fn invalid_field(field: &str, message: impl std::fmt::Display) -> Status {
         format!("{field}: {message}"),
         details.encode_to_vec().into(),
     )
+}
+
+/// UNAVAILABLE: this node's storage or writer cannot serve the call now.
+pub fn storage_unavailable<M: std::fmt::Display>(message: M) -> Status {
+    let details = v1::ErrorDetails {
+        reason: ErrorReason::StorageUnavailable as i32,
+        ..Default::default()
+    };
+    Status::with_details(Code::Unavailable, message.to_string(), details.encode_to_vec().into())
 }
