@@ -262,7 +262,10 @@ async fn root_stays_deleting_until_its_remote_closure_is_finished() {
     let root = eventually(Duration::from_secs(30), "the root to wait for us-east", || async {
         let a = c.client("ap-south").get("eu-west/app/a").await.ok()?;
         let d = a.deletion.clone()?;
-        (d.status == v1::DeletionStatus::Waiting as i32 && d.message.contains("us-east")).then_some(a)
+        // Not the transient "waiting on region us-east to release": the
+        // release came, and the root waits for us-east's part to finish.
+        let waits_for_closure = d.message.contains("waiting for the cascade to finish in us-east");
+        (d.status == v1::DeletionStatus::Waiting as i32 && waits_for_closure).then_some(a)
     })
     .await;
     assert_eq!(state(&root), v1::ResourceState::Deleting);

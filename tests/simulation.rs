@@ -654,6 +654,29 @@ impl Workload {
         Ok(done)
     }
 
+    /// Polls the dumps on the simulated clock until nothing is in flight
+    /// and the checker is satisfied; an error after `deadline`.
+    async fn quiescent_dumps(
+        &mut self,
+        schema: &Schema,
+        deadline: tokio::time::Instant,
+        when: &str,
+    ) -> Result<Vec<v1::DumpResponse>, String> {
+        loop {
+            let last = match self.dumps().await {
+                Ok(dumps) => match unsettled(&dumps, schema) {
+                    None => return Ok(dumps),
+                    Some(why) => why,
+                },
+                Err(e) => e,
+            };
+            if tokio::time::Instant::now() > deadline {
+                return Err(format!("not quiescent {when} (limit {SETTLE_LIMIT:?}): {last}"));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     async fn dumps(&mut self) -> Result<Vec<v1::DumpResponse>, String> {
         let mut out = Vec::new();
         for (region, link) in REGIONS.iter().zip(&mut self.links) {
@@ -868,19 +891,7 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
     }
     // Quiescence: poll the dumps on the simulated clock until nothing is in
     // flight and the checker is satisfied, or the deadline passes.
-    let dumps = loop {
-        let last = match w.dumps().await {
-            Ok(dumps) => match unsettled(&dumps, &schema) {
-                None => break dumps,
-                Some(why) => why,
-            },
-            Err(e) => e,
-        };
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("not quiescent after {SETTLE_LIMIT:?}: {last}"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let dumps = w.quiescent_dumps(&schema, deadline, "after the workload").await?;
     let check = check_dumps_with_schema(&dumps, Some(&schema));
     w.report.violations = check.violations.len();
     w.report.resources_left = check.resources;
@@ -892,19 +903,7 @@ async fn client(seed: u64, workload_done: Rc<Cell<bool>>) -> Result<Report, Stri
     for _ in 0..DRY_RUNS {
         w.dry_run_then_delete(deadline).await?;
     }
-    let dumps = loop {
-        let last = match w.dumps().await {
-            Ok(dumps) => match unsettled(&dumps, &schema) {
-                None => break dumps,
-                Some(why) => why,
-            },
-            Err(e) => e,
-        };
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("not quiescent after the dry runs: {last}"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let dumps = w.quiescent_dumps(&schema, deadline, "after the dry runs").await?;
     w.report.deletions_explained = check_gone_resources_intent(&w.created, &w.attempts, &dumps, &schema)?;
     w.report.sim_millis = turmoil::sim_elapsed().unwrap_or_default().as_millis() as u64;
     w.report.fingerprint = fingerprint(&dumps, &w.report);

@@ -88,6 +88,15 @@ impl PeerService {
         self.caller(request).map(|_| ())
     }
 
+    /// The keys a read-only question about back-references names (any
+    /// certified region may ask), within the batch limit.
+    fn backref_keys(&self, request: Request<v1::CheckBackrefsRequest>) -> Result<Vec<BackRefKey>, Status> {
+        self.authorize_any(&request)?;
+        let req = request.into_inner();
+        self.limit(req.backrefs.len())?;
+        Ok(backrefs(req.backrefs)?.iter().map(|b| b.key()).collect())
+    }
+
     fn limit(&self, n: usize) -> Result<(), Status> {
         if n > self.node.limits.max_batch_create {
             return Err(invalid_field(
@@ -197,10 +206,7 @@ impl Peer for PeerService {
         &self,
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
-        self.authorize_any(&request)?;
-        let req = request.into_inner();
-        self.limit(req.backrefs.len())?;
-        let keys: Vec<BackRefKey> = backrefs(req.backrefs)?.iter().map(|b| b.key()).collect();
+        let keys = self.backref_keys(request)?;
         let standing = peer::standing(
             &StoreState {
                 store: self.node.store.as_ref(),
@@ -285,10 +291,7 @@ impl Peer for PeerService {
         &self,
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
-        self.authorize_any(&request)?;
-        let req = request.into_inner();
-        self.limit(req.backrefs.len())?;
-        let keys: Vec<BackRefKey> = backrefs(req.backrefs)?.iter().map(|b| b.key()).collect();
+        let keys = self.backref_keys(request)?;
         let state = self.node.state();
         let standing = peer::keeps_another_target(&state, read_ctx(&self.node, self.node.clock.now()), &keys)
             .map_err(|e| status_from_core(&e))?;
