@@ -379,3 +379,38 @@ async fn assert_dry_run_matches_real_run(c: &Cluster, region: &str, root: &str) 
     wait_quiescent(c).await;
     assert_no_violations(c).await;
 }
+
+/// A delete without cascade must ask the region of a remote list owner
+/// whether it keeps another owner; while that region is down the delete
+/// can be neither accepted nor refused: UNAVAILABLE naming the region
+/// (clients retry), and nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_without_cascade_is_unavailable_while_a_remote_list_owners_region_is_down() {
+    let mut c = cluster(&["eu-west", "us-east", "ap-south"], 512).await;
+    create(&c, "eu-west", "eu-west/owner/a", &[]).await;
+    create(&c, "us-east", "us-east/owner/b", &[]).await;
+    create(
+        &c,
+        "ap-south",
+        "ap-south/dep_list/r",
+        &[("owners", &["eu-west/owner/a", "us-east/owner/b"])],
+    )
+    .await;
+    c.stop("ap-south").await;
+    for via in ["eu-west", "us-east"] {
+        let e = c.client(via).delete(no_cascade("eu-west/owner/a")).await.unwrap_err();
+        assert_eq!(code(&e), Some(tonic::Code::Unavailable), "via {via}: {e}");
+        assert!(e.to_string().contains("ap-south"), "via {via}: {e}");
+    }
+    let a = c.client("eu-west").get("eu-west/owner/a").await.expect("a untouched");
+    assert_eq!(state(&a), v1::ResourceState::Active);
+    c.restart("ap-south").await;
+    let accepted = c
+        .client("eu-west")
+        .delete(no_cascade("eu-west/owner/a"))
+        .await
+        .expect("r keeps b, now that ap-south can say so");
+    wait_operation(c.client("eu-west"), &accepted.operation.expect("op").id).await;
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
