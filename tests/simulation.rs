@@ -583,21 +583,20 @@ impl Workload {
             dry_run: true,
             ..delete_request(&root, cascade)
         };
-        let planned = match self.call(node, |mut c| async move { c.delete(dry).await }).await {
+        let planned = match self.call_retrying(node, dry).await {
             Call::Ok(r) => Ok(r.plan.ok_or_else(|| format!("dry run of {root} answered no plan"))?),
-            Call::Refused(s) => Err(s.code()),
+            Call::Refused(s) => Err((s.code(), s.message().to_owned())),
             Call::TimedOut => return Err(format!("dry run of {root} timed out on a quiet cluster")),
         };
-        let request = delete_request(&root, cascade);
-        let real = self.call(node, |mut c| async move { c.delete(request).await }).await;
+        let real = self.call_retrying(node, delete_request(&root, cascade)).await;
         let real = match real {
             Call::Ok(r) => Ok(r),
-            Call::Refused(s) => Err(s.code()),
+            Call::Refused(s) => Err((s.code(), s.message().to_owned())),
             Call::TimedOut => return Err(format!("delete of {root} timed out on a quiet cluster")),
         };
         let context = format!("dry run vs real run of {root} (cascade = {cascade})");
         let (plan, response) = match (planned, real) {
-            (Err(a), Err(b)) if a == b => return Ok(()),
+            (Err(a), Err(b)) if a.0 == b.0 => return Ok(()),
             (Ok(plan), Ok(response)) => (plan, response),
             (a, b) => return Err(format!("{context}: dry run {a:?}, real run {b:?}")),
         };
@@ -641,6 +640,23 @@ impl Workload {
             ));
         }
         Ok(())
+    }
+
+    /// A delete as a client sends it: UNAVAILABLE is retried (after a
+    /// partition heals, a peer connection that died silently fails its
+    /// next call before the channel redials), a few times, on the
+    /// simulated clock.
+    async fn call_retrying(&mut self, node: usize, request: v1::DeleteRequest) -> Call<v1::DeleteResponse> {
+        let mut answer = Call::TimedOut;
+        for _ in 0..5 {
+            let r = request.clone();
+            answer = self.call(node, |mut c| async move { c.delete(r).await }).await;
+            if !matches!(&answer, Call::Refused(s) if s.code() == tonic::Code::Unavailable) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        answer
     }
 
     /// Waits until every accepted deletion is done; then returns each one's

@@ -445,7 +445,13 @@ impl ResourcesService {
         };
         let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
         for row in state.backrefs_of(target.uid).map_err(store_status)? {
-            if row.on_delete == OnDelete::Cascade && row.referrer.name.region() != self.region.as_str() {
+            // Only a list owner can keep another owner: a single `cascade`
+            // reference is a dependent whatever its region would say.
+            let list_owner = self
+                .schema
+                .reference(row.referrer.name.kind(), &row.field)
+                .is_some_and(|r| r.many);
+            if row.on_delete == OnDelete::Cascade && list_owner && row.referrer.name.region() != self.region.as_str() {
                 by_region
                     .entry(row.referrer.name.region().to_owned())
                     .or_default()
