@@ -584,6 +584,9 @@ impl Workload {
             ..delete_request(&root, cascade)
         };
         let planned = match self.call_retrying(node, dry).await {
+            // Already DELETING (reached by an earlier cascade): a delete,
+            // dry or not, answers with the running operation; nothing to compare.
+            Call::Ok(r) if r.already_deleting => return Ok(()),
             Call::Ok(r) => Ok(r.plan.ok_or_else(|| format!("dry run of {root} answered no plan"))?),
             Call::Refused(s) => Err((s.code(), s.message().to_owned())),
             Call::TimedOut => return Err(format!("dry run of {root} timed out on a quiet cluster")),
