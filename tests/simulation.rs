@@ -752,10 +752,14 @@ fn check_operations_intent(accepted: &[(String, String, bool)], ops: &[v1::Opera
 
 /// The intent oracle, part two: every created resource that is gone was
 /// the root of a delete the client sent, or was reached by a cascade that
-/// some deletion allowed: a single `cascade` target of it is gone or being
-/// deleted, or every target of a `cascade` list is, and at least one of
-/// those was not only ever deleted as the root of a `cascade = false`
-/// request. Returns how many gone resources it explained.
+/// some deletion allowed: a single `cascade` target of it, or every target
+/// of a `cascade` list (and at least one of those), is a resource whose
+/// deletion allowed a cascade. Those are, to a fixpoint: resources gone or
+/// DELETING that a `cascade = true` request named, or that were
+/// themselves reached that way (a resource only ever named by `cascade =
+/// false` requests may still have been reached by another's cascade), and
+/// gone resources the client never saw created (a create that timed out).
+/// Returns how many gone resources it explained.
 fn check_gone_resources_intent(
     created: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
     attempts: &[(String, bool)],
@@ -771,39 +775,65 @@ fn check_gone_resources_intent(
             .get(n)
             .is_none_or(|state| *state == v1::ResourceState::Deleting as i32)
     };
-    let roots: BTreeSet<&str> = attempts.iter().map(|(n, _)| n.as_str()).collect();
-    // Deleted only as the root of cascade = false requests: cascades nothing.
-    let no_cascade_only =
-        |n: &str| attempts.iter().any(|(r, c)| r == n && !c) && !attempts.iter().any(|(r, c)| r == n && *c);
-    let allows = |n: &str| gone_or_deleting(n) && !no_cascade_only(n);
-    let mut explained = 0;
-    for (name, refs) in created {
-        if present.contains_key(name.as_str()) {
-            continue;
-        }
-        explained += 1;
-        if roots.contains(name.as_str()) {
-            continue;
-        }
+    let reached_from = |name: &str, refs: &BTreeMap<String, Vec<String>>, allowing: &BTreeSet<String>| {
         let kind = name.split('/').nth(1).unwrap_or_default();
-        let reached = refs.iter().any(|(field, targets)| {
+        refs.iter().any(|(field, targets)| {
             let Some(spec) = schema.reference(kind, field) else {
                 return false;
             };
             if spec.on_delete != cascade_core::OnDelete::Cascade || targets.is_empty() {
                 return false;
             }
+            let allowed = |t: &String| allowing.contains(t) || (!created.contains_key(t) && gone_or_deleting(t));
             if spec.many {
-                targets.iter().all(|t| gone_or_deleting(t)) && targets.iter().any(|t| allows(t))
+                targets.iter().all(|t| gone_or_deleting(t)) && targets.iter().any(allowed)
             } else {
-                targets.iter().any(|t| allows(t))
+                targets.iter().any(allowed)
             }
-        });
-        if !reached {
-            return Err(format!(
-                "over-deletion: {name} is gone, but no delete named it and no cascade allowed by a request reached it (references {refs:?})"
-            ));
+        })
+    };
+    let mut allowing: BTreeSet<String> = attempts
+        .iter()
+        .filter(|(n, cascade)| *cascade && gone_or_deleting(n))
+        .map(|(n, _)| n.clone())
+        .collect();
+    loop {
+        let more: Vec<String> = created
+            .iter()
+            .filter(|(n, _)| !allowing.contains(*n) && gone_or_deleting(n))
+            .filter(|(n, refs)| reached_from(n, refs, &allowing))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if more.is_empty() {
+            break;
         }
+        allowing.extend(more);
+    }
+    let roots: BTreeSet<&str> = attempts.iter().map(|(n, _)| n.as_str()).collect();
+    let mut explained = 0;
+    for (name, refs) in created {
+        if present.contains_key(name.as_str()) {
+            continue;
+        }
+        explained += 1;
+        if roots.contains(name.as_str()) || reached_from(name, refs, &allowing) {
+            continue;
+        }
+        let targets: Vec<String> = refs
+            .values()
+            .flatten()
+            .map(|t| {
+                let deletes: Vec<&bool> = attempts.iter().filter(|(r, _)| r == t).map(|(_, c)| c).collect();
+                format!(
+                    "{t}: state {:?}, deletes sent (cascade) {deletes:?}",
+                    present.get(t.as_str())
+                )
+            })
+            .collect();
+        return Err(format!(
+            "over-deletion: {name} is gone, but no delete named it and no cascade allowed by a request reached it \
+             (references {refs:?}; {targets:?})"
+        ));
     }
     Ok(explained)
 }
