@@ -528,7 +528,21 @@ impl Workload {
                     list.retain(|n| n != name);
                 }
             }
-            Call::Refused(_) => self.report.deletes_refused += 1,
+            Call::Refused(s) => {
+                self.report.deletes_refused += 1;
+                // A forwarded delete that lost its connection after the
+                // owner took it answers UNAVAILABLE: it may have been
+                // accepted, as a timed-out one may (seed 314).
+                if matches!(
+                    s.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::Unknown
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
+                ) {
+                    self.attempts.push((name.to_owned(), cascade));
+                }
+            }
             Call::TimedOut => self.attempts.push((name.to_owned(), cascade)),
         }
     }
