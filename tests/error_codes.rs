@@ -620,31 +620,48 @@ async fn an_owner_frozen_then_killed_mid_call_is_unavailable_for_forwarded_calls
         forwarders.push((via, client));
     }
     cluster.freeze("us-east");
+    // Each call reports when it is on its way; the owner is killed once all
+    // are, so they meet the kill in flight (any interleaving must still be
+    // UNAVAILABLE: the owner is unreachable before, during and after).
+    let (sent_tx, mut sent_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut calls = Vec::new();
     for (via, client) in &forwarders {
-        let (via, c) = (*via, client.clone());
-        calls.push(tokio::spawn(async move {
-            let get = c.get("us-east/network/n").await.map(|_| ());
-            ("get", via, get)
-        }));
-        let c = client.clone();
-        calls.push(tokio::spawn(async move {
-            let created = c.create(spec_in(&format!("us-east/project/from-{via}"), &[])).await;
-            ("create", via, created.map(|_| ()))
-        }));
-        let c = client.clone();
-        calls.push(tokio::spawn(async move {
-            let deleted = c.delete(delete_req("us-east/network/n", true)).await;
-            ("delete", via, deleted.map(|_| ()))
-        }));
-        let c = client.clone();
-        calls.push(tokio::spawn(async move {
-            let s = spec_in(&format!("{via}/network/m"), &[("project", &["us-east/project/p"])]);
-            ("create with a reference to resolve", via, c.create(s).await.map(|_| ()))
-        }));
+        let via = *via;
+        let specs = [
+            ("get", None),
+            ("create", Some(spec_in(&format!("us-east/project/from-{via}"), &[]))),
+            ("delete", None),
+            (
+                "create with a reference to resolve",
+                Some(spec_in(
+                    &format!("{via}/network/m"),
+                    &[("project", &["us-east/project/p"])],
+                )),
+            ),
+        ];
+        for (what, spec) in specs {
+            let (c, sent) = (client.clone(), sent_tx.clone());
+            calls.push(tokio::spawn(async move {
+                let call = async {
+                    match (what, spec) {
+                        ("get", _) => c.get("us-east/network/n").await.map(|_| ()),
+                        ("delete", _) => c.delete(delete_req("us-east/network/n", true)).await.map(|_| ()),
+                        (_, Some(spec)) => c.create(spec).await.map(|_| ()),
+                        (_, None) => unreachable!("creates carry a spec"),
+                    }
+                };
+                let _ = sent.send(());
+                (what, via, call.await)
+            }));
+        }
     }
-    // The scenario of the report: the owner dies a second into the calls.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    drop(sent_tx);
+    for _ in 0..calls.len() {
+        tokio::time::timeout(Duration::from_secs(10), sent_rx.recv())
+            .await
+            .expect("every call starts")
+            .expect("a call task reports");
+    }
     cluster.kill("us-east");
     for call in calls {
         let (what, via, result) = tokio::time::timeout(Duration::from_secs(40), call)

@@ -1203,13 +1203,7 @@ fn enter_deleting<S: StateRead + ?Sized>(
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
-    // Importers must know whether this deletion allows a cascade: they
-    // apply it to their referrers on their own (see `apply_to_referrer`).
-    let no_cascade = tx.operation(operation)?.is_some_and(|op| !op.cascade);
     let resource = put_with_event(tx, ctx, resource, EventType::Deleting, Some(operation), &message)?;
-    if no_cascade {
-        tx.mark_last_event_no_cascade();
-    }
     let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
@@ -1444,6 +1438,12 @@ fn put_with_event<S: StateRead + ?Sized>(
     operation: Option<OperationId>,
     message: &str,
 ) -> Result<Resource, CoreError> {
+    // Importers must know whether a deletion allows a cascade: they apply
+    // it to their own referrers (see `apply_to_referrer`).
+    let no_cascade = match operation {
+        Some(id) if event_type == EventType::Deleting => tx.operation(id)?.is_some_and(|op| !op.cascade),
+        _ => false,
+    };
     resource.revision = tx.peek_revision()?;
     tx.put_resource(resource.clone());
     tx.emit(Event {
@@ -1454,7 +1454,7 @@ fn put_with_event<S: StateRead + ?Sized>(
         operation,
         message: message.to_owned(),
         time: ctx.now,
-        no_cascade: false,
+        no_cascade,
     })?;
     Ok(resource)
 }

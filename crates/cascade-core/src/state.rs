@@ -264,14 +264,6 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.base.due_work(now, limit)
     }
 
-    /// Flags the event just emitted as the DELETING of a deletion that
-    /// allows no cascade (see [`Event::no_cascade`]).
-    pub fn mark_last_event_no_cascade(&mut self) {
-        if let Some(e) = self.writes.events.last_mut() {
-            e.no_cascade = true;
-        }
-    }
-
     /// Appends an event, assigning it the next revision, and returns that revision.
     pub fn emit(&mut self, mut event: Event) -> Result<Revision, StorageError> {
         let revision = match self.next_revision {

@@ -32,6 +32,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::codec::StoreState;
 use crate::entropy::{stable_hash, XorShift64};
+use crate::forward::{call_owner, OwnerError};
 use crate::peers::PEER_CALL_TIMEOUT;
 use crate::service::ResourcesService;
 use crate::store::Table;
@@ -628,18 +629,23 @@ async fn collect_parts(node: &ResourcesService, id: OperationId) -> Option<Vec<(
             outcomes_page_size: 0,
             outcomes_page_token: String::new(),
         };
-        match tokio::time::timeout(PEER_CALL_TIMEOUT, client.operation_part(request)).await {
-            Ok(Ok(part)) => {
-                let part = part.into_inner();
+        match call_owner(
+            region,
+            "OperationPart",
+            PEER_CALL_TIMEOUT,
+            client.operation_part(request),
+        )
+        .await
+        {
+            Ok(part) => {
                 let pending = part.progress.map_or(0, |p| p.pending);
                 parts.push((region.to_owned(), pending, part.changes));
             }
-            Ok(Err(s)) if s.code() == tonic::Code::NotFound => parts.push((region.to_owned(), 0, 0)),
-            Ok(Err(s)) => {
-                debug!(peer = region, error = %s, "part of the operation not readable; will look again");
+            Err(OwnerError::Answered(s)) if s.code() == tonic::Code::NotFound => parts.push((region.to_owned(), 0, 0)),
+            Err(e) => {
+                debug!(peer = region, error = %e.into_status(), "part of the operation not readable; will look again");
                 return None;
             }
-            Err(_) => return None,
         }
     }
     Some(parts)
