@@ -17,6 +17,10 @@
 //!   events, CREATING resources and releases at the importer.
 //! - [`plan`]: the cross-region dry run: region parts re-planned to a
 //!   fixpoint and merged.
+//! - [`operation_view`]: one operation from every region's parts: what to
+//!   read where, counters summed, outcomes paged across the parts.
+//! - [`request_path`]: a refused reference named as the client's request
+//!   named it, whichever region refused it.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
 
@@ -24,9 +28,11 @@ pub mod error;
 pub mod memory;
 pub mod model;
 pub mod name;
+pub mod operation_view;
 pub mod peer;
 pub mod plan;
 pub mod protocol;
+pub mod request_path;
 pub mod schema;
 pub mod state;
 

@@ -27,7 +27,7 @@
 use crate::error::{CoreError, StorageError};
 use crate::model::{
     BackRef, BackRefKey, EventType, PendingAttach, RefTarget, RemoteDeletion, RemoteEvent, Resource, ResourceState,
-    WorkItem,
+    Timestamp, WorkItem,
 };
 use crate::protocol::{self, Ctx, Plan, Step};
 use crate::state::{StateRead, Tx};
@@ -51,6 +51,42 @@ impl PeerBackRef {
             field: self.field.clone(),
         }
     }
+}
+
+impl From<BackRef> for PeerBackRef {
+    /// The row as it is named to its referrer's region, with the generation
+    /// the row was attached with.
+    fn from(row: BackRef) -> Self {
+        PeerBackRef {
+            target: row.target,
+            referrer: row.referrer,
+            field: row.field,
+            generation: row.generation,
+        }
+    }
+}
+
+/// Owner side of seed 002's periodic check: of `rows` (a page of this
+/// region's back-reference table), the ones to ask region `peer` about:
+/// owner rows (the target is in `local`) whose referrer lives in `peer`,
+/// attached at or before `cutoff` (a younger row's referrer may still be
+/// committing). Asked with generation `u64::MAX`, so a row found no longer
+/// standing is released whatever generation it was attached with.
+pub fn rows_to_check(
+    rows: impl IntoIterator<Item = BackRef>,
+    local: &str,
+    peer: &str,
+    cutoff: Timestamp,
+) -> Vec<PeerBackRef> {
+    rows.into_iter()
+        .filter(|row| {
+            row.referrer.name.region() == peer && row.target.name.region() == local && row.attached_at <= cutoff
+        })
+        .map(|row| PeerBackRef {
+            generation: u64::MAX,
+            ..PeerBackRef::from(row)
+        })
+        .collect()
 }
 
 /// Owner: records back-references from `from_region`, all or none. Each
