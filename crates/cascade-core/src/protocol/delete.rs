@@ -14,7 +14,7 @@ use crate::model::{
 };
 use crate::name::{IdSource, OperationId, Uid};
 use crate::schema::OnDelete;
-use crate::state::{StateRead, Tx, WriteSet};
+use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::bookkeeping::enter_deleting;
 use super::validate::{check_etag, local_name};
@@ -116,11 +116,8 @@ fn check_preconditions<S: StateRead + ?Sized>(
     let mut blockers = Vec::new();
     let mut dependents = Vec::new();
     let mut more = 0;
-    let mut after: Option<BackRefKey> = None;
-    loop {
-        let page = tx.backrefs(resource.uid, after.as_ref(), 1024)?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.key());
+    let mut pages = BackRefPages::new(resource.uid);
+    while let Some(page) = pages.next_page(tx, 1024)? {
         for b in page {
             let list = match b.on_delete {
                 OnDelete::Block => &mut blockers,
@@ -221,11 +218,8 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
     let mut truncated = false;
     while let Some(uid) = queue.pop_front() {
         let target = deleted[&uid].clone();
-        let mut after: Option<BackRefKey> = None;
-        loop {
-            let page = tx.backrefs(uid, after.as_ref(), 1024)?;
-            let Some(last) = page.last() else { break };
-            after = Some(last.key());
+        let mut pages = BackRefPages::new(uid);
+        while let Some(page) = pages.next_page(tx, 1024)? {
             for b in page {
                 if is_remote(ctx, &b.referrer.name) && b.on_delete != OnDelete::Block {
                     // Without cascade a remote `cascade` referrer still

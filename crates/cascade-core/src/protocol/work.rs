@@ -9,12 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::CoreError;
 use crate::model::{
-    BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState,
-    Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
+    BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState, Outcome,
+    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
 };
 use crate::name::OperationId;
 use crate::schema::OnDelete;
-use crate::state::{StateRead, Tx, WriteSet};
+use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::backrefs::release_ref;
 use super::bookkeeping::{
@@ -86,14 +86,14 @@ fn step_deletion<S: StateRead + ?Sized>(
     let mut blockers = Vec::new();
     // Region → referrers there that have yet to release (they act on our event).
     let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
-    let mut after: Option<BackRefKey> = None;
+    let mut pages = BackRefPages::new(uid);
     loop {
         if *budget == 0 {
             return Ok(false);
         }
-        let page = tx.backrefs(uid, after.as_ref(), (*budget).min(256))?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.key());
+        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
+            break;
+        };
         for b in page {
             let remote_referrer = is_remote(ctx, &b.referrer.name);
             match b.on_delete {
@@ -287,14 +287,14 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     };
     let requested_by = format!("region {}", tombstone.target.name.region());
-    let mut after: Option<BackRefKey> = None;
+    let mut pages = BackRefPages::new(uid);
     loop {
         if *budget == 0 {
             return Ok(false);
         }
-        let page = tx.backrefs(uid, after.as_ref(), (*budget).min(256))?;
-        let Some(last) = page.last() else { break };
-        after = Some(last.key());
+        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
+            break;
+        };
         for b in page {
             if matches!(b.on_delete, OnDelete::Cascade | OnDelete::Unset) && !is_remote(ctx, &b.referrer.name) {
                 *budget = budget.saturating_sub(1);
