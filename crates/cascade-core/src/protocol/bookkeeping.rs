@@ -76,7 +76,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
     update_operation(tx, operation, |p| {
         p.pending += 1;
         if was_unset {
-            p.unset = p.unset.saturating_sub(1);
+            decrement(&mut p.unset, "unset", operation);
         }
     })?;
     Ok(())
@@ -132,10 +132,10 @@ pub(super) fn hold<S: StateRead + ?Sized>(
         );
         emit_only(tx, ctx, EventType::DeletionFailed, resource, op, &error)?;
         update_operation(tx, op, |p| {
-            p.pending = p.pending.saturating_sub(1);
+            decrement(&mut p.pending, "pending", op);
             p.failed += 1;
             if was_blocked {
-                p.blocked = p.blocked.saturating_sub(1);
+                decrement(&mut p.blocked, "blocked", op);
             }
         })?;
         after_pending_changed(tx, ctx, op)?;
@@ -189,12 +189,12 @@ pub(super) fn purge<S: StateRead + ?Sized>(
     emit_only(tx, ctx, EventType::Purged, &resource, op, "purged")?;
     update_operation(tx, op, |p| {
         match record.status {
-            DeletionStatus::Failed { .. } => p.failed = p.failed.saturating_sub(1),
+            DeletionStatus::Failed { .. } => decrement(&mut p.failed, "failed", op),
             DeletionStatus::Blocked { .. } => {
-                p.blocked = p.blocked.saturating_sub(1);
-                p.pending = p.pending.saturating_sub(1);
+                decrement(&mut p.blocked, "blocked", op);
+                decrement(&mut p.pending, "pending", op);
             }
-            DeletionStatus::Pending | DeletionStatus::Waiting { .. } => p.pending = p.pending.saturating_sub(1),
+            DeletionStatus::Pending | DeletionStatus::Waiting { .. } => decrement(&mut p.pending, "pending", op),
         }
         p.deleted += 1;
     })?;
@@ -245,6 +245,19 @@ pub(super) fn update_operation<S: StateRead + ?Sized>(
         tx.put_operation(op);
     }
     Ok(())
+}
+
+/// Takes one from the progress counter `name` of operation `op`.
+///
+/// Every decrement undoes an increment made earlier for the same resource
+/// (it leaves `pending`, `blocked` or `failed`; a list owner counted as
+/// `unset` is deleted after all), so a counter already at zero is an
+/// accounting error. Test builds stop on it; a release build keeps the
+/// counter at zero, since a wrong number in a report is better than a
+/// writer that panics on the same step every time it is retried.
+pub(super) fn decrement(counter: &mut u64, name: &str, op: OperationId) {
+    debug_assert!(*counter > 0, "{name} of operation {op} would go below zero");
+    *counter = counter.saturating_sub(1);
 }
 
 /// Queues a deletion to be looked at now (a back-reference to it went away).

@@ -18,7 +18,7 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::backrefs::release_ref;
 use super::bookkeeping::{
-    after_pending_changed, enter_deleting, hold, purge, put_with_event, update_operation, wake_if_deleting,
+    after_pending_changed, decrement, enter_deleting, hold, purge, put_with_event, update_operation, wake_if_deleting,
 };
 use super::create_update::abort_creating;
 use super::{is_remote, target_of, Ctx, Step, WorkReport};
@@ -168,7 +168,7 @@ fn step_deletion<S: StateRead + ?Sized>(
             let op_id = record.operation;
             tx.put_deletion(record);
             if was_blocked {
-                update_operation(tx, op_id, |p| p.blocked = p.blocked.saturating_sub(1))?;
+                update_operation(tx, op_id, |p| decrement(&mut p.blocked, "blocked", op_id))?;
             }
         }
         return Ok(true);
@@ -348,7 +348,7 @@ fn wait_for_regions<S: StateRead + ?Sized>(
             },
         );
         if was_blocked {
-            update_operation(tx, op, |p| p.blocked = p.blocked.saturating_sub(1))?;
+            update_operation(tx, op, |p| decrement(&mut p.blocked, "blocked", op))?;
         }
     }
     work.attempts = 0;
