@@ -4,7 +4,8 @@
 //! reads through a [`Tx`] (the snapshot plus the step's own writes, so later
 //! reads of the step see earlier ones) and ends with a [`WriteSet`]: the
 //! final value of every key it touched and the events it emits. The node
-//! commits a write set in one atomic transaction.
+//! commits a write set in one atomic transaction. A target's
+//! back-references are walked a page at a time with [`BackRefPages`].
 //!
 //! Architecture invariant: reads through `StateRead` and the commit of the
 //! resulting `WriteSet` are not interleaved with any other write to the same
@@ -366,5 +367,40 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             Some(r) => Ok(r),
             None => self.base.next_revision(),
         }
+    }
+}
+
+/// A walk over the back-references of one target, a page at a time, in key
+/// order: the one way the protocol reads a target's back-references in full.
+///
+/// It holds the continuation key, not a borrow of the [`Tx`], so a caller
+/// may write through the same `Tx` between pages (the deletion engine drops
+/// the rows it acts on). Each page starts after the last key of the one
+/// before, so a row the caller removed or added behind that key is not seen
+/// again.
+#[derive(Debug, Clone)]
+pub struct BackRefPages {
+    target: Uid,
+    after: Option<BackRefKey>,
+}
+
+impl BackRefPages {
+    /// A walk from the first back-reference of `target`.
+    pub fn new(target: Uid) -> Self {
+        Self { target, after: None }
+    }
+
+    /// The next up to `limit` back-references, or `None` once the walk is
+    /// past the last one. `limit` must not be 0: an empty page ends the walk.
+    pub fn next_page<S: StateRead + ?Sized>(
+        &mut self,
+        tx: &Tx<'_, S>,
+        limit: usize,
+    ) -> Result<Option<Vec<BackRef>>, StorageError> {
+        debug_assert!(limit > 0, "a page of 0 back-references would end the walk early");
+        let page = tx.backrefs(self.target, self.after.as_ref(), limit)?;
+        let Some(last) = page.last() else { return Ok(None) };
+        self.after = Some(last.key());
+        Ok(Some(page))
     }
 }

@@ -1,0 +1,333 @@
+//! The state changes every path shares: a resource entering DELETING, a
+//! deletion held (blocked, waiting for finalizers, failed) or purged, the
+//! operation's progress counters and its end, waking a queued deletion,
+//! and writing a resource or an event about it.
+//!
+//! They are written once so that records, counters and events always move
+//! together, whichever path (a delete, the work loop, a peer's message)
+//! changed them.
+
+use crate::error::{describe_blockers, CoreError};
+use crate::model::{
+    Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome, OutcomeAction,
+    Progress, Resource, ResourceState, WorkItem,
+};
+use crate::name::{OperationId, Uid};
+use crate::state::{StateRead, Tx};
+
+use super::backrefs::{outgoing_backrefs, release_ref};
+use super::{target_of, Ctx};
+
+/// Marks a resource DELETING, in one step with everything that goes with it.
+pub(super) fn enter_deleting<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut resource: Resource,
+    reason: DeletionReason,
+    operation: OperationId,
+    requested_by: &str,
+) -> Result<(), CoreError> {
+    // Release our own outgoing references at once, so cycles unwind and the
+    // targets we were holding can finish.
+    for b in outgoing_backrefs(ctx, &resource) {
+        release_ref(tx, ctx, &b)?;
+    }
+    // Unconfirmed cross-region references are released with the rest.
+    tx.remove_pending_attach(resource.uid);
+    resource.state = ResourceState::Deleting;
+    resource.update_time = ctx.now;
+    let message = match &reason {
+        DeletionReason::Requested => format!("deletion requested by {requested_by}"),
+        DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
+    };
+    let resource = put_with_event(tx, ctx, resource, EventType::Deleting, Some(operation), &message)?;
+    let target = target_of(&resource);
+    tx.put_deletion(DeletionRecord {
+        target: target.clone(),
+        deleted_at: ctx.now,
+        reason,
+        requested_by: requested_by.to_owned(),
+        operation,
+        status: DeletionStatus::Pending,
+    });
+    tx.put_work(WorkItem {
+        target: target.clone(),
+        next_attempt_at: ctx.now,
+        attempts: 0,
+        last_error: None,
+    });
+    // A list owner that first lost an element to this operation and is now
+    // deleted by it was not, in the end, an unset referrer.
+    let was_unset = matches!(
+        tx.outcome(operation, &target.name)?,
+        Some(Outcome {
+            action: OutcomeAction::Unset { .. },
+            ..
+        })
+    );
+    tx.put_outcome(
+        operation,
+        Outcome {
+            resource: target,
+            action: OutcomeAction::Pending,
+            time: ctx.now,
+        },
+    );
+    update_operation(tx, operation, |p| {
+        p.pending += 1;
+        if was_unset {
+            decrement(&mut p.unset, "unset", operation);
+        }
+    })?;
+    Ok(())
+}
+
+/// Keeps a deletion that cannot finish now: blocked (or finalizers pending).
+/// Retries with backoff; after the maximum, marks it FAILED.
+pub(super) fn hold<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+    mut record: DeletionRecord,
+    mut work: WorkItem,
+    blockers: Vec<Blocker>,
+) -> Result<(), CoreError> {
+    let mut reason = describe_blockers(&blockers);
+    if !resource.finalizers.is_empty() {
+        if !reason.is_empty() {
+            reason += "; ";
+        }
+        reason += &format!("waiting for finalizers: {}", resource.finalizers.join(", "));
+    }
+    let target = target_of(resource);
+    let op = record.operation;
+    if let DeletionStatus::Failed { .. } = record.status {
+        // Woken while failed and still unable to finish: stays failed.
+        tx.remove_work(resource.uid);
+        return Ok(());
+    }
+    let changed = match &record.status {
+        DeletionStatus::Blocked {
+            blockers: old,
+            reason: old_reason,
+        } => old != &blockers || old_reason != &reason,
+        _ => true,
+    };
+    // Attempts count checks that found no progress: a blocker going away
+    // (which also wakes this deletion early) starts the count again.
+    work.attempts = if changed { 1 } else { work.attempts + 1 };
+    if work.attempts > ctx.policy.max_attempts {
+        let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
+        let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
+        record.status = DeletionStatus::Failed { error: error.clone() };
+        tx.put_deletion(record);
+        tx.remove_work(resource.uid);
+        tx.put_outcome(
+            op,
+            Outcome {
+                resource: target.clone(),
+                action: OutcomeAction::Failed { error: error.clone() },
+                time: ctx.now,
+            },
+        );
+        emit_only(tx, ctx, EventType::DeletionFailed, resource, op, &error)?;
+        update_operation(tx, op, |p| {
+            decrement(&mut p.pending, "pending", op);
+            p.failed += 1;
+            if was_blocked {
+                decrement(&mut p.blocked, "blocked", op);
+            }
+        })?;
+        after_pending_changed(tx, ctx, op)?;
+        return Ok(());
+    }
+    let newly_blocked = !matches!(record.status, DeletionStatus::Blocked { .. });
+    if changed {
+        record.status = DeletionStatus::Blocked {
+            blockers: blockers.clone(),
+            reason: reason.clone(),
+        };
+        tx.put_deletion(record);
+        tx.put_outcome(
+            op,
+            Outcome {
+                resource: target,
+                action: OutcomeAction::Blocked { blockers },
+                time: ctx.now,
+            },
+        );
+        emit_only(tx, ctx, EventType::DeletionBlocked, resource, op, &reason)?;
+        if newly_blocked {
+            update_operation(tx, op, |p| p.blocked += 1)?;
+        }
+    }
+    work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff(work.attempts));
+    work.last_error = Some(reason);
+    tx.put_work(work);
+    Ok(())
+}
+
+/// Removes a deleted resource for good.
+pub(super) fn purge<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: Resource,
+    record: DeletionRecord,
+) -> Result<(), CoreError> {
+    let op = record.operation;
+    tx.remove_resource(&resource.name, resource.uid);
+    tx.remove_deletion(resource.uid);
+    tx.remove_work(resource.uid);
+    tx.put_outcome(
+        op,
+        Outcome {
+            resource: target_of(&resource),
+            action: OutcomeAction::Deleted,
+            time: ctx.now,
+        },
+    );
+    emit_only(tx, ctx, EventType::Purged, &resource, op, "purged")?;
+    update_operation(tx, op, |p| {
+        match record.status {
+            DeletionStatus::Failed { .. } => decrement(&mut p.failed, "failed", op),
+            DeletionStatus::Blocked { .. } => {
+                decrement(&mut p.blocked, "blocked", op);
+                decrement(&mut p.pending, "pending", op);
+            }
+            DeletionStatus::Pending | DeletionStatus::Waiting { .. } => decrement(&mut p.pending, "pending", op),
+        }
+        p.deleted += 1;
+    })?;
+    after_pending_changed(tx, ctx, op)
+}
+
+/// Finishes the operation when nothing is pending, or wakes its root when
+/// the root is all that is left.
+pub(crate) fn after_pending_changed<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    id: OperationId,
+) -> Result<(), CoreError> {
+    let Some(mut op) = tx.operation(id)? else {
+        return Ok(());
+    };
+    if op.progress.pending <= 1 {
+        // The root may be all that is left (or a failed root, nothing at all).
+        wake_if_deleting(tx, ctx, op.root.uid)?;
+    }
+    if op.progress.pending == 0 {
+        op.state = if op.progress.failed > 0 {
+            OperationState::Failed
+        } else {
+            OperationState::Succeeded
+        };
+        op.end_time = Some(ctx.now);
+        tx.put_operation(op);
+    }
+    Ok(())
+}
+
+/// Changes an operation's progress counters, counting a change of its part.
+pub(super) fn update_operation<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    id: OperationId,
+    change: impl FnOnce(&mut Progress),
+) -> Result<(), CoreError> {
+    if let Some(mut op) = tx.operation(id)? {
+        change(&mut op.progress);
+        op.changes += 1;
+        if op.progress.pending > 0 && op.state != OperationState::Running {
+            // More of the cascade reached this region's part after it had
+            // finished (a second target of the same operation): running again.
+            op.state = OperationState::Running;
+            op.end_time = None;
+        }
+        tx.put_operation(op);
+    }
+    Ok(())
+}
+
+/// Takes one from the progress counter `name` of operation `op`.
+///
+/// Every decrement undoes an increment made earlier for the same resource
+/// (it leaves `pending`, `blocked` or `failed`; a list owner counted as
+/// `unset` is deleted after all), so a counter already at zero is an
+/// accounting error. Test builds stop on it; a release build keeps the
+/// counter at zero, since a wrong number in a report is better than a
+/// writer that panics on the same step every time it is retried.
+pub(super) fn decrement(counter: &mut u64, name: &str, op: OperationId) {
+    debug_assert!(*counter > 0, "{name} of operation {op} would go below zero");
+    *counter = counter.saturating_sub(1);
+}
+
+/// Queues a deletion to be looked at now (a back-reference to it went away).
+pub(crate) fn wake_if_deleting<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    uid: Uid,
+) -> Result<(), CoreError> {
+    let Some(record) = tx.deletion(uid)? else {
+        return Ok(());
+    };
+    let mut work = tx.work(uid)?.unwrap_or(WorkItem {
+        target: record.target.clone(),
+        next_attempt_at: ctx.now,
+        attempts: 0,
+        last_error: None,
+    });
+    work.next_attempt_at = ctx.now;
+    tx.put_work(work);
+    Ok(())
+}
+
+/// Writes a resource with a fresh revision and the event describing the change.
+pub(super) fn put_with_event<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut resource: Resource,
+    event_type: EventType,
+    operation: Option<OperationId>,
+    message: &str,
+) -> Result<Resource, CoreError> {
+    // Importers must know whether a deletion allows a cascade: they apply
+    // it to their own referrers (see `apply_to_referrer`).
+    let no_cascade = match operation {
+        Some(id) if event_type == EventType::Deleting => tx.operation(id)?.is_some_and(|op| !op.cascade),
+        _ => false,
+    };
+    resource.revision = tx.peek_revision()?;
+    tx.put_resource(resource.clone());
+    tx.emit(Event {
+        revision: 0,
+        event_type,
+        resource: target_of(&resource),
+        snapshot: Some(resource.clone()),
+        operation,
+        message: message.to_owned(),
+        time: ctx.now,
+        no_cascade,
+    })?;
+    Ok(resource)
+}
+
+/// An event about a resource without changing the resource itself.
+fn emit_only<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    event_type: EventType,
+    resource: &Resource,
+    operation: OperationId,
+    message: &str,
+) -> Result<(), CoreError> {
+    tx.emit(Event {
+        revision: 0,
+        event_type,
+        resource: target_of(resource),
+        snapshot: None,
+        operation: Some(operation),
+        message: message.to_owned(),
+        time: ctx.now,
+        no_cascade: false,
+    })?;
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! Accepting a delete: the preconditions (a live `block` reference, or
+//! without `cascade` a dependent that would be deleted; the etag), the
+//! operation, and the root entering DELETING, all in one step; and the dry
+//! run's walk of the closure, which changes nothing.
+//!
+//! What an accepted delete then does to the closure is `work.rs`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::error::{CoreError, Dependent};
+use crate::model::{
+    BackRef, BackRefKey, Blocker, DeletionReason, Operation, OperationState, Progress, RefTarget, Resource,
+    ResourceState,
+};
+use crate::name::{IdSource, OperationId, Uid};
+use crate::schema::OnDelete;
+use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
+
+use super::bookkeeping::enter_deleting;
+use super::validate::{check_etag, local_name};
+use super::{is_remote, target_of, Ctx, DeleteOutcome, DeleteRequest, Plan, PlannedBlock, PlannedUnset, Step};
+
+/// Accepts (or plans) the deletion of one resource.
+pub fn delete<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    ids: &mut dyn IdSource,
+    req: DeleteRequest,
+) -> Result<Step<DeleteOutcome>, CoreError> {
+    let mut tx = Tx::new(state);
+    let name = local_name(ctx, &req.name, "name")?;
+    let found = tx
+        .resource(&name)?
+        .filter(|r| r.state != ResourceState::Creating)
+        .filter(|r| req.uid.is_none_or(|uid| uid == r.uid));
+    let Some(resource) = found else {
+        return if req.allow_missing {
+            Ok(Step {
+                value: DeleteOutcome::Missing,
+                writes: WriteSet::default(),
+            })
+        } else {
+            Err(CoreError::NotFound(name))
+        };
+    };
+    if resource.state == ResourceState::Deleting {
+        // Seed 000: a repeated delete answers OK.
+        let op = tx
+            .deletion(resource.uid)?
+            .map(|d| tx.operation(d.operation))
+            .transpose()?
+            .flatten()
+            .ok_or_else(|| {
+                CoreError::Storage(crate::error::StorageError(format!(
+                    "{name} is DELETING without a deletion record or operation"
+                )))
+            })?;
+        return Ok(Step {
+            value: DeleteOutcome::AlreadyDeleting(op),
+            writes: WriteSet::default(),
+        });
+    }
+    check_etag(&resource, req.etag.as_deref())?;
+    check_preconditions(&tx, ctx, &resource, req.cascade, &req.remote_kept)?;
+    if req.dry_run {
+        let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], req.cascade)?;
+        return Ok(Step {
+            value: DeleteOutcome::DryRun(plan),
+            writes: WriteSet::default(),
+        });
+    }
+    let op = Operation {
+        id: OperationId(ids.next_uuid()),
+        root: RefTarget {
+            name: resource.name.clone(),
+            uid: resource.uid,
+        },
+        requested_by: req.requested_by.clone(),
+        cascade: req.cascade,
+        state: OperationState::Running,
+        progress: Progress::default(),
+        create_time: ctx.now,
+        end_time: None,
+        reached: BTreeSet::new(),
+        changes: 0,
+        closure_confirmed: false,
+    };
+    tx.put_operation(op.clone());
+    enter_deleting(
+        &mut tx,
+        ctx,
+        resource,
+        DeletionReason::Requested,
+        op.id,
+        &req.requested_by,
+    )?;
+    let op = tx.operation(op.id)?.unwrap_or(op);
+    Ok(Step {
+        value: DeleteOutcome::Accepted(op),
+        writes: tx.finish(),
+    })
+}
+
+/// Refuses a user delete while a live `block` reference exists, or, without
+/// `cascade`, while a `cascade` referrer exists that would be deleted: one
+/// whose reference is single, or a list owner with no other live target
+/// (every other element already DELETING counts as gone: deleting this one
+/// would cascade once they finish). Lists them.
+fn check_preconditions<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+    cascade: bool,
+    remote_kept: &BTreeSet<BackRefKey>,
+) -> Result<(), CoreError> {
+    let mut blockers = Vec::new();
+    let mut dependents = Vec::new();
+    let mut more = 0;
+    let mut pages = BackRefPages::new(resource.uid);
+    while let Some(page) = pages.next_page(tx, 1024)? {
+        for b in page {
+            let list = match b.on_delete {
+                OnDelete::Block => &mut blockers,
+                OnDelete::Cascade if !cascade => {
+                    // A list owner that keeps another live element only
+                    // loses one. A remote one's region answered for it.
+                    let keeps_others = if is_remote(ctx, &b.referrer.name) {
+                        remote_kept.contains(&b.key())
+                    } else {
+                        match tx.resource_by_uid(b.referrer.uid)? {
+                            Some(r) => keeps_live_other_target(tx, ctx, &r, &b.field, resource.uid)?,
+                            None => false,
+                        }
+                    };
+                    if keeps_others {
+                        continue;
+                    }
+                    &mut dependents
+                }
+                _ => continue,
+            };
+            if list.len() < ctx.policy.max_listed {
+                list.push(Dependent {
+                    referrer: b.referrer.name.clone(),
+                    field: b.field.clone(),
+                    on_delete: b.on_delete,
+                });
+            } else {
+                more += 1;
+            }
+        }
+    }
+    if blockers.is_empty() && dependents.is_empty() {
+        return Ok(());
+    }
+    Err(CoreError::DeleteRefused {
+        name: resource.name.clone(),
+        blockers,
+        dependents,
+        more,
+    })
+}
+
+/// Whether `referrer` holds, in `field`, a live target other than `target`:
+/// one that is not being deleted, as far as this region knows (a local
+/// target ACTIVE; a remote one not reported DELETING by its owner).
+pub(crate) fn keeps_live_other_target<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    referrer: &Resource,
+    field: &str,
+    target: Uid,
+) -> Result<bool, CoreError> {
+    let Some(targets) = referrer.refs.get(field) else {
+        return Ok(false);
+    };
+    for t in targets.iter().filter(|t| t.uid != target) {
+        let live = if is_remote(ctx, &t.name) {
+            tx.remote_deletion(t.uid)?.is_none()
+        } else {
+            tx.resource_by_uid(t.uid)?
+                .is_some_and(|r| r.state == ResourceState::Active)
+        };
+        if live {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Walks the closure of a delete without changing anything.
+///
+/// `seeds` are deleted resources to start from: the root of a local delete,
+/// or (for another region's plan) its deleted resources that this region's
+/// resources reference. Referrers in other regions are not followed here:
+/// they become `remote_seeds` for their region's own plan.
+pub(crate) fn plan_closure<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    seeds: Vec<RefTarget>,
+    cascade: bool,
+) -> Result<Plan, CoreError> {
+    let mut deleted: BTreeMap<Uid, RefTarget> = BTreeMap::new();
+    let mut order = Vec::new();
+    let mut remote_seeds: BTreeMap<String, BTreeSet<RefTarget>> = BTreeMap::new();
+    let mut queue = VecDeque::new();
+    for seed in seeds {
+        if !is_remote(ctx, &seed.name) {
+            order.push(seed.clone());
+        }
+        queue.push_back(seed.uid);
+        deleted.insert(seed.uid, seed);
+    }
+    // (referrer uid, field) → elements the closure removes from that list.
+    let mut removed: BTreeMap<(Uid, String), usize> = BTreeMap::new();
+    let mut unset: BTreeMap<(Uid, String), RefTarget> = BTreeMap::new();
+    let mut blocks: Vec<(RefTarget, BackRef)> = Vec::new();
+    let mut truncated = false;
+    while let Some(uid) = queue.pop_front() {
+        let target = deleted[&uid].clone();
+        let mut pages = BackRefPages::new(uid);
+        while let Some(page) = pages.next_page(tx, 1024)? {
+            for b in page {
+                if is_remote(ctx, &b.referrer.name) && b.on_delete != OnDelete::Block {
+                    // Without cascade a remote `cascade` referrer still
+                    // loses the element (see `apply_to_referrer`).
+                    let region = b.referrer.name.region().to_owned();
+                    remote_seeds.entry(region).or_default().insert(target.clone());
+                    continue;
+                }
+                match b.on_delete {
+                    OnDelete::Block => blocks.push((target.clone(), b)),
+                    OnDelete::AllowDangling => {}
+                    OnDelete::Unset => {
+                        unset.insert((b.referrer.uid, b.field.clone()), b.referrer.clone());
+                    }
+                    OnDelete::Cascade => {
+                        if deleted.contains_key(&b.referrer.uid) {
+                            continue;
+                        }
+                        let Some(q) = tx.resource_by_uid(b.referrer.uid)? else {
+                            continue;
+                        };
+                        if q.state != ResourceState::Active {
+                            continue;
+                        }
+                        let len = q.refs.get(&b.field).map_or(0, Vec::len);
+                        let n = removed.entry((q.uid, b.field.clone())).or_default();
+                        *n += 1;
+                        // Without cascade nothing is deleted: the referrer
+                        // loses the element, as an `unset` one would.
+                        if *n >= len && cascade {
+                            if deleted.len() >= ctx.policy.max_plan {
+                                truncated = true;
+                                continue;
+                            }
+                            deleted.insert(q.uid, b.referrer.clone());
+                            order.push(b.referrer.clone());
+                            queue.push_back(q.uid);
+                        } else {
+                            unset.insert((q.uid, b.field.clone()), b.referrer.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let unset = unset
+        .into_iter()
+        .filter(|((uid, _), _)| !deleted.contains_key(uid))
+        .map(|((_, field), resource)| PlannedUnset { resource, field })
+        .collect();
+    let mut blocked = Vec::new();
+    for (resource, b) in blocks {
+        if deleted.contains_key(&b.referrer.uid) {
+            continue;
+        }
+        let referrer_deleting = tx
+            .resource_by_uid(b.referrer.uid)?
+            .is_some_and(|r| r.state == ResourceState::Deleting);
+        blocked.push(PlannedBlock {
+            resource,
+            blocker: Blocker {
+                referrer: b.referrer.name,
+                field: b.field,
+                referrer_deleting,
+            },
+        });
+    }
+    Ok(Plan {
+        deleted: order,
+        unset,
+        blocked,
+        truncated,
+        remote_seeds: remote_seeds
+            .into_iter()
+            .map(|(region, targets)| (region, targets.into_iter().collect()))
+            .collect(),
+    })
+}

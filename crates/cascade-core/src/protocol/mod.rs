@@ -1,0 +1,271 @@
+//! The deletion protocol of one region: state + command → new state + effects.
+//!
+//! Every public function reads a [`StateRead`] snapshot, validates, and
+//! returns a [`Step`]: the value for the caller and the [`WriteSet`] to
+//! commit atomically. Nothing here does IO, reads a clock, or mints ids by
+//! itself; the caller passes a [`Ctx`] (schema, region, `now`, policy) and
+//! an [`IdSource`].
+//!
+//! The life of a deletion:
+//!
+//! 1. [`delete`] checks the preconditions (blockers, dependents, etag) and,
+//!    in one step, marks the root DELETING, writes its deletion record,
+//!    releases its own outgoing references (so cycles unwind), queues work
+//!    for it, creates the operation, and emits the event.
+//! 2. [`process_work`] takes due queue entries in bounded batches. For each
+//!    deletion it walks the back-references: `cascade` referrers enter
+//!    DELETING the same way (a list reference only when its last element
+//!    goes), `unset` referrers lose the field or element; `block` referrers
+//!    hold it.
+//! 3. When no back-reference and no finalizer is left it is purged, and its
+//!    operation's counters move. An operation's root is purged last, so the
+//!    root stays readable until its whole closure is gone.
+//! 4. A deletion that cannot finish is retried with exponential backoff and,
+//!    after the maximum, marked FAILED with the reason.
+//!
+//! # Layout
+//!
+//! The module is cut by what the code does; the request and answer types
+//! live here, and every function keeps its path `protocol::…`.
+//!
+//! - `validate.rs`: checks on what a client sends (names, attributes,
+//!   finalizers, etags) and references resolved to live targets.
+//! - `create_update.rs`: [`create`] and [`update`], and the end of a
+//!   cross-region create (activate, abort, take refused references back).
+//! - `delete.rs`: [`delete`]: its preconditions and the dry run's walk of
+//!   the closure.
+//! - `work.rs`: [`process_work`], the deletion engine, and
+//!   [`confirm_remote_closure`].
+//! - `bookkeeping.rs`: the state changes every path shares: entering
+//!   DELETING, holding, purging, the operation's progress counters, events.
+//! - `backrefs.rs`: the back-reference rows a resource's references hold:
+//!   which are tracked, attaching new ones, releasing one.
+//!
+//! [`StateRead`]: crate::state::StateRead
+//! [`IdSource`]: crate::name::IdSource
+
+mod backrefs;
+mod bookkeeping;
+mod create_update;
+mod delete;
+mod validate;
+mod work;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::{BackRefKey, Blocker, Operation, RefTarget, Resource, Timestamp};
+use crate::name::{OperationId, RegionId, ResourceName, Uid};
+use crate::schema::Schema;
+use crate::state::WriteSet;
+
+pub use create_update::{create, update};
+pub use delete::delete;
+pub use work::{confirm_remote_closure, process_work};
+
+pub(crate) use bookkeeping::{after_pending_changed, wake_if_deleting};
+pub(crate) use create_update::{abort_creating, activate_creating, revert_references};
+pub(crate) use delete::{keeps_live_other_target, plan_closure};
+pub(crate) use work::note_reached;
+
+/// Tunables of the protocol. Defaults suit a node; tests shrink them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Upper bound on referrer changes in one work step (one transaction).
+    pub batch_budget: usize,
+    /// Queue entries looked at per work step.
+    pub batch_items: usize,
+    /// Delay before the first retry of a deletion that cannot finish; it
+    /// doubles with every attempt that finds no progress.
+    pub backoff_base_ms: u64,
+    /// Upper bound on that delay; also the safety-net retry of a deletion
+    /// that waits for other regions to release their references.
+    pub backoff_cap_ms: u64,
+    /// Attempts at a deletion that cannot finish before it is marked FAILED.
+    pub max_attempts: u32,
+    /// Dependents or blockers listed in an error or report.
+    pub max_listed: usize,
+    /// How often a root whose own region's part is done looks again
+    /// whether the other regions' parts are (see `confirm_remote_closure`).
+    pub closure_check_ms: u64,
+    /// Resources a dry run walks before it reports a truncated plan.
+    pub max_plan: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            batch_budget: 512,
+            batch_items: 256,
+            backoff_base_ms: 1_000,
+            backoff_cap_ms: 60_000,
+            max_attempts: 20,
+            max_listed: 50,
+            closure_check_ms: 1_000,
+            max_plan: 10_000,
+        }
+    }
+}
+
+impl Policy {
+    /// The delay before the next look at a deletion held `attempts` times
+    /// in a row: `backoff_base_ms` doubled per attempt after the first, at
+    /// most `backoff_cap_ms`.
+    pub fn backoff(&self, attempts: u32) -> u64 {
+        let exp = attempts.saturating_sub(1).min(32);
+        self.backoff_base_ms
+            .saturating_mul(1u64 << exp)
+            .min(self.backoff_cap_ms)
+    }
+}
+
+/// What a step needs to know about its surroundings.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    /// The kinds and their reference fields.
+    pub schema: &'a Schema,
+    /// This node's region: names in it are local, all others remote.
+    pub region: &'a RegionId,
+    /// The time of this step: the only clock the protocol sees.
+    pub now: Timestamp,
+    /// The tunables.
+    pub policy: &'a Policy,
+}
+
+/// The result of one step: the answer and the writes to commit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step<T> {
+    /// The answer for the caller, valid once `writes` are committed.
+    pub value: T,
+    /// What to commit, in one transaction.
+    pub writes: WriteSet,
+}
+
+/// A reference target as a client names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefRequest {
+    /// The target's full name, `{region}/{kind}/{id}`.
+    pub name: String,
+    /// When set, the target must be this incarnation.
+    pub uid: Option<Uid>,
+}
+
+/// A resource as a client writes it (create or update).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceSpec {
+    /// Full name, `{region}/{kind}/{id}`; the region must be this node's.
+    pub name: String,
+    /// Free-form key/value data, within the size limits of validation.
+    pub attributes: BTreeMap<String, String>,
+    /// Reference field → its targets (more than one only in a list field).
+    pub refs: BTreeMap<String, Vec<RefRequest>>,
+    /// External cleanups that must be removed before the resource is purged.
+    pub finalizers: Vec<String>,
+}
+
+/// A client's delete of one resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteRequest {
+    /// Full name of the resource, in this node's region.
+    pub name: String,
+    /// Whether `cascade` referrers may be deleted with it. Without it a
+    /// delete that would delete one is refused, and referrers only lose
+    /// the reference.
+    pub cascade: bool,
+    /// Check and plan only: answer what the delete would do, write nothing.
+    pub dry_run: bool,
+    /// A missing resource answers [`DeleteOutcome::Missing`] instead of an error.
+    pub allow_missing: bool,
+    /// When set and not empty, the resource's current etag must equal it.
+    pub etag: Option<String>,
+    /// When set, only this incarnation of the name is deleted.
+    pub uid: Option<Uid>,
+    /// Who asked: kept in the operation, the deletion record and the events.
+    pub requested_by: String,
+    /// Back-references from list owners in other regions that, as their
+    /// region answered just before this request, keep another live target
+    /// in that field (see [`crate::peer::keeps_another_target`]). Only read
+    /// without `cascade`: such a referrer loses one element, not its last.
+    /// A remote `cascade` referrer not in this set counts as a dependent
+    /// that would be deleted, so the check errs on refusing.
+    pub remote_kept: BTreeSet<BackRefKey>,
+}
+
+/// A planned change to a referrer that survives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedUnset {
+    /// The referrer.
+    pub resource: RefTarget,
+    /// Its field that would lose the target (or one element of the list).
+    pub field: String,
+}
+
+/// A resource of the closure that would wait on a blocker outside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedBlock {
+    /// The resource of the closure that would wait.
+    pub resource: RefTarget,
+    /// The `block` reference that would hold it.
+    pub blocker: Blocker,
+}
+
+/// What a delete would do (the dry run).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// This region's resources the delete would delete, in the order the
+    /// walk reached them (its seeds first).
+    pub deleted: Vec<RefTarget>,
+    /// Referrers that would survive with a field cleared or an element removed.
+    pub unset: Vec<PlannedUnset>,
+    /// Resources of the closure that would wait on a blocker outside it.
+    pub blocked: Vec<PlannedBlock>,
+    /// The walk stopped at `Policy::max_plan` resources.
+    pub truncated: bool,
+    /// Region → deleted resources referenced from there: that region's own
+    /// plan, started from these, continues the closure.
+    pub remote_seeds: BTreeMap<String, Vec<RefTarget>>,
+}
+
+/// The answer to a delete that was not refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeleteOutcome {
+    /// A new deletion started.
+    Accepted(Operation),
+    /// The resource was already DELETING: the delete answers OK with its operation.
+    AlreadyDeleting(Operation),
+    /// `allow_missing` and there was nothing to delete.
+    Missing,
+    /// `dry_run`: what the delete would do; nothing was written.
+    DryRun(Plan),
+}
+
+/// What one work step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkReport {
+    /// Due queue entries stepped (stale ones, dropped, included).
+    pub items: usize,
+    /// Deletions purged.
+    pub purged: usize,
+    /// Referrers that entered DELETING by a cascade.
+    pub cascaded: usize,
+    /// Referrers that lost a field or a list element and survive.
+    pub unset: usize,
+    /// More work was due than one step takes: call again at once.
+    pub more: bool,
+    /// Operations whose root waits only for other regions' parts: the
+    /// node asks them and, when all are finished, confirms with
+    /// [`confirm_remote_closure`].
+    pub awaiting_closure: Vec<OperationId>,
+}
+
+/// Whether `name` lives in another region than this node's.
+fn is_remote(ctx: Ctx<'_>, name: &ResourceName) -> bool {
+    name.region() != ctx.region.as_str()
+}
+
+/// The name and incarnation of a resource, as references and records hold it.
+fn target_of(r: &Resource) -> RefTarget {
+    RefTarget {
+        name: r.name.clone(),
+        uid: r.uid,
+    }
+}

@@ -1,0 +1,473 @@
+//! The deletion engine: one bounded batch of due queue entries per call.
+//! Each deletion's back-references are walked and acted on (`cascade` and
+//! `unset` referrers changed, `block` ones hold it, referrers in other
+//! regions waited for); the importer applies a remote deletion to its own
+//! referrers; an operation's root waits, last, for the other regions' parts
+//! of its cascade.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::error::CoreError;
+use crate::model::{
+    BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState, Outcome,
+    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
+};
+use crate::name::OperationId;
+use crate::schema::OnDelete;
+use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
+
+use super::backrefs::release_ref;
+use super::bookkeeping::{
+    after_pending_changed, decrement, enter_deleting, hold, purge, put_with_event, update_operation, wake_if_deleting,
+};
+use super::create_update::abort_creating;
+use super::{is_remote, target_of, Ctx, Step, WorkReport};
+
+/// Runs one bounded batch of due deletion work.
+pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<Step<WorkReport>, CoreError> {
+    let mut tx = Tx::new(state);
+    let due = tx.due_work(ctx.now, ctx.policy.batch_items)?;
+    let mut report = WorkReport {
+        more: due.len() >= ctx.policy.batch_items,
+        ..WorkReport::default()
+    };
+    let mut budget = ctx.policy.batch_budget;
+    for item in due {
+        if budget == 0 {
+            report.more = true;
+            break;
+        }
+        // An earlier item of this batch may have changed or removed it.
+        let Some(work) = tx.work(item.target.uid)? else {
+            continue;
+        };
+        if work.next_attempt_at > ctx.now {
+            continue;
+        }
+        report.items += 1;
+        if !step_deletion(&mut tx, ctx, work, &mut budget, &mut report)? {
+            report.more = true;
+        }
+    }
+    Ok(Step {
+        value: report,
+        writes: tx.finish(),
+    })
+}
+
+/// Advances one deletion. Returns false when the budget ran out before it
+/// got through its back-references (its queue entry stays due).
+fn step_deletion<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    work: WorkItem,
+    budget: &mut usize,
+    report: &mut WorkReport,
+) -> Result<bool, CoreError> {
+    let uid = work.target.uid;
+    if is_remote(ctx, &work.target.name) {
+        return step_remote_deletion(tx, ctx, work, budget, report);
+    }
+    let resource = tx.resource_by_uid(uid)?;
+    let record = tx.deletion(uid)?;
+    let (Some(resource), Some(record)) = (resource, record) else {
+        // Stale entry: the incarnation is gone (or was never deleting).
+        tx.remove_work(uid);
+        return Ok(true);
+    };
+    if resource.state != ResourceState::Deleting {
+        tx.remove_work(uid);
+        return Ok(true);
+    }
+    let target = target_of(&resource);
+    // Only an operation's root can be deleted without cascade (nothing else
+    // enters DELETING by it), and then its referrers lose the element.
+    let no_cascade = tx.operation(record.operation)?.is_some_and(|op| !op.cascade);
+    let mut blockers = Vec::new();
+    // Region → referrers there that have yet to release (they act on our event).
+    let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
+    let mut pages = BackRefPages::new(uid);
+    loop {
+        if *budget == 0 {
+            return Ok(false);
+        }
+        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
+            break;
+        };
+        for b in page {
+            let remote_referrer = is_remote(ctx, &b.referrer.name);
+            match b.on_delete {
+                OnDelete::Block => {
+                    if blockers.len() < ctx.policy.max_listed {
+                        let referrer_deleting = !remote_referrer
+                            && tx
+                                .resource_by_uid(b.referrer.uid)?
+                                .is_some_and(|r| r.state == ResourceState::Deleting);
+                        blockers.push(Blocker {
+                            referrer: b.referrer.name.clone(),
+                            field: b.field.clone(),
+                            referrer_deleting,
+                        });
+                    }
+                }
+                OnDelete::AllowDangling => tx.remove_backref(b.key()),
+                OnDelete::Cascade | OnDelete::Unset if remote_referrer => {
+                    *waiting.entry(b.referrer.name.region().to_owned()).or_default() += 1;
+                }
+                OnDelete::Cascade | OnDelete::Unset => {
+                    *budget = budget.saturating_sub(1);
+                    let deletion = Applied {
+                        target: &target,
+                        operation: record.operation,
+                        requested_by: &record.requested_by,
+                        no_cascade,
+                    };
+                    apply_to_referrer(tx, ctx, &deletion, b, report)?;
+                }
+            }
+        }
+    }
+    if !blockers.is_empty() || !resource.finalizers.is_empty() {
+        hold(tx, ctx, &resource, record, work, blockers)?;
+        return Ok(true);
+    }
+    if !waiting.is_empty() {
+        note_reached(tx, record.operation, waiting.keys(), false)?;
+        let reason = waiting
+            .iter()
+            .map(|(region, n)| format!("waiting on region {region} to release {n} reference(s)"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let retry_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
+        wait_for_regions(
+            tx,
+            ctx,
+            &resource,
+            record,
+            work,
+            waiting.into_keys().collect(),
+            reason,
+            retry_at,
+        )?;
+        return Ok(true);
+    }
+    let op = tx.operation(record.operation)?;
+    // Whether the root itself is counted in `pending` (a failed one is not).
+    let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
+    if op
+        .as_ref()
+        .is_some_and(|op| op.root.uid == uid && op.progress.pending > root_pending)
+    {
+        // The root goes last; the purge or failure that leaves it alone wakes it.
+        tx.remove_work(uid);
+        if !matches!(record.status, DeletionStatus::Pending | DeletionStatus::Failed { .. }) {
+            // Nothing holds it any more: it only waits for its closure.
+            let mut record = record;
+            let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
+            record.status = DeletionStatus::Pending;
+            let op_id = record.operation;
+            tx.put_deletion(record);
+            if was_blocked {
+                update_operation(tx, op_id, |p| decrement(&mut p.blocked, "blocked", op_id))?;
+            }
+        }
+        return Ok(true);
+    }
+    if let Some(op) = op.filter(|op| op.root.uid == uid && !op.reached.is_empty() && !op.closure_confirmed) {
+        // The root of a cascade that reached other regions stays until
+        // their parts are finished too (Kubernetes' foreground rule, across
+        // regions): the node asks them, and confirms (see
+        // `confirm_remote_closure`); until then it reads DELETING.
+        let regions: Vec<String> = op.reached.iter().cloned().collect();
+        let reason = format!(
+            "its own region's part is done; waiting for the cascade to finish in {} (see operation {})",
+            regions.join(", "),
+            op.id
+        );
+        let retry_at = ctx.now.plus_millis(ctx.policy.closure_check_ms);
+        wait_for_regions(tx, ctx, &resource, record, work, regions, reason, retry_at)?;
+        report.awaiting_closure.push(op.id);
+        return Ok(true);
+    }
+    purge(tx, ctx, resource, record)?;
+    report.purged += 1;
+    Ok(true)
+}
+
+/// Records that an operation's part reached other regions. `changed`:
+/// count it as a change of the part (a release from a region that acted on
+/// the deletion: that region's part may have started after the root's
+/// region last looked at it).
+pub(crate) fn note_reached<'r, S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    id: OperationId,
+    regions: impl IntoIterator<Item = &'r String>,
+    changed: bool,
+) -> Result<(), CoreError> {
+    let Some(mut op) = tx.operation(id)? else {
+        return Ok(());
+    };
+    let before = op.reached.len();
+    op.reached.extend(regions.into_iter().cloned());
+    if changed || op.reached.len() != before {
+        op.changes += u64::from(changed);
+        tx.put_operation(op);
+    }
+    Ok(())
+}
+
+/// The root's region asked every other region for its part of the
+/// operation twice in a row and saw no pending deletion and no change
+/// between the two reads, and its own part (read before the first) had
+/// `local_changes` changes. If its own part is still exactly that, there
+/// was an instant when the whole cross-region closure was finished but
+/// the root (every region's part was constant over an interval containing
+/// it), and nothing can start new work for the operation after that: the
+/// only resource of it left in DELETING is the root, whose referrers have
+/// all released, and nothing attaches to a DELETING resource. So the root
+/// may now be purged: this marks the operation and wakes the root.
+/// Returns whether it confirmed.
+pub fn confirm_remote_closure<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    id: OperationId,
+    local_changes: u64,
+) -> Result<Step<bool>, CoreError> {
+    let mut tx = Tx::new(state);
+    let Some(mut op) = tx.operation(id)? else {
+        return Ok(Step {
+            value: false,
+            writes: WriteSet::default(),
+        });
+    };
+    let unchanged = Step {
+        value: false,
+        writes: WriteSet::default(),
+    };
+    if op.changes != local_changes || op.closure_confirmed || op.root.name.region() != ctx.region.as_str() {
+        return Ok(unchanged);
+    }
+    // Its own part must be the root alone, past its walk: DELETING, counted
+    // pending unless it failed, and no referrer left to act on its event
+    // (a release of one changes the part, see `peer::release`).
+    let root = op.root.uid;
+    let Some(record) = tx.deletion(root)? else {
+        return Ok(unchanged);
+    };
+    let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
+    let root_deleting = tx
+        .resource_by_uid(root)?
+        .is_some_and(|r| r.state == ResourceState::Deleting);
+    if op.progress.pending != root_pending || !root_deleting || !tx.backrefs(root, None, 1)?.is_empty() {
+        return Ok(unchanged);
+    }
+    op.closure_confirmed = true;
+    tx.put_operation(op);
+    wake_if_deleting(&mut tx, ctx, root)?;
+    Ok(Step {
+        value: true,
+        writes: tx.finish(),
+    })
+}
+
+/// The importer's side of a deletion in another region: cascade or unset
+/// the local referrers (the mirror rows of the target), queueing a release
+/// to the owner for each. Local `block` referrers need nothing here: the
+/// owner's own row holds its deletion.
+fn step_remote_deletion<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    work: WorkItem,
+    budget: &mut usize,
+    report: &mut WorkReport,
+) -> Result<bool, CoreError> {
+    let uid = work.target.uid;
+    let Some(tombstone) = tx.remote_deletion(uid)? else {
+        tx.remove_work(uid);
+        return Ok(true);
+    };
+    let requested_by = format!("region {}", tombstone.target.name.region());
+    let mut pages = BackRefPages::new(uid);
+    loop {
+        if *budget == 0 {
+            return Ok(false);
+        }
+        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
+            break;
+        };
+        for b in page {
+            if matches!(b.on_delete, OnDelete::Cascade | OnDelete::Unset) && !is_remote(ctx, &b.referrer.name) {
+                *budget = budget.saturating_sub(1);
+                let deletion = Applied {
+                    target: &tombstone.target,
+                    operation: tombstone.operation,
+                    requested_by: &requested_by,
+                    no_cascade: tombstone.no_cascade,
+                };
+                apply_to_referrer(tx, ctx, &deletion, b, report)?;
+            }
+        }
+    }
+    tx.remove_work(uid);
+    if tombstone.purged {
+        tx.remove_remote_deletion(uid);
+    }
+    after_pending_changed(tx, ctx, tombstone.operation)?;
+    Ok(true)
+}
+
+/// Nothing blocks the deletion, but referrers in other regions have yet to
+/// act on it. Their release wakes it; a late retry is only a safety net
+/// (the owner's periodic check heals lost releases).
+#[allow(clippy::too_many_arguments)]
+fn wait_for_regions<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+    mut record: DeletionRecord,
+    mut work: WorkItem,
+    regions: Vec<String>,
+    reason: String,
+    retry_at: Timestamp,
+) -> Result<(), CoreError> {
+    let op = record.operation;
+    let changed = !matches!(&record.status, DeletionStatus::Waiting { reason: r, .. } if r == &reason);
+    if changed && !matches!(record.status, DeletionStatus::Failed { .. }) {
+        let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
+        record.status = DeletionStatus::Waiting {
+            regions: regions.clone(),
+            reason,
+        };
+        tx.put_deletion(record);
+        tx.put_outcome(
+            op,
+            Outcome {
+                resource: target_of(resource),
+                action: OutcomeAction::Waiting { regions },
+                time: ctx.now,
+            },
+        );
+        if was_blocked {
+            update_operation(tx, op, |p| decrement(&mut p.blocked, "blocked", op))?;
+        }
+    }
+    work.attempts = 0;
+    work.next_attempt_at = retry_at;
+    tx.put_work(work);
+    Ok(())
+}
+
+/// The deletion whose effect [`apply_to_referrer`] applies.
+#[derive(Clone, Copy)]
+struct Applied<'a> {
+    target: &'a RefTarget,
+    operation: OperationId,
+    requested_by: &'a str,
+    /// The request did not allow a cascade (`cascade = false`).
+    no_cascade: bool,
+}
+
+/// Applies the deletion of `target` to one referrer: cascade or unset.
+///
+/// Without cascade (`no_cascade`) a `cascade` referrer is never deleted: it
+/// loses the element like an `unset` one, even its last (the acceptance
+/// check refuses that case when it can see it; two such deletes of a list
+/// owner's last two owners can still race, across regions especially, and
+/// then the referrer survives, emptied, rather than being deleted by an
+/// operation that did not allow it: invariant 3).
+fn apply_to_referrer<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    deletion: &Applied<'_>,
+    b: BackRef,
+    report: &mut WorkReport,
+) -> Result<(), CoreError> {
+    let Applied {
+        target,
+        operation,
+        requested_by,
+        no_cascade,
+    } = *deletion;
+    release_ref(tx, ctx, &b)?;
+    let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
+        return Ok(()); // the referrer is gone: the back-reference was stale
+    };
+    if referrer.state == ResourceState::Creating {
+        // Its create has not been confirmed yet: the create fails instead.
+        abort_creating(tx, ctx, referrer)?;
+        return Ok(());
+    }
+    if referrer.state != ResourceState::Active {
+        return Ok(());
+    }
+    let Some(targets) = referrer.refs.get_mut(&b.field) else {
+        return Ok(());
+    };
+    let before = targets.len();
+    targets.retain(|t| t.uid != target.uid);
+    if targets.len() == before {
+        return Ok(());
+    }
+    let emptied = targets.is_empty();
+    if emptied {
+        referrer.refs.remove(&b.field);
+    }
+    ensure_operation_part(tx, ctx, operation, target, !no_cascade)?;
+    if b.on_delete == OnDelete::Cascade && emptied && !no_cascade {
+        let reason = DeletionReason::Cascade {
+            from: target.name.clone(),
+            field: b.field.clone(),
+        };
+        enter_deleting(tx, ctx, referrer, reason, operation, requested_by)?;
+        report.cascaded += 1;
+        return Ok(());
+    }
+    referrer.update_time = ctx.now;
+    let message = if b.on_delete == OnDelete::Cascade && emptied {
+        format!(
+            "{} cleared: {} is being deleted without cascade, so this resource is kept",
+            b.field, target.name
+        )
+    } else {
+        format!("{} cleared: {} is being deleted", b.field, target.name)
+    };
+    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(operation), &message)?;
+    tx.put_outcome(
+        operation,
+        Outcome {
+            resource: target_of(&referrer),
+            action: OutcomeAction::Unset { field: b.field },
+            time: ctx.now,
+        },
+    );
+    update_operation(tx, operation, |p| p.unset += 1)?;
+    report.unset += 1;
+    Ok(())
+}
+
+/// A cascade that reaches this region from another one reports into the
+/// same operation id: this region keeps its part of the operation.
+fn ensure_operation_part<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    operation: OperationId,
+    root: &RefTarget,
+    cascade: bool,
+) -> Result<(), CoreError> {
+    if tx.operation(operation)?.is_none() {
+        tx.put_operation(Operation {
+            id: operation,
+            root: root.clone(),
+            requested_by: format!("region {}", root.name.region()),
+            cascade,
+            state: OperationState::Running,
+            progress: Progress::default(),
+            create_time: ctx.now,
+            end_time: None,
+            reached: BTreeSet::new(),
+            changes: 0,
+            closure_confirmed: false,
+        });
+    }
+    Ok(())
+}
