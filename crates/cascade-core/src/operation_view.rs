@@ -65,8 +65,8 @@ pub struct PartRequest {
 /// What a region answered to a [`PartRequest`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum PartAnswer {
-    /// Its part.
-    Part(OperationPage),
+    /// Its part (boxed: a page is large, the other answers are empty).
+    Part(Box<OperationPage>),
     /// The region has no part of this operation (the closure did not reach it).
     NoPart,
     /// The region could not be asked now.
@@ -184,7 +184,8 @@ impl OperationAssembler {
         };
         self.at += 1;
         match answer {
-            PartAnswer::Part(mut page) => {
+            PartAnswer::Part(page) => {
+                let mut page = *page;
                 if want > 0 && self.left == 0 {
                     // The probe of a full page: does the next page start here?
                     if !page.outcomes.is_empty() {
@@ -342,11 +343,11 @@ mod tests {
         let rest = &all[from..];
         let page: Vec<Outcome> = rest.iter().take(request.want).cloned().collect();
         let next = (rest.len() > request.want && request.want > 0).then(|| page[page.len() - 1].resource.name.clone());
-        PartAnswer::Part(OperationPage {
+        PartAnswer::Part(Box::new(OperationPage {
             operation: op(root, state, names.len() as u64),
             outcomes: page,
             next,
-        })
+        }))
     }
 
     fn read_all_pages(page_size: usize, unreachable_once: Option<&str>) -> (Vec<String>, Vec<OperationView>) {

@@ -93,6 +93,30 @@ impl StoreState<'_> {
             .collect()
     }
 
+    /// A page of the whole back-reference table after the raw key `after`,
+    /// and the raw key to continue after (None past the end). A row that
+    /// does not decode is skipped with a warning: a round-robin walk must
+    /// not stop at it for good.
+    pub fn backref_page(
+        &self,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<(Vec<BackRef>, Option<Vec<u8>>), StoreError> {
+        let page = self.store.scan(Table::Backrefs, &[], after, limit)?;
+        let last = page.last().map(|(k, _)| k.clone());
+        let rows = page
+            .into_iter()
+            .filter_map(|(_, v)| match decode(Table::Backrefs, &v) {
+                Ok(row) => Some(row),
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipped a back-reference row that does not decode");
+                    None
+                }
+            })
+            .collect();
+        Ok((rows, last))
+    }
+
     pub fn get_resource(&self, name: &ResourceName) -> Result<Option<Resource>, StoreError> {
         self.get(Table::Resources, name.as_str().as_bytes())
     }

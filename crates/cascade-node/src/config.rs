@@ -43,7 +43,7 @@ use cascade_core::schema::EXAMPLE_SCHEMA;
 use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
-use crate::service::ApiLimits;
+use crate::node::ApiLimits;
 use cascade_tls::{NodeTls, TlsFiles};
 
 /// The file as written. Every field may also come from a flag or the environment.

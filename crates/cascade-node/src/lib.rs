@@ -2,38 +2,39 @@
 //!
 //! # Layout
 //!
-//! - [`server`]: open a node (store + writer), serve it on a listener
-//!   passed in by the caller, stop it gracefully.
-//! - [`writer`]: the single-writer actor that runs protocol steps and
+//! - [`Node`] (`node.rs`): the spine: one region's store, writer, peers and
+//!   settings, and every operation the APIs and links run on them, on core
+//!   types; `cluster.rs` holds its cross-region flows.
+//! - `server.rs`: serving a node on a listener passed in by the caller, and
+//!   stopping it gracefully; [`RunningNode`] for in-process nodes.
+//! - `api/`: the wire edge, the only module that knows `cascade.v1`
+//!   messages: the Resources and Peer services (adapters around `Node`),
+//!   the typed calls on other regions, the classification of their answers.
+//! - `writer.rs`: the single-writer actor that runs protocol steps and
 //!   commits them, with its supervisor.
-//! - [`service`]: the `cascade.v1.Resources` gRPC service.
+//! - `links.rs`: the peer links (watch, releases, checks) and the reconciler.
 //! - [`store`]: the narrow storage trait with the sled and in-memory engines.
 //! - [`codec`]: how core records are keyed and encoded in the store.
 //! - [`config`]: the node's TOML configuration.
-//! - [`clock`]: injected time.
-//! - [`entropy`]: injected randomness (uids, reconnect jitter).
-//! - [`forward`]: calls to other regions on a client's behalf, and the one
-//!   rule that maps their outcome to a status (UNAVAILABLE for transport
-//!   failures, the owner's own status passed through).
-//! - [`wire_errors`]: tonic's refusals of unreadable requests in the
-//!   documented codes (RESOURCE_EXHAUSTED, INVALID_ARGUMENT).
+//! - [`clock`]: injected time. [`entropy`]: injected randomness.
+//! - [`peers`]: the channels to other regions' nodes (and how a simulation
+//!   replaces TCP).
 
+mod api;
 pub mod clock;
 mod cluster;
 pub mod codec;
 pub mod config;
 pub mod entropy;
-pub mod forward;
-pub mod links;
-pub mod peer_service;
+mod error;
+mod links;
+mod node;
 pub mod peers;
-pub mod server;
-pub mod service;
+mod server;
 pub mod store;
-pub mod stream;
-pub mod wire_errors;
-pub mod writer;
+mod stream;
+mod writer;
 
-pub use cascade_core::model::Event;
 pub use config::{ConfigFile, NodeSettings};
-pub use server::{Node, NodeEnv, NodeError, RunningNode};
+pub use node::{ApiLimits, Node, NodeEnv, NodeError};
+pub use server::RunningNode;

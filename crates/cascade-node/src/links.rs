@@ -15,6 +15,7 @@
 //! and linked to a supervisor that restarts one that fails.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 // tokio's clock, not std's: it is the one a simulation (and a paused test
@@ -24,18 +25,15 @@ use tokio::time::Instant;
 use cascade_core::model::RemoteEvent;
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::{OperationId, Timestamp};
-use cascade_proto::convert;
-use cascade_proto::v1;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::codec::StoreState;
+use crate::api::peer_client::WatchEnd;
 use crate::entropy::{stable_hash, XorShift64};
-use crate::forward::{call_owner, OwnerError};
+use crate::error::Fault;
+use crate::node::Node;
 use crate::peers::PEER_CALL_TIMEOUT;
-use crate::service::ResourcesService;
-use crate::store::Table;
 
 /// Events handed to the writer per step.
 const EVENT_BATCH: usize = 256;
@@ -49,8 +47,8 @@ const ACK_REFRESH: Duration = Duration::from_secs(5);
 /// What every link needs; cloned into each actor.
 #[derive(Clone)]
 pub struct LinkContext {
-    /// The node's services: store, writer, peers, settings.
-    pub node: ResourcesService,
+    /// The node: store, writer, peers, settings.
+    pub node: Arc<Node>,
     /// How often a link sends releases and looks at its watch.
     pub tick: Duration,
     pub check_interval: Duration,
@@ -113,36 +111,23 @@ impl LinkState {
 }
 
 /// Follows the peer's outbox until the stream ends; returns why it ended.
-async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> String {
-    let cursor = match (StoreState {
-        store: node.store.as_ref(),
-    })
-    .cursor_of(peer)
-    {
+async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
+    let cursor = match node.state().cursor_of(peer) {
         Ok(c) => c,
         Err(e) => return format!("reading the cursor: {e}"),
     };
-    let mut client = match node.peers.peer(peer) {
-        Ok(c) => c,
-        Err(e) => return e.to_string(),
-    };
-    let request = v1::PeerWatchRequest {
-        region: node.region.to_string(),
-        from_revision: cursor + 1,
-    };
-    let mut stream = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.watch(request)).await {
-        Ok(Ok(s)) => s.into_inner(),
-        Ok(Err(s)) if s.code() == tonic::Code::OutOfRange => return resync(node, peer).await,
-        Ok(Err(s)) => return format!("{:?}: {}", s.code(), s.message()),
-        Err(_) => return "watch call timed out".into(),
+    let mut stream = match node.peers.watch(peer, &node.region, cursor + 1).await {
+        Ok(s) => s,
+        Err(WatchEnd::Compacted) => return resync(node, peer).await,
+        Err(WatchEnd::Failed(why)) => return why,
     };
     debug!(from = cursor + 1, "following peer outbox");
     let _ = me.cast(LinkMsg::WatchHealthy);
     loop {
         let first = match stream.next().await {
             Some(Ok(e)) => e,
-            Some(Err(s)) if s.code() == tonic::Code::OutOfRange => return resync(node, peer).await,
-            Some(Err(s)) => return format!("{:?}: {}", s.code(), s.message()),
+            Some(Err(WatchEnd::Compacted)) => return resync(node, peer).await,
+            Some(Err(WatchEnd::Failed(why))) => return why,
             None => return "stream closed by peer".into(),
         };
         let mut batch = vec![first];
@@ -152,47 +137,25 @@ async fn follow(node: &ResourcesService, peer: &str, me: &ActorRef<LinkMsg>) -> 
                 _ => break,
             }
         }
-        let events: Vec<RemoteEvent> = batch.into_iter().filter_map(remote_event).collect();
+        let events: Vec<RemoteEvent> = batch.into_iter().flatten().collect();
         let from = peer.to_owned();
-        match node
+        if let Err(e) = node
             .writer
             .apply(move |s, c, _| peer::apply_remote_events(s, c, &from, events))
             .await
         {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return format!("applying events: {e}"),
-            Err(e) => return format!("applying events: {e}"),
+            return format!("applying events: {e}");
         }
     }
 }
 
 /// The peer compacted its outbox past our cursor: take its listing of
 /// DELETING resources we reference instead of the missed events.
-async fn resync(node: &ResourcesService, peer: &str) -> String {
-    let mut client = match node.peers.peer(peer) {
-        Ok(c) => c,
-        Err(e) => return e.to_string(),
+async fn resync(node: &Node, peer: &str) -> String {
+    let (deleting, revision) = match node.peers.list_deleting(peer, &node.region).await {
+        Ok(listing) => listing,
+        Err(e) => return format!("resync listing: {e}"),
     };
-    let request = v1::ListDeletingRequest {
-        region: node.region.to_string(),
-    };
-    let listing = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.list_deleting(request)).await {
-        Ok(Ok(l)) => l.into_inner(),
-        Ok(Err(s)) => return format!("resync listing: {:?}: {}", s.code(), s.message()),
-        Err(_) => return "resync listing timed out".into(),
-    };
-    let revision = listing.revision;
-    let deleting: Vec<_> = listing
-        .deleting
-        .into_iter()
-        .filter_map(|d| {
-            Some(peer::RemoteDeleting {
-                target: convert::ref_target(d.resource, "resource").ok()?,
-                operation: OperationId::parse(&d.operation_id).ok()?,
-                no_cascade: d.no_cascade,
-            })
-        })
-        .collect();
     let n = deleting.len();
     let from = peer.to_owned();
     match node
@@ -200,7 +163,7 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
         .apply(move |s, c, _| peer::resync(s, c, &from, deleting, revision))
         .await
     {
-        Ok(Ok(_)) => {
+        Ok(_) => {
             info!(
                 peer,
                 deleting = n,
@@ -209,7 +172,6 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
             );
             "resynced from the peer's listing".into()
         }
-        Ok(Err(e)) => format!("resync: {e}"),
         Err(e) => format!("resync: {e}"),
     }
 }
@@ -217,81 +179,38 @@ async fn resync(node: &ResourcesService, peer: &str) -> String {
 /// Tells the peer how far we applied its outbox (it compacts below every
 /// peer's acknowledgement) when the cursor moved, or every `ACK_REFRESH`
 /// (an owner that restarted has forgotten the acks it had).
-async fn ack(node: &ResourcesService, peer: &str, last: &mut Option<(u64, Instant)>) -> Result<(), String> {
-    let cursor = (StoreState {
-        store: node.store.as_ref(),
-    })
-    .cursor_of(peer)
-    .map_err(|e| e.to_string())?;
+async fn ack(node: &Node, peer: &str, last: &mut Option<(u64, Instant)>) -> Result<(), Fault> {
+    let cursor = node.state().cursor_of(peer)?;
     if last.is_some_and(|(acked, at)| acked == cursor && at.elapsed() < ACK_REFRESH) {
         return Ok(());
     }
-    let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
-    let request = v1::AckRequest {
-        region: node.region.to_string(),
-        revision: cursor,
-    };
-    match tokio::time::timeout(PEER_CALL_TIMEOUT, client.ack(request)).await {
-        Ok(Ok(_)) => {
-            *last = Some((cursor, Instant::now()));
-            Ok(())
-        }
-        Ok(Err(s)) => Err(format!("{:?}: {}", s.code(), s.message())),
-        Err(_) => Err("ack timed out".into()),
-    }
-}
-
-fn remote_event(e: v1::PeerEvent) -> Option<RemoteEvent> {
-    let resource = convert::ref_target(e.resource, "resource").ok()?;
-    Some(RemoteEvent {
-        revision: e.revision,
-        event_type: convert::event_type_from(e.r#type)?,
-        resource,
-        operation: OperationId::parse(&e.operation_id).ok(),
-        no_cascade: e.no_cascade,
-    })
+    node.peers.ack(peer, &node.region, cursor).await?;
+    *last = Some((cursor, Instant::now()));
+    Ok(())
 }
 
 /// Sends the releases queued for `peer`; drops them once acknowledged.
-async fn flush_releases(node: &ResourcesService, peer: &str) -> Result<usize, String> {
+async fn flush_releases(node: &Node, peer: &str) -> Result<usize, Fault> {
     let mut sent_total = 0;
     loop {
-        let pending = (StoreState {
-            store: node.store.as_ref(),
-        })
-        .pending_releases(peer, CALL_BATCH)
-        .map_err(|e| e.to_string())?;
+        let pending = node.state().pending_releases(peer, CALL_BATCH)?;
         if pending.is_empty() {
             return Ok(sent_total);
         }
-        let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
-        let request = v1::ReleaseRequest {
-            from_region: node.region.to_string(),
-            backrefs: pending
-                .iter()
-                .map(|p| {
-                    convert::peer_backref(&PeerBackRef {
-                        target: p.backref.target.clone(),
-                        referrer: p.backref.referrer.clone(),
-                        field: p.backref.field.clone(),
-                        generation: p.generation,
-                    })
-                })
-                .collect(),
-        };
-        match tokio::time::timeout(PEER_CALL_TIMEOUT, client.release(request)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(s)) => return Err(format!("{:?}: {}", s.code(), s.message())),
-            Err(_) => return Err("release timed out".into()),
-        }
+        let rows: Vec<PeerBackRef> = pending
+            .iter()
+            .map(|p| PeerBackRef {
+                generation: p.generation,
+                ..PeerBackRef::from(p.backref.clone())
+            })
+            .collect();
+        node.peers.release(peer, &node.region, &rows).await?;
         let n = pending.len();
         let sent: Vec<_> = pending.into_iter().map(|p| (p.backref.key(), p.generation)).collect();
         let region = peer.to_owned();
         node.writer
             .apply(move |s, _, _| peer::releases_acknowledged(s, &region, sent))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
+            .await?;
         sent_total += n;
         if n < CALL_BATCH {
             return Ok(sent_total);
@@ -302,53 +221,25 @@ async fn flush_releases(node: &ResourcesService, peer: &str) -> Result<usize, St
 /// Owner side of seed 002's periodic check, over every row whose referrer
 /// lives in `peer` (a page per call, round-robin through the table): ask
 /// the peer which still stand; drop the others. Rows attached within
-/// `older_than` are left alone (their referrer's commit may be in flight).
-/// Heals lost releases, referrers that crashed, and attaches that landed
-/// after their reference was already given up.
+/// `older_than` are left alone (their referrer's commit may be in flight;
+/// the choice is [`peer::rows_to_check`]). Heals lost releases, referrers
+/// that crashed, and attaches that landed after their reference was
+/// already given up.
 async fn check_backrefs(
-    node: &ResourcesService,
+    node: &Node,
     peer: &str,
     older_than: Duration,
     resume_after: &mut Option<Vec<u8>>,
-) -> Result<usize, String> {
+) -> Result<usize, Fault> {
     let now = node.clock.now();
     let cutoff = Timestamp(now.0.saturating_sub(older_than.as_millis() as u64));
-    let page = node
-        .store
-        .scan(Table::Backrefs, &[], resume_after.as_deref(), 4 * CALL_BATCH)
-        .map_err(|e| e.to_string())?;
-    *resume_after = page.last().map(|(k, _)| k.clone());
-    let mut candidates = Vec::new();
-    for (_, v) in &page {
-        let row: cascade_core::BackRef = match serde_json::from_slice(v) {
-            Ok(r) => r,
-            Err(_) => continue,
-        };
-        if row.referrer.name.region() == peer
-            && row.target.name.region() == node.region.as_str()
-            && row.attached_at <= cutoff
-        {
-            candidates.push(PeerBackRef {
-                target: row.target,
-                referrer: row.referrer,
-                field: row.field,
-                generation: u64::MAX,
-            });
-        }
-    }
+    let (rows, last) = node.state().backref_page(resume_after.as_deref(), 4 * CALL_BATCH)?;
+    *resume_after = last;
+    let candidates = peer::rows_to_check(rows, node.region.as_str(), peer, cutoff);
     if candidates.is_empty() {
         return Ok(0);
     }
-    let mut client = node.peers.peer(peer).map_err(|e| e.to_string())?;
-    let request = v1::CheckBackrefsRequest {
-        from_region: node.region.to_string(),
-        backrefs: candidates.iter().map(convert::peer_backref).collect(),
-    };
-    let standing = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.check_backrefs(request)).await {
-        Ok(Ok(r)) => r.into_inner().standing,
-        Ok(Err(s)) => return Err(format!("{:?}: {}", s.code(), s.message())),
-        Err(_) => return Err("check timed out".into()),
-    };
+    let standing = node.peers.check_backrefs(peer, &node.region, &candidates).await?;
     let gone: Vec<PeerBackRef> = candidates
         .into_iter()
         .zip(standing.into_iter().chain(std::iter::repeat(true)))
@@ -366,9 +257,7 @@ async fn check_backrefs(
     );
     node.writer
         .apply(move |s, c, _| peer::release(s, c, None, gone))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .await?;
     Ok(n)
 }
 
@@ -520,9 +409,9 @@ impl Actor for Reconciler {
         let node = state.ctx.node.clone();
         if let Some(below) = node.compactable_below() {
             match node.writer.compact_outbox(below).await {
-                Ok(Ok(n)) if n > 0 => debug!(region = %node.region, removed = n, below, "outbox compacted"),
-                Ok(Err(e)) => warn!(region = %node.region, error = %e, "outbox compaction failed"),
-                _ => {}
+                Ok(n) if n > 0 => debug!(region = %node.region, removed = n, below, "outbox compacted"),
+                Ok(_) => {}
+                Err(e) => warn!(region = %node.region, error = %e, "outbox compaction failed"),
             }
         }
         confirm_closures(&node).await;
@@ -561,7 +450,7 @@ impl Actor for Reconciler {
                         info!(reason = %e, "cross-region references refused: create removed or references taken back");
                         state.orphans.remove(&r.uid);
                     }
-                    Err(s) => debug!(error = %s, "not settled yet; will retry"),
+                    Err(e) => debug!(error = %e, "not settled yet; will retry"),
                 }
             }
             .instrument(span)
@@ -577,7 +466,7 @@ impl Actor for Reconciler {
 /// and the root is purged. A region that cannot be asked, or any pending
 /// or changing part, leaves the root waiting: the writer reports it again
 /// after `Policy::closure_check_ms`.
-async fn confirm_closures(node: &ResourcesService) {
+async fn confirm_closures(node: &Node) {
     let ids: Vec<OperationId> = match node.closure_checks.lock() {
         Ok(mut checks) => std::mem::take(&mut *checks).into_iter().collect(),
         Err(_) => return,
@@ -593,10 +482,10 @@ async fn confirm_closures(node: &ResourcesService) {
                 .apply(move |s, c, _| cascade_core::protocol::confirm_remote_closure(s, c, id, local_changes))
                 .await
             {
-                Ok(Ok(true)) => info!("every region's part of the operation is finished; the root goes"),
-                Ok(Ok(false)) => debug!("the operation changed meanwhile; will look again"),
-                Ok(Err(e)) => warn!(error = %e, "confirming the closure failed"),
-                Err(e) => debug!(error = %e, "writer unavailable; will look again"),
+                Ok(true) => info!("every region's part of the operation is finished; the root goes"),
+                Ok(false) => debug!("the operation changed meanwhile; will look again"),
+                Err(e @ Fault::Writer(_)) => debug!(error = %e, "writer unavailable; will look again"),
+                Err(e) => warn!(error = %e, "confirming the closure failed"),
             }
         }
         .instrument(span)
@@ -607,7 +496,7 @@ async fn confirm_closures(node: &ResourcesService) {
 /// The double collect of [`confirm_closures`]: Some(the local part's change
 /// count, read before the first collect) when every other region's part
 /// had nothing pending and did not change between two collects.
-async fn remote_closure_finished(node: &ResourcesService, id: OperationId) -> Option<u64> {
+async fn remote_closure_finished(node: &Node, id: OperationId) -> Option<u64> {
     let local = node.state().get_operation(id).ok()??;
     let first = collect_parts(node, id).await?;
     if first.iter().any(|(_, pending, _)| *pending > 0) {
@@ -620,30 +509,18 @@ async fn remote_closure_finished(node: &ResourcesService, id: OperationId) -> Op
 
 /// (region, pending, changes) of every peer's part; a region without a part
 /// reads (0, 0). None if any region could not be asked.
-async fn collect_parts(node: &ResourcesService, id: OperationId) -> Option<Vec<(String, u64, u64)>> {
+async fn collect_parts(node: &Node, id: OperationId) -> Option<Vec<(String, u64, u64)>> {
     let mut parts = Vec::new();
     for region in node.peers.regions() {
-        let mut client = node.peers.peer(region).ok()?;
-        let request = v1::GetOperationRequest {
-            id: id.to_string(),
-            outcomes_page_size: 0,
-            outcomes_page_token: String::new(),
-        };
-        match call_owner(
-            region,
-            "OperationPart",
-            PEER_CALL_TIMEOUT,
-            client.operation_part(request),
-        )
-        .await
-        {
-            Ok(part) => {
-                let pending = part.progress.map_or(0, |p| p.pending);
-                parts.push((region.to_owned(), pending, part.changes));
-            }
-            Err(OwnerError::Answered(s)) if s.code() == tonic::Code::NotFound => parts.push((region.to_owned(), 0, 0)),
+        match node.peers.operation_part(region, id, 0, None).await {
+            Ok(Some(part)) => parts.push((
+                region.to_owned(),
+                part.operation.progress.pending,
+                part.operation.changes,
+            )),
+            Ok(None) => parts.push((region.to_owned(), 0, 0)),
             Err(e) => {
-                debug!(peer = region, error = %e.into_status(), "part of the operation not readable; will look again");
+                debug!(peer = region, error = %e, "part of the operation not readable; will look again");
                 return None;
             }
         }

@@ -25,8 +25,9 @@ use tracing::{debug, error, info, info_span, warn};
 use crate::clock::Clock;
 use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
+use crate::error::Fault;
 use crate::store::Store;
-use crate::Event;
+use cascade_core::model::Event;
 
 /// What the writer needs; shared by every incarnation of the actor.
 #[derive(Clone)]
@@ -336,7 +337,9 @@ impl Actor for Supervisor {
     }
 }
 
-/// The services' way to the writer. Survives writer restarts.
+/// The node's way to the writer. Survives writer restarts. Every call
+/// answers the step's value, or a [`Fault`]: the protocol refused
+/// (`Refused`), or the writer did not answer (`Writer`).
 #[derive(Clone)]
 pub struct WriterHandle {
     current: Arc<RwLock<ActorRef<WriterMsg>>>,
@@ -370,43 +373,36 @@ impl WriterHandle {
     async fn call<T: Send + 'static>(
         &self,
         build: impl FnOnce(RpcReplyPort<Result<T, CoreError>>) -> WriterMsg,
-    ) -> Result<Result<T, CoreError>, WriterUnavailable> {
+    ) -> Result<T, Fault> {
         let writer = self.writer()?;
         match writer.call(build, None).await {
-            Ok(ractor::rpc::CallResult::Success(r)) => Ok(r),
-            Ok(other) => Err(WriterUnavailable(format!(
+            Ok(ractor::rpc::CallResult::Success(r)) => Ok(r?),
+            Ok(other) => Err(Fault::Writer(WriterUnavailable(format!(
                 "no reply ({})",
                 if matches!(other, ractor::rpc::CallResult::Timeout) {
                     "timeout"
                 } else {
                     "writer stopped"
                 }
-            ))),
-            Err(e) => Err(WriterUnavailable(e.to_string())),
+            )))),
+            Err(e) => Err(Fault::Writer(WriterUnavailable(e.to_string()))),
         }
     }
 
-    pub async fn create(
-        &self,
-        specs: Vec<ResourceSpec>,
-    ) -> Result<Result<Vec<Resource>, CoreError>, WriterUnavailable> {
+    pub async fn create(&self, specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Fault> {
         self.call(|r| WriterMsg::Create(specs, r)).await
     }
 
-    pub async fn update(
-        &self,
-        spec: ResourceSpec,
-        etag: Option<String>,
-    ) -> Result<Result<Resource, CoreError>, WriterUnavailable> {
+    pub async fn update(&self, spec: ResourceSpec, etag: Option<String>) -> Result<Resource, Fault> {
         self.call(|r| WriterMsg::Update(spec, etag, r)).await
     }
 
-    pub async fn delete(&self, req: DeleteRequest) -> Result<Result<DeleteOutcome, CoreError>, WriterUnavailable> {
+    pub async fn delete(&self, req: DeleteRequest) -> Result<DeleteOutcome, Fault> {
         self.call(|r| WriterMsg::Delete(req, r)).await
     }
 
     /// Runs any protocol step in the writer, committing its writes.
-    pub async fn apply<T, F>(&self, step: F) -> Result<Result<T, CoreError>, WriterUnavailable>
+    pub async fn apply<T, F>(&self, step: F) -> Result<T, Fault>
     where
         T: Send + 'static,
         F: FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError> + Send + 'static,
@@ -423,7 +419,7 @@ impl WriterHandle {
 
     /// Compacts the outbox below `below` (one bounded batch), in the writer
     /// so it is ordered with every other write of the node.
-    pub async fn compact_outbox(&self, below: u64) -> Result<Result<usize, CoreError>, WriterUnavailable> {
+    pub async fn compact_outbox(&self, below: u64) -> Result<usize, Fault> {
         self.call(|reply| {
             WriterMsg::Apply(Box::new(move |state: &mut WriterState, _: &ActorRef<WriterMsg>| {
                 let result = StoreState {

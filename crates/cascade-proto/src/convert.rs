@@ -9,6 +9,7 @@ use cascade_core::model::{
     Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation, OperationState, Outcome,
     OutcomeAction, RefTarget, Resource, ResourceState,
 };
+use cascade_core::operation_view::{OperationPage, OperationView};
 use cascade_core::protocol::{DeleteRequest, Plan, RefRequest, ResourceSpec};
 use cascade_core::Uid;
 use tonic::Status;
@@ -245,6 +246,104 @@ pub fn outcome(o: &Outcome) -> v1::Outcome {
     };
     out.action = action as i32;
     out
+}
+
+/// An operation with every region's part merged (see
+/// `cascade_core::operation_view`); `next_page_token` is the encoded cursor.
+pub fn operation_view(view: &OperationView, next_page_token: String) -> v1::Operation {
+    let mut out = operation(&view.operation, &view.outcomes, next_page_token);
+    out.done = view.done;
+    out.unreachable_regions = view.unreachable.clone();
+    out
+}
+
+fn time_from(ms: i64) -> cascade_core::Timestamp {
+    cascade_core::Timestamp(u64::try_from(ms).unwrap_or(0))
+}
+
+fn blocker_from(b: v1::Blocker, field: &str) -> Result<Blocker, Status> {
+    Ok(Blocker {
+        referrer: cascade_core::ResourceName::parse(&b.referrer).map_err(|e| invalid_field(field, e))?,
+        field: b.field,
+        referrer_deleting: b.referrer_deleting,
+    })
+}
+
+/// A region's part of an operation as another node answered it
+/// (`Peer.OperationPart`): the inverse of [`operation`] and [`outcome`].
+/// `next` is the part's own page token (the last outcome's name).
+pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
+    let state = match v1::OperationState::try_from(op.state) {
+        Ok(v1::OperationState::Running) => OperationState::Running,
+        Ok(v1::OperationState::Succeeded) => OperationState::Succeeded,
+        Ok(v1::OperationState::Failed) => OperationState::Failed,
+        _ => return Err(invalid_field("state", "unknown operation state")),
+    };
+    let progress = op.progress.unwrap_or_default();
+    let mut outcomes = Vec::with_capacity(op.outcomes.len());
+    for (i, o) in op.outcomes.into_iter().enumerate() {
+        let at = format!("outcomes[{i}]");
+        let action = match v1::OutcomeAction::try_from(o.action) {
+            Ok(v1::OutcomeAction::Pending) => OutcomeAction::Pending,
+            Ok(v1::OutcomeAction::Deleted) => OutcomeAction::Deleted,
+            Ok(v1::OutcomeAction::Unset) => OutcomeAction::Unset { field: o.field },
+            Ok(v1::OutcomeAction::Blocked) => OutcomeAction::Blocked {
+                blockers: o
+                    .blockers
+                    .into_iter()
+                    .map(|b| blocker_from(b, &format!("{at}.blockers")))
+                    .collect::<Result<_, _>>()?,
+            },
+            Ok(v1::OutcomeAction::Failed) => OutcomeAction::Failed { error: o.message },
+            Ok(v1::OutcomeAction::Waiting) => OutcomeAction::Waiting {
+                regions: o
+                    .message
+                    .strip_prefix("waiting on region ")
+                    .unwrap_or(&o.message)
+                    .split(", ")
+                    .filter(|r| !r.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+            },
+            _ => return Err(invalid_field(&format!("{at}.action"), "unknown outcome action")),
+        };
+        outcomes.push(Outcome {
+            resource: ref_target(o.resource, &format!("{at}.resource"))?,
+            action,
+            time: time_from(o.time_ms),
+        });
+    }
+    let next = if op.next_outcomes_page_token.is_empty() {
+        None
+    } else {
+        Some(
+            cascade_core::ResourceName::parse(&op.next_outcomes_page_token)
+                .map_err(|e| invalid_field("next_outcomes_page_token", e))?,
+        )
+    };
+    Ok(OperationPage {
+        operation: Operation {
+            id: cascade_core::OperationId::parse(&op.id).map_err(|e| invalid_field("id", e))?,
+            root: ref_target(op.root, "root")?,
+            requested_by: op.requested_by,
+            cascade: op.cascade,
+            state,
+            progress: cascade_core::model::Progress {
+                deleted: progress.deleted,
+                unset: progress.unset,
+                pending: progress.pending,
+                blocked: progress.blocked,
+                failed: progress.failed,
+            },
+            create_time: time_from(op.create_time_ms),
+            end_time: (op.end_time_ms > 0).then(|| time_from(op.end_time_ms)),
+            reached: Default::default(),
+            changes: op.changes,
+            closure_confirmed: false,
+        },
+        outcomes,
+        next,
+    })
 }
 
 pub fn plan(p: &Plan) -> v1::Plan {

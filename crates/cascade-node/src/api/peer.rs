@@ -1,23 +1,25 @@
-//! `cascade.v1.Peer`: what other regions' nodes call on this one.
+//! `cascade.v1.Peer`, what other regions' nodes call on this one: an
+//! adapter around [`Node`] that also decides who may call what (with mutual
+//! TLS, a region acts only as itself).
 
-use cascade_core::model::{EventType, ResourceState};
-use cascade_core::{peer, BackRefKey, Ctx, OperationId, RegionId, ResourceName};
+use std::sync::Arc;
+
+use cascade_core::model::EventType;
+use cascade_core::{peer, BackRefKey, RegionId, ResourceName};
 use cascade_proto::convert;
-use cascade_proto::status::{invalid_field, storage_unavailable, with_details};
-use cascade_proto::status_from_core;
+use cascade_proto::status::{invalid_field, with_details};
 use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
 
-use crate::codec::StoreState;
-use crate::service::ResourcesService;
-use crate::store::Table;
+use crate::api::{parse_name, parse_operation_id};
+use crate::node::{LocalLookup, Node};
 use crate::stream::outbox_stream;
 
-/// Shares the node's store, writer and feed with the client API.
+/// The Peer service over one node.
 #[derive(Clone)]
-pub struct PeerService {
-    pub(crate) node: ResourcesService,
+pub(crate) struct PeerApi {
+    pub(crate) node: Arc<Node>,
 }
 
 /// Lookup's NOT_FOUND, with the reason (absent, or DELETING) in the details.
@@ -53,7 +55,7 @@ enum Caller {
     Region(RegionId),
 }
 
-impl PeerService {
+impl PeerApi {
     /// With mutual TLS on, every Peer call needs a client certificate that
     /// names a region (the CA already verified the chain at the handshake).
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
@@ -109,29 +111,22 @@ impl PeerService {
 }
 
 #[tonic::async_trait]
-impl Peer for PeerService {
+impl Peer for PeerApi {
     async fn lookup(&self, request: Request<v1::LookupRequest>) -> Result<Response<v1::ObjectRef>, Status> {
         self.authorize_any(&request)?;
-        let name = ResourceName::parse(&request.into_inner().name).map_err(|e| invalid_field("name", e))?;
-        let found = StoreState {
-            store: self.node.store.as_ref(),
-        }
-        .get_resource(&name)
-        .map_err(storage_unavailable)?;
-        match found {
-            Some(r) if r.state == ResourceState::Active => Ok(Response::new(v1::ObjectRef {
-                name: r.name.to_string(),
-                uid: r.uid.to_string(),
+        let name = parse_name(&request.into_inner().name, "name")?;
+        match self.node.lookup_local(&name)? {
+            LocalLookup::Live(uid) => Ok(Response::new(v1::ObjectRef {
+                name: name.to_string(),
+                uid: uid.to_string(),
                 dangling: false,
             })),
             // Seed 000: to another region, a DELETING resource is already
             // gone (NOT_FOUND). The details still say DELETING, so a node
             // resolving a reference for a client can tell it "is being
             // deleted", as this region tells its own clients.
-            Some(r) if r.state == ResourceState::Deleting => {
-                Err(not_found(&name, ErrorReason::Deleting, &r.uid.to_string()))
-            }
-            _ => Err(not_found(&name, ErrorReason::NotFound, "")),
+            LocalLookup::Deleting(uid) => Err(not_found(&name, ErrorReason::Deleting, &uid.to_string())),
+            LocalLookup::Absent => Err(not_found(&name, ErrorReason::NotFound, "")),
         }
     }
 
@@ -141,13 +136,7 @@ impl Peer for PeerService {
         let req = request.into_inner();
         self.limit(req.backrefs.len())?;
         let entries = backrefs(req.backrefs)?;
-        let attached = self
-            .node
-            .writer
-            .apply(move |s, c, _| peer::attach(s, c, from.as_str(), entries))
-            .await
-            .map_err(storage_unavailable)?
-            .map_err(|e| status_from_core(&e))?;
+        let attached = self.node.attach(from, entries).await?;
         Ok(Response::new(v1::AttachResponse {
             attached: attached as u32,
         }))
@@ -159,14 +148,7 @@ impl Peer for PeerService {
         let req = request.into_inner();
         self.limit(req.backrefs.len())?;
         let entries = backrefs(req.backrefs)?;
-        let caller = from.clone();
-        let report = self
-            .node
-            .writer
-            .apply(move |s, c, _| peer::release(s, c, Some(caller.as_str()), entries))
-            .await
-            .map_err(storage_unavailable)?
-            .map_err(|e| status_from_core(&e))?;
+        let report = self.node.release(from.clone(), entries).await?;
         if report.foreign > 0 {
             warn!(region = %self.node.region, from = %from, refused = report.foreign,
                 "refused to release back-references of another region's referrers");
@@ -207,13 +189,7 @@ impl Peer for PeerService {
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
         let keys = self.backref_keys(request)?;
-        let standing = peer::standing(
-            &StoreState {
-                store: self.node.store.as_ref(),
-            },
-            &keys,
-        )
-        .map_err(storage_unavailable)?;
+        let standing = self.node.standing(&keys)?;
         Ok(Response::new(v1::CheckBackrefsResponse { standing }))
     }
 
@@ -235,24 +211,24 @@ impl Peer for PeerService {
     ) -> Result<Response<v1::Operation>, Status> {
         self.authorize_any(&request)?;
         let req = request.into_inner();
-        let id = OperationId::parse(&req.id).map_err(|e| invalid_field("id", e))?;
-        Ok(Response::new(self.node.local_operation(
-            id,
-            req.outcomes_page_size as usize,
-            &req.outcomes_page_token,
-        )?))
+        let id = parse_operation_id(&req.id, "id")?;
+        let after = if req.outcomes_page_token.is_empty() {
+            None
+        } else {
+            Some(parse_name(&req.outcomes_page_token, "outcomes_page_token")?)
+        };
+        let page = self
+            .node
+            .local_operation(id, req.outcomes_page_size as usize, after.as_ref())?;
+        let next = page.next.as_ref().map(ResourceName::to_string).unwrap_or_default();
+        Ok(Response::new(convert::operation(&page.operation, &page.outcomes, next)))
     }
 
     async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
         let region = from_region(&request.get_ref().region)?;
         // An acknowledgement lets the owner compact its outbox: only the watcher itself may give it.
         self.authorize_as(&request, &region, "Ack")?;
-        let req = request.into_inner();
-        if let Ok(mut acks) = self.node.acks.lock() {
-            let slot = acks.entry(region.to_string()).or_default();
-            *slot = (*slot).max(req.revision);
-        }
-        let first_retained = self.node.state().outbox_floor().map_err(storage_unavailable)?;
+        let first_retained = self.node.record_ack(&region, request.into_inner().revision)?;
         Ok(Response::new(v1::AckResponse { first_retained }))
     }
 
@@ -262,28 +238,15 @@ impl Peer for PeerService {
     ) -> Result<Response<v1::ListDeletingResponse>, Status> {
         let region = from_region(&request.get_ref().region)?;
         self.authorize_any(&request)?;
-        let state = self.node.state();
-        let unavailable = storage_unavailable::<crate::store::StoreError>;
-        // The revision first: events after it are streamed anyway, and
-        // applying one twice is harmless.
-        let revision = state.next_revision_stored().map_err(unavailable)?.saturating_sub(1);
-        let deletions: Vec<cascade_core::DeletionRecord> =
-            state.all(Table::Deletions, usize::MAX).map_err(unavailable)?;
-        let mut deleting = Vec::new();
-        for d in deletions {
-            let rows = state.backrefs_of(d.target.uid).map_err(unavailable)?;
-            if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
-                let no_cascade = state
-                    .get_operation(d.operation)
-                    .map_err(unavailable)?
-                    .is_some_and(|op| !op.cascade);
-                deleting.push(v1::DeletingEntry {
-                    resource: Some(convert::object_ref(&d.target)),
-                    operation_id: d.operation.to_string(),
-                    no_cascade,
-                });
-            }
-        }
+        let (deleting, revision) = self.node.deleting_for(&region)?;
+        let deleting = deleting
+            .iter()
+            .map(|d| v1::DeletingEntry {
+                resource: Some(convert::object_ref(&d.target)),
+                operation_id: d.operation.to_string(),
+                no_cascade: d.no_cascade,
+            })
+            .collect();
         Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))
     }
 
@@ -292,51 +255,32 @@ impl Peer for PeerService {
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
         let keys = self.backref_keys(request)?;
-        let state = self.node.state();
-        let standing = peer::keeps_another_target(&state, read_ctx(&self.node, self.node.clock.now()), &keys)
-            .map_err(|e| status_from_core(&e))?;
+        let standing = self.node.keeps_another_target(&keys)?;
         Ok(Response::new(v1::CheckBackrefsResponse { standing }))
     }
 
     async fn dump(&self, request: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
         // The whole region's state: certified regions only (`cascade check` runs with a node's identity).
         self.authorize_any(&request)?;
-        let state = StoreState {
-            store: self.node.store.as_ref(),
-        };
-        let unavailable = storage_unavailable::<crate::store::StoreError>;
-        const MAX: usize = 1_000_000;
-        let resources: Vec<cascade_core::Resource> = state.all(Table::Resources, MAX).map_err(unavailable)?;
-        let rows: Vec<cascade_core::BackRef> = state.all(Table::Backrefs, MAX).map_err(unavailable)?;
-        let remote: Vec<cascade_core::RemoteDeletion> = state.all(Table::RemoteDeletions, MAX).map_err(unavailable)?;
-        let mut out = v1::DumpResponse {
+        let dump = self.node.dump().await?;
+        Ok(Response::new(v1::DumpResponse {
             region: self.node.region.to_string(),
-            backrefs: rows.iter().map(convert::backref_row).collect(),
-            pending_releases: state.count(Table::PendingReleases).map_err(unavailable)? as u64,
-            queued_work: state.count(Table::RetryQueue).map_err(unavailable)? as u64,
-            pending_attach: state.count(Table::PendingAttach).map_err(unavailable)? as u64,
-            remote_deletions: remote.iter().map(|r| convert::object_ref(&r.target)).collect(),
-            cursors: state.cursors().map_err(unavailable)?.into_iter().collect(),
-            last_revision: state.next_revision_stored().map_err(unavailable)?.saturating_sub(1),
-            ..Default::default()
-        };
-        // Marked as Get marks them, so the checker sees what a reader sees.
-        let mut owners = std::collections::BTreeMap::new();
-        for r in &resources {
-            let mut view = self.node.present(r)?;
-            self.node.mark_remote_dangling(r, &mut view, &mut owners).await;
-            out.resources.push(view);
-        }
-        Ok(Response::new(out))
-    }
-}
-
-/// A read-only protocol context for queries served outside the writer.
-pub(crate) fn read_ctx<'a>(node: &'a ResourcesService, now: cascade_core::Timestamp) -> Ctx<'a> {
-    Ctx {
-        schema: &node.schema,
-        region: &node.region,
-        now,
-        policy: &node.policy,
+            resources: dump
+                .resources
+                .iter()
+                .map(|v| convert::resource(&v.resource, v.record.as_ref(), &v.dangling))
+                .collect(),
+            backrefs: dump.backrefs.iter().map(convert::backref_row).collect(),
+            pending_releases: dump.pending_releases as u64,
+            queued_work: dump.queued_work as u64,
+            pending_attach: dump.pending_attach as u64,
+            remote_deletions: dump
+                .remote_deletions
+                .iter()
+                .map(|r| convert::object_ref(&r.target))
+                .collect(),
+            cursors: dump.cursors.into_iter().collect(),
+            last_revision: dump.last_revision,
+        }))
     }
 }

@@ -39,14 +39,17 @@ use tonic::{Response, Status};
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a call to another region's node did not return a value.
-#[derive(Debug)]
-pub(crate) enum OwnerError {
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
     /// The owner answered with this status.
+    #[error("answered {:?}: {}", .0.code(), .0.message())]
     Answered(Status),
     /// The owner could not be asked, or did not answer in time
     /// (`CoreError::RegionUnavailable`).
+    #[error(transparent)]
     Unreachable(CoreError),
     /// The owner's answer could not be decoded here.
+    #[error("the answer of region {region} to {rpc} could not be decoded: {}", .status.message())]
     BadAnswer {
         region: String,
         rpc: &'static str,

@@ -1,0 +1,89 @@
+//! The wire edge of the node: the only module that knows `cascade.v1`
+//! messages.
+//!
+//! - [`resources`]: `cascade.v1.Resources`, the client API, and
+//!   [`peer`]: `cascade.v1.Peer`, what other regions' nodes call. Both are
+//!   adapters around [`Node`]: decode the request, call one `Node` method,
+//!   encode the answer (or forward a client request for another region's
+//!   name to its owner, unchanged).
+//! - [`peer_client`]: the other direction, this node's typed calls on other
+//!   regions' Peer services.
+//! - [`forward`]: the one rule that classifies what came back from another
+//!   region's node (its answer, its error, unreachable, undecodable).
+//! - [`wire_errors`]: tonic's refusals of unreadable requests in the
+//!   documented codes.
+//!
+//! Every failure reaches a client through one conversion, `From<Fault> for
+//! Status` below, so the same condition gets the same code and details
+//! whichever node answers.
+
+pub(crate) mod forward;
+pub(crate) mod peer;
+pub(crate) mod peer_client;
+pub(crate) mod resources;
+pub(crate) mod wire_errors;
+
+use std::sync::Arc;
+
+use cascade_core::{CoreError, OperationId, ResourceName};
+use cascade_proto::status::{invalid_field, storage_unavailable};
+use cascade_proto::status_from_core;
+use cascade_proto::v1::peer_server::PeerServer;
+use cascade_proto::v1::resources_server::ResourcesServer;
+use tonic::Status;
+
+use crate::error::Fault;
+use crate::node::Node;
+
+impl From<Fault> for Status {
+    fn from(fault: Fault) -> Self {
+        match fault {
+            Fault::Refused(e) => status_from_core(&e),
+            Fault::Storage(e) => storage_unavailable(e),
+            Fault::Writer(e) => storage_unavailable(e),
+            Fault::Owner(e) => e.into_status(),
+        }
+    }
+}
+
+/// A core refusal as a status (for `map_err`).
+pub(crate) fn refused(e: CoreError) -> Status {
+    status_from_core(&e)
+}
+
+/// A resource name from a request, or INVALID_ARGUMENT naming `field`.
+pub(crate) fn parse_name(raw: &str, field: &str) -> Result<ResourceName, Status> {
+    ResourceName::parse(raw).map_err(|e| invalid_field(field, e))
+}
+
+/// An operation id from a request, or INVALID_ARGUMENT naming `field`.
+pub(crate) fn parse_operation_id(raw: &str, field: &str) -> Result<OperationId, Status> {
+    OperationId::parse(raw).map_err(|e| invalid_field(field, e))
+}
+
+/// The node's two gRPC services, with the message size limits applied.
+pub(crate) fn services(node: &Arc<Node>) -> (ResourcesServer<resources::ResourcesApi>, PeerServer<peer::PeerApi>) {
+    let max_message = node.limits.max_message_bytes;
+    let resources = ResourcesServer::new(resources::ResourcesApi { node: node.clone() })
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+    let peer = PeerServer::new(peer::PeerApi { node: node.clone() })
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
+    (resources, peer)
+}
+
+/// Reports the client API as serving through gRPC health.
+pub(crate) async fn mark_serving(health: &tonic_health::server::HealthReporter) {
+    health.set_serving::<ResourcesServer<resources::ResourcesApi>>().await;
+}
+
+/// gRPC reflection over every service in `proto/`.
+pub(crate) fn reflection() -> Result<
+    tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+    tonic_reflection::server::Error,
+> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+}

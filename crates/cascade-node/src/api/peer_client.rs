@@ -1,0 +1,379 @@
+//! The calls this node makes on other regions' `cascade.v1.Peer` service,
+//! typed: core values in, core values out.
+//!
+//! Every call goes through [`Peers::call`], which owns the deadline and the
+//! classification of what came back (see [`crate::api::forward`]): an
+//! answer, the owner's own error status, an owner that could not be asked,
+//! or an answer that could not be decoded. The methods below then read the
+//! answer in the protocol's terms (a Lookup's NOT_FOUND whose details say
+//! DELETING is a target being deleted; an Attach refused for a missing
+//! target is `TargetNotFound`, …), so the flows in `cluster.rs` and the
+//! links never see a wire type.
+
+use std::future::Future;
+use std::time::Duration;
+
+use cascade_core::model::RemoteEvent;
+use cascade_core::operation_view::OperationPage;
+use cascade_core::peer::{PeerBackRef, RemoteDeleting};
+use cascade_core::protocol::Plan;
+use cascade_core::{CoreError, OperationId, RefTarget, RegionId, ResourceName, Uid};
+use cascade_proto::status::reason_of;
+use cascade_proto::v1::peer_client::PeerClient;
+use cascade_proto::v1::{self, ErrorReason};
+use cascade_proto::{convert, error_details};
+use futures::{Stream, StreamExt};
+use tonic::transport::Channel;
+use tonic::{Code, Response, Status};
+
+use crate::api::forward::{call_owner, OwnerError};
+use crate::peers::{Peers, PEER_CALL_TIMEOUT};
+
+/// What an owner says about one of its resources.
+pub(crate) enum LookupAnswer {
+    /// ACTIVE, with this uid.
+    Live(Uid),
+    /// Being deleted: to another region it is already gone (seed 000).
+    Deleting,
+    /// No such resource.
+    Absent,
+}
+
+/// Why a peer's watch stream ended.
+pub(crate) enum WatchEnd {
+    /// The peer compacted its outbox past the cursor: resync from its listing.
+    Compacted,
+    /// Anything else (the text says what); reconnect after a backoff.
+    Failed(String),
+}
+
+fn ended(s: &Status) -> WatchEnd {
+    if s.code() == Code::OutOfRange {
+        WatchEnd::Compacted
+    } else {
+        WatchEnd::Failed(format!("{:?}: {}", s.code(), s.message()))
+    }
+}
+
+/// An answer that could not be read as the protocol needs it.
+fn bad_answer(region: &str, rpc: &'static str, status: Status) -> OwnerError {
+    OwnerError::BadAnswer {
+        region: region.to_owned(),
+        rpc,
+        status,
+    }
+}
+
+/// An owner's refusal of an attach, in the terms the client would hear for
+/// a local target: a missing, DELETING or re-created target is the same
+/// core error (its field is completed in the request's terms by
+/// `cascade_core::request_path`); another refusal is `AttachRefused`; an
+/// owner that cannot serve it now is unavailable (the reconciler retries).
+fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
+    let details = error_details(s).unwrap_or_default();
+    let reason = ErrorReason::try_from(details.reason).unwrap_or(ErrorReason::Unspecified);
+    let target = details
+        .resource
+        .as_ref()
+        .and_then(|r| ResourceName::parse(&r.name).ok());
+    let field = details.field.clone();
+    match (s.code(), reason, target) {
+        (Code::FailedPrecondition, ErrorReason::Deleting, Some(target)) => CoreError::TargetDeleting { field, target },
+        (Code::NotFound, ErrorReason::NotFound, Some(target)) => CoreError::TargetNotFound { field, target },
+        (Code::FailedPrecondition, ErrorReason::UidMismatch, Some(target)) => {
+            let expected = sent
+                .iter()
+                .find(|e| e.target.name == target && field == format!("refs.{}", e.field))
+                .map(|e| e.target.uid.to_string())
+                .unwrap_or_default();
+            let actual = details.resource.map(|r| r.uid).unwrap_or_default();
+            CoreError::TargetUidMismatch {
+                field,
+                target,
+                expected,
+                actual,
+            }
+        }
+        (Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument, ..) => CoreError::AttachRefused {
+            region: region.to_owned(),
+            reason: s.message().to_owned(),
+        },
+        _ => CoreError::RegionUnavailable {
+            region: region.to_owned(),
+            reason: format!("Attach: {:?}: {}", s.code(), s.message()),
+        },
+    }
+}
+
+/// Whatever the owner answered, the caller cannot go on without its
+/// answer: the region counts as unavailable for this call.
+fn unavailable_unless_answered(region: &str, rpc: &'static str, e: OwnerError) -> OwnerError {
+    match e {
+        OwnerError::Answered(s) => OwnerError::Unreachable(CoreError::RegionUnavailable {
+            region: region.to_owned(),
+            reason: format!("{rpc}: {:?}: {}", s.code(), s.message()),
+        }),
+        other => other,
+    }
+}
+
+impl Peers {
+    /// Calls `rpc` on `region`'s Peer service within `deadline`, and
+    /// classifies the outcome (see [`crate::api::forward`]).
+    pub(crate) async fn call<T, F, Fut>(
+        &self,
+        region: &str,
+        rpc: &'static str,
+        deadline: Duration,
+        call: F,
+    ) -> Result<T, OwnerError>
+    where
+        F: FnOnce(PeerClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let client = self.peer(region).map_err(OwnerError::Unreachable)?;
+        call_owner(region, rpc, deadline, call(client)).await
+    }
+
+    /// Asks a resource's owner whether it lives, and as which incarnation.
+    pub(crate) async fn lookup(&self, name: &ResourceName, deadline: Duration) -> Result<LookupAnswer, OwnerError> {
+        let region = name.region();
+        let req = v1::LookupRequest { name: name.to_string() };
+        match self
+            .call(region, "Lookup", deadline, |mut c| async move { c.lookup(req).await })
+            .await
+        {
+            Ok(found) => match Uid::parse(&found.uid) {
+                Ok(uid) => Ok(LookupAnswer::Live(uid)),
+                Err(e) => Err(bad_answer(
+                    region,
+                    "Lookup",
+                    Status::internal(format!("an invalid uid for {name}: {e}")),
+                )),
+            },
+            // Seed 000: to a peer, a DELETING resource is NOT_FOUND; the
+            // reason in the details tells it from an absent one.
+            Err(OwnerError::Answered(s)) if s.code() == Code::NotFound => {
+                Ok(if reason_of(&s) == ErrorReason::Deleting {
+                    LookupAnswer::Deleting
+                } else {
+                    LookupAnswer::Absent
+                })
+            }
+            Err(OwnerError::Answered(s)) if s.code() == Code::Unavailable => {
+                Err(OwnerError::Unreachable(CoreError::RegionUnavailable {
+                    region: region.to_owned(),
+                    reason: format!("Lookup: {}", s.message()),
+                }))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Attaches back-references at their owner `region`, as `from`. A
+    /// refusal comes back in the protocol's terms (see [`attach_refusal`]).
+    pub(crate) async fn attach(&self, region: &str, from: &RegionId, chunk: &[PeerBackRef]) -> Result<(), CoreError> {
+        let req = v1::AttachRequest {
+            from_region: from.to_string(),
+            backrefs: chunk.iter().map(convert::peer_backref).collect(),
+        };
+        match self
+            .call(region, "Attach", PEER_CALL_TIMEOUT, |mut c| async move {
+                c.attach(req).await
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(OwnerError::Answered(s)) => Err(attach_refusal(region, chunk, &s)),
+            Err(OwnerError::Unreachable(e)) => Err(e),
+            // Attach is idempotent: an answer that could not be read is
+            // settled by asking again (the reconciler).
+            Err(bad @ OwnerError::BadAnswer { .. }) => Err(CoreError::RegionUnavailable {
+                region: region.to_owned(),
+                reason: bad.to_string(),
+            }),
+        }
+    }
+
+    /// `region`'s part of a dry run from `seeds`; None when it cannot be
+    /// asked or does not answer with a plan (reported as unreachable).
+    pub(crate) async fn plan(&self, region: &str, seeds: &[RefTarget], cascade: bool) -> Option<Plan> {
+        let req = v1::PeerPlanRequest {
+            seeds: seeds.iter().map(convert::object_ref).collect(),
+            cascade,
+        };
+        let answer = self
+            .call(
+                region,
+                "Plan",
+                PEER_CALL_TIMEOUT,
+                |mut c| async move { c.plan(req).await },
+            )
+            .await
+            .ok()?;
+        convert::plan_from(answer).ok()
+    }
+
+    /// `region`'s part of operation `id` with up to `want` outcomes after
+    /// `after`; None when it has no part.
+    pub(crate) async fn operation_part(
+        &self,
+        region: &str,
+        id: OperationId,
+        want: usize,
+        after: Option<&ResourceName>,
+    ) -> Result<Option<OperationPage>, OwnerError> {
+        let req = v1::GetOperationRequest {
+            id: id.to_string(),
+            outcomes_page_size: u32::try_from(want).unwrap_or(u32::MAX),
+            outcomes_page_token: after.map(ResourceName::to_string).unwrap_or_default(),
+        };
+        match self
+            .call(region, "OperationPart", PEER_CALL_TIMEOUT, |mut c| async move {
+                c.operation_part(req).await
+            })
+            .await
+        {
+            Ok(part) => convert::operation_page_from(part)
+                .map(Some)
+                .map_err(|s| bad_answer(region, "OperationPart", s)),
+            Err(OwnerError::Answered(s)) if s.code() == Code::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks `region` which of its list owners named by `rows` keep another
+    /// live target (before a delete without cascade). Any answer but the
+    /// list is unavailable: the delete cannot be decided without it.
+    pub(crate) async fn keeps_another_target(
+        &self,
+        region: &str,
+        from: &RegionId,
+        rows: &[PeerBackRef],
+    ) -> Result<Vec<bool>, OwnerError> {
+        let req = v1::CheckBackrefsRequest {
+            from_region: from.to_string(),
+            backrefs: rows.iter().map(convert::peer_backref).collect(),
+        };
+        self.call(region, "KeepsAnotherTarget", PEER_CALL_TIMEOUT, |mut c| async move {
+            c.keeps_another_target(req).await
+        })
+        .await
+        .map(|r| r.standing)
+        .map_err(|e| unavailable_unless_answered(region, "KeepsAnotherTarget", e))
+    }
+
+    /// Importer side of seed 002's periodic check, asked by the owner: which
+    /// of `rows` still stand at `region`.
+    pub(crate) async fn check_backrefs(
+        &self,
+        region: &str,
+        from: &RegionId,
+        rows: &[PeerBackRef],
+    ) -> Result<Vec<bool>, OwnerError> {
+        let req = v1::CheckBackrefsRequest {
+            from_region: from.to_string(),
+            backrefs: rows.iter().map(convert::peer_backref).collect(),
+        };
+        self.call(region, "CheckBackrefs", PEER_CALL_TIMEOUT, |mut c| async move {
+            c.check_backrefs(req).await
+        })
+        .await
+        .map(|r| r.standing)
+    }
+
+    /// Sends released back-references to their owner `region`.
+    pub(crate) async fn release(&self, region: &str, from: &RegionId, rows: &[PeerBackRef]) -> Result<(), OwnerError> {
+        let req = v1::ReleaseRequest {
+            from_region: from.to_string(),
+            backrefs: rows.iter().map(convert::peer_backref).collect(),
+        };
+        self.call(region, "Release", PEER_CALL_TIMEOUT, |mut c| async move {
+            c.release(req).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Tells `region` how far `from` applied its outbox.
+    pub(crate) async fn ack(&self, region: &str, from: &RegionId, revision: u64) -> Result<(), OwnerError> {
+        let req = v1::AckRequest {
+            region: from.to_string(),
+            revision,
+        };
+        self.call(
+            region,
+            "Ack",
+            PEER_CALL_TIMEOUT,
+            |mut c| async move { c.ack(req).await },
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The DELETING resources of `region` that `from` references, and the
+    /// revision to resume watching after (the resync after compaction).
+    /// Entries that do not decode are skipped.
+    pub(crate) async fn list_deleting(
+        &self,
+        region: &str,
+        from: &RegionId,
+    ) -> Result<(Vec<RemoteDeleting>, u64), OwnerError> {
+        let req = v1::ListDeletingRequest {
+            region: from.to_string(),
+        };
+        let listing = self
+            .call(region, "ListDeleting", PEER_CALL_TIMEOUT, |mut c| async move {
+                c.list_deleting(req).await
+            })
+            .await?;
+        let deleting = listing
+            .deleting
+            .into_iter()
+            .filter_map(|d| {
+                Some(RemoteDeleting {
+                    target: convert::ref_target(d.resource, "resource").ok()?,
+                    operation: OperationId::parse(&d.operation_id).ok()?,
+                    no_cascade: d.no_cascade,
+                })
+            })
+            .collect();
+        Ok((deleting, listing.revision))
+    }
+
+    /// Follows `region`'s outbox from revision `from_revision`, as `watcher`:
+    /// its DELETING and PURGED events (an event that does not decode is
+    /// skipped), until the stream ends.
+    pub(crate) async fn watch(
+        &self,
+        region: &str,
+        watcher: &RegionId,
+        from_revision: u64,
+    ) -> Result<impl Stream<Item = Result<Option<RemoteEvent>, WatchEnd>> + Send + Unpin + 'static, WatchEnd> {
+        let req = v1::PeerWatchRequest {
+            region: watcher.to_string(),
+            from_revision,
+        };
+        let mut client = self.peer(region).map_err(|e| WatchEnd::Failed(e.to_string()))?;
+        let stream = match tokio::time::timeout(PEER_CALL_TIMEOUT, client.watch(req)).await {
+            Ok(Ok(s)) => s.into_inner(),
+            Ok(Err(s)) => return Err(ended(&s)),
+            Err(_) => return Err(WatchEnd::Failed("watch call timed out".into())),
+        };
+        Ok(stream.map(|item| match item {
+            Ok(e) => Ok(remote_event(e)),
+            Err(s) => Err(ended(&s)),
+        }))
+    }
+}
+
+fn remote_event(e: v1::PeerEvent) -> Option<RemoteEvent> {
+    let resource = convert::ref_target(e.resource, "resource").ok()?;
+    Some(RemoteEvent {
+        revision: e.revision,
+        event_type: convert::event_type_from(e.r#type)?,
+        resource,
+        operation: OperationId::parse(&e.operation_id).ok(),
+        no_cascade: e.no_cascade,
+    })
+}

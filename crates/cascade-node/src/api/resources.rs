@@ -1,0 +1,360 @@
+//! `cascade.v1.Resources`, the client API: an adapter around [`Node`].
+//!
+//! Each call decodes its request, forwards it unchanged to the owner when
+//! it names another region's resource (so the owner answers, whichever node
+//! was asked), or calls the [`Node`] method that does the work, and encodes
+//! the answer. Watch streams the outbox; WatchOperation re-reads the
+//! operation whenever one of its events commits (and polls other regions).
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cascade_core::model::Event;
+use cascade_core::operation_view::{OperationView, OutcomesCursor};
+use cascade_core::protocol::{DeleteOutcome, ResourceSpec};
+use cascade_core::ResourceName;
+use cascade_proto::convert;
+use cascade_proto::page_token::OutcomesPageToken;
+use cascade_proto::status::invalid_field;
+use cascade_proto::v1::resources_client::ResourcesClient;
+use cascade_proto::v1::{self, resources_server::Resources};
+use futures::Stream;
+use tokio::sync::{broadcast, mpsc};
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+use tracing::{info_span, Instrument};
+
+use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::{parse_name, parse_operation_id, refused};
+use crate::node::{Node, ResourceView};
+use crate::stream::outbox_stream;
+
+/// The client API over one node.
+#[derive(Clone)]
+pub(crate) struct ResourcesApi {
+    pub(crate) node: Arc<Node>,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The wire form of a resource as a reader sees it.
+fn present(view: &ResourceView) -> v1::Resource {
+    convert::resource(&view.resource, view.record.as_ref(), &view.dangling)
+}
+
+/// The wire form of an operation, with its cursor as an opaque page token.
+fn present_operation(view: &OperationView) -> v1::Operation {
+    let token = view
+        .next
+        .as_ref()
+        .map(|c| {
+            OutcomesPageToken {
+                region: c.region.clone(),
+                inner: c.after.as_ref().map(ResourceName::to_string).unwrap_or_default(),
+            }
+            .encode()
+        })
+        .unwrap_or_default();
+    convert::operation_view(view, token)
+}
+
+/// An outcomes page token as the core's cursor (INVALID_ARGUMENT on
+/// `outcomes_page_token` for one that does not decode).
+fn outcomes_cursor(token: &str) -> Result<Option<OutcomesCursor>, Status> {
+    let malformed = |why: String| invalid_field("outcomes_page_token", why);
+    let Some(t) = OutcomesPageToken::decode(token).map_err(|e| malformed(e.to_string()))? else {
+        return Ok(None);
+    };
+    let after = if t.inner.is_empty() {
+        None
+    } else {
+        // The part's own token: the last outcome's resource name.
+        Some(parse_name(&t.inner, "outcomes_page_token")?)
+    };
+    Ok(Some(OutcomesCursor {
+        region: t.region,
+        after,
+    }))
+}
+
+impl ResourcesApi {
+    /// None for a name of this region; the owner's client for a peer's;
+    /// INVALID_ARGUMENT naming `field` for a region outside the cluster.
+    fn route(&self, name: &ResourceName, field: &str) -> Result<Option<(String, ResourcesClient<Channel>)>, Status> {
+        let Some(region) = self.node.owner_region(name, field).map_err(refused)? else {
+            return Ok(None);
+        };
+        let owner = self.node.peers.resources(region).map_err(refused)?;
+        Ok(Some((region.to_owned(), owner)))
+    }
+
+    /// Decodes a spec, naming a bad target uid as the core names targets
+    /// (`refs.network.uid`, `refs.ports[0].uid`).
+    fn decode_spec(&self, spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
+        let kind = ResourceName::parse(&spec.name).map(|n| n.kind().to_owned()).ok();
+        let many = |f: &str| match &kind {
+            Some(kind) => self.node.schema.reference(kind, f).is_none_or(|r| r.many),
+            None => true,
+        };
+        convert::resource_spec_with(spec, field, &many)
+    }
+
+    async fn operation(
+        &self,
+        id: cascade_core::OperationId,
+        page_size: usize,
+        token: &str,
+    ) -> Result<v1::Operation, Status> {
+        let cursor = outcomes_cursor(token)?;
+        Ok(present_operation(&self.node.operation(id, page_size, cursor).await?))
+    }
+}
+
+#[tonic::async_trait]
+impl Resources for ResourcesApi {
+    async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
+        let raw = request.into_inner();
+        let spec = raw
+            .resource
+            .clone()
+            .ok_or_else(|| invalid_field("resource", "is required"))?;
+        if let Some((region, mut owner)) = self.route(&parse_name(&spec.name, "name")?, "name")? {
+            let created = call_owner(&region, "Create", FORWARD_TIMEOUT, owner.create(raw)).await?;
+            return Ok(Response::new(created));
+        }
+        let spec = self.decode_spec(spec, "")?;
+        let mut created = self.node.create(vec![spec]).await?;
+        let r = created
+            .pop()
+            .ok_or_else(|| Status::internal("create returned nothing"))?;
+        Ok(Response::new(present(&self.node.view(r)?)))
+    }
+
+    async fn batch_create(
+        &self,
+        request: Request<v1::BatchCreateRequest>,
+    ) -> Result<Response<v1::BatchCreateResponse>, Status> {
+        let specs = request.into_inner().resources;
+        let max = self.node.limits.max_batch_create;
+        if specs.is_empty() || specs.len() > max {
+            return Err(invalid_field("resources", format!("must hold 1 to {max} resources")));
+        }
+        let mut regions = BTreeSet::new();
+        for (i, spec) in specs.iter().enumerate() {
+            regions.insert(
+                parse_name(&spec.name, &format!("resources[{i}].name"))?
+                    .region()
+                    .to_owned(),
+            );
+        }
+        if regions.len() > 1 {
+            return Err(invalid_field(
+                "resources",
+                "a batch creates resources of one region (it is one transaction at their owner)",
+            ));
+        }
+        if let Some(first) = specs.first() {
+            if let Some((region, mut owner)) =
+                self.route(&parse_name(&first.name, "resources[0].name")?, "resources[0].name")?
+            {
+                let call = owner.batch_create(v1::BatchCreateRequest { resources: specs });
+                let created = call_owner(&region, "BatchCreate", FORWARD_TIMEOUT, call).await?;
+                return Ok(Response::new(created));
+            }
+        }
+        let specs = specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| self.decode_spec(s, &format!("resources[{i}]")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let created = self.node.create(specs).await?;
+        let resources = created
+            .into_iter()
+            .map(|r| self.node.view(r).map(|v| present(&v)))
+            .collect::<Result<_, _>>()?;
+        Ok(Response::new(v1::BatchCreateResponse { resources }))
+    }
+
+    async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
+        let raw = request.into_inner();
+        let name = parse_name(&raw.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
+            let found = call_owner(&region, "Get", FORWARD_TIMEOUT, owner.get(raw)).await?;
+            return Ok(Response::new(found));
+        }
+        Ok(Response::new(present(&self.node.get(&name).await?)))
+    }
+
+    async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+        let req = request.into_inner();
+        let state = convert::resource_state_from(
+            v1::ResourceState::try_from(req.state).map_err(|_| invalid_field("state", "unknown state"))?,
+        );
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(parse_name(&req.page_token, "page_token")?)
+        };
+        let kind = (!req.kind.is_empty()).then_some(req.kind.as_str());
+        let (views, next) = self
+            .node
+            .list(kind, state, req.page_size as usize, after.as_ref())
+            .await?;
+        Ok(Response::new(v1::ListResponse {
+            resources: views.iter().map(present).collect(),
+            next_page_token: next.map(|n| n.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
+        let req = request.into_inner();
+        let spec = req
+            .resource
+            .clone()
+            .ok_or_else(|| invalid_field("resource", "is required"))?;
+        if let Some((region, mut owner)) = self.route(&parse_name(&spec.name, "name")?, "name")? {
+            let updated = call_owner(&region, "Update", FORWARD_TIMEOUT, owner.update(req)).await?;
+            return Ok(Response::new(updated));
+        }
+        let spec = self.decode_spec(spec, "")?;
+        let etag = (!req.etag.is_empty()).then_some(req.etag);
+        let r = self.node.update(spec, etag).await?;
+        Ok(Response::new(present(&self.node.view(r)?)))
+    }
+
+    async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
+        let raw = request.into_inner();
+        if let Some((region, mut owner)) = self.route(&parse_name(&raw.name, "name")?, "name")? {
+            let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
+            return Ok(Response::new(answer));
+        }
+        let (outcome, unreachable) = self.node.delete(convert::delete_request(raw)?).await?;
+        let response = match outcome {
+            DeleteOutcome::Accepted(op) => v1::DeleteResponse {
+                operation: Some(convert::operation(&op, &[], String::new())),
+                ..Default::default()
+            },
+            DeleteOutcome::AlreadyDeleting(op) => v1::DeleteResponse {
+                operation: Some(convert::operation(&op, &[], String::new())),
+                already_deleting: true,
+                ..Default::default()
+            },
+            DeleteOutcome::Missing => v1::DeleteResponse::default(),
+            DeleteOutcome::DryRun(plan) => {
+                let mut plan = convert::plan(&plan);
+                plan.unreachable_regions = unreachable;
+                v1::DeleteResponse {
+                    plan: Some(plan),
+                    ..Default::default()
+                }
+            }
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn get_operation(
+        &self,
+        request: Request<v1::GetOperationRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
+        let req = request.into_inner();
+        let id = parse_operation_id(&req.id, "id")?;
+        let page_size = match req.outcomes_page_size {
+            0 => self.node.limits.default_page_size,
+            n => n as usize,
+        };
+        Ok(Response::new(
+            self.operation(id, page_size, &req.outcomes_page_token).await?,
+        ))
+    }
+
+    type WatchOperationStream = BoxStream<v1::Operation>;
+
+    async fn watch_operation(
+        &self,
+        request: Request<v1::WatchOperationRequest>,
+    ) -> Result<Response<Self::WatchOperationStream>, Status> {
+        let id = parse_operation_id(&request.into_inner().id, "id")?;
+        let node = self.node.clone();
+        // Subscribe before the first read so no local change falls in between;
+        // other regions' parts are polled.
+        let mut events = node.events.subscribe();
+        let first = node.operation(id, 0, None).await?;
+        let (tx, rx) = mpsc::channel(16);
+        let mut stop = node.shutting_down.subscribe();
+        let poll = if node.peers.regions().next().is_some() {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(3600)
+        };
+        let span = info_span!("watch_operation", region = %node.region, operation = %id);
+        tokio::spawn(
+            async move {
+                let changed = |a: &OperationView, b: &OperationView| {
+                    a.operation.progress != b.operation.progress
+                        || a.operation.state != b.operation.state
+                        || a.done != b.done
+                        || a.unreachable != b.unreachable
+                };
+                let mut last = first.clone();
+                if tx.send(Ok(present_operation(&first))).await.is_err() || last.done {
+                    return;
+                }
+                loop {
+                    // Biased for replayable simulations; stop and closed
+                    // first so a busy feed cannot starve them.
+                    tokio::select! {
+                        biased;
+                        _ = stop.wait_for(|s| *s) => return,
+                        _ = tx.closed() => return,
+                        r = events.recv() => match r {
+                            Ok(e) if e.operation != Some(id) => continue,
+                            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = tokio::time::sleep(poll) => {}
+                    }
+                    let view = match node.operation(id, 0, None).await {
+                        Ok(v) => v,
+                        Err(e) => {
+                            let _ = tx.send(Err(e.into())).await;
+                            return;
+                        }
+                    };
+                    if changed(&view, &last) {
+                        let done = view.done;
+                        let wire = present_operation(&view);
+                        last = view;
+                        if tx.send(Ok(wire)).await.is_err() || done {
+                            return;
+                        }
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
+    }
+
+    type WatchStream = BoxStream<v1::WatchEvent>;
+
+    async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let req = request.into_inner();
+        if !req.kind.is_empty() {
+            self.node
+                .known_kind(&req.kind, "kind", format_args!("unknown kind {:?}", req.kind))
+                .map_err(refused)?;
+        }
+        let kind = (!req.kind.is_empty()).then_some(req.kind);
+        let span = info_span!("watch", region = %self.node.region, from = req.from_revision);
+        let stream = outbox_stream(
+            self.node.feed(),
+            req.from_revision,
+            move |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k),
+            convert::event,
+            span,
+        );
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,32 @@
+//! Why a node operation did not produce its value: one type for every
+//! flow, converted into a gRPC status in one place (`api::status_of`).
+//!
+//! The protocol's refusals keep their [`CoreError`] (its class decides the
+//! code: NOT_FOUND, FAILED_PRECONDITION with blockers, INVALID_ARGUMENT
+//! with the field, ABORTED, UNAVAILABLE); storage and writer failures are
+//! transient (UNAVAILABLE); what another region's node said or failed to
+//! say keeps its classification from [`crate::api::forward`].
+
+use cascade_core::CoreError;
+
+use crate::api::forward::OwnerError;
+use crate::store::StoreError;
+use crate::writer::WriterUnavailable;
+
+/// Why a node operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Fault {
+    /// The protocol refused, or a region it needs is unavailable.
+    #[error(transparent)]
+    Refused(#[from] CoreError),
+    /// The store could not be read or written.
+    #[error(transparent)]
+    Storage(#[from] StoreError),
+    /// The writer is restarting or the node is stopping.
+    #[error(transparent)]
+    Writer(#[from] WriterUnavailable),
+    /// Another region's node answered with an error, could not be asked,
+    /// or gave an answer this node cannot read.
+    #[error(transparent)]
+    Owner(#[from] OwnerError),
+}

@@ -1,0 +1,625 @@
+//! The node: one region's store, writer, peers and settings, and every
+//! operation the APIs and the links run on them, on core types.
+//!
+//! [`Node`] is the spine of the crate. The gRPC services (`api::resources`,
+//! `api::peer`) are adapters around it: they decode a request, call a
+//! `Node` method, and encode the answer; the peer links and the reconciler
+//! (`links`) call the same methods. The cross-region flows (creates whose
+//! references reach other regions, dry runs, operations spanning regions)
+//! are `Node` methods too, in `cluster.rs`. None of this knows a wire type:
+//! other regions are reached through the typed calls of [`Peers`].
+//!
+//! Reads are served straight from the store ([`Node::state`]); every write
+//! goes to the single writer ([`WriterHandle`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cascade_core::model::{DeletionRecord, Event, Resource, ResourceState};
+use cascade_core::operation_view::OperationPage;
+use cascade_core::peer::{self, PeerBackRef, ReleaseReport, RemoteDeleting};
+use cascade_core::{BackRef, BackRefKey, CoreError, Ctx, OperationId, RegionId, ResourceName, Schema, Uid};
+use tokio::sync::{broadcast, watch};
+use tracing::info;
+
+use crate::api::peer_client::LookupAnswer;
+use crate::clock::{Clock, SystemClock};
+use crate::codec::StoreState;
+use crate::config::NodeSettings;
+use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
+use crate::error::Fault;
+use crate::peers::{PeerConnector, Peers};
+use crate::store::{MemoryStore, SledStore, Store, StoreError, Table};
+use crate::stream::OutboxFeed;
+use crate::writer::{ClosureChecks, WriterContext, WriterHandle, WriterUnavailable};
+use cascade_tls::NodeTls;
+
+/// How long a read asks a remote owner whether an `allow_dangling` target
+/// still exists before it reports the reference as the local view has it.
+const DANGLING_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Limits that protect the node from oversized requests.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// Largest gRPC message either way (server and the node's own peer clients).
+    pub max_message_bytes: usize,
+    /// Resources per BatchCreate; back-references per peer call.
+    pub max_batch_create: usize,
+    /// Page size of List and of an operation's outcomes when the request names none.
+    pub default_page_size: usize,
+    /// Largest page a request may ask for (larger asks are cut to it).
+    pub max_page_size: usize,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: cascade_proto::MAX_MESSAGE_BYTES,
+            max_batch_create: 1_000,
+            default_page_size: 100,
+            max_page_size: 1_000,
+        }
+    }
+}
+
+/// Why opening or serving a node failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The data directory could not be opened or flushed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The writer actor could not be started.
+    #[error(transparent)]
+    Writer(#[from] WriterUnavailable),
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The reflection service could not be built from the descriptor set.
+    #[error("reflection service: {0}")]
+    Reflection(String),
+    /// Binding, accepting, or creating the data directory failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The settings contradict each other (TLS identity, peer addresses).
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// The node's surroundings, injectable so a simulation controls them.
+#[derive(Clone)]
+pub struct NodeEnv {
+    /// `deleted_at`, retry schedules, attach times.
+    pub clock: Arc<dyn Clock>,
+    /// None: uids from [`SystemUids`] and reconnect jitter from the wall
+    /// clock. Some: [`SeededUids`] and jitter derived from this seed and the
+    /// region, so a run replays exactly (give each node its own region, or
+    /// its own seed).
+    pub seed: Option<u64>,
+    /// Opens connections to peers instead of TCP (see [`PeerConnector`]).
+    pub connector: Option<PeerConnector>,
+}
+
+impl Default for NodeEnv {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            seed: None,
+            connector: None,
+        }
+    }
+}
+
+/// One region's node: opened (store and writer running), served by
+/// [`Node::serve`](crate::server).
+pub struct Node {
+    pub(crate) region: RegionId,
+    pub(crate) schema: Arc<Schema>,
+    /// Tunables of the protocol (retries, batch budget, closure checks).
+    pub(crate) policy: cascade_core::Policy,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) writer: WriterHandle,
+    /// The other regions: forwarding, cross-region attach, aggregation.
+    pub(crate) peers: Peers,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Committed events, fanned out to Watch and WatchOperation streams.
+    pub(crate) events: broadcast::Sender<Arc<Event>>,
+    pub(crate) limits: ApiLimits,
+    /// Peer calls must come from a certified region, acting as itself (mutual TLS is on).
+    pub(crate) peer_auth: bool,
+    /// Flips to true when the node shuts down, so long-lived streams end
+    /// and graceful shutdown does not wait on watchers forever.
+    pub(crate) shutting_down: watch::Sender<bool>,
+    /// Peer region → the last revision of our outbox it acknowledged
+    /// (in memory: after a restart nothing is compacted until all re-ack).
+    pub(crate) acks: Mutex<BTreeMap<String, u64>>,
+    /// Outbox events always kept, whatever the peers acknowledged (client
+    /// watchers resume from them too).
+    pub(crate) outbox_retention: u64,
+    /// Roots waiting for other regions' parts of their operation.
+    pub(crate) closure_checks: ClosureChecks,
+    /// Served with TLS (peers and clients) when set.
+    pub(crate) tls: Option<NodeTls>,
+    /// How often peer links send releases and look at their streams.
+    pub(crate) link_tick: Duration,
+    /// How often an owner asks each peer which back-references still stand.
+    pub(crate) check_interval: Duration,
+    /// Seeds the peer links' reconnect jitter.
+    pub(crate) jitter_seed: u64,
+}
+
+/// A resource as a reader sees it: with its deletion record (DELETING) and
+/// the targets of its `allow_dangling` references that are gone.
+#[derive(Debug, Clone)]
+pub(crate) struct ResourceView {
+    pub resource: Resource,
+    pub record: Option<DeletionRecord>,
+    pub dangling: BTreeSet<Uid>,
+}
+
+/// What a remote target's owner said about it (see [`Node::mark_remote_dangling`]).
+pub(crate) enum RemoteLookup {
+    /// It lives, with this uid.
+    Found(Uid),
+    /// It is gone (or being deleted).
+    Gone,
+    /// The owner could not be asked.
+    Unknown,
+}
+
+/// Everything one region holds, for the invariant checker (`Peer.Dump`).
+pub(crate) struct RegionDump {
+    pub resources: Vec<ResourceView>,
+    pub backrefs: Vec<BackRef>,
+    pub remote_deletions: Vec<cascade_core::RemoteDeletion>,
+    pub pending_releases: usize,
+    pub queued_work: usize,
+    pub pending_attach: usize,
+    pub cursors: Vec<(String, u64)>,
+    pub last_revision: u64,
+}
+
+/// What this region says about one of its resources to another region.
+pub(crate) enum LocalLookup {
+    /// ACTIVE, this incarnation.
+    Live(Uid),
+    /// DELETING: to another region it is already gone (seed 000).
+    Deleting(Uid),
+    /// No such resource (or still CREATING).
+    Absent,
+}
+
+impl Node {
+    /// Opens a node with the real clock, randomness and network.
+    pub async fn open(settings: NodeSettings) -> Result<Self, NodeError> {
+        Self::open_with(settings, NodeEnv::default()).await
+    }
+
+    /// Opens a node with the given clock and otherwise real surroundings.
+    pub async fn open_with_clock(settings: NodeSettings, clock: Arc<dyn Clock>) -> Result<Self, NodeError> {
+        Self::open_with(
+            settings,
+            NodeEnv {
+                clock,
+                ..NodeEnv::default()
+            },
+        )
+        .await
+    }
+
+    /// Opens a node in the given surroundings (see [`NodeEnv`]).
+    pub async fn open_with(settings: NodeSettings, env: NodeEnv) -> Result<Self, NodeError> {
+        let NodeEnv { clock, seed, connector } = env;
+        let region_seed = seed.map(|s| s ^ stable_hash(settings.region.as_str()));
+        let ids: Arc<dyn UidSource> = match region_seed {
+            Some(s) => Arc::new(SeededUids::new(s, clock.clone())),
+            None => Arc::new(SystemUids),
+        };
+        let jitter_seed = region_seed.map_or_else(wall_clock_seed, |s| s.rotate_left(17));
+        let store: Arc<dyn Store> = match &settings.data_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                Arc::new(SledStore::open(dir)?)
+            }
+            None => Arc::new(MemoryStore::default()),
+        };
+        let (events, _) = broadcast::channel(4096);
+        let (shutting_down, _) = watch::channel(false);
+        if let Some(tls) = &settings.tls {
+            if tls.region() != &settings.region {
+                return Err(NodeError::Config(format!(
+                    "the TLS certificate names region {}, but this node is region {}",
+                    tls.region(),
+                    settings.region
+                )));
+            }
+        }
+        let peers = Peers::new(
+            &settings.peers,
+            settings.tls.as_ref(),
+            connector,
+            settings.limits.max_message_bytes,
+        )
+        .map_err(|e| NodeError::Config(e.to_string()))?;
+        let closure_checks = ClosureChecks::default();
+        let writer = WriterHandle::spawn(WriterContext {
+            region: settings.region.clone(),
+            schema: settings.schema.clone(),
+            policy: settings.policy.clone(),
+            store: store.clone(),
+            clock: clock.clone(),
+            ids,
+            events: events.clone(),
+            tick: settings.tick,
+            closure_checks: closure_checks.clone(),
+        })
+        .await?;
+        Ok(Self {
+            region: settings.region,
+            schema: settings.schema,
+            policy: settings.policy,
+            store,
+            writer,
+            peers,
+            clock,
+            events,
+            limits: settings.limits,
+            peer_auth: settings.tls.is_some(),
+            shutting_down,
+            acks: Mutex::default(),
+            outbox_retention: settings.outbox_retention,
+            closure_checks,
+            tls: settings.tls,
+            link_tick: settings.tick,
+            check_interval: settings.check_interval,
+            jitter_seed,
+        })
+    }
+
+    /// The store as the core reads it.
+    pub(crate) fn state(&self) -> StoreState<'_> {
+        StoreState {
+            store: self.store.as_ref(),
+        }
+    }
+
+    /// A read-only protocol context for queries served outside the writer.
+    pub(crate) fn read_ctx(&self) -> Ctx<'_> {
+        Ctx {
+            schema: &self.schema,
+            region: &self.region,
+            now: self.clock.now(),
+            policy: &self.policy,
+        }
+    }
+
+    /// The outbox as a stream reads it: the store, the live feed, and the
+    /// shutdown signal.
+    pub(crate) fn feed(&self) -> OutboxFeed {
+        OutboxFeed {
+            store: self.store.clone(),
+            live: self.events.subscribe(),
+            shutting_down: self.shutting_down.subscribe(),
+        }
+    }
+
+    /// Whether `name` is this region's: None; else the owner's region, or
+    /// INVALID_ARGUMENT on `field` for a region outside the cluster.
+    pub(crate) fn owner_region<'n>(&self, name: &'n ResourceName, field: &str) -> Result<Option<&'n str>, CoreError> {
+        if name.region() == self.region.as_str() {
+            return Ok(None);
+        }
+        if !self.peers.knows(name.region()) {
+            let refused = CoreError::WrongRegion {
+                name: name.clone(),
+                region: name.region().to_owned(),
+                local: format!("{} (peers: {})", self.region, self.peer_list()),
+            };
+            return Err(CoreError::invalid(field, refused.to_string()));
+        }
+        Ok(Some(name.region()))
+    }
+
+    /// The peers' regions, for messages.
+    pub(crate) fn peer_list(&self) -> String {
+        self.peers.regions().collect::<Vec<_>>().join(", ")
+    }
+
+    /// Refuses a kind the schema does not know, naming `field`.
+    pub(crate) fn known_kind(&self, kind: &str, field: &str, what: impl std::fmt::Display) -> Result<(), CoreError> {
+        match self.schema.kind(kind) {
+            Some(_) => Ok(()),
+            None => Err(CoreError::invalid(field, what.to_string())),
+        }
+    }
+
+    /// The outbox may be compacted below this revision: every peer has
+    /// acknowledged it, and the retention floor allows it.
+    pub(crate) fn compactable_below(&self) -> Option<u64> {
+        let next = self.state().next_revision_stored().ok()?;
+        let keep_from = next.saturating_sub(self.outbox_retention);
+        let acks = self.acks.lock().ok()?;
+        let mut lowest = u64::MAX;
+        for region in self.peers.regions() {
+            lowest = lowest.min(*acks.get(region)?);
+        }
+        Some(lowest.saturating_add(1).min(keep_from))
+    }
+
+    /// A peer applied our outbox up to `revision`; answers the first
+    /// revision still retained.
+    pub(crate) fn record_ack(&self, region: &RegionId, revision: u64) -> Result<u64, Fault> {
+        if let Ok(mut acks) = self.acks.lock() {
+            let slot = acks.entry(region.to_string()).or_default();
+            *slot = (*slot).max(revision);
+        }
+        Ok(self.state().outbox_floor()?)
+    }
+
+    /// A resource with its deletion record and the local dangling marks.
+    pub(crate) fn view(&self, r: Resource) -> Result<ResourceView, Fault> {
+        let state = self.state();
+        let record = if r.state == ResourceState::Deleting {
+            state.get_deletion(r.uid)?
+        } else {
+            None
+        };
+        let mut dangling = BTreeSet::<Uid>::new();
+        for (field, targets) in &r.refs {
+            let tracked = self
+                .schema
+                .reference(r.kind(), field)
+                .is_some_and(|s| s.on_delete.tracked());
+            if tracked {
+                continue;
+            }
+            for t in targets {
+                let gone = if t.name.region() == self.region.as_str() {
+                    !state.uid_exists(t.uid)?
+                } else {
+                    // A remote target: gone once its owner reported it
+                    // deleting. (Reads also ask the owner; see
+                    // `mark_remote_dangling`.)
+                    state.remote_deletion_of(t.uid)?
+                };
+                if gone {
+                    dangling.insert(t.uid);
+                }
+            }
+        }
+        Ok(ResourceView {
+            resource: r,
+            record,
+            dangling,
+        })
+    }
+
+    /// Asks the owners of remote `allow_dangling` targets whether they still
+    /// exist (the incarnation named). An owner that cannot be asked leaves
+    /// the mark as the local view had it. `owners` remembers the answers
+    /// within one request, so a page (or a dump) asks once per target.
+    ///
+    /// Needed because the local view alone cannot tell: the tombstone of a
+    /// remote deletion goes with its PURGED event, after which a remote
+    /// target that is gone looks like one that lives. (The simulation found
+    /// List and Dump reporting such references as not dangling.)
+    pub(crate) async fn mark_remote_dangling(
+        &self,
+        view: &mut ResourceView,
+        owners: &mut BTreeMap<ResourceName, RemoteLookup>,
+    ) {
+        let r = &view.resource;
+        for (field, targets) in &r.refs {
+            let tracked = self
+                .schema
+                .reference(r.kind(), field)
+                .is_none_or(|s| s.on_delete.tracked());
+            if tracked {
+                continue;
+            }
+            for t in targets {
+                if view.dangling.contains(&t.uid) || t.name.region() == self.region.as_str() {
+                    continue;
+                }
+                if !owners.contains_key(&t.name) {
+                    let answer = match self.peers.lookup(&t.name, DANGLING_LOOKUP_TIMEOUT).await {
+                        Ok(LookupAnswer::Live(uid)) => RemoteLookup::Found(uid),
+                        Ok(LookupAnswer::Deleting | LookupAnswer::Absent) => RemoteLookup::Gone,
+                        Err(_) => RemoteLookup::Unknown,
+                    };
+                    owners.insert(t.name.clone(), answer);
+                }
+                let gone = match owners.get(&t.name) {
+                    Some(RemoteLookup::Found(uid)) => *uid != t.uid,
+                    Some(RemoteLookup::Gone) => true,
+                    Some(RemoteLookup::Unknown) | None => false,
+                };
+                if gone {
+                    view.dangling.insert(t.uid);
+                }
+            }
+        }
+    }
+
+    /// A resource of this region as a client reads it (CREATING ones are
+    /// invisible). NOT_FOUND if absent; INVALID_ARGUMENT for an unknown kind.
+    pub(crate) async fn get(&self, name: &ResourceName) -> Result<ResourceView, Fault> {
+        self.known_kind(
+            name.kind(),
+            "name",
+            format_args!("unknown kind {:?} in {name}", name.kind()),
+        )?;
+        match self.state().get_resource(name)? {
+            Some(r) if r.state != ResourceState::Creating => {
+                let mut view = self.view(r)?;
+                self.mark_remote_dangling(&mut view, &mut BTreeMap::new()).await;
+                Ok(view)
+            }
+            _ => Err(CoreError::NotFound(name.clone()).into()),
+        }
+    }
+
+    /// A page of this region's resources in name order, of one kind and in
+    /// one state when given, after `after`; with the name to continue after
+    /// when there are more.
+    pub(crate) async fn list(
+        &self,
+        kind: Option<&str>,
+        state_filter: Option<ResourceState>,
+        page_size: usize,
+        after: Option<&ResourceName>,
+    ) -> Result<(Vec<ResourceView>, Option<ResourceName>), Fault> {
+        let mut prefix = format!("{}/", self.region);
+        if let Some(kind) = kind {
+            self.known_kind(kind, "kind", format_args!("unknown kind {kind:?}"))?;
+            prefix.push_str(kind);
+            prefix.push('/');
+        }
+        let page_size = match page_size {
+            0 => self.limits.default_page_size,
+            n => n.min(self.limits.max_page_size),
+        };
+        let mut cursor = after.map(|a| a.as_str().as_bytes().to_vec());
+        let mut out: Vec<ResourceView> = Vec::new();
+        let mut owners = BTreeMap::new();
+        loop {
+            let page: Vec<Resource> =
+                self.state()
+                    .scan(Table::Resources, prefix.as_bytes(), cursor.as_deref(), 1024)?;
+            let Some(last) = page.last() else {
+                return Ok((out, None));
+            };
+            cursor = Some(last.name.as_str().as_bytes().to_vec());
+            for r in page {
+                if r.state == ResourceState::Creating || state_filter.is_some_and(|s| s != r.state) {
+                    continue;
+                }
+                if out.len() == page_size {
+                    let next = out.last().map(|v| v.resource.name.clone());
+                    return Ok((out, next));
+                }
+                let mut view = self.view(r)?;
+                self.mark_remote_dangling(&mut view, &mut owners).await;
+                out.push(view);
+            }
+        }
+    }
+
+    /// This region's part of an operation, with up to `page_size` outcomes
+    /// after `after`. NOT_FOUND when it has no part.
+    pub(crate) fn local_operation(
+        &self,
+        id: OperationId,
+        page_size: usize,
+        after: Option<&ResourceName>,
+    ) -> Result<OperationPage, Fault> {
+        let state = self.state();
+        let operation = state
+            .get_operation(id)?
+            .ok_or_else(|| CoreError::OperationNotFound(id.to_string()))?;
+        let page_size = page_size.min(self.limits.max_page_size);
+        let mut outcomes = if page_size == 0 {
+            Vec::new()
+        } else {
+            state.outcomes(id, after, page_size + 1)?
+        };
+        let next = if outcomes.len() > page_size {
+            outcomes.truncate(page_size);
+            outcomes.last().map(|o| o.resource.name.clone())
+        } else {
+            None
+        };
+        Ok(OperationPage {
+            operation,
+            outcomes,
+            next,
+        })
+    }
+
+    /// What this region tells another about one of its resources.
+    pub(crate) fn lookup_local(&self, name: &ResourceName) -> Result<LocalLookup, Fault> {
+        Ok(match self.state().get_resource(name)? {
+            Some(r) if r.state == ResourceState::Active => LocalLookup::Live(r.uid),
+            Some(r) if r.state == ResourceState::Deleting => LocalLookup::Deleting(r.uid),
+            _ => LocalLookup::Absent,
+        })
+    }
+
+    /// Owner: records `region`'s back-references (all or none).
+    pub(crate) async fn attach(&self, region: RegionId, entries: Vec<PeerBackRef>) -> Result<usize, Fault> {
+        self.writer
+            .apply(move |s, c, _| peer::attach(s, c, region.as_str(), entries))
+            .await
+    }
+
+    /// Owner: drops `region`'s back-references it released.
+    pub(crate) async fn release(&self, region: RegionId, entries: Vec<PeerBackRef>) -> Result<ReleaseReport, Fault> {
+        self.writer
+            .apply(move |s, c, _| peer::release(s, c, Some(region.as_str()), entries))
+            .await
+    }
+
+    /// Importer: which of these back-references still stand here.
+    pub(crate) fn standing(&self, keys: &[BackRefKey]) -> Result<Vec<bool>, Fault> {
+        peer::standing(&self.state(), keys).map_err(|e| Fault::Refused(CoreError::Storage(e)))
+    }
+
+    /// Importer: whether each list owner keeps another live target (asked
+    /// before an owner accepts a delete without cascade).
+    pub(crate) fn keeps_another_target(&self, keys: &[BackRefKey]) -> Result<Vec<bool>, Fault> {
+        Ok(peer::keeps_another_target(&self.state(), self.read_ctx(), keys)?)
+    }
+
+    /// Owner: the DELETING resources that `region` references, and the
+    /// revision to resume its watch after (taken first: events after it are
+    /// streamed anyway, and applying one twice is harmless).
+    pub(crate) fn deleting_for(&self, region: &RegionId) -> Result<(Vec<RemoteDeleting>, u64), Fault> {
+        let state = self.state();
+        let revision = state.next_revision_stored()?.saturating_sub(1);
+        let deletions: Vec<DeletionRecord> = state.all(Table::Deletions, usize::MAX)?;
+        let mut deleting = Vec::new();
+        for d in deletions {
+            let rows = state.backrefs_of(d.target.uid)?;
+            if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
+                let no_cascade = state.get_operation(d.operation)?.is_some_and(|op| !op.cascade);
+                deleting.push(RemoteDeleting {
+                    target: d.target,
+                    operation: d.operation,
+                    no_cascade,
+                });
+            }
+        }
+        Ok((deleting, revision))
+    }
+
+    /// The whole region's state, resources marked as a reader sees them.
+    pub(crate) async fn dump(&self) -> Result<RegionDump, Fault> {
+        const MAX: usize = 1_000_000;
+        let state = self.state();
+        let resources: Vec<Resource> = state.all(Table::Resources, MAX)?;
+        let mut dump = RegionDump {
+            resources: Vec::with_capacity(resources.len()),
+            backrefs: state.all(Table::Backrefs, MAX)?,
+            remote_deletions: state.all(Table::RemoteDeletions, MAX)?,
+            pending_releases: state.count(Table::PendingReleases)?,
+            queued_work: state.count(Table::RetryQueue)?,
+            pending_attach: state.count(Table::PendingAttach)?,
+            cursors: state.cursors()?,
+            last_revision: state.next_revision_stored()?.saturating_sub(1),
+        };
+        // Marked as Get marks them, so the checker sees what a reader sees.
+        let mut owners = BTreeMap::new();
+        for r in resources {
+            let mut view = self.view(r)?;
+            self.mark_remote_dangling(&mut view, &mut owners).await;
+            dump.resources.push(view);
+        }
+        Ok(dump)
+    }
+
+    /// Tells long-lived streams to end (the node is stopping).
+    pub(crate) fn stop_streams(&self) {
+        let _ = self.shutting_down.send(true);
+        info!(region = %self.region, "stopping streams");
+    }
+}
