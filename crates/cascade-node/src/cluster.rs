@@ -36,7 +36,6 @@ use cascade_core::request_path::{locate_refusal, reference_path};
 use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Uid};
 use tracing::{debug, info, warn};
 
-use crate::api::forward::OwnerError;
 use crate::api::peer_client::LookupAnswer;
 use crate::error::Fault;
 use crate::node::Node;
@@ -353,9 +352,7 @@ impl Node {
         match self.peers.operation_part(region, id, want, after).await {
             Ok(Some(page)) => Ok(PartAnswer::Part(Box::new(page))),
             Ok(None) => Ok(PartAnswer::NoPart),
-            Err(OwnerError::Answered(s)) if s.code() == tonic::Code::InvalidArgument => {
-                Err(OwnerError::Answered(s).into())
-            }
+            Err(e) if e.refused_the_request() => Err(e.into()),
             Err(e) => {
                 debug!(region = %self.region, part = %region, operation = %id, error = %e, "operation part not read");
                 Ok(PartAnswer::Unreachable)

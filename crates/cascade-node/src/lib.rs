@@ -32,7 +32,6 @@ mod node;
 pub mod peers;
 mod server;
 pub mod store;
-mod stream;
 mod writer;
 
 pub use config::{ConfigFile, NodeSettings};

@@ -24,6 +24,7 @@ use tokio::sync::{broadcast, watch};
 use tracing::info;
 
 use crate::api::peer_client::LookupAnswer;
+use crate::api::stream::OutboxFeed;
 use crate::clock::{Clock, SystemClock};
 use crate::codec::StoreState;
 use crate::config::NodeSettings;
@@ -31,7 +32,6 @@ use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSo
 use crate::error::Fault;
 use crate::peers::{PeerConnector, Peers};
 use crate::store::{MemoryStore, SledStore, Store, StoreError, Table};
-use crate::stream::OutboxFeed;
 use crate::writer::{ClosureChecks, WriterContext, WriterHandle, WriterUnavailable};
 use cascade_tls::NodeTls;
 

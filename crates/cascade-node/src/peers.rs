@@ -13,8 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cascade_core::{CoreError, RegionId};
-use cascade_proto::v1::peer_client::PeerClient;
-use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_tls::NodeTls;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -42,12 +40,13 @@ pub type PeerConnecting = Pin<Box<dyn Future<Output = std::io::Result<Box<dyn Pe
 /// entry) in place of TCP. Called again whenever the channel reconnects.
 pub type PeerConnector = Arc<dyn Fn(Uri) -> PeerConnecting + Send + Sync>;
 
+/// The other regions' nodes, one lazily connected channel each.
 #[derive(Clone)]
 pub struct Peers {
     /// Region → channel to its node. Immutable after start.
     channels: Arc<BTreeMap<String, Channel>>,
     /// Largest message either way; the same limit the node's server enforces.
-    max_message_bytes: usize,
+    pub(crate) max_message_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,15 +105,18 @@ impl Peers {
         })
     }
 
+    /// The peers' regions, in name order.
     pub fn regions(&self) -> impl Iterator<Item = &str> {
         self.channels.keys().map(String::as_str)
     }
 
+    /// Whether `region` is a peer of this node.
     pub fn knows(&self, region: &str) -> bool {
         self.channels.contains_key(region)
     }
 
-    fn channel(&self, region: &str) -> Result<Channel, CoreError> {
+    /// The channel to `region`'s node; UNAVAILABLE for a region that is not a peer.
+    pub(crate) fn channel(&self, region: &str) -> Result<Channel, CoreError> {
         self.channels
             .get(region)
             .cloned()
@@ -122,17 +124,5 @@ impl Peers {
                 region: region.to_owned(),
                 reason: "not a peer of this node (see [peers] in its config)".into(),
             })
-    }
-
-    pub fn peer(&self, region: &str) -> Result<PeerClient<Channel>, CoreError> {
-        Ok(PeerClient::new(self.channel(region)?)
-            .max_decoding_message_size(self.max_message_bytes)
-            .max_encoding_message_size(self.max_message_bytes))
-    }
-
-    pub fn resources(&self, region: &str) -> Result<ResourcesClient<Channel>, CoreError> {
-        Ok(ResourcesClient::new(self.channel(region)?)
-            .max_decoding_message_size(self.max_message_bytes)
-            .max_encoding_message_size(self.max_message_bytes))
     }
 }

@@ -58,6 +58,12 @@ pub enum OwnerError {
 }
 
 impl OwnerError {
+    /// The owner refused the request itself as malformed
+    /// (INVALID_ARGUMENT): asking again, or elsewhere, cannot help.
+    pub(crate) fn refused_the_request(&self) -> bool {
+        matches!(self, OwnerError::Answered(s) if s.code() == tonic::Code::InvalidArgument)
+    }
+
     /// The status this node answers its own client with.
     pub(crate) fn into_status(self) -> Status {
         match self {

@@ -10,6 +10,8 @@
 //!   regions' Peer services.
 //! - [`forward`]: the one rule that classifies what came back from another
 //!   region's node (its answer, its error, unreachable, undecodable).
+//! - [`stream`]: the outbox as a gRPC stream (replay, then follow), for
+//!   both Watch calls.
 //! - [`wire_errors`]: tonic's refusals of unreadable requests in the
 //!   documented codes.
 //!
@@ -21,6 +23,7 @@ pub(crate) mod forward;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
 pub(crate) mod resources;
+pub(crate) mod stream;
 pub(crate) mod wire_errors;
 
 use std::sync::Arc;

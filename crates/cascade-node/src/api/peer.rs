@@ -12,9 +12,9 @@ use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
 
+use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id};
 use crate::node::{LocalLookup, Node};
-use crate::stream::outbox_stream;
 
 /// The Peer service over one node.
 #[derive(Clone)]

@@ -20,6 +20,7 @@ use cascade_core::protocol::Plan;
 use cascade_core::{CoreError, OperationId, RefTarget, RegionId, ResourceName, Uid};
 use cascade_proto::status::reason_of;
 use cascade_proto::v1::peer_client::PeerClient;
+use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_proto::v1::{self, ErrorReason};
 use cascade_proto::{convert, error_details};
 use futures::{Stream, StreamExt};
@@ -118,6 +119,20 @@ fn unavailable_unless_answered(region: &str, rpc: &'static str, e: OwnerError) -
 }
 
 impl Peers {
+    /// A client of `region`'s Peer service, with the node's message limits.
+    pub(crate) fn peer(&self, region: &str) -> Result<PeerClient<Channel>, CoreError> {
+        Ok(PeerClient::new(self.channel(region)?)
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes))
+    }
+
+    /// A client of `region`'s Resources service (forwarding a client's call).
+    pub(crate) fn resources(&self, region: &str) -> Result<ResourcesClient<Channel>, CoreError> {
+        Ok(ResourcesClient::new(self.channel(region)?)
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes))
+    }
+
     /// Calls `rpc` on `region`'s Peer service within `deadline`, and
     /// classifies the outcome (see [`crate::api::forward`]).
     pub(crate) async fn call<T, F, Fut>(

@@ -27,9 +27,9 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
 use crate::node::{Node, ResourceView};
-use crate::stream::outbox_stream;
 
 /// The client API over one node.
 #[derive(Clone)]
