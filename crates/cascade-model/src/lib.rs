@@ -559,20 +559,17 @@ impl CascadeModel {
         s.releases.iter().any(|m| m.from == from && m.to == to) || s.acks.iter().any(|a| a.to == from && a.from == to)
     }
 
-    /// Owner rows whose referrer lives in `importer` and no longer stands there.
+    /// Owner rows whose referrer lives in `importer` and no longer stands
+    /// there. Which rows are asked about is the node's own choice
+    /// (`peer::rows_to_check`); the model's clock never makes a row too
+    /// young to check, so the cutoff is the end of time.
     fn not_standing(s: &State, owner: usize, importer: usize) -> Vec<PeerBackRef> {
-        let candidates: Vec<PeerBackRef> = s.regions[owner]
-            .state
-            .backrefs
-            .values()
-            .filter(|b| b.referrer.name.region() == REGIONS[importer] && b.target.name.region() == REGIONS[owner])
-            .map(|b| PeerBackRef {
-                target: b.target.clone(),
-                referrer: b.referrer.clone(),
-                field: b.field.clone(),
-                generation: u64::MAX,
-            })
-            .collect();
+        let candidates = peer::rows_to_check(
+            s.regions[owner].state.backrefs.values().cloned(),
+            REGIONS[owner],
+            REGIONS[importer],
+            Timestamp(u64::MAX),
+        );
         if candidates.is_empty() {
             return candidates;
         }

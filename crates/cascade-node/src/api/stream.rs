@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cascade_core::model::{Event, Revision};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use cascade_proto::status::storage_unavailable;
 use tonic::Status;
 use tracing::{debug, Instrument, Span};
 
@@ -42,7 +43,7 @@ pub fn outbox_stream<T: Send + 'static>(
             let floor = match (StoreState { store: store.as_ref() }).outbox_floor() {
                 Ok(f) => f,
                 Err(e) => {
-                    let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+                    let _ = tx.send(Err(storage_unavailable(e))).await;
                     return;
                 }
             };
@@ -60,7 +61,7 @@ pub fn outbox_stream<T: Send + 'static>(
                     let page = match (StoreState { store: store.as_ref() }).events_from(next, 512) {
                         Ok(p) => p,
                         Err(e) => {
-                            let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+                            let _ = tx.send(Err(storage_unavailable(e))).await;
                             return;
                         }
                     };
