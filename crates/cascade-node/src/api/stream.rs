@@ -5,9 +5,9 @@
 use std::sync::Arc;
 
 use cascade_core::model::{Event, Revision};
+use cascade_proto::status::storage_unavailable;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use cascade_proto::status::storage_unavailable;
 use tonic::Status;
 use tracing::{debug, Instrument, Span};
 
