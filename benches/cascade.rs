@@ -8,6 +8,11 @@
 //! deleted resource (the floor of deletion throughput is that number times
 //! the engine's write rate; see DESIGN.md, "Storage engine").
 
+// Not a node: a benchmark: it measures real time (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+// Its report is its output.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -1,6 +1,9 @@
 //! `cascade`: the node (`cascade serve`), the local demo (`cascade demo`)
 //! and the client commands, in one binary.
 
+// The command-line front end: writing to stdout and stderr is its job.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod demo;
 
 use std::net::SocketAddr;

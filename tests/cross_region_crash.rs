@@ -3,6 +3,12 @@
 //! cross-region creates, restarts from the same configuration and converges
 //! with nothing applied twice and nothing half-attached.
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};

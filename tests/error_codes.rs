@@ -4,6 +4,10 @@
 //! (which forward it, or resolve a reference at the owner) and require the
 //! same code, message and details from all of them.
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 use std::fmt::Debug;

@@ -3,6 +3,9 @@
 //! randomly generated resource specs. Every answer is a status a client can
 //! act on, and the node keeps serving after each.
 
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod support;
 
 use std::time::Duration;

@@ -43,6 +43,12 @@
 //!
 //! `CASCADE_SIM_SEEDS=N` runs seeds `0..N` (`A..B` for a range).
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -7,6 +7,12 @@
 //! A long run: `CASCADE_SOAK_SECS=600 cargo test --release --test soak -- --nocapture`
 //! (it prints kills survived and deletions completed).
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,6 +3,10 @@
 //! `cascade` binary: `serve` refuses a bad schema or configuration with a
 //! message naming it, and client commands report server errors.
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 use std::process::Output;

@@ -1,6 +1,11 @@
 //! Shared helpers of the integration tests: real nodes on 127.0.0.1:0,
 //! clients, resource specs, and polling with a deadline.
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 #![allow(dead_code)]
 
 use std::future::Future;

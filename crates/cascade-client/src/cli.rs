@@ -1,5 +1,8 @@
 //! The client subcommands of the `cascade` binary.
 
+// The command-line front end: its results go to stdout.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 

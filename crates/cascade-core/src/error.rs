@@ -7,20 +7,34 @@ use crate::name::{NameError, ResourceName};
 /// crate maps it to a `tonic::Code`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
+    /// The request itself is malformed; retrying it unchanged cannot succeed.
     InvalidArgument,
+    /// The named resource, reference target or operation does not exist.
     NotFound,
+    /// A create named a resource that exists (possibly still DELETING).
     AlreadyExists,
+    /// The request is well-formed but the state refuses it (a DELETING
+    /// target, live blockers or dependents, an owner's refusal); it may
+    /// succeed once the state changes.
     FailedPrecondition,
+    /// An optimistic-concurrency check (etag) failed: re-read and retry.
     Aborted,
+    /// Storage or a peer region could not be reached; the same request may
+    /// succeed later.
     Unavailable,
+    /// A bug: the node broke one of the core's preconditions.
     Internal,
 }
 
 /// A resource that keeps a delete from being accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dependent {
+    /// The resource holding the reference.
     pub referrer: ResourceName,
+    /// The referrer's reference field that points at the deleted resource.
     pub field: String,
+    /// That field's `on_delete`: `block` refuses any delete, `cascade`
+    /// refuses a delete without `cascade`.
     pub on_delete: crate::schema::OnDelete,
 }
 
@@ -29,72 +43,143 @@ pub struct Dependent {
 #[error("storage: {0}")]
 pub struct StorageError(pub String);
 
+/// Why a protocol step refused or failed; [`CoreError::code`] gives the
+/// status class a client acts on, and the message names what is at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoreError {
+    /// A resource or region name does not parse.
     #[error(transparent)]
     InvalidName(#[from] NameError),
     /// A request field is wrong; `field` names it.
     #[error("{field}: {message}")]
-    InvalidArgument { field: String, message: String },
+    InvalidArgument {
+        /// The request field at fault (`refs.ports[1]`, `resources[0].name`).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The resource a request names does not exist (or is CREATING, which
+    /// reads as absent).
     #[error("{0} not found")]
     NotFound(ResourceName),
+    /// A create of a name that is taken.
     #[error("{name} already exists{detail}")]
-    AlreadyExists { name: ResourceName, detail: &'static str },
+    AlreadyExists {
+        /// The name asked for.
+        name: ResourceName,
+        /// Empty, or why the name is not free yet (it is being deleted).
+        detail: &'static str,
+    },
     /// A reference (or a create under a parent) to a target being deleted.
     #[error("{field}: {target} is being deleted")]
-    TargetDeleting { field: String, target: ResourceName },
+    TargetDeleting {
+        /// The reference field (or `parent`) naming the target.
+        field: String,
+        /// The DELETING target.
+        target: ResourceName,
+    },
+    /// A reference to a resource that does not exist.
     #[error("{field}: target {target} not found")]
-    TargetNotFound { field: String, target: ResourceName },
+    TargetNotFound {
+        /// The reference field naming the target.
+        field: String,
+        /// The missing target.
+        target: ResourceName,
+    },
     /// The message states what is known: the target's uid is not the one
     /// pinned. Whether the pinned uid was an earlier incarnation of the name
     /// (re-created) or was never this resource's is not known here (a purged
     /// uid leaves no record), so the message does not guess.
     #[error("{field}: {target} has uid {actual}, not {expected}")]
     TargetUidMismatch {
+        /// The reference field that pins the uid.
         field: String,
+        /// The target name, whose current uid differs.
         target: ResourceName,
+        /// The uid the request pinned.
         expected: String,
+        /// The uid the target has now.
         actual: String,
     },
+    /// An update of a DELETING resource that does more than remove
+    /// finalizers: a resource being deleted can no longer change.
     #[error("{name} is being deleted")]
-    Deleting { name: ResourceName },
+    Deleting {
+        /// The DELETING resource.
+        name: ResourceName,
+    },
+    /// The request's etag precondition does not match the stored resource.
     #[error("etag mismatch on {name}: expected {expected}, current {actual}")]
     EtagMismatch {
+        /// The resource whose etag was checked.
         name: ResourceName,
+        /// The etag the request expected.
         expected: String,
+        /// The resource's current etag.
         actual: String,
     },
     /// A delete refused because of live references; lists them.
     #[error("{}", describe_refusal(.name, .blockers, .dependents, *.more))]
     DeleteRefused {
+        /// The resource the delete named.
         name: ResourceName,
+        /// Live `block` referrers: no delete is accepted while they stand.
         blockers: Vec<Dependent>,
+        /// `cascade` referrers a delete without `cascade` would have to
+        /// delete.
         dependents: Vec<Dependent>,
         /// How many more were found than are listed.
         more: usize,
     },
+    /// A step was asked to act on a resource another region owns (the node
+    /// forwards such requests; the core only acts on its own region).
     #[error("{name} belongs to region {region}, this node serves {local}")]
     WrongRegion {
+        /// The resource named.
         name: ResourceName,
+        /// The region that owns it.
         region: String,
+        /// The region this step runs in.
         local: String,
     },
     /// A cross-region target reached the core without its uid (the node
     /// resolves it at the owner first).
     #[error("{field}: cross-region reference to {target} was not resolved at its owner")]
-    RemoteReference { field: String, target: ResourceName },
+    RemoteReference {
+        /// The reference field.
+        field: String,
+        /// The unresolved cross-region target.
+        target: ResourceName,
+    },
     /// A cross-region create that could not complete: the owner refused the
     /// attach, or a target was deleted meanwhile.
     #[error("create of {name} was aborted: {reason}")]
-    CreateAborted { name: ResourceName, reason: String },
+    CreateAborted {
+        /// The resource whose create was given up.
+        name: ResourceName,
+        /// Why (the owner's refusal, or the target that went away).
+        reason: String,
+    },
     /// The owner of a referenced resource refused to record the reference.
     #[error("region {region} refused the reference: {reason}")]
-    AttachRefused { region: String, reason: String },
+    AttachRefused {
+        /// The owner region that refused.
+        region: String,
+        /// The owner's reason.
+        reason: String,
+    },
     /// A peer region could not be reached.
     #[error("region {region} is unavailable: {reason}")]
-    RegionUnavailable { region: String, reason: String },
+    RegionUnavailable {
+        /// The region that did not answer.
+        region: String,
+        /// The transport failure or timeout, as the node saw it.
+        reason: String,
+    },
+    /// No region knows an operation with this id.
     #[error("operation {0} not found")]
     OperationNotFound(String),
+    /// The state under the step could not be read or decoded.
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -127,6 +212,8 @@ fn describe_refusal(name: &ResourceName, blockers: &[Dependent], dependents: &[D
 }
 
 impl CoreError {
+    /// The status class of this error (the proto crate turns it into a
+    /// gRPC code; README's "Error codes" is the contract).
     pub fn code(&self) -> ErrorCode {
         match self {
             CoreError::InvalidName(_) | CoreError::InvalidArgument { .. } | CoreError::WrongRegion { .. } => {
@@ -149,6 +236,7 @@ impl CoreError {
         }
     }
 
+    /// An [`CoreError::InvalidArgument`] naming the request `field` at fault.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::InvalidArgument {
             field: field.into(),
@@ -157,7 +245,9 @@ impl CoreError {
     }
 }
 
-/// Used by [`crate::model::DeletionStatus::Blocked`] reasons.
+/// The human-readable reason of a [`crate::model::DeletionStatus::Blocked`]
+/// deletion: each blocker with its field, and whether it is itself being
+/// deleted (so will go away) or live (stuck until someone acts).
 pub fn describe_blockers(blockers: &[Blocker]) -> String {
     blockers
         .iter()

@@ -24,6 +24,8 @@
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
 
+#![deny(missing_docs)]
+
 pub mod error;
 pub mod memory;
 pub mod model;

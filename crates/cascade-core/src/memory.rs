@@ -11,21 +11,38 @@ use crate::model::{
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::state::{StateRead, WriteSet};
 
+/// One node's whole durable state as maps, one per table of the node's
+/// store (see the matching fields of [`WriteSet`]). Its fields are public so
+/// tests and the model checker can inspect and compare states.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MemoryState {
+    /// Resources by name (every state, CREATING included).
     pub resources: BTreeMap<ResourceName, Resource>,
+    /// Uid → name of the incarnation that has it.
     pub uid_index: BTreeMap<Uid, ResourceName>,
+    /// Back-references, the owner's rows and the importer's mirrors alike.
     pub backrefs: BTreeMap<BackRefKey, BackRef>,
+    /// Deletion records of DELETING resources, by uid.
     pub deletions: BTreeMap<Uid, DeletionRecord>,
+    /// This region's part of every operation.
     pub operations: BTreeMap<OperationId, Operation>,
+    /// Per-resource outcomes of each operation.
     pub outcomes: BTreeMap<(OperationId, ResourceName), Outcome>,
+    /// The retry queue, by uid of the DELETING resource.
     pub work: BTreeMap<Uid, WorkItem>,
+    /// The outbox, in revision order (never compacted here).
     pub events: Vec<Event>,
+    /// The revision the next event gets (0 reads as 1).
     pub next_revision: Revision,
+    /// Tombstones of other regions' DELETING resources.
     pub remote_deletions: BTreeMap<Uid, RemoteDeletion>,
+    /// Releases queued for other regions: (owner region, key) → release.
     pub pending_releases: BTreeMap<(String, BackRefKey), PendingRelease>,
+    /// Per peer region, the last revision of its outbox applied here.
     pub cursors: BTreeMap<String, Revision>,
+    /// Cross-region attaches committed here and not yet confirmed.
     pub pending_attach: BTreeMap<Uid, PendingAttach>,
+    /// The next release generation (0 reads as 1).
     pub generation: u64,
 }
 
@@ -39,6 +56,7 @@ fn apply_map<K: Ord, V>(map: &mut BTreeMap<K, V>, writes: BTreeMap<K, Option<V>>
 }
 
 impl MemoryState {
+    /// Commits a step's write set, as the node's one atomic batch would.
     pub fn apply(&mut self, w: WriteSet) {
         apply_map(&mut self.resources, w.resources);
         apply_map(&mut self.uid_index, w.uid_index);

@@ -18,6 +18,7 @@ use crate::schema::OnDelete;
 pub struct Timestamp(pub u64);
 
 impl Timestamp {
+    /// `ms` milliseconds later (saturating): retry and backoff times.
     pub fn plus_millis(self, ms: u64) -> Timestamp {
         Timestamp(self.0.saturating_add(ms))
     }
@@ -27,12 +28,15 @@ impl Timestamp {
 /// the revision of the last event that changed it; its etag is that number.
 pub type Revision = u64;
 
+/// Where a resource is in its life: CREATING (cross-region only) → ACTIVE →
+/// DELETING → purged (no record left).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ResourceState {
     /// Written durably while a cross-region attach is in flight (never
     /// visible as a valid reference target).
     Creating,
+    /// Live: readable, referable, updatable.
     Active,
     /// Accepted for deletion; purged once nothing refers to it any more.
     Deleting,
@@ -42,20 +46,31 @@ pub enum ResourceState {
 /// incarnation.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RefTarget {
+    /// The target's name; its region says which node owns it.
     pub name: ResourceName,
+    /// The incarnation referred to: a re-created name has another uid.
     pub uid: Uid,
 }
 
+/// A stored resource: one incarnation of a name, with its references.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resource {
+    /// `{region}/{kind}/{id}`; the region is the node that owns it.
     pub name: ResourceName,
+    /// Minted at create; distinguishes this incarnation from an earlier or
+    /// later resource of the same name.
     pub uid: Uid,
+    /// Its life-cycle state.
     pub state: ResourceState,
+    /// Free-form string attributes; the protocol never interprets them.
     pub attributes: BTreeMap<String, String>,
     /// Reference field → targets (a single reference holds one).
     pub refs: BTreeMap<String, Vec<RefTarget>>,
+    /// The revision of the last event that changed it (also its etag).
     pub revision: Revision,
+    /// When it was created (the step's `now`).
     pub create_time: Timestamp,
+    /// When it last changed (the step's `now`).
     pub update_time: Timestamp,
     /// External cleanups that must finish before purge (seed 004).
     #[serde(default)]
@@ -63,9 +78,12 @@ pub struct Resource {
 }
 
 impl Resource {
+    /// Its kind, from the name: selects the schema's reference fields.
     pub fn kind(&self) -> &str {
         self.name.kind()
     }
+    /// The etag an update or delete precondition compares: the revision,
+    /// as a string.
     pub fn etag(&self) -> String {
         self.revision.to_string()
     }
@@ -76,8 +94,12 @@ impl Resource {
 /// never sees the old incarnation's referrers.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct BackRefKey {
+    /// The referred-to incarnation.
     pub target: Uid,
+    /// The referring incarnation.
     pub referrer: Uid,
+    /// The referrer's field (one row per field, however many elements of a
+    /// list point at the same target).
     pub field: String,
 }
 
@@ -89,9 +111,14 @@ pub struct BackRefKey {
 /// same prefix scan a local deletion uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackRef {
+    /// The referred-to resource.
     pub target: RefTarget,
+    /// The resource holding the reference.
     pub referrer: RefTarget,
+    /// The referrer's reference field.
     pub field: String,
+    /// What deleting the target does to the referrer (the schema's
+    /// `on_delete` of `field`, copied so the owner of a remote target knows it).
     pub on_delete: OnDelete,
     /// Cross-region only: the referrer region's generation at attach time. A
     /// release with an older generation is stale and ignored.
@@ -104,6 +131,7 @@ pub struct BackRef {
 }
 
 impl BackRef {
+    /// Its primary key (target uid, referrer uid, field).
     pub fn key(&self) -> BackRefKey {
         BackRefKey {
             target: self.target.uid,
@@ -120,47 +148,79 @@ pub enum DeletionReason {
     /// A client asked for it.
     Requested,
     /// A cascade from the deletion of `from` reached it through `field`.
-    Cascade { from: ResourceName, field: String },
+    Cascade {
+        /// The DELETING resource the cascade came from.
+        from: ResourceName,
+        /// This resource's reference field that pointed at `from`.
+        field: String,
+    },
 }
 
 /// A live reference that keeps a deletion from finishing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Blocker {
+    /// The resource holding the `block` reference.
     pub referrer: ResourceName,
+    /// Its field that points at the deleting resource.
     pub field: String,
     /// Whether the blocker is itself being deleted; if not, the deletion is
     /// stuck until someone deletes or changes it.
     pub referrer_deleting: bool,
 }
 
+/// Where a DELETING resource's deletion stands, as its record and
+/// `GetOperation` report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum DeletionStatus {
     /// Work is queued or under way.
     Pending,
     /// Waiting on live `block` references (or finalizers).
-    Blocked { blockers: Vec<Blocker>, reason: String },
+    Blocked {
+        /// The references holding it (empty when only finalizers do).
+        blockers: Vec<Blocker>,
+        /// The blockers described for a human (see
+        /// [`crate::error::describe_blockers`]).
+        reason: String,
+    },
     /// Gave up after the maximum number of attempts; an operator acts.
-    Failed { error: String },
+    Failed {
+        /// Why it could not finish (the last reason it was held).
+        error: String,
+    },
     /// Nothing blocks it, but referrers in other regions have yet to release.
-    Waiting { regions: Vec<String>, reason: String },
+    Waiting {
+        /// The regions it waits for.
+        regions: Vec<String>,
+        /// What it waits for, for a human.
+        reason: String,
+    },
 }
 
 /// The deletion table (seed 000's `deleting_resource`): one row per resource
 /// in DELETING, keyed by uid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeletionRecord {
+    /// The DELETING resource.
     pub target: RefTarget,
+    /// When it entered DELETING.
     pub deleted_at: Timestamp,
+    /// Whether a client asked, or a cascade reached it (and from where).
     pub reason: DeletionReason,
+    /// Who asked for the deletion that reached it (the request's
+    /// `requested_by`; `region {r}` when a remote cascade did).
     pub requested_by: String,
+    /// The operation it reports into.
     pub operation: OperationId,
+    /// Pending, blocked, waiting on other regions, or failed.
     pub status: DeletionStatus,
 }
 
+/// Where an operation stands as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OperationState {
+    /// Some deletion of its closure is still pending.
     Running,
     /// Every resource of the closure was purged.
     Succeeded,
@@ -187,13 +247,22 @@ pub struct Progress {
 /// starts reports into it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Operation {
+    /// Its id, the same in every region its cascade reaches.
     pub id: OperationId,
+    /// The resource the delete request named.
     pub root: RefTarget,
+    /// Who asked (the request's `requested_by`; in another region's part,
+    /// `region {r}` of the root's region).
     pub requested_by: String,
+    /// Whether the request allowed a cascade.
     pub cascade: bool,
+    /// Running, or how it ended.
     pub state: OperationState,
+    /// Counters of this region's part.
     pub progress: Progress,
+    /// When the delete was accepted (or the part started here).
     pub create_time: Timestamp,
+    /// When its last pending deletion finished (None while running).
     pub end_time: Option<Timestamp>,
     /// Other regions this region's part reached: they had `cascade` or
     /// `unset` referrers of its deleting resources, so they have parts of
@@ -214,22 +283,32 @@ pub struct Operation {
     pub closure_confirmed: bool,
 }
 
+/// What an operation did, or is doing, to one resource of its closure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum OutcomeAction {
+    /// DELETING, work under way.
     Pending,
+    /// Purged.
     Deleted,
+    /// Survived: the reference to a deleted resource was cleared.
     Unset {
+        /// The field cleared (or the list it lost an element from).
         field: String,
     },
+    /// DELETING, held by live `block` references (or finalizers).
     Blocked {
+        /// The references holding it.
         blockers: Vec<Blocker>,
     },
+    /// Given up (still DELETING; an operator acts).
     Failed {
+        /// Why.
         error: String,
     },
     /// Pending, waiting on other regions to release their references.
     Waiting {
+        /// The regions it waits for.
         regions: Vec<String>,
     },
 }
@@ -237,30 +316,44 @@ pub enum OutcomeAction {
 /// What an operation did to one resource (seed 001's 207 body).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
+    /// The resource concerned.
     pub resource: RefTarget,
+    /// The latest thing the operation did to it.
     #[serde(flatten)]
     pub action: OutcomeAction,
+    /// When that was recorded.
     pub time: Timestamp,
 }
 
 /// An entry of the durable retry queue: deletion work for one resource.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkItem {
+    /// The DELETING resource to work on.
     pub target: RefTarget,
+    /// Not processed before this time (backoff after a blocked attempt).
     pub next_attempt_at: Timestamp,
     /// Attempts that found the deletion unable to finish.
     pub attempts: u32,
+    /// Why the last attempt could not finish.
     pub last_error: Option<String>,
 }
 
+/// What an [`Event`] reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum EventType {
+    /// A resource became visible (created ACTIVE, or a CREATING one settled).
     Created,
+    /// A resource changed: by a client update, or a cascade unset one of its
+    /// references (the message says which).
     Updated,
+    /// A resource entered DELETING. Other regions' importers act on it.
     Deleting,
+    /// A resource was removed for good. Importers drop their tombstone.
     Purged,
+    /// A deletion is held by blockers (emitted when the blockers change).
     DeletionBlocked,
+    /// A deletion was given up after its maximum attempts.
     DeletionFailed,
 }
 
@@ -268,13 +361,19 @@ pub enum EventType {
 /// describes; watchers resume from a revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
+    /// Its place in the node's outbox (strictly increasing).
     pub revision: Revision,
+    /// What happened.
     pub event_type: EventType,
+    /// The resource it happened to.
     pub resource: RefTarget,
     /// The resource after the change (None once purged).
     pub snapshot: Option<Resource>,
+    /// The deletion operation that caused it, if any.
     pub operation: Option<OperationId>,
+    /// A human-readable account (which field was unset, why it is blocked).
     pub message: String,
+    /// When (the step's `now`).
     pub time: Timestamp,
     /// On a DELETING event: the request that deleted the resource did not
     /// allow a cascade (`cascade = false`). Referrers in other regions then
@@ -290,8 +389,11 @@ pub struct Event {
 /// Removed when the owner reports the purge.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteDeletion {
+    /// The remote DELETING resource.
     pub target: RefTarget,
+    /// The owner's operation; local cascades report into the same id.
     pub operation: OperationId,
+    /// When this node applied the DELETING event.
     pub seen_at: Timestamp,
     /// The owner already purged it, but local referrers were still being
     /// walked: the tombstone goes when the walk is done.
@@ -310,7 +412,9 @@ pub struct RemoteDeletion {
 /// finished by the reconciler (attach again, then confirm or revert).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingAttach {
+    /// The local resource whose references await confirmation.
     pub resource: RefTarget,
+    /// The mirror rows to attach at their owners (the new references only).
     pub keys: Vec<BackRefKey>,
 }
 
@@ -319,6 +423,7 @@ pub struct PendingAttach {
 /// owner's acknowledgement only delays the release.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PendingRelease {
+    /// The row the owner is to drop.
     pub backref: BackRef,
     /// This node's generation when the release was queued.
     pub generation: u64,
@@ -327,9 +432,13 @@ pub struct PendingRelease {
 /// A deletion event of another region, as the importer applies it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteEvent {
+    /// Its revision in the owner's outbox (the importer's cursor advances to it).
     pub revision: Revision,
+    /// DELETING or PURGED (the importer ignores the others).
     pub event_type: EventType,
+    /// The owner's resource.
     pub resource: RefTarget,
+    /// The owner's operation, for a DELETING event.
     pub operation: Option<OperationId>,
     /// See [`Event::no_cascade`].
     pub no_cascade: bool,

@@ -16,8 +16,11 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {what} {value:?}: {reason}")]
 pub struct NameError {
+    /// What was being parsed (`region`, `kind`, `resource name`, `uid`, …).
     pub what: &'static str,
+    /// The refused input, verbatim.
     pub value: String,
+    /// The rule it breaks.
     pub reason: &'static str,
 }
 
@@ -32,6 +35,7 @@ fn is_lower_alnum_dash(s: &str) -> bool {
 pub struct RegionId(String);
 
 impl RegionId {
+    /// Validates a region id; the error names the rule it breaks.
     pub fn parse(value: &str) -> Result<Self, NameError> {
         let err = |reason| NameError {
             what: "region",
@@ -51,6 +55,7 @@ impl RegionId {
         Ok(Self(value.to_owned()))
     }
 
+    /// The id as written (also the prefix of its resources' names).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -110,6 +115,8 @@ pub struct ResourceName {
 }
 
 impl ResourceName {
+    /// Validates `{region}/{kind}/{id}` (each part by its own rule). Whether
+    /// the kind exists in a schema is the protocol's check, not this one.
     pub fn parse(value: &str) -> Result<Self, NameError> {
         let err = |reason| NameError {
             what: "resource name",
@@ -139,19 +146,24 @@ impl ResourceName {
         })
     }
 
+    /// Builds and validates the name of `id` of `kind` in `region`.
     pub fn new(region: &RegionId, kind: &str, id: &str) -> Result<Self, NameError> {
         Self::parse(&format!("{region}/{kind}/{id}"))
     }
 
+    /// The full name, as stored and sent.
     pub fn as_str(&self) -> &str {
         &self.full
     }
+    /// The owning region: the node every request about it goes to.
     pub fn region(&self) -> &str {
         &self.full[..self.kind_start - 1]
     }
+    /// The kind, which selects its schema entry.
     pub fn kind(&self) -> &str {
         &self.full[self.kind_start..self.id_start - 1]
     }
+    /// The id, unique within its region and kind.
     pub fn id(&self) -> &str {
         &self.full[self.id_start..]
     }
@@ -203,6 +215,7 @@ impl From<ResourceName> for String {
 pub struct Uid(pub Uuid);
 
 impl Uid {
+    /// Parses a uid from its hyphenated UUID form (as requests carry it).
     pub fn parse(value: &str) -> Result<Self, NameError> {
         Uuid::parse_str(value).map(Uid).map_err(|_| NameError {
             what: "uid",
@@ -210,6 +223,8 @@ impl Uid {
             reason: "must be a UUID",
         })
     }
+    /// The 16 bytes of the UUID: the storage key form (v7 uids sort by
+    /// creation time).
     pub fn as_bytes(&self) -> &[u8; 16] {
         self.0.as_bytes()
     }
@@ -227,6 +242,7 @@ impl fmt::Display for Uid {
 pub struct OperationId(pub Uuid);
 
 impl OperationId {
+    /// Parses an operation id from its hyphenated UUID form.
     pub fn parse(value: &str) -> Result<Self, NameError> {
         Uuid::parse_str(value).map(OperationId).map_err(|_| NameError {
             what: "operation id",
@@ -246,6 +262,7 @@ impl fmt::Display for OperationId {
 /// generator itself: the node passes one that mints UUID v7, tests pass a
 /// deterministic one.
 pub trait IdSource {
+    /// A fresh UUID, never returned before by this source.
     fn next_uuid(&mut self) -> Uuid;
 }
 

@@ -36,14 +36,18 @@ use crate::{OnDelete, OperationId, ResourceName, Uid};
 /// A back-reference as one region asks another to attach or release it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerBackRef {
+    /// The owner's resource referred to.
     pub target: RefTarget,
+    /// The calling region's resource that holds the reference.
     pub referrer: RefTarget,
+    /// The referrer's field.
     pub field: String,
     /// The referrer region's generation (see [`BackRef::generation`]).
     pub generation: u64,
 }
 
 impl PeerBackRef {
+    /// The key of the row it names at the owner.
     pub fn key(&self) -> BackRefKey {
         BackRefKey {
             target: self.target.uid,
@@ -175,6 +179,7 @@ pub fn attach<S: StateRead + ?Sized>(
 /// What a release request did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReleaseReport {
+    /// Rows dropped.
     pub released: usize,
     /// Already gone (a repeated release).
     pub absent: usize,
@@ -345,7 +350,9 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
 /// resync (see [`resync`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteDeleting {
+    /// The owner's DELETING resource.
     pub target: RefTarget,
+    /// The operation deleting it.
     pub operation: OperationId,
     /// See [`RemoteDeletion::no_cascade`].
     pub no_cascade: bool,

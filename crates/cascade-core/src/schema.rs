@@ -42,6 +42,7 @@ pub enum OnDelete {
 }
 
 impl OnDelete {
+    /// Its spelling in the schema TOML and on the wire (`allow_dangling`).
     pub fn as_str(self) -> &'static str {
         match self {
             OnDelete::Cascade => "cascade",
@@ -70,6 +71,7 @@ impl fmt::Display for OnDelete {
 pub struct RefSpec {
     /// Kind of the target.
     pub kind: String,
+    /// What deleting a target does to the referrer.
     pub on_delete: OnDelete,
     /// A list reference (holds several targets).
     #[serde(default)]
@@ -79,9 +81,12 @@ pub struct RefSpec {
     pub required: bool,
 }
 
+/// One kind of resource: its reference fields (a kind without references
+/// is a valid leaf, such as a project).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KindSpec {
+    /// Field name → what it may point at and its `on_delete`.
     #[serde(default)]
     pub refs: BTreeMap<String, RefSpec>,
 }
@@ -101,10 +106,19 @@ struct SchemaFile {
 /// A schema that cannot be used, with the path of the offending entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
+    /// The text does not parse as a schema file (the TOML parser's message,
+    /// with its line and column).
     #[error("schema is not valid TOML: {0}")]
     Syntax(String),
+    /// It parses but breaks a rule (unknown kind, bad field name, a
+    /// required `unset` reference, a bound exceeded).
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The TOML path of the offending entry (`kinds.port.refs.network`).
+        path: String,
+        /// The rule it breaks.
+        message: String,
+    },
 }
 
 fn invalid(path: impl Into<String>, message: impl Into<String>) -> SchemaError {
@@ -116,14 +130,18 @@ fn invalid(path: impl Into<String>, message: impl Into<String>) -> SchemaError {
 
 /// Largest schema accepted: a bound against hostile input, far above any real model.
 pub const MAX_KINDS: usize = 1024;
+/// Most reference fields one kind may declare (same bound, per kind).
 pub const MAX_REFS_PER_KIND: usize = 128;
 
 impl Schema {
+    /// Parses and validates a schema file (`[kinds.<kind>.refs.<field>]`).
     pub fn from_toml(text: &str) -> Result<Self, SchemaError> {
         let file: SchemaFile = toml::from_str(text).map_err(|e| SchemaError::Syntax(e.to_string()))?;
         Self::new(file.kinds)
     }
 
+    /// Validates kinds given as data; the error names the offending entry
+    /// by its TOML path, as [`Schema::from_toml`] would.
     pub fn new(kinds: BTreeMap<String, KindSpec>) -> Result<Self, SchemaError> {
         if kinds.is_empty() {
             return Err(invalid("kinds", "the schema declares no kinds"));
@@ -156,14 +174,17 @@ impl Schema {
         Ok(Self { kinds })
     }
 
+    /// The spec of `kind`, or None when the schema does not declare it.
     pub fn kind(&self, kind: &str) -> Option<&KindSpec> {
         self.kinds.get(kind)
     }
 
+    /// Every declared kind with its spec, in name order.
     pub fn kinds(&self) -> impl Iterator<Item = (&str, &KindSpec)> {
         self.kinds.iter().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// The reference field `field` of `kind`, if both are declared.
     pub fn reference(&self, kind: &str, field: &str) -> Option<&RefSpec> {
         self.kinds.get(kind)?.refs.get(field)
     }

@@ -22,13 +22,19 @@ use crate::name::{OperationId, ResourceName, Uid};
 
 /// Read access to one node's durable state.
 pub trait StateRead {
+    /// The resource stored under `name`, in any state.
     fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError>;
+    /// The name of the incarnation with this uid (the uid index), if it still exists.
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError>;
     /// Back-references of `target`, in key order, after `after` (exclusive).
     fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError>;
+    /// One back-reference row.
     fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError>;
+    /// The deletion record of a DELETING resource.
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError>;
+    /// This region's part of an operation.
     fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError>;
+    /// The retry-queue entry of a DELETING resource.
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError>;
     /// What an operation last recorded for a resource.
     fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError>;
@@ -36,10 +42,13 @@ pub trait StateRead {
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError>;
     /// The revision the next event gets.
     fn next_revision(&self) -> Result<Revision, StorageError>;
+    /// The tombstone of a remote resource seen entering DELETING.
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError>;
+    /// The unconfirmed cross-region attaches of a local resource.
     fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError>;
     /// Every tombstone of a remote resource this node holds.
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError>;
+    /// The release of `key` queued for the owner `region`, if any.
     fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError>;
     /// The last revision of `region`'s outbox this node applied.
     fn cursor(&self, region: &str) -> Result<Revision, StorageError>;
@@ -51,16 +60,25 @@ pub trait StateRead {
 /// events, in revision order.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct WriteSet {
+    /// Resources put or removed.
     pub resources: BTreeMap<ResourceName, Option<Resource>>,
+    /// Uid index entries, kept in step with `resources`.
     pub uid_index: BTreeMap<Uid, Option<ResourceName>>,
+    /// Back-reference rows attached or dropped.
     pub backrefs: BTreeMap<BackRefKey, Option<BackRef>>,
+    /// Deletion records written or removed (at purge).
     pub deletions: BTreeMap<Uid, Option<DeletionRecord>>,
+    /// Operation parts written (never removed by a step).
     pub operations: BTreeMap<OperationId, Option<Operation>>,
+    /// Outcomes recorded (only ever overwritten, never removed).
     pub outcomes: BTreeMap<(OperationId, ResourceName), Outcome>,
+    /// Retry-queue entries scheduled or removed.
     pub work: BTreeMap<Uid, Option<WorkItem>>,
+    /// Events to append to the outbox, with their revisions assigned.
     pub events: Vec<Event>,
     /// Set when events were appended.
     pub next_revision: Option<Revision>,
+    /// Tombstones of remote resources added or removed.
     pub remote_deletions: BTreeMap<Uid, Option<RemoteDeletion>>,
     /// (owner region, key) → release to send.
     pub pending_releases: BTreeMap<(String, BackRefKey), Option<PendingRelease>>,
@@ -68,10 +86,12 @@ pub struct WriteSet {
     pub cursors: BTreeMap<String, Revision>,
     /// CREATING resources whose cross-region attach is not settled yet.
     pub pending_attach: BTreeMap<Uid, Option<PendingAttach>>,
+    /// The next release generation, when the step took one.
     pub generation: Option<u64>,
 }
 
 impl WriteSet {
+    /// Whether the step changed nothing (the node then skips the commit).
     pub fn is_empty(&self) -> bool {
         self.resources.is_empty()
             && self.uid_index.is_empty()
@@ -124,6 +144,7 @@ macro_rules! overlay_get {
 }
 
 impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
+    /// A step over the snapshot `base`, with nothing written yet.
     pub fn new(base: &'s S) -> Self {
         Self {
             base,
@@ -132,16 +153,19 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         }
     }
 
+    /// Ends the step: its writes, to be committed as one batch.
     pub fn finish(mut self) -> WriteSet {
         self.writes.next_revision = self.next_revision;
         self.writes
     }
 
-    /// Discards the step's writes (used by dry runs).
+    /// The step's writes so far, without ending it (a dry run reports them
+    /// and then drops the `Tx`, so nothing is committed).
     pub fn pending_writes(&self) -> &WriteSet {
         &self.writes
     }
 
+    /// The resource under `name`, as this step left it.
     pub fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError> {
         match self.writes.resources.get(name) {
             Some(v) => Ok(v.clone()),
@@ -164,16 +188,20 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.writes.resources.get(name).is_some_and(Option::is_some)
     }
 
+    /// Writes a resource and its uid index entry.
     pub fn put_resource(&mut self, r: Resource) {
         self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
         self.writes.resources.insert(r.name.clone(), Some(r));
     }
 
+    /// Removes a resource and its uid index entry (a purge).
     pub fn remove_resource(&mut self, name: &ResourceName, uid: Uid) {
         self.writes.uid_index.insert(uid, None);
         self.writes.resources.insert(name.clone(), None);
     }
 
+    /// Back-references of `target` after `after`, up to `limit`, merged
+    /// with this step's own attaches and drops.
     pub fn backrefs(
         &self,
         target: Uid,
@@ -195,18 +223,22 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         Ok(merged.into_values().take(limit).collect())
     }
 
+    /// One back-reference row, as this step left it.
     pub fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError> {
         overlay_get!(self, backrefs, key, self.base.backref(key))
     }
 
+    /// Attaches (or rewrites) a back-reference row.
     pub fn put_backref(&mut self, b: BackRef) {
         self.writes.backrefs.insert(b.key(), Some(b));
     }
 
+    /// Drops a back-reference row.
     pub fn remove_backref(&mut self, key: BackRefKey) {
         self.writes.backrefs.insert(key, None);
     }
 
+    /// The deletion record of `uid`, as this step left it.
     pub fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError> {
         match self.writes.deletions.get(&uid) {
             Some(v) => Ok(v.clone()),
@@ -214,14 +246,17 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         }
     }
 
+    /// Writes a deletion record (keyed by its target's uid).
     pub fn put_deletion(&mut self, d: DeletionRecord) {
         self.writes.deletions.insert(d.target.uid, Some(d));
     }
 
+    /// Removes a deletion record (at purge).
     pub fn remove_deletion(&mut self, uid: Uid) {
         self.writes.deletions.insert(uid, None);
     }
 
+    /// This region's part of an operation, as this step left it.
     pub fn operation(&self, id: OperationId) -> Result<Option<Operation>, StorageError> {
         match self.writes.operations.get(&id) {
             Some(v) => Ok(v.clone()),
@@ -229,10 +264,12 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         }
     }
 
+    /// Writes an operation part.
     pub fn put_operation(&mut self, op: Operation) {
         self.writes.operations.insert(op.id, Some(op));
     }
 
+    /// What operation `op` last recorded for `name`, as this step left it.
     pub fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
         match self.writes.outcomes.get(&(op, name.clone())) {
             Some(v) => Ok(Some(v.clone())),
@@ -240,12 +277,14 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         }
     }
 
+    /// Records (replaces) the outcome of one resource in operation `op`.
     pub fn put_outcome(&mut self, op: OperationId, outcome: Outcome) {
         self.writes
             .outcomes
             .insert((op, outcome.resource.name.clone()), outcome);
     }
 
+    /// The retry-queue entry of `uid`, as this step left it.
     pub fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError> {
         match self.writes.work.get(&uid) {
             Some(v) => Ok(v.clone()),
@@ -253,14 +292,18 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         }
     }
 
+    /// Schedules (or reschedules) deletion work for a resource.
     pub fn put_work(&mut self, w: WorkItem) {
         self.writes.work.insert(w.target.uid, Some(w));
     }
 
+    /// Removes a resource's queue entry (its deletion is done or failed).
     pub fn remove_work(&mut self, uid: Uid) {
         self.writes.work.insert(uid, None);
     }
 
+    /// Due queue entries of the snapshot (not of this step's writes: work
+    /// a step schedules runs in a later step).
     pub fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
         self.base.due_work(now, limit)
     }
@@ -280,6 +323,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         Ok(revision)
     }
 
+    /// The tombstone of a remote resource, as this step left it.
     pub fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, StorageError> {
         overlay_get!(self, remote_deletions, &uid, self.base.remote_deletion(uid))
     }
@@ -301,14 +345,17 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         Ok(all.into_values().filter(|d| d.target.name.region() == region).collect())
     }
 
+    /// Writes a tombstone (keyed by its target's uid).
     pub fn put_remote_deletion(&mut self, d: RemoteDeletion) {
         self.writes.remote_deletions.insert(d.target.uid, Some(d));
     }
 
+    /// Removes a tombstone.
     pub fn remove_remote_deletion(&mut self, uid: Uid) {
         self.writes.remote_deletions.insert(uid, None);
     }
 
+    /// The release of `key` queued for the owner `region`, as this step left it.
     pub fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, StorageError> {
         overlay_get!(
             self,
@@ -318,16 +365,19 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         )
     }
 
+    /// Queues a release for the owner `region` (durable until it acknowledges).
     pub fn put_pending_release(&mut self, region: &str, p: PendingRelease) {
         self.writes
             .pending_releases
             .insert((region.to_owned(), p.backref.key()), Some(p));
     }
 
+    /// Removes a queued release (the owner acknowledged it).
     pub fn remove_pending_release(&mut self, region: &str, key: BackRefKey) {
         self.writes.pending_releases.insert((region.to_owned(), key), None);
     }
 
+    /// The last revision of `region`'s outbox applied, as this step left it.
     pub fn cursor(&self, region: &str) -> Result<Revision, StorageError> {
         match self.writes.cursors.get(region) {
             Some(v) => Ok(*v),
@@ -335,18 +385,23 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         }
     }
 
+    /// Advances the cursor of `region`'s outbox, in the same step as the
+    /// effects of the events it covers.
     pub fn set_cursor(&mut self, region: &str, revision: Revision) {
         self.writes.cursors.insert(region.to_owned(), revision);
     }
 
+    /// The unconfirmed attaches of a local resource, as this step left them.
     pub fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError> {
         overlay_get!(self, pending_attach, &uid, self.base.pending_attach(uid))
     }
 
+    /// Records the durable intent to attach (keyed by the resource's uid).
     pub fn put_pending_attach(&mut self, p: PendingAttach) {
         self.writes.pending_attach.insert(p.resource.uid, Some(p));
     }
 
+    /// Removes the intent (the attaches were confirmed or given up).
     pub fn remove_pending_attach(&mut self, uid: Uid) {
         self.writes.pending_attach.insert(uid, None);
     }

@@ -50,6 +50,9 @@
 //! a deeper run; `-- --nocapture` prints what the generated programs
 //! covered.
 
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -8,6 +8,12 @@
 //! - `deep` (ignored; also `cargo run -p cascade-model --release --example deep`):
 //!   the larger configuration with message-level faults and the racing create.
 
+// Test code, not a node: poll deadlines and elapsed times are real time,
+// and made-up ids need no IdSource (clippy.toml).
+#![allow(clippy::disallowed_methods)]
+// Progress and results go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::time::{Duration, Instant};
 
 use cascade_model::{CascadeModel, Config, ALWAYS};

@@ -13,6 +13,9 @@ pub trait Clock: Send + Sync + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    // The sanctioned place: the one wall-clock read of a real node. Every
+    // timestamp a node writes comes from its injected `Clock`.
+    #[allow(clippy::disallowed_methods)]
     fn now(&self) -> Timestamp {
         let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -20,4 +23,13 @@ impl Clock for SystemClock {
             .unwrap_or(0);
         Timestamp(ms)
     }
+}
+
+/// The monotonic instant that paces the peer links (reconnect backoff, ack
+/// refresh, check interval). tokio's clock, not std's: it is the one a
+/// simulation and a paused test runtime control. The sanctioned place for
+/// `tokio::time::Instant::now` in a node.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn monotonic_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
 }

@@ -30,6 +30,7 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::api::peer_client::WatchEnd;
+use crate::clock;
 use crate::entropy::{stable_hash, XorShift64};
 use crate::error::Fault;
 use crate::node::Node;
@@ -185,7 +186,7 @@ async fn ack(node: &Node, peer: &str, last: &mut Option<(u64, Instant)>) -> Resu
         return Ok(());
     }
     node.peers.ack(peer, &node.region, cursor).await?;
-    *last = Some((cursor, Instant::now()));
+    *last = Some((cursor, clock::monotonic_now()));
     Ok(())
 }
 
@@ -279,8 +280,8 @@ impl Actor for PeerLink {
             peer,
             watch: None,
             failures: 0,
-            reconnect_at: Instant::now(),
-            last_check: Instant::now(),
+            reconnect_at: clock::monotonic_now(),
+            last_check: clock::monotonic_now(),
             check_after: None,
             last_ack: None,
             ticker: Some(ticker),
@@ -313,11 +314,11 @@ impl Actor for PeerLink {
                 state.watch = None;
                 state.failures += 1;
                 let wait = backoff_with_jitter(state.failures, &mut state.jitter);
-                state.reconnect_at = Instant::now() + wait;
+                state.reconnect_at = clock::monotonic_now() + wait;
                 span.in_scope(|| debug!(reason = %why, retry_in = ?wait, "watch of peer ended"));
             }
             LinkMsg::Tick => {
-                if state.watch.is_none() && Instant::now() >= state.reconnect_at {
+                if state.watch.is_none() && clock::monotonic_now() >= state.reconnect_at {
                     state.start_watch(&myself);
                 }
                 if let Err(e) = flush_releases(&node, &state.peer).instrument(span.clone()).await {
@@ -329,7 +330,7 @@ impl Actor for PeerLink {
                     }
                 }
                 if state.last_check.elapsed() >= state.ctx.check_interval {
-                    state.last_check = Instant::now();
+                    state.last_check = clock::monotonic_now();
                     if let Err(e) = check_backrefs(&node, &state.peer, state.ctx.check_interval, &mut state.check_after)
                         .instrument(span.clone())
                         .await

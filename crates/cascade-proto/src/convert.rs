@@ -21,6 +21,8 @@ fn ms(t: cascade_core::Timestamp) -> i64 {
     i64::try_from(t.0).unwrap_or(i64::MAX)
 }
 
+/// A reference target on the wire (`dangling` is for the caller to set:
+/// only it knows whether the target is gone).
 pub fn object_ref(t: &RefTarget) -> v1::ObjectRef {
     v1::ObjectRef {
         name: t.name.to_string(),
@@ -87,6 +89,9 @@ pub fn resource_spec_with(
     })
 }
 
+/// Decodes a Delete request into the core's terms: the uid precondition
+/// parsed, an empty etag as none, an empty `requested_by` as `anonymous`.
+/// `remote_kept` is left empty for the node to fill in.
 pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
     Ok(DeleteRequest {
         uid: optional_uid(&req.uid, "uid")?,
@@ -105,6 +110,7 @@ pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
     })
 }
 
+/// The wire form of a resource state.
 pub fn resource_state(s: ResourceState) -> v1::ResourceState {
     match s {
         ResourceState::Creating => v1::ResourceState::Creating,
@@ -113,6 +119,7 @@ pub fn resource_state(s: ResourceState) -> v1::ResourceState {
     }
 }
 
+/// A List request's state filter in the core's terms (None: no filter).
 pub fn resource_state_from(s: v1::ResourceState) -> Option<ResourceState> {
     match s {
         v1::ResourceState::Unspecified => None,
@@ -188,6 +195,8 @@ pub fn resource(r: &Resource, record: Option<&DeletionRecord>, dangling: &BTreeS
     }
 }
 
+/// One region's part of an operation with a page of its outcomes;
+/// `unreachable_regions` is left empty for the node that aggregates parts.
 pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) -> v1::Operation {
     v1::Operation {
         id: op.id.to_string(),
@@ -216,6 +225,8 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
     }
 }
 
+/// One resource's outcome, with its region and, for blocked, failed and
+/// waiting ones, a human-readable message.
 pub fn outcome(o: &Outcome) -> v1::Outcome {
     let mut out = v1::Outcome {
         resource: Some(object_ref(&o.resource)),
@@ -346,6 +357,7 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
     })
 }
 
+/// A dry run's plan (or a region's part of one) on the wire.
 pub fn plan(p: &Plan) -> v1::Plan {
     v1::Plan {
         deleted: p.deleted.iter().map(object_ref).collect(),
@@ -388,6 +400,8 @@ pub fn ref_target(r: Option<v1::ObjectRef>, field: &str) -> Result<RefTarget, St
     Ok(RefTarget { name, uid })
 }
 
+/// Decodes a back-reference of a Peer request; `field` prefixes the path
+/// named in an INVALID_ARGUMENT refusal.
 pub fn peer_backref_from(b: v1::PeerBackRef, field: &str) -> Result<cascade_core::peer::PeerBackRef, Status> {
     Ok(cascade_core::peer::PeerBackRef {
         target: ref_target(b.target, &format!("{field}.target"))?,
@@ -397,6 +411,8 @@ pub fn peer_backref_from(b: v1::PeerBackRef, field: &str) -> Result<cascade_core
     })
 }
 
+/// A back-reference as an importer sends it in Attach or Release (the owner
+/// knows `on_delete` from its own schema, so it is left empty).
 pub fn peer_backref(b: &cascade_core::peer::PeerBackRef) -> v1::PeerBackRef {
     v1::PeerBackRef {
         target: Some(object_ref(&b.target)),
@@ -418,6 +434,8 @@ pub fn backref_row(b: &cascade_core::model::BackRef) -> v1::PeerBackRef {
     }
 }
 
+/// An event type from the wire; None for UNSPECIFIED or a value this build
+/// does not know (a newer peer's), which the caller skips.
 pub fn event_type_from(t: i32) -> Option<EventType> {
     Some(match v1::EventType::try_from(t).ok()? {
         v1::EventType::Unspecified => return None,
@@ -464,6 +482,7 @@ pub fn plan_from(p: v1::Plan) -> Result<Plan, Status> {
     Ok(out)
 }
 
+/// The wire form of an event type.
 pub fn event_type(t: EventType) -> v1::EventType {
     match t {
         EventType::Created => v1::EventType::Created,
@@ -475,6 +494,8 @@ pub fn event_type(t: EventType) -> v1::EventType {
     }
 }
 
+/// An outbox event as Watch and Peer.Watch send it (the snapshot without
+/// deletion record or dangling marks).
 pub fn event(e: &Event) -> v1::WatchEvent {
     v1::WatchEvent {
         revision: e.revision,

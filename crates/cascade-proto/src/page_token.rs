@@ -38,17 +38,22 @@ struct Encoded {
 /// A token that was not issued by a Cascade node (or was altered).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PageTokenError {
+    /// Not URL-safe base64 without padding.
     #[error("not a page token issued by this API (not URL-safe base64)")]
     Encoding,
+    /// Base64, but not the token's protobuf message.
     #[error("not a page token issued by this API (undecodable)")]
     Message,
+    /// Issued by another (future) encoding version.
     #[error("page token version {0} is not supported")]
     Version(u32),
+    /// The region is empty, so there is no part to continue from.
     #[error("page token names no region")]
     NoRegion,
 }
 
 impl OutcomesPageToken {
+    /// The opaque string a client gets as `next_outcomes_page_token`.
     pub fn encode(&self) -> String {
         let encoded = Encoded {
             version: VERSION,

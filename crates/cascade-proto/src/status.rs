@@ -32,6 +32,7 @@ use tonic::{Code, Status};
 use crate::v1;
 use crate::v1::ErrorReason;
 
+/// The gRPC code of a core status class (the module table's second column).
 pub fn code_of(code: ErrorCode) -> Code {
     match code {
         ErrorCode::InvalidArgument => Code::InvalidArgument,
