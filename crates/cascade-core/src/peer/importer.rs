@@ -1,0 +1,374 @@
+//! The importer's half of the cross-region protocol: what a region does
+//! with another region's DELETING and PURGED events, a resync after the
+//! owner compacted its outbox, the settling of a resource whose references
+//! reach other regions (CREATING → ACTIVE, or removed), and its answers to
+//! the owner's questions (which rows still stand, which list owners keep
+//! another target).
+
+use crate::error::{CoreError, StorageError};
+use crate::model::{
+    BackRefKey, EventType, PendingAttach, RefTarget, RemoteDeletion, RemoteEvent, Resource, ResourceState, WorkItem,
+};
+use crate::protocol::{self, Ctx, Step};
+use crate::state::{StateRead, Tx};
+use crate::{OperationId, ResourceName, Uid};
+
+use super::is_remote;
+
+/// Importer: does each back-reference still stand here? A referrer that is
+/// ACTIVE or CREATING and holds the target in the field does.
+pub fn standing<S: StateRead + ?Sized>(state: &S, keys: &[BackRefKey]) -> Result<Vec<bool>, StorageError> {
+    let tx = Tx::new(state);
+    keys.iter()
+        .map(|k| {
+            Ok(tx.resource_by_uid(k.referrer)?.is_some_and(|r| {
+                matches!(r.state, ResourceState::Active | ResourceState::Creating)
+                    && r.refs
+                        .get(&k.field)
+                        .is_some_and(|ts| ts.iter().any(|t| t.uid == k.target))
+            }))
+        })
+        .collect()
+}
+
+/// Importer, asked by an owner about to accept a delete without cascade:
+/// for each back-reference, does its referrer (a list owner here) keep a
+/// live target other than the one to be deleted in that field? Only then
+/// does losing this one not delete it (see `protocol::delete`).
+pub fn keeps_another_target<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    keys: &[BackRefKey],
+) -> Result<Vec<bool>, CoreError> {
+    let tx = Tx::new(state);
+    keys.iter()
+        .map(|k| match tx.resource_by_uid(k.referrer)? {
+            Some(r) if r.state == ResourceState::Active => {
+                protocol::keeps_live_other_target(&tx, ctx, &r, &k.field, k.target)
+            }
+            _ => Ok(false),
+        })
+        .collect()
+}
+
+/// Importer: applies a batch of the owner's outbox events, in order, and
+/// advances the cursor of `from_region` in the same step. Events at or
+/// below the cursor were applied before and are skipped.
+pub fn apply_remote_events<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: &str,
+    events: Vec<RemoteEvent>,
+) -> Result<Step<usize>, CoreError> {
+    let mut tx = Tx::new(state);
+    let mut cursor = tx.cursor(from_region)?;
+    let mut applied = 0;
+    for e in events {
+        if e.revision <= cursor {
+            continue;
+        }
+        cursor = e.revision;
+        if e.resource.name.region() != from_region {
+            continue; // an owner only speaks for its own resources
+        }
+        let uid = e.resource.uid;
+        match e.event_type {
+            // Seen before (a replay): nothing to add.
+            EventType::Deleting if tx.remote_deletion(uid)?.is_some() => {}
+            EventType::Deleting => {
+                let Some(operation) = e.operation else { continue };
+                tx.put_remote_deletion(RemoteDeletion {
+                    target: e.resource.clone(),
+                    operation,
+                    seen_at: ctx.now,
+                    purged: false,
+                    no_cascade: e.no_cascade,
+                });
+                tx.put_work(WorkItem {
+                    target: e.resource,
+                    next_attempt_at: ctx.now,
+                    attempts: 0,
+                    last_error: None,
+                });
+                applied += 1;
+            }
+            EventType::Purged => {
+                // The owner purged it once every referrer released; local
+                // mirror rows can only remain if our walk of its deletion is
+                // still to come (both events in one batch): let it run.
+                // Whether the walk is still to come is whether its work
+                // item is still queued: a mirror row alone does not say so,
+                // since the walk leaves `block` rows (and a CREATING
+                // referrer's) in place, and a tombstone kept for a walk
+                // that already ran would never be removed (simulation seed
+                // 869).
+                let walk_pending = tx.work(uid)?.is_some() && !tx.backrefs(uid, None, 1)?.is_empty();
+                match tx.remote_deletion(uid)? {
+                    Some(mut tombstone) if walk_pending => {
+                        tombstone.purged = true;
+                        tx.put_remote_deletion(tombstone);
+                    }
+                    tombstone => {
+                        tx.remove_remote_deletion(uid);
+                        tx.remove_work(uid);
+                        if let Some(t) = tombstone {
+                            finish_part(&mut tx, ctx, t.operation)?;
+                        }
+                    }
+                }
+                applied += 1;
+            }
+            _ => {}
+        }
+    }
+    tx.set_cursor(from_region, cursor);
+    Ok(Step {
+        value: applied,
+        writes: tx.finish(),
+    })
+}
+
+/// A resource of another region in DELETING, as its owner lists it for a
+/// resync (see [`resync`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteDeleting {
+    /// The owner's DELETING resource.
+    pub target: RefTarget,
+    /// The operation deleting it.
+    pub operation: OperationId,
+    /// See [`RemoteDeletion::no_cascade`].
+    pub no_cascade: bool,
+}
+
+/// Importer: the owner compacted its outbox past this node's cursor. The
+/// owner's listing of its DELETING resources that this region references
+/// replaces the missed events: tombstones and work for those, tombstones of
+/// the others dropped (they were purged meanwhile), the cursor moved to the
+/// listing's revision.
+pub fn resync<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: &str,
+    deleting: Vec<RemoteDeleting>,
+    revision: crate::model::Revision,
+) -> Result<Step<usize>, CoreError> {
+    let mut tx = Tx::new(state);
+    let listed: std::collections::BTreeSet<Uid> = deleting.iter().map(|d| d.target.uid).collect();
+    for old in tx.remote_deletions_of(from_region)? {
+        if !listed.contains(&old.target.uid) {
+            tx.remove_remote_deletion(old.target.uid);
+            tx.remove_work(old.target.uid);
+            finish_part(&mut tx, ctx, old.operation)?;
+        }
+    }
+    let mut added = 0;
+    for RemoteDeleting {
+        target,
+        operation,
+        no_cascade,
+    } in deleting
+    {
+        if target.name.region() != from_region || tx.remote_deletion(target.uid)?.is_some() {
+            continue;
+        }
+        tx.put_remote_deletion(RemoteDeletion {
+            target: target.clone(),
+            operation,
+            seen_at: ctx.now,
+            purged: false,
+            no_cascade,
+        });
+        tx.put_work(WorkItem {
+            target,
+            next_attempt_at: ctx.now,
+            attempts: 0,
+            last_error: None,
+        });
+        added += 1;
+    }
+    tx.set_cursor(from_region, revision);
+    Ok(Step {
+        value: added,
+        writes: tx.finish(),
+    })
+}
+
+/// Importer: the outcome of the owners' attach of a resource's pending
+/// cross-region references (`keys`, as the request read them).
+///
+/// - Success confirms those keys. A CREATING resource becomes ACTIVE once
+///   nothing is pending, unless a target was reported DELETING meanwhile.
+/// - Failure removes a CREATING resource (releases queued for whatever was
+///   attached) and takes the refused references back from an ACTIVE one.
+///
+/// The step's writes apply either way; the value is the call's answer.
+pub fn settle<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    name: &ResourceName,
+    uid: Uid,
+    keys: &[BackRefKey],
+    attached: Result<(), CoreError>,
+) -> Result<Step<Result<Resource, CoreError>>, CoreError> {
+    let step = settle_batch(state, ctx, vec![(name.clone(), uid, keys.to_vec())], attached)?;
+    Ok(Step {
+        value: step.value.map(|mut v| v.remove(0)),
+        writes: step.writes,
+    })
+}
+
+/// [`settle`] for the members of one create, all or nothing, in one step:
+/// if any owner refused, or any member's target was reported DELETING
+/// meanwhile, every CREATING member is removed.
+pub fn settle_batch<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    members: Vec<(ResourceName, Uid, Vec<BackRefKey>)>,
+    attached: Result<(), CoreError>,
+) -> Result<Step<Result<Vec<Resource>, CoreError>>, CoreError> {
+    let mut tx = Tx::new(state);
+    let first_name = members.first().map(|m| m.0.clone());
+    let aborted = |name: Option<ResourceName>| match name {
+        Some(name) => CoreError::CreateAborted {
+            name,
+            reason: "a resource it references was deleted meanwhile".into(),
+        },
+        None => CoreError::invalid("resources", "nothing to settle"),
+    };
+    // The failure that decides for the whole batch, if any.
+    let mut failure = attached.err();
+    if failure.is_none() {
+        for (_, uid, _) in &members {
+            if let Some(r) = tx.resource_by_uid(*uid)? {
+                if r.state == ResourceState::Creating {
+                    if let Some((field, target)) = deleting_target(&tx, &r)? {
+                        failure = Some(CoreError::TargetDeleting {
+                            field: format!("refs.{field}"),
+                            target,
+                        });
+                        break;
+                    }
+                }
+            } else if tx.pending_attach(*uid)?.is_none() {
+                // Gone meanwhile (a cascade from a deleted target aborted it).
+                failure = Some(aborted(first_name.clone()));
+                break;
+            }
+        }
+    }
+    if let Some(e) = failure {
+        for (_, uid, keys) in members.iter().rev() {
+            let Some(r) = tx.resource_by_uid(*uid)? else { continue };
+            match r.state {
+                ResourceState::Creating => protocol::abort_creating(&mut tx, ctx, r)?,
+                ResourceState::Active => {
+                    if let Some(mut pending) = tx.pending_attach(*uid)? {
+                        pending.keys.retain(|k| !keys.contains(k));
+                        store_pending(&mut tx, pending);
+                    }
+                    protocol::revert_references(&mut tx, ctx, r, keys, &e.to_string())?;
+                }
+                ResourceState::Deleting => {}
+            }
+        }
+        return Ok(Step {
+            value: Err(e),
+            writes: tx.finish(),
+        });
+    }
+    let mut out = Vec::with_capacity(members.len());
+    for (_, uid, keys) in &members {
+        let Some(resource) = tx.resource_by_uid(*uid)? else {
+            return Ok(Step {
+                value: Err(aborted(first_name)),
+                writes: tx.finish(),
+            });
+        };
+        let Some(mut pending) = tx.pending_attach(*uid)? else {
+            out.push(resource); // already settled
+            continue;
+        };
+        pending.keys.retain(|k| !keys.contains(k));
+        let waits_for_sibling = resource.refs.values().flatten().any(|t| {
+            !is_remote(ctx, &t.name)
+                && matches!(tx.resource_by_uid(t.uid), Ok(Some(s)) if s.state == ResourceState::Creating)
+        });
+        if resource.state != ResourceState::Creating {
+            store_pending(&mut tx, pending);
+            out.push(resource);
+        } else if pending.keys.is_empty() && !waits_for_sibling {
+            tx.remove_pending_attach(*uid);
+            out.push(protocol::activate_creating(&mut tx, ctx, resource)?);
+        } else {
+            // Still waiting (another attach, or a batch sibling it
+            // references); the reconciler settles it.
+            tx.put_pending_attach(pending);
+            out.push(resource);
+        }
+    }
+    Ok(Step {
+        value: Ok(out),
+        writes: tx.finish(),
+    })
+}
+
+fn store_pending<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, pending: PendingAttach) {
+    if pending.keys.is_empty() {
+        tx.remove_pending_attach(pending.resource.uid);
+    } else {
+        tx.put_pending_attach(pending);
+    }
+}
+
+/// A target of the resource that this node saw enter DELETING.
+fn deleting_target<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    r: &Resource,
+) -> Result<Option<(String, ResourceName)>, StorageError> {
+    for (field, targets) in &r.refs {
+        for t in targets {
+            if tx.remote_deletion(t.uid)?.is_some() {
+                return Ok(Some((field.clone(), t.name.clone())));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Importer: the owner acknowledged these releases. A release queued again
+/// since (a newer generation) stays.
+pub fn releases_acknowledged<S: StateRead + ?Sized>(
+    state: &S,
+    region: &str,
+    sent: Vec<(BackRefKey, u64)>,
+) -> Result<Step<()>, CoreError> {
+    let mut tx = Tx::new(state);
+    for (key, generation) in sent {
+        if tx
+            .pending_release(region, &key)?
+            .is_some_and(|p| p.generation == generation)
+        {
+            tx.remove_pending_release(region, key);
+        }
+    }
+    Ok(Step {
+        value: (),
+        writes: tx.finish(),
+    })
+}
+
+/// A tombstone dropped without its walk's last step (the walk was cut by
+/// the budget after its last referrer, then PURGED came): what that step
+/// would have done for this region's part of the operation, finishing it
+/// when nothing is pending. Found by the multi-region property test: the
+/// part stayed RUNNING with nothing pending, so the operation was never
+/// done.
+fn finish_part<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, id: OperationId) -> Result<(), CoreError> {
+    if tx
+        .operation(id)?
+        .is_some_and(|op| op.state == crate::model::OperationState::Running)
+    {
+        protocol::after_pending_changed(tx, ctx, id)?;
+    }
+    Ok(())
+}

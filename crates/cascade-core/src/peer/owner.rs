@@ -1,0 +1,179 @@
+//! The owner's half of the cross-region protocol: the back-reference rows
+//! other regions attach and release, and the rows its periodic check asks
+//! an importer about (seed 002). See the parent module for why nothing
+//! dangles or resurrects.
+
+use crate::error::CoreError;
+use crate::model::{BackRef, ResourceState, Timestamp};
+use crate::protocol::{self, Ctx, Step};
+use crate::state::{StateRead, Tx};
+use crate::{OnDelete, Uid};
+
+use super::PeerBackRef;
+
+/// Owner side of seed 002's periodic check: of `rows` (a page of this
+/// region's back-reference table), the ones to ask region `peer` about:
+/// owner rows (the target is in `local`) whose referrer lives in `peer`,
+/// attached at or before `cutoff` (a younger row's referrer may still be
+/// committing). Asked with generation `u64::MAX`, so a row found no longer
+/// standing is released whatever generation it was attached with.
+pub fn rows_to_check(
+    rows: impl IntoIterator<Item = BackRef>,
+    local: &str,
+    peer: &str,
+    cutoff: Timestamp,
+) -> Vec<PeerBackRef> {
+    rows.into_iter()
+        .filter(|row| {
+            row.referrer.name.region() == peer && row.target.name.region() == local && row.attached_at <= cutoff
+        })
+        .map(|row| PeerBackRef {
+            generation: u64::MAX,
+            ..PeerBackRef::from(row)
+        })
+        .collect()
+}
+
+/// Owner: records back-references from `from_region`, all or none. Each
+/// target must be local, ACTIVE, and the incarnation named; the reference
+/// must exist in the schema (its `on_delete` is the owner's schema's).
+pub fn attach<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: &str,
+    entries: Vec<PeerBackRef>,
+) -> Result<Step<usize>, CoreError> {
+    let mut tx = Tx::new(state);
+    let n = entries.len();
+    for (i, e) in entries.into_iter().enumerate() {
+        let at = format!("backrefs[{i}]");
+        if e.referrer.name.region() != from_region {
+            return Err(CoreError::invalid(
+                format!("{at}.referrer"),
+                format!("{} is not in region {from_region}", e.referrer.name),
+            ));
+        }
+        if e.target.name.region() != ctx.region.as_str() {
+            return Err(CoreError::WrongRegion {
+                name: e.target.name.clone(),
+                region: e.target.name.region().to_owned(),
+                local: ctx.region.to_string(),
+            });
+        }
+        let spec = ctx
+            .schema
+            .reference(e.referrer.name.kind(), &e.field)
+            .filter(|s| s.kind == e.target.name.kind() && s.on_delete.tracked())
+            .ok_or_else(|| {
+                CoreError::invalid(
+                    format!("{at}.field"),
+                    format!(
+                        "kind {:?} has no tracked reference {:?} to a {}",
+                        e.referrer.name.kind(),
+                        e.field,
+                        e.target.name.kind()
+                    ),
+                )
+            })?;
+        let field = format!("refs.{}", e.field);
+        match tx.resource(&e.target.name)? {
+            Some(r) if r.state == ResourceState::Active && r.uid == e.target.uid => {}
+            Some(r) if r.state == ResourceState::Deleting && r.uid == e.target.uid => {
+                return Err(CoreError::TargetDeleting {
+                    field,
+                    target: e.target.name,
+                })
+            }
+            Some(r) if r.state != ResourceState::Creating && r.uid != e.target.uid => {
+                return Err(CoreError::TargetUidMismatch {
+                    field,
+                    target: e.target.name,
+                    expected: e.target.uid.to_string(),
+                    actual: r.uid.to_string(),
+                })
+            }
+            _ => {
+                return Err(CoreError::TargetNotFound {
+                    field,
+                    target: e.target.name,
+                })
+            }
+        }
+        let key = e.key();
+        let existing = tx.backref(&key)?;
+        let generation = existing.map_or(e.generation, |b| b.generation.max(e.generation));
+        tx.put_backref(BackRef {
+            target: e.target,
+            referrer: e.referrer,
+            field: e.field,
+            on_delete: spec.on_delete,
+            generation,
+            attached_at: ctx.now,
+        });
+    }
+    Ok(Step {
+        value: n,
+        writes: tx.finish(),
+    })
+}
+
+/// What a release request did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// Rows dropped.
+    pub released: usize,
+    /// Already gone (a repeated release).
+    pub absent: usize,
+    /// Older than the row's attach: a late release of an earlier reference.
+    pub stale: usize,
+    /// The row's referrer is not in the releasing region (refused).
+    pub foreign: usize,
+}
+
+/// Owner: drops back-references that `from_region` released. Idempotent.
+pub fn release<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    from_region: Option<&str>,
+    entries: Vec<PeerBackRef>,
+) -> Result<Step<ReleaseReport>, CoreError> {
+    let mut tx = Tx::new(state);
+    let mut report = ReleaseReport::default();
+    for e in entries {
+        let key = e.key();
+        let found = tx.backref(&key)?;
+        let Some(row) = found else {
+            report.absent += 1;
+            continue;
+        };
+        if from_region.is_some_and(|r| row.referrer.name.region() != r) {
+            report.foreign += 1;
+            continue;
+        }
+        if e.generation < row.generation {
+            report.stale += 1;
+            continue;
+        }
+        tx.remove_backref(key);
+        let referrer_region = row.referrer.name.region();
+        if referrer_region != ctx.region.as_str() && matches!(row.on_delete, OnDelete::Cascade | OnDelete::Unset) {
+            // The referrer's region acted on this deletion (or, when the
+            // periodic check drops the row, its referrer went some other
+            // way, possibly by this very cascade): its part of the operation
+            // may have work of its own (see `Operation::reached`).
+            if let Some(d) = tx.deletion(row.target.uid)? {
+                protocol::note_reached(&mut tx, d.operation, [&referrer_region.to_owned()], true)?;
+            }
+        }
+        wake(&mut tx, ctx, row.target.uid)?;
+        report.released += 1;
+    }
+    Ok(Step {
+        value: report,
+        writes: tx.finish(),
+    })
+}
+
+fn wake<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, uid: Uid) -> Result<(), CoreError> {
+    protocol::wake_if_deleting(tx, ctx, uid)
+}
