@@ -19,8 +19,10 @@
 //!   fixpoint and merged.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
+//! - [`invariants`]: the invariant checker over every region's state.
 
 pub mod error;
+pub mod invariants;
 pub mod memory;
 pub mod model;
 pub mod name;
