@@ -1053,7 +1053,7 @@ impl<'v> Checker<'v> {
             }
         }
         for (uid, name) in &store.uid_index {
-            if !view.resources.get(name).is_some_and(|r| r.uid == *uid) {
+            if view.resources.get(name).is_none_or(|r| r.uid != *uid) {
                 self.push(
                     ViolationKind::InconsistentIndex,
                     region,
