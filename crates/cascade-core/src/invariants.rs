@@ -109,6 +109,7 @@
 //!    [`Report::unclassified_refs`]); the `dangling` check still applies to
 //!    a view with read marks.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
@@ -126,17 +127,17 @@ use crate::schema::{OnDelete, Schema};
 /// [`RegionView::from_state`] (a `MemoryState`) or from a `Peer.Dump`
 /// (`cascade_proto::convert::region_view`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct RegionView {
+pub struct RegionView<'a> {
     /// The region whose state this is.
     pub region: RegionId,
     /// Every resource, CREATING and DELETING included, under the name it is
     /// stored as.
-    pub resources: BTreeMap<ResourceName, Resource>,
+    pub resources: Cow<'a, BTreeMap<ResourceName, Resource>>,
     /// Every back-reference row, owner rows and importer mirrors, under the
     /// key it is stored as.
-    pub backrefs: BTreeMap<BackRefKey, BackRef>,
+    pub backrefs: Cow<'a, BTreeMap<BackRefKey, BackRef>>,
     /// The deletion table (seed 000), by uid.
-    pub deletions: BTreeMap<Uid, DeletionRecord>,
+    pub deletions: Cow<'a, BTreeMap<Uid, DeletionRecord>>,
     /// Tombstones: remote resources this region saw enter DELETING and not
     /// yet purged.
     pub remote_deletions: Vec<RefTarget>,
@@ -151,47 +152,48 @@ pub struct RegionView {
     /// mark references (a `MemoryState`).
     pub dangling: Option<BTreeSet<BackRefKey>>,
     /// What only the full state holds; `None` for a dump.
-    pub store: Option<StoreView>,
+    pub store: Option<StoreView<'a>>,
 }
 
 /// The parts of a region's state that a dump does not carry.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct StoreView {
+pub struct StoreView<'a> {
     /// uid → name of its current incarnation.
-    pub uid_index: BTreeMap<Uid, ResourceName>,
+    pub uid_index: Cow<'a, BTreeMap<Uid, ResourceName>>,
     /// The retry queue, by uid.
-    pub work: BTreeMap<Uid, WorkItem>,
+    pub work: Cow<'a, BTreeMap<Uid, WorkItem>>,
     /// This region's parts of deletion operations.
-    pub operations: BTreeMap<OperationId, Operation>,
+    pub operations: Cow<'a, BTreeMap<OperationId, Operation>>,
     /// Per-resource outcomes of this region's parts.
-    pub outcomes: BTreeMap<(OperationId, ResourceName), Outcome>,
+    pub outcomes: Cow<'a, BTreeMap<(OperationId, ResourceName), Outcome>>,
     /// Unsettled cross-region attach intents, by resource uid.
-    pub pending_attach: BTreeMap<Uid, PendingAttach>,
+    pub pending_attach: Cow<'a, BTreeMap<Uid, PendingAttach>>,
     /// Revisions of the outbox events kept, in stored order.
     pub event_revisions: Vec<Revision>,
     /// The revision the next event gets.
     pub next_revision: Revision,
 }
 
-impl RegionView {
-    /// The view of `region`'s `MemoryState`: everything, with no read marks.
-    pub fn from_state(region: &RegionId, state: &MemoryState) -> RegionView {
+impl<'a> RegionView<'a> {
+    /// The view of `region`'s `MemoryState`: everything, with no read
+    /// marks. It borrows the state's tables.
+    pub fn from_state(region: &RegionId, state: &'a MemoryState) -> RegionView<'a> {
         RegionView {
             region: region.clone(),
-            resources: state.resources.clone(),
-            backrefs: state.backrefs.clone(),
-            deletions: state.deletions.clone(),
+            resources: Cow::Borrowed(&state.resources),
+            backrefs: Cow::Borrowed(&state.backrefs),
+            deletions: Cow::Borrowed(&state.deletions),
             remote_deletions: state.remote_deletions.values().map(|d| d.target.clone()).collect(),
             pending_releases: state.pending_releases.len(),
             pending_attach: state.pending_attach.len(),
             queued_work: state.work.len(),
             dangling: None,
             store: Some(StoreView {
-                uid_index: state.uid_index.clone(),
-                work: state.work.clone(),
-                operations: state.operations.clone(),
-                outcomes: state.outcomes.clone(),
-                pending_attach: state.pending_attach.clone(),
+                uid_index: Cow::Borrowed(&state.uid_index),
+                work: Cow::Borrowed(&state.work),
+                operations: Cow::Borrowed(&state.operations),
+                outcomes: Cow::Borrowed(&state.outcomes),
+                pending_attach: Cow::Borrowed(&state.pending_attach),
                 event_revisions: state.events.iter().map(|e| e.revision).collect(),
                 next_revision: state.next_revision,
             }),
@@ -363,13 +365,13 @@ impl Report {
 /// Checks every region's view at quiescence (see the module doc): every
 /// kind of violation. `schema` decides tracked-ness where the rows cannot,
 /// and enables the schema checks.
-pub fn check_quiescent(views: &[RegionView], schema: Option<&Schema>) -> Report {
+pub fn check_quiescent(views: &[RegionView<'_>], schema: Option<&Schema>) -> Report {
     Checker::new(views, schema, Moment::Quiescent).run()
 }
 
 /// Checks the invariants that hold in every state, messages in flight
 /// included (see the module doc): a subset of [`check_quiescent`]'s.
-pub fn check_in_flight(views: &[RegionView], schema: Option<&Schema>) -> Report {
+pub fn check_in_flight(views: &[RegionView<'_>], schema: Option<&Schema>) -> Report {
     Checker::new(views, schema, Moment::InFlight).run()
 }
 
@@ -423,15 +425,22 @@ fn status_message(s: &DeletionStatus) -> &str {
 /// A row and the region holding it.
 type Held<'v> = (&'v str, &'v BackRef);
 
+/// A row's (target uid, referrer uid, field), borrowed.
+type RowKey<'v> = (Uid, Uid, &'v str);
+
+fn row_key(b: &BackRef) -> RowKey<'_> {
+    (b.target.uid, b.referrer.uid, b.field.as_str())
+}
+
 struct Checker<'v> {
-    views: &'v [RegionView],
+    views: &'v [RegionView<'v>],
     schema: Option<&'v Schema>,
     moment: Moment,
     viewed: BTreeSet<&'v str>,
     /// uid → (region, resource): the first holder.
     by_uid: HashMap<Uid, (&'v str, &'v Resource)>,
-    owner_rows: BTreeMap<BackRefKey, Held<'v>>,
-    mirror_rows: BTreeMap<BackRefKey, Held<'v>>,
+    owner_rows: BTreeMap<RowKey<'v>, Held<'v>>,
+    mirror_rows: BTreeMap<RowKey<'v>, Held<'v>>,
     /// (referrer kind, field) → on_delete, learned from rows.
     kind_field: BTreeMap<(&'v str, &'v str), OnDelete>,
     /// (referrer kind, field) seen with a reference marked dangling.
@@ -441,7 +450,7 @@ struct Checker<'v> {
 }
 
 impl<'v> Checker<'v> {
-    fn new(views: &'v [RegionView], schema: Option<&'v Schema>, moment: Moment) -> Self {
+    fn new(views: &'v [RegionView<'v>], schema: Option<&'v Schema>, moment: Moment) -> Self {
         Checker {
             views,
             schema,
@@ -515,7 +524,7 @@ impl<'v> Checker<'v> {
             }
             self.report.resources += view.resources.len();
             self.report.backrefs += view.backrefs.len();
-            for (name, r) in &view.resources {
+            for (name, r) in view.resources.iter() {
                 if *name != r.name {
                     self.push(
                         ViolationKind::InconsistentIndex,
@@ -563,7 +572,7 @@ impl<'v> Checker<'v> {
                     }
                 }
             }
-            for (key, b) in &view.backrefs {
+            for (key, b) in view.backrefs.iter() {
                 if *key != b.key() {
                     self.push(
                         ViolationKind::InconsistentIndex,
@@ -587,7 +596,7 @@ impl<'v> Checker<'v> {
                     self.report.mirror_rows += 1;
                     &mut self.mirror_rows
                 };
-                if let Some((other, _)) = rows.insert(b.key(), (region, b)) {
+                if let Some((other, _)) = rows.insert(row_key(b), (region, b)) {
                     let message = format!(
                         "regions {other} and {region} both hold the {} row {} → {} (field {})",
                         if owner { "owner" } else { "mirror" },
@@ -637,22 +646,22 @@ impl<'v> Checker<'v> {
         out
     }
 
-    fn check_resources(&mut self, view: &'v RegionView, explained_ops: &BTreeSet<OperationId>) {
+    fn check_resources(&mut self, view: &'v RegionView<'v>, explained_ops: &BTreeSet<OperationId>) {
         let region = view.region.as_str();
         for r in view.resources.values() {
-            let here = format!("{} in region {region}", describe_resource(r));
+            let here = || format!("{} in region {region}", describe_resource(r));
             match r.state {
                 ResourceState::Creating if self.quiescent() => {
                     self.push(
                         ViolationKind::UnsettledCreate,
                         region,
-                        format!("{here} is still CREATING"),
+                        format!("{} is still CREATING", here()),
                     );
                 }
                 ResourceState::Deleting => {
                     self.report.deleting += 1;
                     if self.quiescent() {
-                        self.check_deletion(view, r, &here, explained_ops);
+                        self.check_deletion(view, r, explained_ops);
                     }
                 }
                 _ => {}
@@ -662,10 +671,10 @@ impl<'v> Checker<'v> {
                 Moment::InFlight => r.state == ResourceState::Active,
             };
             if live {
-                self.check_references(view, r, &here);
+                self.check_references(view, r);
             }
         }
-        for (uid, d) in &view.deletions {
+        for (uid, d) in view.deletions.iter() {
             if *uid != d.target.uid {
                 self.push(
                     ViolationKind::InconsistentIndex,
@@ -701,8 +710,9 @@ impl<'v> Checker<'v> {
         }
     }
 
-    fn check_deletion(&mut self, view: &RegionView, r: &Resource, here: &str, explained_ops: &BTreeSet<OperationId>) {
+    fn check_deletion(&mut self, view: &RegionView<'_>, r: &Resource, explained_ops: &BTreeSet<OperationId>) {
         let region = view.region.as_str();
+        let here = format!("{} in region {region}", describe_resource(r));
         let Some(d) = view.deletions.get(&r.uid) else {
             self.push(
                 ViolationKind::UnexplainedDeletion,
@@ -731,19 +741,21 @@ impl<'v> Checker<'v> {
 
     /// The references of a live resource: dangling, tracked-ness, and
     /// their rows.
-    fn check_references(&mut self, view: &'v RegionView, r: &'v Resource, here: &str) {
+    fn check_references(&mut self, view: &'v RegionView<'v>, r: &'v Resource) {
         let region = view.region.as_str();
+        let here = || format!("{} in region {region}", describe_resource(r));
         let attaching: Option<&PendingAttach> = view.store.as_ref().and_then(|s| s.pending_attach.get(&r.uid));
         for (field, targets) in &r.refs {
             for t in targets {
-                let key = BackRefKey {
+                let key: RowKey<'_> = (t.uid, r.uid, field.as_str());
+                let full_key = || BackRefKey {
                     target: t.uid,
                     referrer: r.uid,
                     field: field.clone(),
                 };
                 let target_region = t.name.region();
                 let target = self.find(t);
-                let marked = view.dangling.as_ref().map(|m| m.contains(&key));
+                let marked = view.dangling.as_ref().map(|m| m.contains(&full_key()));
                 // Tracked-ness (module doc).
                 let exact = self.owner_rows.get(&key).or_else(|| self.mirror_rows.get(&key));
                 let by_kind = (r.kind(), field.as_str());
@@ -770,8 +782,9 @@ impl<'v> Checker<'v> {
                         ViolationKind::Dangling,
                         region,
                         format!(
-                            "{here} references {} through field {field}, which no region holds, \
+                            "{} references {} through field {field}, which no region holds, \
                              and the reference is not marked dangling",
+                            here(),
                             describe(t)
                         ),
                     );
@@ -790,14 +803,15 @@ impl<'v> Checker<'v> {
                                 ViolationKind::Resurrection,
                                 region,
                                 format!(
-                                    "{here} still references DELETING {} through field {field} (on_delete {on_delete})",
+                                    "{} still references DELETING {} through field {field} (on_delete {on_delete})",
+                                    here(),
                                     describe(t)
                                 ),
                             );
                         }
                     }
                 }
-                if self.moment == Moment::InFlight && attaching.is_some_and(|p| p.keys.contains(&key)) {
+                if self.moment == Moment::InFlight && attaching.is_some_and(|p| p.keys.contains(&full_key())) {
                     continue; // committed before its attach (ARCHITECTURE "Commit before attach")
                 }
                 // A gone target is `dangling` (or untracked): its rows are not missing.
@@ -806,8 +820,9 @@ impl<'v> Checker<'v> {
                         ViolationKind::MissingBackref,
                         target_region,
                         format!(
-                            "{here} references {} through field {field}, but region {target_region} has no \
+                            "{} references {} through field {field}, but region {target_region} has no \
                              owner back-reference for it",
+                            here(),
                             describe(t)
                         ),
                     );
@@ -817,8 +832,9 @@ impl<'v> Checker<'v> {
                         ViolationKind::MissingBackref,
                         region,
                         format!(
-                            "{here} references {} in region {target_region} through field {field}, but region \
+                            "{} references {} in region {target_region} through field {field}, but region \
                              {region} has no importer mirror row for it",
+                            here(),
                             describe(t)
                         ),
                     );
@@ -828,7 +844,7 @@ impl<'v> Checker<'v> {
     }
 
     /// Tombstones of a uid its owner has live again, or no longer holds.
-    fn check_remote_deletions(&mut self, view: &RegionView) {
+    fn check_remote_deletions(&mut self, view: &RegionView<'_>) {
         let region = view.region.as_str();
         for t in &view.remote_deletions {
             let owner = t.name.region();
@@ -861,7 +877,7 @@ impl<'v> Checker<'v> {
 
     /// An owner row attached after its target entered DELETING (a dump's
     /// rows carry no attach time: never for them).
-    fn check_attached_after_deleting(&mut self, view: &RegionView) {
+    fn check_attached_after_deleting(&mut self, view: &RegionView<'_>) {
         let region = view.region.as_str();
         for b in view.backrefs.values() {
             if let Some(d) = view.deletions.get(&b.target.uid) {
@@ -1038,7 +1054,7 @@ impl<'v> Checker<'v> {
 
     /// What only a full state can show: the uid index, the retry queue,
     /// operation parts, the outbox.
-    fn check_store(&mut self, view: &RegionView, store: &StoreView) {
+    fn check_store(&mut self, view: &RegionView<'_>, store: &StoreView<'_>) {
         let region = view.region.as_str();
         for r in view.resources.values() {
             if store.uid_index.get(&r.uid) != Some(&r.name) {
@@ -1052,7 +1068,7 @@ impl<'v> Checker<'v> {
                 );
             }
         }
-        for (uid, name) in &store.uid_index {
+        for (uid, name) in store.uid_index.iter() {
             if view.resources.get(name).is_none_or(|r| r.uid != *uid) {
                 self.push(
                     ViolationKind::InconsistentIndex,
@@ -1067,7 +1083,7 @@ impl<'v> Checker<'v> {
             return;
         }
         // The retry queue.
-        for (uid, d) in &view.deletions {
+        for (uid, d) in view.deletions.iter() {
             let queued = store.work.contains_key(uid);
             let wrong = match &d.status {
                 DeletionStatus::Failed { .. } if queued => Some("FAILED but still queued"),
@@ -1093,7 +1109,7 @@ impl<'v> Checker<'v> {
                 );
             }
         }
-        for (uid, w) in &store.work {
+        for (uid, w) in store.work.iter() {
             let status = view.deletions.get(uid).map(|d| &d.status);
             let ok = *uid == w.target.uid
                 && matches!(
@@ -1325,7 +1341,7 @@ mod tests {
         [ra, rb]
     }
 
-    fn views(states: &[MemoryState]) -> Vec<RegionView> {
+    fn views(states: &[MemoryState]) -> Vec<RegionView<'_>> {
         [RA, RB, "rc"]
             .iter()
             .zip(states)
@@ -1801,7 +1817,7 @@ mod tests {
 
     /// A dump's view: read marks decide `dangling`, rows and marks decide
     /// tracked-ness where there is no schema.
-    fn dump_view(s: &MemoryState, region: &str, marks: &[BackRefKey]) -> RegionView {
+    fn dump_view<'s>(s: &'s MemoryState, region: &str, marks: &[BackRefKey]) -> RegionView<'s> {
         RegionView {
             dangling: Some(marks.iter().cloned().collect()),
             store: None,

@@ -3,6 +3,7 @@
 //! Decoding a request checks only what the wire format cannot (uids parse);
 //! the semantic checks, with field paths, are the core's.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use cascade_core::invariants::RegionView;
@@ -470,13 +471,13 @@ fn deletion_record_from(target: RefTarget, d: &v1::Deletion, field: &str) -> Res
 /// `cascade_core::invariants`). A malformed dump (a name, uid or record
 /// that does not parse, a resource or row listed twice) is refused, naming
 /// the field.
-pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView, Status> {
+pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView<'static>, Status> {
     let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let mut view = RegionView {
         region: RegionId::parse(&d.region).map_err(|e| invalid_field("region", e))?,
-        resources: BTreeMap::new(),
-        backrefs: BTreeMap::new(),
-        deletions: BTreeMap::new(),
+        resources: Cow::Owned(BTreeMap::new()),
+        backrefs: Cow::Owned(BTreeMap::new()),
+        deletions: Cow::Owned(BTreeMap::new()),
         remote_deletions: Vec::new(),
         pending_releases: count(d.pending_releases),
         pending_attach: count(d.pending_attach),
@@ -515,6 +516,7 @@ pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView, Status> {
                 uid,
             };
             view.deletions
+                .to_mut()
                 .insert(uid, deletion_record_from(target, del, &format!("{at}.deletion"))?);
         }
         let resource = Resource {
@@ -528,7 +530,7 @@ pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView, Status> {
             update_time: timestamp_from(r.update_time_ms),
             finalizers: r.finalizers.clone(),
         };
-        if view.resources.insert(name, resource).is_some() {
+        if view.resources.to_mut().insert(name, resource).is_some() {
             return Err(invalid_field(
                 &format!("{at}.name"),
                 format!("{} is listed twice", r.name),
@@ -545,7 +547,7 @@ pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView, Status> {
             generation: b.generation,
             attached_at: cascade_core::Timestamp(0),
         };
-        if view.backrefs.insert(row.key(), row).is_some() {
+        if view.backrefs.to_mut().insert(row.key(), row).is_some() {
             return Err(invalid_field(
                 &at,
                 "a second row for the same (target, referrer, field)",
