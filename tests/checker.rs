@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use cascade_client::check::{check_cluster, check_cluster_with_schema, CheckReport};
+use cascade_client::check::{check_cluster, check_cluster_with_schema, CheckReport, ViolationKind};
 use cascade_client::cli::{self, CheckArgs, ClientArgs, Command, Output};
 use cascade_client::ClientError;
 use cascade_proto::v1;
@@ -205,7 +205,10 @@ async fn the_check_command_fails_on_wrong_nodes_and_needs_no_server() {
         .await
         .unwrap();
     assert!(
-        report.violations.iter().any(|v| v.kind == "region_mismatch"),
+        report
+            .violations
+            .iter()
+            .any(|v| v.kind == ViolationKind::RegionMismatch),
         "{report:#?}"
     );
     // An unreachable region is an error, not a clean report.

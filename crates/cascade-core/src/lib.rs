@@ -23,10 +23,12 @@
 //!   named it, whichever region refused it.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
+//! - [`invariants`]: the invariant checker over every region's state.
 
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod invariants;
 pub mod memory;
 pub mod model;
 pub mod name;

@@ -50,10 +50,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+use cascade_core::invariants::{self, RegionView, ViolationKind};
 use cascade_core::memory::MemoryState;
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::protocol::{self, Ctx, DeleteOutcome, DeleteRequest, Policy, RefRequest, ResourceSpec};
-use cascade_core::schema::{OnDelete, Schema, EXAMPLE_SCHEMA};
+use cascade_core::schema::{Schema, EXAMPLE_SCHEMA};
 use cascade_core::state::StateRead;
 use cascade_core::{
     BackRefKey, CoreError, DeletionStatus, EventType, IdSource, RefTarget, RegionId, RemoteEvent, Resource,
@@ -1068,50 +1069,35 @@ impl CascadeModel {
         })
     }
 
-    fn tracked(&self, kind: &str, field: &str) -> Option<OnDelete> {
-        self.schema
-            .reference(kind, field)
-            .map(|r| r.on_delete)
-            .filter(|o| o.tracked())
-    }
-
-    /// Every tracked reference of an ACTIVE resource: (referrer, field, target).
-    fn live_tracked_refs<'s>(&'s self, s: &'s State) -> impl Iterator<Item = (&'s Resource, &'s str, &'s RefTarget)> {
+    /// Every region's state as the core checker's view.
+    fn views<'s>(&'s self, s: &'s State) -> Vec<RegionView<'s>> {
         s.regions
             .iter()
-            .flat_map(|r| r.state.resources.values())
-            .filter(|r| r.state == ResourceState::Active)
-            .flat_map(move |r| {
-                r.refs
-                    .iter()
-                    .filter(move |(field, _)| self.tracked(r.kind(), field).is_some())
-                    .flat_map(move |(field, targets)| targets.iter().map(move |t| (r, field.as_str(), t)))
-            })
+            .zip(&self.region_ids)
+            .map(|(r, id)| RegionView::from_state(id, &r.state))
+            .collect()
     }
 
-    /// Live (ACTIVE) resources with a tracked reference to a uid no region holds.
+    /// The core checker's findings of `kind` among the invariants that
+    /// hold in every state (messages in flight included).
+    fn in_flight(&self, s: &State, kind: ViolationKind) -> Vec<String> {
+        invariants::check_in_flight(&self.views(s), Some(&self.schema))
+            .of_kind(kind)
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// ACTIVE resources with a tracked reference to an incarnation no region
+    /// holds (the core checker's `dangling`).
     pub fn dangling(&self, s: &State) -> Vec<String> {
-        self.live_tracked_refs(s)
-            .filter(|(_, _, t)| Self::holds(s, t.uid).is_none())
-            .map(|(r, field, t)| format!("{}.{field} → {} (gone)", r.name, t.name))
-            .collect()
+        self.in_flight(s, ViolationKind::Dangling)
     }
 
-    /// Live tracked references whose target exists but whose owner keeps no
-    /// back-reference row for them (a gone target is reported as dangling).
+    /// Live tracked references to an existing target whose owner keeps no
+    /// back-reference row for them, or whose importer keeps no mirror row
+    /// (the core checker's `missing_backref`; a gone target is dangling).
     pub fn uncovered(&self, s: &State) -> Vec<String> {
-        self.live_tracked_refs(s)
-            .filter(|(_, _, t)| Self::holds(s, t.uid).is_some())
-            .filter(|(r, field, t)| {
-                let key = BackRefKey {
-                    target: t.uid,
-                    referrer: r.uid,
-                    field: (*field).to_owned(),
-                };
-                !s.regions[region_of(&t.name)].state.backrefs.contains_key(&key)
-            })
-            .map(|(r, field, t)| format!("{}.{field} → {}: no row at the owner", r.name, t.name))
-            .collect()
+        self.in_flight(s, ViolationKind::MissingBackref)
     }
 
     /// Uids that ever entered DELETING (from every region's outbox).
@@ -1146,7 +1132,11 @@ impl CascadeModel {
         }
     }
 
-    /// ACTIVE resources under a uid that entered DELETING; rows attached to a DELETING target after it did.
+    /// ACTIVE or CREATING resources under a uid that ever entered DELETING
+    /// (history: the model remembers every DELETING event), and the core
+    /// checker's `resurrection` findings that hold in every state (a uid
+    /// held twice, a tombstone of a uid live again, a row attached to a
+    /// DELETING target after it entered DELETING).
     pub fn resurrected(&self, s: &State) -> Vec<String> {
         let deleting = &s.ever_deleting;
         let mut out: Vec<String> = s
@@ -1156,15 +1146,7 @@ impl CascadeModel {
             .filter(|r| r.state != ResourceState::Deleting && deleting.contains(&r.uid))
             .map(|r| format!("{} is {:?} after DELETING", r.name, r.state))
             .collect();
-        for r in &s.regions {
-            for b in r.state.backrefs.values() {
-                if let Some(d) = r.state.deletions.get(&b.target.uid) {
-                    if b.attached_at > d.deleted_at {
-                        out.push(format!("{} attached to DELETING {}", b.referrer.name, b.target.name));
-                    }
-                }
-            }
-        }
+        out.extend(self.in_flight(s, ViolationKind::Resurrection));
         out
     }
 
@@ -1224,43 +1206,13 @@ impl CascadeModel {
         true
     }
 
-    /// At quiescence: rows without a live referrer holding them, unexplained
-    /// DELETING resources, stale blockers, tombstones of purged targets,
-    /// closure members still ACTIVE.
+    /// At quiescence: everything the core checker finds (leaked rows,
+    /// unexplained DELETING resources, stale blockers, tombstones of purged
+    /// targets, …), and closure members still ACTIVE (intent: what the
+    /// client asked for).
     pub fn leaks(&self, s: &State) -> Vec<String> {
-        let mut out = Vec::new();
-        for (i, r) in s.regions.iter().enumerate() {
-            for b in r.state.backrefs.values() {
-                let holds = Self::holds(s, b.referrer.uid).is_some_and(|x| {
-                    matches!(x.state, ResourceState::Active | ResourceState::Creating)
-                        && x.refs
-                            .get(&b.field)
-                            .is_some_and(|ts| ts.iter().any(|t| t.uid == b.target.uid))
-                });
-                if !holds {
-                    out.push(format!(
-                        "{}: row {}.{} → {} has no live referrer holding it",
-                        REGIONS[i], b.referrer.name, b.field, b.target.name
-                    ));
-                }
-            }
-            for res in r
-                .state
-                .resources
-                .values()
-                .filter(|x| x.state == ResourceState::Deleting)
-            {
-                if !self.explained(s, i, res.uid, 0) {
-                    let status = r.state.deletions.get(&res.uid).map(|d| &d.status);
-                    out.push(format!("{} DELETING, unexplained: {status:?}", res.name));
-                }
-            }
-            for t in r.state.remote_deletions.values() {
-                if Self::holds(s, t.target.uid).is_none() {
-                    out.push(format!("{}: tombstone of purged {}", REGIONS[i], t.target.name));
-                }
-            }
-        }
+        let report = invariants::check_quiescent(&self.views(s), Some(&self.schema));
+        let mut out: Vec<String> = report.violations.iter().map(ToString::to_string).collect();
         if s.root_deleted {
             for name in CLOSURE {
                 let name = rn(name);

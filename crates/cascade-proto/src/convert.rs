@@ -3,15 +3,17 @@
 //! Decoding a request checks only what the wire format cannot (uids parse);
 //! the semantic checks, with field paths, are the core's.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
+use cascade_core::invariants::RegionView;
 use cascade_core::model::{
-    Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation, OperationState, Outcome,
-    OutcomeAction, RefTarget, Resource, ResourceState,
+    BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
+    OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
 };
 use cascade_core::operation_view::{OperationPage, OperationView};
 use cascade_core::protocol::{DeleteRequest, Plan, RefRequest, ResourceSpec};
-use cascade_core::Uid;
+use cascade_core::{OnDelete, OperationId, RegionId, ResourceName, Uid};
 use tonic::Status;
 
 use crate::status::invalid_field;
@@ -505,5 +507,276 @@ pub fn event(e: &Event) -> v1::WatchEvent {
         operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
         message: e.message.clone(),
         time_ms: ms(e.time),
+    }
+}
+
+/// The `on_delete` a dump's row carries (`OnDelete::as_str`).
+fn on_delete_from(value: &str, field: &str) -> Result<OnDelete, Status> {
+    [
+        OnDelete::Cascade,
+        OnDelete::Unset,
+        OnDelete::Block,
+        OnDelete::AllowDangling,
+    ]
+    .into_iter()
+    .find(|o| o.as_str() == value)
+    .ok_or_else(|| invalid_field(field, format!("unknown on_delete {value:?}")))
+}
+
+fn timestamp_from(ms: i64) -> cascade_core::Timestamp {
+    cascade_core::Timestamp(u64::try_from(ms).unwrap_or(0))
+}
+
+/// A deletion as [`resource`] presents it, back into the record (a
+/// WAITING one without the regions it waits on: the wire does not carry
+/// them).
+fn deletion_record_from(target: RefTarget, d: &v1::Deletion, field: &str) -> Result<DeletionRecord, Status> {
+    let reason = if d.reason == "requested" {
+        DeletionReason::Requested
+    } else {
+        let cascade = d
+            .reason
+            .strip_prefix("cascade from ")
+            .and_then(|rest| rest.strip_suffix(')'))
+            .and_then(|rest| rest.split_once(" (field "));
+        let (from, via) = cascade.ok_or_else(|| invalid_field(&format!("{field}.reason"), "not a deletion reason"))?;
+        DeletionReason::Cascade {
+            from: ResourceName::parse(from).map_err(|e| invalid_field(&format!("{field}.reason"), e))?,
+            field: via.to_owned(),
+        }
+    };
+    let status = match v1::DeletionStatus::try_from(d.status) {
+        Ok(v1::DeletionStatus::Pending) => DeletionStatus::Pending,
+        Ok(v1::DeletionStatus::Blocked) => DeletionStatus::Blocked {
+            blockers: d
+                .blockers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    Ok(Blocker {
+                        referrer: ResourceName::parse(&b.referrer)
+                            .map_err(|e| invalid_field(&format!("{field}.blockers[{i}].referrer"), e))?,
+                        field: b.field.clone(),
+                        referrer_deleting: b.referrer_deleting,
+                    })
+                })
+                .collect::<Result<_, Status>>()?,
+            reason: d.message.clone(),
+        },
+        Ok(v1::DeletionStatus::Failed) => DeletionStatus::Failed {
+            error: d.message.clone(),
+        },
+        Ok(v1::DeletionStatus::Waiting) => DeletionStatus::Waiting {
+            regions: Vec::new(),
+            reason: d.message.clone(),
+        },
+        Ok(v1::DeletionStatus::Unspecified) | Err(_) => {
+            return Err(invalid_field(&format!("{field}.status"), "not a deletion status"))
+        }
+    };
+    Ok(DeletionRecord {
+        target,
+        deleted_at: timestamp_from(d.deleted_at_ms),
+        reason,
+        requested_by: d.requested_by.clone(),
+        operation: OperationId::parse(&d.operation_id)
+            .map_err(|e| invalid_field(&format!("{field}.operation_id"), e))?,
+        status,
+    })
+}
+
+/// A region's `Peer.Dump` as the invariant checker's view: the references
+/// the node marks `dangling` become the view's read marks, the queues are
+/// counts, rows carry no attach time (0), and there is no store part (see
+/// `cascade_core::invariants`). A malformed dump (a name, uid or record
+/// that does not parse, a resource or row listed twice) is refused, naming
+/// the field.
+pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView<'static>, Status> {
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let mut view = RegionView {
+        region: RegionId::parse(&d.region).map_err(|e| invalid_field("region", e))?,
+        resources: Cow::Owned(BTreeMap::new()),
+        backrefs: Cow::Owned(BTreeMap::new()),
+        deletions: Cow::Owned(BTreeMap::new()),
+        remote_deletions: Vec::new(),
+        pending_releases: count(d.pending_releases),
+        pending_attach: count(d.pending_attach),
+        queued_work: count(d.queued_work),
+        dangling: Some(BTreeSet::new()),
+        store: None,
+    };
+    let mut marks = BTreeSet::new();
+    for (i, r) in d.resources.iter().enumerate() {
+        let at = format!("resources[{i}]");
+        let name = ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{at}.name"), e))?;
+        let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{at}.uid"), e))?;
+        let state = v1::ResourceState::try_from(r.state)
+            .ok()
+            .and_then(resource_state_from)
+            .ok_or_else(|| invalid_field(&format!("{at}.state"), "not a resource state"))?;
+        let mut refs = BTreeMap::new();
+        for (j, f) in r.refs.iter().enumerate() {
+            let mut targets = Vec::with_capacity(f.targets.len());
+            for (k, t) in f.targets.iter().enumerate() {
+                let target = ref_target(Some(t.clone()), &format!("{at}.refs[{j}].targets[{k}]"))?;
+                if t.dangling {
+                    marks.insert(BackRefKey {
+                        target: target.uid,
+                        referrer: uid,
+                        field: f.field.clone(),
+                    });
+                }
+                targets.push(target);
+            }
+            refs.insert(f.field.clone(), targets);
+        }
+        if let Some(del) = &r.deletion {
+            let target = RefTarget {
+                name: name.clone(),
+                uid,
+            };
+            view.deletions
+                .to_mut()
+                .insert(uid, deletion_record_from(target, del, &format!("{at}.deletion"))?);
+        }
+        let resource = Resource {
+            name: name.clone(),
+            uid,
+            state,
+            attributes: r.attributes.clone().into_iter().collect(),
+            refs,
+            revision: r.revision,
+            create_time: timestamp_from(r.create_time_ms),
+            update_time: timestamp_from(r.update_time_ms),
+            finalizers: r.finalizers.clone(),
+        };
+        if view.resources.to_mut().insert(name, resource).is_some() {
+            return Err(invalid_field(
+                &format!("{at}.name"),
+                format!("{} is listed twice", r.name),
+            ));
+        }
+    }
+    for (i, b) in d.backrefs.iter().enumerate() {
+        let at = format!("backrefs[{i}]");
+        let row = BackRef {
+            target: ref_target(b.target.clone(), &format!("{at}.target"))?,
+            referrer: ref_target(b.referrer.clone(), &format!("{at}.referrer"))?,
+            field: b.field.clone(),
+            on_delete: on_delete_from(&b.on_delete, &format!("{at}.on_delete"))?,
+            generation: b.generation,
+            attached_at: cascade_core::Timestamp(0),
+        };
+        if view.backrefs.to_mut().insert(row.key(), row).is_some() {
+            return Err(invalid_field(
+                &at,
+                "a second row for the same (target, referrer, field)",
+            ));
+        }
+    }
+    for (i, t) in d.remote_deletions.iter().enumerate() {
+        view.remote_deletions
+            .push(ref_target(Some(t.clone()), &format!("remote_deletions[{i}]"))?);
+    }
+    view.dangling = Some(marks);
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn uid(n: u128) -> Uid {
+        Uid(uuid::Uuid::from_u128(n))
+    }
+
+    fn target(name: &str, n: u128) -> RefTarget {
+        RefTarget {
+            name: ResourceName::parse(name).unwrap(),
+            uid: uid(n),
+        }
+    }
+
+    /// A dump made of the node's own presentations reads back as the
+    /// records it was made of (less what the wire does not carry).
+    #[test]
+    fn region_view_reads_back_what_a_dump_presents() {
+        let net = target("ra/network/n", 1);
+        let port = target("ra/port/p", 2);
+        let qos = target("rc/qos_policy/q", 3);
+        let record_of = |t: &RefTarget, state, refs: Vec<(&str, RefTarget)>| Resource {
+            name: t.name.clone(),
+            uid: t.uid,
+            state,
+            attributes: [("k".to_string(), "v".to_string())].into(),
+            refs: refs.into_iter().map(|(f, t)| (f.to_owned(), vec![t])).collect(),
+            revision: 7,
+            create_time: cascade_core::Timestamp(10),
+            update_time: cascade_core::Timestamp(11),
+            finalizers: vec!["f".into()],
+        };
+        let net_r = record_of(&net, ResourceState::Deleting, vec![]);
+        let port_r = record_of(
+            &port,
+            ResourceState::Active,
+            vec![("network", net.clone()), ("qos_policy", qos.clone())],
+        );
+        let record = DeletionRecord {
+            target: net.clone(),
+            deleted_at: cascade_core::Timestamp(12),
+            reason: DeletionReason::Cascade {
+                from: ResourceName::parse("ra/project/x").unwrap(),
+                field: "project".into(),
+            },
+            requested_by: "someone".into(),
+            operation: OperationId(uuid::Uuid::from_u128(9)),
+            status: DeletionStatus::Blocked {
+                blockers: vec![Blocker {
+                    referrer: port.name.clone(),
+                    field: "network".into(),
+                    referrer_deleting: false,
+                }],
+                reason: "blocked by ra/port/p".into(),
+            },
+        };
+        let row = BackRef {
+            target: net.clone(),
+            referrer: port.clone(),
+            field: "network".into(),
+            on_delete: OnDelete::Block,
+            generation: 4,
+            attached_at: cascade_core::Timestamp(0),
+        };
+        let dump = v1::DumpResponse {
+            region: "ra".into(),
+            resources: vec![
+                resource(&net_r, Some(&record), &BTreeSet::new()),
+                resource(&port_r, None, &[qos.uid].into()),
+            ],
+            backrefs: vec![backref_row(&row)],
+            pending_releases: 1,
+            queued_work: 2,
+            pending_attach: 3,
+            remote_deletions: vec![object_ref(&qos)],
+            ..Default::default()
+        };
+        let view = region_view(&dump).unwrap();
+        assert_eq!(view.region.as_str(), "ra");
+        assert_eq!(view.resources[&net.name], net_r);
+        assert_eq!(view.resources[&port.name], port_r);
+        assert_eq!(view.deletions[&net.uid], record);
+        assert_eq!(view.backrefs[&row.key()], row);
+        assert_eq!(view.remote_deletions, vec![qos.clone()]);
+        assert_eq!(
+            (view.pending_releases, view.queued_work, view.pending_attach),
+            (1, 2, 3)
+        );
+        let mark = BackRefKey {
+            target: qos.uid,
+            referrer: port.uid,
+            field: "qos_policy".into(),
+        };
+        assert_eq!(view.dangling, Some([mark].into()));
+        assert!(view.store.is_none());
     }
 }
