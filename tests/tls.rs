@@ -2,6 +2,9 @@
 //! a region's identity comes from its certificate, and a region may attach,
 //! release, watch and acknowledge only as itself.
 
+// Test code: `Instant::now` bounds the polling of the checker.
+#![allow(clippy::disallowed_methods)]
+
 mod support;
 
 use cascade_client::check::check_cluster_with_schema;
