@@ -15,6 +15,9 @@
 //!
 //! Spans that are neither (config keys, wire values, shell commands, prose
 //! in code font) are not checked.
+//!
+//! It also holds the rule on file size: a source file over 800 lines says
+//! at its top (a `Size:` paragraph in its module doc) why it is one file.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -159,4 +162,29 @@ fn the_checker_of_citations_notices_a_stale_one() {
     assert_eq!(code_name("PlanDriver").as_deref(), Some("PlanDriver"));
     assert_eq!(code_name("cascade = false"), None);
     assert_eq!(code_name("DELETING"), None);
+}
+
+/// A source file over this many lines says at its top why it is one file.
+const LONG_FILE_LINES: usize = 800;
+
+#[test]
+fn a_long_source_file_says_at_its_top_why_it_is_one_file() {
+    let mut files = Vec::new();
+    tree(&root(), &root(), &mut files);
+    let mut unexplained = Vec::new();
+    for f in files.iter().filter(|f| f.ends_with(".rs")) {
+        let text = std::fs::read_to_string(root().join(f)).unwrap_or_default();
+        let lines = text.lines().count();
+        if lines <= LONG_FILE_LINES {
+            continue;
+        }
+        let explained = text
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .any(|l| l.starts_with("//! Size:"));
+        if !explained {
+            unexplained.push(format!("{f}: {lines} lines and no `//! Size:` reason in its module doc"));
+        }
+    }
+    assert!(unexplained.is_empty(), "split these, or say why not:\n{}", unexplained.join("\n"));
 }

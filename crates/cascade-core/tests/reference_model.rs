@@ -18,6 +18,9 @@
 //! | c | owner | a | unset | |
 //! | d | items | b | cascade | many, required (owned by its list) |
 //! | e | guard | b | block | |
+//!
+//! Size: over 800 lines in one file: the naive model and the property
+//! comparing it with the core are meant to be read together.
 
 use std::collections::{BTreeMap, BTreeSet};
 

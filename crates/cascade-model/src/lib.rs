@@ -45,6 +45,10 @@
 //!   (CREATING, Attach request/answer over the network, `peer::settle`).
 //!
 //! Losses, crashes and clock jumps are bounded by the [`Config`].
+//!
+//! Size: about 1,300 lines in one file: one stateright `Model`, whose state,
+//! actions and properties share private types; it reads top to bottom (the
+//! world, the actions, the properties).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
