@@ -183,8 +183,14 @@ fn a_long_source_file_says_at_its_top_why_it_is_one_file() {
             .take_while(|l| l.starts_with("//!"))
             .any(|l| l.starts_with("//! Size:"));
         if !explained {
-            unexplained.push(format!("{f}: {lines} lines and no `//! Size:` reason in its module doc"));
+            unexplained.push(format!(
+                "{f}: {lines} lines and no `//! Size:` reason in its module doc"
+            ));
         }
     }
-    assert!(unexplained.is_empty(), "split these, or say why not:\n{}", unexplained.join("\n"));
+    assert!(
+        unexplained.is_empty(),
+        "split these, or say why not:\n{}",
+        unexplained.join("\n")
+    );
 }
