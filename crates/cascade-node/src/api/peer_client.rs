@@ -257,6 +257,29 @@ impl Peers {
         }
     }
 
+    /// Asks `region` a yes/no question about each of `rows` (one call of
+    /// the CheckBackrefs shape), answered in the same order.
+    async fn ask_about_rows<F, Fut>(
+        &self,
+        region: &str,
+        rpc: &'static str,
+        from: &RegionId,
+        rows: &[PeerBackRef],
+        call: F,
+    ) -> Result<Vec<bool>, OwnerError>
+    where
+        F: FnOnce(PeerClient<Channel>, v1::CheckBackrefsRequest) -> Fut,
+        Fut: Future<Output = Result<Response<v1::CheckBackrefsResponse>, Status>>,
+    {
+        let req = v1::CheckBackrefsRequest {
+            from_region: from.to_string(),
+            backrefs: rows.iter().map(convert::peer_backref).collect(),
+        };
+        self.call(region, rpc, PEER_CALL_TIMEOUT, |c| call(c, req))
+            .await
+            .map(|r| r.standing)
+    }
+
     /// Asks `region` which of its list owners named by `rows` keep another
     /// live target (before a delete without cascade). Any answer but the
     /// list is unavailable: the delete cannot be decided without it.
@@ -266,15 +289,10 @@ impl Peers {
         from: &RegionId,
         rows: &[PeerBackRef],
     ) -> Result<Vec<bool>, OwnerError> {
-        let req = v1::CheckBackrefsRequest {
-            from_region: from.to_string(),
-            backrefs: rows.iter().map(convert::peer_backref).collect(),
-        };
-        self.call(region, "KeepsAnotherTarget", PEER_CALL_TIMEOUT, |mut c| async move {
+        self.ask_about_rows(region, "KeepsAnotherTarget", from, rows, |mut c, req| async move {
             c.keeps_another_target(req).await
         })
         .await
-        .map(|r| r.standing)
         .map_err(|e| unavailable_unless_answered(region, "KeepsAnotherTarget", e))
     }
 
@@ -286,15 +304,10 @@ impl Peers {
         from: &RegionId,
         rows: &[PeerBackRef],
     ) -> Result<Vec<bool>, OwnerError> {
-        let req = v1::CheckBackrefsRequest {
-            from_region: from.to_string(),
-            backrefs: rows.iter().map(convert::peer_backref).collect(),
-        };
-        self.call(region, "CheckBackrefs", PEER_CALL_TIMEOUT, |mut c| async move {
+        self.ask_about_rows(region, "CheckBackrefs", from, rows, |mut c, req| async move {
             c.check_backrefs(req).await
         })
         .await
-        .map(|r| r.standing)
     }
 
     /// Sends released back-references to their owner `region`.
