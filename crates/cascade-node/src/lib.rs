@@ -37,3 +37,4 @@ mod writer;
 pub use config::{ConfigFile, NodeSettings};
 pub use node::{ApiLimits, Node, NodeEnv, NodeError};
 pub use server::RunningNode;
+pub use writer::{WriteStats, WriteStatsSnapshot};

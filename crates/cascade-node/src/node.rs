@@ -32,7 +32,7 @@ use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSo
 use crate::error::Fault;
 use crate::peers::{PeerConnector, Peers};
 use crate::store::{MemoryStore, SledStore, Store, StoreError, Table};
-use crate::writer::{ClosureChecks, WriterContext, WriterHandle, WriterUnavailable};
+use crate::writer::{ClosureChecks, WriteStats, WriterContext, WriterHandle, WriterUnavailable};
 use cascade_tls::NodeTls;
 
 /// How long a read asks a remote owner whether an `allow_dangling` target
@@ -146,6 +146,8 @@ pub struct Node {
     pub(crate) check_interval: Duration,
     /// Seeds the peer links' reconnect jitter.
     pub(crate) jitter_seed: u64,
+    /// What the writer committed (shared with it).
+    pub(crate) write_stats: Arc<WriteStats>,
 }
 
 /// A resource as a reader sees it: with its deletion record (DELETING) and
@@ -242,6 +244,7 @@ impl Node {
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
         let closure_checks = ClosureChecks::default();
+        let write_stats = Arc::new(WriteStats::default());
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -252,6 +255,7 @@ impl Node {
             events: events.clone(),
             tick: settings.tick,
             closure_checks: closure_checks.clone(),
+            stats: write_stats.clone(),
         })
         .await?;
         Ok(Self {
@@ -273,7 +277,14 @@ impl Node {
             link_tick: settings.tick,
             check_interval: settings.check_interval,
             jitter_seed,
+            write_stats,
         })
+    }
+
+    /// What this node's writer has committed since it opened (batches, key
+    /// writes, bytes). The handle stays valid while the node serves.
+    pub fn write_stats(&self) -> Arc<WriteStats> {
+        self.write_stats.clone()
     }
 
     /// The store as the core reads it.

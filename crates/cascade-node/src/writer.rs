@@ -12,6 +12,7 @@
 //! before its events are published, so a client or watcher never sees a
 //! revision that a crash could take back.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -46,6 +47,46 @@ pub struct WriterContext {
     /// Operations whose root waits for other regions' parts (from work
     /// reports); the reconciler asks those regions (see `links.rs`).
     pub closure_checks: ClosureChecks,
+    /// What the writer has committed so far (read by benchmarks and metrics).
+    pub stats: Arc<WriteStats>,
+}
+
+/// Counters of what a node's writer committed since it opened. Relaxed
+/// atomics: readers want totals, not an ordering with the data.
+#[derive(Debug, Default)]
+pub struct WriteStats {
+    batches: AtomicU64,
+    key_writes: AtomicU64,
+    value_bytes: AtomicU64,
+}
+
+/// A reading of [`WriteStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStatsSnapshot {
+    /// Atomic batches committed (one per protocol step that wrote anything).
+    pub batches: u64,
+    /// Keys put or removed, over every table.
+    pub key_writes: u64,
+    /// Bytes of the values put (keys not counted).
+    pub value_bytes: u64,
+}
+
+impl WriteStats {
+    fn record(&self, batch: &crate::store::Batch) {
+        let bytes: usize = batch.ops.iter().map(|(_, _, v)| v.as_ref().map_or(0, Vec::len)).sum();
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.key_writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.value_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The totals now.
+    pub fn snapshot(&self) -> WriteStatsSnapshot {
+        WriteStatsSnapshot {
+            batches: self.batches.load(Ordering::Relaxed),
+            key_writes: self.key_writes.load(Ordering::Relaxed),
+            value_bytes: self.value_bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// Operations to check for a finished cross-region closure. In memory: a
@@ -94,6 +135,7 @@ impl WriterState {
         }
         let queued_work = writes.work.values().any(Option::is_some);
         let batch = encode_writes(&writes);
+        self.ctx.stats.record(&batch);
         self.ctx
             .store
             .commit(batch)
