@@ -55,7 +55,8 @@ fn run(store: &dyn Store, n: usize) -> Figures {
     let mut ids = SequentialIds::default();
     let mut clock = 1u64;
     let apply = |step_writes: cascade_core::state::WriteSet| {
-        store.commit(encode_writes(&step_writes)).expect("commit");
+        let batch = encode_writes(&StoreState { store }, &step_writes).expect("encode");
+        store.commit(batch).expect("commit");
         store.flush().expect("flush");
     };
     let ctx = |now| Ctx {
@@ -146,9 +147,15 @@ fn main() {
         "cascade of one network with {n} ports (batch budget {})",
         Policy::default().batch_budget
     );
-    let memory: Arc<dyn Store> = Arc::new(MemoryStore::default());
-    report("memory", &run(memory.as_ref(), n));
-    let dir = tempfile::tempdir().expect("temp dir");
-    let sled = SledStore::open(dir.path()).expect("sled opens");
-    report("sled", &run(&sled, n));
+    // `CASCADE_BENCH_ENGINES=memory` profiles the core alone.
+    let engines = std::env::var("CASCADE_BENCH_ENGINES").unwrap_or_else(|_| "memory,sled".into());
+    if engines.split(',').any(|e| e == "memory") {
+        let memory: Arc<dyn Store> = Arc::new(MemoryStore::default());
+        report("memory", &run(memory.as_ref(), n));
+    }
+    if engines.split(',').any(|e| e == "sled") {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let sled = SledStore::open(dir.path()).expect("sled opens");
+        report("sled", &run(&sled, n));
+    }
 }

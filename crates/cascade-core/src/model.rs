@@ -381,6 +381,13 @@ pub struct Event {
     /// [`RemoteDeletion::no_cascade`]).
     #[serde(default)]
     pub no_cascade: bool,
+    /// Why the resource is being deleted: on a DELETING event (its deletion
+    /// record's reason), and on the PURGED event of a resource that skipped
+    /// DELETING (an unreferenced leaf a cascade purged in the step that
+    /// reached it: it never had a deletion record, so this is the only
+    /// place its reason is kept). None on other events.
+    #[serde(default)]
+    pub cause: Option<DeletionReason>,
 }
 
 /// A resource of another region that this node saw enter DELETING (from the

@@ -208,9 +208,20 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         after: Option<&BackRefKey>,
         limit: usize,
     ) -> Result<Vec<BackRef>, StorageError> {
-        let in_range = |k: &BackRefKey| k.target == target && after.is_none_or(|a| k > a);
-        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> =
-            self.writes.backrefs.iter().filter(|(k, _)| in_range(k)).collect();
+        // The overlay is ordered by target first: only this target's rows
+        // are visited (a step may hold hundreds of other targets' rows).
+        let first = BackRefKey {
+            target,
+            referrer: Uid(uuid::Uuid::nil()),
+            field: String::new(),
+        };
+        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> = self
+            .writes
+            .backrefs
+            .range(first..)
+            .take_while(|(k, _)| k.target == target)
+            .filter(|(k, _)| after.is_none_or(|a| *k > a))
+            .collect();
         // Ask the base for enough rows that overlay deletions cannot starve the page.
         let base = self.base.backrefs(target, after, limit.saturating_add(overlay.len()))?;
         let mut merged: BTreeMap<BackRefKey, BackRef> = base.into_iter().map(|b| (b.key(), b)).collect();

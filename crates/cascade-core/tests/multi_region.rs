@@ -658,6 +658,31 @@ impl World {
                     );
                 }
                 EventType::Purged => {
+                    if !self.entered.contains_key(&e.resource.uid) {
+                        // An unreferenced leaf a cascade purged at once
+                        // (`purge_leaf`): it never entered DELETING, so its
+                        // event carries the cause a deletion record would.
+                        // The same rules hold for it as for any deletion.
+                        let (Some(operation), Some(reason)) = (e.operation, e.cause.clone()) else {
+                            return Err(format!(
+                                "{} purged without entering DELETING, and its event names no operation and cause",
+                                e.resource.name
+                            ));
+                        };
+                        if writes.deletions.get(&e.resource.uid).is_some_and(Option::is_some) {
+                            return Err(format!("{} purged with a deletion record left", e.resource.name));
+                        }
+                        let record = DeletionRecord {
+                            target: e.resource.clone(),
+                            deleted_at: e.time,
+                            reason,
+                            requested_by: String::new(),
+                            operation,
+                            status: DeletionStatus::Pending,
+                        };
+                        self.check_entered(region, &record)?;
+                        self.entered.insert(e.resource.uid, Entered { operation });
+                    }
                     self.purged.insert(e.resource.uid);
                 }
                 _ => {}

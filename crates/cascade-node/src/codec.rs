@@ -265,16 +265,63 @@ impl StoreState<'_> {
         Ok(self.store.scan(table, &[], None, usize::MAX)?.len())
     }
 
-    /// Number of queue entries (deletions with work left).
-    pub fn queue_len(&self) -> Result<usize, StoreError> {
-        Ok(self.store.scan(Table::RetryQueue, &[], None, usize::MAX)?.len())
+    /// Brings a store written by an older version of the node up to this
+    /// one's layout, in one batch, before the writer starts. Version 2 added
+    /// [`Table::DueIndex`]: it is built from the retry queue.
+    pub fn upgrade(&self) -> Result<(), StoreError> {
+        let version = self.counter(Table::Meta, LAYOUT_VERSION, 1)?;
+        if version >= LAYOUT {
+            return Ok(());
+        }
+        let mut batch = Batch::default();
+        for (k, _) in self.store.scan(Table::DueIndex, &[], None, usize::MAX)? {
+            batch.remove(Table::DueIndex, k);
+        }
+        for (_, v) in self.store.scan(Table::RetryQueue, &[], None, usize::MAX)? {
+            let w: WorkItem = decode(Table::RetryQueue, &v)?;
+            batch.put(Table::DueIndex, due_key(w.next_attempt_at, w.target.uid), Vec::new());
+        }
+        tracing::info!(
+            from = version,
+            to = LAYOUT,
+            queued = batch.len(),
+            "upgrading the store layout"
+        );
+        batch.put(Table::Meta, LAYOUT_VERSION.to_vec(), LAYOUT.to_be_bytes().to_vec());
+        self.store.commit(batch)?;
+        self.store.flush()
     }
 
-    /// The earliest `next_attempt_at` in the retry queue.
-    pub fn next_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        let items: Vec<WorkItem> = self.scan(Table::RetryQueue, &[], None, usize::MAX)?;
-        Ok(items.iter().map(|w| w.next_attempt_at).min())
+    /// The due time of `uid`'s queue entry as stored (before this step).
+    fn stored_due(&self, uid: Uid) -> Result<Option<Timestamp>, StoreError> {
+        Ok(self
+            .get::<WorkItem>(Table::RetryQueue, uid.as_bytes())?
+            .map(|w| w.next_attempt_at))
     }
+}
+
+/// The layout this node writes (see [`StoreState::upgrade`]).
+const LAYOUT: u64 = 2;
+const LAYOUT_VERSION: &[u8] = b"layout_version";
+
+/// Due-index keys sort by due time, then uid.
+fn due_key(due: Timestamp, uid: Uid) -> Vec<u8> {
+    let mut out = Vec::with_capacity(24);
+    out.extend_from_slice(&due.0.to_be_bytes());
+    out.extend_from_slice(uid.as_bytes());
+    out
+}
+
+/// The due time and uid a due-index key names.
+fn parse_due_key(key: &[u8]) -> Result<(Timestamp, Uid), StoreError> {
+    let corrupt = || StoreError::Corrupt {
+        table: Table::DueIndex.name(),
+        message: format!("a key of {} bytes, not 24", key.len()),
+    };
+    let (due, uid) = key.split_at_checked(8).ok_or_else(corrupt)?;
+    let due = u64::from_be_bytes(due.try_into().map_err(|_| corrupt())?);
+    let uid = uuid::Uuid::from_slice(uid).map_err(|_| corrupt())?;
+    Ok((Timestamp(due), Uid(uid)))
 }
 
 impl StateRead for StoreState<'_> {
@@ -305,23 +352,29 @@ impl StateRead for StoreState<'_> {
         self.get(Table::Outcomes, &outcome_key(op, name)).map_err(storage)
     }
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
+        // The index is in due order: read up to the first entry not yet due.
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
-        // Page through the queue: entries not yet due are skipped.
-        loop {
+        while out.len() < limit {
             let page = self
                 .store
-                .scan(Table::RetryQueue, &[], after.as_deref(), 1024)
+                .scan(Table::DueIndex, &[], after.as_deref(), limit - out.len())
                 .map_err(storage)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
-            for (_, v) in page {
-                let w: WorkItem = decode(Table::RetryQueue, &v).map_err(storage)?;
-                if w.next_attempt_at <= now {
-                    out.push(w);
-                    if out.len() >= limit {
-                        return Ok(out);
-                    }
+            for (key, _) in page {
+                let (due, uid) = parse_due_key(&key).map_err(storage)?;
+                if due > now {
+                    return Ok(out);
+                }
+                match self
+                    .get::<WorkItem>(Table::RetryQueue, uid.as_bytes())
+                    .map_err(storage)?
+                {
+                    Some(w) if w.next_attempt_at == due => out.push(w),
+                    // The writer keeps the two in one batch; an index entry
+                    // without its item is stale, and skipping it loses nothing.
+                    _ => tracing::warn!(%uid, "skipped a due-index entry without its queue entry"),
                 }
             }
         }
@@ -351,8 +404,9 @@ impl StateRead for StoreState<'_> {
     }
 }
 
-/// One atomic batch for everything a step wrote.
-pub fn encode_writes(w: &WriteSet) -> Batch {
+/// One atomic batch for everything a step wrote, read against the store
+/// as it is before the batch (to move the due index of rescheduled work).
+pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, StoreError> {
     let mut b = Batch::default();
     fn put_or_remove<T: Serialize>(b: &mut Batch, table: Table, key: Vec<u8>, v: &Option<T>) {
         match v {
@@ -379,6 +433,16 @@ pub fn encode_writes(w: &WriteSet) -> Batch {
         b.put(Table::Outcomes, outcome_key(*op, name), encode(v));
     }
     for (uid, v) in &w.work {
+        let before = state.stored_due(*uid)?;
+        let after = v.as_ref().map(|w| w.next_attempt_at);
+        if before != after {
+            if let Some(due) = before {
+                b.remove(Table::DueIndex, due_key(due, *uid));
+            }
+            if let Some(due) = after {
+                b.put(Table::DueIndex, due_key(due, *uid), Vec::new());
+            }
+        }
         put_or_remove(&mut b, Table::RetryQueue, uid.as_bytes().to_vec(), v);
     }
     for e in &w.events {
@@ -402,5 +466,5 @@ pub fn encode_writes(w: &WriteSet) -> Batch {
     if let Some(g) = w.generation {
         b.put(Table::Meta, GENERATION.to_vec(), g.to_be_bytes().to_vec());
     }
-    b
+    Ok(b)
 }

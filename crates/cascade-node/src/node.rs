@@ -225,6 +225,7 @@ impl Node {
             }
             None => Arc::new(MemoryStore::default()),
         };
+        StoreState { store: store.as_ref() }.upgrade()?;
         let (events, _) = broadcast::channel(4096);
         let (shutting_down, _) = watch::channel(false);
         if let Some(tls) = &settings.tls {

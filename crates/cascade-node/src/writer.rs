@@ -134,11 +134,14 @@ impl WriterState {
             return Ok(false);
         }
         let queued_work = writes.work.values().any(Option::is_some);
-        let batch = encode_writes(&writes);
-        self.ctx.stats.record(&batch);
-        self.ctx
-            .store
-            .commit(batch)
+        let state = StoreState {
+            store: self.ctx.store.as_ref(),
+        };
+        encode_writes(&state, &writes)
+            .and_then(|batch| {
+                self.ctx.stats.record(&batch);
+                self.ctx.store.commit(batch)
+            })
             .and_then(|()| self.ctx.store.flush())
             .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))?;
         for e in writes.events {

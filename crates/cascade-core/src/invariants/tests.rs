@@ -603,6 +603,7 @@ fn event_order() {
         message: String::new(),
         time: Timestamp(1),
         no_cascade: false,
+        cause: None,
     };
     s[0].events = vec![event(1), event(2)];
     s[0].next_revision = 3;

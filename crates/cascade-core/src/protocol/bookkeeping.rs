@@ -27,20 +27,22 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
     operation: OperationId,
     requested_by: &str,
 ) -> Result<(), CoreError> {
-    // Release our own outgoing references at once, so cycles unwind and the
-    // targets we were holding can finish.
-    for b in outgoing_backrefs(ctx, &resource) {
-        release_ref(tx, ctx, &b)?;
-    }
-    // Unconfirmed cross-region references are released with the rest.
-    tx.remove_pending_attach(resource.uid);
+    release_outgoing(tx, ctx, &resource)?;
     resource.state = ResourceState::Deleting;
     resource.update_time = ctx.now;
     let message = match &reason {
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
-    let resource = put_with_event(tx, ctx, resource, EventType::Deleting, Some(operation), &message)?;
+    let resource = put_with_caused_event(
+        tx,
+        ctx,
+        resource,
+        EventType::Deleting,
+        Some(operation),
+        &message,
+        Some(reason.clone()),
+    )?;
     let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
@@ -56,15 +58,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         attempts: 0,
         last_error: None,
     });
-    // A list owner that first lost an element to this operation and is now
-    // deleted by it was not, in the end, an unset referrer.
-    let was_unset = matches!(
-        tx.outcome(operation, &target.name)?,
-        Some(Outcome {
-            action: OutcomeAction::Unset { .. },
-            ..
-        })
-    );
+    let was_unset = counted_as_unset(tx, operation, &target.name)?;
     tx.put_outcome(
         operation,
         Outcome {
@@ -80,6 +74,108 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         }
     })?;
     Ok(())
+}
+
+/// Releases what a resource leaving the live state held: its outgoing
+/// references at once, so cycles unwind and the targets it was holding can
+/// finish, and the unconfirmed cross-region ones with the rest.
+fn release_outgoing<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+) -> Result<(), CoreError> {
+    for b in outgoing_backrefs(ctx, resource) {
+        release_ref(tx, ctx, &b)?;
+    }
+    // Only a resource whose cross-region create is unsettled has one: a
+    // read spares every other deletion a write.
+    if tx.pending_attach(resource.uid)?.is_some() {
+        tx.remove_pending_attach(resource.uid);
+    }
+    Ok(())
+}
+
+/// Whether `name` was counted as an unset referrer of `operation`: a list
+/// owner that first lost an element to the operation and is now deleted by
+/// it was not, in the end, an unset referrer.
+fn counted_as_unset<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    operation: OperationId,
+    name: &crate::name::ResourceName,
+) -> Result<bool, CoreError> {
+    Ok(matches!(
+        tx.outcome(operation, name)?,
+        Some(Outcome {
+            action: OutcomeAction::Unset { .. },
+            ..
+        })
+    ))
+}
+
+/// Whether a resource a cascade reaches can skip DELETING: nothing
+/// references it (no back-reference row, in any region: the owner keeps
+/// remote referrers' rows too) and no finalizer holds it. Nothing can then
+/// wait on it, act on its DELETING event, or block it, so the step that
+/// cascades to it purges it at once (see [`purge_leaf`]).
+pub(super) fn is_unreferenced_leaf<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    resource: &Resource,
+) -> Result<bool, CoreError> {
+    Ok(resource.finalizers.is_empty() && tx.backrefs(resource.uid, None, 1)?.is_empty())
+}
+
+/// Purges a live resource a cascade reached, in the step that reached it:
+/// the same end as [`enter_deleting`] followed by [`purge`], without the
+/// writes the second step would undo (the DELETING record, the deletion
+/// record, the queue entry, the pending outcome). One `Purged` event per
+/// resource, as for any purge; its message says why.
+///
+/// Architecture invariant: only for [`is_unreferenced_leaf`] resources. A
+/// resource anything references must pass through DELETING, where
+/// importers and `block` referrers see it.
+pub(super) fn purge_leaf<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: Resource,
+    reason: &DeletionReason,
+    operation: OperationId,
+) -> Result<(), CoreError> {
+    debug_assert!(
+        is_unreferenced_leaf(tx, &resource).unwrap_or(true),
+        "purge_leaf on {} which is referenced or has finalizers",
+        resource.name
+    );
+    release_outgoing(tx, ctx, &resource)?;
+    let target = target_of(&resource);
+    let was_unset = counted_as_unset(tx, operation, &target.name)?;
+    tx.remove_resource(&resource.name, resource.uid);
+    tx.put_outcome(
+        operation,
+        Outcome {
+            resource: target,
+            action: OutcomeAction::Deleted,
+            time: ctx.now,
+        },
+    );
+    let message = match reason {
+        DeletionReason::Requested => "purged".to_owned(),
+        DeletionReason::Cascade { from, field } => format!("purged: cascade from {from} (field {field})"),
+    };
+    emit_only(
+        tx,
+        ctx,
+        EventType::Purged,
+        &resource,
+        operation,
+        &message,
+        Some(reason.clone()),
+    )?;
+    update_operation(tx, operation, |p| {
+        p.deleted += 1;
+        if was_unset {
+            decrement(&mut p.unset, "unset", operation);
+        }
+    })
 }
 
 /// Keeps a deletion that cannot finish now: blocked (or finalizers pending).
@@ -130,7 +226,7 @@ pub(super) fn hold<S: StateRead + ?Sized>(
                 time: ctx.now,
             },
         );
-        emit_only(tx, ctx, EventType::DeletionFailed, resource, op, &error)?;
+        emit_only(tx, ctx, EventType::DeletionFailed, resource, op, &error, None)?;
         update_operation(tx, op, |p| {
             decrement(&mut p.pending, "pending", op);
             p.failed += 1;
@@ -156,7 +252,7 @@ pub(super) fn hold<S: StateRead + ?Sized>(
                 time: ctx.now,
             },
         );
-        emit_only(tx, ctx, EventType::DeletionBlocked, resource, op, &reason)?;
+        emit_only(tx, ctx, EventType::DeletionBlocked, resource, op, &reason, None)?;
         if newly_blocked {
             update_operation(tx, op, |p| p.blocked += 1)?;
         }
@@ -186,7 +282,7 @@ pub(super) fn purge<S: StateRead + ?Sized>(
             time: ctx.now,
         },
     );
-    emit_only(tx, ctx, EventType::Purged, &resource, op, "purged")?;
+    emit_only(tx, ctx, EventType::Purged, &resource, op, "purged", None)?;
     update_operation(tx, op, |p| {
         match record.status {
             DeletionStatus::Failed { .. } => decrement(&mut p.failed, "failed", op),
@@ -284,10 +380,23 @@ pub(crate) fn wake_if_deleting<S: StateRead + ?Sized>(
 pub(super) fn put_with_event<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
+    resource: Resource,
+    event_type: EventType,
+    operation: Option<OperationId>,
+    message: &str,
+) -> Result<Resource, CoreError> {
+    put_with_caused_event(tx, ctx, resource, event_type, operation, message, None)
+}
+
+/// [`put_with_event`], with the deletion's reason in the event.
+fn put_with_caused_event<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
     mut resource: Resource,
     event_type: EventType,
     operation: Option<OperationId>,
     message: &str,
+    cause: Option<DeletionReason>,
 ) -> Result<Resource, CoreError> {
     // Importers must know whether a deletion allows a cascade: they apply
     // it to their own referrers (see `apply_to_referrer`).
@@ -306,6 +415,7 @@ pub(super) fn put_with_event<S: StateRead + ?Sized>(
         message: message.to_owned(),
         time: ctx.now,
         no_cascade,
+        cause,
     })?;
     Ok(resource)
 }
@@ -318,6 +428,7 @@ fn emit_only<S: StateRead + ?Sized>(
     resource: &Resource,
     operation: OperationId,
     message: &str,
+    cause: Option<DeletionReason>,
 ) -> Result<(), CoreError> {
     tx.emit(Event {
         revision: 0,
@@ -328,6 +439,7 @@ fn emit_only<S: StateRead + ?Sized>(
         message: message.to_owned(),
         time: ctx.now,
         no_cascade: false,
+        cause,
     })?;
     Ok(())
 }

@@ -18,7 +18,8 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::backrefs::release_ref;
 use super::bookkeeping::{
-    after_pending_changed, decrement, enter_deleting, hold, purge, put_with_event, update_operation, wake_if_deleting,
+    after_pending_changed, decrement, enter_deleting, hold, is_unreferenced_leaf, purge, purge_leaf, put_with_event,
+    update_operation, wake_if_deleting,
 };
 use super::create_update::abort_creating;
 use super::{is_remote, target_of, Ctx, Step, WorkReport};
@@ -418,8 +419,13 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             from: target.name.clone(),
             field: b.field.clone(),
         };
-        enter_deleting(tx, ctx, referrer, reason, operation, requested_by)?;
         report.cascaded += 1;
+        if is_unreferenced_leaf(tx, &referrer)? {
+            purge_leaf(tx, ctx, referrer, &reason, operation)?;
+            report.purged += 1;
+        } else {
+            enter_deleting(tx, ctx, referrer, reason, operation, requested_by)?;
+        }
         return Ok(());
     }
     referrer.update_time = ctx.now;

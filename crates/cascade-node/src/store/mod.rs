@@ -30,6 +30,9 @@ pub enum Table {
     Outcomes,
     /// uid → work item (the retry queue of seed 004)
     RetryQueue,
+    /// due time (big endian) ‖ uid → nothing: the retry queue in the order
+    /// it falls due, so a work step reads only what is due
+    DueIndex,
     /// revision (big endian) → event
     Outbox,
     /// small named counters
@@ -45,7 +48,7 @@ pub enum Table {
 }
 
 impl Table {
-    pub const ALL: [Table; 13] = [
+    pub const ALL: [Table; 14] = [
         Table::Resources,
         Table::UidIndex,
         Table::Backrefs,
@@ -53,6 +56,7 @@ impl Table {
         Table::Operations,
         Table::Outcomes,
         Table::RetryQueue,
+        Table::DueIndex,
         Table::Outbox,
         Table::Meta,
         Table::RemoteDeletions,
@@ -70,6 +74,7 @@ impl Table {
             Table::Operations => "operations",
             Table::Outcomes => "outcomes",
             Table::RetryQueue => "retry_queue",
+            Table::DueIndex => "due_index",
             Table::Outbox => "outbox",
             Table::Meta => "meta",
             Table::RemoteDeletions => "remote_deletions",
