@@ -41,9 +41,15 @@ fn engine(doing: &str, e: fjall::Error) -> StoreError {
 impl FjallStore {
     /// Opens (or creates) the database in `dir` and a keyspace per table.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = Database::builder(dir)
-            .open()
-            .map_err(|e| engine(&format!("cannot open the database at {}", dir.display()), e))?;
+        let db = Database::builder(dir).open().map_err(|e| match e {
+            // fjall's own words for it are "FjallError: Locked".
+            fjall::Error::Locked => StoreError::Engine(format!(
+                "fjall: cannot open the database at {}: another process holds its lock \
+                 (is another node running on this data_dir?)",
+                dir.display()
+            )),
+            e => engine(&format!("cannot open the database at {}", dir.display()), e),
+        })?;
         let keyspaces = Table::ALL
             .iter()
             .map(|t| {

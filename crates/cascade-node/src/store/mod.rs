@@ -645,6 +645,17 @@ mod tests {
     }
 
     #[test]
+    fn a_data_dir_in_use_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        for engine in StorageEngine::ALL {
+            let dir = root.path().join(engine.name());
+            let _open = open_store(engine, Some(&dir)).unwrap();
+            let err = open_store(engine, Some(&dir)).err().expect("opened twice").to_string();
+            assert!(err.contains(&dir.display().to_string()), "{engine}: {err}");
+        }
+    }
+
+    #[test]
     fn a_data_dir_without_a_marker_is_known_by_its_files() {
         use StorageEngine::*;
         let root = tempfile::tempdir().unwrap();
