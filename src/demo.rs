@@ -1,5 +1,6 @@
 //! `cascade demo`: three region nodes in one process on loopback, each on
-//! an embedded sled in a temporary directory, the example schema, a
+//! an embedded sled (or, with `--storage-engine fjall`, fjall) in a
+//! temporary directory, the example schema, a
 //! Neutron-like topology with references across the regions, and what to
 //! try next.
 
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
+use cascade_node::store::StorageEngine;
 use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
 use cascade_tls::DevPki;
@@ -22,6 +24,9 @@ pub struct DemoArgs {
     /// Keep the data here instead of a temporary directory.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Storage engine of the nodes: sled or fjall.
+    #[arg(long, env = "CASCADE_STORAGE_ENGINE", value_name = "ENGINE", default_value_t = StorageEngine::Sled)]
+    storage_engine: StorageEngine,
     /// Set up, print, and exit instead of serving until Ctrl-C (for scripts).
     #[arg(long)]
     no_wait: bool,
@@ -204,6 +209,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         let region = RegionId::parse(DEMO_REGIONS[i])?;
         let mut settings = NodeSettings::new(region, schema.clone(), Some(data_root.join(DEMO_REGIONS[i])));
         settings.check_interval = std::time::Duration::from_secs(5);
+        settings.engine = args.storage_engine;
         if let Some(pki) = &pki {
             settings.tls = Some(pki.node_tls(DEMO_REGIONS[i])?);
         }
@@ -233,9 +239,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         println!("  {region:<9} {ep}");
     }
     println!(
-        "data: {}
+        "data: {} ({})
 ",
-        data_root.display()
+        data_root.display(),
+        args.storage_engine
     );
     let certs = data_root.join("certs");
     match &pki {

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use cascade_client::cli::{ClientArgs, Command as ClientCommand};
+use cascade_node::store::StorageEngine;
 use cascade_node::{ConfigFile, Node, NodeSettings};
 use cascade_tls::DevPki;
 use clap::{Parser, Subcommand};
@@ -56,9 +57,13 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free one; the bound address is printed).
     #[arg(long, env = "CASCADE_LISTEN")]
     listen: Option<String>,
-    /// Directory of the sled database.
+    /// Directory of the database.
     #[arg(long, env = "CASCADE_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Storage engine of the data directory: sled (the default) or fjall.
+    /// A data directory keeps the engine that created it.
+    #[arg(long, env = "CASCADE_STORAGE_ENGINE", value_name = "ENGINE")]
+    storage_engine: Option<StorageEngine>,
     /// Schema file (default: the embedded example schema).
     #[arg(long, env = "CASCADE_SCHEMA")]
     schema: Option<PathBuf>,
@@ -157,6 +162,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     if args.schema.is_some() {
         file.schema = args.schema;
+    }
+    if let Some(engine) = args.storage_engine {
+        file.storage.engine = Some(engine.to_string());
     }
     if file.data_dir.is_none() {
         anyhow::bail!("data_dir: is required (in the config file, --data-dir or CASCADE_DATA_DIR)");

@@ -1,12 +1,13 @@
 //! Durability: SIGKILL a real `cascade serve` process in the middle of a
 //! 10,000-dependent cascade, restart it on the same data directory, and the
-//! deletion completes with nothing else lost.
+//! deletion completes with nothing else lost. Once per storage engine.
 
 mod support;
 
 use std::time::Duration;
 
 use cascade_client::Client;
+use cascade_node::store::StorageEngine;
 use cascade_proto::v1;
 use support::*;
 
@@ -17,14 +18,24 @@ async fn progress(client: &Client, id: &str) -> v1::Operation {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
+async fn sigkill_mid_cascade_then_restart_finishes_the_deletion_on_sled() {
+    sigkill_mid_cascade_then_restart_finishes_the_deletion(StorageEngine::Sled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_cascade_then_restart_finishes_the_deletion_on_fjall() {
+    sigkill_mid_cascade_then_restart_finishes_the_deletion(StorageEngine::Fjall).await;
+}
+
+async fn sigkill_mid_cascade_then_restart_finishes_the_deletion(engine: StorageEngine) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("region.toml");
+    let data_dir = dir.path().join("data");
     std::fs::write(
         &config,
         format!(
-            "region = \"{REGION}\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[deletion]\n# small steps, so the kill lands mid-cascade\nbatch_budget = 40\ntick_ms = 50\n",
-            dir.path().join("data").display()
+            "region = \"{REGION}\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[deletion]\n# small steps, so the kill lands mid-cascade\nbatch_budget = 40\ntick_ms = 50\n\n[storage]\nengine = \"{engine}\"\n",
+            data_dir.display()
         ),
     )
     .unwrap();
@@ -132,4 +143,7 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion() {
         .await
         .unwrap();
     assert!(deleting.resources.is_empty(), "no deletion left behind");
+    // The server ran the engine the file named.
+    let marker = std::fs::read_to_string(data_dir.join(cascade_node::store::ENGINE_MARKER)).unwrap();
+    assert_eq!(marker.trim(), engine.name());
 }

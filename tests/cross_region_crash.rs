@@ -1,7 +1,8 @@
 //! Cross-region durability with real `cascade serve` processes: a region
 //! SIGKILLed in the middle of a cascade it imports, and in the middle of
 //! cross-region creates, restarts from the same configuration and converges
-//! with nothing applied twice and nothing half-attached.
+//! with nothing applied twice and nothing half-attached. Each scenario runs
+//! once per storage engine.
 
 // Test code, not a node: poll deadlines and elapsed times are real time,
 // and made-up ids need no IdSource (clippy.toml).
@@ -17,6 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cascade_node::store::{StorageEngine, ENGINE_MARKER};
 use cascade_proto::v1;
 use support::*;
 
@@ -24,22 +26,47 @@ fn port_on(name: &str, network: &str) -> v1::ResourceSpec {
     spec_in(name, &[("network", &[network])])
 }
 
+/// The `[deletion]` table's lines, then a `[storage]` table naming the
+/// engine: `ProcCluster` writes the `[deletion]` table last in each region's
+/// config, so the text may open a table after it.
+fn deletion_and_engine(deletion: &str, engine: StorageEngine) -> String {
+    format!("{deletion}\n\n[storage]\nengine = \"{engine}\"")
+}
+
+/// Every region's data directory was written by `engine`.
+fn assert_engine(cluster: &ProcCluster, engine: StorageEngine) {
+    for (region, _) in &cluster.regions {
+        let marker = std::fs::read_to_string(cluster.dir.path().join(region).join(ENGINE_MARKER)).unwrap();
+        assert_eq!(marker.trim(), engine.name(), "{region}");
+    }
+}
+
 /// Modest: a cross-region BatchCreate settles (activates) its resources one
 /// writer step each, ~15 ms apiece in a debug build.
 const PORTS: usize = 600;
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once_on_sled() {
+    sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(StorageEngine::Sled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once_on_fjall() {
+    sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(StorageEngine::Fjall).await;
+}
+
 /// B imports a 600-port cascade from A and is SIGKILLed in the middle of
 /// it; restarted from the same config it resumes from its cursor. Every
 /// port is deleted once and every unset applied once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once() {
+async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(engine: StorageEngine) {
     let mut cluster = ProcCluster::new(&["ra", "rb", "rc"], |region| {
-        if region == "rb" {
+        let deletion = if region == "rb" {
             // Small steps, so the kill lands mid-cascade.
-            "batch_budget = 10\ntick_ms = 50\ncheck_interval_ms = 500".into()
+            "batch_budget = 10\ntick_ms = 50\ncheck_interval_ms = 500"
         } else {
-            "tick_ms = 50\ncheck_interval_ms = 500".into()
-        }
+            "tick_ms = 50\ncheck_interval_ms = 500"
+        };
+        deletion_and_engine(deletion, engine)
     });
     let t0 = Instant::now();
     let (a, b, cc) = (
@@ -161,15 +188,16 @@ async fn sigkill_of_an_importing_region_mid_cascade_then_restart_completes_once(
 
     wait_quiescent_at(&cluster.endpoints()).await;
     assert_no_violations_at(&cluster.endpoints()).await;
+    assert_engine(&cluster, engine);
 }
 
 /// B is SIGKILLed while ~50 creates of ports on A's network are in flight.
 /// After the restart every port is either ACTIVE in B with its
 /// back-reference at A, or absent from both: never one without the other.
-async fn sigkill_during_cross_region_creates(b_tick_ms: u64) {
+async fn sigkill_during_cross_region_creates(b_tick_ms: u64, engine: StorageEngine) {
     let mut cluster = ProcCluster::new(&["ra", "rb"], |region| {
         let tick = if region == "rb" { b_tick_ms } else { 50 };
-        format!("tick_ms = {tick}\ncheck_interval_ms = 500")
+        deletion_and_engine(&format!("tick_ms = {tick}\ncheck_interval_ms = 500"), engine)
     });
     let a = cluster.client("ra").await;
     a.batch_create(vec![
@@ -283,15 +311,27 @@ async fn sigkill_during_cross_region_creates(b_tick_ms: u64) {
     assert_eq!(done.progress.unwrap().deleted, active as u64 + 1);
     wait_quiescent_at(&endpoints).await;
     assert_no_violations_at(&endpoints).await;
+    assert_engine(&cluster, engine);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_during_cross_region_creates_leaves_each_port_whole_or_absent() {
-    sigkill_during_cross_region_creates(50).await;
+async fn sigkill_during_cross_region_creates_leaves_each_port_whole_or_absent_on_sled() {
+    sigkill_during_cross_region_creates(50, StorageEngine::Sled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_cross_region_creates_leaves_each_port_whole_or_absent_on_fjall() {
+    sigkill_during_cross_region_creates(50, StorageEngine::Fjall).await;
 }
 
 /// At the default tick (200 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_during_cross_region_creates_at_the_default_tick() {
-    sigkill_during_cross_region_creates(200).await;
+async fn sigkill_during_cross_region_creates_at_the_default_tick_on_sled() {
+    sigkill_during_cross_region_creates(200, StorageEngine::Sled).await;
+}
+
+/// At the default tick (200 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_cross_region_creates_at_the_default_tick_on_fjall() {
+    sigkill_during_cross_region_creates(200, StorageEngine::Fjall).await;
 }

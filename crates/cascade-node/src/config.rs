@@ -25,6 +25,9 @@
 //! max_page_size = 1000          # List / outcome pages
 //! default_page_size = 100
 //!
+//! [storage]           # optional
+//! engine = "sled"     # or "fjall"; a data_dir keeps the engine that created it
+//!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
 //! cert = "certs/eu-1.pem"    # names this region: DNS SAN "eu-1.cascade"
@@ -44,6 +47,7 @@ use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
 use crate::node::ApiLimits;
+use crate::store::StorageEngine;
 use cascade_tls::{NodeTls, TlsFiles};
 
 /// The file as written. Every field may also come from a flag or the environment.
@@ -61,7 +65,19 @@ pub struct ConfigFile {
     pub deletion: DeletionConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
+    pub storage: StorageConfig,
     pub tls: Option<TlsConfig>,
+}
+
+/// `[storage]`: which engine keeps `data_dir`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `sled` (the default) or `fjall`, checked when the settings are
+    /// resolved so that the error names the key. Ignored without a
+    /// `data_dir` (the in-memory store).
+    pub engine: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -130,6 +146,8 @@ pub struct NodeSettings {
     pub schema: Arc<Schema>,
     /// None: in-memory store (simulation and quick experiments; nothing survives).
     pub data_dir: Option<PathBuf>,
+    /// The engine that keeps `data_dir` (unused without one).
+    pub engine: StorageEngine,
     pub policy: Policy,
     pub tick: Duration,
     pub limits: ApiLimits,
@@ -152,6 +170,7 @@ impl NodeSettings {
             region,
             schema,
             data_dir,
+            engine: StorageEngine::default(),
             policy: Policy::default(),
             tick: Duration::from_millis(200),
             limits: ApiLimits::default(),
@@ -173,6 +192,14 @@ impl NodeSettings {
         })?;
         let schema = load_schema(file.schema.as_deref())?;
         let mut settings = Self::new(region, Arc::new(schema), file.data_dir.clone());
+        if let Some(engine) = &file.storage.engine {
+            settings.engine = engine
+                .parse()
+                .map_err(|e: crate::store::UnknownEngine| ConfigError::Invalid {
+                    field: "storage.engine",
+                    message: e.to_string(),
+                })?;
+        }
         let d = &file.deletion;
         if let Some(v) = d.batch_budget {
             if v == 0 {
@@ -348,6 +375,26 @@ mod tests {
             "limits.default_page_size: 20 exceeds max_page_size 10"
         );
         assert!(err("region = \"eu-1\"\n[limits]\nmax_pages = 10").contains("unknown field"));
+    }
+
+    #[test]
+    fn the_storage_engine_comes_from_the_file_and_defaults_to_sled() {
+        assert_eq!(settings("region = \"eu-1\"").unwrap().engine, StorageEngine::Sled);
+        assert_eq!(
+            settings("region = \"eu-1\"\n[storage]\n").unwrap().engine,
+            StorageEngine::Sled
+        );
+        for engine in StorageEngine::ALL {
+            let text = format!("region = \"eu-1\"\ndata_dir = \"d\"\n[storage]\nengine = \"{engine}\"\n");
+            assert_eq!(settings(&text).unwrap().engine, engine);
+        }
+        assert_eq!(
+            err("region = \"eu-1\"\n[storage]\nengine = \"rocksdb\""),
+            "storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall)"
+        );
+        assert!(err("region = \"eu-1\"\n[storage]\nengine = \"FJALL\"").starts_with("storage.engine: "));
+        assert!(err("region = \"eu-1\"\n[storage]\nengine = 1").contains("invalid type"));
+        assert!(err("region = \"eu-1\"\n[storage]\nengin = \"fjall\"").contains("unknown field `engin`"));
     }
 
     fn tls_section(dir: &Path, region: &str) -> String {
