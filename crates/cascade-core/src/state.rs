@@ -19,6 +19,7 @@ use crate::model::{
     Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
+use crate::schema::OnDelete;
 
 /// Read access to one node's durable state.
 pub trait StateRead {
@@ -30,6 +31,22 @@ pub trait StateRead {
     fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError>;
     /// One back-reference row.
     fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError>;
+    /// The `block` back-references of `target`, in key order, at most
+    /// `limit`: what refuses a delete of it. This default walks every row
+    /// of the target; a store keeps an index instead, so that accepting a
+    /// delete with cascade does not read a million referrers first.
+    fn blocking_backrefs(&self, target: Uid, limit: usize) -> Result<Vec<BackRef>, StorageError> {
+        let mut out = Vec::new();
+        let mut after: Option<BackRefKey> = None;
+        while out.len() < limit {
+            let page = self.backrefs(target, after.as_ref(), 1024)?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.key());
+            out.extend(page.into_iter().filter(|b| b.on_delete == OnDelete::Block));
+        }
+        out.truncate(limit);
+        Ok(out)
+    }
     /// The deletion record of a DELETING resource.
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError>;
     /// This region's part of an operation.
@@ -208,18 +225,8 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         after: Option<&BackRefKey>,
         limit: usize,
     ) -> Result<Vec<BackRef>, StorageError> {
-        // The overlay is ordered by target first: only this target's rows
-        // are visited (a step may hold hundreds of other targets' rows).
-        let first = BackRefKey {
-            target,
-            referrer: Uid(uuid::Uuid::nil()),
-            field: String::new(),
-        };
         let overlay: Vec<(&BackRefKey, &Option<BackRef>)> = self
-            .writes
-            .backrefs
-            .range(first..)
-            .take_while(|(k, _)| k.target == target)
+            .overlay_backrefs(target)
             .filter(|(k, _)| after.is_none_or(|a| *k > a))
             .collect();
         // Ask the base for enough rows that overlay deletions cannot starve the page.
@@ -229,6 +236,37 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             match v {
                 Some(b) => merged.insert(k.clone(), b.clone()),
                 None => merged.remove(k),
+            };
+        }
+        Ok(merged.into_values().take(limit).collect())
+    }
+
+    /// This step's writes of `target`'s back-references. The overlay is
+    /// ordered by target first: only this target's rows are visited (a step
+    /// may hold hundreds of other targets' rows).
+    fn overlay_backrefs(&self, target: Uid) -> impl Iterator<Item = (&BackRefKey, &Option<BackRef>)> {
+        let first = BackRefKey {
+            target,
+            referrer: Uid(uuid::Uuid::nil()),
+            field: String::new(),
+        };
+        self.writes
+            .backrefs
+            .range(first..)
+            .take_while(move |(k, _)| k.target == target)
+    }
+
+    /// The `block` back-references of `target`, as this step left them.
+    pub fn blocking_backrefs(&self, target: Uid, limit: usize) -> Result<Vec<BackRef>, StorageError> {
+        let overlay: Vec<_> = self.overlay_backrefs(target).collect();
+        let base = self
+            .base
+            .blocking_backrefs(target, limit.saturating_add(overlay.len()))?;
+        let mut merged: BTreeMap<BackRefKey, BackRef> = base.into_iter().map(|b| (b.key(), b)).collect();
+        for (k, v) in overlay {
+            match v {
+                Some(b) if b.on_delete == OnDelete::Block => merged.insert(k.clone(), b.clone()),
+                _ => merged.remove(k),
             };
         }
         Ok(merged.into_values().take(limit).collect())

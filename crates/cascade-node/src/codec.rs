@@ -8,6 +8,7 @@ use cascade_core::model::{
     BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
     Resource, Revision, Timestamp, WorkItem,
 };
+use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
 use serde::de::DeserializeOwned;
@@ -267,7 +268,8 @@ impl StoreState<'_> {
 
     /// Brings a store written by an older version of the node up to this
     /// one's layout, in one batch, before the writer starts. Version 2 added
-    /// [`Table::DueIndex`]: it is built from the retry queue.
+    /// the indexes [`Table::DueIndex`] and [`Table::BlockingBackrefs`]: they
+    /// are built from the retry queue and the back-references.
     pub fn upgrade(&self) -> Result<(), StoreError> {
         let version = self.counter(Table::Meta, LAYOUT_VERSION, 1)?;
         if version >= LAYOUT {
@@ -280,6 +282,15 @@ impl StoreState<'_> {
         for (_, v) in self.store.scan(Table::RetryQueue, &[], None, usize::MAX)? {
             let w: WorkItem = decode(Table::RetryQueue, &v)?;
             batch.put(Table::DueIndex, due_key(w.next_attempt_at, w.target.uid), Vec::new());
+        }
+        for (k, _) in self.store.scan(Table::BlockingBackrefs, &[], None, usize::MAX)? {
+            batch.remove(Table::BlockingBackrefs, k);
+        }
+        for (k, v) in self.store.scan(Table::Backrefs, &[], None, usize::MAX)? {
+            let row: BackRef = decode(Table::Backrefs, &v)?;
+            if row.on_delete == OnDelete::Block {
+                batch.put(Table::BlockingBackrefs, k, Vec::new());
+            }
         }
         tracing::info!(
             from = version,
@@ -338,6 +349,21 @@ impl StateRead for StoreState<'_> {
     }
     fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError> {
         self.get(Table::Backrefs, &backref_key(key)).map_err(storage)
+    }
+    fn blocking_backrefs(&self, target: Uid, limit: usize) -> Result<Vec<BackRef>, StorageError> {
+        let keys = self
+            .store
+            .scan(Table::BlockingBackrefs, target.as_bytes(), None, limit)
+            .map_err(storage)?;
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, _) in keys {
+            match self.get::<BackRef>(Table::Backrefs, &key).map_err(storage)? {
+                Some(row) if row.on_delete == OnDelete::Block => out.push(row),
+                // Written in one batch with the row; never expected.
+                _ => tracing::warn!(target = %target, "skipped a blocking-index entry without its block row"),
+            }
+        }
+        Ok(out)
     }
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, StorageError> {
         self.get_deletion(uid).map_err(storage)
@@ -421,7 +447,16 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v);
     }
     for (k, v) in &w.backrefs {
-        put_or_remove(&mut b, Table::Backrefs, backref_key(k), v);
+        let key = backref_key(k);
+        // The index holds exactly the `block` rows. A row keeps its class
+        // when rewritten, so only a put of one writes it, and a read of the
+        // (small) index spares every other write a blind remove.
+        if v.as_ref().is_some_and(|row| row.on_delete == OnDelete::Block) {
+            b.put(Table::BlockingBackrefs, key.clone(), Vec::new());
+        } else if state.store.get(Table::BlockingBackrefs, &key)?.is_some() {
+            b.remove(Table::BlockingBackrefs, key.clone());
+        }
+        put_or_remove(&mut b, Table::Backrefs, key, v);
     }
     for (uid, v) in &w.deletions {
         put_or_remove(&mut b, Table::Deletions, uid.as_bytes().to_vec(), v);

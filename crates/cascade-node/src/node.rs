@@ -218,7 +218,7 @@ impl Node {
             None => Arc::new(SystemUids),
         };
         let jitter_seed = region_seed.map_or_else(wall_clock_seed, |s| s.rotate_left(17));
-let store = open_store(settings.engine, settings.data_dir.as_deref())?;
+        let store = open_store(settings.engine, settings.data_dir.as_deref())?;
         StoreState { store: store.as_ref() }.upgrade()?;
         let (events, _) = broadcast::channel(4096);
         let (shutting_down, _) = watch::channel(false);

@@ -116,37 +116,47 @@ fn check_preconditions<S: StateRead + ?Sized>(
     let mut blockers = Vec::new();
     let mut dependents = Vec::new();
     let mut more = 0;
-    let mut pages = BackRefPages::new(resource.uid);
-    while let Some(page) = pages.next_page(tx, 1024)? {
-        for b in page {
-            let list = match b.on_delete {
-                OnDelete::Block => &mut blockers,
-                OnDelete::Cascade if !cascade => {
-                    // A list owner that keeps another live element only
-                    // loses one. A remote one's region answered for it.
-                    let keeps_others = if is_remote(ctx, &b.referrer.name) {
-                        remote_kept.contains(&b.key())
-                    } else {
-                        match tx.resource_by_uid(b.referrer.uid)? {
-                            Some(r) => keeps_live_other_target(tx, ctx, &r, &b.field, resource.uid)?,
-                            None => false,
+    let mut list = |list: &mut Vec<Dependent>, b: BackRef| {
+        if list.len() < ctx.policy.max_listed {
+            list.push(Dependent {
+                referrer: b.referrer.name,
+                field: b.field,
+                on_delete: b.on_delete,
+            });
+        } else {
+            more += 1;
+        }
+    };
+    if cascade {
+        // Only `block` rows can refuse it: read those alone (the store
+        // keeps an index of them), not every referrer of a root whose
+        // closure may be a million resources.
+        for b in tx.blocking_backrefs(resource.uid, usize::MAX)? {
+            list(&mut blockers, b);
+        }
+    } else {
+        let mut pages = BackRefPages::new(resource.uid);
+        while let Some(page) = pages.next_page(tx, 1024)? {
+            for b in page {
+                match b.on_delete {
+                    OnDelete::Block => list(&mut blockers, b),
+                    OnDelete::Cascade => {
+                        // A list owner that keeps another live element only
+                        // loses one. A remote one's region answered for it.
+                        let keeps_others = if is_remote(ctx, &b.referrer.name) {
+                            remote_kept.contains(&b.key())
+                        } else {
+                            match tx.resource_by_uid(b.referrer.uid)? {
+                                Some(r) => keeps_live_other_target(tx, ctx, &r, &b.field, resource.uid)?,
+                                None => false,
+                            }
+                        };
+                        if !keeps_others {
+                            list(&mut dependents, b);
                         }
-                    };
-                    if keeps_others {
-                        continue;
                     }
-                    &mut dependents
+                    OnDelete::Unset | OnDelete::AllowDangling => {}
                 }
-                _ => continue,
-            };
-            if list.len() < ctx.policy.max_listed {
-                list.push(Dependent {
-                    referrer: b.referrer.name.clone(),
-                    field: b.field.clone(),
-                    on_delete: b.on_delete,
-                });
-            } else {
-                more += 1;
             }
         }
     }

@@ -34,6 +34,9 @@ pub enum Table {
     UidIndex,
     /// target uid ‖ referrer uid ‖ field → back-reference
     Backrefs,
+    /// back-reference key → nothing, for the `block` rows only: what a
+    /// delete must check, without reading every referrer of the target
+    BlockingBackrefs,
     /// uid → deletion record (the deletion table of seed 000)
     Deletions,
     /// operation id → operation
@@ -60,10 +63,11 @@ pub enum Table {
 }
 
 impl Table {
-    pub const ALL: [Table; 14] = [
+    pub const ALL: [Table; 15] = [
         Table::Resources,
         Table::UidIndex,
         Table::Backrefs,
+        Table::BlockingBackrefs,
         Table::Deletions,
         Table::Operations,
         Table::Outcomes,
@@ -82,6 +86,7 @@ impl Table {
             Table::Resources => "resources",
             Table::UidIndex => "uid_index",
             Table::Backrefs => "backrefs",
+            Table::BlockingBackrefs => "blocking_backrefs",
             Table::Deletions => "deletions",
             Table::Operations => "operations",
             Table::Outcomes => "outcomes",

@@ -1,0 +1,144 @@
+//! The store's indexes: the retry queue in due order and the `block`
+//! back-references. They are kept in the same batch as the rows they index,
+//! and a store written before they existed (layout 1) gets them on open.
+//!
+//! Why this test exists: both indexes are read instead of their tables (a
+//! work step reads only what is due, a delete only the blocking rows), so an
+//! index that drifts from its table silently loses deletion work or lets a
+//! delete through a blocker. The protocol tests run on the core's in-memory
+//! state, which has no indexes, so they cannot see such a drift.
+
+// Test code: JSON rows as an older node wrote them.
+#![allow(clippy::disallowed_methods)]
+
+use cascade_core::model::{BackRef, RefTarget, Timestamp, WorkItem};
+use cascade_core::schema::OnDelete;
+use cascade_core::state::{StateRead, WriteSet};
+use cascade_core::{ResourceName, Uid};
+use cascade_node::codec::{backref_key, encode_writes, StoreState};
+use cascade_node::store::{Batch, MemoryStore, Store, Table};
+
+fn target(name: &str, n: u128) -> RefTarget {
+    RefTarget {
+        name: ResourceName::parse(name).expect("name"),
+        uid: Uid(uuid::Uuid::from_u128(n)),
+    }
+}
+
+fn work(t: &RefTarget, due: u64) -> WorkItem {
+    WorkItem {
+        target: t.clone(),
+        next_attempt_at: Timestamp(due),
+        attempts: 0,
+        last_error: None,
+    }
+}
+
+fn row(to: &RefTarget, from: &RefTarget, field: &str, on_delete: OnDelete) -> BackRef {
+    BackRef {
+        target: to.clone(),
+        referrer: from.clone(),
+        field: field.into(),
+        on_delete,
+        generation: 0,
+        attached_at: Timestamp(0),
+    }
+}
+
+fn commit(store: &dyn Store, writes: &WriteSet) {
+    let batch = encode_writes(&StoreState { store }, writes).expect("encode");
+    store.commit(batch).expect("commit");
+}
+
+fn count(store: &dyn Store, table: Table) -> usize {
+    store.scan(table, &[], None, usize::MAX).expect("scan").len()
+}
+
+#[test]
+fn a_store_of_layout_1_gets_its_indexes_on_upgrade() {
+    let store = MemoryStore::default();
+    let net = target("r/network/n", 1);
+    let port = target("r/port/p", 2);
+    let lock = target("r/lock/l", 3);
+    let deleting = target("r/network/gone", 4);
+    // What a node of the previous layout left: rows, no indexes, no version.
+    let mut old = Batch::default();
+    old.put(
+        Table::RetryQueue,
+        deleting.uid.as_bytes().to_vec(),
+        json(&work(&deleting, 5)),
+    );
+    let cascade_row = row(&net, &port, "network", OnDelete::Cascade);
+    let block_row = row(&net, &lock, "network", OnDelete::Block);
+    old.put(Table::Backrefs, backref_key(&cascade_row.key()), json(&cascade_row));
+    old.put(Table::Backrefs, backref_key(&block_row.key()), json(&block_row));
+    store.commit(old).expect("commit");
+
+    let state = StoreState { store: &store };
+    state.upgrade().expect("upgrade");
+    assert_eq!(state.due_work(Timestamp(4), 10).expect("due"), vec![], "not due yet");
+    assert_eq!(state.due_work(Timestamp(5), 10).expect("due"), vec![work(&deleting, 5)]);
+    assert_eq!(state.blocking_backrefs(net.uid, 10).expect("blocking"), vec![block_row]);
+    // Once upgraded, opening again changes nothing.
+    let writes_before = count(&store, Table::Meta);
+    state.upgrade().expect("second upgrade");
+    assert_eq!(count(&store, Table::Meta), writes_before);
+    assert_eq!(count(&store, Table::DueIndex), 1);
+}
+
+#[test]
+fn the_indexes_follow_every_write_of_their_tables() {
+    let store = MemoryStore::default();
+    let state = StoreState { store: &store };
+    state.upgrade().expect("a fresh store");
+    let a = target("r/network/a", 1);
+    let b = target("r/network/b", 2);
+
+    // Scheduled, rescheduled later, rescheduled earlier, removed.
+    let mut w = WriteSet::default();
+    w.work.insert(a.uid, Some(work(&a, 10)));
+    w.work.insert(b.uid, Some(work(&b, 20)));
+    commit(&store, &w);
+    assert_eq!(state.due_work(Timestamp(15), 10).expect("due"), vec![work(&a, 10)]);
+    let mut w = WriteSet::default();
+    w.work.insert(a.uid, Some(work(&a, 30)));
+    commit(&store, &w);
+    assert_eq!(state.due_work(Timestamp(25), 10).expect("due"), vec![work(&b, 20)]);
+    assert_eq!(count(&store, Table::DueIndex), 2, "the old due time of a is gone");
+    let mut w = WriteSet::default();
+    w.work.insert(b.uid, None);
+    commit(&store, &w);
+    assert_eq!(state.due_work(Timestamp(100), 10).expect("due"), vec![work(&a, 30)]);
+    assert_eq!(count(&store, Table::DueIndex), 1);
+    // `limit` is honoured in due order.
+    let mut w = WriteSet::default();
+    w.work.insert(b.uid, Some(work(&b, 1)));
+    commit(&store, &w);
+    assert_eq!(state.due_work(Timestamp(100), 1).expect("due"), vec![work(&b, 1)]);
+
+    // Only `block` rows are indexed, and they leave with their row.
+    let port = target("r/port/p", 3);
+    let lock = target("r/lock/l", 4);
+    let cascade_row = row(&a, &port, "network", OnDelete::Cascade);
+    let block_row = row(&a, &lock, "network", OnDelete::Block);
+    let mut w = WriteSet::default();
+    w.backrefs.insert(cascade_row.key(), Some(cascade_row.clone()));
+    w.backrefs.insert(block_row.key(), Some(block_row.clone()));
+    commit(&store, &w);
+    assert_eq!(
+        state.blocking_backrefs(a.uid, 10).expect("blocking"),
+        vec![block_row.clone()]
+    );
+    assert_eq!(state.blocking_backrefs(b.uid, 10).expect("blocking"), vec![]);
+    let mut w = WriteSet::default();
+    w.backrefs.insert(block_row.key(), None);
+    commit(&store, &w);
+    assert_eq!(state.blocking_backrefs(a.uid, 10).expect("blocking"), vec![]);
+    assert_eq!(count(&store, Table::BlockingBackrefs), 0);
+    assert_eq!(state.backrefs(a.uid, None, 10).expect("rows"), vec![cascade_row]);
+}
+
+/// A record as the previous layout stored it.
+fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("plain records serialize")
+}
