@@ -27,6 +27,7 @@
 //!
 //! [storage]           # optional
 //! engine = "sled"     # or "fjall"; a data_dir keeps the engine that created it
+//! cache_mb = 64       # the engine's cache: most of a node's resident memory
 //!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
@@ -78,6 +79,8 @@ pub struct StorageConfig {
     /// resolved so that the error names the key. Ignored without a
     /// `data_dir` (the in-memory store).
     pub engine: Option<String>,
+    /// The engine's cache in MiB (default 64).
+    pub cache_mb: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -148,6 +151,8 @@ pub struct NodeSettings {
     pub data_dir: Option<PathBuf>,
     /// The engine that keeps `data_dir` (unused without one).
     pub engine: StorageEngine,
+    /// The engine's cache, in bytes.
+    pub cache_bytes: u64,
     pub policy: Policy,
     pub tick: Duration,
     pub limits: ApiLimits,
@@ -171,6 +176,7 @@ impl NodeSettings {
             schema,
             data_dir,
             engine: StorageEngine::default(),
+            cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             policy: Policy::default(),
             tick: Duration::from_millis(200),
             limits: ApiLimits::default(),
@@ -199,6 +205,16 @@ impl NodeSettings {
                     field: "storage.engine",
                     message: e.to_string(),
                 })?;
+        }
+        if let Some(mb) = file.storage.cache_mb {
+            // Below a few MiB either engine thrashes on its own metadata.
+            if !(4..=1 << 20).contains(&mb) {
+                return Err(ConfigError::Invalid {
+                    field: "storage.cache_mb",
+                    message: format!("{mb} is outside 4..=1048576"),
+                });
+            }
+            settings.cache_bytes = mb * 1024 * 1024;
         }
         let d = &file.deletion;
         if let Some(v) = d.batch_budget {
@@ -394,6 +410,13 @@ mod tests {
         );
         assert!(err("region = \"eu-1\"\n[storage]\nengine = \"FJALL\"").starts_with("storage.engine: "));
         assert!(err("region = \"eu-1\"\n[storage]\nengine = 1").contains("invalid type"));
+        let cache = |text: &str| settings(&format!("region = \"eu-1\"\n[storage]\n{text}"));
+        assert_eq!(cache("").unwrap().cache_bytes, crate::store::DEFAULT_CACHE_BYTES);
+        assert_eq!(cache("cache_mb = 256").unwrap().cache_bytes, 256 << 20);
+        assert_eq!(
+            err("region = \"eu-1\"\n[storage]\ncache_mb = 1"),
+            "storage.cache_mb: 1 is outside 4..=1048576"
+        );
         assert!(err("region = \"eu-1\"\n[storage]\nengin = \"fjall\"").contains("unknown field `engin`"));
     }
 

@@ -31,7 +31,7 @@ use crate::config::NodeSettings;
 use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
 use crate::error::Fault;
 use crate::peers::{PeerConnector, Peers};
-use crate::store::{open_store, Store, StoreError, Table};
+use crate::store::{open_store_with_cache, Store, StoreError, Table};
 use crate::writer::{ClosureChecks, WriteStats, WriterContext, WriterHandle, WriterUnavailable};
 use cascade_tls::NodeTls;
 
@@ -218,7 +218,7 @@ impl Node {
             None => Arc::new(SystemUids),
         };
         let jitter_seed = region_seed.map_or_else(wall_clock_seed, |s| s.rotate_left(17));
-        let store = open_store(settings.engine, settings.data_dir.as_deref())?;
+        let store = open_store_with_cache(settings.engine, settings.data_dir.as_deref(), settings.cache_bytes)?;
         StoreState { store: store.as_ref() }.upgrade()?;
         let (events, _) = broadcast::channel(4096);
         let (shutting_down, _) = watch::channel(false);

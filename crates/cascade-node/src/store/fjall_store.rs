@@ -39,17 +39,26 @@ fn engine(doing: &str, e: fjall::Error) -> StoreError {
 }
 
 impl FjallStore {
-    /// Opens (or creates) the database in `dir` and a keyspace per table.
+    /// Opens (or creates) the database in `dir` and a keyspace per table,
+    /// with the default cache.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        let db = Database::builder(dir).open().map_err(|e| match e {
-            // fjall's own words for it are "FjallError: Locked".
-            fjall::Error::Locked => StoreError::Engine(format!(
-                "fjall: cannot open the database at {}: another process holds its lock \
+        Self::open_with_cache(dir, super::DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens it with a block cache of `cache_bytes`.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let db = Database::builder(dir)
+            .cache_size(cache_bytes)
+            .open()
+            .map_err(|e| match e {
+                // fjall's own words for it are "FjallError: Locked".
+                fjall::Error::Locked => StoreError::Engine(format!(
+                    "fjall: cannot open the database at {}: another process holds its lock \
                  (is another node running on this data_dir?)",
-                dir.display()
-            )),
-            e => engine(&format!("cannot open the database at {}", dir.display()), e),
-        })?;
+                    dir.display()
+                )),
+                e => engine(&format!("cannot open the database at {}", dir.display()), e),
+            })?;
         let keyspaces = Table::ALL
             .iter()
             .map(|t| {

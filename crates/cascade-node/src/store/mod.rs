@@ -237,6 +237,20 @@ pub const ENGINE_MARKER: &str = "ENGINE";
 /// [`StoreError::WrongEngine`]: the other engine would otherwise start an
 /// empty region beside the real data.
 pub fn open_store(engine: StorageEngine, dir: Option<&Path>) -> Result<Arc<dyn Store>, StoreError> {
+    open_store_with_cache(engine, dir, DEFAULT_CACHE_BYTES)
+}
+
+/// The engine's cache a node gets unless `[storage] cache_mb` says
+/// otherwise: 64 MiB. It bounds most of a node's resident memory; the
+/// engines' own defaults are 1 GiB (sled) and 32 MiB (fjall).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// [`open_store`] with the engine's cache set to `cache_bytes`.
+pub fn open_store_with_cache(
+    engine: StorageEngine,
+    dir: Option<&Path>,
+    cache_bytes: u64,
+) -> Result<Arc<dyn Store>, StoreError> {
     let Some(dir) = dir else {
         return Ok(Arc::new(MemoryStore::default()));
     };
@@ -252,8 +266,8 @@ pub fn open_store(engine: StorageEngine, dir: Option<&Path>) -> Result<Arc<dyn S
         }
     }
     let store: Arc<dyn Store> = match engine {
-        StorageEngine::Sled => Arc::new(SledStore::open(dir)?),
-        StorageEngine::Fjall => Arc::new(FjallStore::open(dir)?),
+        StorageEngine::Sled => Arc::new(SledStore::open_with_cache(dir, cache_bytes)?),
+        StorageEngine::Fjall => Arc::new(FjallStore::open_with_cache(dir, cache_bytes)?),
     };
     // After the engine opened: a marker must not claim a directory that no
     // engine could open. A crash before it is written leaves the engine's

@@ -19,9 +19,17 @@ fn engine(e: impl std::fmt::Display) -> StoreError {
 }
 
 impl SledStore {
+    /// Opens (or creates) the database in `dir`, with the default cache.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(dir, super::DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens it with a page cache of `cache_bytes` (sled's own default is
+    /// 1 GiB, which a node's resident memory then grows to under load).
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let db = sled::Config::new()
             .path(dir)
+            .cache_capacity(cache_bytes)
             .open()
             .map_err(|e| StoreError::Engine(format!("cannot open sled database at {}: {e}", dir.display())))?;
         let trees = Table::ALL
