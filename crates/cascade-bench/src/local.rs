@@ -1,0 +1,238 @@
+//! P1 (a local cascade of one of three shapes) and P4 (an idle node's RSS).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_proto::v1;
+
+use crate::harness::{
+    self, batch_create, delete_request, ms, op_state, percentile, round2, round3, spec, Cluster, ClusterSpec, Result,
+};
+use crate::spec::{Row, RowSpec, Shape};
+
+pub const REGION: &str = "bench";
+
+/// What a row creates before it deletes, and what it deletes.
+struct Population {
+    /// Created in this order, each phase once the previous is in.
+    phases: Vec<Vec<v1::ResourceSpec>>,
+    root: String,
+}
+
+fn name(kind: &str, id: impl std::fmt::Display) -> String {
+    format!("{REGION}/{kind}/{id}")
+}
+
+fn populate_plan(shape: Shape, n: u64) -> Population {
+    let project = name("project", "p");
+    let network = name("network", "n");
+    match shape {
+        Shape::Flat => Population {
+            phases: vec![
+                vec![
+                    spec(project.clone(), &[]),
+                    spec(network.clone(), &[("project", &[&project])]),
+                ],
+                (0..n)
+                    .map(|i| spec(name("port", format!("p{i}")), &[("network", &[&network])]))
+                    .collect(),
+            ],
+            root: network,
+        },
+        Shape::Tree => {
+            let networks = (n / 100).max(1);
+            let subnets = n.saturating_sub(networks);
+            Population {
+                phases: vec![
+                    vec![spec(project.clone(), &[])],
+                    (0..networks)
+                        .map(|j| spec(name("network", format!("n{j}")), &[("project", &[&project])]))
+                        .collect(),
+                    (0..subnets)
+                        .map(|i| {
+                            let parent = name("network", format!("n{}", i % networks));
+                            spec(name("subnet", format!("s{i}")), &[("network", &[&parent])])
+                        })
+                        .collect(),
+                ],
+                root: project,
+            }
+        }
+        Shape::Unset => {
+            let ports = n / 2;
+            let fips = n - ports;
+            Population {
+                phases: vec![
+                    vec![
+                        spec(project.clone(), &[]),
+                        spec(network.clone(), &[("project", &[&project])]),
+                    ],
+                    (0..ports)
+                        .map(|i| spec(name("port", format!("p{i}")), &[("network", &[&network])]))
+                        .collect(),
+                    (0..fips)
+                        .map(|i| {
+                            let port = name("port", format!("p{}", i % ports.max(1)));
+                            spec(
+                                name("floating_ip", format!("f{i}")),
+                                &[("project", &[&project]), ("port", &[&port])],
+                            )
+                        })
+                        .collect(),
+                ],
+                root: network,
+            }
+        }
+    }
+}
+
+/// Small Creates against the region until `stop`: their latencies (ms)
+/// and how many failed.
+pub async fn concurrent_writes(client: Client, stop: Arc<AtomicBool>) -> (Vec<f64>, u64) {
+    let mut latencies = Vec::new();
+    let mut failed = 0;
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        match client.create(spec(name("qos_policy", format!("c{i}")), &[])).await {
+            Ok(_) => latencies.push(ms(started.elapsed())),
+            Err(_) => failed += 1,
+        }
+        i += 1;
+    }
+    (latencies, failed)
+}
+
+/// How long to wait for an operation over `n` resources.
+pub fn deadline_for(n: u64) -> Duration {
+    Duration::from_secs(120) + Duration::from_millis(n.saturating_mul(2))
+}
+
+/// P1: populate one region with BatchCreate, Delete the root with cascade
+/// while small Creates run against the same region, wait for SUCCEEDED.
+pub async fn p1(spec_: &RowSpec) -> Result<Row> {
+    let shape = spec_.shape.unwrap_or(Shape::Flat);
+    let mut row = Row::for_spec(spec_);
+    let regions = [REGION.to_owned()];
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: None,
+        tick: Duration::from_millis(spec_.tick_ms),
+    })
+    .await?;
+    row.rss_idle_mb = harness::rss_mb();
+    let client = cluster.client(0).clone();
+
+    let plan = populate_plan(shape, spec_.n);
+    let total: usize = plan.phases.iter().map(Vec::len).sum();
+    let started = Instant::now();
+    for phase in plan.phases {
+        batch_create(&client, phase, 1_000, 2).await?;
+    }
+    let populate = started.elapsed().as_secs_f64();
+    row.populate_s = Some(round3(populate));
+    row.populate_rate_per_s = Some((total as f64 / populate).round());
+    cluster
+        .wait_quiet(Duration::from_millis(300), Duration::from_secs(10))
+        .await;
+
+    // What one small Create writes, to take the concurrent ones out of the
+    // deletion's figures.
+    let before = cluster.stats();
+    const PROBES: u64 = 4;
+    for i in 0..PROBES {
+        client
+            .create(spec(name("qos_policy", format!("probe{i}")), &[]))
+            .await?;
+    }
+    let per_create = harness::delta(cluster.stats(), before);
+
+    let populate_peak = harness::peak_rss_mb();
+    harness::reset_peak_rss();
+    row.rss_before_mb = harness::rss_mb();
+
+    let writer_client = Client::connect(&cluster.members[0].endpoint).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = cluster.stats();
+    let writes = tokio::spawn(concurrent_writes(writer_client, stop.clone()));
+    let started = Instant::now();
+    let answer = client.delete(delete_request(&plan.root)).await?;
+    row.delete_call_ms = Some(round3(ms(started.elapsed())));
+    let id = answer.operation.ok_or("the Delete answered no operation")?.id;
+    let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(spec_.n)).await;
+    let wall = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (latencies, failed) = writes.await?;
+    let op = waited?;
+
+    let after = cluster
+        .wait_quiet(Duration::from_millis(500), Duration::from_secs(30))
+        .await;
+    let creates = latencies.len() as u64 + failed;
+    let d = harness::delta(after, before);
+    let key_writes = d.key_writes.saturating_sub(creates * per_create.key_writes / PROBES);
+    let value_bytes = d.value_bytes.saturating_sub(creates * per_create.value_bytes / PROBES);
+    let batches = d.batches.saturating_sub(creates * per_create.batches / PROBES);
+
+    let progress = op.progress.unwrap_or_default();
+    row.operation_state = Some(op_state(&op));
+    row.deleted = Some(progress.deleted);
+    row.unset = Some(progress.unset);
+    row.wall_s = Some(round3(wall));
+    row.rate_per_s = Some((progress.deleted as f64 / wall).round());
+    row.key_writes = Some(key_writes);
+    row.value_bytes = Some(value_bytes);
+    row.batches = Some(batches);
+    row.key_writes_per_deleted = Some(round2(key_writes as f64 / progress.deleted.max(1) as f64));
+    if progress.unset > 0 {
+        row.key_writes_per_touched = Some(round2(
+            key_writes as f64 / (progress.deleted + progress.unset).max(1) as f64,
+        ));
+    }
+    row.p50_ms = percentile(&latencies, 0.50);
+    row.p99_ms = percentile(&latencies, 0.99);
+    row.concurrent_write_p99_ms = row.p99_ms;
+    row.concurrent_write_max_ms = percentile(&latencies, 1.0);
+    row.concurrent_writes = Some(latencies.len() as u64);
+    if failed > 0 {
+        row.note = Some(format!("{failed} concurrent creates failed"));
+    }
+    row.cascade_peak_rss_mb = harness::peak_rss_mb();
+    row.rss_after_mb = harness::rss_mb();
+    row.peak_rss_mb = match (populate_peak, row.cascade_peak_rss_mb) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    cluster.stop().await;
+    Ok(row)
+}
+
+/// P4: one node open and serving, nothing stored, after a second of rest.
+pub async fn p4(spec_: &RowSpec) -> Result<Row> {
+    let mut row = Row::for_spec(spec_);
+    let regions = [REGION.to_owned()];
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: None,
+        tick: Duration::from_millis(spec_.tick_ms),
+    })
+    .await?;
+    // One call, so the server's connection machinery is in the figure.
+    cluster
+        .client(0)
+        .list(v1::ListRequest {
+            page_size: 1,
+            ..Default::default()
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    row.rss_idle_mb = harness::rss_mb();
+    row.peak_rss_mb = harness::peak_rss_mb();
+    row.note = Some("in-process node with its client; P4 during/after: P1 rss columns".into());
+    cluster.stop().await;
+    Ok(row)
+}

@@ -1,0 +1,310 @@
+//! The cross-region scenarios: P2 (a cascade over five regions), P3 (how
+//! long an importer takes to act on an owner's deletion) and P5
+//! (BatchCreate of resources whose references cross regions).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_proto::v1;
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use crate::harness::{
+    self, batch_create, delete_request, ms, op_state, percentile, round2, round3, spec, Cluster, ClusterSpec, Result,
+};
+use crate::local::{concurrent_writes, deadline_for};
+use crate::spec::{Row, RowSpec};
+
+fn region_names(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("r{i}")).collect()
+}
+
+/// P2: a network in `r0`, `n` ports referencing it spread evenly over all
+/// `regions` (so `1/regions` of them are local to the root, the rest
+/// remote). Delete it with cascade; the rate is over the whole closure.
+pub async fn p2(spec_: &RowSpec) -> Result<Row> {
+    let mut row = Row::for_spec(spec_);
+    let regions = region_names(spec_.regions);
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: None,
+        tick: Duration::from_millis(spec_.tick_ms),
+    })
+    .await?;
+    row.rss_idle_mb = harness::rss_mb();
+    let root = "r0/network/n".to_owned();
+    cluster
+        .client(0)
+        .batch_create(vec![
+            spec("r0/project/p".into(), &[]),
+            spec(root.clone(), &[("project", &["r0/project/p"])]),
+        ])
+        .await?;
+
+    // Every region populates its share at once, as a client per region would.
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, region) in regions.iter().enumerate() {
+        let specs: Vec<v1::ResourceSpec> = (0..spec_.n)
+            .filter(|k| k % regions.len() as u64 == i as u64)
+            .map(|k| spec(format!("{region}/port/p{k}"), &[("network", &[&root])]))
+            .collect();
+        let client = cluster.client(i).clone();
+        tasks.push(tokio::spawn(async move {
+            batch_create(&client, specs, 1_000, 1).await.map_err(|e| e.to_string())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let populate = started.elapsed().as_secs_f64();
+    row.populate_s = Some(round3(populate));
+    row.populate_rate_per_s = Some((spec_.n as f64 / populate).round());
+    cluster
+        .wait_quiet(Duration::from_millis(500), Duration::from_secs(30))
+        .await;
+
+    let populate_peak = harness::peak_rss_mb();
+    harness::reset_peak_rss();
+    row.rss_before_mb = harness::rss_mb();
+    let client = cluster.client(0).clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Concurrent small Creates in the root's region, as in P1. Their
+    // writes are left in the key-write figure (a few per create, against
+    // a large closure); the P1 rows subtract them exactly.
+    let writes = tokio::spawn(concurrent_writes(
+        Client::connect(&cluster.members[0].endpoint).await?,
+        stop.clone(),
+    ));
+    let before = cluster.stats();
+    let started = Instant::now();
+    let answer = client.delete(delete_request(&root)).await?;
+    row.delete_call_ms = Some(round3(ms(started.elapsed())));
+    let id = answer.operation.ok_or("the Delete answered no operation")?.id;
+    let waited = harness::wait_operation(&client, &id, Duration::from_millis(20), deadline_for(spec_.n)).await;
+    let wall = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (latencies, failed) = writes.await?;
+    let op = waited?;
+    let after = cluster
+        .wait_quiet(Duration::from_millis(500), Duration::from_secs(60))
+        .await;
+    let d = harness::delta(after, before);
+    let progress = op.progress.unwrap_or_default();
+    row.operation_state = Some(op_state(&op));
+    row.deleted = Some(progress.deleted);
+    row.unset = Some(progress.unset);
+    row.wall_s = Some(round3(wall));
+    row.rate_per_s = Some((progress.deleted as f64 / wall).round());
+    row.key_writes = Some(d.key_writes);
+    row.value_bytes = Some(d.value_bytes);
+    row.batches = Some(d.batches);
+    row.key_writes_per_deleted = Some(round2(d.key_writes as f64 / progress.deleted.max(1) as f64));
+    row.p50_ms = percentile(&latencies, 0.50);
+    row.p99_ms = percentile(&latencies, 0.99);
+    row.concurrent_write_p99_ms = row.p99_ms;
+    row.concurrent_write_max_ms = percentile(&latencies, 1.0);
+    row.concurrent_writes = Some(latencies.len() as u64);
+    row.cascade_peak_rss_mb = harness::peak_rss_mb();
+    row.rss_after_mb = harness::rss_mb();
+    row.peak_rss_mb = match (populate_peak, row.cascade_peak_rss_mb) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    row.note = Some(format!(
+        "root in r0, ports spread over r0..r{}; {} concurrent creates in r0 ({failed} failed)",
+        regions.len() - 1,
+        latencies.len()
+    ));
+    cluster.stop().await;
+    Ok(row)
+}
+
+/// How many regions each region imports from in P3.
+const IMPORTS: usize = 5;
+
+/// The regions `j` imports from: the next five.
+fn imports_from(j: usize, r: usize) -> Vec<usize> {
+    (1..=IMPORTS.min(r - 1)).map(|d| (j + d) % r).collect()
+}
+
+/// The regions importing from `i`: the previous five.
+fn importers_of(i: usize, r: usize) -> Vec<usize> {
+    (1..=IMPORTS.min(r - 1)).map(|d| (i + r - d) % r).collect()
+}
+
+/// P3: every region owns networks, and holds one port on each network of
+/// the five regions it imports from. Delete the networks one at a time;
+/// a sample is the time from the owner's DELETING event of a network to
+/// an importer's DELETING event of its port, both as seen by Watch
+/// streams of this process.
+pub async fn p3(spec_: &RowSpec) -> Result<Row> {
+    let mut row = Row::for_spec(spec_);
+    let r = spec_.regions;
+    if r < 2 {
+        return Err("p3 needs at least two regions".into());
+    }
+    let regions = region_names(r);
+    let fan = IMPORTS.min(r - 1);
+    let per_region = spec_.samples.div_ceil(r * fan).max(1);
+    let peers_of = |j: usize| -> Vec<usize> {
+        let set: BTreeSet<usize> = imports_from(j, r).into_iter().chain(importers_of(j, r)).collect();
+        set.into_iter().collect()
+    };
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: Some(&peers_of),
+        tick: Duration::from_millis(spec_.tick_ms),
+    })
+    .await?;
+    row.rss_idle_mb = harness::rss_mb();
+    for (i, region) in regions.iter().enumerate() {
+        let project = format!("{region}/project/p");
+        let mut specs = vec![spec(project.clone(), &[])];
+        specs.extend((0..per_region).map(|k| spec(format!("{region}/network/net{k}"), &[("project", &[&project])])));
+        cluster.client(i).batch_create(specs).await?;
+    }
+    let started = Instant::now();
+    for (j, region) in regions.iter().enumerate() {
+        let specs = imports_from(j, r)
+            .into_iter()
+            .flat_map(|i| {
+                let regions = &regions;
+                (0..per_region).map(move |k| {
+                    let target = format!("{}/network/net{k}", regions[i]);
+                    spec(format!("{region}/port/i{i}-n{k}"), &[("network", &[&target])])
+                })
+            })
+            .collect();
+        batch_create(cluster.client(j), specs, 1_000, 1).await?;
+    }
+    row.populate_s = Some(round3(started.elapsed().as_secs_f64()));
+    cluster
+        .wait_quiet(Duration::from_millis(300), Duration::from_secs(30))
+        .await;
+
+    // One Watch per region; DELETING events go to one channel with the
+    // time they arrived.
+    let (tx, mut rx) = mpsc::unbounded_channel::<(String, Instant)>();
+    let mut watchers = Vec::new();
+    for m in &cluster.members {
+        let mut stream = m.client.watch(0, "").await?;
+        let tx = tx.clone();
+        watchers.push(tokio::spawn(async move {
+            while let Some(Ok(e)) = stream.next().await {
+                if e.r#type == v1::EventType::Deleting as i32 {
+                    if let Some(res) = e.resource {
+                        if tx.send((res.name, Instant::now())).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    drop(tx);
+
+    let mut seen: HashMap<String, Instant> = HashMap::new();
+    let mut latencies = Vec::new();
+    let started = Instant::now();
+    'outer: for k in 0..per_region {
+        for (i, owner) in regions.iter().enumerate() {
+            let network = format!("{owner}/network/net{k}");
+            let ports: Vec<String> = importers_of(i, r)
+                .into_iter()
+                .map(|j| format!("{}/port/i{i}-n{k}", regions[j]))
+                .collect();
+            cluster.client(i).delete(delete_request(&network)).await?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !(seen.contains_key(&network) && ports.iter().all(|p| seen.contains_key(p))) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(left, rx.recv()).await {
+                    Ok(Some((name, at))) => {
+                        seen.entry(name).or_insert(at);
+                    }
+                    Ok(None) => return Err("the watch streams ended".into()),
+                    Err(_) => {
+                        return Err(format!("{network}: importers did not act within 10 s").into());
+                    }
+                }
+            }
+            let owner_at = seen[&network];
+            for p in &ports {
+                latencies.push(ms(seen[p].saturating_duration_since(owner_at)));
+            }
+            if latencies.len() >= spec_.samples {
+                break 'outer;
+            }
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    row.wall_s = Some(round3(wall));
+    row.rate_per_s = Some((latencies.len() as f64 / wall).round());
+    row.samples = Some(latencies.len() as u64);
+    row.p50_ms = percentile(&latencies, 0.50);
+    row.p99_ms = percentile(&latencies, 0.99);
+    row.max_ms = percentile(&latencies, 1.0);
+    row.peak_rss_mb = harness::peak_rss_mb();
+    row.peer_watch_streams = Some(cluster.members.iter().map(|m| m.peers as u64).sum());
+    row.import_streams = Some((r * fan) as u64);
+    row.note = Some(format!(
+        "{r} regions, each importing from {fan}; deletes one at a time; tick {} ms",
+        spec_.tick_ms
+    ));
+    for w in watchers {
+        w.abort();
+    }
+    cluster.stop().await;
+    Ok(row)
+}
+
+/// P5: `r1` BatchCreates `n` ports referencing a network in `r0`, in
+/// batches of 1,000 from two concurrent callers; references per second.
+pub async fn p5(spec_: &RowSpec) -> Result<Row> {
+    let mut row = Row::for_spec(spec_);
+    let regions = region_names(2);
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: None,
+        tick: Duration::from_millis(spec_.tick_ms),
+    })
+    .await?;
+    cluster
+        .client(0)
+        .batch_create(vec![
+            spec("r0/project/p".into(), &[]),
+            spec("r0/network/n".into(), &[("project", &["r0/project/p"])]),
+        ])
+        .await?;
+    let specs = (0..spec_.n)
+        .map(|k| spec(format!("r1/port/p{k}"), &[("network", &["r0/network/n"])]))
+        .collect();
+    let before = cluster.stats();
+    let started = Instant::now();
+    let latencies = batch_create(cluster.client(1), specs, 1_000, 2).await?;
+    let wall = started.elapsed().as_secs_f64();
+    let after = cluster
+        .wait_quiet(Duration::from_millis(300), Duration::from_secs(30))
+        .await;
+    let d = harness::delta(after, before);
+    row.wall_s = Some(round3(wall));
+    row.rate_per_s = Some((spec_.n as f64 / wall).round());
+    row.p50_ms = percentile(&latencies, 0.50);
+    row.p99_ms = percentile(&latencies, 0.99);
+    row.key_writes = Some(d.key_writes);
+    row.value_bytes = Some(d.value_bytes);
+    row.batches = Some(d.batches);
+    row.peak_rss_mb = harness::peak_rss_mb();
+    row.note = Some(format!(
+        "references/s; batches of 1000, 2 callers; {:.1} key writes per reference (both regions)",
+        d.key_writes as f64 / spec_.n.max(1) as f64
+    ));
+    cluster.stop().await;
+    Ok(row)
+}
