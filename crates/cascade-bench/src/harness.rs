@@ -65,6 +65,23 @@ pub struct ClusterSpec<'a> {
     /// Region index → indexes of its peers. None: everyone.
     pub peers_of: Option<&'a dyn Fn(usize) -> Vec<usize>>,
     pub tick: Duration,
+    /// Serve through `Node::serve_incoming` with TCP_NODELAY set on every
+    /// accepted connection, instead of `Node::serve` (an experiment:
+    /// `--server-nodelay`).
+    pub nodelay: bool,
+}
+
+/// The listener's connections with TCP_NODELAY set.
+fn nodelay_incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.and_then(|(stream, _)| {
+            stream.set_nodelay(true)?;
+            Ok(stream)
+        });
+        Some((accepted, listener))
+    })
 }
 
 impl Cluster {
@@ -98,9 +115,14 @@ impl Cluster {
             let node = Node::open(settings).await?;
             let stats = node.write_stats();
             let (tx, rx) = oneshot::channel::<()>();
-            let task = tokio::spawn(node.serve(listener, async {
+            let shutdown = async {
                 let _ = rx.await;
-            }));
+            };
+            let task = if spec.nodelay {
+                tokio::spawn(node.serve_incoming(Box::pin(nodelay_incoming(listener)), shutdown))
+            } else {
+                tokio::spawn(node.serve(listener, shutdown))
+            };
             members.push(Member {
                 endpoint: endpoints[i].clone(),
                 client: Client::connect(&endpoints[i]).await?,

@@ -88,17 +88,21 @@ fn populate_plan(shape: Shape, n: u64) -> Population {
     }
 }
 
-/// Small Creates against the region until `stop`: their latencies (ms)
-/// and how many failed.
-pub async fn concurrent_writes(client: Client, stop: Arc<AtomicBool>) -> (Vec<f64>, u64) {
+/// Small Creates (a `qos_policy`, no references) in `region` until
+/// `stop`: their latencies (ms) and how many failed.
+pub async fn concurrent_writes(client: Client, region: String, stop: Arc<AtomicBool>) -> (Vec<f64>, u64) {
     let mut latencies = Vec::new();
     let mut failed = 0;
     let mut i = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
-        match client.create(spec(name("qos_policy", format!("c{i}")), &[])).await {
+        match client.create(spec(format!("{region}/qos_policy/c{i}"), &[])).await {
             Ok(_) => latencies.push(ms(started.elapsed())),
-            Err(_) => failed += 1,
+            Err(_) => {
+                failed += 1;
+                // Not a busy loop: a failure is an answer without work.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
         i += 1;
     }
@@ -121,6 +125,7 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
         regions: &regions,
         peers_of: None,
         tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
     })
     .await?;
     row.rss_idle_mb = harness::rss_mb();
@@ -139,13 +144,26 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
         .wait_quiet(Duration::from_millis(300), Duration::from_secs(10))
         .await;
 
+    measure_deletion(&cluster, 0, &plan.root, spec_.n, &mut row).await?;
+    cluster.stop().await;
+    Ok(row)
+}
+
+/// Deletes `root` (in member `at`'s region) with cascade while small
+/// Creates run against the same region; waits for the operation to be
+/// done and the nodes quiet; fills the deletion's columns of `row`.
+pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, row: &mut Row) -> Result<()> {
+    let member = &cluster.members[at];
+    let client = member.client.clone();
+    let region = root.split('/').next().unwrap_or_default().to_owned();
+
     // What one small Create writes, to take the concurrent ones out of the
     // deletion's figures.
-    let before = cluster.stats();
     const PROBES: u64 = 4;
+    let before = cluster.stats();
     for i in 0..PROBES {
         client
-            .create(spec(name("qos_policy", format!("probe{i}")), &[]))
+            .create(spec(format!("{region}/qos_policy/probe{i}"), &[]))
             .await?;
     }
     let per_create = harness::delta(cluster.stats(), before);
@@ -154,25 +172,25 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
     harness::reset_peak_rss();
     row.rss_before_mb = harness::rss_mb();
 
-    let writer_client = Client::connect(&cluster.members[0].endpoint).await?;
+    let writer_client = Client::connect(&member.endpoint).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let before = cluster.stats();
-    let writes = tokio::spawn(concurrent_writes(writer_client, stop.clone()));
+    let writes = tokio::spawn(concurrent_writes(writer_client, region, stop.clone()));
     let started = Instant::now();
-    let answer = client.delete(delete_request(&plan.root)).await?;
+    let answer = client.delete(delete_request(root)).await?;
     row.delete_call_ms = Some(round3(ms(started.elapsed())));
     let id = answer.operation.ok_or("the Delete answered no operation")?.id;
-    let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(spec_.n)).await;
+    let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(n)).await;
     let wall = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let (latencies, failed) = writes.await?;
     let op = waited?;
 
     let after = cluster
-        .wait_quiet(Duration::from_millis(500), Duration::from_secs(30))
+        .wait_quiet(Duration::from_millis(500), Duration::from_secs(60))
         .await;
-    let creates = latencies.len() as u64 + failed;
     let d = harness::delta(after, before);
+    let creates = latencies.len() as u64;
     let key_writes = d.key_writes.saturating_sub(creates * per_create.key_writes / PROBES);
     let value_bytes = d.value_bytes.saturating_sub(creates * per_create.value_bytes / PROBES);
     let batches = d.batches.saturating_sub(creates * per_create.batches / PROBES);
@@ -196,7 +214,7 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
     row.p99_ms = percentile(&latencies, 0.99);
     row.concurrent_write_p99_ms = row.p99_ms;
     row.concurrent_write_max_ms = percentile(&latencies, 1.0);
-    row.concurrent_writes = Some(latencies.len() as u64);
+    row.concurrent_writes = Some(creates);
     if failed > 0 {
         row.note = Some(format!("{failed} concurrent creates failed"));
     }
@@ -206,8 +224,7 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     };
-    cluster.stop().await;
-    Ok(row)
+    Ok(())
 }
 
 /// P4: one node open and serving, nothing stored, after a second of rest.
@@ -219,6 +236,7 @@ pub async fn p4(spec_: &RowSpec) -> Result<Row> {
         regions: &regions,
         peers_of: None,
         tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
     })
     .await?;
     // One call, so the server's connection machinery is in the figure.

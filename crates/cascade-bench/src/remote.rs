@@ -3,19 +3,14 @@
 //! (BatchCreate of resources whose references cross regions).
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cascade_client::Client;
 use cascade_proto::v1;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::harness::{
-    self, batch_create, delete_request, ms, op_state, percentile, round2, round3, spec, Cluster, ClusterSpec, Result,
-};
-use crate::local::{concurrent_writes, deadline_for};
+use crate::harness::{self, batch_create, delete_request, ms, percentile, round3, spec, Cluster, ClusterSpec, Result};
+use crate::local::measure_deletion;
 use crate::spec::{Row, RowSpec};
 
 fn region_names(count: usize) -> Vec<String> {
@@ -33,6 +28,7 @@ pub async fn p2(spec_: &RowSpec) -> Result<Row> {
         regions: &regions,
         peers_of: None,
         tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
     })
     .await?;
     row.rss_idle_mb = harness::rss_mb();
@@ -68,58 +64,12 @@ pub async fn p2(spec_: &RowSpec) -> Result<Row> {
         .wait_quiet(Duration::from_millis(500), Duration::from_secs(30))
         .await;
 
-    let populate_peak = harness::peak_rss_mb();
-    harness::reset_peak_rss();
-    row.rss_before_mb = harness::rss_mb();
-    let client = cluster.client(0).clone();
-    let stop = Arc::new(AtomicBool::new(false));
-    // Concurrent small Creates in the root's region, as in P1. Their
-    // writes are left in the key-write figure (a few per create, against
-    // a large closure); the P1 rows subtract them exactly.
-    let writes = tokio::spawn(concurrent_writes(
-        Client::connect(&cluster.members[0].endpoint).await?,
-        stop.clone(),
-    ));
-    let before = cluster.stats();
-    let started = Instant::now();
-    let answer = client.delete(delete_request(&root)).await?;
-    row.delete_call_ms = Some(round3(ms(started.elapsed())));
-    let id = answer.operation.ok_or("the Delete answered no operation")?.id;
-    let waited = harness::wait_operation(&client, &id, Duration::from_millis(20), deadline_for(spec_.n)).await;
-    let wall = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let (latencies, failed) = writes.await?;
-    let op = waited?;
-    let after = cluster
-        .wait_quiet(Duration::from_millis(500), Duration::from_secs(60))
-        .await;
-    let d = harness::delta(after, before);
-    let progress = op.progress.unwrap_or_default();
-    row.operation_state = Some(op_state(&op));
-    row.deleted = Some(progress.deleted);
-    row.unset = Some(progress.unset);
-    row.wall_s = Some(round3(wall));
-    row.rate_per_s = Some((progress.deleted as f64 / wall).round());
-    row.key_writes = Some(d.key_writes);
-    row.value_bytes = Some(d.value_bytes);
-    row.batches = Some(d.batches);
-    row.key_writes_per_deleted = Some(round2(d.key_writes as f64 / progress.deleted.max(1) as f64));
-    row.p50_ms = percentile(&latencies, 0.50);
-    row.p99_ms = percentile(&latencies, 0.99);
-    row.concurrent_write_p99_ms = row.p99_ms;
-    row.concurrent_write_max_ms = percentile(&latencies, 1.0);
-    row.concurrent_writes = Some(latencies.len() as u64);
-    row.cascade_peak_rss_mb = harness::peak_rss_mb();
-    row.rss_after_mb = harness::rss_mb();
-    row.peak_rss_mb = match (populate_peak, row.cascade_peak_rss_mb) {
-        (Some(a), Some(b)) => Some(a.max(b)),
-        (a, b) => a.or(b),
-    };
-    row.note = Some(format!(
-        "root in r0, ports spread over r0..r{}; {} concurrent creates in r0 ({failed} failed)",
-        regions.len() - 1,
-        latencies.len()
-    ));
+    measure_deletion(&cluster, 0, &root, spec_.n, &mut row).await?;
+    let spread = format!("root in r0, ports spread over r0..r{}", regions.len() - 1);
+    row.note = Some(match row.note.take() {
+        Some(n) => format!("{spread}; {n}"),
+        None => spread,
+    });
     cluster.stop().await;
     Ok(row)
 }
@@ -160,6 +110,7 @@ pub async fn p3(spec_: &RowSpec) -> Result<Row> {
         regions: &regions,
         peers_of: Some(&peers_of),
         tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
     })
     .await?;
     row.rss_idle_mb = harness::rss_mb();
@@ -273,6 +224,7 @@ pub async fn p5(spec_: &RowSpec) -> Result<Row> {
         regions: &regions,
         peers_of: None,
         tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
     })
     .await?;
     cluster
