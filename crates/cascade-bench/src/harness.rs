@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -295,25 +296,40 @@ pub fn delete_request(name: &str) -> v1::DeleteRequest {
     }
 }
 
+/// Resource specs made on demand (`make(i)` for `i` in `0..count`), so a
+/// million of them never sit in the client's memory, which is the row's.
+#[derive(Clone)]
+pub struct Specs {
+    pub count: u64,
+    make: Arc<dyn Fn(u64) -> v1::ResourceSpec + Send + Sync>,
+}
+
+impl Specs {
+    pub fn new(count: u64, make: impl Fn(u64) -> v1::ResourceSpec + Send + Sync + 'static) -> Self {
+        Self {
+            count,
+            make: Arc::new(make),
+        }
+    }
+}
+
 /// BatchCreates `specs` in batches of `batch` over `pipelines` concurrent
 /// callers of `client`; answers the latency of every call.
-pub async fn batch_create(
-    client: &Client,
-    specs: Vec<v1::ResourceSpec>,
-    batch: usize,
-    pipelines: usize,
-) -> Result<Vec<f64>> {
-    let chunks: Vec<Vec<v1::ResourceSpec>> = specs.chunks(batch).map(<[_]>::to_vec).collect();
-    let queue = Arc::new(std::sync::Mutex::new(chunks.into_iter()));
+pub async fn batch_create(client: &Client, specs: Specs, batch: u64, pipelines: usize) -> Result<Vec<f64>> {
+    let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..pipelines.max(1) {
-        let queue = queue.clone();
-        let client = client.clone();
+        let (next, specs, client) = (next.clone(), specs.clone(), client.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             loop {
-                let next = queue.lock().map_err(|e| e.to_string())?.next();
-                let Some(chunk) = next else { break };
+                let start = next.fetch_add(batch, Ordering::Relaxed);
+                if start >= specs.count {
+                    break;
+                }
+                let chunk = (start..(start + batch).min(specs.count))
+                    .map(|i| (specs.make)(i))
+                    .collect();
                 let started = Instant::now();
                 client.batch_create(chunk).await.map_err(|e| e.to_string())?;
                 latencies.push(ms(started.elapsed()));

@@ -9,6 +9,7 @@ use cascade_proto::v1;
 
 use crate::harness::{
     self, batch_create, delete_request, ms, op_state, percentile, round2, round3, spec, Cluster, ClusterSpec, Result,
+    Specs,
 };
 use crate::spec::{Row, RowSpec, Shape};
 
@@ -17,7 +18,7 @@ pub const REGION: &str = "bench";
 /// What a row creates before it deletes, and what it deletes.
 struct Population {
     /// Created in this order, each phase once the previous is in.
-    phases: Vec<Vec<v1::ResourceSpec>>,
+    phases: Vec<Specs>,
     root: String,
 }
 
@@ -28,59 +29,59 @@ fn name(kind: &str, id: impl std::fmt::Display) -> String {
 fn populate_plan(shape: Shape, n: u64) -> Population {
     let project = name("project", "p");
     let network = name("network", "n");
+    let head = {
+        let (project, network) = (project.clone(), network.clone());
+        move |with_network: bool| {
+            let mut v = vec![spec(project.clone(), &[])];
+            if with_network {
+                v.push(spec(network.clone(), &[("project", &[&project])]));
+            }
+            Specs::new(v.len() as u64, move |i| v[i as usize].clone())
+        }
+    };
+    let ports = |count: u64| {
+        let network = network.clone();
+        Specs::new(count, move |i| {
+            spec(name("port", format!("p{i}")), &[("network", &[&network])])
+        })
+    };
     match shape {
         Shape::Flat => Population {
-            phases: vec![
-                vec![
-                    spec(project.clone(), &[]),
-                    spec(network.clone(), &[("project", &[&project])]),
-                ],
-                (0..n)
-                    .map(|i| spec(name("port", format!("p{i}")), &[("network", &[&network])]))
-                    .collect(),
-            ],
+            phases: vec![head(true), ports(n)],
             root: network,
         },
         Shape::Tree => {
             let networks = (n / 100).max(1);
             let subnets = n.saturating_sub(networks);
+            let p = project.clone();
             Population {
                 phases: vec![
-                    vec![spec(project.clone(), &[])],
-                    (0..networks)
-                        .map(|j| spec(name("network", format!("n{j}")), &[("project", &[&project])]))
-                        .collect(),
-                    (0..subnets)
-                        .map(|i| {
-                            let parent = name("network", format!("n{}", i % networks));
-                            spec(name("subnet", format!("s{i}")), &[("network", &[&parent])])
-                        })
-                        .collect(),
+                    head(false),
+                    Specs::new(networks, move |j| {
+                        spec(name("network", format!("n{j}")), &[("project", &[&p])])
+                    }),
+                    Specs::new(subnets, move |i| {
+                        let parent = name("network", format!("n{}", i % networks));
+                        spec(name("subnet", format!("s{i}")), &[("network", &[&parent])])
+                    }),
                 ],
                 root: project,
             }
         }
         Shape::Unset => {
-            let ports = n / 2;
-            let fips = n - ports;
+            let port_count = n / 2;
+            let p = project.clone();
             Population {
                 phases: vec![
-                    vec![
-                        spec(project.clone(), &[]),
-                        spec(network.clone(), &[("project", &[&project])]),
-                    ],
-                    (0..ports)
-                        .map(|i| spec(name("port", format!("p{i}")), &[("network", &[&network])]))
-                        .collect(),
-                    (0..fips)
-                        .map(|i| {
-                            let port = name("port", format!("p{}", i % ports.max(1)));
-                            spec(
-                                name("floating_ip", format!("f{i}")),
-                                &[("project", &[&project]), ("port", &[&port])],
-                            )
-                        })
-                        .collect(),
+                    head(true),
+                    ports(port_count),
+                    Specs::new(n - port_count, move |i| {
+                        let port = name("port", format!("p{}", i % port_count.max(1)));
+                        spec(
+                            name("floating_ip", format!("f{i}")),
+                            &[("project", &[&p]), ("port", &[&port])],
+                        )
+                    }),
                 ],
                 root: network,
             }
@@ -132,7 +133,7 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
     let client = cluster.client(0).clone();
 
     let plan = populate_plan(shape, spec_.n);
-    let total: usize = plan.phases.iter().map(Vec::len).sum();
+    let total: u64 = plan.phases.iter().map(|p| p.count).sum();
     let started = Instant::now();
     for phase in plan.phases {
         batch_create(&client, phase, 1_000, 2).await?;

@@ -9,7 +9,9 @@ use cascade_proto::v1;
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use crate::harness::{self, batch_create, delete_request, ms, percentile, round3, spec, Cluster, ClusterSpec, Result};
+use crate::harness::{
+    self, batch_create, delete_request, ms, percentile, round3, spec, Cluster, ClusterSpec, Result, Specs,
+};
 use crate::local::measure_deletion;
 use crate::spec::{Row, RowSpec};
 
@@ -45,10 +47,15 @@ pub async fn p2(spec_: &RowSpec) -> Result<Row> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (i, region) in regions.iter().enumerate() {
-        let specs: Vec<v1::ResourceSpec> = (0..spec_.n)
-            .filter(|k| k % regions.len() as u64 == i as u64)
-            .map(|k| spec(format!("{region}/port/p{k}"), &[("network", &[&root])]))
-            .collect();
+        // Ports p{i}, p{i+R}, p{i+2R}, …: region i's share of 0..n.
+        let count = spec_.n.saturating_sub(i as u64).div_ceil(regions.len() as u64);
+        let (region, root, stride) = (region.clone(), root.clone(), regions.len() as u64);
+        let specs = Specs::new(count, move |k| {
+            spec(
+                format!("{region}/port/p{}", i as u64 + k * stride),
+                &[("network", &[&root])],
+            )
+        });
         let client = cluster.client(i).clone();
         tasks.push(tokio::spawn(async move {
             batch_create(&client, specs, 1_000, 1).await.map_err(|e| e.to_string())
@@ -122,7 +129,7 @@ pub async fn p3(spec_: &RowSpec) -> Result<Row> {
     }
     let started = Instant::now();
     for (j, region) in regions.iter().enumerate() {
-        let specs = imports_from(j, r)
+        let specs: Vec<v1::ResourceSpec> = imports_from(j, r)
             .into_iter()
             .flat_map(|i| {
                 let regions = &regions;
@@ -132,6 +139,7 @@ pub async fn p3(spec_: &RowSpec) -> Result<Row> {
                 })
             })
             .collect();
+        let specs = Specs::new(specs.len() as u64, move |k| specs[k as usize].clone());
         batch_create(cluster.client(j), specs, 1_000, 1).await?;
     }
     row.populate_s = Some(round3(started.elapsed().as_secs_f64()));
@@ -234,9 +242,9 @@ pub async fn p5(spec_: &RowSpec) -> Result<Row> {
             spec("r0/network/n".into(), &[("project", &["r0/project/p"])]),
         ])
         .await?;
-    let specs = (0..spec_.n)
-        .map(|k| spec(format!("r1/port/p{k}"), &[("network", &["r0/network/n"])]))
-        .collect();
+    let specs = Specs::new(spec_.n, |k| {
+        spec(format!("r1/port/p{k}"), &[("network", &["r0/network/n"])])
+    });
     let before = cluster.stats();
     let started = Instant::now();
     let latencies = batch_create(cluster.client(1), specs, 1_000, 2).await?;
