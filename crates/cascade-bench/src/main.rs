@@ -110,9 +110,13 @@ enum Cmd {
 
 /// `CARGO_TARGET_DIR` when set, else the workspace's `target/`.
 fn default_out() -> PathBuf {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap_or(std::path::Path::new("."));
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+        .unwrap_or_else(|| workspace.join("target"));
     target.join("bench").join("results.json")
 }
 
@@ -127,9 +131,9 @@ struct Sizes {
 fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
     let mut s = if quick {
         Sizes {
-            p1_flat: vec![10_000],
+            p1_flat: vec![5_000],
             p1_shapes: vec![5_000],
-            p2: vec![10_000],
+            p2: vec![5_000],
             p3: vec![(10, 200)],
             p5: vec![5_000],
         }
