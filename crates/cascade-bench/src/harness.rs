@@ -1,0 +1,345 @@
+//! In-process clusters of real nodes (real gRPC on loopback, real engines
+//! in a temporary directory), and what every scenario shares: the engine
+//! mapping, write counters, RSS, percentiles, waiting for an operation.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_core::{RegionId, Schema};
+use cascade_node::{Node, NodeSettings, WriteStats, WriteStatsSnapshot};
+use cascade_proto::v1;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::spec::Engine;
+
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// The one place that says how an engine is configured on a node.
+pub fn engine_settings(engine: Engine, settings: &mut NodeSettings, dir: &Path) -> Result<()> {
+    match engine {
+        Engine::Memory => settings.data_dir = None,
+        Engine::Sled => settings.data_dir = Some(dir.to_owned()),
+        // Wired once `NodeSettings::engine` lands: data_dir as for sled,
+        // plus `settings.engine = cascade_node::store::StorageEngine::Fjall`.
+        Engine::Fjall => return Err("fjall: not in this build yet".into()),
+    }
+    Ok(())
+}
+
+/// Whether this build can run a node on `engine`.
+pub fn engine_available(engine: Engine) -> Result<()> {
+    let mut settings = NodeSettings::new(
+        RegionId::parse("probe")?,
+        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?),
+        None,
+    );
+    engine_settings(engine, &mut settings, Path::new("probe"))
+}
+
+/// One node of a cluster: its client, its write counters, how to stop it.
+pub struct Member {
+    pub endpoint: String,
+    pub client: Client,
+    pub stats: Arc<WriteStats>,
+    /// Peers in its settings (each has one watch stream to this node's).
+    pub peers: usize,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::result::Result<(), cascade_node::NodeError>>,
+}
+
+/// Nodes started together, with the directory their engines write to.
+pub struct Cluster {
+    pub members: Vec<Member>,
+    _dir: tempfile::TempDir,
+}
+
+/// How to start a cluster.
+pub struct ClusterSpec<'a> {
+    pub engine: Engine,
+    pub regions: &'a [String],
+    /// Region index → indexes of its peers. None: everyone.
+    pub peers_of: Option<&'a dyn Fn(usize) -> Vec<usize>>,
+    pub tick: Duration,
+    /// Serve through `Node::serve_incoming` with TCP_NODELAY set on every
+    /// accepted connection, instead of `Node::serve` (an experiment:
+    /// `--server-nodelay`).
+    pub nodelay: bool,
+}
+
+/// The listener's connections with TCP_NODELAY set.
+fn nodelay_incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
+    futures::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.and_then(|(stream, _)| {
+            stream.set_nodelay(true)?;
+            Ok(stream)
+        });
+        Some((accepted, listener))
+    })
+}
+
+impl Cluster {
+    /// Binds every listener first so each node knows its peers' addresses,
+    /// then opens and serves the nodes, then connects a client to each.
+    pub async fn start(spec: ClusterSpec<'_>) -> Result<Self> {
+        let dir = tempfile::Builder::new().prefix("cascade-bench-").tempdir()?;
+        let schema = Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?);
+        let mut listeners = Vec::new();
+        for _ in spec.regions {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+        }
+        let endpoints = listeners
+            .iter()
+            .map(|l| Ok(format!("http://{}", l.local_addr()?)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut members = Vec::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let region = &spec.regions[i];
+            let mut settings = NodeSettings::new(RegionId::parse(region)?, schema.clone(), None);
+            engine_settings(spec.engine, &mut settings, &dir.path().join(region))?;
+            settings.tick = spec.tick;
+            let peers = match spec.peers_of {
+                Some(f) => f(i),
+                None => (0..spec.regions.len()).filter(|&j| j != i).collect(),
+            };
+            settings.peers = peers
+                .iter()
+                .map(|&j| Ok((RegionId::parse(&spec.regions[j])?, endpoints[j].clone())))
+                .collect::<Result<BTreeMap<_, _>>>()?;
+            let node = Node::open(settings).await?;
+            let stats = node.write_stats();
+            let (tx, rx) = oneshot::channel::<()>();
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            let task = if spec.nodelay {
+                tokio::spawn(node.serve_incoming(Box::pin(nodelay_incoming(listener)), shutdown))
+            } else {
+                tokio::spawn(node.serve(listener, shutdown))
+            };
+            members.push(Member {
+                endpoint: endpoints[i].clone(),
+                client: Client::connect(&endpoints[i]).await?,
+                stats,
+                peers: peers.len(),
+                shutdown: Some(tx),
+                task,
+            });
+        }
+        Ok(Self { members, _dir: dir })
+    }
+
+    pub fn client(&self, i: usize) -> &Client {
+        &self.members[i].client
+    }
+
+    /// The write counters of every node, summed.
+    pub fn stats(&self) -> WriteStatsSnapshot {
+        let mut sum = WriteStatsSnapshot::default();
+        for m in &self.members {
+            let s = m.stats.snapshot();
+            sum.batches += s.batches;
+            sum.key_writes += s.key_writes;
+            sum.value_bytes += s.value_bytes;
+        }
+        sum
+    }
+
+    /// Waits until no node has committed anything for `still` (at most `limit`).
+    pub async fn wait_quiet(&self, still: Duration, limit: Duration) -> WriteStatsSnapshot {
+        let deadline = Instant::now() + limit;
+        let mut last = self.stats();
+        let mut since = Instant::now();
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = self.stats();
+            if now != last {
+                last = now;
+                since = Instant::now();
+            } else if since.elapsed() >= still {
+                break;
+            }
+        }
+        last
+    }
+
+    /// Stops every node gracefully (bounded: a slow stop does not hold the row).
+    pub async fn stop(mut self) {
+        for m in &mut self.members {
+            if let Some(tx) = m.shutdown.take() {
+                let _ = tx.send(());
+            }
+        }
+        for m in self.members.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(30), m.task).await;
+        }
+    }
+}
+
+/// `a - b`, field by field.
+pub fn delta(a: WriteStatsSnapshot, b: WriteStatsSnapshot) -> WriteStatsSnapshot {
+    WriteStatsSnapshot {
+        batches: a.batches.saturating_sub(b.batches),
+        key_writes: a.key_writes.saturating_sub(b.key_writes),
+        value_bytes: a.value_bytes.saturating_sub(b.value_bytes),
+    }
+}
+
+/// A field of /proc/self/status in MB (`VmRSS`, `VmHWM`); None off Linux.
+fn proc_status_mb(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(round2(kb / 1024.0))
+}
+
+/// Resident set size now.
+pub fn rss_mb() -> Option<f64> {
+    proc_status_mb("VmRSS:")
+}
+
+/// Peak resident set size since the process started or [`reset_peak_rss`].
+pub fn peak_rss_mb() -> Option<f64> {
+    proc_status_mb("VmHWM:")
+}
+
+/// Resets the peak to the current RSS (Linux: `5` to /proc/self/clear_refs).
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+pub fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The `p` quantile (0..=1) of `samples` (nearest rank); None when empty.
+pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(round3(sorted[rank - 1]))
+}
+
+pub fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Polls GetOperation (one outcome per page: the counters are what we
+/// want) every `every` until the operation is done, or fails after `limit`.
+pub async fn wait_operation(client: &Client, id: &str, every: Duration, limit: Duration) -> Result<v1::Operation> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let op = client.get_operation(id, 1).await?;
+        if op.done {
+            return Ok(op);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "operation {id} not done after {limit:?}: {:?}, progress {:?}",
+                op_state(&op),
+                op.progress
+            )
+            .into());
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+pub fn op_state(op: &v1::Operation) -> String {
+    v1::OperationState::try_from(op.state)
+        .map(|s| s.as_str_name().trim_start_matches("OPERATION_STATE_").to_owned())
+        .unwrap_or_else(|_| format!("state {}", op.state))
+}
+
+/// A spec named `name` (full) with references `(field, [targets])`.
+pub fn spec(name: String, refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
+    v1::ResourceSpec {
+        name,
+        attributes: Default::default(),
+        refs: refs
+            .iter()
+            .map(|(field, targets)| v1::ReferenceField {
+                field: (*field).to_owned(),
+                targets: targets
+                    .iter()
+                    .map(|t| v1::ObjectRef {
+                        name: (*t).to_owned(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })
+            .collect(),
+        finalizers: Vec::new(),
+    }
+}
+
+pub fn delete_request(name: &str) -> v1::DeleteRequest {
+    v1::DeleteRequest {
+        name: name.to_owned(),
+        cascade: true,
+        requested_by: "cascade-bench".into(),
+        ..Default::default()
+    }
+}
+
+/// Resource specs made on demand (`make(i)` for `i` in `0..count`), so a
+/// million of them never sit in the client's memory, which is the row's.
+#[derive(Clone)]
+pub struct Specs {
+    pub count: u64,
+    make: Arc<dyn Fn(u64) -> v1::ResourceSpec + Send + Sync>,
+}
+
+impl Specs {
+    pub fn new(count: u64, make: impl Fn(u64) -> v1::ResourceSpec + Send + Sync + 'static) -> Self {
+        Self {
+            count,
+            make: Arc::new(make),
+        }
+    }
+}
+
+/// BatchCreates `specs` in batches of `batch` over `pipelines` concurrent
+/// callers of `client`; answers the latency of every call.
+pub async fn batch_create(client: &Client, specs: Specs, batch: u64, pipelines: usize) -> Result<Vec<f64>> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..pipelines.max(1) {
+        let (next, specs, client) = (next.clone(), specs.clone(), client.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let start = next.fetch_add(batch, Ordering::Relaxed);
+                if start >= specs.count {
+                    break;
+                }
+                let chunk = (start..(start + batch).min(specs.count))
+                    .map(|i| (specs.make)(i))
+                    .collect();
+                let started = Instant::now();
+                client.batch_create(chunk).await.map_err(|e| e.to_string())?;
+                latencies.push(ms(started.elapsed()));
+            }
+            Ok::<_, String>(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    Ok(all)
+}

@@ -1,0 +1,257 @@
+//! P1 (a local cascade of one of three shapes) and P4 (an idle node's RSS).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_proto::v1;
+
+use crate::harness::{
+    self, batch_create, delete_request, ms, op_state, percentile, round2, round3, spec, Cluster, ClusterSpec, Result,
+    Specs,
+};
+use crate::spec::{Row, RowSpec, Shape};
+
+pub const REGION: &str = "bench";
+
+/// What a row creates before it deletes, and what it deletes.
+struct Population {
+    /// Created in this order, each phase once the previous is in.
+    phases: Vec<Specs>,
+    root: String,
+}
+
+fn name(kind: &str, id: impl std::fmt::Display) -> String {
+    format!("{REGION}/{kind}/{id}")
+}
+
+fn populate_plan(shape: Shape, n: u64) -> Population {
+    let project = name("project", "p");
+    let network = name("network", "n");
+    let head = {
+        let (project, network) = (project.clone(), network.clone());
+        move |with_network: bool| {
+            let mut v = vec![spec(project.clone(), &[])];
+            if with_network {
+                v.push(spec(network.clone(), &[("project", &[&project])]));
+            }
+            Specs::new(v.len() as u64, move |i| v[i as usize].clone())
+        }
+    };
+    let ports = |count: u64| {
+        let network = network.clone();
+        Specs::new(count, move |i| {
+            spec(name("port", format!("p{i}")), &[("network", &[&network])])
+        })
+    };
+    match shape {
+        Shape::Flat => Population {
+            phases: vec![head(true), ports(n)],
+            root: network,
+        },
+        Shape::Tree => {
+            let networks = (n / 100).max(1);
+            let subnets = n.saturating_sub(networks);
+            let p = project.clone();
+            Population {
+                phases: vec![
+                    head(false),
+                    Specs::new(networks, move |j| {
+                        spec(name("network", format!("n{j}")), &[("project", &[&p])])
+                    }),
+                    Specs::new(subnets, move |i| {
+                        let parent = name("network", format!("n{}", i % networks));
+                        spec(name("subnet", format!("s{i}")), &[("network", &[&parent])])
+                    }),
+                ],
+                root: project,
+            }
+        }
+        Shape::Unset => {
+            let port_count = n / 2;
+            let p = project.clone();
+            Population {
+                phases: vec![
+                    head(true),
+                    ports(port_count),
+                    Specs::new(n - port_count, move |i| {
+                        let port = name("port", format!("p{}", i % port_count.max(1)));
+                        spec(
+                            name("floating_ip", format!("f{i}")),
+                            &[("project", &[&p]), ("port", &[&port])],
+                        )
+                    }),
+                ],
+                root: network,
+            }
+        }
+    }
+}
+
+/// Small Creates (a `qos_policy`, no references) in `region` until
+/// `stop`: their latencies (ms) and how many failed.
+pub async fn concurrent_writes(client: Client, region: String, stop: Arc<AtomicBool>) -> (Vec<f64>, u64) {
+    let mut latencies = Vec::new();
+    let mut failed = 0;
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        match client.create(spec(format!("{region}/qos_policy/c{i}"), &[])).await {
+            Ok(_) => latencies.push(ms(started.elapsed())),
+            Err(_) => {
+                failed += 1;
+                // Not a busy loop: a failure is an answer without work.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        i += 1;
+    }
+    (latencies, failed)
+}
+
+/// How long to wait for an operation over `n` resources.
+pub fn deadline_for(n: u64) -> Duration {
+    Duration::from_secs(120) + Duration::from_millis(n.saturating_mul(2))
+}
+
+/// P1: populate one region with BatchCreate, Delete the root with cascade
+/// while small Creates run against the same region, wait for SUCCEEDED.
+pub async fn p1(spec_: &RowSpec) -> Result<Row> {
+    let shape = spec_.shape.unwrap_or(Shape::Flat);
+    let mut row = Row::for_spec(spec_);
+    let regions = [REGION.to_owned()];
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: None,
+        tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
+    })
+    .await?;
+    row.rss_idle_mb = harness::rss_mb();
+    let client = cluster.client(0).clone();
+
+    let plan = populate_plan(shape, spec_.n);
+    let total: u64 = plan.phases.iter().map(|p| p.count).sum();
+    let started = Instant::now();
+    for phase in plan.phases {
+        batch_create(&client, phase, 1_000, 2).await?;
+    }
+    let populate = started.elapsed().as_secs_f64();
+    row.populate_s = Some(round3(populate));
+    row.populate_rate_per_s = Some((total as f64 / populate).round());
+    cluster
+        .wait_quiet(Duration::from_millis(300), Duration::from_secs(10))
+        .await;
+
+    measure_deletion(&cluster, 0, &plan.root, spec_.n, &mut row).await?;
+    cluster.stop().await;
+    Ok(row)
+}
+
+/// Deletes `root` (in member `at`'s region) with cascade while small
+/// Creates run against the same region; waits for the operation to be
+/// done and the nodes quiet; fills the deletion's columns of `row`.
+pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, row: &mut Row) -> Result<()> {
+    let member = &cluster.members[at];
+    let client = member.client.clone();
+    let region = root.split('/').next().unwrap_or_default().to_owned();
+
+    // What one small Create writes, to take the concurrent ones out of the
+    // deletion's figures.
+    const PROBES: u64 = 4;
+    let before = cluster.stats();
+    for i in 0..PROBES {
+        client
+            .create(spec(format!("{region}/qos_policy/probe{i}"), &[]))
+            .await?;
+    }
+    let per_create = harness::delta(cluster.stats(), before);
+
+    let populate_peak = harness::peak_rss_mb();
+    harness::reset_peak_rss();
+    row.rss_before_mb = harness::rss_mb();
+
+    let writer_client = Client::connect(&member.endpoint).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let before = cluster.stats();
+    let writes = tokio::spawn(concurrent_writes(writer_client, region, stop.clone()));
+    let started = Instant::now();
+    let answer = client.delete(delete_request(root)).await?;
+    row.delete_call_ms = Some(round3(ms(started.elapsed())));
+    let id = answer.operation.ok_or("the Delete answered no operation")?.id;
+    let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(n)).await;
+    let wall = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let (latencies, failed) = writes.await?;
+    let op = waited?;
+
+    let after = cluster
+        .wait_quiet(Duration::from_millis(500), Duration::from_secs(60))
+        .await;
+    let d = harness::delta(after, before);
+    let creates = latencies.len() as u64;
+    let key_writes = d.key_writes.saturating_sub(creates * per_create.key_writes / PROBES);
+    let value_bytes = d.value_bytes.saturating_sub(creates * per_create.value_bytes / PROBES);
+    let batches = d.batches.saturating_sub(creates * per_create.batches / PROBES);
+
+    let progress = op.progress.unwrap_or_default();
+    row.operation_state = Some(op_state(&op));
+    row.deleted = Some(progress.deleted);
+    row.unset = Some(progress.unset);
+    row.wall_s = Some(round3(wall));
+    row.rate_per_s = Some((progress.deleted as f64 / wall).round());
+    row.key_writes = Some(key_writes);
+    row.value_bytes = Some(value_bytes);
+    row.batches = Some(batches);
+    row.key_writes_per_deleted = Some(round2(key_writes as f64 / progress.deleted.max(1) as f64));
+    if progress.unset > 0 {
+        row.key_writes_per_touched = Some(round2(
+            key_writes as f64 / (progress.deleted + progress.unset).max(1) as f64,
+        ));
+    }
+    row.p50_ms = percentile(&latencies, 0.50);
+    row.p99_ms = percentile(&latencies, 0.99);
+    row.concurrent_write_p99_ms = row.p99_ms;
+    row.concurrent_write_max_ms = percentile(&latencies, 1.0);
+    row.concurrent_writes = Some(creates);
+    if failed > 0 {
+        row.note = Some(format!("{failed} concurrent creates failed"));
+    }
+    row.cascade_peak_rss_mb = harness::peak_rss_mb();
+    row.rss_after_mb = harness::rss_mb();
+    row.peak_rss_mb = match (populate_peak, row.cascade_peak_rss_mb) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(())
+}
+
+/// P4: one node open and serving, nothing stored, after a second of rest.
+pub async fn p4(spec_: &RowSpec) -> Result<Row> {
+    let mut row = Row::for_spec(spec_);
+    let regions = [REGION.to_owned()];
+    let cluster = Cluster::start(ClusterSpec {
+        engine: spec_.engine,
+        regions: &regions,
+        peers_of: None,
+        tick: Duration::from_millis(spec_.tick_ms),
+        nodelay: spec_.server_nodelay,
+    })
+    .await?;
+    // One call, so the server's connection machinery is in the figure.
+    cluster
+        .client(0)
+        .list(v1::ListRequest {
+            page_size: 1,
+            ..Default::default()
+        })
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    row.rss_idle_mb = harness::rss_mb();
+    row.peak_rss_mb = harness::peak_rss_mb();
+    row.note = Some("in-process node with its client; P4 during/after: P1 rss columns".into());
+    cluster.stop().await;
+    Ok(row)
+}

@@ -1,0 +1,382 @@
+//! `cascade-bench`: benchmarks through the real product.
+//!
+//! ```sh
+//! cargo run --release -p cascade-bench -- --quick     # under a minute
+//! cargo run --release -p cascade-bench                # the full sizes (long)
+//! ```
+//!
+//! Every row runs in a fresh child process (this binary re-executed with a
+//! hidden `row` subcommand), so its peak RSS (`VmHWM`) is its own. In the
+//! child, nodes are in-process: `Node::open`, then `Node::serve` on a
+//! listener bound to `127.0.0.1:0`; clients talk real gRPC to them; the
+//! engines write to a temporary directory (memory: none). Writes are
+//! counted by each node's `WriteStats`. The parent prints a table and the
+//! issue's targets, and writes every row to `target/bench/results.json`.
+//!
+//! The scenarios (docs/BENCHMARKS.md says more, and what each column is):
+//!
+//! - **P1, local cascade**: one region populated with BatchCreate, then
+//!   Delete of a root with cascade, polled with GetOperation until done.
+//!   Shapes of the example schema: `flat` (a network and `n` ports),
+//!   `tree` (a project, `n/100` networks, the rest subnets: three levels),
+//!   `unset` (a network, `n/2` ports, `n/2` floating IPs whose `port`
+//!   reference is `unset`). While the cascade runs, one client issues small
+//!   Creates against the same region in a loop: their p50/p99 say whether
+//!   the deletion holds other writes. Measured: Delete call time, wall time
+//!   to SUCCEEDED, deleted per second, key writes per deleted resource
+//!   (the nodes' write counters across the deletion, minus what the
+//!   concurrent Creates wrote), RSS before, at peak during and after.
+//! - **Baseline** (after each P1 row): the raw engine (`Store`, no node)
+//!   doing the same number of key writes with the same value bytes in the
+//!   same number of batches, commit and flush each; the P1 row gets
+//!   `p1_over_baseline` = its wall time over the baseline's.
+//! - **P2, cross-region cascade**: a network in `r0` and `n` ports
+//!   referencing it spread over five regions; Delete with cascade; the
+//!   aggregate rate is deleted resources (all regions) per second.
+//! - **P3, notification latency**: every region imports from the five
+//!   next ones (a port on each of their networks); networks are deleted
+//!   one at a time; a sample is the time from the owner's DELETING event
+//!   to the importer's DELETING event of its port, both seen on Watch
+//!   streams in this process.
+//! - **P4, memory**: the RSS of a process with one idle node. P1's rows
+//!   carry the RSS during (peak) and after a cascade.
+//! - **P5, cross-region BatchCreate**: `n` ports in `r1` referencing a
+//!   network in `r0`, batches of 1,000 from two callers; references/s.
+
+// Not a node: a benchmark measures real time, and the parent reads the
+// rows its children print (clippy.toml's sanctioned places are the node's).
+#![allow(clippy::disallowed_methods)]
+// Its report is its output.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod baseline;
+mod harness;
+mod local;
+mod remote;
+mod report;
+mod spec;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+
+use crate::harness::Result;
+use crate::spec::{Engine, Row, RowSpec, Scenario, Shape, WriteFigures};
+
+/// The prefix of the one line a child prints its row on.
+const ROW_PREFIX: &str = "CASCADE_BENCH_ROW ";
+
+#[derive(Parser)]
+#[command(
+    name = "cascade-bench",
+    about = "Benchmarks Cascade through real nodes, gRPC and engines; writes target/bench/results.json"
+)]
+struct Cli {
+    /// Small sizes: the whole run takes under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Engines to run (default: every engine this build has).
+    #[arg(long, value_delimiter = ',')]
+    engines: Option<Vec<String>>,
+    /// Scenarios to run: p1 (with its baseline), p2, p3, p4, p5 (default: all).
+    #[arg(long, value_delimiter = ',')]
+    scenarios: Option<Vec<String>>,
+    /// Sizes for P1, P2 and P5, replacing the defaults (a list: 10000,100000).
+    #[arg(long, value_delimiter = ',')]
+    n: Option<Vec<u64>>,
+    /// The nodes' writer and link tick in ms (`NodeSettings::tick`).
+    #[arg(long, default_value_t = 200)]
+    tick_ms: u64,
+    /// Serve with TCP_NODELAY on accepted connections (an experiment: the
+    /// product's `Node::serve` does not set it).
+    #[arg(long)]
+    server_nodelay: bool,
+    /// Where to write the rows (default: <target dir>/bench/results.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Measures one row (JSON RowSpec) and prints it: what the parent runs.
+    #[command(hide = true)]
+    Row { spec: String },
+}
+
+/// `CARGO_TARGET_DIR` when set, else the workspace's `target/`.
+fn default_out() -> PathBuf {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .unwrap_or(std::path::Path::new("."));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    target.join("bench").join("results.json")
+}
+
+struct Sizes {
+    p1_flat: Vec<u64>,
+    p1_shapes: Vec<u64>,
+    p2: Vec<u64>,
+    p3: Vec<(usize, usize)>,
+    p5: Vec<u64>,
+}
+
+fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
+    let mut s = if quick {
+        Sizes {
+            p1_flat: vec![5_000],
+            p1_shapes: vec![5_000],
+            p2: vec![5_000],
+            p3: vec![(10, 200)],
+            p5: vec![5_000],
+        }
+    } else {
+        Sizes {
+            p1_flat: vec![10_000, 100_000, 1_000_000],
+            p1_shapes: vec![100_000],
+            p2: vec![1_000_000],
+            p3: vec![(10, 2_000), (50, 2_000)],
+            p5: vec![100_000],
+        }
+    };
+    if let Some(n) = n {
+        s.p1_flat = n.to_vec();
+        s.p1_shapes = n.to_vec();
+        s.p2 = n.to_vec();
+        s.p5 = n.to_vec();
+    }
+    s
+}
+
+fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario]) -> Vec<RowSpec> {
+    let s = sizes(cli.quick, cli.n.as_deref());
+    let base = |scenario, engine, n, regions| RowSpec {
+        scenario,
+        engine,
+        n,
+        regions,
+        shape: None,
+        samples: 0,
+        baseline_of: None,
+        deleted: None,
+        tick_ms: cli.tick_ms,
+        server_nodelay: cli.server_nodelay,
+    };
+    let mut out = Vec::new();
+    for &scenario in scenarios {
+        for &engine in engines {
+            match scenario {
+                Scenario::P1 => {
+                    for &n in &s.p1_flat {
+                        out.push(RowSpec {
+                            shape: Some(Shape::Flat),
+                            ..base(scenario, engine, n, 1)
+                        });
+                    }
+                    for shape in [Shape::Tree, Shape::Unset] {
+                        for &n in &s.p1_shapes {
+                            out.push(RowSpec {
+                                shape: Some(shape),
+                                ..base(scenario, engine, n, 1)
+                            });
+                        }
+                    }
+                }
+                Scenario::P2 => out.extend(s.p2.iter().map(|&n| base(scenario, engine, n, 5))),
+                Scenario::P3 => out.extend(s.p3.iter().map(|&(regions, samples)| RowSpec {
+                    samples,
+                    ..base(scenario, engine, samples as u64, regions)
+                })),
+                Scenario::P4 => out.push(base(scenario, engine, 0, 1)),
+                Scenario::P5 => out.extend(s.p5.iter().map(|&n| base(scenario, engine, n, 2))),
+                Scenario::Baseline => {}
+            }
+        }
+    }
+    out
+}
+
+/// Runs one row in a fresh child process and reads its row back.
+fn run_child(spec: &RowSpec) -> Row {
+    let failed = |why: String| Row {
+        error: Some(why),
+        ..Row::for_spec(spec)
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return failed(format!("cannot find this executable: {e}")),
+    };
+    let arg = match serde_json::to_string(spec) {
+        Ok(a) => a,
+        Err(e) => return failed(e.to_string()),
+    };
+    let mut child = match Command::new(exe)
+        .arg("row")
+        .arg(arg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return failed(format!("cannot start the child: {e}")),
+    };
+    let mut row = None;
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
+            if let Some(json) = line.strip_prefix(ROW_PREFIX) {
+                row = Some(serde_json::from_str::<Row>(json).map_err(|e| e.to_string()));
+            }
+        }
+    }
+    let status = child.wait();
+    match (row, status) {
+        (Some(Ok(row)), _) => row,
+        (Some(Err(e)), _) => failed(format!("unreadable row: {e}")),
+        (None, Ok(s)) => failed(format!("the child printed no row ({s})")),
+        (None, Err(e)) => failed(format!("the child printed no row: {e}")),
+    }
+}
+
+fn describe(spec: &RowSpec) -> String {
+    let shape = spec.shape.map(|s| format!(" {}", s.as_str())).unwrap_or_default();
+    format!(
+        "{}{shape} {} n={} regions={}",
+        spec.scenario.as_str(),
+        spec.engine,
+        spec.n,
+        spec.regions
+    )
+}
+
+fn parent(cli: &Cli) -> Result<()> {
+    let all_started = Instant::now();
+    let engines: Vec<Engine> = match &cli.engines {
+        Some(list) => list
+            .iter()
+            .map(|e| Engine::parse(e))
+            .collect::<std::result::Result<_, _>>()?,
+        None => Engine::ALL
+            .into_iter()
+            .filter(|&e| match harness::engine_available(e) {
+                Ok(()) => true,
+                Err(why) => {
+                    eprintln!("skipping engine {e}: {why}");
+                    false
+                }
+            })
+            .collect(),
+    };
+    let scenarios: Vec<Scenario> = match &cli.scenarios {
+        Some(list) => list
+            .iter()
+            .map(|s| Scenario::parse(s))
+            .collect::<std::result::Result<_, _>>()?,
+        None => Scenario::SELECTABLE.to_vec(),
+    };
+    let plan = plan(cli, &engines, &scenarios);
+    let mut rows = Vec::new();
+    let total = plan.len();
+    for (i, spec) in plan.iter().enumerate() {
+        eprintln!("[{}/{total}] {} ...", i + 1, describe(spec));
+        let started = Instant::now();
+        let mut row = run_child(spec);
+        eprintln!(
+            "[{}/{total}] {} done in {:.1} s",
+            i + 1,
+            describe(spec),
+            started.elapsed().as_secs_f64()
+        );
+        if spec.scenario == Scenario::P1 && row.error.is_none() {
+            let figures = WriteFigures {
+                key_writes: row.key_writes.unwrap_or(0),
+                value_bytes: row.value_bytes.unwrap_or(0),
+                batches: row.batches.unwrap_or(1),
+            };
+            let b = RowSpec {
+                scenario: Scenario::Baseline,
+                baseline_of: Some(figures),
+                deleted: row.deleted,
+                ..spec.clone()
+            };
+            eprintln!("[{}/{total}] {} ...", i + 1, describe(&b));
+            let base = run_child(&b);
+            if let (Some(p1), Some(bw)) = (row.wall_s, base.wall_s) {
+                row.p1_over_baseline = Some(harness::round2(p1 / bw.max(1e-9)));
+            }
+            rows.push(row);
+            rows.push(base);
+        } else {
+            rows.push(row);
+        }
+    }
+    println!("{}", report::table(&rows));
+    println!("targets (the issue's; pass/FAIL on this run's rows):");
+    println!("{}", report::targets(&rows));
+    if rows.iter().any(|r| r.scenario == "p3") {
+        println!(
+            "P3 ran with the nodes' tick at {} ms (--tick-ms): events travel on watch streams, not on the tick; a 20 ms tick measured no lower.",
+            cli.tick_ms
+        );
+    }
+    if cli.server_nodelay {
+        println!(
+            "--server-nodelay: the nodes' accepted connections had TCP_NODELAY set (not what `Node::serve` does)."
+        );
+    }
+    let out = cli.out.clone().unwrap_or_else(default_out);
+    report::write_json(&out, &rows)?;
+    println!(
+        "{} rows written to {} in {:.1} s",
+        rows.len(),
+        out.display(),
+        all_started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Measures one row in this process.
+async fn measure(spec: &RowSpec) -> Result<Row> {
+    match spec.scenario {
+        Scenario::P1 => local::p1(spec).await,
+        Scenario::Baseline => baseline::run(spec),
+        Scenario::P2 => remote::p2(spec).await,
+        Scenario::P3 => remote::p3(spec).await,
+        Scenario::P4 => local::p4(spec).await,
+        Scenario::P5 => remote::p5(spec).await,
+    }
+}
+
+fn child(spec: &str) -> Result<()> {
+    let spec: RowSpec = serde_json::from_str(spec)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let row = runtime.block_on(measure(&spec)).unwrap_or_else(|e| Row {
+        error: Some(e.to_string()),
+        ..Row::for_spec(&spec)
+    });
+    println!("{ROW_PREFIX}{}", serde_json::to_string(&row)?);
+    // Nodes still stopping (a stop that timed out) do not hold the row.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Some(Cmd::Row { spec }) => child(spec),
+        None => parent(&cli),
+    };
+    if let Err(e) = result {
+        eprintln!("cascade-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+//! What one row measures ([`RowSpec`], handed from the parent to a child
+//! process) and what it reports ([`Row`], printed back as one JSON line).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A storage engine a node can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    Memory,
+    Sled,
+    Fjall,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 3] = [Engine::Memory, Engine::Sled, Engine::Fjall];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Memory => "memory",
+            Engine::Sled => "sled",
+            Engine::Fjall => "fjall",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| format!("unknown engine {s:?} (memory, sled, fjall)"))
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The scenarios of the issue. `Baseline` runs after each P1 row, with
+/// that row's write figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    P1,
+    Baseline,
+    P2,
+    P3,
+    P4,
+    P5,
+}
+
+impl Scenario {
+    pub const SELECTABLE: [Scenario; 5] = [Scenario::P1, Scenario::P2, Scenario::P3, Scenario::P4, Scenario::P5];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::P1 => "p1",
+            Scenario::Baseline => "baseline",
+            Scenario::P2 => "p2",
+            Scenario::P3 => "p3",
+            Scenario::P4 => "p4",
+            Scenario::P5 => "p5",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::SELECTABLE
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| format!("unknown scenario {s:?} (p1, p2, p3, p4, p5; p1 brings its baseline)"))
+    }
+}
+
+/// The shape of a P1 closure (kinds of the example schema).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// One network, `n` ports referencing it (`cascade`). Delete the network.
+    Flat,
+    /// One project, `n / 100` networks under it, the rest subnets spread
+    /// over the networks: three levels. Delete the project.
+    Tree,
+    /// One network, `n / 2` ports on it, and `n / 2` floating IPs each
+    /// referencing one port (`unset`). Delete the network: the ports go,
+    /// the floating IPs stay with their `port` cleared.
+    Unset,
+}
+
+impl Shape {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Shape::Flat => "flat",
+            Shape::Tree => "tree",
+            Shape::Unset => "unset",
+        }
+    }
+}
+
+/// The write figures of a P1 deletion, which its baseline repeats on the raw engine.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct WriteFigures {
+    pub key_writes: u64,
+    pub value_bytes: u64,
+    pub batches: u64,
+}
+
+/// One row to measure, in one child process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RowSpec {
+    pub scenario: Scenario,
+    pub engine: Engine,
+    /// Dependents (P1, P2), references created (P5), keys (baseline).
+    pub n: u64,
+    /// Nodes in the row.
+    pub regions: usize,
+    pub shape: Option<Shape>,
+    /// P3: latency samples to take.
+    pub samples: usize,
+    /// Baseline: what the P1 row wrote.
+    pub baseline_of: Option<WriteFigures>,
+    /// P1 row the baseline repeats (its n and deleted count).
+    pub deleted: Option<u64>,
+    /// The nodes' writer tick (`NodeSettings::tick`).
+    pub tick_ms: u64,
+    /// Accepted connections get TCP_NODELAY (an experiment; the product's
+    /// `Node::serve` leaves them as accepted).
+    #[serde(default)]
+    pub server_nodelay: bool,
+}
+
+/// What a row reports. The first ten fields are always present (null when
+/// they do not apply); the rest are per scenario.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Row {
+    pub scenario: String,
+    pub engine: String,
+    pub n: u64,
+    pub regions: usize,
+    pub wall_s: Option<f64>,
+    pub rate_per_s: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub peak_rss_mb: Option<f64>,
+    pub key_writes_per_deleted: Option<f64>,
+
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<String>,
+    /// SUCCEEDED, or what the operation ended in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unset: Option<u64>,
+    /// Time for the Delete RPC to answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delete_call_ms: Option<f64>,
+    /// p99 of the small Creates issued against the same region while the cascade ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_write_p99_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_write_max_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrent_writes: Option<u64>,
+    /// Key writes of the deletion per resource deleted or unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_writes_per_touched: Option<f64>,
+    /// Key writes, value bytes and batches of the deletion (every node of the row).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_writes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches: Option<u64>,
+    /// Populating with BatchCreate: seconds and resources per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub populate_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub populate_rate_per_s: Option<f64>,
+    /// RSS: nodes open and idle; before the Delete; peak from the Delete to
+    /// quiescence; after quiescence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_idle_mb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_before_mb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cascade_peak_rss_mb: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_after_mb: Option<f64>,
+    /// P1 wall time over its baseline's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p1_over_baseline: Option<f64>,
+    /// P3: samples taken, peer watch streams open, the import streams of the topology.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_watch_streams: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import_streams: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick_ms: Option<u64>,
+    /// Set when the row ran with `--server-nodelay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_nodelay: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The row could not be measured: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Row {
+    /// A row with the identifying fields of `spec` filled in.
+    pub fn for_spec(spec: &RowSpec) -> Self {
+        Self {
+            scenario: spec.scenario.as_str().to_owned(),
+            engine: spec.engine.as_str().to_owned(),
+            n: spec.n,
+            regions: spec.regions,
+            shape: spec.shape.map(|s| s.as_str().to_owned()),
+            tick_ms: Some(spec.tick_ms),
+            server_nodelay: spec.server_nodelay.then_some(true),
+            ..Self::default()
+        }
+    }
+}
