@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use cascade_node::store::{Batch, MemoryStore, SledStore, Store, Table};
+use cascade_node::store::{Batch, FjallStore, MemoryStore, SledStore, Store, Table};
 
 use crate::harness::{self, ms, percentile, round3, Result};
 use crate::spec::{Engine, Row, RowSpec};
@@ -38,8 +38,9 @@ fn table(i: u64) -> Table {
 fn open(engine: Engine, dir: &std::path::Path) -> Result<Box<dyn Store>> {
     Ok(match engine {
         Engine::Memory => Box::new(MemoryStore::default()),
+        // As a node opens them (the same cache).
         Engine::Sled => Box::new(SledStore::open(dir)?),
-        Engine::Fjall => return Err("fjall: not in this build yet".into()),
+        Engine::Fjall => Box::new(FjallStore::open(dir)?),
     })
 }
 

@@ -15,6 +15,8 @@ use cascade_proto::v1;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use cascade_node::store::StorageEngine;
+
 use crate::spec::Engine;
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -24,10 +26,14 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub fn engine_settings(engine: Engine, settings: &mut NodeSettings, dir: &Path) -> Result<()> {
     match engine {
         Engine::Memory => settings.data_dir = None,
-        Engine::Sled => settings.data_dir = Some(dir.to_owned()),
-        // Wired once `NodeSettings::engine` lands: data_dir as for sled,
-        // plus `settings.engine = cascade_node::store::StorageEngine::Fjall`.
-        Engine::Fjall => return Err("fjall: not in this build yet".into()),
+        Engine::Sled => {
+            settings.data_dir = Some(dir.to_owned());
+            settings.engine = StorageEngine::Sled;
+        }
+        Engine::Fjall => {
+            settings.data_dir = Some(dir.to_owned());
+            settings.engine = StorageEngine::Fjall;
+        }
     }
     Ok(())
 }

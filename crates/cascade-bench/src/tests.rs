@@ -57,10 +57,9 @@ async fn p1_smoke_sled() {
     smoke(Engine::Sled).await;
 }
 
-#[test]
-fn fjall_is_refused_until_wired() {
-    let err = crate::harness::engine_available(Engine::Fjall).expect_err("not in this build");
-    assert!(err.to_string().contains("fjall: not in this build yet"), "{err}");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p1_smoke_fjall() {
+    smoke(Engine::Fjall).await;
 }
 
 #[test]
