@@ -41,6 +41,10 @@ use crate::error::Fault;
 use crate::node::Node;
 use crate::peers::PEER_CALL_TIMEOUT;
 
+/// Owners asked at once while a create resolves its remote targets: enough
+/// to hide the round trips, few enough not to flood one owner.
+const CONCURRENT_LOOKUPS: usize = 16;
+
 impl Node {
     /// Names a refused reference target in the terms of `requested`.
     fn located(&self, requested: &[ResourceSpec]) -> impl Fn(Fault) -> Fault + '_ {
@@ -64,43 +68,77 @@ impl Node {
         }
     }
 
-    /// Fills in the uid of every remote target the client did not pin.
-    /// `held` are the targets the resource already holds (kept as they are);
-    /// `member` is the spec's index in a batch of several.
+    /// Fills in the uid of every remote target the client did not pin, in
+    /// every spec of a request. `held` are the targets a resource already
+    /// holds (an update keeps them as they are). Each distinct target is
+    /// asked of its owner once per request, up to [`CONCURRENT_LOOKUPS`] at
+    /// a time: a batch of a thousand ports on one remote network is one
+    /// lookup, not a thousand in a row. A refusal names the first
+    /// reference, in request order, that asked for the target.
     async fn resolve_remote(
         &self,
-        spec: &mut ResourceSpec,
+        specs: &mut [ResourceSpec],
         held: &BTreeMap<String, Vec<RefTarget>>,
-        member: Option<usize>,
     ) -> Result<(), Fault> {
-        let Ok(own) = ResourceName::parse(&spec.name) else {
-            return Ok(()); // the core reports it
-        };
-        for (field, targets) in spec.refs.iter_mut() {
-            for (i, t) in targets.iter_mut().enumerate() {
-                let Ok(name) = ResourceName::parse(&t.name) else {
-                    continue;
-                }; // the core reports it
-                if name.region() == self.region.as_str() || t.uid.is_some() {
-                    continue;
+        let batch = specs.len() > 1;
+        // Target → the path of the first reference that names it.
+        let mut wanted: BTreeMap<ResourceName, String> = BTreeMap::new();
+        let mut order: Vec<ResourceName> = Vec::new();
+        for (member, spec) in specs.iter().enumerate() {
+            let Ok(own) = ResourceName::parse(&spec.name) else {
+                continue; // the core reports it
+            };
+            for (field, targets) in &spec.refs {
+                for (i, t) in targets.iter().enumerate() {
+                    let Ok(name) = ResourceName::parse(&t.name) else {
+                        continue; // the core reports it
+                    };
+                    if name.region() == self.region.as_str() || t.uid.is_some() {
+                        continue;
+                    }
+                    if held.get(field).is_some_and(|h| h.iter().any(|h| h.name == name)) {
+                        continue;
+                    }
+                    let at = || reference_path(&self.schema, batch.then_some(member), own.kind(), field, i);
+                    if !self.peers.knows(name.region()) {
+                        return Err(CoreError::invalid(
+                            at(),
+                            format!(
+                                "{name}: region {} is not part of this cluster (peers: {})",
+                                name.region(),
+                                self.peer_list()
+                            ),
+                        )
+                        .into());
+                    }
+                    if !wanted.contains_key(&name) {
+                        order.push(name.clone());
+                        wanted.insert(name, at());
+                    }
                 }
-                let at = reference_path(&self.schema, member, own.kind(), field, i);
-                if !self.peers.knows(name.region()) {
-                    return Err(CoreError::invalid(
-                        at,
-                        format!(
-                            "{name}: region {} is not part of this cluster (peers: {})",
-                            name.region(),
-                            self.peer_list()
-                        ),
-                    )
-                    .into());
+            }
+        }
+        let mut uids: BTreeMap<&ResourceName, Uid> = BTreeMap::new();
+        for chunk in order.chunks(CONCURRENT_LOOKUPS) {
+            let mut asks = Vec::with_capacity(chunk.len());
+            for name in chunk {
+                asks.push(self.lookup(name, &wanted[name]));
+            }
+            for (name, answer) in chunk.iter().zip(futures::future::join_all(asks).await) {
+                uids.insert(name, answer?);
+            }
+        }
+        for spec in specs.iter_mut() {
+            for (field, targets) in spec.refs.iter_mut() {
+                for t in targets.iter_mut().filter(|t| t.uid.is_none()) {
+                    let Ok(name) = ResourceName::parse(&t.name) else {
+                        continue;
+                    };
+                    t.uid = match held.get(field).and_then(|h| h.iter().find(|h| h.name == name)) {
+                        Some(kept) => Some(kept.uid),
+                        None => uids.get(&name).copied(),
+                    };
                 }
-                if let Some(kept) = held.get(field).and_then(|h| h.iter().find(|h| h.name == name)) {
-                    t.uid = Some(kept.uid);
-                    continue;
-                }
-                t.uid = Some(self.lookup(&name, &at).await?);
             }
         }
         Ok(())
@@ -182,10 +220,7 @@ impl Node {
     /// references is committed CREATING (invisible), attached at the
     /// owners, and settled in one step, all or nothing.
     pub(crate) async fn create(&self, mut specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Fault> {
-        let batch = specs.len() > 1;
-        for (i, spec) in specs.iter_mut().enumerate() {
-            self.resolve_remote(spec, &BTreeMap::new(), batch.then_some(i)).await?;
-        }
+        self.resolve_remote(&mut specs, &BTreeMap::new()).await?;
         // Kept to name a refused reference in the request's terms.
         let refused = self.located(&specs);
         let created = self.writer.create(specs).await.map_err(&refused)?;
@@ -217,7 +252,7 @@ impl Node {
             Ok(name) => self.state().get_resource(&name)?.map(|r| r.refs).unwrap_or_default(),
             Err(_) => BTreeMap::new(), // the core reports it
         };
-        self.resolve_remote(&mut spec, &held, None).await?;
+        self.resolve_remote(std::slice::from_mut(&mut spec), &held).await?;
         let refused = self.located(std::slice::from_ref(&spec));
         let updated = self.writer.update(spec, etag).await.map_err(&refused)?;
         match self.attach_pending(&updated).await? {

@@ -14,8 +14,7 @@ use futures::Stream;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpIncoming};
 use tracing::info;
 
 use crate::links::{LinkContext, Links};
@@ -33,7 +32,12 @@ impl Node {
     ) -> Result<(), NodeError> {
         let addr = listener.local_addr()?;
         info!(region = %self.region, %addr, tls = self.tls.is_some(), "serving");
-        self.serve_incoming(TcpListenerStream::new(listener), shutdown).await
+        // Watch events and small replies are single small writes: without
+        // TCP_NODELAY, Nagle holds each until the peer's delayed ACK (about
+        // 40 ms on Linux), which was most of a cross-region notification's
+        // latency (cascade-bench P3).
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        self.serve_incoming(incoming, shutdown).await
     }
 
     /// Serves every connection `incoming` yields until `shutdown` resolves,

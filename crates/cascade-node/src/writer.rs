@@ -295,6 +295,11 @@ impl Actor for Writer {
                 }
             }
         }
+        // The step's replies woke their callers on this worker's LIFO slot,
+        // which no other worker may steal: without a yield they would wait
+        // until the mailbox runs dry, behind every queued work step
+        // (cascade-bench measured creates held for seconds by a cascade).
+        tokio::task::yield_now().await;
         Ok(())
     }
 }
