@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 
 use crate::store::{Batch, Store, StoreError, Table};
 
-mod stored;
+pub mod stored;
 #[cfg(test)]
 mod tests;
 
@@ -90,6 +90,25 @@ fn encode_failed(table: Table, e: postcard::Error) -> StoreError {
     }
 }
 
+/// Appends postcard's output to a `Vec` a slice at a time (its `to_extend`
+/// goes through `Extend` with an iterator of bytes).
+struct Append(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append {
+    type Output = Vec<u8>;
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
+}
+
 macro_rules! records {
     ($($core:ty => $stored:ident),* $(,)?) => {$(
         impl Record for $core {
@@ -100,7 +119,7 @@ macro_rules! records {
                 let size = postcard::serialize_with_flavor(&disk, postcard::ser_flavors::Size::default()).map_err(|e| encode_failed(table, e))?;
                 let mut out = Vec::with_capacity(1 + size);
                 out.push(VERSION_POSTCARD_V1);
-                postcard::to_extend(&disk, out).map_err(|e| encode_failed(table, e))
+                postcard::serialize_with_flavor(&disk, Append(out)).map_err(|e| encode_failed(table, e))
             }
             fn decode_v1(body: &[u8]) -> Result<Self, String> {
                 let (disk, rest) =

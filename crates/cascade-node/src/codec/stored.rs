@@ -31,11 +31,14 @@
 //! `From<&core>` builds the storage form for writing (no string is copied);
 //! `TryFrom<storage>` rebuilds the core value (it fails only on a name that
 //! no longer parses).
+//!
+//! Size: one file on purpose: it is the whole disk format, each storage
+//! type next to its two conversions, to be read and reviewed as one.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use cascade_core::model as core;
+use cascade_core::model;
 use cascade_core::name::NameError;
 use cascade_core::{OnDelete as CoreOnDelete, OperationId, ResourceName as CoreName, Timestamp, Uid};
 use serde::{Deserialize, Serialize};
@@ -82,7 +85,7 @@ impl TryFrom<ResourceName<'_>> for CoreName {
     }
 }
 
-/// [`core::RefTarget`].
+/// [`model::RefTarget`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RefTarget<'a> {
     #[serde(borrow)]
@@ -90,8 +93,8 @@ pub struct RefTarget<'a> {
     pub uid: Id,
 }
 
-impl<'a> From<&'a core::RefTarget> for RefTarget<'a> {
-    fn from(t: &'a core::RefTarget) -> Self {
+impl<'a> From<&'a model::RefTarget> for RefTarget<'a> {
+    fn from(t: &'a model::RefTarget) -> Self {
         RefTarget {
             name: Cow::Borrowed(t.name.as_str()),
             uid: *t.uid.as_bytes(),
@@ -99,21 +102,21 @@ impl<'a> From<&'a core::RefTarget> for RefTarget<'a> {
     }
 }
 
-impl TryFrom<RefTarget<'_>> for core::RefTarget {
+impl TryFrom<RefTarget<'_>> for model::RefTarget {
     type Error = NameError;
     fn try_from(t: RefTarget<'_>) -> Result<Self, NameError> {
-        Ok(core::RefTarget {
+        Ok(model::RefTarget {
             name: name(&t.name)?,
             uid: uid(t.uid),
         })
     }
 }
 
-fn targets(v: Vec<RefTarget<'_>>) -> Result<Vec<core::RefTarget>, NameError> {
-    v.into_iter().map(core::RefTarget::try_from).collect()
+fn targets(v: Vec<RefTarget<'_>>) -> Result<Vec<model::RefTarget>, NameError> {
+    v.into_iter().map(model::RefTarget::try_from).collect()
 }
 
-/// [`core::ResourceState`].
+/// [`model::ResourceState`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ResourceState {
     Creating,
@@ -121,27 +124,27 @@ pub enum ResourceState {
     Deleting,
 }
 
-impl From<core::ResourceState> for ResourceState {
-    fn from(s: core::ResourceState) -> Self {
+impl From<model::ResourceState> for ResourceState {
+    fn from(s: model::ResourceState) -> Self {
         match s {
-            core::ResourceState::Creating => ResourceState::Creating,
-            core::ResourceState::Active => ResourceState::Active,
-            core::ResourceState::Deleting => ResourceState::Deleting,
+            model::ResourceState::Creating => ResourceState::Creating,
+            model::ResourceState::Active => ResourceState::Active,
+            model::ResourceState::Deleting => ResourceState::Deleting,
         }
     }
 }
 
-impl From<ResourceState> for core::ResourceState {
+impl From<ResourceState> for model::ResourceState {
     fn from(s: ResourceState) -> Self {
         match s {
-            ResourceState::Creating => core::ResourceState::Creating,
-            ResourceState::Active => core::ResourceState::Active,
-            ResourceState::Deleting => core::ResourceState::Deleting,
+            ResourceState::Creating => model::ResourceState::Creating,
+            ResourceState::Active => model::ResourceState::Active,
+            ResourceState::Deleting => model::ResourceState::Deleting,
         }
     }
 }
 
-/// [`core::Resource`]. `refs` is the core's field → targets map as a list
+/// [`model::Resource`]. `refs` is the core's field → targets map as a list
 /// of pairs in field order (postcard writes a map and a list of pairs
 /// alike: a length, then the pairs).
 #[derive(Debug, Serialize, Deserialize)]
@@ -159,8 +162,8 @@ pub struct Resource<'a> {
     pub finalizers: Cow<'a, [String]>,
 }
 
-impl<'a> From<&'a core::Resource> for Resource<'a> {
-    fn from(r: &'a core::Resource) -> Self {
+impl<'a> From<&'a model::Resource> for Resource<'a> {
+    fn from(r: &'a model::Resource) -> Self {
         Resource {
             name: Cow::Borrowed(r.name.as_str()),
             uid: *r.uid.as_bytes(),
@@ -179,10 +182,10 @@ impl<'a> From<&'a core::Resource> for Resource<'a> {
     }
 }
 
-impl TryFrom<Resource<'_>> for core::Resource {
+impl TryFrom<Resource<'_>> for model::Resource {
     type Error = NameError;
     fn try_from(r: Resource<'_>) -> Result<Self, NameError> {
-        Ok(core::Resource {
+        Ok(model::Resource {
             name: name(&r.name)?,
             uid: uid(r.uid),
             state: r.state.into(),
@@ -200,7 +203,7 @@ impl TryFrom<Resource<'_>> for core::Resource {
     }
 }
 
-/// [`core::BackRefKey`].
+/// [`model::BackRefKey`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct BackRefKey<'a> {
     pub target: Id,
@@ -209,8 +212,8 @@ pub struct BackRefKey<'a> {
     pub field: Cow<'a, str>,
 }
 
-impl<'a> From<&'a core::BackRefKey> for BackRefKey<'a> {
-    fn from(k: &'a core::BackRefKey) -> Self {
+impl<'a> From<&'a model::BackRefKey> for BackRefKey<'a> {
+    fn from(k: &'a model::BackRefKey) -> Self {
         BackRefKey {
             target: *k.target.as_bytes(),
             referrer: *k.referrer.as_bytes(),
@@ -219,9 +222,9 @@ impl<'a> From<&'a core::BackRefKey> for BackRefKey<'a> {
     }
 }
 
-impl From<BackRefKey<'_>> for core::BackRefKey {
+impl From<BackRefKey<'_>> for model::BackRefKey {
     fn from(k: BackRefKey<'_>) -> Self {
-        core::BackRefKey {
+        model::BackRefKey {
             target: uid(k.target),
             referrer: uid(k.referrer),
             field: string(k.field),
@@ -260,7 +263,7 @@ impl From<OnDelete> for CoreOnDelete {
     }
 }
 
-/// [`core::BackRef`].
+/// [`model::BackRef`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct BackRef<'a> {
     #[serde(borrow)]
@@ -274,8 +277,8 @@ pub struct BackRef<'a> {
     pub attached_at: u64,
 }
 
-impl<'a> From<&'a core::BackRef> for BackRef<'a> {
-    fn from(b: &'a core::BackRef) -> Self {
+impl<'a> From<&'a model::BackRef> for BackRef<'a> {
+    fn from(b: &'a model::BackRef) -> Self {
         BackRef {
             target: (&b.target).into(),
             referrer: (&b.referrer).into(),
@@ -287,10 +290,10 @@ impl<'a> From<&'a core::BackRef> for BackRef<'a> {
     }
 }
 
-impl TryFrom<BackRef<'_>> for core::BackRef {
+impl TryFrom<BackRef<'_>> for model::BackRef {
     type Error = NameError;
     fn try_from(b: BackRef<'_>) -> Result<Self, NameError> {
-        Ok(core::BackRef {
+        Ok(model::BackRef {
             target: b.target.try_into()?,
             referrer: b.referrer.try_into()?,
             field: string(b.field),
@@ -301,7 +304,7 @@ impl TryFrom<BackRef<'_>> for core::BackRef {
     }
 }
 
-/// [`core::DeletionReason`].
+/// [`model::DeletionReason`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum DeletionReason<'a> {
     Requested,
@@ -313,11 +316,11 @@ pub enum DeletionReason<'a> {
     },
 }
 
-impl<'a> From<&'a core::DeletionReason> for DeletionReason<'a> {
-    fn from(r: &'a core::DeletionReason) -> Self {
+impl<'a> From<&'a model::DeletionReason> for DeletionReason<'a> {
+    fn from(r: &'a model::DeletionReason) -> Self {
         match r {
-            core::DeletionReason::Requested => DeletionReason::Requested,
-            core::DeletionReason::Cascade { from, field } => DeletionReason::Cascade {
+            model::DeletionReason::Requested => DeletionReason::Requested,
+            model::DeletionReason::Cascade { from, field } => DeletionReason::Cascade {
                 from: Cow::Borrowed(from.as_str()),
                 field: Cow::Borrowed(field.as_str()),
             },
@@ -325,12 +328,12 @@ impl<'a> From<&'a core::DeletionReason> for DeletionReason<'a> {
     }
 }
 
-impl TryFrom<DeletionReason<'_>> for core::DeletionReason {
+impl TryFrom<DeletionReason<'_>> for model::DeletionReason {
     type Error = NameError;
     fn try_from(r: DeletionReason<'_>) -> Result<Self, NameError> {
         Ok(match r {
-            DeletionReason::Requested => core::DeletionReason::Requested,
-            DeletionReason::Cascade { from, field } => core::DeletionReason::Cascade {
+            DeletionReason::Requested => model::DeletionReason::Requested,
+            DeletionReason::Cascade { from, field } => model::DeletionReason::Cascade {
                 from: name(&from)?,
                 field: string(field),
             },
@@ -338,7 +341,7 @@ impl TryFrom<DeletionReason<'_>> for core::DeletionReason {
     }
 }
 
-/// [`core::Blocker`].
+/// [`model::Blocker`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Blocker<'a> {
     #[serde(borrow)]
@@ -348,8 +351,8 @@ pub struct Blocker<'a> {
     pub referrer_deleting: bool,
 }
 
-impl<'a> From<&'a core::Blocker> for Blocker<'a> {
-    fn from(b: &'a core::Blocker) -> Self {
+impl<'a> From<&'a model::Blocker> for Blocker<'a> {
+    fn from(b: &'a model::Blocker) -> Self {
         Blocker {
             referrer: Cow::Borrowed(b.referrer.as_str()),
             field: Cow::Borrowed(b.field.as_str()),
@@ -358,10 +361,10 @@ impl<'a> From<&'a core::Blocker> for Blocker<'a> {
     }
 }
 
-impl TryFrom<Blocker<'_>> for core::Blocker {
+impl TryFrom<Blocker<'_>> for model::Blocker {
     type Error = NameError;
     fn try_from(b: Blocker<'_>) -> Result<Self, NameError> {
-        Ok(core::Blocker {
+        Ok(model::Blocker {
             referrer: name(&b.referrer)?,
             field: string(b.field),
             referrer_deleting: b.referrer_deleting,
@@ -369,15 +372,15 @@ impl TryFrom<Blocker<'_>> for core::Blocker {
     }
 }
 
-fn blockers_to(v: &[core::Blocker]) -> Vec<Blocker<'_>> {
+fn blockers_to(v: &[model::Blocker]) -> Vec<Blocker<'_>> {
     v.iter().map(Blocker::from).collect()
 }
 
-fn blockers_from(v: Vec<Blocker<'_>>) -> Result<Vec<core::Blocker>, NameError> {
-    v.into_iter().map(core::Blocker::try_from).collect()
+fn blockers_from(v: Vec<Blocker<'_>>) -> Result<Vec<model::Blocker>, NameError> {
+    v.into_iter().map(model::Blocker::try_from).collect()
 }
 
-/// [`core::DeletionStatus`].
+/// [`model::DeletionStatus`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum DeletionStatus<'a> {
     Pending,
@@ -400,9 +403,9 @@ pub enum DeletionStatus<'a> {
 
 // The variants are named through aliases: `tests/wire_edge.rs` reads any
 // `Status::` outside `api/` as a gRPC status.
-impl<'a> From<&'a core::DeletionStatus> for DeletionStatus<'a> {
-    fn from(s: &'a core::DeletionStatus) -> Self {
-        use core::DeletionStatus as Core;
+impl<'a> From<&'a model::DeletionStatus> for DeletionStatus<'a> {
+    fn from(s: &'a model::DeletionStatus) -> Self {
+        use model::DeletionStatus as Core;
         match s {
             Core::Pending => Self::Pending,
             Core::Blocked { blockers, reason } => Self::Blocked {
@@ -420,7 +423,7 @@ impl<'a> From<&'a core::DeletionStatus> for DeletionStatus<'a> {
     }
 }
 
-impl TryFrom<DeletionStatus<'_>> for core::DeletionStatus {
+impl TryFrom<DeletionStatus<'_>> for model::DeletionStatus {
     type Error = NameError;
     fn try_from(s: DeletionStatus<'_>) -> Result<Self, NameError> {
         use DeletionStatus as Stored;
@@ -439,7 +442,7 @@ impl TryFrom<DeletionStatus<'_>> for core::DeletionStatus {
     }
 }
 
-/// [`core::DeletionRecord`].
+/// [`model::DeletionRecord`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct DeletionRecord<'a> {
     #[serde(borrow)]
@@ -454,8 +457,8 @@ pub struct DeletionRecord<'a> {
     pub status: DeletionStatus<'a>,
 }
 
-impl<'a> From<&'a core::DeletionRecord> for DeletionRecord<'a> {
-    fn from(d: &'a core::DeletionRecord) -> Self {
+impl<'a> From<&'a model::DeletionRecord> for DeletionRecord<'a> {
+    fn from(d: &'a model::DeletionRecord) -> Self {
         DeletionRecord {
             target: (&d.target).into(),
             deleted_at: d.deleted_at.0,
@@ -467,10 +470,10 @@ impl<'a> From<&'a core::DeletionRecord> for DeletionRecord<'a> {
     }
 }
 
-impl TryFrom<DeletionRecord<'_>> for core::DeletionRecord {
+impl TryFrom<DeletionRecord<'_>> for model::DeletionRecord {
     type Error = NameError;
     fn try_from(d: DeletionRecord<'_>) -> Result<Self, NameError> {
-        Ok(core::DeletionRecord {
+        Ok(model::DeletionRecord {
             target: d.target.try_into()?,
             deleted_at: Timestamp(d.deleted_at),
             reason: d.reason.try_into()?,
@@ -481,7 +484,7 @@ impl TryFrom<DeletionRecord<'_>> for core::DeletionRecord {
     }
 }
 
-/// [`core::OperationState`].
+/// [`model::OperationState`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum OperationState {
     Running,
@@ -489,27 +492,27 @@ pub enum OperationState {
     Failed,
 }
 
-impl From<core::OperationState> for OperationState {
-    fn from(s: core::OperationState) -> Self {
+impl From<model::OperationState> for OperationState {
+    fn from(s: model::OperationState) -> Self {
         match s {
-            core::OperationState::Running => OperationState::Running,
-            core::OperationState::Succeeded => OperationState::Succeeded,
-            core::OperationState::Failed => OperationState::Failed,
+            model::OperationState::Running => OperationState::Running,
+            model::OperationState::Succeeded => OperationState::Succeeded,
+            model::OperationState::Failed => OperationState::Failed,
         }
     }
 }
 
-impl From<OperationState> for core::OperationState {
+impl From<OperationState> for model::OperationState {
     fn from(s: OperationState) -> Self {
         match s {
-            OperationState::Running => core::OperationState::Running,
-            OperationState::Succeeded => core::OperationState::Succeeded,
-            OperationState::Failed => core::OperationState::Failed,
+            OperationState::Running => model::OperationState::Running,
+            OperationState::Succeeded => model::OperationState::Succeeded,
+            OperationState::Failed => model::OperationState::Failed,
         }
     }
 }
 
-/// [`core::Progress`].
+/// [`model::Progress`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Progress {
     pub deleted: u64,
@@ -519,8 +522,8 @@ pub struct Progress {
     pub failed: u64,
 }
 
-impl From<&core::Progress> for Progress {
-    fn from(p: &core::Progress) -> Self {
+impl From<&model::Progress> for Progress {
+    fn from(p: &model::Progress) -> Self {
         Progress {
             deleted: p.deleted,
             unset: p.unset,
@@ -531,9 +534,9 @@ impl From<&core::Progress> for Progress {
     }
 }
 
-impl From<Progress> for core::Progress {
+impl From<Progress> for model::Progress {
     fn from(p: Progress) -> Self {
-        core::Progress {
+        model::Progress {
             deleted: p.deleted,
             unset: p.unset,
             pending: p.pending,
@@ -543,7 +546,7 @@ impl From<Progress> for core::Progress {
     }
 }
 
-/// [`core::Operation`].
+/// [`model::Operation`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Operation<'a> {
     pub id: Id,
@@ -561,8 +564,8 @@ pub struct Operation<'a> {
     pub closure_confirmed: bool,
 }
 
-impl<'a> From<&'a core::Operation> for Operation<'a> {
-    fn from(o: &'a core::Operation) -> Self {
+impl<'a> From<&'a model::Operation> for Operation<'a> {
+    fn from(o: &'a model::Operation) -> Self {
         Operation {
             id: *o.id.0.as_bytes(),
             root: (&o.root).into(),
@@ -579,10 +582,10 @@ impl<'a> From<&'a core::Operation> for Operation<'a> {
     }
 }
 
-impl TryFrom<Operation<'_>> for core::Operation {
+impl TryFrom<Operation<'_>> for model::Operation {
     type Error = NameError;
     fn try_from(o: Operation<'_>) -> Result<Self, NameError> {
-        Ok(core::Operation {
+        Ok(model::Operation {
             id: op(o.id),
             root: o.root.try_into()?,
             requested_by: string(o.requested_by),
@@ -598,7 +601,7 @@ impl TryFrom<Operation<'_>> for core::Operation {
     }
 }
 
-/// [`core::OutcomeAction`].
+/// [`model::OutcomeAction`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum OutcomeAction<'a> {
     Pending,
@@ -620,46 +623,46 @@ pub enum OutcomeAction<'a> {
     },
 }
 
-impl<'a> From<&'a core::OutcomeAction> for OutcomeAction<'a> {
-    fn from(a: &'a core::OutcomeAction) -> Self {
+impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
+    fn from(a: &'a model::OutcomeAction) -> Self {
         match a {
-            core::OutcomeAction::Pending => OutcomeAction::Pending,
-            core::OutcomeAction::Deleted => OutcomeAction::Deleted,
-            core::OutcomeAction::Unset { field } => OutcomeAction::Unset {
+            model::OutcomeAction::Pending => OutcomeAction::Pending,
+            model::OutcomeAction::Deleted => OutcomeAction::Deleted,
+            model::OutcomeAction::Unset { field } => OutcomeAction::Unset {
                 field: Cow::Borrowed(field.as_str()),
             },
-            core::OutcomeAction::Blocked { blockers } => OutcomeAction::Blocked {
+            model::OutcomeAction::Blocked { blockers } => OutcomeAction::Blocked {
                 blockers: blockers_to(blockers),
             },
-            core::OutcomeAction::Failed { error } => OutcomeAction::Failed {
+            model::OutcomeAction::Failed { error } => OutcomeAction::Failed {
                 error: Cow::Borrowed(error.as_str()),
             },
-            core::OutcomeAction::Waiting { regions } => OutcomeAction::Waiting {
+            model::OutcomeAction::Waiting { regions } => OutcomeAction::Waiting {
                 regions: Cow::Borrowed(regions),
             },
         }
     }
 }
 
-impl TryFrom<OutcomeAction<'_>> for core::OutcomeAction {
+impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
     type Error = NameError;
     fn try_from(a: OutcomeAction<'_>) -> Result<Self, NameError> {
         Ok(match a {
-            OutcomeAction::Pending => core::OutcomeAction::Pending,
-            OutcomeAction::Deleted => core::OutcomeAction::Deleted,
-            OutcomeAction::Unset { field } => core::OutcomeAction::Unset { field: string(field) },
-            OutcomeAction::Blocked { blockers } => core::OutcomeAction::Blocked {
+            OutcomeAction::Pending => model::OutcomeAction::Pending,
+            OutcomeAction::Deleted => model::OutcomeAction::Deleted,
+            OutcomeAction::Unset { field } => model::OutcomeAction::Unset { field: string(field) },
+            OutcomeAction::Blocked { blockers } => model::OutcomeAction::Blocked {
                 blockers: blockers_from(blockers)?,
             },
-            OutcomeAction::Failed { error } => core::OutcomeAction::Failed { error: string(error) },
-            OutcomeAction::Waiting { regions } => core::OutcomeAction::Waiting {
+            OutcomeAction::Failed { error } => model::OutcomeAction::Failed { error: string(error) },
+            OutcomeAction::Waiting { regions } => model::OutcomeAction::Waiting {
                 regions: strings(regions),
             },
         })
     }
 }
 
-/// [`core::Outcome`] (the core flattens `action` into the outcome; here it
+/// [`model::Outcome`] (the core flattens `action` into the outcome; here it
 /// is a field of its own).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Outcome<'a> {
@@ -670,8 +673,8 @@ pub struct Outcome<'a> {
     pub time: u64,
 }
 
-impl<'a> From<&'a core::Outcome> for Outcome<'a> {
-    fn from(o: &'a core::Outcome) -> Self {
+impl<'a> From<&'a model::Outcome> for Outcome<'a> {
+    fn from(o: &'a model::Outcome) -> Self {
         Outcome {
             resource: (&o.resource).into(),
             action: (&o.action).into(),
@@ -680,10 +683,10 @@ impl<'a> From<&'a core::Outcome> for Outcome<'a> {
     }
 }
 
-impl TryFrom<Outcome<'_>> for core::Outcome {
+impl TryFrom<Outcome<'_>> for model::Outcome {
     type Error = NameError;
     fn try_from(o: Outcome<'_>) -> Result<Self, NameError> {
-        Ok(core::Outcome {
+        Ok(model::Outcome {
             resource: o.resource.try_into()?,
             action: o.action.try_into()?,
             time: Timestamp(o.time),
@@ -691,7 +694,7 @@ impl TryFrom<Outcome<'_>> for core::Outcome {
     }
 }
 
-/// [`core::WorkItem`].
+/// [`model::WorkItem`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WorkItem<'a> {
     #[serde(borrow)]
@@ -702,8 +705,8 @@ pub struct WorkItem<'a> {
     pub last_error: Option<Cow<'a, str>>,
 }
 
-impl<'a> From<&'a core::WorkItem> for WorkItem<'a> {
-    fn from(w: &'a core::WorkItem) -> Self {
+impl<'a> From<&'a model::WorkItem> for WorkItem<'a> {
+    fn from(w: &'a model::WorkItem) -> Self {
         WorkItem {
             target: (&w.target).into(),
             next_attempt_at: w.next_attempt_at.0,
@@ -713,10 +716,10 @@ impl<'a> From<&'a core::WorkItem> for WorkItem<'a> {
     }
 }
 
-impl TryFrom<WorkItem<'_>> for core::WorkItem {
+impl TryFrom<WorkItem<'_>> for model::WorkItem {
     type Error = NameError;
     fn try_from(w: WorkItem<'_>) -> Result<Self, NameError> {
-        Ok(core::WorkItem {
+        Ok(model::WorkItem {
             target: w.target.try_into()?,
             next_attempt_at: Timestamp(w.next_attempt_at),
             attempts: w.attempts,
@@ -725,7 +728,7 @@ impl TryFrom<WorkItem<'_>> for core::WorkItem {
     }
 }
 
-/// [`core::EventType`].
+/// [`model::EventType`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum EventType {
     Created,
@@ -736,33 +739,33 @@ pub enum EventType {
     DeletionFailed,
 }
 
-impl From<core::EventType> for EventType {
-    fn from(t: core::EventType) -> Self {
+impl From<model::EventType> for EventType {
+    fn from(t: model::EventType) -> Self {
         match t {
-            core::EventType::Created => EventType::Created,
-            core::EventType::Updated => EventType::Updated,
-            core::EventType::Deleting => EventType::Deleting,
-            core::EventType::Purged => EventType::Purged,
-            core::EventType::DeletionBlocked => EventType::DeletionBlocked,
-            core::EventType::DeletionFailed => EventType::DeletionFailed,
+            model::EventType::Created => EventType::Created,
+            model::EventType::Updated => EventType::Updated,
+            model::EventType::Deleting => EventType::Deleting,
+            model::EventType::Purged => EventType::Purged,
+            model::EventType::DeletionBlocked => EventType::DeletionBlocked,
+            model::EventType::DeletionFailed => EventType::DeletionFailed,
         }
     }
 }
 
-impl From<EventType> for core::EventType {
+impl From<EventType> for model::EventType {
     fn from(t: EventType) -> Self {
         match t {
-            EventType::Created => core::EventType::Created,
-            EventType::Updated => core::EventType::Updated,
-            EventType::Deleting => core::EventType::Deleting,
-            EventType::Purged => core::EventType::Purged,
-            EventType::DeletionBlocked => core::EventType::DeletionBlocked,
-            EventType::DeletionFailed => core::EventType::DeletionFailed,
+            EventType::Created => model::EventType::Created,
+            EventType::Updated => model::EventType::Updated,
+            EventType::Deleting => model::EventType::Deleting,
+            EventType::Purged => model::EventType::Purged,
+            EventType::DeletionBlocked => model::EventType::DeletionBlocked,
+            EventType::DeletionFailed => model::EventType::DeletionFailed,
         }
     }
 }
 
-/// [`core::Event`].
+/// [`model::Event`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Event<'a> {
     pub revision: u64,
@@ -780,8 +783,8 @@ pub struct Event<'a> {
     pub cause: Option<DeletionReason<'a>>,
 }
 
-impl<'a> From<&'a core::Event> for Event<'a> {
-    fn from(e: &'a core::Event) -> Self {
+impl<'a> From<&'a model::Event> for Event<'a> {
+    fn from(e: &'a model::Event) -> Self {
         Event {
             revision: e.revision,
             event_type: e.event_type.into(),
@@ -796,24 +799,24 @@ impl<'a> From<&'a core::Event> for Event<'a> {
     }
 }
 
-impl TryFrom<Event<'_>> for core::Event {
+impl TryFrom<Event<'_>> for model::Event {
     type Error = NameError;
     fn try_from(e: Event<'_>) -> Result<Self, NameError> {
-        Ok(core::Event {
+        Ok(model::Event {
             revision: e.revision,
             event_type: e.event_type.into(),
             resource: e.resource.try_into()?,
-            snapshot: e.snapshot.map(core::Resource::try_from).transpose()?,
+            snapshot: e.snapshot.map(model::Resource::try_from).transpose()?,
             operation: e.operation.map(op),
             message: string(e.message),
             time: Timestamp(e.time),
             no_cascade: e.no_cascade,
-            cause: e.cause.map(core::DeletionReason::try_from).transpose()?,
+            cause: e.cause.map(model::DeletionReason::try_from).transpose()?,
         })
     }
 }
 
-/// [`core::RemoteDeletion`].
+/// [`model::RemoteDeletion`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RemoteDeletion<'a> {
     #[serde(borrow)]
@@ -824,8 +827,8 @@ pub struct RemoteDeletion<'a> {
     pub no_cascade: bool,
 }
 
-impl<'a> From<&'a core::RemoteDeletion> for RemoteDeletion<'a> {
-    fn from(r: &'a core::RemoteDeletion) -> Self {
+impl<'a> From<&'a model::RemoteDeletion> for RemoteDeletion<'a> {
+    fn from(r: &'a model::RemoteDeletion) -> Self {
         RemoteDeletion {
             target: (&r.target).into(),
             operation: *r.operation.0.as_bytes(),
@@ -836,10 +839,10 @@ impl<'a> From<&'a core::RemoteDeletion> for RemoteDeletion<'a> {
     }
 }
 
-impl TryFrom<RemoteDeletion<'_>> for core::RemoteDeletion {
+impl TryFrom<RemoteDeletion<'_>> for model::RemoteDeletion {
     type Error = NameError;
     fn try_from(r: RemoteDeletion<'_>) -> Result<Self, NameError> {
-        Ok(core::RemoteDeletion {
+        Ok(model::RemoteDeletion {
             target: r.target.try_into()?,
             operation: op(r.operation),
             seen_at: Timestamp(r.seen_at),
@@ -849,7 +852,7 @@ impl TryFrom<RemoteDeletion<'_>> for core::RemoteDeletion {
     }
 }
 
-/// [`core::PendingAttach`].
+/// [`model::PendingAttach`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PendingAttach<'a> {
     #[serde(borrow)]
@@ -858,8 +861,8 @@ pub struct PendingAttach<'a> {
     pub keys: Vec<BackRefKey<'a>>,
 }
 
-impl<'a> From<&'a core::PendingAttach> for PendingAttach<'a> {
-    fn from(p: &'a core::PendingAttach) -> Self {
+impl<'a> From<&'a model::PendingAttach> for PendingAttach<'a> {
+    fn from(p: &'a model::PendingAttach) -> Self {
         PendingAttach {
             resource: (&p.resource).into(),
             keys: p.keys.iter().map(BackRefKey::from).collect(),
@@ -867,17 +870,17 @@ impl<'a> From<&'a core::PendingAttach> for PendingAttach<'a> {
     }
 }
 
-impl TryFrom<PendingAttach<'_>> for core::PendingAttach {
+impl TryFrom<PendingAttach<'_>> for model::PendingAttach {
     type Error = NameError;
     fn try_from(p: PendingAttach<'_>) -> Result<Self, NameError> {
-        Ok(core::PendingAttach {
+        Ok(model::PendingAttach {
             resource: p.resource.try_into()?,
-            keys: p.keys.into_iter().map(core::BackRefKey::from).collect(),
+            keys: p.keys.into_iter().map(model::BackRefKey::from).collect(),
         })
     }
 }
 
-/// [`core::PendingRelease`].
+/// [`model::PendingRelease`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct PendingRelease<'a> {
     #[serde(borrow)]
@@ -885,8 +888,8 @@ pub struct PendingRelease<'a> {
     pub generation: u64,
 }
 
-impl<'a> From<&'a core::PendingRelease> for PendingRelease<'a> {
-    fn from(p: &'a core::PendingRelease) -> Self {
+impl<'a> From<&'a model::PendingRelease> for PendingRelease<'a> {
+    fn from(p: &'a model::PendingRelease) -> Self {
         PendingRelease {
             backref: (&p.backref).into(),
             generation: p.generation,
@@ -894,10 +897,10 @@ impl<'a> From<&'a core::PendingRelease> for PendingRelease<'a> {
     }
 }
 
-impl TryFrom<PendingRelease<'_>> for core::PendingRelease {
+impl TryFrom<PendingRelease<'_>> for model::PendingRelease {
     type Error = NameError;
     fn try_from(p: PendingRelease<'_>) -> Result<Self, NameError> {
-        Ok(core::PendingRelease {
+        Ok(model::PendingRelease {
             backref: p.backref.try_into()?,
             generation: p.generation,
         })
