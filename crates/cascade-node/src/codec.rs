@@ -1,8 +1,19 @@
 //! How core records are laid out in the store: key encodings per table
-//! (ordered so prefix scans answer the protocol's questions) and JSON
-//! values. [`StoreState`] is the core's `StateRead` over any [`Store`];
+//! (ordered so prefix scans answer the protocol's questions) and values.
+//! [`StoreState`] is the core's `StateRead` over any [`Store`];
 //! [`encode_writes`] turns a step's `WriteSet` into one atomic [`Batch`].
-
+//!
+//! A value is one version byte, then its body:
+//!
+//! - [`VERSION_POSTCARD_V1`] (`0x01`): postcard 1 of the record's storage
+//!   type in [`stored`], which is the disk format (see there for how it may
+//!   evolve). Everything this node writes.
+//! - `{` or `"`: no version byte, the whole value is the JSON of the core
+//!   type, as nodes before the binary encoding wrote it (an object; a plain
+//!   string for a name in the uid index). Read as it is, so a store from an
+//!   earlier version opens without a migration; rows are rewritten in the
+//!   binary form whenever a step writes them anyway.
+//! - anything else: [`StoreError::Corrupt`], naming the table and the byte.
 use cascade_core::error::StorageError;
 use cascade_core::model::{
     BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
@@ -12,9 +23,12 @@ use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
 
 use crate::store::{Batch, Store, StoreError, Table};
+
+pub mod stored;
+#[cfg(test)]
+mod tests;
 
 const NEXT_REVISION: &[u8] = b"next_revision";
 const GENERATION: &[u8] = b"generation";
@@ -52,19 +66,109 @@ pub fn revision_key(r: Revision) -> Vec<u8> {
     r.to_be_bytes().to_vec()
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    // Serializing these plain records to JSON cannot fail (no maps with
-    // non-string keys, no custom serializers that error).
-    serde_json::to_vec(v).unwrap_or_default()
+/// The first byte of a value whose body is postcard 1 of its [`stored`] type.
+pub const VERSION_POSTCARD_V1: u8 = 0x01;
+
+/// A core record the store keeps as a value, through its storage type in
+/// [`stored`]. Implemented for exactly the records the tables hold;
+/// [`StoreState::scan`] and [`StoreState::all`] decode any of them.
+pub trait Record: Sized + DeserializeOwned {
+    /// This record's value: the version byte, then the body.
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError>;
+    /// A version-1 body (without its version byte) back into the record.
+    fn decode_v1(body: &[u8]) -> Result<Self, String>;
 }
 
-// The sanctioned place: stored JSON is decoded here, where a bad value is
-// reported as corruption of its table.
+/// Why a value did not encode. It cannot happen: postcard into a `Vec`
+/// fails only for a sequence of unknown length or a `Serialize` impl that
+/// errs, and the storage types are plain derives over strings, integers,
+/// `Vec`s, `BTreeMap`s and `BTreeSet`s (whose lengths are known). Still an
+/// error, not a panic or an empty value, should a storage type ever change.
+fn encode_failed(table: Table, e: postcard::Error) -> StoreError {
+    StoreError::Corrupt {
+        table: table.name(),
+        message: format!("a value does not encode: {e}"),
+    }
+}
+
+/// Appends postcard's output to a `Vec` a slice at a time (its `to_extend`
+/// goes through `Extend` with an iterator of bytes).
+struct Append(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append {
+    type Output = Vec<u8>;
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
+}
+
+macro_rules! records {
+    ($($core:ty => $stored:ident),* $(,)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                let disk = stored::$stored::from(self);
+                // One exact allocation: the memory engine keeps the Vec as
+                // it is, and a disk engine copies it out.
+                let size = postcard::serialize_with_flavor(&disk, postcard::ser_flavors::Size::default()).map_err(|e| encode_failed(table, e))?;
+                let mut out = Vec::with_capacity(1 + size);
+                out.push(VERSION_POSTCARD_V1);
+                postcard::serialize_with_flavor(&disk, Append(out)).map_err(|e| encode_failed(table, e))
+            }
+            fn decode_v1(body: &[u8]) -> Result<Self, String> {
+                let (disk, rest) =
+                    postcard::take_from_bytes::<stored::$stored<'_>>(body).map_err(|e| e.to_string())?;
+                if !rest.is_empty() {
+                    return Err(format!("{} bytes past the end of the value", rest.len()));
+                }
+                Self::try_from(disk).map_err(|e| e.to_string())
+            }
+        }
+    )*};
+}
+
+records! {
+    Resource => Resource,
+    ResourceName => ResourceName,
+    BackRef => BackRef,
+    DeletionRecord => DeletionRecord,
+    Operation => Operation,
+    Outcome => Outcome,
+    WorkItem => WorkItem,
+    Event => Event,
+    RemoteDeletion => RemoteDeletion,
+    PendingRelease => PendingRelease,
+    PendingAttach => PendingAttach,
+}
+
+fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
+    let corrupt = |message| StoreError::Corrupt {
+        table: table.name(),
+        message,
+    };
+    match bytes.first() {
+        Some(&VERSION_POSTCARD_V1) => T::decode_v1(&bytes[1..]).map_err(corrupt),
+        Some(b'{' | b'"') => decode_legacy_json(table, bytes),
+        Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
+        None => Err(corrupt("an empty value".into())),
+    }
+}
+
+// The sanctioned place: stored JSON (written by nodes before the binary
+// encoding) is decoded here, where a bad value is reported as corruption of
+// its table.
 #[allow(clippy::disallowed_methods)]
-fn decode<T: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
+fn decode_legacy_json<T: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
         table: table.name(),
-        message: e.to_string(),
+        message: format!("legacy JSON value: {e}"),
     })
 }
 
@@ -78,12 +182,12 @@ pub struct StoreState<'a> {
 }
 
 impl StoreState<'_> {
-    fn get<T: DeserializeOwned>(&self, table: Table, key: &[u8]) -> Result<Option<T>, StoreError> {
+    fn get<T: Record>(&self, table: Table, key: &[u8]) -> Result<Option<T>, StoreError> {
         self.store.get(table, key)?.map(|v| decode(table, &v)).transpose()
     }
 
     /// Decoded entries of a prefix scan.
-    pub fn scan<T: DeserializeOwned>(
+    pub fn scan<T: Record>(
         &self,
         table: Table,
         prefix: &[u8],
@@ -258,7 +362,7 @@ impl StoreState<'_> {
     }
 
     /// All rows of a table, decoded (the checker's dump; bounded by `limit`).
-    pub fn all<T: DeserializeOwned>(&self, table: Table, limit: usize) -> Result<Vec<T>, StoreError> {
+    pub fn all<T: Record>(&self, table: Table, limit: usize) -> Result<Vec<T>, StoreError> {
         self.scan(table, &[], None, limit)
     }
 
@@ -434,17 +538,18 @@ impl StateRead for StoreState<'_> {
 /// as it is before the batch (to move the due index of rescheduled work).
 pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, StoreError> {
     let mut b = Batch::default();
-    fn put_or_remove<T: Serialize>(b: &mut Batch, table: Table, key: Vec<u8>, v: &Option<T>) {
+    fn put_or_remove<T: Record>(b: &mut Batch, table: Table, key: Vec<u8>, v: &Option<T>) -> Result<(), StoreError> {
         match v {
-            Some(v) => b.put(table, key, encode(v)),
+            Some(v) => b.put(table, key, v.encode(table)?),
             None => b.remove(table, key),
         }
+        Ok(())
     }
     for (name, v) in &w.resources {
-        put_or_remove(&mut b, Table::Resources, name.as_str().as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::Resources, name.as_str().as_bytes().to_vec(), v)?;
     }
     for (uid, v) in &w.uid_index {
-        put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v)?;
     }
     for (k, v) in &w.backrefs {
         let key = backref_key(k);
@@ -456,16 +561,16 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         } else if state.store.get(Table::BlockingBackrefs, &key)?.is_some() {
             b.remove(Table::BlockingBackrefs, key.clone());
         }
-        put_or_remove(&mut b, Table::Backrefs, key, v);
+        put_or_remove(&mut b, Table::Backrefs, key, v)?;
     }
     for (uid, v) in &w.deletions {
-        put_or_remove(&mut b, Table::Deletions, uid.as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::Deletions, uid.as_bytes().to_vec(), v)?;
     }
     for (id, v) in &w.operations {
-        put_or_remove(&mut b, Table::Operations, id.0.as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::Operations, id.0.as_bytes().to_vec(), v)?;
     }
     for ((op, name), v) in &w.outcomes {
-        b.put(Table::Outcomes, outcome_key(*op, name), encode(v));
+        b.put(Table::Outcomes, outcome_key(*op, name), v.encode(Table::Outcomes)?);
     }
     for (uid, v) in &w.work {
         let before = state.stored_due(*uid)?;
@@ -478,25 +583,25 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
                 b.put(Table::DueIndex, due_key(due, *uid), Vec::new());
             }
         }
-        put_or_remove(&mut b, Table::RetryQueue, uid.as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::RetryQueue, uid.as_bytes().to_vec(), v)?;
     }
     for e in &w.events {
-        b.put(Table::Outbox, revision_key(e.revision), encode(e));
+        b.put(Table::Outbox, revision_key(e.revision), e.encode(Table::Outbox)?);
     }
     if let Some(r) = w.next_revision {
         b.put(Table::Meta, NEXT_REVISION.to_vec(), r.to_be_bytes().to_vec());
     }
     for (uid, v) in &w.remote_deletions {
-        put_or_remove(&mut b, Table::RemoteDeletions, uid.as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::RemoteDeletions, uid.as_bytes().to_vec(), v)?;
     }
     for ((region, key), v) in &w.pending_releases {
-        put_or_remove(&mut b, Table::PendingReleases, release_key(region, key), v);
+        put_or_remove(&mut b, Table::PendingReleases, release_key(region, key), v)?;
     }
     for (region, rev) in &w.cursors {
         b.put(Table::Cursors, region.as_bytes().to_vec(), rev.to_be_bytes().to_vec());
     }
     for (uid, v) in &w.pending_attach {
-        put_or_remove(&mut b, Table::PendingAttach, uid.as_bytes().to_vec(), v);
+        put_or_remove(&mut b, Table::PendingAttach, uid.as_bytes().to_vec(), v)?;
     }
     if let Some(g) = w.generation {
         b.put(Table::Meta, GENERATION.to_vec(), g.to_be_bytes().to_vec());

@@ -1,0 +1,908 @@
+//! The disk format of the store's values: one storage type per core record
+//! the node keeps, and the conversions between the two.
+//!
+//! These types, not the core's, are what a value's body is (postcard 1 of
+//! these types after the version byte, see [`super::VERSION_POSTCARD_V1`]).
+//! They are kept apart from `cascade_core::model` because the two change for
+//! different reasons: the core's types are shaped for the protocol and its
+//! JSON (internally tagged enums, `flatten`, defaults), which a
+//! non-self-describing format like postcard cannot write or read, and a
+//! change of the core must not silently change bytes already on disk. A
+//! change of the core that the disk must follow is made here, on purpose,
+//! and the conversions below do not compile until it is.
+//!
+//! The rules that keep old stores readable:
+//!
+//! - postcard writes fields in declaration order with no names and enum
+//!   variants by index: never reorder, rename-by-retyping or remove a field
+//!   or a variant. New fields and variants are only ever appended, and a
+//!   layout change gets a new version byte (with the decoder of the old one
+//!   kept), never a silent reinterpretation of version 1.
+//! - Plain serde derives only: externally tagged enums, no `flatten`, no
+//!   `skip_serializing_if`, no `tag`, no `default` (postcard has no field
+//!   names to be absent). `#[serde(borrow)]` only lets a decoded string
+//!   borrow from the stored bytes; it does not change the bytes.
+//! - Strings are `Cow<'a, str>` (and lists of plain strings `Cow<'a, [String]>`)
+//!   so that encoding borrows from the core value instead of cloning it; a
+//!   `Cow` is written exactly as the owned value. Uids and operation ids are
+//!   their 16 bytes ([`Id`]), timestamps their milliseconds, names their
+//!   string form (validated again when read).
+//!
+//! `From<&core>` builds the storage form for writing (no string is copied);
+//! `TryFrom<storage>` rebuilds the core value (it fails only on a name that
+//! no longer parses).
+//!
+//! Size: one file on purpose: it is the whole disk format, each storage
+//! type next to its two conversions, to be read and reviewed as one.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use cascade_core::model;
+use cascade_core::name::NameError;
+use cascade_core::{OnDelete as CoreOnDelete, OperationId, ResourceName as CoreName, Timestamp, Uid};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A uid or an operation id: the UUID's 16 bytes, no length prefix.
+pub type Id = [u8; 16];
+
+fn uid(id: Id) -> Uid {
+    Uid(Uuid::from_bytes(id))
+}
+
+fn op(id: Id) -> OperationId {
+    OperationId(Uuid::from_bytes(id))
+}
+
+fn name(s: &str) -> Result<CoreName, NameError> {
+    CoreName::parse(s)
+}
+
+fn strings(v: Cow<'_, [String]>) -> Vec<String> {
+    v.into_owned()
+}
+
+/// `Cow<str>` → `String` (moves an owned one, copies a borrowed one once).
+fn string(s: Cow<'_, str>) -> String {
+    s.into_owned()
+}
+
+/// A resource name in the uid index (`uid → name`).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ResourceName<'a>(#[serde(borrow)] pub Cow<'a, str>);
+
+impl<'a> From<&'a CoreName> for ResourceName<'a> {
+    fn from(n: &'a CoreName) -> Self {
+        ResourceName(Cow::Borrowed(n.as_str()))
+    }
+}
+
+impl TryFrom<ResourceName<'_>> for CoreName {
+    type Error = NameError;
+    fn try_from(n: ResourceName<'_>) -> Result<Self, NameError> {
+        name(&n.0)
+    }
+}
+
+/// [`model::RefTarget`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RefTarget<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+    pub uid: Id,
+}
+
+impl<'a> From<&'a model::RefTarget> for RefTarget<'a> {
+    fn from(t: &'a model::RefTarget) -> Self {
+        RefTarget {
+            name: Cow::Borrowed(t.name.as_str()),
+            uid: *t.uid.as_bytes(),
+        }
+    }
+}
+
+impl TryFrom<RefTarget<'_>> for model::RefTarget {
+    type Error = NameError;
+    fn try_from(t: RefTarget<'_>) -> Result<Self, NameError> {
+        Ok(model::RefTarget {
+            name: name(&t.name)?,
+            uid: uid(t.uid),
+        })
+    }
+}
+
+fn targets(v: Vec<RefTarget<'_>>) -> Result<Vec<model::RefTarget>, NameError> {
+    v.into_iter().map(model::RefTarget::try_from).collect()
+}
+
+/// [`model::ResourceState`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ResourceState {
+    Creating,
+    Active,
+    Deleting,
+}
+
+impl From<model::ResourceState> for ResourceState {
+    fn from(s: model::ResourceState) -> Self {
+        match s {
+            model::ResourceState::Creating => ResourceState::Creating,
+            model::ResourceState::Active => ResourceState::Active,
+            model::ResourceState::Deleting => ResourceState::Deleting,
+        }
+    }
+}
+
+impl From<ResourceState> for model::ResourceState {
+    fn from(s: ResourceState) -> Self {
+        match s {
+            ResourceState::Creating => model::ResourceState::Creating,
+            ResourceState::Active => model::ResourceState::Active,
+            ResourceState::Deleting => model::ResourceState::Deleting,
+        }
+    }
+}
+
+/// [`model::Resource`]. `refs` is the core's field → targets map as a list
+/// of pairs in field order (postcard writes a map and a list of pairs
+/// alike: a length, then the pairs).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Resource<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
+    pub uid: Id,
+    pub state: ResourceState,
+    pub attributes: Cow<'a, BTreeMap<String, String>>,
+    #[serde(borrow)]
+    pub refs: Vec<(Cow<'a, str>, Vec<RefTarget<'a>>)>,
+    pub revision: u64,
+    pub create_time: u64,
+    pub update_time: u64,
+    pub finalizers: Cow<'a, [String]>,
+}
+
+impl<'a> From<&'a model::Resource> for Resource<'a> {
+    fn from(r: &'a model::Resource) -> Self {
+        Resource {
+            name: Cow::Borrowed(r.name.as_str()),
+            uid: *r.uid.as_bytes(),
+            state: r.state.into(),
+            attributes: Cow::Borrowed(&r.attributes),
+            refs: r
+                .refs
+                .iter()
+                .map(|(f, ts)| (Cow::Borrowed(f.as_str()), ts.iter().map(RefTarget::from).collect()))
+                .collect(),
+            revision: r.revision,
+            create_time: r.create_time.0,
+            update_time: r.update_time.0,
+            finalizers: Cow::Borrowed(&r.finalizers),
+        }
+    }
+}
+
+impl TryFrom<Resource<'_>> for model::Resource {
+    type Error = NameError;
+    fn try_from(r: Resource<'_>) -> Result<Self, NameError> {
+        Ok(model::Resource {
+            name: name(&r.name)?,
+            uid: uid(r.uid),
+            state: r.state.into(),
+            attributes: r.attributes.into_owned(),
+            refs: r
+                .refs
+                .into_iter()
+                .map(|(f, ts)| Ok((string(f), targets(ts)?)))
+                .collect::<Result<_, NameError>>()?,
+            revision: r.revision,
+            create_time: Timestamp(r.create_time),
+            update_time: Timestamp(r.update_time),
+            finalizers: strings(r.finalizers),
+        })
+    }
+}
+
+/// [`model::BackRefKey`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BackRefKey<'a> {
+    pub target: Id,
+    pub referrer: Id,
+    #[serde(borrow)]
+    pub field: Cow<'a, str>,
+}
+
+impl<'a> From<&'a model::BackRefKey> for BackRefKey<'a> {
+    fn from(k: &'a model::BackRefKey) -> Self {
+        BackRefKey {
+            target: *k.target.as_bytes(),
+            referrer: *k.referrer.as_bytes(),
+            field: Cow::Borrowed(k.field.as_str()),
+        }
+    }
+}
+
+impl From<BackRefKey<'_>> for model::BackRefKey {
+    fn from(k: BackRefKey<'_>) -> Self {
+        model::BackRefKey {
+            target: uid(k.target),
+            referrer: uid(k.referrer),
+            field: string(k.field),
+        }
+    }
+}
+
+/// [`cascade_core::OnDelete`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum OnDelete {
+    Cascade,
+    Unset,
+    Block,
+    AllowDangling,
+}
+
+impl From<CoreOnDelete> for OnDelete {
+    fn from(o: CoreOnDelete) -> Self {
+        match o {
+            CoreOnDelete::Cascade => OnDelete::Cascade,
+            CoreOnDelete::Unset => OnDelete::Unset,
+            CoreOnDelete::Block => OnDelete::Block,
+            CoreOnDelete::AllowDangling => OnDelete::AllowDangling,
+        }
+    }
+}
+
+impl From<OnDelete> for CoreOnDelete {
+    fn from(o: OnDelete) -> Self {
+        match o {
+            OnDelete::Cascade => CoreOnDelete::Cascade,
+            OnDelete::Unset => CoreOnDelete::Unset,
+            OnDelete::Block => CoreOnDelete::Block,
+            OnDelete::AllowDangling => CoreOnDelete::AllowDangling,
+        }
+    }
+}
+
+/// [`model::BackRef`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BackRef<'a> {
+    #[serde(borrow)]
+    pub target: RefTarget<'a>,
+    #[serde(borrow)]
+    pub referrer: RefTarget<'a>,
+    #[serde(borrow)]
+    pub field: Cow<'a, str>,
+    pub on_delete: OnDelete,
+    pub generation: u64,
+    pub attached_at: u64,
+}
+
+impl<'a> From<&'a model::BackRef> for BackRef<'a> {
+    fn from(b: &'a model::BackRef) -> Self {
+        BackRef {
+            target: (&b.target).into(),
+            referrer: (&b.referrer).into(),
+            field: Cow::Borrowed(b.field.as_str()),
+            on_delete: b.on_delete.into(),
+            generation: b.generation,
+            attached_at: b.attached_at.0,
+        }
+    }
+}
+
+impl TryFrom<BackRef<'_>> for model::BackRef {
+    type Error = NameError;
+    fn try_from(b: BackRef<'_>) -> Result<Self, NameError> {
+        Ok(model::BackRef {
+            target: b.target.try_into()?,
+            referrer: b.referrer.try_into()?,
+            field: string(b.field),
+            on_delete: b.on_delete.into(),
+            generation: b.generation,
+            attached_at: Timestamp(b.attached_at),
+        })
+    }
+}
+
+/// [`model::DeletionReason`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum DeletionReason<'a> {
+    Requested,
+    Cascade {
+        #[serde(borrow)]
+        from: Cow<'a, str>,
+        #[serde(borrow)]
+        field: Cow<'a, str>,
+    },
+}
+
+impl<'a> From<&'a model::DeletionReason> for DeletionReason<'a> {
+    fn from(r: &'a model::DeletionReason) -> Self {
+        match r {
+            model::DeletionReason::Requested => DeletionReason::Requested,
+            model::DeletionReason::Cascade { from, field } => DeletionReason::Cascade {
+                from: Cow::Borrowed(from.as_str()),
+                field: Cow::Borrowed(field.as_str()),
+            },
+        }
+    }
+}
+
+impl TryFrom<DeletionReason<'_>> for model::DeletionReason {
+    type Error = NameError;
+    fn try_from(r: DeletionReason<'_>) -> Result<Self, NameError> {
+        Ok(match r {
+            DeletionReason::Requested => model::DeletionReason::Requested,
+            DeletionReason::Cascade { from, field } => model::DeletionReason::Cascade {
+                from: name(&from)?,
+                field: string(field),
+            },
+        })
+    }
+}
+
+/// [`model::Blocker`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Blocker<'a> {
+    #[serde(borrow)]
+    pub referrer: Cow<'a, str>,
+    #[serde(borrow)]
+    pub field: Cow<'a, str>,
+    pub referrer_deleting: bool,
+}
+
+impl<'a> From<&'a model::Blocker> for Blocker<'a> {
+    fn from(b: &'a model::Blocker) -> Self {
+        Blocker {
+            referrer: Cow::Borrowed(b.referrer.as_str()),
+            field: Cow::Borrowed(b.field.as_str()),
+            referrer_deleting: b.referrer_deleting,
+        }
+    }
+}
+
+impl TryFrom<Blocker<'_>> for model::Blocker {
+    type Error = NameError;
+    fn try_from(b: Blocker<'_>) -> Result<Self, NameError> {
+        Ok(model::Blocker {
+            referrer: name(&b.referrer)?,
+            field: string(b.field),
+            referrer_deleting: b.referrer_deleting,
+        })
+    }
+}
+
+fn blockers_to(v: &[model::Blocker]) -> Vec<Blocker<'_>> {
+    v.iter().map(Blocker::from).collect()
+}
+
+fn blockers_from(v: Vec<Blocker<'_>>) -> Result<Vec<model::Blocker>, NameError> {
+    v.into_iter().map(model::Blocker::try_from).collect()
+}
+
+/// [`model::DeletionStatus`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum DeletionStatus<'a> {
+    Pending,
+    Blocked {
+        #[serde(borrow)]
+        blockers: Vec<Blocker<'a>>,
+        #[serde(borrow)]
+        reason: Cow<'a, str>,
+    },
+    Failed {
+        #[serde(borrow)]
+        error: Cow<'a, str>,
+    },
+    Waiting {
+        regions: Cow<'a, [String]>,
+        #[serde(borrow)]
+        reason: Cow<'a, str>,
+    },
+}
+
+// The variants are named through aliases: `tests/wire_edge.rs` reads any
+// `Status::` outside `api/` as a gRPC status.
+impl<'a> From<&'a model::DeletionStatus> for DeletionStatus<'a> {
+    fn from(s: &'a model::DeletionStatus) -> Self {
+        use model::DeletionStatus as Core;
+        match s {
+            Core::Pending => Self::Pending,
+            Core::Blocked { blockers, reason } => Self::Blocked {
+                blockers: blockers_to(blockers),
+                reason: Cow::Borrowed(reason.as_str()),
+            },
+            Core::Failed { error } => Self::Failed {
+                error: Cow::Borrowed(error.as_str()),
+            },
+            Core::Waiting { regions, reason } => Self::Waiting {
+                regions: Cow::Borrowed(regions),
+                reason: Cow::Borrowed(reason.as_str()),
+            },
+        }
+    }
+}
+
+impl TryFrom<DeletionStatus<'_>> for model::DeletionStatus {
+    type Error = NameError;
+    fn try_from(s: DeletionStatus<'_>) -> Result<Self, NameError> {
+        use DeletionStatus as Stored;
+        Ok(match s {
+            Stored::Pending => Self::Pending,
+            Stored::Blocked { blockers, reason } => Self::Blocked {
+                blockers: blockers_from(blockers)?,
+                reason: string(reason),
+            },
+            Stored::Failed { error } => Self::Failed { error: string(error) },
+            Stored::Waiting { regions, reason } => Self::Waiting {
+                regions: strings(regions),
+                reason: string(reason),
+            },
+        })
+    }
+}
+
+/// [`model::DeletionRecord`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DeletionRecord<'a> {
+    #[serde(borrow)]
+    pub target: RefTarget<'a>,
+    pub deleted_at: u64,
+    #[serde(borrow)]
+    pub reason: DeletionReason<'a>,
+    #[serde(borrow)]
+    pub requested_by: Cow<'a, str>,
+    pub operation: Id,
+    #[serde(borrow)]
+    pub status: DeletionStatus<'a>,
+}
+
+impl<'a> From<&'a model::DeletionRecord> for DeletionRecord<'a> {
+    fn from(d: &'a model::DeletionRecord) -> Self {
+        DeletionRecord {
+            target: (&d.target).into(),
+            deleted_at: d.deleted_at.0,
+            reason: (&d.reason).into(),
+            requested_by: Cow::Borrowed(d.requested_by.as_str()),
+            operation: *d.operation.0.as_bytes(),
+            status: (&d.status).into(),
+        }
+    }
+}
+
+impl TryFrom<DeletionRecord<'_>> for model::DeletionRecord {
+    type Error = NameError;
+    fn try_from(d: DeletionRecord<'_>) -> Result<Self, NameError> {
+        Ok(model::DeletionRecord {
+            target: d.target.try_into()?,
+            deleted_at: Timestamp(d.deleted_at),
+            reason: d.reason.try_into()?,
+            requested_by: string(d.requested_by),
+            operation: op(d.operation),
+            status: d.status.try_into()?,
+        })
+    }
+}
+
+/// [`model::OperationState`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum OperationState {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl From<model::OperationState> for OperationState {
+    fn from(s: model::OperationState) -> Self {
+        match s {
+            model::OperationState::Running => OperationState::Running,
+            model::OperationState::Succeeded => OperationState::Succeeded,
+            model::OperationState::Failed => OperationState::Failed,
+        }
+    }
+}
+
+impl From<OperationState> for model::OperationState {
+    fn from(s: OperationState) -> Self {
+        match s {
+            OperationState::Running => model::OperationState::Running,
+            OperationState::Succeeded => model::OperationState::Succeeded,
+            OperationState::Failed => model::OperationState::Failed,
+        }
+    }
+}
+
+/// [`model::Progress`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Progress {
+    pub deleted: u64,
+    pub unset: u64,
+    pub pending: u64,
+    pub blocked: u64,
+    pub failed: u64,
+}
+
+impl From<&model::Progress> for Progress {
+    fn from(p: &model::Progress) -> Self {
+        Progress {
+            deleted: p.deleted,
+            unset: p.unset,
+            pending: p.pending,
+            blocked: p.blocked,
+            failed: p.failed,
+        }
+    }
+}
+
+impl From<Progress> for model::Progress {
+    fn from(p: Progress) -> Self {
+        model::Progress {
+            deleted: p.deleted,
+            unset: p.unset,
+            pending: p.pending,
+            blocked: p.blocked,
+            failed: p.failed,
+        }
+    }
+}
+
+/// [`model::Operation`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Operation<'a> {
+    pub id: Id,
+    #[serde(borrow)]
+    pub root: RefTarget<'a>,
+    #[serde(borrow)]
+    pub requested_by: Cow<'a, str>,
+    pub cascade: bool,
+    pub state: OperationState,
+    pub progress: Progress,
+    pub create_time: u64,
+    pub end_time: Option<u64>,
+    pub reached: Cow<'a, BTreeSet<String>>,
+    pub changes: u64,
+    pub closure_confirmed: bool,
+}
+
+impl<'a> From<&'a model::Operation> for Operation<'a> {
+    fn from(o: &'a model::Operation) -> Self {
+        Operation {
+            id: *o.id.0.as_bytes(),
+            root: (&o.root).into(),
+            requested_by: Cow::Borrowed(o.requested_by.as_str()),
+            cascade: o.cascade,
+            state: o.state.into(),
+            progress: (&o.progress).into(),
+            create_time: o.create_time.0,
+            end_time: o.end_time.map(|t| t.0),
+            reached: Cow::Borrowed(&o.reached),
+            changes: o.changes,
+            closure_confirmed: o.closure_confirmed,
+        }
+    }
+}
+
+impl TryFrom<Operation<'_>> for model::Operation {
+    type Error = NameError;
+    fn try_from(o: Operation<'_>) -> Result<Self, NameError> {
+        Ok(model::Operation {
+            id: op(o.id),
+            root: o.root.try_into()?,
+            requested_by: string(o.requested_by),
+            cascade: o.cascade,
+            state: o.state.into(),
+            progress: o.progress.into(),
+            create_time: Timestamp(o.create_time),
+            end_time: o.end_time.map(Timestamp),
+            reached: o.reached.into_owned(),
+            changes: o.changes,
+            closure_confirmed: o.closure_confirmed,
+        })
+    }
+}
+
+/// [`model::OutcomeAction`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum OutcomeAction<'a> {
+    Pending,
+    Deleted,
+    Unset {
+        #[serde(borrow)]
+        field: Cow<'a, str>,
+    },
+    Blocked {
+        #[serde(borrow)]
+        blockers: Vec<Blocker<'a>>,
+    },
+    Failed {
+        #[serde(borrow)]
+        error: Cow<'a, str>,
+    },
+    Waiting {
+        regions: Cow<'a, [String]>,
+    },
+}
+
+impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
+    fn from(a: &'a model::OutcomeAction) -> Self {
+        match a {
+            model::OutcomeAction::Pending => OutcomeAction::Pending,
+            model::OutcomeAction::Deleted => OutcomeAction::Deleted,
+            model::OutcomeAction::Unset { field } => OutcomeAction::Unset {
+                field: Cow::Borrowed(field.as_str()),
+            },
+            model::OutcomeAction::Blocked { blockers } => OutcomeAction::Blocked {
+                blockers: blockers_to(blockers),
+            },
+            model::OutcomeAction::Failed { error } => OutcomeAction::Failed {
+                error: Cow::Borrowed(error.as_str()),
+            },
+            model::OutcomeAction::Waiting { regions } => OutcomeAction::Waiting {
+                regions: Cow::Borrowed(regions),
+            },
+        }
+    }
+}
+
+impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
+    type Error = NameError;
+    fn try_from(a: OutcomeAction<'_>) -> Result<Self, NameError> {
+        Ok(match a {
+            OutcomeAction::Pending => model::OutcomeAction::Pending,
+            OutcomeAction::Deleted => model::OutcomeAction::Deleted,
+            OutcomeAction::Unset { field } => model::OutcomeAction::Unset { field: string(field) },
+            OutcomeAction::Blocked { blockers } => model::OutcomeAction::Blocked {
+                blockers: blockers_from(blockers)?,
+            },
+            OutcomeAction::Failed { error } => model::OutcomeAction::Failed { error: string(error) },
+            OutcomeAction::Waiting { regions } => model::OutcomeAction::Waiting {
+                regions: strings(regions),
+            },
+        })
+    }
+}
+
+/// [`model::Outcome`] (the core flattens `action` into the outcome; here it
+/// is a field of its own).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Outcome<'a> {
+    #[serde(borrow)]
+    pub resource: RefTarget<'a>,
+    #[serde(borrow)]
+    pub action: OutcomeAction<'a>,
+    pub time: u64,
+}
+
+impl<'a> From<&'a model::Outcome> for Outcome<'a> {
+    fn from(o: &'a model::Outcome) -> Self {
+        Outcome {
+            resource: (&o.resource).into(),
+            action: (&o.action).into(),
+            time: o.time.0,
+        }
+    }
+}
+
+impl TryFrom<Outcome<'_>> for model::Outcome {
+    type Error = NameError;
+    fn try_from(o: Outcome<'_>) -> Result<Self, NameError> {
+        Ok(model::Outcome {
+            resource: o.resource.try_into()?,
+            action: o.action.try_into()?,
+            time: Timestamp(o.time),
+        })
+    }
+}
+
+/// [`model::WorkItem`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkItem<'a> {
+    #[serde(borrow)]
+    pub target: RefTarget<'a>,
+    pub next_attempt_at: u64,
+    pub attempts: u32,
+    #[serde(borrow)]
+    pub last_error: Option<Cow<'a, str>>,
+}
+
+impl<'a> From<&'a model::WorkItem> for WorkItem<'a> {
+    fn from(w: &'a model::WorkItem) -> Self {
+        WorkItem {
+            target: (&w.target).into(),
+            next_attempt_at: w.next_attempt_at.0,
+            attempts: w.attempts,
+            last_error: w.last_error.as_deref().map(Cow::Borrowed),
+        }
+    }
+}
+
+impl TryFrom<WorkItem<'_>> for model::WorkItem {
+    type Error = NameError;
+    fn try_from(w: WorkItem<'_>) -> Result<Self, NameError> {
+        Ok(model::WorkItem {
+            target: w.target.try_into()?,
+            next_attempt_at: Timestamp(w.next_attempt_at),
+            attempts: w.attempts,
+            last_error: w.last_error.map(string),
+        })
+    }
+}
+
+/// [`model::EventType`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum EventType {
+    Created,
+    Updated,
+    Deleting,
+    Purged,
+    DeletionBlocked,
+    DeletionFailed,
+}
+
+impl From<model::EventType> for EventType {
+    fn from(t: model::EventType) -> Self {
+        match t {
+            model::EventType::Created => EventType::Created,
+            model::EventType::Updated => EventType::Updated,
+            model::EventType::Deleting => EventType::Deleting,
+            model::EventType::Purged => EventType::Purged,
+            model::EventType::DeletionBlocked => EventType::DeletionBlocked,
+            model::EventType::DeletionFailed => EventType::DeletionFailed,
+        }
+    }
+}
+
+impl From<EventType> for model::EventType {
+    fn from(t: EventType) -> Self {
+        match t {
+            EventType::Created => model::EventType::Created,
+            EventType::Updated => model::EventType::Updated,
+            EventType::Deleting => model::EventType::Deleting,
+            EventType::Purged => model::EventType::Purged,
+            EventType::DeletionBlocked => model::EventType::DeletionBlocked,
+            EventType::DeletionFailed => model::EventType::DeletionFailed,
+        }
+    }
+}
+
+/// [`model::Event`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Event<'a> {
+    pub revision: u64,
+    pub event_type: EventType,
+    #[serde(borrow)]
+    pub resource: RefTarget<'a>,
+    #[serde(borrow)]
+    pub snapshot: Option<Resource<'a>>,
+    pub operation: Option<Id>,
+    #[serde(borrow)]
+    pub message: Cow<'a, str>,
+    pub time: u64,
+    pub no_cascade: bool,
+    #[serde(borrow)]
+    pub cause: Option<DeletionReason<'a>>,
+}
+
+impl<'a> From<&'a model::Event> for Event<'a> {
+    fn from(e: &'a model::Event) -> Self {
+        Event {
+            revision: e.revision,
+            event_type: e.event_type.into(),
+            resource: (&e.resource).into(),
+            snapshot: e.snapshot.as_ref().map(Resource::from),
+            operation: e.operation.map(|o| *o.0.as_bytes()),
+            message: Cow::Borrowed(e.message.as_str()),
+            time: e.time.0,
+            no_cascade: e.no_cascade,
+            cause: e.cause.as_ref().map(DeletionReason::from),
+        }
+    }
+}
+
+impl TryFrom<Event<'_>> for model::Event {
+    type Error = NameError;
+    fn try_from(e: Event<'_>) -> Result<Self, NameError> {
+        Ok(model::Event {
+            revision: e.revision,
+            event_type: e.event_type.into(),
+            resource: e.resource.try_into()?,
+            snapshot: e.snapshot.map(model::Resource::try_from).transpose()?,
+            operation: e.operation.map(op),
+            message: string(e.message),
+            time: Timestamp(e.time),
+            no_cascade: e.no_cascade,
+            cause: e.cause.map(model::DeletionReason::try_from).transpose()?,
+        })
+    }
+}
+
+/// [`model::RemoteDeletion`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RemoteDeletion<'a> {
+    #[serde(borrow)]
+    pub target: RefTarget<'a>,
+    pub operation: Id,
+    pub seen_at: u64,
+    pub purged: bool,
+    pub no_cascade: bool,
+}
+
+impl<'a> From<&'a model::RemoteDeletion> for RemoteDeletion<'a> {
+    fn from(r: &'a model::RemoteDeletion) -> Self {
+        RemoteDeletion {
+            target: (&r.target).into(),
+            operation: *r.operation.0.as_bytes(),
+            seen_at: r.seen_at.0,
+            purged: r.purged,
+            no_cascade: r.no_cascade,
+        }
+    }
+}
+
+impl TryFrom<RemoteDeletion<'_>> for model::RemoteDeletion {
+    type Error = NameError;
+    fn try_from(r: RemoteDeletion<'_>) -> Result<Self, NameError> {
+        Ok(model::RemoteDeletion {
+            target: r.target.try_into()?,
+            operation: op(r.operation),
+            seen_at: Timestamp(r.seen_at),
+            purged: r.purged,
+            no_cascade: r.no_cascade,
+        })
+    }
+}
+
+/// [`model::PendingAttach`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PendingAttach<'a> {
+    #[serde(borrow)]
+    pub resource: RefTarget<'a>,
+    #[serde(borrow)]
+    pub keys: Vec<BackRefKey<'a>>,
+}
+
+impl<'a> From<&'a model::PendingAttach> for PendingAttach<'a> {
+    fn from(p: &'a model::PendingAttach) -> Self {
+        PendingAttach {
+            resource: (&p.resource).into(),
+            keys: p.keys.iter().map(BackRefKey::from).collect(),
+        }
+    }
+}
+
+impl TryFrom<PendingAttach<'_>> for model::PendingAttach {
+    type Error = NameError;
+    fn try_from(p: PendingAttach<'_>) -> Result<Self, NameError> {
+        Ok(model::PendingAttach {
+            resource: p.resource.try_into()?,
+            keys: p.keys.into_iter().map(model::BackRefKey::from).collect(),
+        })
+    }
+}
+
+/// [`model::PendingRelease`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PendingRelease<'a> {
+    #[serde(borrow)]
+    pub backref: BackRef<'a>,
+    pub generation: u64,
+}
+
+impl<'a> From<&'a model::PendingRelease> for PendingRelease<'a> {
+    fn from(p: &'a model::PendingRelease) -> Self {
+        PendingRelease {
+            backref: (&p.backref).into(),
+            generation: p.generation,
+        }
+    }
+}
+
+impl TryFrom<PendingRelease<'_>> for model::PendingRelease {
+    type Error = NameError;
+    fn try_from(p: PendingRelease<'_>) -> Result<Self, NameError> {
+        Ok(model::PendingRelease {
+            backref: p.backref.try_into()?,
+            generation: p.generation,
+        })
+    }
+}

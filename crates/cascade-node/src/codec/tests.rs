@@ -1,0 +1,580 @@
+//! The value encoding: every stored record round-trips through the binary
+//! form, the JSON of earlier versions still reads, and a value of an
+//! unknown version is corruption.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cascade_core::model::*;
+use cascade_core::{OnDelete, OperationId, ResourceName, Uid};
+use proptest::prelude::*;
+use uuid::Uuid;
+
+use super::{decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1};
+use crate::store::{Batch, MemoryStore, Store, StoreError, Table};
+
+// ---- strategies over the core's records ----
+
+fn name() -> impl Strategy<Value = ResourceName> {
+    ("[a-z][a-z0-9-]{0,6}", "[a-z][a-z0-9_]{0,6}", "[a-z0-9][a-z0-9-]{0,8}")
+        .prop_map(|(r, k, i)| ResourceName::parse(&format!("{r}/{k}/{i}")).expect("a valid name"))
+}
+
+fn uid() -> impl Strategy<Value = Uid> {
+    any::<[u8; 16]>().prop_map(|b| Uid(Uuid::from_bytes(b)))
+}
+
+fn op_id() -> impl Strategy<Value = OperationId> {
+    any::<[u8; 16]>().prop_map(|b| OperationId(Uuid::from_bytes(b)))
+}
+
+fn ts() -> impl Strategy<Value = Timestamp> {
+    any::<u64>().prop_map(Timestamp)
+}
+
+/// Any string, including non-ASCII and JSON's escapes.
+fn text() -> impl Strategy<Value = String> {
+    any::<String>()
+}
+
+fn strings() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(text(), 0..3)
+}
+
+fn target() -> impl Strategy<Value = RefTarget> {
+    (name(), uid()).prop_map(|(name, uid)| RefTarget { name, uid })
+}
+
+fn resource_state() -> impl Strategy<Value = ResourceState> {
+    prop_oneof![
+        Just(ResourceState::Creating),
+        Just(ResourceState::Active),
+        Just(ResourceState::Deleting),
+    ]
+}
+
+fn resource() -> impl Strategy<Value = Resource> {
+    (
+        (name(), uid(), resource_state()),
+        prop::collection::btree_map(text(), text(), 0..3),
+        prop::collection::btree_map(text(), prop::collection::vec(target(), 0..3), 0..3),
+        (any::<u64>(), ts(), ts(), strings()),
+    )
+        .prop_map(
+            |((name, uid, state), attributes, refs, (revision, create_time, update_time, finalizers))| Resource {
+                name,
+                uid,
+                state,
+                attributes,
+                refs,
+                revision,
+                create_time,
+                update_time,
+                finalizers,
+            },
+        )
+}
+
+fn on_delete() -> impl Strategy<Value = OnDelete> {
+    prop_oneof![
+        Just(OnDelete::Cascade),
+        Just(OnDelete::Unset),
+        Just(OnDelete::Block),
+        Just(OnDelete::AllowDangling),
+    ]
+}
+
+fn backref() -> impl Strategy<Value = BackRef> {
+    (target(), target(), text(), on_delete(), any::<u64>(), ts()).prop_map(
+        |(target, referrer, field, on_delete, generation, attached_at)| BackRef {
+            target,
+            referrer,
+            field,
+            on_delete,
+            generation,
+            attached_at,
+        },
+    )
+}
+
+fn backref_key() -> impl Strategy<Value = BackRefKey> {
+    (uid(), uid(), text()).prop_map(|(target, referrer, field)| BackRefKey {
+        target,
+        referrer,
+        field,
+    })
+}
+
+fn reason() -> impl Strategy<Value = DeletionReason> {
+    prop_oneof![
+        Just(DeletionReason::Requested),
+        (name(), text()).prop_map(|(from, field)| DeletionReason::Cascade { from, field }),
+    ]
+}
+
+fn blockers() -> impl Strategy<Value = Vec<Blocker>> {
+    prop::collection::vec(
+        (name(), text(), any::<bool>()).prop_map(|(referrer, field, referrer_deleting)| Blocker {
+            referrer,
+            field,
+            referrer_deleting,
+        }),
+        0..3,
+    )
+}
+
+fn status() -> impl Strategy<Value = DeletionStatus> {
+    // Not `DeletionStatus::`: `tests/wire_edge.rs` reads `Status::` as a gRPC status.
+    use DeletionStatus as Deletion;
+    prop_oneof![
+        Just(Deletion::Pending),
+        (blockers(), text()).prop_map(|(blockers, reason)| Deletion::Blocked { blockers, reason }),
+        text().prop_map(|error| Deletion::Failed { error }),
+        (strings(), text()).prop_map(|(regions, reason)| Deletion::Waiting { regions, reason }),
+    ]
+}
+
+fn deletion() -> impl Strategy<Value = DeletionRecord> {
+    (target(), ts(), reason(), text(), op_id(), status()).prop_map(
+        |(target, deleted_at, reason, requested_by, operation, status)| DeletionRecord {
+            target,
+            deleted_at,
+            reason,
+            requested_by,
+            operation,
+            status,
+        },
+    )
+}
+
+fn operation() -> impl Strategy<Value = Operation> {
+    (
+        (op_id(), target(), text(), any::<bool>()),
+        prop_oneof![
+            Just(OperationState::Running),
+            Just(OperationState::Succeeded),
+            Just(OperationState::Failed),
+        ],
+        any::<[u64; 5]>(),
+        (ts(), prop::option::of(ts())),
+        (prop::collection::btree_set(text(), 0..3), any::<u64>(), any::<bool>()),
+    )
+        .prop_map(
+            |(
+                (id, root, requested_by, cascade),
+                state,
+                [deleted, unset, pending, blocked, failed],
+                (create_time, end_time),
+                (reached, changes, closure_confirmed),
+            )| Operation {
+                id,
+                root,
+                requested_by,
+                cascade,
+                state,
+                progress: Progress {
+                    deleted,
+                    unset,
+                    pending,
+                    blocked,
+                    failed,
+                },
+                create_time,
+                end_time,
+                reached: reached.into_iter().collect::<BTreeSet<_>>(),
+                changes,
+                closure_confirmed,
+            },
+        )
+}
+
+fn action() -> impl Strategy<Value = OutcomeAction> {
+    prop_oneof![
+        Just(OutcomeAction::Pending),
+        Just(OutcomeAction::Deleted),
+        text().prop_map(|field| OutcomeAction::Unset { field }),
+        blockers().prop_map(|blockers| OutcomeAction::Blocked { blockers }),
+        text().prop_map(|error| OutcomeAction::Failed { error }),
+        strings().prop_map(|regions| OutcomeAction::Waiting { regions }),
+    ]
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    (target(), action(), ts()).prop_map(|(resource, action, time)| Outcome { resource, action, time })
+}
+
+fn work() -> impl Strategy<Value = WorkItem> {
+    (target(), ts(), any::<u32>(), prop::option::of(text())).prop_map(
+        |(target, next_attempt_at, attempts, last_error)| WorkItem {
+            target,
+            next_attempt_at,
+            attempts,
+            last_error,
+        },
+    )
+}
+
+fn event_type() -> impl Strategy<Value = EventType> {
+    prop_oneof![
+        Just(EventType::Created),
+        Just(EventType::Updated),
+        Just(EventType::Deleting),
+        Just(EventType::Purged),
+        Just(EventType::DeletionBlocked),
+        Just(EventType::DeletionFailed),
+    ]
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    (
+        (any::<u64>(), event_type(), target()),
+        prop::option::of(resource()),
+        (prop::option::of(op_id()), text(), ts()),
+        (any::<bool>(), prop::option::of(reason())),
+    )
+        .prop_map(
+            |((revision, event_type, resource), snapshot, (operation, message, time), (no_cascade, cause))| Event {
+                revision,
+                event_type,
+                resource,
+                snapshot,
+                operation,
+                message,
+                time,
+                no_cascade,
+                cause,
+            },
+        )
+}
+
+fn remote_deletion() -> impl Strategy<Value = RemoteDeletion> {
+    (target(), op_id(), ts(), any::<bool>(), any::<bool>()).prop_map(
+        |(target, operation, seen_at, purged, no_cascade)| RemoteDeletion {
+            target,
+            operation,
+            seen_at,
+            purged,
+            no_cascade,
+        },
+    )
+}
+
+fn pending_attach() -> impl Strategy<Value = PendingAttach> {
+    (target(), prop::collection::vec(backref_key(), 0..3)).prop_map(|(resource, keys)| PendingAttach { resource, keys })
+}
+
+fn pending_release() -> impl Strategy<Value = PendingRelease> {
+    (backref(), any::<u64>()).prop_map(|(backref, generation)| PendingRelease { backref, generation })
+}
+
+// ---- properties ----
+
+/// The value encodes to version 1, decodes to itself, and its JSON as an
+/// earlier node wrote it decodes to itself too.
+fn both_ways<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(
+    table: Table,
+    v: &T,
+) -> Result<(), TestCaseError> {
+    let bytes = v.encode(table).expect("encodes");
+    prop_assert_eq!(bytes.first(), Some(&VERSION_POSTCARD_V1));
+    prop_assert_eq!(bytes.len(), bytes.capacity(), "one exact allocation");
+    let back: T = decode(table, &bytes).expect("decodes");
+    prop_assert_eq!(&back, v);
+    let legacy = json(v);
+    let back: T = decode(table, &legacy).expect("legacy JSON decodes");
+    prop_assert_eq!(&back, v);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn resources_round_trip(v in resource()) { both_ways(Table::Resources, &v)?; }
+
+    #[test]
+    fn names_round_trip(v in name()) { both_ways(Table::UidIndex, &v)?; }
+
+    #[test]
+    fn backrefs_round_trip(v in backref()) { both_ways(Table::Backrefs, &v)?; }
+
+    #[test]
+    fn deletions_round_trip(v in deletion()) { both_ways(Table::Deletions, &v)?; }
+
+    #[test]
+    fn operations_round_trip(v in operation()) { both_ways(Table::Operations, &v)?; }
+
+    #[test]
+    fn outcomes_round_trip(v in outcome()) { both_ways(Table::Outcomes, &v)?; }
+
+    #[test]
+    fn work_items_round_trip(v in work()) { both_ways(Table::RetryQueue, &v)?; }
+
+    #[test]
+    fn events_round_trip(v in event()) { both_ways(Table::Outbox, &v)?; }
+
+    #[test]
+    fn remote_deletions_round_trip(v in remote_deletion()) { both_ways(Table::RemoteDeletions, &v)?; }
+
+    #[test]
+    fn pending_attaches_round_trip(v in pending_attach()) { both_ways(Table::PendingAttach, &v)?; }
+
+    #[test]
+    fn pending_releases_round_trip(v in pending_release()) { both_ways(Table::PendingReleases, &v)?; }
+
+    /// Cutting a value short, or adding to its end, is corruption, never a
+    /// different record.
+    #[test]
+    fn a_cut_or_padded_value_is_corrupt(v in event(), cut in any::<prop::sample::Index>()) {
+        let bytes = v.encode(Table::Outbox).expect("encodes");
+        let short = &bytes[..1 + cut.index(bytes.len() - 1)];
+        let corrupt = matches!(decode::<Event>(Table::Outbox, short), Err(StoreError::Corrupt { .. }));
+        prop_assert!(corrupt, "a value cut to {} bytes", short.len());
+        let mut long = bytes.clone();
+        long.push(0);
+        let corrupt = matches!(decode::<Event>(Table::Outbox, &long), Err(StoreError::Corrupt { .. }));
+        prop_assert!(corrupt, "a value with a byte past its end");
+    }
+}
+
+// ---- fixed examples ----
+
+fn uid_n(n: u8) -> Uid {
+    Uid(Uuid::from_bytes([n; 16]))
+}
+
+fn rt(name: &str, n: u8) -> RefTarget {
+    RefTarget {
+        name: ResourceName::parse(name).expect("name"),
+        uid: uid_n(n),
+    }
+}
+
+/// A port as a node stores it: two attributes, one reference.
+fn typical_resource() -> Resource {
+    Resource {
+        name: ResourceName::parse("eu-west/port/p-0042").expect("name"),
+        uid: Uid(Uuid::parse_str("0190f3a2-7c41-7d2e-9a3b-5c6d7e8f9a0b").expect("uuid")),
+        state: ResourceState::Active,
+        attributes: BTreeMap::from([
+            ("mac".to_string(), "fa:16:3e:12:34:56".to_string()),
+            ("description".to_string(), "web tier".to_string()),
+        ]),
+        refs: BTreeMap::from([("network".to_string(), vec![rt("eu-west/network/n-1", 7)])]),
+        revision: 18_204,
+        create_time: Timestamp(1_760_000_000_000),
+        update_time: Timestamp(1_760_000_123_456),
+        finalizers: vec![],
+    }
+}
+
+/// The DELETING event of that port, with its snapshot, as a cascade writes it.
+fn typical_event() -> Event {
+    let mut snapshot = typical_resource();
+    snapshot.state = ResourceState::Deleting;
+    Event {
+        revision: 18_205,
+        event_type: EventType::Deleting,
+        resource: RefTarget {
+            name: snapshot.name.clone(),
+            uid: snapshot.uid,
+        },
+        snapshot: Some(snapshot),
+        operation: Some(OperationId(Uuid::from_bytes([9; 16]))),
+        message: "cascade from eu-west/network/n-1 (network)".into(),
+        time: Timestamp(1_760_000_200_000),
+        no_cascade: false,
+        cause: Some(DeletionReason::Cascade {
+            from: ResourceName::parse("eu-west/network/n-1").expect("name"),
+            field: "network".into(),
+        }),
+    }
+}
+
+fn typical_backref() -> BackRef {
+    BackRef {
+        target: rt("eu-west/network/n-1", 7),
+        referrer: target_of(&typical_resource()),
+        field: "network".into(),
+        on_delete: OnDelete::Cascade,
+        generation: 3,
+        attached_at: Timestamp(1_760_000_000_000),
+    }
+}
+
+fn target_of(r: &Resource) -> RefTarget {
+    RefTarget {
+        name: r.name.clone(),
+        uid: r.uid,
+    }
+}
+
+/// A value as an earlier node wrote it.
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("JSON")
+}
+
+/// The binary form is less than half the JSON it replaces (version 1, in
+/// bytes, binary vs JSON: the resource 144 vs 344, its DELETING event with
+/// the snapshot 282 vs 707, the back-reference 89 vs 256).
+#[test]
+fn binary_values_are_smaller_than_json() {
+    fn sizes<T: Record + serde::Serialize>(table: Table, v: &T) -> (usize, usize) {
+        (v.encode(table).expect("encodes").len(), json(v).len())
+    }
+    for (table, (binary, json)) in [
+        (Table::Resources, sizes(Table::Resources, &typical_resource())),
+        (Table::Outbox, sizes(Table::Outbox, &typical_event())),
+        (Table::Backrefs, sizes(Table::Backrefs, &typical_backref())),
+    ] {
+        assert!(
+            binary * 2 < json,
+            "{}: {binary} binary bytes, {json} JSON bytes",
+            table.name()
+        );
+    }
+}
+
+/// Version 1's bytes are pinned: reordering, retyping or removing a field of
+/// a storage type changes them, and that is a new version, not an edit.
+#[test]
+fn version_1_bytes_are_pinned() {
+    let bytes = typical_backref().encode(Table::Backrefs).expect("encodes");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_BACKREF);
+}
+
+const PINNED_BACKREF: &str = concat!(
+    "01",                                     // the version byte
+    "13",                                     // target.name: 19 bytes,
+    "65752d776573742f6e6574776f726b2f6e2d31", //   "eu-west/network/n-1"
+    "07070707070707070707070707070707",       // target.uid: 16 bytes, no length
+    "13",                                     // referrer.name: 19 bytes,
+    "65752d776573742f706f72742f702d30303432", //   "eu-west/port/p-0042"
+    "0190f3a27c417d2e9a3b5c6d7e8f9a0b",       // referrer.uid
+    "07",                                     // field: 7 bytes,
+    "6e6574776f726b",                         //   "network"
+    "00",                                     // on_delete: variant 0, Cascade
+    "03",                                     // generation: varint
+    "8080b3c19c33",                           // attached_at: varint of 1_760_000_000_000
+);
+
+#[test]
+fn an_unknown_version_byte_is_corruption_of_its_table() {
+    let mut bytes = typical_resource().encode(Table::Resources).expect("encodes");
+    for version in [0x00, 0x02, 0x7f, 0xff, b'[', b' '] {
+        bytes[0] = version;
+        match decode::<Resource>(Table::Resources, &bytes) {
+            Err(StoreError::Corrupt { table, message }) => {
+                assert_eq!(table, "resources");
+                assert!(message.contains(&format!("0x{version:02x}")), "{message}");
+            }
+            other => panic!("version 0x{version:02x}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        decode::<Resource>(Table::Resources, &[]),
+        Err(StoreError::Corrupt { table: "resources", .. })
+    ));
+    // Bad JSON and a bad binary body are corruption too.
+    assert!(matches!(
+        decode::<Resource>(Table::Resources, b"{\"name\":"),
+        Err(StoreError::Corrupt { table: "resources", .. })
+    ));
+    assert!(matches!(
+        decode::<Resource>(Table::Resources, &[VERSION_POSTCARD_V1, 0xff, 0xff]),
+        Err(StoreError::Corrupt { table: "resources", .. })
+    ));
+}
+
+/// A name that no longer parses is corruption, as it was in JSON.
+#[test]
+fn an_invalid_stored_name_is_corruption() {
+    let mut bytes = vec![VERSION_POSTCARD_V1];
+    bytes.push(7);
+    bytes.extend_from_slice(b"no-name");
+    match decode::<ResourceName>(Table::UidIndex, &bytes) {
+        Err(StoreError::Corrupt { table, message }) => {
+            assert_eq!(table, "uid_index");
+            assert!(message.contains("no-name"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A store written by an earlier node (JSON values throughout) reads
+/// through `StoreState`, and a step's writes over it are binary.
+#[test]
+fn a_store_of_json_values_opens_and_new_writes_are_binary() {
+    let store = MemoryStore::default();
+    let r = typical_resource();
+    let b = typical_backref();
+    let e = typical_event();
+    let w = WorkItem {
+        target: target_of(&r),
+        next_attempt_at: Timestamp(5),
+        attempts: 1,
+        last_error: Some("blocked".into()),
+    };
+    let mut batch = Batch::default();
+    batch.put(Table::Resources, r.name.as_str().as_bytes().to_vec(), json(&r));
+    batch.put(Table::UidIndex, r.uid.as_bytes().to_vec(), json(&r.name));
+    batch.put(Table::Backrefs, super::backref_key(&b.key()), json(&b));
+    batch.put(Table::Outbox, super::revision_key(e.revision), json(&e));
+    batch.put(Table::RetryQueue, r.uid.as_bytes().to_vec(), json(&w));
+    store.commit(batch).expect("commit");
+
+    let state = StoreState { store: &store };
+    assert_eq!(state.get_resource(&r.name).expect("reads"), Some(r.clone()));
+    assert_eq!(
+        cascade_core::state::StateRead::name_of(&state, r.uid).expect("reads"),
+        Some(r.name.clone())
+    );
+    assert_eq!(state.backrefs_of(b.target.uid).expect("reads"), vec![b.clone()]);
+    assert_eq!(state.events_from(0, 10).expect("reads"), vec![e.clone()]);
+    assert_eq!(
+        cascade_core::state::StateRead::work(&state, r.uid).expect("reads"),
+        Some(w.clone())
+    );
+
+    // A step that rewrites the resource and reschedules the work: the new
+    // values are binary, and read back the same.
+    let mut r2 = r.clone();
+    r2.revision += 1;
+    let mut w2 = w.clone();
+    w2.next_attempt_at = Timestamp(9);
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.resources.insert(r2.name.clone(), Some(r2.clone()));
+    writes.work.insert(r2.uid, Some(w2.clone()));
+    let batch = encode_writes(&state, &writes).expect("encodes");
+    for (_, _, v) in &batch.ops {
+        if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
+            assert_eq!(v[0], VERSION_POSTCARD_V1);
+        }
+    }
+    store.commit(batch).expect("commit");
+    assert_eq!(state.get_resource(&r.name).expect("reads"), Some(r2));
+    assert_eq!(
+        cascade_core::state::StateRead::work(&state, r.uid).expect("reads"),
+        Some(w2)
+    );
+}
+
+/// A value that does not decode is reported with its table by the reads.
+#[test]
+fn a_read_of_a_corrupt_value_names_its_table() {
+    let store = MemoryStore::default();
+    let r = typical_resource();
+    let mut batch = Batch::default();
+    batch.put(
+        Table::Resources,
+        r.name.as_str().as_bytes().to_vec(),
+        vec![0x02, 1, 2, 3],
+    );
+    store.commit(batch).expect("commit");
+    let state = StoreState { store: &store };
+    let err = state.get_resource(&r.name).expect_err("corrupt");
+    assert!(
+        err.to_string().contains("resources") && err.to_string().contains("0x02"),
+        "{err}"
+    );
+}
