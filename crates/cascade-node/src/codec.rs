@@ -14,6 +14,7 @@
 //!   earlier version opens without a migration; rows are rewritten in the
 //!   binary form whenever a step writes them anyway.
 //! - anything else: [`StoreError::Corrupt`], naming the table and the byte.
+
 use cascade_core::error::StorageError;
 use cascade_core::model::{
     BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
@@ -22,6 +23,7 @@ use cascade_core::model::{
 use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
+use postcard::ser_flavors::Size;
 use serde::de::DeserializeOwned;
 
 use crate::store::{Batch, Store, StoreError, Table};
@@ -115,16 +117,19 @@ macro_rules! records {
         impl Record for $core {
             fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
                 let disk = stored::$stored::from(self);
-                // One exact allocation: the memory engine keeps the Vec as
-                // it is, and a disk engine copies it out.
-                let size = postcard::serialize_with_flavor(&disk, postcard::ser_flavors::Size::default()).map_err(|e| encode_failed(table, e))?;
+                // One exact allocation (a cheap counting pass first): the
+                // memory engine keeps the Vec as it is, and a disk engine
+                // copies it out.
+                let size = postcard::serialize_with_flavor(&disk, Size::default())
+                    .map_err(|e| encode_failed(table, e))?;
                 let mut out = Vec::with_capacity(1 + size);
                 out.push(VERSION_POSTCARD_V1);
-                postcard::serialize_with_flavor(&disk, Append(out)).map_err(|e| encode_failed(table, e))
+                postcard::serialize_with_flavor(&disk, Append(out))
+                    .map_err(|e| encode_failed(table, e))
             }
             fn decode_v1(body: &[u8]) -> Result<Self, String> {
-                let (disk, rest) =
-                    postcard::take_from_bytes::<stored::$stored<'_>>(body).map_err(|e| e.to_string())?;
+                let (disk, rest) = postcard::take_from_bytes::<stored::$stored<'_>>(body)
+                    .map_err(|e| e.to_string())?;
                 if !rest.is_empty() {
                     return Err(format!("{} bytes past the end of the value", rest.len()));
                 }
@@ -154,7 +159,7 @@ fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
         message,
     };
     match bytes.first() {
-        Some(&VERSION_POSTCARD_V1) => T::decode_v1(&bytes[1..]).map_err(corrupt),
+        Some(&VERSION_POSTCARD_V1) => T::decode_v1(&bytes[1..]).map_err(|e| corrupt(format!("version 1 value: {e}"))),
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),
         Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
         None => Err(corrupt("an empty value".into())),

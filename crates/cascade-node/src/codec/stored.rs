@@ -13,11 +13,14 @@
 //!
 //! The rules that keep old stores readable:
 //!
-//! - postcard writes fields in declaration order with no names and enum
-//!   variants by index: never reorder, rename-by-retyping or remove a field
-//!   or a variant. New fields and variants are only ever appended, and a
-//!   layout change gets a new version byte (with the decoder of the old one
-//!   kept), never a silent reinterpretation of version 1.
+//! - postcard writes fields in declaration order with no names, and enum
+//!   variants by index: never reorder, retype or remove a field or a
+//!   variant (renaming one is free: names are not written). Fields and
+//!   variants are only ever appended. A new variant leaves old values
+//!   readable as they are; a new field is a layout change: it gets a new
+//!   version byte, and the decoder of version 1 stays (reading a version-1
+//!   body and filling the new field in), never a reinterpretation of
+//!   version 1's bytes. `codec/tests.rs` pins version 1's bytes.
 //! - Plain serde derives only: externally tagged enums, no `flatten`, no
 //!   `skip_serializing_if`, no `tag`, no `default` (postcard has no field
 //!   names to be absent). `#[serde(borrow)]` only lets a decoded string
