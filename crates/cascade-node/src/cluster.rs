@@ -111,9 +111,9 @@ impl Node {
                         )
                         .into());
                     }
-                    if !wanted.contains_key(&name) {
-                        order.push(name.clone());
-                        wanted.insert(name, at());
+                    if let std::collections::btree_map::Entry::Vacant(slot) = wanted.entry(name) {
+                        order.push(slot.key().clone());
+                        slot.insert(at());
                     }
                 }
             }

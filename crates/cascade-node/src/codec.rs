@@ -128,6 +128,7 @@ macro_rules! records {
                     .map_err(|e| encode_failed(table, e))
             }
             fn decode_v1(body: &[u8]) -> Result<Self, String> {
+                #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
                 let (disk, rest) = postcard::take_from_bytes::<stored::$stored<'_>>(body)
                     .map_err(|e| e.to_string())?;
                 if !rest.is_empty() {
@@ -381,7 +382,16 @@ impl StoreState<'_> {
     /// are built from the retry queue and the back-references.
     pub fn upgrade(&self) -> Result<(), StoreError> {
         let version = self.counter(Table::Meta, LAYOUT_VERSION, 1)?;
-        if version >= LAYOUT {
+        if version > LAYOUT {
+            // A newer node wrote it: its records may not read as ours.
+            return Err(StoreError::Corrupt {
+                table: Table::Meta.name(),
+                message: format!(
+                    "the store has layout {version}, written by a newer node; this node reads up to layout {LAYOUT}"
+                ),
+            });
+        }
+        if version == LAYOUT {
             return Ok(());
         }
         let mut batch = Batch::default();

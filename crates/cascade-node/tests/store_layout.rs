@@ -87,6 +87,16 @@ fn a_store_of_layout_1_gets_its_indexes_on_upgrade() {
 }
 
 #[test]
+fn a_store_of_a_newer_layout_is_refused() {
+    let store = MemoryStore::default();
+    let mut batch = Batch::default();
+    batch.put(Table::Meta, b"layout_version".to_vec(), 99u64.to_be_bytes().to_vec());
+    store.commit(batch).expect("commit");
+    let err = StoreState { store: &store }.upgrade().expect_err("a newer layout");
+    assert!(err.to_string().contains("layout 99, written by a newer node"), "{err}");
+}
+
+#[test]
 fn the_indexes_follow_every_write_of_their_tables() {
     let store = MemoryStore::default();
     let state = StoreState { store: &store };
