@@ -1,7 +1,7 @@
 //! `cascade-bench`: benchmarks through the real product.
 //!
 //! ```sh
-//! cargo run --release -p cascade-bench -- --quick     # under a minute
+//! cargo run --release -p cascade-bench -- --quick     # about a minute
 //! cargo run --release -p cascade-bench                # the full sizes (long)
 //! ```
 //!
