@@ -78,6 +78,20 @@ pub struct ClusterSpec<'a> {
     pub nodelay: bool,
 }
 
+impl<'a> ClusterSpec<'a> {
+    /// A cluster of `regions` as a row asks for it (engine, tick, nodelay),
+    /// every node a peer of every other.
+    pub fn for_row(row: &crate::spec::RowSpec, regions: &'a [String]) -> Self {
+        Self {
+            engine: row.engine,
+            regions,
+            peers_of: None,
+            tick: Duration::from_millis(row.tick_ms),
+            nodelay: row.server_nodelay,
+        }
+    }
+}
+
 /// The listener's connections with TCP_NODELAY set.
 fn nodelay_incoming(
     listener: TcpListener,

@@ -121,14 +121,7 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
     let shape = spec_.shape.unwrap_or(Shape::Flat);
     let mut row = Row::for_spec(spec_);
     let regions = [REGION.to_owned()];
-    let cluster = Cluster::start(ClusterSpec {
-        engine: spec_.engine,
-        regions: &regions,
-        peers_of: None,
-        tick: Duration::from_millis(spec_.tick_ms),
-        nodelay: spec_.server_nodelay,
-    })
-    .await?;
+    let cluster = Cluster::start(ClusterSpec::for_row(spec_, &regions)).await?;
     row.rss_idle_mb = harness::rss_mb();
     let client = cluster.client(0).clone();
 
@@ -232,14 +225,7 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
 pub async fn p4(spec_: &RowSpec) -> Result<Row> {
     let mut row = Row::for_spec(spec_);
     let regions = [REGION.to_owned()];
-    let cluster = Cluster::start(ClusterSpec {
-        engine: spec_.engine,
-        regions: &regions,
-        peers_of: None,
-        tick: Duration::from_millis(spec_.tick_ms),
-        nodelay: spec_.server_nodelay,
-    })
-    .await?;
+    let cluster = Cluster::start(ClusterSpec::for_row(spec_, &regions)).await?;
     // One call, so the server's connection machinery is in the figure.
     cluster
         .client(0)

@@ -25,14 +25,7 @@ fn region_names(count: usize) -> Vec<String> {
 pub async fn p2(spec_: &RowSpec) -> Result<Row> {
     let mut row = Row::for_spec(spec_);
     let regions = region_names(spec_.regions);
-    let cluster = Cluster::start(ClusterSpec {
-        engine: spec_.engine,
-        regions: &regions,
-        peers_of: None,
-        tick: Duration::from_millis(spec_.tick_ms),
-        nodelay: spec_.server_nodelay,
-    })
-    .await?;
+    let cluster = Cluster::start(ClusterSpec::for_row(spec_, &regions)).await?;
     row.rss_idle_mb = harness::rss_mb();
     let root = "r0/network/n".to_owned();
     cluster
@@ -114,11 +107,8 @@ pub async fn p3(spec_: &RowSpec) -> Result<Row> {
         set.into_iter().collect()
     };
     let cluster = Cluster::start(ClusterSpec {
-        engine: spec_.engine,
-        regions: &regions,
         peers_of: Some(&peers_of),
-        tick: Duration::from_millis(spec_.tick_ms),
-        nodelay: spec_.server_nodelay,
+        ..ClusterSpec::for_row(spec_, &regions)
     })
     .await?;
     row.rss_idle_mb = harness::rss_mb();
@@ -228,14 +218,7 @@ pub async fn p3(spec_: &RowSpec) -> Result<Row> {
 pub async fn p5(spec_: &RowSpec) -> Result<Row> {
     let mut row = Row::for_spec(spec_);
     let regions = region_names(2);
-    let cluster = Cluster::start(ClusterSpec {
-        engine: spec_.engine,
-        regions: &regions,
-        peers_of: None,
-        tick: Duration::from_millis(spec_.tick_ms),
-        nodelay: spec_.server_nodelay,
-    })
-    .await?;
+    let cluster = Cluster::start(ClusterSpec::for_row(spec_, &regions)).await?;
     cluster
         .client(0)
         .batch_create(vec![
