@@ -221,7 +221,7 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
     Ok(())
 }
 
-/// P4: one node open and serving, nothing stored, after a second of rest.
+/// P4: one node open and serving, nothing stored, once its writer is quiet.
 pub async fn p4(spec_: &RowSpec) -> Result<Row> {
     let mut row = Row::for_spec(spec_);
     let regions = [REGION.to_owned()];
@@ -234,7 +234,11 @@ pub async fn p4(spec_: &RowSpec) -> Result<Row> {
             ..Default::default()
         })
         .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Idle: the writer has committed nothing for 300 ms (its open-time
+    // writes and the first tick are behind it), polled with a deadline.
+    cluster
+        .wait_quiet(Duration::from_millis(300), Duration::from_secs(10))
+        .await;
     row.rss_idle_mb = harness::rss_mb();
     row.peak_rss_mb = harness::peak_rss_mb();
     row.note = Some("in-process node with its client; P4 during/after: P1 rss columns".into());
