@@ -336,6 +336,86 @@ pub struct WorkItem {
     pub attempts: u32,
     /// Why the last attempt could not finish.
     pub last_error: Option<String>,
+    /// How far the walk of the target's back-references has got.
+    #[serde(default)]
+    pub walk: Walk,
+}
+
+impl WorkItem {
+    /// Work on `target`, due at `now`, not yet attempted.
+    pub fn due_now(target: RefTarget, now: Timestamp) -> Self {
+        WorkItem {
+            target,
+            next_attempt_at: now,
+            attempts: 0,
+            last_error: None,
+            walk: Walk::default(),
+        }
+    }
+}
+
+/// How far a deletion's walk of its target's back-references has got, kept
+/// in its work item so that each step resumes after the last row it saw.
+///
+/// Why: a step acts on a bounded page of referrers, and every row it acts
+/// on is removed. A walk that started again from the first key each step
+/// would pass every row removed so far, and in an LSM engine (fjall) a
+/// removed row is a tombstone until compaction: step k would skip about
+/// k pages of them, and a million referrers would cost 10⁹ skips (measured:
+/// 561 s at 1M on fjall before this, 6.7 s at 100k).
+///
+/// The walk acts on the local `cascade`, `unset` and `allow_dangling` rows
+/// and counts the ones that stay (referrers in other regions, `block`).
+/// Once it is past the last row, the counts say whether a full pass is
+/// needed: rows only leave a DELETING target (nothing attaches to one),
+/// so a deletion that waits only on other regions' releases need not read
+/// its rows again until the count of one region reaches 0. The full pass
+/// is the truth: it runs before the target is finished, while `block` rows
+/// or finalizers hold it, and every `Policy::backoff_cap_ms` in any case,
+/// and it sets the counts afresh.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Walk {
+    /// Every row at or before this key has been seen (acted on or counted).
+    pub after: Option<BackRefKey>,
+    /// The walk is past the last row.
+    pub finished: bool,
+    /// Rows seen that stay until a referrer in another region releases
+    /// them, by that region (owner side only).
+    pub remote: BTreeMap<String, u64>,
+    /// `block` rows seen (owner side only).
+    pub blocking: u64,
+    /// When the next full pass is due even if the counts say it is not.
+    pub recount_at: Timestamp,
+}
+
+impl Walk {
+    /// Whether the row `key` was seen by this walk (so it is counted).
+    pub fn has_seen(&self, key: &BackRefKey) -> bool {
+        self.finished || self.after.as_ref().is_some_and(|after| key <= after)
+    }
+
+    /// Referrer rows in other regions still to be released.
+    pub fn remote_left(&self) -> u64 {
+        self.remote.values().sum()
+    }
+
+    /// A row counted by this walk went away: one fewer to wait for.
+    pub fn forget(&mut self, row: &BackRef, local_region: &str) {
+        if !self.has_seen(&row.key()) {
+            return;
+        }
+        let region = row.referrer.name.region();
+        if row.on_delete == OnDelete::Block {
+            self.blocking = self.blocking.saturating_sub(1);
+        } else if region != local_region {
+            if let Some(n) = self.remote.get_mut(region) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    self.remote.remove(region);
+                }
+            }
+        }
+    }
 }
 
 /// What an [`Event`] reports.

@@ -494,6 +494,17 @@ impl BackRefPages {
         Self { target, after: None }
     }
 
+    /// A walk of `target`'s back-references after the key `after` (from the
+    /// first when `None`): a walk resumed where an earlier step left it.
+    pub fn resume(target: Uid, after: Option<BackRefKey>) -> Self {
+        Self { target, after }
+    }
+
+    /// The last key this walk has returned (where a later walk resumes).
+    pub fn position(&self) -> Option<&BackRefKey> {
+        self.after.as_ref()
+    }
+
     /// The next up to `limit` back-references, or `None` once the walk is
     /// past the last one. `limit` must not be 0: an empty page ends the walk.
     pub fn next_page<S: StateRead + ?Sized>(

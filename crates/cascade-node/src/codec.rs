@@ -7,7 +7,11 @@
 //!
 //! - [`VERSION_POSTCARD_V1`] (`0x01`): postcard 1 of the record's storage
 //!   type in [`stored`], which is the disk format (see there for how it may
-//!   evolve). Everything this node writes.
+//!   evolve). Everything this node writes but a work item.
+//! - [`VERSION_POSTCARD_V2`] (`0x02`): the second layout of a storage type;
+//!   only the work item has one (it gained its walk's position). A record
+//!   is decoded by its own version byte, so a store holding both opens
+//!   without a migration.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
 //!   type, as nodes before the binary encoding wrote it (an object; a plain
 //!   string for a name in the uid index). Read as it is, so a store from an
@@ -71,14 +75,19 @@ pub fn revision_key(r: Revision) -> Vec<u8> {
 /// The first byte of a value whose body is postcard 1 of its [`stored`] type.
 pub const VERSION_POSTCARD_V1: u8 = 0x01;
 
+/// The first byte of a value whose body is postcard 1 of the second layout
+/// of its [`stored`] type. Only a work item has one (its walk's position,
+/// [`stored::WorkItem`]); every other record is still written as version 1.
+pub const VERSION_POSTCARD_V2: u8 = 0x02;
+
 /// A core record the store keeps as a value, through its storage type in
 /// [`stored`]. Implemented for exactly the records the tables hold;
 /// [`StoreState::scan`] and [`StoreState::all`] decode any of them.
 pub trait Record: Sized + DeserializeOwned {
     /// This record's value: the version byte, then the body.
     fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError>;
-    /// A version-1 body (without its version byte) back into the record.
-    fn decode_v1(body: &[u8]) -> Result<Self, String>;
+    /// A body of `version` (without its version byte) back into the record.
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String>;
 }
 
 /// Why a value did not encode. It cannot happen: postcard into a `Vec`
@@ -112,28 +121,38 @@ impl postcard::ser_flavors::Flavor for Append {
     }
 }
 
+/// `version`, then postcard of `disk`, in one exact allocation (a cheap
+/// counting pass first): the memory engine keeps the Vec as it is, and a
+/// disk engine copies it out.
+fn encode_stored<T: serde::Serialize>(table: Table, version: u8, disk: &T) -> Result<Vec<u8>, StoreError> {
+    let size = postcard::serialize_with_flavor(disk, Size::default()).map_err(|e| encode_failed(table, e))?;
+    let mut out = Vec::with_capacity(1 + size);
+    out.push(version);
+    postcard::serialize_with_flavor(disk, Append(out)).map_err(|e| encode_failed(table, e))
+}
+
+/// A body as the storage type `D`, which must use every byte of it.
+fn decode_stored<'de, D: serde::Deserialize<'de>>(body: &'de [u8]) -> Result<D, String> {
+    #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
+    let (disk, rest) = postcard::take_from_bytes::<D>(body).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes past the end of the value", rest.len()));
+    }
+    Ok(disk)
+}
+
+/// A record that has no layout but version 1's.
 macro_rules! records {
     ($($core:ty => $stored:ident),* $(,)?) => {$(
         impl Record for $core {
             fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
-                let disk = stored::$stored::from(self);
-                // One exact allocation (a cheap counting pass first): the
-                // memory engine keeps the Vec as it is, and a disk engine
-                // copies it out.
-                let size = postcard::serialize_with_flavor(&disk, Size::default())
-                    .map_err(|e| encode_failed(table, e))?;
-                let mut out = Vec::with_capacity(1 + size);
-                out.push(VERSION_POSTCARD_V1);
-                postcard::serialize_with_flavor(&disk, Append(out))
-                    .map_err(|e| encode_failed(table, e))
+                encode_stored(table, VERSION_POSTCARD_V1, &stored::$stored::from(self))
             }
-            fn decode_v1(body: &[u8]) -> Result<Self, String> {
-                #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
-                let (disk, rest) = postcard::take_from_bytes::<stored::$stored<'_>>(body)
-                    .map_err(|e| e.to_string())?;
-                if !rest.is_empty() {
-                    return Err(format!("{} bytes past the end of the value", rest.len()));
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                if version != VERSION_POSTCARD_V1 {
+                    return Err(format!("no layout of version {version} (this node knows 1)"));
                 }
+                let disk: stored::$stored<'_> = decode_stored(body)?;
                 Self::try_from(disk).map_err(|e| e.to_string())
             }
         }
@@ -147,11 +166,25 @@ records! {
     DeletionRecord => DeletionRecord,
     Operation => Operation,
     Outcome => Outcome,
-    WorkItem => WorkItem,
     Event => Event,
     RemoteDeletion => RemoteDeletion,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
+}
+
+/// Written as version 2 (with the walk); version 1 still read.
+impl Record for WorkItem {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        encode_stored(table, VERSION_POSTCARD_V2, &stored::WorkItem::from(self))
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::WorkItemV1<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::WorkItem<'_>>(body)?.try_into(),
+            _ => return Err(format!("no layout of version {version} (this node knows 1 and 2)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
 }
 
 fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
@@ -160,7 +193,9 @@ fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
         message,
     };
     match bytes.first() {
-        Some(&VERSION_POSTCARD_V1) => T::decode_v1(&bytes[1..]).map_err(|e| corrupt(format!("version 1 value: {e}"))),
+        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2)) => {
+            T::decode_body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))
+        }
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),
         Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
         None => Err(corrupt("an empty value".into())),

@@ -26,12 +26,7 @@ fn target(name: &str, n: u128) -> RefTarget {
 }
 
 fn work(t: &RefTarget, due: u64) -> WorkItem {
-    WorkItem {
-        target: t.clone(),
-        next_attempt_at: Timestamp(due),
-        attempts: 0,
-        last_error: None,
-    }
+    WorkItem::due_now(t.clone(), Timestamp(due))
 }
 
 fn row(to: &RefTarget, from: &RefTarget, field: &str, on_delete: OnDelete) -> BackRef {

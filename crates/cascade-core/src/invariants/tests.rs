@@ -252,10 +252,8 @@ fn blocked_by_a_router() -> [MemoryState; 2] {
     ra.work.insert(
         uid(NET.1),
         WorkItem {
-            target: t(NET),
-            next_attempt_at: Timestamp(50),
             attempts: 1,
-            last_error: None,
+            ..WorkItem::due_now(t(NET), Timestamp(50))
         },
     );
     let mut rb = MemoryState::default();
@@ -459,10 +457,8 @@ fn a_root_waits_for_an_explained_member() {
     rb.work.insert(
         uid(SUB.1),
         WorkItem {
-            target: t(SUB),
-            next_attempt_at: Timestamp(50),
             attempts: 1,
-            last_error: None,
+            ..WorkItem::due_now(t(SUB), Timestamp(50))
         },
     );
     // The router gateway field targets a network by the schema: the
@@ -566,10 +562,8 @@ fn queue_mismatch() {
     ra.work.insert(
         uid(5),
         WorkItem {
-            target: t(("ra/project/p", 5)),
-            next_attempt_at: Timestamp(50),
             attempts: 1,
-            last_error: None,
+            ..WorkItem::due_now(t(("ra/project/p", 5)), Timestamp(50))
         },
     );
     let r = check(&[ra]);

@@ -63,6 +63,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     let mut tx = Tx::new(state);
     let mut cursor = tx.cursor(from_region)?;
     let mut applied = 0;
+    let mut started = Vec::new();
     for e in events {
         if e.revision <= cursor {
             continue;
@@ -84,12 +85,8 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                     purged: false,
                     no_cascade: e.no_cascade,
                 });
-                tx.put_work(WorkItem {
-                    target: e.resource,
-                    next_attempt_at: ctx.now,
-                    attempts: 0,
-                    last_error: None,
-                });
+                started.push(uid);
+                tx.put_work(WorkItem::due_now(e.resource, ctx.now));
                 applied += 1;
             }
             EventType::Purged => {
@@ -122,6 +119,10 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
         }
     }
     tx.set_cursor(from_region, cursor);
+    // Act on the local referrers in this same step (up to one work step's
+    // budget): a leaf referrer is purged in the commit that records the
+    // event, with no second write and fsync before other regions see it.
+    protocol::start_queued_work(&mut tx, ctx, &started)?;
     Ok(Step {
         value: applied,
         writes: tx.finish(),
@@ -178,12 +179,7 @@ pub fn resync<S: StateRead + ?Sized>(
             purged: false,
             no_cascade,
         });
-        tx.put_work(WorkItem {
-            target,
-            next_attempt_at: ctx.now,
-            attempts: 0,
-            last_error: None,
-        });
+        tx.put_work(WorkItem::due_now(target, ctx.now));
         added += 1;
     }
     tx.set_cursor(from_region, revision);

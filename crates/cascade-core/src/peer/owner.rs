@@ -155,6 +155,7 @@ pub fn release<S: StateRead + ?Sized>(
             continue;
         }
         tx.remove_backref(key);
+        protocol::forget_released_row(&mut tx, ctx, &row)?;
         let referrer_region = row.referrer.name.region();
         if referrer_region != ctx.region.as_str() && matches!(row.on_delete, OnDelete::Cascade | OnDelete::Unset) {
             // The referrer's region acted on this deletion (or, when the

@@ -12,7 +12,7 @@ use crate::model::{BackRef, BackRefKey, PendingRelease, RefTarget, Resource, Tim
 use crate::schema::OnDelete;
 use crate::state::{StateRead, Tx};
 
-use super::bookkeeping::wake_if_deleting;
+use super::bookkeeping::{forget_released_row, wake_if_deleting};
 use super::{is_remote, target_of, Ctx};
 
 /// Drops the back-reference row of one reference: for a remote target also
@@ -34,6 +34,7 @@ pub(super) fn release_ref<S: StateRead + ?Sized>(
         );
         Ok(())
     } else {
+        forget_released_row(tx, ctx, b)?;
         wake_if_deleting(tx, ctx, b.target.uid)
     }
 }

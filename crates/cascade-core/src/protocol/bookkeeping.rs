@@ -9,8 +9,8 @@
 
 use crate::error::{describe_blockers, CoreError};
 use crate::model::{
-    Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome, OutcomeAction,
-    Progress, Resource, ResourceState, WorkItem,
+    BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
+    OutcomeAction, Progress, Resource, ResourceState, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::state::{StateRead, Tx};
@@ -52,12 +52,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         operation,
         status: DeletionStatus::Pending,
     });
-    tx.put_work(WorkItem {
-        target: target.clone(),
-        next_attempt_at: ctx.now,
-        attempts: 0,
-        last_error: None,
-    });
+    tx.put_work(WorkItem::due_now(target.clone(), ctx.now));
     let was_unset = counted_as_unset(tx, operation, &target.name)?;
     tx.put_outcome(
         operation,
@@ -365,14 +360,29 @@ pub(crate) fn wake_if_deleting<S: StateRead + ?Sized>(
     let Some(record) = tx.deletion(uid)? else {
         return Ok(());
     };
-    let mut work = tx.work(uid)?.unwrap_or(WorkItem {
-        target: record.target.clone(),
-        next_attempt_at: ctx.now,
-        attempts: 0,
-        last_error: None,
-    });
+    let mut work = tx
+        .work(uid)?
+        .unwrap_or(WorkItem::due_now(record.target.clone(), ctx.now));
     work.next_attempt_at = ctx.now;
     tx.put_work(work);
+    Ok(())
+}
+
+/// A back-reference row of a local DELETING target went away (released by
+/// its referrer's region, or its local referrer was deleted): the walk of
+/// the target's deletion, if it had counted the row, stops waiting for it.
+pub(crate) fn forget_released_row<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    row: &BackRef,
+) -> Result<(), CoreError> {
+    let Some(mut work) = tx.work(row.target.uid)? else {
+        return Ok(());
+    };
+    if work.walk.has_seen(&row.key()) {
+        work.walk.forget(row, ctx.region.as_str());
+        tx.put_work(work);
+    }
     Ok(())
 }
 

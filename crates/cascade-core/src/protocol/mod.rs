@@ -62,10 +62,10 @@ pub use create_update::{create, update};
 pub use delete::delete;
 pub use work::{confirm_remote_closure, process_work};
 
-pub(crate) use bookkeeping::{after_pending_changed, wake_if_deleting};
+pub(crate) use bookkeeping::{after_pending_changed, forget_released_row, wake_if_deleting};
 pub(crate) use create_update::{abort_creating, activate_creating, revert_references};
 pub(crate) use delete::{keeps_live_other_target, plan_closure};
-pub(crate) use work::note_reached;
+pub(crate) use work::{note_reached, start_queued_work};
 
 /// Tunables of the protocol. Defaults suit a node; tests shrink them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::error::CoreError;
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState, Outcome,
-    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, WorkItem,
+    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, Walk, WorkItem,
 };
-use crate::name::OperationId;
+use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
 use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
@@ -56,12 +56,42 @@ pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<St
     })
 }
 
+/// Starts the work of deletions queued earlier in the same step (the
+/// importer's, for the DELETING events it just applied), within one work
+/// step's budget: the event and its local effect commit together, one
+/// durable write instead of two. Whatever the budget leaves stays queued
+/// and due, for the next work step.
+pub(crate) fn start_queued_work<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    uids: &[Uid],
+) -> Result<WorkReport, CoreError> {
+    let mut report = WorkReport::default();
+    let mut budget = ctx.policy.batch_budget;
+    for &uid in uids {
+        if budget == 0 {
+            report.more = true;
+            break;
+        }
+        let Some(work) = tx.work(uid)? else { continue };
+        if work.next_attempt_at > ctx.now {
+            continue;
+        }
+        report.items += 1;
+        if !step_deletion(tx, ctx, work, &mut budget, &mut report)? {
+            report.more = true;
+        }
+    }
+    Ok(report)
+}
+
 /// Advances one deletion. Returns false when the budget ran out before it
-/// got through its back-references (its queue entry stays due).
+/// got through its back-references (its queue entry stays due, and the
+/// next step resumes the walk where this one stopped: see [`Walk`]).
 fn step_deletion<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
-    work: WorkItem,
+    mut work: WorkItem,
     budget: &mut usize,
     report: &mut WorkReport,
 ) -> Result<bool, CoreError> {
@@ -84,50 +114,37 @@ fn step_deletion<S: StateRead + ?Sized>(
     // Only an operation's root can be deleted without cascade (nothing else
     // enters DELETING by it), and then its referrers lose the element.
     let no_cascade = tx.operation(record.operation)?.is_some_and(|op| !op.cascade);
-    let mut blockers = Vec::new();
-    // Region → referrers there that have yet to release (they act on our event).
-    let mut waiting: BTreeMap<String, usize> = BTreeMap::new();
-    let mut pages = BackRefPages::new(uid);
-    loop {
-        if *budget == 0 {
+    let deletion = Applied {
+        target: &target,
+        operation: record.operation,
+        requested_by: &record.requested_by,
+        no_cascade,
+    };
+    if !work.walk.finished {
+        if !resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report)? {
+            tx.put_work(work);
             return Ok(false);
         }
-        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
-            break;
-        };
-        for b in page {
-            let remote_referrer = is_remote(ctx, &b.referrer.name);
-            match b.on_delete {
-                OnDelete::Block => {
-                    if blockers.len() < ctx.policy.max_listed {
-                        let referrer_deleting = !remote_referrer
-                            && tx
-                                .resource_by_uid(b.referrer.uid)?
-                                .is_some_and(|r| r.state == ResourceState::Deleting);
-                        blockers.push(Blocker {
-                            referrer: b.referrer.name.clone(),
-                            field: b.field.clone(),
-                            referrer_deleting,
-                        });
-                    }
-                }
-                OnDelete::AllowDangling => tx.remove_backref(b.key()),
-                OnDelete::Cascade | OnDelete::Unset if remote_referrer => {
-                    *waiting.entry(b.referrer.name.region().to_owned()).or_default() += 1;
-                }
-                OnDelete::Cascade | OnDelete::Unset => {
-                    *budget = budget.saturating_sub(1);
-                    let deletion = Applied {
-                        target: &target,
-                        operation: record.operation,
-                        requested_by: &record.requested_by,
-                        no_cascade,
-                    };
-                    apply_to_referrer(tx, ctx, &deletion, b, report)?;
-                }
-            }
-        }
+        work.walk.recount_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
     }
+    // Past the last row. Only other regions' releases left to wait for, by
+    // the counts: no need to read the rows again (see `Walk`).
+    let counted_remote_only = work.walk.blocking == 0
+        && resource.finalizers.is_empty()
+        && work.walk.remote_left() > 0
+        && ctx.now < work.walk.recount_at;
+    let (blockers, waiting) = if counted_remote_only {
+        (Vec::new(), work.walk.remote.clone())
+    } else {
+        let Some(found) = full_pass(tx, ctx, &deletion, budget, report)? else {
+            tx.put_work(work);
+            return Ok(false);
+        };
+        work.walk.remote = found.waiting.clone();
+        work.walk.blocking = found.blocking;
+        work.walk.recount_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
+        (found.blockers, found.waiting)
+    };
     if !blockers.is_empty() || !resource.finalizers.is_empty() {
         hold(tx, ctx, &resource, record, work, blockers)?;
         return Ok(true);
@@ -139,7 +156,9 @@ fn step_deletion<S: StateRead + ?Sized>(
             .map(|(region, n)| format!("waiting on region {region} to release {n} reference(s)"))
             .collect::<Vec<_>>()
             .join("; ");
-        let retry_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
+        // The counts' next full pass is the safety net (the owner's
+        // periodic check heals lost releases); a release wakes it sooner.
+        let retry_at = work.walk.recount_at;
         wait_for_regions(
             tx,
             ctx,
@@ -193,6 +212,112 @@ fn step_deletion<S: StateRead + ?Sized>(
     purge(tx, ctx, resource, record)?;
     report.purged += 1;
     Ok(true)
+}
+
+/// Resumes the walk of a deletion's back-references where the last step
+/// left it: acts on the local `cascade`, `unset` and `allow_dangling` rows
+/// (each removes its row) and counts the rows that stay. Returns false
+/// when the budget ran out first (`walk` then holds the position).
+fn resume_walk<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    deletion: &Applied<'_>,
+    walk: &mut Walk,
+    budget: &mut usize,
+    report: &mut WorkReport,
+) -> Result<bool, CoreError> {
+    let mut pages = BackRefPages::resume(deletion.target.uid, walk.after.take());
+    let finished = loop {
+        if *budget == 0 {
+            break false;
+        }
+        // A page is never larger than the budget left, so a walk stops
+        // only between pages and its position is the last key returned.
+        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
+            break true;
+        };
+        for b in page {
+            match b.on_delete {
+                OnDelete::Block => walk.blocking += 1,
+                OnDelete::AllowDangling => tx.remove_backref(b.key()),
+                OnDelete::Cascade | OnDelete::Unset if is_remote(ctx, &b.referrer.name) => {
+                    *walk.remote.entry(b.referrer.name.region().to_owned()).or_default() += 1;
+                }
+                OnDelete::Cascade | OnDelete::Unset => {
+                    *budget = budget.saturating_sub(1);
+                    apply_to_referrer(tx, ctx, deletion, b, report)?;
+                }
+            }
+        }
+    };
+    walk.after = pages.position().cloned();
+    walk.finished = finished;
+    Ok(finished)
+}
+
+/// What a full pass over a deletion's remaining back-references found.
+struct FullPass {
+    /// The `block` referrers, at most `Policy::max_listed`.
+    blockers: Vec<Blocker>,
+    /// Every `block` row.
+    blocking: u64,
+    /// Region → referrers there that have yet to release (they act on our event).
+    waiting: BTreeMap<String, u64>,
+}
+
+/// Reads every back-reference the deletion still has, from the first:
+/// the truth its counts are checked against before it finishes or while
+/// something holds it. A local row it meets is acted on, like in the walk
+/// (none is expected: nothing attaches to a DELETING resource). `None`
+/// when the budget ran out first; the next step passes again.
+fn full_pass<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    deletion: &Applied<'_>,
+    budget: &mut usize,
+    report: &mut WorkReport,
+) -> Result<Option<FullPass>, CoreError> {
+    let mut found = FullPass {
+        blockers: Vec::new(),
+        blocking: 0,
+        waiting: BTreeMap::new(),
+    };
+    let mut pages = BackRefPages::new(deletion.target.uid);
+    loop {
+        if *budget == 0 {
+            return Ok(None);
+        }
+        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
+            return Ok(Some(found));
+        };
+        for b in page {
+            let remote_referrer = is_remote(ctx, &b.referrer.name);
+            match b.on_delete {
+                OnDelete::Block => {
+                    found.blocking += 1;
+                    if found.blockers.len() < ctx.policy.max_listed {
+                        let referrer_deleting = !remote_referrer
+                            && tx
+                                .resource_by_uid(b.referrer.uid)?
+                                .is_some_and(|r| r.state == ResourceState::Deleting);
+                        found.blockers.push(Blocker {
+                            referrer: b.referrer.name.clone(),
+                            field: b.field.clone(),
+                            referrer_deleting,
+                        });
+                    }
+                }
+                OnDelete::AllowDangling => tx.remove_backref(b.key()),
+                OnDelete::Cascade | OnDelete::Unset if remote_referrer => {
+                    *found.waiting.entry(b.referrer.name.region().to_owned()).or_default() += 1;
+                }
+                OnDelete::Cascade | OnDelete::Unset => {
+                    *budget = budget.saturating_sub(1);
+                    apply_to_referrer(tx, ctx, deletion, b, report)?;
+                }
+            }
+        }
+    }
 }
 
 /// Records that an operation's part reached other regions. `changed`:
@@ -278,7 +403,7 @@ pub fn confirm_remote_closure<S: StateRead + ?Sized>(
 fn step_remote_deletion<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
-    work: WorkItem,
+    mut work: WorkItem,
     budget: &mut usize,
     report: &mut WorkReport,
 ) -> Result<bool, CoreError> {
@@ -288,9 +413,13 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     };
     let requested_by = format!("region {}", tombstone.target.name.region());
-    let mut pages = BackRefPages::new(uid);
+    // Resumed where the last step stopped, like the owner's walk (`Walk`):
+    // the rows acted on so far are removed, tombstones in an LSM engine.
+    let mut pages = BackRefPages::resume(uid, work.walk.after.take());
     loop {
         if *budget == 0 {
+            work.walk.after = pages.position().cloned();
+            tx.put_work(work);
             return Ok(false);
         }
         let Some(page) = pages.next_page(tx, (*budget).min(256))? else {

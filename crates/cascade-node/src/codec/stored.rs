@@ -697,7 +697,33 @@ impl TryFrom<Outcome<'_>> for model::Outcome {
     }
 }
 
-/// [`model::WorkItem`].
+/// [`model::WorkItem`] as version 1 wrote it, before the walk's position
+/// (read only: a version-1 item resumes with a walk from the first row).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct WorkItemV1<'a> {
+    #[serde(borrow)]
+    pub target: RefTarget<'a>,
+    pub next_attempt_at: u64,
+    pub attempts: u32,
+    #[serde(borrow)]
+    pub last_error: Option<Cow<'a, str>>,
+}
+
+impl TryFrom<WorkItemV1<'_>> for model::WorkItem {
+    type Error = NameError;
+    fn try_from(w: WorkItemV1<'_>) -> Result<Self, NameError> {
+        Ok(model::WorkItem {
+            target: w.target.try_into()?,
+            next_attempt_at: Timestamp(w.next_attempt_at),
+            attempts: w.attempts,
+            last_error: w.last_error.map(string),
+            walk: model::Walk::default(),
+        })
+    }
+}
+
+/// [`model::WorkItem`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1's fields, then the walk.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct WorkItem<'a> {
     #[serde(borrow)]
@@ -706,6 +732,20 @@ pub struct WorkItem<'a> {
     pub attempts: u32,
     #[serde(borrow)]
     pub last_error: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub walk: Walk<'a>,
+}
+
+/// [`model::Walk`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Walk<'a> {
+    #[serde(borrow)]
+    pub after: Option<BackRefKey<'a>>,
+    pub finished: bool,
+    #[serde(borrow)]
+    pub remote: Vec<(Cow<'a, str>, u64)>,
+    pub blocking: u64,
+    pub recount_at: u64,
 }
 
 impl<'a> From<&'a model::WorkItem> for WorkItem<'a> {
@@ -715,6 +755,18 @@ impl<'a> From<&'a model::WorkItem> for WorkItem<'a> {
             next_attempt_at: w.next_attempt_at.0,
             attempts: w.attempts,
             last_error: w.last_error.as_deref().map(Cow::Borrowed),
+            walk: Walk {
+                after: w.walk.after.as_ref().map(BackRefKey::from),
+                finished: w.walk.finished,
+                remote: w
+                    .walk
+                    .remote
+                    .iter()
+                    .map(|(region, n)| (Cow::Borrowed(region.as_str()), *n))
+                    .collect(),
+                blocking: w.walk.blocking,
+                recount_at: w.walk.recount_at.0,
+            },
         }
     }
 }
@@ -727,6 +779,18 @@ impl TryFrom<WorkItem<'_>> for model::WorkItem {
             next_attempt_at: Timestamp(w.next_attempt_at),
             attempts: w.attempts,
             last_error: w.last_error.map(string),
+            walk: model::Walk {
+                after: w.walk.after.map(model::BackRefKey::from),
+                finished: w.walk.finished,
+                remote: w
+                    .walk
+                    .remote
+                    .into_iter()
+                    .map(|(region, n)| (string(region), n))
+                    .collect(),
+                blocking: w.walk.blocking,
+                recount_at: Timestamp(w.walk.recount_at),
+            },
         })
     }
 }

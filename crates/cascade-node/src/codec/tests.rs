@@ -9,7 +9,7 @@ use cascade_core::{OnDelete, OperationId, ResourceName, Uid};
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::{decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1};
+use super::{decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2};
 use crate::store::{Batch, MemoryStore, Store, StoreError, Table};
 
 // ---- strategies over the core's records ----
@@ -202,13 +202,35 @@ fn outcome() -> impl Strategy<Value = Outcome> {
     (target(), action(), ts()).prop_map(|(resource, action, time)| Outcome { resource, action, time })
 }
 
+fn walk() -> impl Strategy<Value = Walk> {
+    (
+        prop::option::of((uid(), uid(), text()).prop_map(|(target, referrer, field)| BackRefKey {
+            target,
+            referrer,
+            field,
+        })),
+        any::<bool>(),
+        prop::collection::btree_map(text(), any::<u64>(), 0..4),
+        any::<u64>(),
+        ts(),
+    )
+        .prop_map(|(after, finished, remote, blocking, recount_at)| Walk {
+            after,
+            finished,
+            remote,
+            blocking,
+            recount_at,
+        })
+}
+
 fn work() -> impl Strategy<Value = WorkItem> {
-    (target(), ts(), any::<u32>(), prop::option::of(text())).prop_map(
-        |(target, next_attempt_at, attempts, last_error)| WorkItem {
+    (target(), ts(), any::<u32>(), prop::option::of(text()), walk()).prop_map(
+        |(target, next_attempt_at, attempts, last_error, walk)| WorkItem {
             target,
             next_attempt_at,
             attempts,
             last_error,
+            walk,
         },
     )
 }
@@ -268,14 +290,20 @@ fn pending_release() -> impl Strategy<Value = PendingRelease> {
 
 // ---- properties ----
 
-/// The value encodes to version 1, decodes to itself, and its JSON as an
-/// earlier node wrote it decodes to itself too.
+/// The value encodes to the version its table writes (2 for a work item,
+/// 1 for everything else), decodes to itself, and its JSON as an earlier
+/// node wrote it decodes to itself too.
 fn both_ways<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(
     table: Table,
     v: &T,
 ) -> Result<(), TestCaseError> {
     let bytes = v.encode(table).expect("encodes");
-    prop_assert_eq!(bytes.first(), Some(&VERSION_POSTCARD_V1));
+    let version = if table == Table::RetryQueue {
+        VERSION_POSTCARD_V2
+    } else {
+        VERSION_POSTCARD_V1
+    };
+    prop_assert_eq!(bytes.first(), Some(&version));
     prop_assert_eq!(bytes.len(), bytes.capacity(), "one exact allocation");
     let back: T = decode(table, &bytes).expect("decodes");
     prop_assert_eq!(&back, v);
@@ -514,6 +542,7 @@ fn a_store_of_json_values_opens_and_new_writes_are_binary() {
         next_attempt_at: Timestamp(5),
         attempts: 1,
         last_error: Some("blocked".into()),
+        walk: Walk::default(),
     };
     let mut batch = Batch::default();
     batch.put(Table::Resources, r.name.as_str().as_bytes().to_vec(), json(&r));
@@ -546,9 +575,14 @@ fn a_store_of_json_values_opens_and_new_writes_are_binary() {
     writes.resources.insert(r2.name.clone(), Some(r2.clone()));
     writes.work.insert(r2.uid, Some(w2.clone()));
     let batch = encode_writes(&state, &writes).expect("encodes");
-    for (_, _, v) in &batch.ops {
+    for (table, _, v) in &batch.ops {
         if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
-            assert_eq!(v[0], VERSION_POSTCARD_V1);
+            let expected = if *table == Table::RetryQueue {
+                VERSION_POSTCARD_V2
+            } else {
+                VERSION_POSTCARD_V1
+            };
+            assert_eq!(v[0], expected, "{}", table.name());
         }
     }
     store.commit(batch).expect("commit");
@@ -577,4 +611,48 @@ fn a_read_of_a_corrupt_value_names_its_table() {
         err.to_string().contains("resources") && err.to_string().contains("0x02"),
         "{err}"
     );
+}
+
+/// A work item written before the walk's position (version 1: target, due
+/// time, attempts, last error) still reads, as a walk from the first row;
+/// it is rewritten as version 2.
+#[test]
+fn a_version_1_work_item_reads_as_a_walk_from_the_start() {
+    let r = typical_resource();
+    let target = target_of(&r);
+    let v1 = super::stored::WorkItemV1 {
+        target: (&target).into(),
+        next_attempt_at: 5,
+        attempts: 2,
+        last_error: Some("blocked".into()),
+    };
+    let mut bytes = vec![VERSION_POSTCARD_V1];
+    bytes.extend(postcard::to_allocvec(&v1).expect("encodes"));
+    let read: WorkItem = decode(Table::RetryQueue, &bytes).expect("version 1 reads");
+    assert_eq!(
+        read,
+        WorkItem {
+            target: target_of(&r),
+            next_attempt_at: Timestamp(5),
+            attempts: 2,
+            last_error: Some("blocked".into()),
+            walk: Walk::default(),
+        }
+    );
+    let rewritten = read.encode(Table::RetryQueue).expect("encodes");
+    assert_eq!(rewritten[0], VERSION_POSTCARD_V2);
+    assert_eq!(decode::<WorkItem>(Table::RetryQueue, &rewritten).expect("reads"), read);
+    // Version 2's body under version 1's byte is not silently misread.
+    let mut walked = read.clone();
+    walked.walk.finished = true;
+    walked.walk.remote.insert("us-east".into(), 3);
+    let mut wrong_walked = walked.encode(Table::RetryQueue).expect("encodes");
+    wrong_walked[0] = VERSION_POSTCARD_V1;
+    assert!(matches!(
+        decode::<WorkItem>(Table::RetryQueue, &wrong_walked),
+        Err(StoreError::Corrupt {
+            table: "retry_queue",
+            ..
+        })
+    ));
 }
