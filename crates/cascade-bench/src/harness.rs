@@ -72,14 +72,10 @@ pub struct ClusterSpec<'a> {
     /// Region index → indexes of its peers. None: everyone.
     pub peers_of: Option<&'a dyn Fn(usize) -> Vec<usize>>,
     pub tick: Duration,
-    /// Serve through `Node::serve_incoming` with TCP_NODELAY set on every
-    /// accepted connection, instead of `Node::serve` (an experiment:
-    /// `--server-nodelay`).
-    pub nodelay: bool,
 }
 
 impl<'a> ClusterSpec<'a> {
-    /// A cluster of `regions` as a row asks for it (engine, tick, nodelay),
+    /// A cluster of `regions` as a row asks for it (engine, tick),
     /// every node a peer of every other.
     pub fn for_row(row: &crate::spec::RowSpec, regions: &'a [String]) -> Self {
         Self {
@@ -87,22 +83,8 @@ impl<'a> ClusterSpec<'a> {
             regions,
             peers_of: None,
             tick: Duration::from_millis(row.tick_ms),
-            nodelay: row.server_nodelay,
         }
     }
-}
-
-/// The listener's connections with TCP_NODELAY set.
-fn nodelay_incoming(
-    listener: TcpListener,
-) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> + Send + 'static {
-    futures::stream::unfold(listener, |listener| async move {
-        let accepted = listener.accept().await.and_then(|(stream, _)| {
-            stream.set_nodelay(true)?;
-            Ok(stream)
-        });
-        Some((accepted, listener))
-    })
 }
 
 impl Cluster {
@@ -139,11 +121,7 @@ impl Cluster {
             let shutdown = async {
                 let _ = rx.await;
             };
-            let task = if spec.nodelay {
-                tokio::spawn(node.serve_incoming(Box::pin(nodelay_incoming(listener)), shutdown))
-            } else {
-                tokio::spawn(node.serve(listener, shutdown))
-            };
+            let task = tokio::spawn(node.serve(listener, shutdown));
             members.push(Member {
                 endpoint: endpoints[i].clone(),
                 client: Client::connect(&endpoints[i]).await?,

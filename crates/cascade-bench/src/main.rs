@@ -90,10 +90,6 @@ struct Cli {
     /// The nodes' writer and link tick in ms (`NodeSettings::tick`).
     #[arg(long, default_value_t = 200)]
     tick_ms: u64,
-    /// Serve with TCP_NODELAY on accepted connections (an experiment: the
-    /// product's `Node::serve` does not set it).
-    #[arg(long)]
-    server_nodelay: bool,
     /// Where to write the rows (default: <target dir>/bench/results.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -167,7 +163,6 @@ fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario]) -> Vec<RowSpec> {
         baseline_of: None,
         deleted: None,
         tick_ms: cli.tick_ms,
-        server_nodelay: cli.server_nodelay,
     };
     let mut out = Vec::new();
     for &scenario in scenarios {
@@ -323,11 +318,6 @@ fn parent(cli: &Cli) -> Result<()> {
         println!(
             "P3 ran with the nodes' tick at {} ms (--tick-ms): events travel on watch streams, not on the tick; a 20 ms tick measured no lower.",
             cli.tick_ms
-        );
-    }
-    if cli.server_nodelay {
-        println!(
-            "--server-nodelay: the nodes' accepted connections had TCP_NODELAY set (not what `Node::serve` does)."
         );
     }
     let out = cli.out.clone().unwrap_or_else(default_out);

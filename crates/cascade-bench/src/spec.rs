@@ -125,10 +125,6 @@ pub struct RowSpec {
     pub deleted: Option<u64>,
     /// The nodes' writer tick (`NodeSettings::tick`).
     pub tick_ms: u64,
-    /// Accepted connections get TCP_NODELAY (an experiment; the product's
-    /// `Node::serve` leaves them as accepted).
-    #[serde(default)]
-    pub server_nodelay: bool,
 }
 
 /// What a row reports. The first ten fields are always present (null when
@@ -204,9 +200,6 @@ pub struct Row {
     pub max_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tick_ms: Option<u64>,
-    /// Set when the row ran with `--server-nodelay`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_nodelay: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The row could not be measured: why.
@@ -224,7 +217,6 @@ impl Row {
             regions: spec.regions,
             shape: spec.shape.map(|s| s.as_str().to_owned()),
             tick_ms: Some(spec.tick_ms),
-            server_nodelay: spec.server_nodelay.then_some(true),
             ..Self::default()
         }
     }

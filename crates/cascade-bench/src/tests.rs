@@ -14,7 +14,6 @@ fn p1_spec(engine: Engine, n: u64) -> RowSpec {
         baseline_of: None,
         deleted: None,
         tick_ms: 50,
-        server_nodelay: false,
     }
 }
 
