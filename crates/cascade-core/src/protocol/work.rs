@@ -5,7 +5,7 @@
 //! referrers; an operation's root waits, last, for the other regions' parts
 //! of its cascade.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::error::CoreError;
 use crate::model::{
@@ -136,14 +136,14 @@ fn step_deletion<S: StateRead + ?Sized>(
     let (blockers, waiting) = if counted_remote_only {
         (Vec::new(), work.walk.remote.clone())
     } else {
-        let Some(found) = full_pass(tx, ctx, &deletion, budget, report)? else {
+        let Some((counted, blockers)) = full_pass(tx, ctx, &deletion, budget, report)? else {
             tx.put_work(work);
             return Ok(false);
         };
-        work.walk.remote = found.waiting.clone();
-        work.walk.blocking = found.blocking;
+        work.walk.remote = counted.remote;
+        work.walk.blocking = counted.blocking;
         work.walk.recount_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
-        (found.blockers, found.waiting)
+        (blockers, work.walk.remote.clone())
     };
     if !blockers.is_empty() || !resource.finalizers.is_empty() {
         hold(tx, ctx, &resource, record, work, blockers)?;
@@ -255,69 +255,38 @@ fn resume_walk<S: StateRead + ?Sized>(
     Ok(finished)
 }
 
-/// What a full pass over a deletion's remaining back-references found.
-struct FullPass {
-    /// The `block` referrers, at most `Policy::max_listed`.
-    blockers: Vec<Blocker>,
-    /// Every `block` row.
-    blocking: u64,
-    /// Region → referrers there that have yet to release (they act on our event).
-    waiting: BTreeMap<String, u64>,
-}
-
 /// Reads every back-reference the deletion still has, from the first:
 /// the truth its counts are checked against before it finishes or while
-/// something holds it. A local row it meets is acted on, like in the walk
-/// (none is expected: nothing attaches to a DELETING resource). `None`
-/// when the budget ran out first; the next step passes again.
+/// something holds it. It is the same walk from the start (a local row it
+/// meets is acted on; none is expected, since nothing attaches to a
+/// DELETING resource), and returns its counts and the blockers to list.
+/// `None` when the budget ran out first; the next step passes again.
 fn full_pass<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     deletion: &Applied<'_>,
     budget: &mut usize,
     report: &mut WorkReport,
-) -> Result<Option<FullPass>, CoreError> {
-    let mut found = FullPass {
-        blockers: Vec::new(),
-        blocking: 0,
-        waiting: BTreeMap::new(),
-    };
-    let mut pages = BackRefPages::new(deletion.target.uid);
-    loop {
-        if *budget == 0 {
-            return Ok(None);
-        }
-        let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
-            return Ok(Some(found));
-        };
-        for b in page {
-            let remote_referrer = is_remote(ctx, &b.referrer.name);
-            match b.on_delete {
-                OnDelete::Block => {
-                    found.blocking += 1;
-                    if found.blockers.len() < ctx.policy.max_listed {
-                        let referrer_deleting = !remote_referrer
-                            && tx
-                                .resource_by_uid(b.referrer.uid)?
-                                .is_some_and(|r| r.state == ResourceState::Deleting);
-                        found.blockers.push(Blocker {
-                            referrer: b.referrer.name.clone(),
-                            field: b.field.clone(),
-                            referrer_deleting,
-                        });
-                    }
-                }
-                OnDelete::AllowDangling => tx.remove_backref(b.key()),
-                OnDelete::Cascade | OnDelete::Unset if remote_referrer => {
-                    *found.waiting.entry(b.referrer.name.region().to_owned()).or_default() += 1;
-                }
-                OnDelete::Cascade | OnDelete::Unset => {
-                    *budget = budget.saturating_sub(1);
-                    apply_to_referrer(tx, ctx, deletion, b, report)?;
-                }
-            }
+) -> Result<Option<(Walk, Vec<Blocker>)>, CoreError> {
+    let mut counted = Walk::default();
+    if !resume_walk(tx, ctx, deletion, &mut counted, budget, report)? {
+        return Ok(None);
+    }
+    let mut blockers = Vec::new();
+    if counted.blocking > 0 {
+        for b in tx.blocking_backrefs(deletion.target.uid, ctx.policy.max_listed)? {
+            let referrer_deleting = !is_remote(ctx, &b.referrer.name)
+                && tx
+                    .resource_by_uid(b.referrer.uid)?
+                    .is_some_and(|r| r.state == ResourceState::Deleting);
+            blockers.push(Blocker {
+                referrer: b.referrer.name,
+                field: b.field,
+                referrer_deleting,
+            });
         }
     }
+    Ok(Some((counted, blockers)))
 }
 
 /// Records that an operation's part reached other regions. `changed`:
