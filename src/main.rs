@@ -6,6 +6,11 @@
 
 mod demo;
 
+/// glibc's malloc was about a third of the writer's CPU in a 1M cascade
+/// (`perf record`, docs/BENCHMARKS.md); mimalloc is the process-wide allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -50,6 +50,11 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod baseline;
+
+/// glibc's malloc was about a third of the writer's CPU in a 1M cascade
+/// (`perf record`, docs/BENCHMARKS.md); mimalloc is the process-wide allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod harness;
 mod local;
 mod remote;
