@@ -11,7 +11,8 @@
 //! listener bound to `127.0.0.1:0`; clients talk real gRPC to them; the
 //! engines write to a temporary directory (memory: none). Writes are
 //! counted by each node's `WriteStats`. The parent prints a table and the
-//! issue's targets, and writes every row to `target/bench/results.json`.
+//! issue's targets, and writes the rows to `target/bench/results.json`
+//! after each one (a run stopped halfway keeps what it measured).
 //!
 //! The scenarios (docs/BENCHMARKS.md says more, and what each column is):
 //!
@@ -281,6 +282,7 @@ fn parent(cli: &Cli) -> Result<()> {
         None => Scenario::SELECTABLE.to_vec(),
     };
     let plan = plan(cli, &engines, &scenarios);
+    let out = cli.out.clone().unwrap_or_else(default_out);
     let mut rows = Vec::new();
     let total = plan.len();
     for (i, spec) in plan.iter().enumerate() {
@@ -315,6 +317,8 @@ fn parent(cli: &Cli) -> Result<()> {
         } else {
             rows.push(row);
         }
+        // After every row, so a run stopped halfway keeps what it measured.
+        report::write_json(&out, &rows)?;
     }
     println!("{}", report::table(&rows));
     println!("targets (the issue's; pass/FAIL on this run's rows):");
@@ -325,8 +329,6 @@ fn parent(cli: &Cli) -> Result<()> {
             cli.tick_ms
         );
     }
-    let out = cli.out.clone().unwrap_or_else(default_out);
-    report::write_json(&out, &rows)?;
     println!(
         "{} rows written to {} in {:.1} s",
         rows.len(),

@@ -328,7 +328,12 @@ impl StoreState<'_> {
         if below <= floor {
             return Ok(0);
         }
-        let keys = self.store.scan(Table::Outbox, &[], None, limit)?;
+        // From the floor, not the first key: everything below it was
+        // removed, and on an LSM engine each removed key is a tombstone a
+        // scan from the start would step over again (quadratic: 16 % of the
+        // writer's CPU in a 1M cascade on fjall, `perf record`).
+        let after = floor.checked_sub(1).map(revision_key);
+        let keys = self.store.scan(Table::Outbox, &[], after.as_deref(), limit)?;
         let mut batch = Batch::default();
         let mut new_floor = floor;
         for (k, _) in keys {
