@@ -96,6 +96,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         etag: None,
         uid: None,
         requested_by: "bench".into(),
+        orphan: false,
         remote_kept: Default::default(),
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");

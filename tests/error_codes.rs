@@ -3,6 +3,10 @@
 //! named resource send the same call to its owner and to the other nodes
 //! (which forward it, or resolve a reference at the owner) and require the
 //! same code, message and details from all of them.
+//!
+//! Size: one file of about 900 lines on purpose: it is README's table, a
+//! test per row in the table's order, over shared helpers that send one
+//! call through every node and compare the answers.
 
 // Test code, not a node: poll deadlines and elapsed times are real time,
 // and made-up ids need no IdSource (clippy.toml).
@@ -556,6 +560,169 @@ async fn an_update_of_a_deleting_resource_is_failed_precondition_from_every_node
     );
     assert_eq!(r.resource().0, "us-east/network/n", "{r:?}");
     assert_eq!(r.message, "us-east/network/n is being deleted");
+}
+
+fn add_lien(name: &str, id: &str, reason: &str) -> v1::AddLienRequest {
+    v1::AddLienRequest {
+        name: name.to_owned(),
+        lien_id: id.to_owned(),
+        reason: reason.to_owned(),
+        requested_by: "test".to_owned(),
+        etag: String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_of_a_resource_with_liens_is_failed_precondition_listing_them_from_every_node() {
+    let c = start_cluster(&REGIONS).await;
+    us_east_network(&c, false).await;
+    c.client("eu-west")
+        .add_lien(add_lien("us-east/network/n", "legal-hold", "audit 2026"))
+        .await
+        .unwrap();
+    for dry_run in [false, true] {
+        let r = same_from_every_node(&c, "delete", |client| async move {
+            client
+                .delete(v1::DeleteRequest {
+                    dry_run,
+                    ..delete_req("us-east/network/n", true)
+                })
+                .await
+        })
+        .await;
+        assert_eq!(
+            (r.code, r.reason()),
+            (tonic::Code::FailedPrecondition, ErrorReason::Liened),
+            "{r:?}"
+        );
+        assert_eq!(r.resource().0, "us-east/network/n", "{r:?}");
+        let liens = r.details().liens;
+        assert_eq!(liens.len(), 1, "{r:?}");
+        assert_eq!(
+            (liens[0].id.as_str(), liens[0].reason.as_str(), liens[0].origin.as_str()),
+            ("legal-hold", "audit 2026", "test")
+        );
+        assert_eq!(
+            r.message,
+            "cannot delete us-east/network/n: held by lien legal-hold (audit 2026)"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lien_calls_name_lien_id_or_reason_when_refused_from_every_node() {
+    let c = start_cluster(&REGIONS).await;
+    us_east_network(&c, false).await;
+    c.client("us-east")
+        .add_lien(add_lien("us-east/network/n", "hold", "first reason"))
+        .await
+        .unwrap();
+    let r = same_from_every_node(&c, "add a held id for another reason", |client| async move {
+        client
+            .add_lien(add_lien("us-east/network/n", "hold", "second reason"))
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::AlreadyExists, ErrorReason::Lien),
+        "{r:?}"
+    );
+    assert_eq!(
+        (r.details().field.as_str(), r.resource().0.as_str()),
+        ("lien_id", "us-east/network/n")
+    );
+    let r = same_from_every_node(&c, "remove a lien not held", |client| async move {
+        client
+            .remove_lien(v1::RemoveLienRequest {
+                name: "us-east/network/n".into(),
+                lien_id: "other".into(),
+                etag: String::new(),
+            })
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::NotFound, ErrorReason::Lien),
+        "{r:?}"
+    );
+    assert_eq!(
+        (r.details().field.as_str(), r.resource().0.as_str()),
+        ("lien_id", "us-east/network/n")
+    );
+    let long_id = "i".repeat(129);
+    for (id, reason, field) in [
+        ("x", "", "reason"),
+        ("", "why", "lien_id"),
+        (long_id.as_str(), "why", "lien_id"),
+    ] {
+        let r = same_from_every_node(&c, "a malformed lien", |client| async move {
+            client.add_lien(add_lien("us-east/network/n", id, reason)).await
+        })
+        .await;
+        assert_eq!(
+            (r.code, r.reason()),
+            (tonic::Code::InvalidArgument, ErrorReason::InvalidField),
+            "{r:?}"
+        );
+        assert_eq!(r.details().field, field, "{r:?}");
+    }
+    for i in 1..16 {
+        c.client("us-east")
+            .add_lien(add_lien("us-east/network/n", &format!("h{i}"), "many"))
+            .await
+            .unwrap();
+    }
+    let r = same_from_every_node(&c, "a 17th lien", |client| async move {
+        client
+            .add_lien(add_lien("us-east/network/n", "h16", "one too many"))
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.details().field.as_str()),
+        (tonic::Code::InvalidArgument, "lien_id"),
+        "{r:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lien_on_a_deleting_resource_is_failed_precondition_from_every_node() {
+    let c = start_cluster(&REGIONS).await;
+    us_east_network(&c, true).await;
+    hold_deleting(&c).await;
+    let r = same_from_every_node(&c, "add a lien", |client| async move {
+        client.add_lien(add_lien("us-east/network/n", "late", "too late")).await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::FailedPrecondition, ErrorReason::Deleting),
+        "{r:?}"
+    );
+    assert_eq!(r.resource().0, "us-east/network/n", "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphan_with_cascade_is_invalid_argument_naming_propagation_from_every_node() {
+    let c = start_cluster(&REGIONS).await;
+    us_east_network(&c, false).await;
+    let r = same_from_every_node(&c, "delete", |client| async move {
+        client
+            .delete(v1::DeleteRequest {
+                propagation: v1::PropagationPolicy::Orphan as i32,
+                ..delete_req("us-east/network/n", true)
+            })
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::InvalidArgument, ErrorReason::InvalidField),
+        "{r:?}"
+    );
+    assert_eq!(r.details().field, "propagation", "{r:?}");
 }
 
 // ---------------------------------------------------------------------------

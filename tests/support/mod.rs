@@ -243,15 +243,31 @@ pub async fn start_cluster(regions: &[&str]) -> Cluster {
 }
 
 pub async fn start_cluster_with(regions: &[&str], tweak: impl Fn(&mut NodeSettings)) -> Cluster {
-    start_cluster_on(regions, None, tweak).await
+    start_cluster_on(regions, None, tweak, |_| None).await
+}
+
+/// A cluster whose nodes run on the given stores (region → store) instead
+/// of an engine on disk. A restarted node opens its data directory's
+/// engine, not the store.
+pub async fn start_cluster_on_stores(
+    regions: &[&str],
+    tweak: impl Fn(&mut NodeSettings),
+    store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
+) -> Cluster {
+    start_cluster_on(regions, None, tweak, store).await
 }
 
 /// A cluster with mutual TLS: each node has its region's certificate of `pki`.
 pub async fn start_cluster_tls(regions: &[&str], pki: &DevPki) -> Cluster {
-    start_cluster_on(regions, Some(pki), |_| {}).await
+    start_cluster_on(regions, Some(pki), |_| {}, |_| None).await
 }
 
-async fn start_cluster_on(regions: &[&str], pki: Option<&DevPki>, tweak: impl Fn(&mut NodeSettings)) -> Cluster {
+async fn start_cluster_on(
+    regions: &[&str],
+    pki: Option<&DevPki>,
+    tweak: impl Fn(&mut NodeSettings),
+    store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
+) -> Cluster {
     let mut listeners = Vec::new();
     for _ in regions {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
@@ -286,7 +302,13 @@ async fn start_cluster_on(regions: &[&str], pki: Option<&DevPki>, tweak: impl Fn
         }
         tweak(&mut settings);
         saved.push((regions[i].to_owned(), settings.clone()));
-        let node = RunningNode::start(settings, listener).await.expect("node starts");
+        let env = cascade_node::NodeEnv {
+            store: store(regions[i]),
+            ..Default::default()
+        };
+        let node = RunningNode::start_with(settings, env, listener)
+            .await
+            .expect("node starts");
         let client = Client::connect_with(&node.endpoint(), client_tls.as_ref())
             .await
             .expect("client connects");

@@ -171,14 +171,17 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
     let before = cluster.stats();
     let writes = tokio::spawn(concurrent_writes(writer_client, region, stop.clone()));
     let started = Instant::now();
-    let answer = client.delete(delete_request(root)).await?;
+    let answer = client
+        .delete(delete_request(root))
+        .await
+        .map_err(|e| format!("the Delete of {root}: {e}"))?;
     row.delete_call_ms = Some(round3(ms(started.elapsed())));
     let id = answer.operation.ok_or("the Delete answered no operation")?.id;
     let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(n)).await;
     let wall = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let (latencies, failed) = writes.await?;
-    let op = waited?;
+    let op = waited.map_err(|e| format!("following operation {id}: {e}"))?;
 
     let after = cluster
         .wait_quiet(Duration::from_millis(500), Duration::from_secs(60))

@@ -352,6 +352,14 @@ async fn measure(spec: &RowSpec) -> Result<Row> {
 
 fn child(spec: &str) -> Result<()> {
     let spec: RowSpec = serde_json::from_str(spec)?;
+    // The nodes' logs, on the terminal, when asked for (`RUST_LOG=warn`):
+    // off by default, since formatting them costs what is measured.
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let row = runtime.block_on(measure(&spec)).unwrap_or_else(|e| Row {
         error: Some(e.to_string()),

@@ -50,8 +50,11 @@ pub async fn p2(spec_: &RowSpec) -> Result<Row> {
             )
         });
         let client = cluster.client(i).clone();
+        let region = regions[i].clone();
         tasks.push(tokio::spawn(async move {
-            batch_create(&client, specs, 1_000, 1).await.map_err(|e| e.to_string())
+            batch_create(&client, specs, 1_000, 1)
+                .await
+                .map_err(|e| format!("populating {region}: {e}"))
         }));
     }
     for t in tasks {

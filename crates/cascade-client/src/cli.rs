@@ -120,8 +120,12 @@ pub enum Command {
     Delete {
         name: String,
         /// Also delete the resources that reference it with on_delete = cascade.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "orphan")]
         cascade: bool,
+        /// Keep the resources that reference it with on_delete = cascade:
+        /// their reference is cleared instead (even a required one).
+        #[arg(long)]
+        orphan: bool,
         /// Show what would be deleted, unset or blocked; change nothing.
         #[arg(long)]
         dry_run: bool,
@@ -136,6 +140,9 @@ pub enum Command {
         #[arg(long)]
         wait: bool,
     },
+    /// Protect a resource against deletion, or lift a protection.
+    #[command(subcommand)]
+    Lien(LienCommand),
     /// Show a deletion operation and its per-resource outcomes.
     Operation {
         id: String,
@@ -159,6 +166,23 @@ pub enum Command {
     /// transient (a region with queued releases or attaches is reported as
     /// not quiescent). Does not use --server.
     Check(CheckArgs),
+}
+
+/// `cascade lien …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum LienCommand {
+    /// Place a lien: deleting the resource is refused, and a cascade that
+    /// reaches it waits, until the lien is removed.
+    Add {
+        name: String,
+        /// The lien's id (unique on the resource).
+        id: String,
+        /// Why the resource is protected (required).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Remove a lien; a deletion it held goes on.
+    Remove { name: String, id: String },
 }
 
 /// Which regions `cascade check` reads.
@@ -341,6 +365,11 @@ fn parse_spec(args: &SpecArgs) -> Result<v1::ResourceSpec, ClientError> {
     })
 }
 
+/// Who the CLI says is asking: the login name.
+fn requester() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "cli".to_owned())
+}
+
 fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
@@ -426,9 +455,39 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                 print!("{}", render::resource_text(&r));
             }
         }
+        Command::Lien(lien) => {
+            let r = match lien {
+                LienCommand::Add { name, id, reason } => {
+                    client
+                        .add_lien(v1::AddLienRequest {
+                            name,
+                            lien_id: id,
+                            reason,
+                            requested_by: requester(),
+                            etag: String::new(),
+                        })
+                        .await?
+                }
+                LienCommand::Remove { name, id } => {
+                    client
+                        .remove_lien(v1::RemoveLienRequest {
+                            name,
+                            lien_id: id,
+                            etag: String::new(),
+                        })
+                        .await?
+                }
+            };
+            if json {
+                print_json(&render::resource_json(&r));
+            } else {
+                print!("{}", render::resource_text(&r));
+            }
+        }
         Command::Delete {
             name,
             cascade,
+            orphan,
             dry_run,
             allow_missing,
             etag,
@@ -443,7 +502,12 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                     allow_missing,
                     etag: etag.unwrap_or_default(),
                     uid: uid.unwrap_or_default(),
-                    requested_by: std::env::var("USER").unwrap_or_else(|_| "cli".to_owned()),
+                    requested_by: requester(),
+                    propagation: if orphan {
+                        v1::PropagationPolicy::Orphan
+                    } else {
+                        v1::PropagationPolicy::Unspecified
+                    } as i32,
                 })
                 .await?;
             if let Some(plan) = &response.plan {

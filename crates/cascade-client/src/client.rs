@@ -163,6 +163,14 @@ impl Client {
         Ok(self.inner.clone().delete(req).await?.into_inner())
     }
 
+    pub async fn add_lien(&self, req: v1::AddLienRequest) -> Result<v1::Resource, ClientError> {
+        Ok(self.inner.clone().add_lien(req).await?.into_inner())
+    }
+
+    pub async fn remove_lien(&self, req: v1::RemoveLienRequest) -> Result<v1::Resource, ClientError> {
+        Ok(self.inner.clone().remove_lien(req).await?.into_inner())
+    }
+
     pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
         let req = v1::GetOperationRequest {
             id: id.to_owned(),

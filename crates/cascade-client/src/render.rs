@@ -53,6 +53,12 @@ pub fn resource_json(r: &v1::Resource) -> Value {
         "create_time_ms": r.create_time_ms,
         "update_time_ms": r.update_time_ms,
         "finalizers": r.finalizers,
+        "liens": r.liens.iter().map(|l| json!({
+            "id": l.id,
+            "reason": l.reason,
+            "origin": l.origin,
+            "create_time_ms": l.create_time_ms,
+        })).collect::<Vec<_>>(),
     });
     if let Some(d) = &r.deletion {
         let status = v1::DeletionStatus::try_from(d.status)
@@ -94,6 +100,9 @@ pub fn resource_text(r: &v1::Resource) -> String {
     }
     if !r.finalizers.is_empty() {
         out += &format!("  finalizers: {}\n", r.finalizers.join(", "));
+    }
+    for l in &r.liens {
+        out += &format!("  lien {}: {} (by {})\n", l.id, l.reason, l.origin);
     }
     if let Some(d) = &r.deletion {
         out += &format!(

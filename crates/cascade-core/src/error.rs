@@ -131,6 +131,32 @@ pub enum CoreError {
         /// How many more were found than are listed.
         more: usize,
     },
+    /// A user delete of a resource that holds liens; lists them.
+    #[error("cannot delete {name}: {}", describe_liens(.liens))]
+    Liened {
+        /// The protected resource.
+        name: ResourceName,
+        /// Every lien it holds, with its reason.
+        liens: Vec<crate::model::Lien>,
+    },
+    /// RemoveLien named a lien the resource does not hold.
+    #[error("{name} holds no lien {id}")]
+    LienNotFound {
+        /// The resource.
+        name: ResourceName,
+        /// The lien id asked for.
+        id: String,
+    },
+    /// AddLien with the id of a lien the resource holds for another reason.
+    #[error("{name} already holds lien {id} (reason: {reason})")]
+    LienExists {
+        /// The resource.
+        name: ResourceName,
+        /// The lien id.
+        id: String,
+        /// The reason the existing lien was placed for.
+        reason: String,
+    },
     /// A step was asked to act on a resource another region owns (the node
     /// forwards such requests; the core only acts on its own region).
     #[error("{name} belongs to region {region}, this node serves {local}")]
@@ -184,6 +210,15 @@ pub enum CoreError {
     Storage(#[from] StorageError),
 }
 
+/// The liens of a resource for a human: `held by lien L (reason), ...`.
+pub fn describe_liens(liens: &[crate::model::Lien]) -> String {
+    let listed: Vec<String> = liens
+        .iter()
+        .map(|l| format!("held by lien {} ({})", l.id, l.reason))
+        .collect();
+    listed.join(", ")
+}
+
 fn describe_refusal(name: &ResourceName, blockers: &[Dependent], dependents: &[Dependent], more: usize) -> String {
     let list = |items: &[Dependent]| {
         items
@@ -219,14 +254,16 @@ impl CoreError {
             CoreError::InvalidName(_) | CoreError::InvalidArgument { .. } | CoreError::WrongRegion { .. } => {
                 ErrorCode::InvalidArgument
             }
-            CoreError::NotFound(_) | CoreError::TargetNotFound { .. } | CoreError::OperationNotFound(_) => {
-                ErrorCode::NotFound
-            }
-            CoreError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            CoreError::NotFound(_)
+            | CoreError::TargetNotFound { .. }
+            | CoreError::OperationNotFound(_)
+            | CoreError::LienNotFound { .. } => ErrorCode::NotFound,
+            CoreError::AlreadyExists { .. } | CoreError::LienExists { .. } => ErrorCode::AlreadyExists,
             CoreError::TargetDeleting { .. }
             | CoreError::TargetUidMismatch { .. }
             | CoreError::Deleting { .. }
             | CoreError::DeleteRefused { .. }
+            | CoreError::Liened { .. }
             | CoreError::CreateAborted { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,

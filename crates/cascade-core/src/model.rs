@@ -75,6 +75,25 @@ pub struct Resource {
     /// External cleanups that must finish before purge (seed 004).
     #[serde(default)]
     pub finalizers: Vec<String>,
+    /// Protections against deletion (Google Cloud's liens): while one is
+    /// held a user delete is refused and a cascade that reaches the
+    /// resource waits, BLOCKED, until it is removed.
+    #[serde(default)]
+    pub liens: Vec<Lien>,
+}
+
+/// A lien: one named protection of a resource against deletion, with the
+/// reason a person gave for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lien {
+    /// Unique among the resource's liens; names it in RemoveLien.
+    pub id: String,
+    /// Why the resource is protected (required, shown in every refusal).
+    pub reason: String,
+    /// Who placed it (the request's `requested_by`).
+    pub origin: String,
+    /// When it was placed.
+    pub create_time: Timestamp,
 }
 
 impl Resource {

@@ -232,6 +232,7 @@ fn a_chain_of_a_thousand_cascading_kinds_loads_and_cascades() {
         etag: None,
         uid: None,
         requested_by: "hostile".into(),
+        orphan: false,
         remote_kept: Default::default(),
     };
     w.must_delete(req);
@@ -327,6 +328,7 @@ fn cycles_of_kinds_load_and_unwind() {
         etag: None,
         uid: None,
         requested_by: "hostile".into(),
+        orphan: false,
         remote_kept: Default::default(),
     };
     w.must_delete(req);
@@ -534,6 +536,7 @@ fn any_req() -> impl Strategy<Value = Req> {
                     etag,
                     uid,
                     requested_by,
+                    orphan: false,
                     remote_kept: Default::default(),
                 })
             }

@@ -1142,6 +1142,7 @@ impl World {
             etag: None,
             uid: None,
             requested_by: "proptest".to_owned(),
+            orphan: false,
             remote_kept: remote_kept.clone(),
         };
         let Region { id, state, ids } = &mut self.regions[r];

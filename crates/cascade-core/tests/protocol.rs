@@ -61,6 +61,7 @@ fn del(name: &str, cascade: bool) -> DeleteRequest {
         etag: None,
         uid: None,
         requested_by: "tester".to_owned(),
+        orphan: false,
         remote_kept: Default::default(),
     }
 }
@@ -234,8 +235,9 @@ fn check_invariants(state: &MemoryState, schema: &Schema) {
     assert!(report.is_clean(), "invariants broken:\n{}", report.lines());
     // Across regions a race can empty a required field (a list owner
     // emptied by racing deletes without cascade, a reference taken back
-    // after a refused attach: ARCHITECTURE.md), so the checker cannot
-    // require it of a cluster; in one region nothing empties one.
+    // after a refused attach: ARCHITECTURE.md), and an orphan delete
+    // empties one on purpose, so the checker cannot require it of a
+    // cluster; in one region only an orphan delete empties one.
     for r in state.resources.values().filter(|r| r.state == ResourceState::Active) {
         for (field, spec) in &schema.kind(r.kind()).expect("kind").refs {
             if spec.required {
@@ -1801,4 +1803,144 @@ fn cases_or(default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+// ---------------------------------------------------------------------------
+// Liens and orphan deletes
+// ---------------------------------------------------------------------------
+
+fn add_lien(w: &mut World, name: &str, id: &str) -> Result<Resource, CoreError> {
+    let req = protocol::AddLien {
+        name: name.to_owned(),
+        id: id.to_owned(),
+        reason: format!("{id} reason"),
+        requested_by: "tester".to_owned(),
+        etag: None,
+    };
+    let step = protocol::add_lien(&w.state, ctx!(w), req)?;
+    w.state.apply(step.writes);
+    Ok(step.value)
+}
+
+fn remove_lien(w: &mut World, name: &str, id: &str) -> Result<Resource, CoreError> {
+    let step = protocol::remove_lien(&w.state, ctx!(w), name, id, None)?;
+    w.state.apply(step.writes);
+    Ok(step.value)
+}
+
+/// An unreferenced leaf skips DELETING (`purge_leaf`): a lien must stop
+/// that shortcut too, or the cascade would purge what the lien protects.
+#[test]
+fn a_lien_holds_an_unreferenced_leaf_that_a_cascade_would_purge_at_once() {
+    let mut w = World::neutron();
+    let project = n("project", "p");
+    let net = n("network", "net");
+    let (free, held) = (n("port", "free"), n("port", "held"));
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&free, &[("network", &[&net])]);
+    w.create(&held, &[("network", &[&net])]);
+    add_lien(&mut w, &held, "in-use").unwrap();
+    let before = w.state.clone();
+    let err = w.delete(&held, false).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::Liened { liens, .. } if liens[0].id == "in-use"),
+        "{err:?}"
+    );
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    assert!(matches!(w.dry_run(&held, false), Err(CoreError::Liened { .. })));
+    assert_eq!(w.state, before, "a refused delete writes nothing");
+
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+    assert!(w.get(&free).is_none(), "the leaf without a lien is purged");
+    let r = w.get(&held).expect("the leaf with a lien stays");
+    assert_eq!(r.state, ResourceState::Deleting);
+    let DeletionStatus::Blocked { reason, blockers } = w.record(&held).status else {
+        panic!("expected BLOCKED: {:?}", w.record(&held));
+    };
+    assert!(blockers.is_empty());
+    assert_eq!(reason, "held by lien in-use (in-use reason)");
+    assert!(matches!(w.outcome(op.id, &held), Some(OutcomeAction::Blocked { .. })));
+    assert_eq!(w.op(op.id).state, OperationState::Running);
+    w.check();
+
+    remove_lien(&mut w, &held, "in-use").unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&held).is_none() && w.get(&net).is_none());
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    assert_eq!(
+        remove_lien(&mut w, &held, "in-use").unwrap_err().code(),
+        ErrorCode::NotFound,
+        "the resource is gone"
+    );
+    w.check();
+}
+
+#[test]
+fn orphan_delete_clears_required_and_list_references_and_deletes_only_the_root() {
+    let mut w = World::neutron();
+    let project = n("project", "p");
+    let net = n("network", "net");
+    let subnet = n("subnet", "s");
+    let port = n("port", "x");
+    let group = n("port_group", "g");
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    w.create(&subnet, &[("network", &[&net])]);
+    w.create(&port, &[("network", &[&net]), ("subnet", &[&subnet])]);
+    w.create(&group, &[("ports", &[&port])]);
+    let orphan = |dry_run| DeleteRequest {
+        orphan: true,
+        dry_run,
+        ..del(&net, false)
+    };
+    let DeleteOutcome::DryRun(plan) = w.delete_req(orphan(true)).unwrap() else {
+        panic!("dry run");
+    };
+    assert_eq!(
+        plan.deleted.iter().map(|t| t.name.to_string()).collect::<Vec<_>>(),
+        std::slice::from_ref(&net)
+    );
+    let mut unset: Vec<String> = plan.unset.iter().map(|u| u.resource.name.to_string()).collect();
+    unset.sort();
+    assert_eq!(unset, [port.clone(), subnet.clone()]);
+    let err = w
+        .delete_req(DeleteRequest {
+            cascade: true,
+            ..orphan(false)
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "propagation"),
+        "{err:?}"
+    );
+
+    let DeleteOutcome::Accepted(op) = w.delete_req(orphan(false)).unwrap() else {
+        panic!("accepted");
+    };
+    assert!(!op.cascade);
+    w.run_until_quiet();
+    assert!(w.get(&net).is_none());
+    assert!(
+        targets(&w.active(&subnet), "network").is_empty(),
+        "a required reference is cleared too"
+    );
+    assert!(targets(&w.active(&port), "network").is_empty());
+    assert_eq!(targets(&w.active(&port), "subnet"), std::slice::from_ref(&subnet));
+    assert_eq!(targets(&w.active(&group), "ports"), std::slice::from_ref(&port));
+    let done = w.op(op.id);
+    assert_eq!(done.state, OperationState::Succeeded);
+    assert_eq!((done.progress.deleted, done.progress.unset), (1, 2));
+    assert!(matches!(w.outcome(op.id, &subnet), Some(OutcomeAction::Unset { field }) if field == "network"));
+    // The required field must be set again by the next update.
+    let err = w.try_update(spec(&subnet, &[]), None).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::InvalidArgument { field, .. } if field == "refs.network"),
+        "{err:?}"
+    );
+    // The core's checker, not `check_invariants`: an orphan delete empties
+    // required references on purpose.
+    let report = invariants::check_quiescent(&[RegionView::from_state(&w.region, &w.state)], Some(&w.schema));
+    assert!(report.is_clean(), "invariants broken:\n{}", report.lines());
 }

@@ -407,6 +407,7 @@ impl Real {
             etag: None,
             uid: None,
             requested_by: "model".to_owned(),
+            orphan: false,
             remote_kept: Default::default(),
         };
         let ctx = Ctx {

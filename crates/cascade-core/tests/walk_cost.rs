@@ -197,6 +197,7 @@ impl Region {
             etag: None,
             uid: None,
             requested_by: "walk-cost test".to_owned(),
+            orphan: false,
             remote_kept: Default::default(),
         };
         let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req).expect("the delete is accepted");

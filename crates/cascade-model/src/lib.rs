@@ -705,6 +705,7 @@ fn user_delete(name: &str) -> DeleteRequest {
         etag: None,
         uid: None,
         requested_by: "model".to_owned(),
+        orphan: false,
         remote_kept: Default::default(),
     }
 }

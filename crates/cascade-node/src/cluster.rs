@@ -271,11 +271,12 @@ impl Node {
     /// asked come back with it). A delete without cascade first asks the
     /// regions of remote list owners whether they keep another target.
     pub(crate) async fn delete(&self, mut req: DeleteRequest) -> Result<(DeleteOutcome, Vec<String>), Fault> {
-        if !req.cascade {
+        // An orphan delete refuses for no `cascade` referrer: nothing to ask.
+        if !req.cascade && !req.orphan {
             let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
             req.remote_kept = self.remote_kept(&name).await?;
         }
-        let cascade = req.cascade;
+        let cascade = req.cascade && !req.orphan;
         match self.writer.delete(req).await? {
             DeleteOutcome::DryRun(plan) => {
                 let (plan, unreachable) = self.plan_everywhere(plan, cascade).await;

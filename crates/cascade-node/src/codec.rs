@@ -7,9 +7,12 @@
 //!
 //! - [`VERSION_POSTCARD_V1`] (`0x01`): postcard 1 of the record's storage
 //!   type in [`stored`], which is the disk format (see there for how it may
-//!   evolve). Everything this node writes but a work item.
-//! - [`VERSION_POSTCARD_V2`] (`0x02`): the second layout of a storage type;
-//!   only the work item has one (it gained its walk's position). A record
+//!   evolve). Everything this node writes but a work item, and a
+//!   resource (or an event about one) that holds a lien.
+//! - [`VERSION_POSTCARD_V2`] (`0x02`): the second layout of a storage type:
+//!   the work item's (it gained its walk's position), and the resource's
+//!   and the event's (a resource's liens, written only when it has one, so
+//!   every other resource keeps version 1's bytes). A record
 //!   is decoded by its own version byte, so a store holding both opens
 //!   without a migration.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
@@ -76,8 +79,10 @@ pub fn revision_key(r: Revision) -> Vec<u8> {
 pub const VERSION_POSTCARD_V1: u8 = 0x01;
 
 /// The first byte of a value whose body is postcard 1 of the second layout
-/// of its [`stored`] type. Only a work item has one (its walk's position,
-/// [`stored::WorkItem`]); every other record is still written as version 1.
+/// of its [`stored`] type. A work item has one (its walk's position,
+/// [`stored::WorkItem`]), and a resource and an event (the liens of the
+/// resource, [`stored::ResourceV2`], [`stored::EventV2`]), written only when
+/// there is a lien; every other record is written as version 1.
 pub const VERSION_POSTCARD_V2: u8 = 0x02;
 
 /// A core record the store keeps as a value, through its storage type in
@@ -160,16 +165,44 @@ macro_rules! records {
 }
 
 records! {
-    Resource => Resource,
     ResourceName => ResourceName,
     BackRef => BackRef,
     DeletionRecord => DeletionRecord,
     Operation => Operation,
     Outcome => Outcome,
-    Event => Event,
     RemoteDeletion => RemoteDeletion,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
+}
+
+/// A record whose version 2 only adds liens: written as version 1 (the
+/// bytes it always had) unless it holds a lien.
+macro_rules! records_with_liens {
+    ($($core:ty => $one:ident, $two:ident, $has_liens:expr);* $(;)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                let has_liens: fn(&$core) -> bool = $has_liens;
+                if has_liens(self) {
+                    encode_stored(table, VERSION_POSTCARD_V2, &stored::$two::from(self))
+                } else {
+                    encode_stored(table, VERSION_POSTCARD_V1, &stored::$one::from(self))
+                }
+            }
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                let decoded = match version {
+                    VERSION_POSTCARD_V1 => decode_stored::<stored::$one<'_>>(body)?.try_into(),
+                    VERSION_POSTCARD_V2 => decode_stored::<stored::$two<'_>>(body)?.try_into(),
+                    _ => return Err(format!("no layout of version {version} (this node knows 1 and 2)")),
+                };
+                decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+            }
+        }
+    )*};
+}
+
+records_with_liens! {
+    Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
+    Event => Event, EventV2, |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
 }
 
 /// Written as version 2 (with the walk); version 1 still read.
@@ -362,13 +395,21 @@ impl StoreState<'_> {
     }
 
     /// Releases queued for `region`'s owner, oldest key first.
-    pub fn pending_releases(&self, region: &str, limit: usize) -> Result<Vec<PendingRelease>, StoreError> {
-        self.scan(Table::PendingReleases, &release_prefix(region), None, limit)
+    /// Releases queued for `region`, in key order, after the key `after`
+    /// ([`release_key`]) when given.
+    pub fn pending_releases(
+        &self,
+        region: &str,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<PendingRelease>, StoreError> {
+        self.scan(Table::PendingReleases, &release_prefix(region), after, limit)
     }
 
     /// Resources with cross-region references not yet confirmed by their owners.
-    pub fn pending_attaches(&self, limit: usize) -> Result<Vec<PendingAttach>, StoreError> {
-        self.scan(Table::PendingAttach, &[], None, limit)
+    /// Unsettled cross-region creates, by uid, after the uid `after` when given.
+    pub fn pending_attaches(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<PendingAttach>, StoreError> {
+        self.scan(Table::PendingAttach, &[], after, limit)
     }
 
     pub fn get_pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StoreError> {

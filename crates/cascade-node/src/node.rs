@@ -32,7 +32,7 @@ use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSo
 use crate::error::Fault;
 use crate::peers::{PeerConnector, Peers};
 use crate::store::{open_store_with_cache, Store, StoreError, Table};
-use crate::writer::{ClosureChecks, WriteStats, WriterContext, WriterHandle, WriterUnavailable};
+use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle, WriterUnavailable};
 use cascade_tls::NodeTls;
 
 /// How long a read asks a remote owner whether an `allow_dangling` target
@@ -98,6 +98,9 @@ pub struct NodeEnv {
     pub seed: Option<u64>,
     /// Opens connections to peers instead of TCP (see [`PeerConnector`]).
     pub connector: Option<PeerConnector>,
+    /// An engine to run on instead of the one `settings` name (tests:
+    /// [`crate::store::TombstoneStore`]).
+    pub store: Option<Arc<dyn Store>>,
 }
 
 impl Default for NodeEnv {
@@ -106,6 +109,7 @@ impl Default for NodeEnv {
             clock: Arc::new(SystemClock),
             seed: None,
             connector: None,
+            store: None,
         }
     }
 }
@@ -148,6 +152,8 @@ pub struct Node {
     pub(crate) jitter_seed: u64,
     /// What the writer committed (shared with it).
     pub(crate) write_stats: Arc<WriteStats>,
+    /// Where the peer links' sends of queued releases start (see [`ReleaseHints`]).
+    pub(crate) release_hints: Arc<ReleaseHints>,
 }
 
 /// A resource as a reader sees it: with its deletion record (DELETING) and
@@ -211,14 +217,22 @@ impl Node {
 
     /// Opens a node in the given surroundings (see [`NodeEnv`]).
     pub async fn open_with(settings: NodeSettings, env: NodeEnv) -> Result<Self, NodeError> {
-        let NodeEnv { clock, seed, connector } = env;
+        let NodeEnv {
+            clock,
+            seed,
+            connector,
+            store,
+        } = env;
         let region_seed = seed.map(|s| s ^ stable_hash(settings.region.as_str()));
         let ids: Arc<dyn UidSource> = match region_seed {
             Some(s) => Arc::new(SeededUids::new(s, clock.clone())),
             None => Arc::new(SystemUids),
         };
         let jitter_seed = region_seed.map_or_else(wall_clock_seed, |s| s.rotate_left(17));
-        let store = open_store_with_cache(settings.engine, settings.data_dir.as_deref(), settings.cache_bytes)?;
+        let store = match store {
+            Some(store) => store,
+            None => open_store_with_cache(settings.engine, settings.data_dir.as_deref(), settings.cache_bytes)?,
+        };
         StoreState { store: store.as_ref() }.upgrade()?;
         let (events, _) = broadcast::channel(4096);
         let (shutting_down, _) = watch::channel(false);
@@ -240,6 +254,7 @@ impl Node {
         .map_err(|e| NodeError::Config(e.to_string()))?;
         let closure_checks = ClosureChecks::default();
         let write_stats = Arc::new(WriteStats::default());
+        let release_hints = Arc::new(ReleaseHints::default());
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -251,6 +266,7 @@ impl Node {
             tick: settings.tick,
             closure_checks: closure_checks.clone(),
             stats: write_stats.clone(),
+            release_hints: release_hints.clone(),
         })
         .await?;
         Ok(Self {
@@ -273,6 +289,7 @@ impl Node {
             check_interval: settings.check_interval,
             jitter_seed,
             write_stats,
+            release_hints,
         })
     }
 
@@ -463,6 +480,20 @@ impl Node {
             }
             _ => Err(CoreError::NotFound(name.clone()).into()),
         }
+    }
+
+    /// Places a lien on a resource of this region (see `protocol::lien`).
+    pub(crate) async fn add_lien(&self, req: cascade_core::protocol::AddLien) -> Result<Resource, Fault> {
+        self.writer
+            .apply(move |s, c, _| cascade_core::protocol::add_lien(s, c, req))
+            .await
+    }
+
+    /// Removes a lien from a resource of this region; a deletion it held goes on.
+    pub(crate) async fn remove_lien(&self, name: String, id: String, etag: Option<String>) -> Result<Resource, Fault> {
+        self.writer
+            .apply(move |s, c, _| cascade_core::protocol::remove_lien(s, c, &name, &id, etag.as_deref()))
+            .await
     }
 
     /// A page of this region's resources in name order, of one kind and in

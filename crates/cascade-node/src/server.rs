@@ -109,9 +109,18 @@ pub struct RunningNode {
 
 impl RunningNode {
     pub async fn start(settings: NodeSettings, listener: TcpListener) -> Result<Self, NodeError> {
+        Self::start_with(settings, crate::NodeEnv::default(), listener).await
+    }
+
+    /// [`RunningNode::start`] in the given surroundings (see [`crate::NodeEnv`]).
+    pub async fn start_with(
+        settings: NodeSettings,
+        env: crate::NodeEnv,
+        listener: TcpListener,
+    ) -> Result<Self, NodeError> {
         let addr = listener.local_addr()?;
         let tls = settings.tls.is_some();
-        let node = Node::open(settings).await?;
+        let node = Node::open_with(settings, env).await?;
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async {
             let _ = rx.await;

@@ -49,6 +49,45 @@ pub struct WriterContext {
     pub closure_checks: ClosureChecks,
     /// What the writer has committed so far (read by benchmarks and metrics).
     pub stats: Arc<WriteStats>,
+    /// Where each peer link's next send of queued releases must start.
+    pub release_hints: Arc<ReleaseHints>,
+}
+
+/// The lowest pending-release key the writer queued for each owner region
+/// since that region's link last took it.
+///
+/// Why: a link sends its region's queued releases in key order and each
+/// acknowledged one is removed, which in an LSM engine (fjall) leaves a
+/// tombstone until compaction. A send that scanned from the first key
+/// passed every release sent before it: 19 % of all CPU in cascade-bench's
+/// P2 at 1M on fjall. So a link resumes after the last key it sent, and
+/// this hint says when a release was queued behind that point (one for
+/// another, older target), so that the link starts over instead of
+/// missing it. In memory only: after a restart a link starts from the
+/// first key.
+#[derive(Debug, Default)]
+pub struct ReleaseHints(std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>);
+
+impl ReleaseHints {
+    fn note(&self, region: &str, key: Vec<u8>) {
+        let Ok(mut hints) = self.0.lock() else { return };
+        match hints.get_mut(region) {
+            Some(lowest) if *lowest <= key => {}
+            Some(lowest) => *lowest = key,
+            None => {
+                hints.insert(region.to_owned(), key);
+            }
+        }
+    }
+
+    /// The lowest key queued for `region` since the last call, if any.
+    /// A poisoned lock answers "from the first key" (`Some(empty)`).
+    pub fn take(&self, region: &str) -> Option<Vec<u8>> {
+        match self.0.lock() {
+            Ok(mut hints) => hints.remove(region),
+            Err(_) => Some(Vec::new()),
+        }
+    }
 }
 
 /// Counters of what a node's writer committed since it opened. Relaxed
@@ -154,6 +193,17 @@ impl WriterState {
             })
             .and_then(|()| self.ctx.store.flush())
             .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))?;
+        // The map is ordered by (region, key): the first queued release of
+        // each region is its lowest.
+        let mut last_region: Option<&str> = None;
+        for ((region, key), release) in &writes.pending_releases {
+            if release.is_some() && last_region != Some(region.as_str()) {
+                self.ctx
+                    .release_hints
+                    .note(region, crate::codec::release_key(region, key));
+                last_region = Some(region.as_str());
+            }
+        }
         for e in writes.events {
             // The uid (and operation) is what ties one deletion together
             // across regions' logs.
@@ -255,7 +305,7 @@ impl Actor for Writer {
             WriterMsg::Create(specs, reply) => {
                 let span = info_span!("create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
                 let _g = span.enter();
-                let result = state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs));
+                let result = off_the_workers(|| state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs)));
                 match &result {
                     Ok(created) => {
                         for r in created.iter().take(1) {
@@ -269,14 +319,15 @@ impl Actor for Writer {
             WriterMsg::Update(spec, etag, reply) => {
                 let span = info_span!("update", %region, name = %spec.name);
                 let _g = span.enter();
-                let result = state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()));
+                let result =
+                    off_the_workers(|| state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref())));
                 let _ = reply.send(result);
             }
             WriterMsg::Delete(req, reply) => {
                 let span =
                     info_span!("delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
-                let result = state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req));
+                let result = off_the_workers(|| state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req)));
                 match &result {
                     Ok(DeleteOutcome::Accepted(op)) => {
                         info!(operation = %op.id, uid = %op.root.uid, "deletion accepted")
@@ -286,13 +337,13 @@ impl Actor for Writer {
                 }
                 let _ = reply.send(result);
             }
-            WriterMsg::Apply(apply) => apply(state, &myself),
+            WriterMsg::Apply(apply) => off_the_workers(|| apply(state, &myself)),
             WriterMsg::Tick => state.kick(&myself),
             WriterMsg::Work => {
                 state.work_queued = false;
                 let span = info_span!("deletion_work", %region);
                 let _g = span.enter();
-                match state.work(&myself) {
+                match off_the_workers(|| state.work(&myself)) {
                     Ok(r) if r.items > 0 => debug!(
                         items = r.items,
                         purged = r.purged,
@@ -312,6 +363,26 @@ impl Actor for Writer {
         // (cascade-bench measured creates held for seconds by a cascade).
         tokio::task::yield_now().await;
         Ok(())
+    }
+}
+
+/// Runs a step (its reads, its commit and its flush, which block on the
+/// engine) where it does not hold a runtime worker: on a multi-thread
+/// runtime the worker's other tasks move to another thread meanwhile
+/// (`block_in_place`). Why: a step that blocks a worker also stops every
+/// task queued on it, among them the HTTP/2 keepalive answers of the
+/// node's connections; a fjall write stall or a sled fsync that held both
+/// workers of a 2-core machine for the keepalive timeout (5 s) got the
+/// connections closed under load (cascade-bench P2 at 1M on fjall: "broken
+/// pipe"). A current-thread runtime (the turmoil simulation, some tests)
+/// cannot hand its only worker over; there the step runs in place.
+fn off_the_workers<R>(step: impl FnOnce() -> R) -> R {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(step)
+    } else {
+        step()
     }
 }
 

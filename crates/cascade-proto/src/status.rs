@@ -18,6 +18,8 @@
 //! | reference pinned to a uid the target does not have | FAILED_PRECONDITION | `UID_MISMATCH`, `field`, `resource` (current uid) |
 //! | delete refused by blockers or dependents | FAILED_PRECONDITION | `REFERENCED`, `blockers`, `dependents`, `more` |
 //! | attach refused by the owner; create aborted | FAILED_PRECONDITION | `REFUSED`, `region` or `resource` |
+//! | delete of a resource that holds liens | FAILED_PRECONDITION | `LIENED`, `resource`, `liens` |
+//! | RemoveLien of a lien not held / AddLien of a held id with another reason | NOT_FOUND / ALREADY_EXISTS | `LIEN`, `field` = `lien_id`, `resource` |
 //! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
@@ -125,6 +127,16 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             more: *more as u64,
             resource: named(name, ""),
             ..with(ErrorReason::Referenced)
+        },
+        CoreError::Liened { name, liens } => v1::ErrorDetails {
+            resource: named(name, ""),
+            liens: liens.iter().map(crate::convert::lien).collect(),
+            ..with(ErrorReason::Liened)
+        },
+        CoreError::LienNotFound { name, .. } | CoreError::LienExists { name, .. } => v1::ErrorDetails {
+            field: "lien_id".into(),
+            resource: named(name, ""),
+            ..with(ErrorReason::Lien)
         },
         CoreError::RemoteReference { field, target } => v1::ErrorDetails {
             field: field.clone(),

@@ -182,13 +182,13 @@ impl<'v> Checker<'v> {
     }
 
     /// A deletion explained on its own: FAILED with an error, or BLOCKED
-    /// with a reason by blockers (or finalizers) that still hold it.
+    /// with a reason by blockers (or finalizers, or liens) that still hold it.
     fn explained_alone(&self, resource: &Resource, record: &DeletionRecord) -> bool {
         match &record.status {
             DeletionStatus::Failed { error } => !error.is_empty(),
             DeletionStatus::Blocked { blockers, reason } => {
                 !reason.is_empty()
-                    && (!blockers.is_empty() || !resource.finalizers.is_empty())
+                    && (!blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty())
                     && blockers.iter().all(|b| {
                         let Some(view) = self.views.iter().find(|v| v.region.as_str() == b.referrer.region()) else {
                             return true; // not viewed: cannot tell

@@ -48,6 +48,7 @@ fn res(target: (&str, u128), state: ResourceState, refs: &[(&str, &[(&str, u128)
         create_time: Timestamp(1),
         update_time: Timestamp(1),
         finalizers: Vec::new(),
+        liens: Vec::new(),
     }
 }
 

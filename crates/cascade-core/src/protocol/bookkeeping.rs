@@ -7,7 +7,7 @@
 //! together, whichever path (a delete, the work loop, a peer's message)
 //! changed them.
 
-use crate::error::{describe_blockers, CoreError};
+use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
     OutcomeAction, Progress, Resource, ResourceState, WorkItem,
@@ -109,14 +109,14 @@ fn counted_as_unset<S: StateRead + ?Sized>(
 
 /// Whether a resource a cascade reaches can skip DELETING: nothing
 /// references it (no back-reference row, in any region: the owner keeps
-/// remote referrers' rows too) and no finalizer holds it. Nothing can then
+/// remote referrers' rows too) and no finalizer or lien holds it. Nothing can then
 /// wait on it, act on its DELETING event, or block it, so the step that
 /// cascades to it purges it at once (see [`purge_leaf`]).
 pub(super) fn is_unreferenced_leaf<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     resource: &Resource,
 ) -> Result<bool, CoreError> {
-    Ok(resource.finalizers.is_empty() && tx.backrefs(resource.uid, None, 1)?.is_empty())
+    Ok(resource.finalizers.is_empty() && resource.liens.is_empty() && tx.backrefs(resource.uid, None, 1)?.is_empty())
 }
 
 /// Purges a live resource a cascade reached, in the step that reached it:
@@ -173,7 +173,8 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     })
 }
 
-/// Keeps a deletion that cannot finish now: blocked (or finalizers pending).
+/// Keeps a deletion that cannot finish now: blocked (or finalizers pending,
+/// or a lien held).
 /// Retries with backoff; after the maximum, marks it FAILED.
 pub(super) fn hold<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
@@ -189,6 +190,12 @@ pub(super) fn hold<S: StateRead + ?Sized>(
             reason += "; ";
         }
         reason += &format!("waiting for finalizers: {}", resource.finalizers.join(", "));
+    }
+    if !resource.liens.is_empty() {
+        if !reason.is_empty() {
+            reason += "; ";
+        }
+        reason += &describe_liens(&resource.liens);
     }
     let target = target_of(resource);
     let op = record.operation;

@@ -72,6 +72,7 @@ pub fn create<S: StateRead + ?Sized>(
             create_time: ctx.now,
             update_time: ctx.now,
             finalizers: spec.finalizers,
+            liens: Vec::new(),
         };
         let remote_keys = attach_backrefs(&mut tx, ctx, &resource, None)?;
         let resource = if crosses_regions {

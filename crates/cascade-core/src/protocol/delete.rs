@@ -1,7 +1,13 @@
-//! Accepting a delete: the preconditions (a live `block` reference, or
-//! without `cascade` a dependent that would be deleted; the etag), the
-//! operation, and the root entering DELETING, all in one step; and the dry
-//! run's walk of the closure, which changes nothing.
+//! Accepting a delete: the preconditions (a lien; a live `block`
+//! reference, or without `cascade` a dependent that would be deleted; the
+//! etag), the operation, and the root entering DELETING, all in one step;
+//! and the dry run's walk of the closure, which changes nothing.
+//!
+//! An orphan delete (`DeleteRequest::orphan`) is a delete without cascade
+//! that is not refused for its `cascade` referrers: they lose the reference
+//! (a list element, or the field, even a `required` one) and survive,
+//! reported UNSET, in every region, exactly as the referrers of a delete
+//! without cascade do.
 //!
 //! What an accepted delete then does to the closure is `work.rs`.
 
@@ -17,6 +23,7 @@ use crate::schema::OnDelete;
 use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::bookkeeping::enter_deleting;
+use super::lien::check_liens;
 use super::validate::{check_etag, local_name};
 use super::{is_remote, target_of, Ctx, DeleteOutcome, DeleteRequest, Plan, PlannedBlock, PlannedUnset, Step};
 
@@ -29,6 +36,12 @@ pub fn delete<S: StateRead + ?Sized>(
 ) -> Result<Step<DeleteOutcome>, CoreError> {
     let mut tx = Tx::new(state);
     let name = local_name(ctx, &req.name, "name")?;
+    if req.orphan && req.cascade {
+        return Err(CoreError::invalid(
+            "propagation",
+            "orphan keeps every referrer: it cannot be combined with cascade = true",
+        ));
+    }
     let found = tx
         .resource(&name)?
         .filter(|r| r.state != ResourceState::Creating)
@@ -61,9 +74,13 @@ pub fn delete<S: StateRead + ?Sized>(
         });
     }
     check_etag(&resource, req.etag.as_deref())?;
-    check_preconditions(&tx, ctx, &resource, req.cascade, &req.remote_kept)?;
+    check_liens(&resource)?;
+    // An orphan delete refuses only for `block` referrers: its `cascade`
+    // referrers lose the reference instead of being deleted.
+    let cascade = req.cascade && !req.orphan;
+    check_preconditions(&tx, ctx, &resource, req.cascade || req.orphan, &req.remote_kept)?;
     if req.dry_run {
-        let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], req.cascade)?;
+        let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], cascade)?;
         return Ok(Step {
             value: DeleteOutcome::DryRun(plan),
             writes: WriteSet::default(),
@@ -76,7 +93,7 @@ pub fn delete<S: StateRead + ?Sized>(
             uid: resource.uid,
         },
         requested_by: req.requested_by.clone(),
-        cascade: req.cascade,
+        cascade,
         state: OperationState::Running,
         progress: Progress::default(),
         create_time: ctx.now,

@@ -48,6 +48,7 @@ mod backrefs;
 mod bookkeeping;
 mod create_update;
 mod delete;
+mod lien;
 mod validate;
 mod work;
 
@@ -60,6 +61,7 @@ use crate::state::WriteSet;
 
 pub use create_update::{create, update};
 pub use delete::delete;
+pub use lien::{add_lien, remove_lien, AddLien, MAX_LIENS};
 pub use work::{confirm_remote_closure, process_work};
 
 pub(crate) use bookkeeping::{after_pending_changed, forget_released_row, wake_if_deleting};
@@ -181,6 +183,10 @@ pub struct DeleteRequest {
     pub uid: Option<Uid>,
     /// Who asked: kept in the operation, the deletion record and the events.
     pub requested_by: String,
+    /// Orphan propagation: `cascade` referrers keep living with the
+    /// reference cleared instead of being deleted (and do not refuse the
+    /// delete, as they do without `cascade`). Excludes `cascade`.
+    pub orphan: bool,
     /// Back-references from list owners in other regions that, as their
     /// region answered just before this request, keep another live target
     /// in that field (see [`crate::peer::keeps_another_target`]). Only read

@@ -131,6 +131,7 @@ fn step_deletion<S: StateRead + ?Sized>(
     // the counts: no need to read the rows again (see `Walk`).
     let counted_remote_only = work.walk.blocking == 0
         && resource.finalizers.is_empty()
+        && resource.liens.is_empty()
         && work.walk.remote_left() > 0
         && ctx.now < work.walk.recount_at;
     let (blockers, waiting) = if counted_remote_only {
@@ -145,7 +146,7 @@ fn step_deletion<S: StateRead + ?Sized>(
         work.walk.recount_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
         (blockers, work.walk.remote.clone())
     };
-    if !blockers.is_empty() || !resource.finalizers.is_empty() {
+    if !blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty() {
         hold(tx, ctx, &resource, record, work, blockers)?;
         return Ok(true);
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
-use cascade_core::protocol::{DeleteOutcome, ResourceSpec};
+use cascade_core::protocol::{AddLien, DeleteOutcome, ResourceSpec};
 use cascade_core::ResourceName;
 use cascade_proto::convert;
 use cascade_proto::page_token::OutcomesPageToken;
@@ -252,6 +252,46 @@ impl Resources for ResourcesApi {
             }
         };
         Ok(Response::new(response))
+    }
+
+    async fn add_lien(&self, request: Request<v1::AddLienRequest>) -> Result<Response<v1::Resource>, Status> {
+        let req = request.into_inner();
+        let name = parse_name(&req.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
+            let answer = call_owner(&region, "AddLien", FORWARD_TIMEOUT, owner.add_lien(req)).await?;
+            return Ok(Response::new(answer));
+        }
+        let span = info_span!("add_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
+        let lien = AddLien {
+            name: req.name,
+            id: req.lien_id,
+            reason: req.reason,
+            requested_by: if req.requested_by.is_empty() {
+                "anonymous".to_owned()
+            } else {
+                req.requested_by
+            },
+            etag: (!req.etag.is_empty()).then_some(req.etag),
+        };
+        let r = self.node.add_lien(lien).instrument(span).await?;
+        Ok(Response::new(present(&self.node.view(r)?)))
+    }
+
+    async fn remove_lien(&self, request: Request<v1::RemoveLienRequest>) -> Result<Response<v1::Resource>, Status> {
+        let req = request.into_inner();
+        let name = parse_name(&req.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
+            let answer = call_owner(&region, "RemoveLien", FORWARD_TIMEOUT, owner.remove_lien(req)).await?;
+            return Ok(Response::new(answer));
+        }
+        let span = info_span!("remove_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
+        let etag = (!req.etag.is_empty()).then_some(req.etag);
+        let r = self
+            .node
+            .remove_lien(req.name, req.lien_id, etag)
+            .instrument(span)
+            .await?;
+        Ok(Response::new(present(&self.node.view(r)?)))
     }
 
     async fn get_operation(

@@ -147,9 +147,10 @@ impl From<ResourceState> for model::ResourceState {
     }
 }
 
-/// [`model::Resource`]. `refs` is the core's field → targets map as a list
-/// of pairs in field order (postcard writes a map and a list of pairs
-/// alike: a length, then the pairs).
+/// [`model::Resource`] without its liens (version 1; see [`ResourceV2`]).
+/// `refs` is the core's field → targets map as a list of pairs in field
+/// order (postcard writes a map and a list of pairs alike: a length, then
+/// the pairs).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Resource<'a> {
     #[serde(borrow)]
@@ -202,7 +203,72 @@ impl TryFrom<Resource<'_>> for model::Resource {
             create_time: Timestamp(r.create_time),
             update_time: Timestamp(r.update_time),
             finalizers: strings(r.finalizers),
+            liens: Vec::new(),
         })
+    }
+}
+
+/// [`model::Lien`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Lien<'a> {
+    #[serde(borrow)]
+    pub id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub reason: Cow<'a, str>,
+    #[serde(borrow)]
+    pub origin: Cow<'a, str>,
+    pub create_time: u64,
+}
+
+fn liens_to(v: &[model::Lien]) -> Vec<Lien<'_>> {
+    v.iter()
+        .map(|l| Lien {
+            id: Cow::Borrowed(l.id.as_str()),
+            reason: Cow::Borrowed(l.reason.as_str()),
+            origin: Cow::Borrowed(l.origin.as_str()),
+            create_time: l.create_time.0,
+        })
+        .collect()
+}
+
+fn liens_from(v: Vec<Lien<'_>>) -> Vec<model::Lien> {
+    v.into_iter()
+        .map(|l| model::Lien {
+            id: string(l.id),
+            reason: string(l.reason),
+            origin: string(l.origin),
+            create_time: Timestamp(l.create_time),
+        })
+        .collect()
+}
+
+/// [`model::Resource`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1's fields, then the liens. Written only for a resource that
+/// holds a lien, so every other resource keeps version 1's bytes (and its
+/// size); version 1 reads back with no lien.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ResourceV2<'a> {
+    #[serde(borrow)]
+    pub v1: Resource<'a>,
+    #[serde(borrow)]
+    pub liens: Vec<Lien<'a>>,
+}
+
+impl<'a> From<&'a model::Resource> for ResourceV2<'a> {
+    fn from(r: &'a model::Resource) -> Self {
+        ResourceV2 {
+            v1: Resource::from(r),
+            liens: liens_to(&r.liens),
+        }
+    }
+}
+
+impl TryFrom<ResourceV2<'_>> for model::Resource {
+    type Error = NameError;
+    fn try_from(r: ResourceV2<'_>) -> Result<Self, NameError> {
+        let mut resource = model::Resource::try_from(r.v1)?;
+        resource.liens = liens_from(r.liens);
+        Ok(resource)
     }
 }
 
@@ -880,6 +946,37 @@ impl TryFrom<Event<'_>> for model::Event {
             no_cascade: e.no_cascade,
             cause: e.cause.map(model::DeletionReason::try_from).transpose()?,
         })
+    }
+}
+
+/// [`model::Event`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1's fields, then the liens of its snapshot. Written only when
+/// the snapshot holds a lien, like [`ResourceV2`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventV2<'a> {
+    #[serde(borrow)]
+    pub v1: Event<'a>,
+    #[serde(borrow)]
+    pub snapshot_liens: Vec<Lien<'a>>,
+}
+
+impl<'a> From<&'a model::Event> for EventV2<'a> {
+    fn from(e: &'a model::Event) -> Self {
+        EventV2 {
+            v1: Event::from(e),
+            snapshot_liens: e.snapshot.as_ref().map(|r| liens_to(&r.liens)).unwrap_or_default(),
+        }
+    }
+}
+
+impl TryFrom<EventV2<'_>> for model::Event {
+    type Error = NameError;
+    fn try_from(e: EventV2<'_>) -> Result<Self, NameError> {
+        let mut event = model::Event::try_from(e.v1)?;
+        if let Some(snapshot) = event.snapshot.as_mut() {
+            snapshot.liens = liens_from(e.snapshot_liens);
+        }
+        Ok(event)
     }
 }
 

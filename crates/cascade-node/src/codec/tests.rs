@@ -52,24 +52,37 @@ fn resource_state() -> impl Strategy<Value = ResourceState> {
     ]
 }
 
+fn lien() -> impl Strategy<Value = Lien> {
+    (text(), text(), text(), ts()).prop_map(|(id, reason, origin, create_time)| Lien {
+        id,
+        reason,
+        origin,
+        create_time,
+    })
+}
+
 fn resource() -> impl Strategy<Value = Resource> {
     (
         (name(), uid(), resource_state()),
         prop::collection::btree_map(text(), text(), 0..3),
         prop::collection::btree_map(text(), prop::collection::vec(target(), 0..3), 0..3),
         (any::<u64>(), ts(), ts(), strings()),
+        prop::collection::vec(lien(), 0..3),
     )
         .prop_map(
-            |((name, uid, state), attributes, refs, (revision, create_time, update_time, finalizers))| Resource {
-                name,
-                uid,
-                state,
-                attributes,
-                refs,
-                revision,
-                create_time,
-                update_time,
-                finalizers,
+            |((name, uid, state), attributes, refs, (revision, create_time, update_time, finalizers), liens)| {
+                Resource {
+                    name,
+                    uid,
+                    state,
+                    attributes,
+                    refs,
+                    revision,
+                    create_time,
+                    update_time,
+                    finalizers,
+                    liens,
+                }
             },
         )
 }
@@ -291,14 +304,23 @@ fn pending_release() -> impl Strategy<Value = PendingRelease> {
 // ---- properties ----
 
 /// The value encodes to the version its table writes (2 for a work item,
-/// 1 for everything else), decodes to itself, and its JSON as an earlier
+/// and for a resource with a lien or an event whose snapshot has one; 1
+/// for everything else), decodes to itself, and its JSON as an earlier
 /// node wrote it decodes to itself too.
 fn both_ways<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(
     table: Table,
     v: &T,
 ) -> Result<(), TestCaseError> {
+    both_ways_as(table, v, table == Table::RetryQueue)
+}
+
+fn both_ways_as<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(
+    table: Table,
+    v: &T,
+    second_layout: bool,
+) -> Result<(), TestCaseError> {
     let bytes = v.encode(table).expect("encodes");
-    let version = if table == Table::RetryQueue {
+    let version = if second_layout {
         VERSION_POSTCARD_V2
     } else {
         VERSION_POSTCARD_V1
@@ -317,7 +339,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
     #[test]
-    fn resources_round_trip(v in resource()) { both_ways(Table::Resources, &v)?; }
+    fn resources_round_trip(v in resource()) { both_ways_as(Table::Resources, &v, !v.liens.is_empty())?; }
 
     #[test]
     fn names_round_trip(v in name()) { both_ways(Table::UidIndex, &v)?; }
@@ -338,7 +360,10 @@ proptest! {
     fn work_items_round_trip(v in work()) { both_ways(Table::RetryQueue, &v)?; }
 
     #[test]
-    fn events_round_trip(v in event()) { both_ways(Table::Outbox, &v)?; }
+    fn events_round_trip(v in event()) {
+        let liens = v.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
+        both_ways_as(Table::Outbox, &v, liens)?;
+    }
 
     #[test]
     fn remote_deletions_round_trip(v in remote_deletion()) { both_ways(Table::RemoteDeletions, &v)?; }
@@ -392,6 +417,7 @@ fn typical_resource() -> Resource {
         create_time: Timestamp(1_760_000_000_000),
         update_time: Timestamp(1_760_000_123_456),
         finalizers: vec![],
+        liens: vec![],
     }
 }
 
@@ -718,4 +744,41 @@ fn outbox_compaction_reads_from_the_floor_not_over_what_it_removed_before() {
         store.inner.scan(Table::Outbox, &[], None, 100).expect("scans").len(),
         10
     );
+}
+
+/// A resource without a lien is written exactly as before liens existed
+/// (version 1: nothing on disk grows); one with a lien is version 2, whose
+/// body under version 1's byte is corruption, not a resource that silently
+/// lost its protection.
+#[test]
+fn a_resource_is_version_2_only_while_it_holds_a_lien() {
+    let plain = typical_resource();
+    let bytes = plain.encode(Table::Resources).expect("encodes");
+    assert_eq!(bytes[0], VERSION_POSTCARD_V1);
+    let mut held = plain.clone();
+    held.liens.push(Lien {
+        id: "legal-hold".into(),
+        reason: "audit".into(),
+        origin: "alice".into(),
+        create_time: Timestamp(7),
+    });
+    let held_bytes = held.encode(Table::Resources).expect("encodes");
+    assert_eq!(held_bytes[0], VERSION_POSTCARD_V2);
+    assert_eq!(
+        &held_bytes[1..bytes.len()],
+        &bytes[1..],
+        "version 2 is version 1's fields, then the liens"
+    );
+    assert_eq!(decode::<Resource>(Table::Resources, &held_bytes).expect("reads"), held);
+    let mut misread = held_bytes.clone();
+    misread[0] = VERSION_POSTCARD_V1;
+    assert!(matches!(
+        decode::<Resource>(Table::Resources, &misread),
+        Err(StoreError::Corrupt { table: "resources", .. })
+    ));
+    let mut event = typical_event();
+    event.snapshot = Some(held.clone());
+    let event_bytes = event.encode(Table::Outbox).expect("encodes");
+    assert_eq!(event_bytes[0], VERSION_POSTCARD_V2);
+    assert_eq!(decode::<Event>(Table::Outbox, &event_bytes).expect("reads"), event);
 }

@@ -15,6 +15,7 @@
 mod fjall_store;
 mod memory;
 mod sled_store;
+mod tombstones;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use std::sync::Arc;
 pub use fjall_store::FjallStore;
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;
+pub use tombstones::TombstoneStore;
 
 /// The logical tables. An engine maps each to a tree, a column family or a key prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
