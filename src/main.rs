@@ -175,8 +175,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         anyhow::bail!("data_dir: is required (in the config file, --data-dir or CASCADE_DATA_DIR)");
     }
     let settings = NodeSettings::from_file(&file)?;
-    for warning in settings.schema.warnings() {
-        tracing::warn!(%warning, "schema can leave deletions stuck");
+    // The same findings as `cascade schema check` (an error already
+    // refused the schema when the settings were read).
+    for warning in settings.schema.check().lines() {
+        tracing::warn!(%warning, "schema check");
     }
     let listen: SocketAddr = file
         .listen

@@ -1,6 +1,8 @@
-//! When deletions must not simply run: liens that protect a resource, and
-//! orphan deletes that keep the dependents. Real nodes in three regions;
-//! every call goes through the public API, and the checker runs at the end.
+//! When deletions must not simply run: liens that protect a resource,
+//! orphan deletes that keep the dependents, finalizer controllers that
+//! fail and are asked again, and the schema check that finds stuck paths.
+//! Real nodes in three regions; every call goes through the public API, and
+//! the checker runs at the end.
 
 mod support;
 
@@ -256,6 +258,229 @@ async fn orphan_delete_keeps_dependents_in_two_regions_with_the_reference_cleare
         .unwrap_err();
     assert_eq!(code(&err), Some(tonic::Code::FailedPrecondition), "{err}");
     assert!(err.to_string().contains("ra/router/r"), "{err}");
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
+
+/// `cascade schema check` over seed 002's stuck case: it names the path
+/// and the blocker, exits 0 (a warning), and exits 1 on an error.
+#[test]
+fn schema_check_names_seed_002s_stuck_path_and_fails_on_errors() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stuck = dir.path().join("stuck.toml");
+    std::fs::write(
+        &stuck,
+        "[kinds.a]\n[kinds.d]\n[kinds.c.refs.a]\nkind = \"a\"\non_delete = \"cascade\"\n\
+         [kinds.d.refs.c]\nkind = \"c\"\non_delete = \"block\"\n",
+    )
+    .unwrap();
+    let run = |file: &std::path::Path, json: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"));
+        cmd.arg("schema").arg("check").arg(file);
+        if json {
+            cmd.args(["-o", "json"]);
+        }
+        cmd.output().expect("cascade runs")
+    };
+    let out = run(&stuck, false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("a → c (via c.a)") && text.contains("(d.c)"), "{text}");
+    let out = run(&stuck, true);
+    #[allow(clippy::disallowed_methods)] // test code: reads the CLI's output, not stored data
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["stuck"][0]["path"], serde_json::json!(["a", "c"]));
+    assert_eq!(json["stuck"][0]["blocked_by"], "d.c");
+
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        "[kinds.port.refs.network]\nkind = \"netwrk\"\non_delete = \"cascade\"\n",
+    )
+    .unwrap();
+    let out = run(&broken, false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("kinds.port.refs.network: unknown kind \"netwrk\""),
+        "{text}"
+    );
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/schemas/neutron.toml");
+    let out = run(&example, false);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: "));
+}
+
+/// A finalizer controller as a person writes one: it watches the deletion
+/// events of its kind on its region's node and answers, through any node,
+/// for the finalizer `dns`: a failure for the first `failures` requests
+/// (the DELETING event, then each FINALIZER_RETRY), then done. Returns,
+/// per request, the event's time and the time of the failure it answered
+/// before it (None for the first).
+async fn run_dns_controller(
+    watch_on: &cascade_client::Client,
+    answer_via: &cascade_client::Client,
+    name: &str,
+    failures: usize,
+    requests: usize,
+) -> Vec<(i64, Option<i64>)> {
+    let kind = name.split('/').nth(1).expect("region/kind/id");
+    let mut events = watch_on.watch(0, kind).await.expect("watch");
+    let mut asked = Vec::new();
+    let mut last_failure: Option<i64> = None;
+    while asked.len() < requests {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(30), events.message())
+            .await
+            .expect("the controller is asked again in time")
+            .expect("the stream stays up")
+            .expect("the stream does not end");
+        let kind = v1::EventType::try_from(event.r#type).unwrap_or(v1::EventType::Unspecified);
+        let about = event.resource.as_ref().map(|r| r.name.as_str());
+        if about != Some(name) || !matches!(kind, v1::EventType::Deleting | v1::EventType::FinalizerRetry) {
+            continue;
+        }
+        asked.push((event.time_ms, last_failure));
+        let uid = event.resource.map(|r| r.uid).unwrap_or_default();
+        if asked.len() <= failures {
+            let r = answer_via
+                .report_finalizer_failure(v1::ReportFinalizerFailureRequest {
+                    name: name.to_owned(),
+                    uid,
+                    finalizer: "dns".to_owned(),
+                    reason: format!("zone locked ({})", asked.len()),
+                })
+                .await
+                .expect("failure reported");
+            let d = r.deletion.expect("DELETING");
+            last_failure = Some(d.finalizer_failures[0].last_time_ms);
+        } else {
+            answer_via
+                .remove_finalizer(v1::RemoveFinalizerRequest {
+                    name: name.to_owned(),
+                    uid,
+                    finalizer: "dns".to_owned(),
+                })
+                .await
+                .expect("finalizer removed");
+        }
+    }
+    asked
+}
+
+fn with_finalizer(mut s: v1::ResourceSpec, finalizer: &str) -> v1::ResourceSpec {
+    s.finalizers = vec![finalizer.to_owned()];
+    s
+}
+
+/// Issue 11's first case: the controller fails three times, is asked again
+/// after each backoff (base 200 ms, doubling), then succeeds, and the
+/// cross-region cascade finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_controller_that_fails_three_times_then_succeeds_finishes_the_cascade() {
+    let c = start_cluster_with(&["ra", "rb", "rc"], |s| {
+        s.policy.backoff_base_ms = 200;
+        s.policy.backoff_cap_ms = 5_000;
+        s.policy.max_attempts = 5;
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        with_finalizer(spec_in("ra/network/net", &[("project", &["ra/project/p"])]), "dns"),
+    ])
+    .await
+    .unwrap();
+    b.create(spec_in("rb/port/x", &[("network", &["ra/network/net"])]))
+        .await
+        .unwrap();
+
+    let controller = {
+        let (watch_on, answer_via) = (a.clone(), b.clone());
+        tokio::spawn(async move { run_dns_controller(&watch_on, &answer_via, "ra/network/net", 3, 4).await })
+    };
+    let op = delete_and_wait(b, "ra/project/p", true).await;
+    assert_eq!(op_state(&op), v1::OperationState::Succeeded, "{op:?}");
+    assert_eq!(
+        outcome_of(&op, "ra/network/net").action,
+        v1::OutcomeAction::Deleted as i32
+    );
+    assert_eq!(outcome_of(&op, "rb/port/x").action, v1::OutcomeAction::Deleted as i32);
+    let asked = controller.await.expect("controller");
+    assert_eq!(asked.len(), 4, "the DELETING event and three retries: {asked:?}");
+    for (attempt, (asked_at, failed_at)) in asked.iter().enumerate().skip(1) {
+        let backoff = 200i64 << (attempt - 1);
+        let failed_at = failed_at.expect("a retry follows a failure");
+        assert!(
+            asked_at - failed_at >= backoff,
+            "retry {attempt} came {} ms after the failure, before its backoff of {backoff} ms",
+            asked_at - failed_at
+        );
+    }
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
+
+/// A controller that always fails: the deletion ends FAILED after the
+/// maximum with a DELETION_FAILED event carrying the last reason; a later
+/// RemoveFinalizer still finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_that_always_fails_ends_failed_and_a_later_removal_finishes_it() {
+    let c = start_cluster_with(&["ra", "rb"], |s| {
+        s.policy.backoff_base_ms = 50;
+        s.policy.max_attempts = 3;
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    a.create(with_finalizer(spec_in("ra/project/p", &[]), "dns"))
+        .await
+        .unwrap();
+    b.create(spec_in("rb/network/n", &[("project", &["ra/project/p"])]))
+        .await
+        .unwrap();
+    let controller = {
+        let (watch_on, answer_via) = (a.clone(), a.clone());
+        tokio::spawn(async move { run_dns_controller(&watch_on, &answer_via, "ra/project/p", 3, 3).await })
+    };
+    let op = b
+        .delete(delete_req("ra/project/p", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    controller.await.expect("controller");
+    let failed = eventually(std::time::Duration::from_secs(30), "the deletion to fail", || async {
+        let r = a.get("ra/project/p").await.ok()?;
+        let d = r.deletion?;
+        (d.status == v1::DeletionStatus::Failed as i32).then_some(d)
+    })
+    .await;
+    assert!(failed.message.contains("zone locked (3)"), "{failed:?}");
+    assert_eq!(failed.finalizer_failures[0].failures, 3);
+    let mut events = a.watch(0, "project").await.unwrap();
+    let event = loop {
+        let e = events.message().await.unwrap().expect("event");
+        if e.r#type == v1::EventType::DeletionFailed as i32 {
+            break e;
+        }
+    };
+    assert!(event.message.contains("zone locked (3)"), "{event:?}");
+    let running = b.get_operation(&op.id, 100).await.unwrap();
+    assert_eq!(running.progress.unwrap().failed, 1, "{running:?}");
+
+    b.remove_finalizer(v1::RemoveFinalizerRequest {
+        name: "ra/project/p".into(),
+        uid: String::new(),
+        finalizer: "dns".into(),
+    })
+    .await
+    .unwrap();
+    wait_gone(b, "ra/project/p").await;
+    let done = wait_operation(b, &op.id).await;
+    assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
+    assert_eq!(
+        outcome_of(&done, "ra/project/p").action,
+        v1::OutcomeAction::Deleted as i32
+    );
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }

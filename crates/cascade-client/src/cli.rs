@@ -143,6 +143,9 @@ pub enum Command {
     /// Protect a resource against deletion, or lift a protection.
     #[command(subcommand)]
     Lien(LienCommand),
+    /// Answer for a finalizer controller: its cleanup is done, or failed.
+    #[command(subcommand)]
+    Finalizer(FinalizerCommand),
     /// Show a deletion operation and its per-resource outcomes.
     Operation {
         id: String,
@@ -159,6 +162,9 @@ pub enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Check a schema file without running it (does not use --server).
+    #[command(subcommand)]
+    Schema(SchemaCommand),
     /// Check the cross-region invariants of a whole cluster (at quiescence).
     ///
     /// Reads every region's `Peer.Dump`; exits 1 when it finds a violation.
@@ -166,6 +172,92 @@ pub enum Command {
     /// transient (a region with queued releases or attaches is reported as
     /// not quiescent). Does not use --server.
     Check(CheckArgs),
+}
+
+/// `cascade schema …`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum SchemaCommand {
+    /// Print every cascade path the schema can leave stuck (a kind reached
+    /// by a cascade that a kind outside it can block), every cascade cycle,
+    /// and every error, each naming its path. Exit status 1 on an error;
+    /// `cascade serve` prints the same findings at start and refuses a
+    /// schema with errors.
+    Check {
+        /// The schema file (TOML, `[kinds.KIND.refs.FIELD]`).
+        file: std::path::PathBuf,
+    },
+}
+
+/// `cascade schema check FILE`: the findings, and the exit status.
+fn run_schema_check(file: &std::path::Path, json: bool) -> Result<i32, ClientError> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", file.display())))?;
+    match cascade_core::Schema::from_toml(&text) {
+        Err(e) => {
+            if json {
+                print_json(&serde_json::json!({"file": file, "errors": [e.to_string()], "stuck": [], "cycles": []}));
+            } else {
+                println!("error: {}: {e}", file.display());
+            }
+            Ok(1)
+        }
+        Ok(schema) => {
+            let check = schema.check();
+            if json {
+                print_json(&serde_json::json!({
+                    "file": file,
+                    "errors": [],
+                    "stuck": check.stuck,
+                    "cycles": check.cycles,
+                    "truncated": check.truncated,
+                }));
+            } else {
+                let lines = check.lines();
+                for line in &lines {
+                    println!("{line}");
+                }
+                let kinds = schema.kinds().count();
+                if lines.is_empty() {
+                    println!("ok: {kinds} kinds; no cascade path can get stuck, no cascade cycle");
+                } else {
+                    println!(
+                        "{} stuck path(s), {} cycle(s) in {kinds} kinds; no error",
+                        check.stuck.len(),
+                        check.cycles.len()
+                    );
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// `cascade finalizer …`: what a finalizer controller calls.
+#[derive(Debug, Clone, Subcommand)]
+pub enum FinalizerCommand {
+    /// The cleanup is done: remove the finalizer (a deletion it held goes
+    /// on, even a FAILED one). Removing one the resource no longer lists
+    /// changes nothing.
+    Remove {
+        name: String,
+        finalizer: String,
+        /// Only this incarnation of the resource (NOT_FOUND otherwise).
+        #[arg(long)]
+        uid: Option<String>,
+    },
+    /// The cleanup failed: the deletion stays BLOCKED and the controller is
+    /// asked again (an EVENT_TYPE_FINALIZER_RETRY event) after the backoff;
+    /// at the maximum of failures the deletion is FAILED with this reason.
+    Fail {
+        name: String,
+        finalizer: String,
+        /// Why it failed (required).
+        #[arg(long)]
+        reason: String,
+        /// Only this incarnation of the resource (NOT_FOUND otherwise).
+        #[arg(long)]
+        uid: Option<String>,
+    },
 }
 
 /// `cascade lien …`.
@@ -382,9 +474,12 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         // Reads every region itself: no --server connection.
         return run_check(check_args, &args.tls, json).await;
     }
+    if let Command::Schema(SchemaCommand::Check { file }) = &command {
+        return run_schema_check(file, json);
+    }
     let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {
-        Command::Check(_) => unreachable!("handled above"),
+        Command::Check(_) | Command::Schema(_) => unreachable!("handled above"),
         Command::Create(spec) => {
             let r = client.create(parse_spec(&spec)?).await?;
             if json {
@@ -449,6 +544,39 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         }
         Command::Update { spec, etag } => {
             let r = client.update(parse_spec(&spec)?, etag.as_deref().unwrap_or("")).await?;
+            if json {
+                print_json(&render::resource_json(&r));
+            } else {
+                print!("{}", render::resource_text(&r));
+            }
+        }
+        Command::Finalizer(command) => {
+            let r = match command {
+                FinalizerCommand::Remove { name, finalizer, uid } => {
+                    client
+                        .remove_finalizer(v1::RemoveFinalizerRequest {
+                            name,
+                            uid: uid.unwrap_or_default(),
+                            finalizer,
+                        })
+                        .await?
+                }
+                FinalizerCommand::Fail {
+                    name,
+                    finalizer,
+                    reason,
+                    uid,
+                } => {
+                    client
+                        .report_finalizer_failure(v1::ReportFinalizerFailureRequest {
+                            name,
+                            uid: uid.unwrap_or_default(),
+                            finalizer,
+                            reason,
+                        })
+                        .await?
+                }
+            };
             if json {
                 print_json(&render::resource_json(&r));
             } else {

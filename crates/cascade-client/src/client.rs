@@ -171,6 +171,17 @@ impl Client {
         Ok(self.inner.clone().remove_lien(req).await?.into_inner())
     }
 
+    pub async fn remove_finalizer(&self, req: v1::RemoveFinalizerRequest) -> Result<v1::Resource, ClientError> {
+        Ok(self.inner.clone().remove_finalizer(req).await?.into_inner())
+    }
+
+    pub async fn report_finalizer_failure(
+        &self,
+        req: v1::ReportFinalizerFailureRequest,
+    ) -> Result<v1::Resource, ClientError> {
+        Ok(self.inner.clone().report_finalizer_failure(req).await?.into_inner())
+    }
+
     pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
         let req = v1::GetOperationRequest {
             id: id.to_owned(),

@@ -72,6 +72,13 @@ pub fn resource_json(r: &v1::Resource) -> Value {
             "status": status,
             "blockers": d.blockers.iter().map(blocker).collect::<Vec<_>>(),
             "message": d.message,
+            "finalizer_failures": d.finalizer_failures.iter().map(|f| json!({
+                "finalizer": f.finalizer,
+                "failures": f.failures,
+                "last_reason": f.last_reason,
+                "last_time_ms": f.last_time_ms,
+                "next_attempt_ms": f.next_attempt_ms,
+            })).collect::<Vec<_>>(),
         });
     }
     v
@@ -111,6 +118,16 @@ pub fn resource_text(r: &v1::Resource) -> String {
         );
         if !d.message.is_empty() {
             out += &format!("  waiting: {}\n", d.message);
+        }
+        for f in &d.finalizer_failures {
+            let next = match f.next_attempt_ms {
+                0 => String::new(),
+                at => format!("; asked again at {at} ms"),
+            };
+            out += &format!(
+                "  finalizer {} failed {} time(s), last: {}{next}\n",
+                f.finalizer, f.failures, f.last_reason
+            );
         }
     }
     out

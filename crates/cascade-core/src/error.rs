@@ -157,6 +157,25 @@ pub enum CoreError {
         /// The reason the existing lien was placed for.
         reason: String,
     },
+    /// ReportFinalizerFailure named a finalizer the resource does not list
+    /// (its controller removed it, or never was its controller).
+    #[error("{name} has no finalizer {finalizer}")]
+    FinalizerNotFound {
+        /// The resource.
+        name: ResourceName,
+        /// The finalizer asked for.
+        finalizer: String,
+    },
+    /// A request about a deletion (a finalizer failure, an admin retry)
+    /// named a resource that is not in the state it needs: not being
+    /// deleted at all, or (a retry) a deletion that has not failed.
+    #[error("{name} {why}")]
+    NoSuchDeletion {
+        /// The resource.
+        name: ResourceName,
+        /// What it is instead ("is not being deleted", "has not failed: BLOCKED").
+        why: String,
+    },
     /// A step was asked to act on a resource another region owns (the node
     /// forwards such requests; the core only acts on its own region).
     #[error("{name} belongs to region {region}, this node serves {local}")]
@@ -257,13 +276,15 @@ impl CoreError {
             CoreError::NotFound(_)
             | CoreError::TargetNotFound { .. }
             | CoreError::OperationNotFound(_)
-            | CoreError::LienNotFound { .. } => ErrorCode::NotFound,
+            | CoreError::LienNotFound { .. }
+            | CoreError::FinalizerNotFound { .. } => ErrorCode::NotFound,
             CoreError::AlreadyExists { .. } | CoreError::LienExists { .. } => ErrorCode::AlreadyExists,
             CoreError::TargetDeleting { .. }
             | CoreError::TargetUidMismatch { .. }
             | CoreError::Deleting { .. }
             | CoreError::DeleteRefused { .. }
             | CoreError::Liened { .. }
+            | CoreError::NoSuchDeletion { .. }
             | CoreError::CreateAborted { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,

@@ -233,6 +233,30 @@ pub struct DeletionRecord {
     pub operation: OperationId,
     /// Pending, blocked, waiting on other regions, or failed.
     pub status: DeletionStatus,
+    /// The failures finalizer controllers reported for this deletion
+    /// (`ReportFinalizerFailure`), one entry per failing finalizer, in the
+    /// order they first failed. Removing the finalizer drops its entry.
+    #[serde(default)]
+    pub finalizer_failures: Vec<FinalizerFailure>,
+}
+
+/// A finalizer whose controller reported that its external cleanup failed
+/// (seed 004: a failing external deletion is retried with backoff, up to a
+/// maximum, then marked failed for a person).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinalizerFailure {
+    /// The finalizer, as the resource lists it.
+    pub finalizer: String,
+    /// Failures reported in a row (the attempt count of its backoff).
+    pub failures: u32,
+    /// The reason the controller gave last.
+    pub last_reason: String,
+    /// When the last failure was reported.
+    pub last_time: Timestamp,
+    /// When the controller is to be asked again (the `FinalizerRetry`
+    /// event): the last failure's time plus the backoff of `failures`.
+    /// None once it has been asked, or once the deletion failed.
+    pub retry_at: Option<Timestamp>,
 }
 
 /// Where an operation stands as a whole.
@@ -454,6 +478,10 @@ pub enum EventType {
     DeletionBlocked,
     /// A deletion was given up after its maximum attempts.
     DeletionFailed,
+    /// A finalizer's controller is asked again to do its cleanup: its last
+    /// attempt failed (`ReportFinalizerFailure`) and the backoff elapsed.
+    /// The message names the finalizer and the attempt.
+    FinalizerRetry,
 }
 
 /// An outbox entry. Committed in the same transaction as the change it

@@ -16,9 +16,10 @@
 //! ```
 //!
 //! Every load error names the exact place (`kinds.port.refs.network: unknown
-//! kind "netwrk"`). Besides hard errors, [`Schema::warnings`] explains the
-//! deletions this schema can leave stuck (seed 002: Goten does not detect
-//! them; we do, statically).
+//! kind "netwrk"`). Besides hard errors, [`Schema::check`] names every
+//! cascade path this schema can leave stuck and every cascade cycle (seed
+//! 002: Goten does not detect them; we do, statically), and
+//! [`Schema::warnings`] summarises the stuck ones per `block` reference.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -26,6 +27,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::name::{validate_kind, NameError};
+
+mod check;
+pub use check::{SchemaCheck, StuckPath};
 
 /// What happens to the referrer when the target of a reference is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

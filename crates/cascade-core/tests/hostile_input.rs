@@ -31,8 +31,15 @@ fn config(cases: u32) -> ProptestConfig {
 fn check_schema_result(text: &str) {
     match Schema::from_toml(text) {
         Ok(schema) => {
-            // A loaded schema is usable: its warnings never panic either.
+            // A loaded schema is usable: its warnings and its check never
+            // panic either, and a check's lines name real kinds.
             let _ = schema.warnings();
+            let check = schema.check();
+            assert!(check.stuck.len() <= 1_000, "the report is bounded");
+            for s in &check.stuck {
+                assert!(s.path.iter().all(|k| schema.kind(k).is_some()), "{s:?}");
+                assert_eq!(s.via.len() + 1, s.path.len(), "{s:?}");
+            }
             assert!(schema.kinds().count() >= 1, "a loaded schema has kinds");
         }
         Err(SchemaError::Syntax(message)) => {
@@ -202,6 +209,10 @@ fn a_chain_of_a_thousand_cascading_kinds_loads_and_cascades() {
     let schema = Schema::from_toml(&text).expect("a chain of 1000 kinds loads");
     assert_eq!(schema.kinds().count(), 1000);
     assert!(schema.warnings().is_empty());
+    assert!(
+        schema.check().lines().is_empty(),
+        "no block, no cycle: nothing to report"
+    );
 
     // One resource of every kind, each referencing the previous: deleting
     // the first cascades through all of them.
@@ -283,6 +294,12 @@ fn cycles_of_kinds_load_and_unwind() {
     text += "[kinds.lock.refs.k]\nkind = \"k3\"\non_delete = \"block\"\n";
     let schema = Schema::from_toml(&text).expect("a cycle of kinds loads");
     let _ = schema.warnings();
+    let check = schema.check();
+    assert!(
+        check.cycles.iter().any(|c| c == &["me".to_owned(), "me".to_owned()]),
+        "the self-cascade is a cycle: {:?}",
+        check.cycles
+    );
 
     // A resource cycle of those kinds: created open, closed by an update,
     // then deleted from any point.

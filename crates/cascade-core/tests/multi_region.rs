@@ -679,6 +679,7 @@ impl World {
                             requested_by: String::new(),
                             operation,
                             status: DeletionStatus::Pending,
+                            finalizer_failures: Vec::new(),
                         };
                         self.check_entered(region, &record)?;
                         self.entered.insert(e.resource.uid, Entered { operation });

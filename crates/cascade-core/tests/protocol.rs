@@ -1293,14 +1293,16 @@ fn root_stays_until_its_closure_is_done_even_after_it_failed() {
     w.try_update(s, None).unwrap();
     let t0 = w.now;
     let op = w.delete_accepted(&p1, true);
-    // t0: p1 holds on its finalizer (attempt 1) and cascades into net1.
+    // t0: p1 holds on its finalizer and cascades into net1.
     w.step();
     // t0 + 500: net1 walks its children and holds on the router (attempt 1).
     w.now = t0.plus_millis(500);
     w.run_until_quiet();
     assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
-    // t0 + 1000: p1 gives up; net1 is still pending (due at t0 + 1500).
+    // t0 + 1000: p1's finalizer controller fails (the maximum, 1); net1 is
+    // still pending (due at t0 + 1500).
     w.now = t0.plus_millis(1_000);
+    report_failure(&mut w, &p1, "dns", "zone locked").unwrap();
     w.run_until_quiet();
     assert!(matches!(w.record(&p1).status, DeletionStatus::Failed { .. }));
     assert!(matches!(w.record(&net).status, DeletionStatus::Blocked { .. }));
@@ -1943,4 +1945,191 @@ fn orphan_delete_clears_required_and_list_references_and_deletes_only_the_root()
     // required references on purpose.
     let report = invariants::check_quiescent(&[RegionView::from_state(&w.region, &w.state)], Some(&w.schema));
     assert!(report.is_clean(), "invariants broken:\n{}", report.lines());
+}
+
+// ---------------------------------------------------------------------------
+// Finalizer controllers
+// ---------------------------------------------------------------------------
+
+fn report(name: &str, finalizer: &str, reason: &str) -> protocol::FinalizerReport {
+    protocol::FinalizerReport {
+        name: name.to_owned(),
+        uid: None,
+        finalizer: finalizer.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn report_failure(w: &mut World, name: &str, finalizer: &str, reason: &str) -> Result<Resource, CoreError> {
+    let step = protocol::report_finalizer_failure(&w.state, ctx!(w), report(name, finalizer, reason))?;
+    w.state.apply(step.writes);
+    Ok(step.value)
+}
+
+fn remove_finalizer(w: &mut World, name: &str, finalizer: &str) -> Result<Resource, CoreError> {
+    let step = protocol::remove_finalizer(&w.state, ctx!(w), report(name, finalizer, ""))?;
+    w.state.apply(step.writes);
+    Ok(step.value)
+}
+
+/// The `FinalizerRetry` events so far, as (time, message).
+fn retries(w: &World) -> Vec<(Timestamp, String)> {
+    w.state
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::FinalizerRetry)
+        .map(|e| (e.time, e.message.clone()))
+        .collect()
+}
+
+fn with_finalizer_world(max_attempts: u32) -> (World, String) {
+    let mut w = World::neutron().with_policy(|p| {
+        p.backoff_base_ms = 100;
+        p.backoff_cap_ms = 10_000;
+        p.max_attempts = max_attempts;
+    });
+    let project = n("project", "p1");
+    let mut s = spec(&project, &[]);
+    s.finalizers = vec!["dns".to_owned()];
+    w.try_create_spec(s).unwrap();
+    (w, project)
+}
+
+/// Seed 004's failing external deletion: the controller fails three times,
+/// is asked again after each backoff (100, 200, 400 ms: not before), then
+/// succeeds, and the deletion finishes.
+#[test]
+fn a_finalizer_that_fails_three_times_is_asked_again_after_each_backoff_then_finishes() {
+    let (mut w, project) = with_finalizer_world(5);
+    let op = w.delete_accepted(&project, false);
+    w.run_until_quiet();
+    let mut asked_at = Vec::new();
+    for (attempt, backoff) in [(1u32, 100u64), (2, 200), (3, 400)] {
+        let failed_at = w.now;
+        report_failure(&mut w, &project, "dns", &format!("timeout {attempt}")).unwrap();
+        let DeletionStatus::Blocked { reason, .. } = w.record(&project).status else {
+            panic!("a failing finalizer holds the deletion BLOCKED");
+        };
+        assert!(
+            reason.contains(&format!("dns (failed {attempt} time(s), last: timeout {attempt})")),
+            "{reason}"
+        );
+        // Not asked again before the backoff has elapsed ...
+        w.now = failed_at.plus_millis(backoff - 1);
+        w.run_until_quiet();
+        assert_eq!(retries(&w).len(), asked_at.len(), "asked again too early");
+        // ... and asked again once it has.
+        assert_eq!(w.advance_to_next_due(), Some(failed_at.plus_millis(backoff)));
+        w.run_until_quiet();
+        let all = retries(&w);
+        assert_eq!(all.len(), asked_at.len() + 1, "asked again once per failure");
+        let (time, message) = all.last().unwrap().clone();
+        assert_eq!(time, failed_at.plus_millis(backoff));
+        assert!(
+            message.contains(&format!("attempt {} of 5", attempt + 1)) && message.contains("timeout"),
+            "{message}"
+        );
+        asked_at.push(time);
+    }
+    let record = w.record(&project);
+    assert_eq!(record.finalizer_failures[0].failures, 3);
+    remove_finalizer(&mut w, &project, "dns").unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none(), "purged once the controller succeeded");
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    w.check();
+}
+
+/// A controller that always fails: FAILED after the maximum, with a
+/// DELETION_FAILED event carrying its last reason; a later RemoveFinalizer
+/// still finishes the deletion.
+#[test]
+fn a_finalizer_that_always_fails_ends_failed_with_its_last_reason_and_a_removal_still_finishes_it() {
+    let (mut w, project) = with_finalizer_world(3);
+    let op = w.delete_accepted(&project, false);
+    w.run_until_quiet();
+    for attempt in 1..=3 {
+        report_failure(&mut w, &project, "dns", &format!("zone locked {attempt}")).unwrap();
+        w.advance_to_next_due();
+        w.run_until_quiet();
+    }
+    let DeletionStatus::Failed { error } = w.record(&project).status else {
+        panic!("FAILED after three failures: {:?}", w.record(&project).status);
+    };
+    assert!(
+        error.contains("zone locked 3") && error.contains("failed 3 times"),
+        "{error}"
+    );
+    let failed: Vec<&Event> = w
+        .state
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::DeletionFailed)
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].message.contains("zone locked 3"));
+    assert_eq!(
+        retries(&w).len(),
+        2,
+        "asked again after failures 1 and 2, not after the last"
+    );
+    assert_eq!(w.op(op.id).progress.failed, 1);
+    // A report about a failed deletion only updates what it shows.
+    report_failure(&mut w, &project, "dns", "still locked").unwrap();
+    assert!(matches!(w.record(&project).status, DeletionStatus::Failed { .. }));
+    remove_finalizer(&mut w, &project, "dns").unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none());
+    let o = w.op(op.id);
+    assert_eq!(
+        (o.state, o.progress.failed, o.progress.deleted),
+        (OperationState::Succeeded, 0, 1)
+    );
+    w.check();
+}
+
+/// Waiting is not failing: a finalizer nobody reported a failure for holds
+/// its deletion however often the engine looks, and is never given up.
+#[test]
+fn a_finalizer_nobody_reports_on_is_waited_for_not_given_up() {
+    let (mut w, project) = with_finalizer_world(1);
+    w.delete_accepted(&project, false);
+    for _ in 0..5 {
+        w.run_until_quiet();
+        w.advance_to_next_due();
+    }
+    w.run_until_quiet();
+    let DeletionStatus::Blocked { reason, .. } = w.record(&project).status else {
+        panic!("still waiting: {:?}", w.record(&project).status);
+    };
+    assert_eq!(reason, "waiting for finalizers: dns");
+    assert!(retries(&w).is_empty());
+    w.check();
+}
+
+#[test]
+fn finalizer_reports_are_checked_and_a_repeated_removal_changes_nothing() {
+    let (mut w, project) = with_finalizer_world(3);
+    let err = report_failure(&mut w, &project, "dns", "early").unwrap_err();
+    assert!(matches!(err, CoreError::NoSuchDeletion { .. }), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    w.delete_accepted(&project, false);
+    w.run_until_quiet();
+    let err = report_failure(&mut w, &project, "billing", "x").unwrap_err();
+    assert!(matches!(&err, CoreError::FinalizerNotFound { finalizer, .. } if finalizer == "billing"));
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    let err = report_failure(&mut w, &project, "dns", " ").unwrap_err();
+    assert!(matches!(&err, CoreError::InvalidArgument { field, .. } if field == "reason"));
+    let mut other_incarnation = report(&project, "dns", "x");
+    other_incarnation.uid = Some(Uid(uuid::Uuid::from_u128(7)));
+    let err = protocol::report_finalizer_failure(&w.state, ctx!(w), other_incarnation).unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NotFound);
+    // Removing a finalizer twice: the second answers the resource, writing nothing.
+    let step = protocol::remove_finalizer(&w.state, ctx!(w), report(&project, "dns", "")).unwrap();
+    w.state.apply(step.writes);
+    let again = protocol::remove_finalizer(&w.state, ctx!(w), report(&project, "dns", "")).unwrap();
+    assert!(again.writes.is_empty());
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none());
+    w.check();
 }

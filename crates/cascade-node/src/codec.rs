@@ -10,9 +10,11 @@
 //!   evolve). Everything this node writes but a work item, and a
 //!   resource (or an event about one) that holds a lien.
 //! - [`VERSION_POSTCARD_V2`] (`0x02`): the second layout of a storage type:
-//!   the work item's (it gained its walk's position), and the resource's
+//!   the work item's (it gained its walk's position), the resource's
 //!   and the event's (a resource's liens, written only when it has one, so
-//!   every other resource keeps version 1's bytes). A record
+//!   every other resource keeps version 1's bytes), and the deletion
+//!   record's (its finalizer failures, written only when a controller
+//!   reported one). A record
 //!   is decoded by its own version byte, so a store holding both opens
 //!   without a migration.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
@@ -82,7 +84,9 @@ pub const VERSION_POSTCARD_V1: u8 = 0x01;
 /// of its [`stored`] type. A work item has one (its walk's position,
 /// [`stored::WorkItem`]), and a resource and an event (the liens of the
 /// resource, [`stored::ResourceV2`], [`stored::EventV2`]), written only when
-/// there is a lien; every other record is written as version 1.
+/// there is a lien, and a deletion record (its finalizer failures,
+/// [`stored::DeletionRecordV2`]), written only when there is one; every
+/// other record is written as version 1.
 pub const VERSION_POSTCARD_V2: u8 = 0x02;
 
 /// A core record the store keeps as a value, through its storage type in
@@ -167,7 +171,6 @@ macro_rules! records {
 records! {
     ResourceName => ResourceName,
     BackRef => BackRef,
-    DeletionRecord => DeletionRecord,
     Operation => Operation,
     Outcome => Outcome,
     RemoteDeletion => RemoteDeletion,
@@ -175,14 +178,15 @@ records! {
     PendingAttach => PendingAttach,
 }
 
-/// A record whose version 2 only adds liens: written as version 1 (the
-/// bytes it always had) unless it holds a lien.
-macro_rules! records_with_liens {
-    ($($core:ty => $one:ident, $two:ident, $has_liens:expr);* $(;)?) => {$(
+/// A record whose version 2 only appends a field that is usually empty:
+/// written as version 1 (the bytes it always had) unless that field has
+/// something to say.
+macro_rules! records_with_an_optional_second_layout {
+    ($($core:ty => $one:ident, $two:ident, $needs_two:expr);* $(;)?) => {$(
         impl Record for $core {
             fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
-                let has_liens: fn(&$core) -> bool = $has_liens;
-                if has_liens(self) {
+                let needs_two: fn(&$core) -> bool = $needs_two;
+                if needs_two(self) {
                     encode_stored(table, VERSION_POSTCARD_V2, &stored::$two::from(self))
                 } else {
                     encode_stored(table, VERSION_POSTCARD_V1, &stored::$one::from(self))
@@ -200,9 +204,10 @@ macro_rules! records_with_liens {
     )*};
 }
 
-records_with_liens! {
+records_with_an_optional_second_layout! {
     Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
     Event => Event, EventV2, |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
+    DeletionRecord => DeletionRecord, DeletionRecordV2, |d| !d.finalizer_failures.is_empty();
 }
 
 /// Written as version 2 (with the walk); version 1 still read.

@@ -19,6 +19,7 @@ use std::time::Duration;
 use cascade_core::model::{DeletionRecord, Event, Resource, ResourceState};
 use cascade_core::operation_view::OperationPage;
 use cascade_core::peer::{self, PeerBackRef, ReleaseReport, RemoteDeleting};
+use cascade_core::protocol::FinalizerReport;
 use cascade_core::{BackRef, BackRefKey, CoreError, Ctx, OperationId, RegionId, ResourceName, Schema, Uid};
 use tokio::sync::{broadcast, watch};
 use tracing::info;
@@ -493,6 +494,20 @@ impl Node {
     pub(crate) async fn remove_lien(&self, name: String, id: String, etag: Option<String>) -> Result<Resource, Fault> {
         self.writer
             .apply(move |s, c, _| cascade_core::protocol::remove_lien(s, c, &name, &id, etag.as_deref()))
+            .await
+    }
+
+    /// A finalizer controller's cleanup is done (see `protocol::finalizer`).
+    pub(crate) async fn remove_finalizer(&self, req: FinalizerReport) -> Result<Resource, Fault> {
+        self.writer
+            .apply(move |s, c, _| cascade_core::protocol::remove_finalizer(s, c, req))
+            .await
+    }
+
+    /// A finalizer controller's cleanup failed (see `protocol::finalizer`).
+    pub(crate) async fn report_finalizer_failure(&self, req: FinalizerReport) -> Result<Resource, Fault> {
+        self.writer
+            .apply(move |s, c, _| cascade_core::protocol::report_finalizer_failure(s, c, req))
             .await
     }
 

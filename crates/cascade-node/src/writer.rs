@@ -305,7 +305,9 @@ impl Actor for Writer {
             WriterMsg::Create(specs, reply) => {
                 let span = info_span!("create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
                 let _g = span.enter();
-                let result = off_the_workers(|| state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs)));
+                let result = off_the_workers(state.ctx.store.waits_on_io(), || {
+                    state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs))
+                });
                 match &result {
                     Ok(created) => {
                         for r in created.iter().take(1) {
@@ -319,15 +321,18 @@ impl Actor for Writer {
             WriterMsg::Update(spec, etag, reply) => {
                 let span = info_span!("update", %region, name = %spec.name);
                 let _g = span.enter();
-                let result =
-                    off_the_workers(|| state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref())));
+                let result = off_the_workers(state.ctx.store.waits_on_io(), || {
+                    state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()))
+                });
                 let _ = reply.send(result);
             }
             WriterMsg::Delete(req, reply) => {
                 let span =
                     info_span!("delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
-                let result = off_the_workers(|| state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req)));
+                let result = off_the_workers(state.ctx.store.waits_on_io(), || {
+                    state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req))
+                });
                 match &result {
                     Ok(DeleteOutcome::Accepted(op)) => {
                         info!(operation = %op.id, uid = %op.root.uid, "deletion accepted")
@@ -337,13 +342,13 @@ impl Actor for Writer {
                 }
                 let _ = reply.send(result);
             }
-            WriterMsg::Apply(apply) => off_the_workers(|| apply(state, &myself)),
+            WriterMsg::Apply(apply) => off_the_workers(state.ctx.store.waits_on_io(), || apply(state, &myself)),
             WriterMsg::Tick => state.kick(&myself),
             WriterMsg::Work => {
                 state.work_queued = false;
                 let span = info_span!("deletion_work", %region);
                 let _g = span.enter();
-                match off_the_workers(|| state.work(&myself)) {
+                match off_the_workers(state.ctx.store.waits_on_io(), || state.work(&myself)) {
                     Ok(r) if r.items > 0 => debug!(
                         items = r.items,
                         purged = r.purged,
@@ -366,20 +371,24 @@ impl Actor for Writer {
     }
 }
 
-/// Runs a step (its reads, its commit and its flush, which block on the
+/// Runs a step (its reads, its commit and its flush, which wait on the
 /// engine) where it does not hold a runtime worker: on a multi-thread
 /// runtime the worker's other tasks move to another thread meanwhile
-/// (`block_in_place`). Why: a step that blocks a worker also stops every
-/// task queued on it, among them the HTTP/2 keepalive answers of the
-/// node's connections; a fjall write stall or a sled fsync that held both
-/// workers of a 2-core machine for the keepalive timeout (5 s) got the
-/// connections closed under load (cascade-bench P2 at 1M on fjall: "broken
-/// pipe"). A current-thread runtime (the turmoil simulation, some tests)
-/// cannot hand its only worker over; there the step runs in place.
-fn off_the_workers<R>(step: impl FnOnce() -> R) -> R {
+/// (`block_in_place`). Why: a step that waits on an fsync holds every task
+/// queued on its worker. cascade-bench's mailbox trace of P2 (five nodes
+/// in one process, two workers) saw a create wait 349 ms while its own
+/// writer was busy 38.5 ms of it: the other nodes' commits held both
+/// workers. With the hand-over, P2's Delete call at 1M answers in 8.3 ms
+/// on sled and 8.9 ms on fjall (108 and 46.9 ms at 100k before). A step
+/// on an engine in memory (`Store::waits_on_io` false) runs in place: it
+/// never waits, and the hand-over cost it latency (P3 on the memory
+/// engine, p99 at 50 regions: 9.2 ms with it). A current-thread runtime
+/// (the turmoil simulation, some tests) cannot hand its only worker over;
+/// there the step runs in place.
+fn off_the_workers<R>(waits_on_io: bool, step: impl FnOnce() -> R) -> R {
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi_thread {
+    if waits_on_io && multi_thread {
         tokio::task::block_in_place(step)
     } else {
         step()

@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cascade_core::invariants::RegionView;
 use cascade_core::model::{
-    BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, Operation,
-    OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
+    BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, FinalizerFailure,
+    Operation, OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
 };
 use cascade_core::operation_view::{OperationPage, OperationView};
-use cascade_core::protocol::{DeleteRequest, Plan, RefRequest, ResourceSpec};
+use cascade_core::protocol::{DeleteRequest, FinalizerReport, Plan, RefRequest, ResourceSpec};
 use cascade_core::{OnDelete, OperationId, RegionId, ResourceName, Uid};
 use tonic::Status;
 
@@ -92,6 +92,26 @@ pub fn resource_spec_with(
         attributes: spec.attributes.into_iter().collect(),
         refs,
         finalizers: spec.finalizers,
+    })
+}
+
+/// Decodes a RemoveFinalizer request (the uid, when given, parsed).
+pub fn remove_finalizer_request(req: v1::RemoveFinalizerRequest) -> Result<FinalizerReport, Status> {
+    Ok(FinalizerReport {
+        uid: optional_uid(&req.uid, "uid")?,
+        name: req.name,
+        finalizer: req.finalizer,
+        reason: String::new(),
+    })
+}
+
+/// Decodes a ReportFinalizerFailure request (the uid, when given, parsed).
+pub fn finalizer_failure_request(req: v1::ReportFinalizerFailureRequest) -> Result<FinalizerReport, Status> {
+    Ok(FinalizerReport {
+        uid: optional_uid(&req.uid, "uid")?,
+        name: req.name,
+        finalizer: req.finalizer,
+        reason: req.reason,
     })
 }
 
@@ -175,6 +195,17 @@ fn deletion(d: &DeletionRecord) -> v1::Deletion {
         status: status as i32,
         blockers: list,
         message,
+        finalizer_failures: d
+            .finalizer_failures
+            .iter()
+            .map(|f| v1::FinalizerFailure {
+                finalizer: f.finalizer.clone(),
+                failures: f.failures,
+                last_reason: f.last_reason.clone(),
+                last_time_ms: ms(f.last_time),
+                next_attempt_ms: f.retry_at.map(ms).unwrap_or(0),
+            })
+            .collect(),
     }
 }
 
@@ -472,6 +503,7 @@ pub fn event_type_from(t: i32) -> Option<EventType> {
         v1::EventType::Purged => EventType::Purged,
         v1::EventType::DeletionBlocked => EventType::DeletionBlocked,
         v1::EventType::DeletionFailed => EventType::DeletionFailed,
+        v1::EventType::FinalizerRetry => EventType::FinalizerRetry,
     })
 }
 
@@ -518,6 +550,7 @@ pub fn event_type(t: EventType) -> v1::EventType {
         EventType::Purged => v1::EventType::Purged,
         EventType::DeletionBlocked => v1::EventType::DeletionBlocked,
         EventType::DeletionFailed => v1::EventType::DeletionFailed,
+        EventType::FinalizerRetry => v1::EventType::FinalizerRetry,
     }
 }
 
@@ -607,6 +640,17 @@ fn deletion_record_from(target: RefTarget, d: &v1::Deletion, field: &str) -> Res
         operation: OperationId::parse(&d.operation_id)
             .map_err(|e| invalid_field(&format!("{field}.operation_id"), e))?,
         status,
+        finalizer_failures: d
+            .finalizer_failures
+            .iter()
+            .map(|f| FinalizerFailure {
+                finalizer: f.finalizer.clone(),
+                failures: f.failures,
+                last_reason: f.last_reason.clone(),
+                last_time: timestamp_from(f.last_time_ms),
+                retry_at: (f.next_attempt_ms > 0).then(|| timestamp_from(f.next_attempt_ms)),
+            })
+            .collect(),
     })
 }
 
@@ -779,6 +823,7 @@ mod tests {
                 }],
                 reason: "blocked by ra/port/p".into(),
             },
+            finalizer_failures: Vec::new(),
         };
         let row = BackRef {
             target: net.clone(),

@@ -20,6 +20,8 @@
 //! | attach refused by the owner; create aborted | FAILED_PRECONDITION | `REFUSED`, `region` or `resource` |
 //! | delete of a resource that holds liens | FAILED_PRECONDITION | `LIENED`, `resource`, `liens` |
 //! | RemoveLien of a lien not held / AddLien of a held id with another reason | NOT_FOUND / ALREADY_EXISTS | `LIEN`, `field` = `lien_id`, `resource` |
+//! | ReportFinalizerFailure of a finalizer not listed | NOT_FOUND | `FINALIZER`, `field` = `finalizer`, `resource` |
+//! | finalizer failure for a resource not DELETING; RetryDeletion of a deletion not FAILED | FAILED_PRECONDITION | `NOT_DELETING`, `resource` |
 //! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
@@ -137,6 +139,15 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             field: "lien_id".into(),
             resource: named(name, ""),
             ..with(ErrorReason::Lien)
+        },
+        CoreError::FinalizerNotFound { name, .. } => v1::ErrorDetails {
+            field: "finalizer".into(),
+            resource: named(name, ""),
+            ..with(ErrorReason::Finalizer)
+        },
+        CoreError::NoSuchDeletion { name, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            ..with(ErrorReason::NotDeleting)
         },
         CoreError::RemoteReference { field, target } => v1::ErrorDetails {
             field: field.clone(),

@@ -84,6 +84,7 @@ fn deleting(s: &mut MemoryState, target: (&str, u128), reason: DeletionReason, s
             requested_by: "test".into(),
             operation: op_id(),
             status,
+            finalizer_failures: Vec::new(),
         },
     );
     settle_operation(s, target);

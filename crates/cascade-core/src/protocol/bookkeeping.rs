@@ -10,7 +10,7 @@
 use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
-    OutcomeAction, Progress, Resource, ResourceState, WorkItem,
+    OutcomeAction, Progress, Resource, ResourceState, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::state::{StateRead, Tx};
@@ -51,6 +51,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         requested_by: requested_by.to_owned(),
         operation,
         status: DeletionStatus::Pending,
+        finalizer_failures: Vec::new(),
     });
     tx.put_work(WorkItem::due_now(target.clone(), ctx.now));
     let was_unset = counted_as_unset(tx, operation, &target.name)?;
@@ -173,9 +174,17 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     })
 }
 
-/// Keeps a deletion that cannot finish now: blocked (or finalizers pending,
-/// or a lien held).
-/// Retries with backoff; after the maximum, marks it FAILED.
+/// Keeps a deletion that cannot finish now: blocked, finalizers pending or
+/// failing, or a lien held.
+///
+/// What counts as an attempt depends on what holds it. A `block`
+/// referrer or a lien is looked at again with backoff, and after
+/// `max_attempts` looks that found no progress the deletion is FAILED. A
+/// deletion held only by finalizers counts no attempt here: a finalizer
+/// fails only when its controller says so ([`super::report_finalizer_failure`]
+/// counts those), so a slow controller is waited for, not given up on. In
+/// both cases a finalizer whose failure's backoff has elapsed is asked
+/// again (a `FinalizerRetry` event).
 pub(super) fn hold<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -184,26 +193,35 @@ pub(super) fn hold<S: StateRead + ?Sized>(
     mut work: WorkItem,
     blockers: Vec<Blocker>,
 ) -> Result<(), CoreError> {
-    let mut reason = describe_blockers(&blockers);
-    if !resource.finalizers.is_empty() {
-        if !reason.is_empty() {
-            reason += "; ";
-        }
-        reason += &format!("waiting for finalizers: {}", resource.finalizers.join(", "));
-    }
-    if !resource.liens.is_empty() {
-        if !reason.is_empty() {
-            reason += "; ";
-        }
-        reason += &describe_liens(&resource.liens);
-    }
-    let target = target_of(resource);
-    let op = record.operation;
     if let DeletionStatus::Failed { .. } = record.status {
         // Woken while failed and still unable to finish: stays failed.
         tx.remove_work(resource.uid);
         return Ok(());
     }
+    let op = record.operation;
+    // Ask again the controllers whose retry is due; the earliest still to come.
+    let mut next_retry: Option<Timestamp> = None;
+    let mut asked_again = false;
+    for failure in &mut record.finalizer_failures {
+        match failure.retry_at {
+            Some(at) if at <= ctx.now => {
+                failure.retry_at = None;
+                asked_again = true;
+                let message = format!(
+                    "finalizer {} asked again (attempt {} of {}); last failure: {}",
+                    failure.finalizer,
+                    failure.failures + 1,
+                    ctx.policy.max_attempts,
+                    failure.last_reason
+                );
+                emit_only(tx, ctx, EventType::FinalizerRetry, resource, op, &message, None)?;
+            }
+            Some(at) => next_retry = Some(next_retry.map_or(at, |n: Timestamp| n.min(at))),
+            None => {}
+        }
+    }
+    let reason = hold_reason(resource, &record, &blockers);
+    let held_by_finalizers_only = blockers.is_empty() && resource.liens.is_empty();
     let changed = match &record.status {
         DeletionStatus::Blocked {
             blockers: old,
@@ -211,58 +229,141 @@ pub(super) fn hold<S: StateRead + ?Sized>(
         } => old != &blockers || old_reason != &reason,
         _ => true,
     };
-    // Attempts count checks that found no progress: a blocker going away
-    // (which also wakes this deletion early) starts the count again.
-    work.attempts = if changed { 1 } else { work.attempts + 1 };
-    if work.attempts > ctx.policy.max_attempts {
-        let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
-        let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
-        record.status = DeletionStatus::Failed { error: error.clone() };
-        tx.put_deletion(record);
-        tx.remove_work(resource.uid);
-        tx.put_outcome(
-            op,
-            Outcome {
-                resource: target.clone(),
-                action: OutcomeAction::Failed { error: error.clone() },
-                time: ctx.now,
-            },
-        );
-        emit_only(tx, ctx, EventType::DeletionFailed, resource, op, &error, None)?;
-        update_operation(tx, op, |p| {
-            decrement(&mut p.pending, "pending", op);
-            p.failed += 1;
-            if was_blocked {
-                decrement(&mut p.blocked, "blocked", op);
-            }
-        })?;
-        after_pending_changed(tx, ctx, op)?;
-        return Ok(());
-    }
-    let newly_blocked = !matches!(record.status, DeletionStatus::Blocked { .. });
-    if changed {
-        record.status = DeletionStatus::Blocked {
-            blockers: blockers.clone(),
-            reason: reason.clone(),
-        };
-        tx.put_deletion(record);
-        tx.put_outcome(
-            op,
-            Outcome {
-                resource: target,
-                action: OutcomeAction::Blocked { blockers },
-                time: ctx.now,
-            },
-        );
-        emit_only(tx, ctx, EventType::DeletionBlocked, resource, op, &reason, None)?;
-        if newly_blocked {
-            update_operation(tx, op, |p| p.blocked += 1)?;
+    if held_by_finalizers_only {
+        work.attempts = 0;
+    } else {
+        // Attempts count checks that found no progress: a blocker going
+        // away (which also wakes this deletion early) starts the count again.
+        work.attempts = if changed { 1 } else { work.attempts + 1 };
+        if work.attempts > ctx.policy.max_attempts {
+            let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
+            return fail_deletion(tx, ctx, resource, record, error);
         }
     }
-    work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff(work.attempts));
+    if changed {
+        mark_blocked(tx, ctx, resource, &mut record, blockers, reason.clone())?;
+    }
+    if changed || asked_again {
+        tx.put_deletion(record);
+    }
+    let next_check = if held_by_finalizers_only {
+        // Nothing to look at until a controller answers (which wakes it);
+        // the cap is the safety net.
+        ctx.now.plus_millis(ctx.policy.backoff_cap_ms)
+    } else {
+        ctx.now.plus_millis(ctx.policy.backoff(work.attempts))
+    };
+    work.next_attempt_at = next_retry.map_or(next_check, |at| at.min(next_check));
     work.last_error = Some(reason);
     tx.put_work(work);
     Ok(())
+}
+
+/// Why a deletion is held, for a human: its blockers, its finalizers (with
+/// the failures their controllers reported), its liens.
+pub(super) fn hold_reason(resource: &Resource, record: &DeletionRecord, blockers: &[Blocker]) -> String {
+    let mut parts = Vec::new();
+    if !blockers.is_empty() {
+        parts.push(describe_blockers(blockers));
+    }
+    if !resource.finalizers.is_empty() {
+        let finalizers: Vec<String> = resource
+            .finalizers
+            .iter()
+            .map(|f| match record.finalizer_failures.iter().find(|x| &x.finalizer == f) {
+                Some(failure) => format!(
+                    "{f} (failed {} time(s), last: {})",
+                    failure.failures, failure.last_reason
+                ),
+                None => f.clone(),
+            })
+            .collect();
+        parts.push(format!("waiting for finalizers: {}", finalizers.join(", ")));
+    }
+    if !resource.liens.is_empty() {
+        parts.push(describe_liens(&resource.liens));
+    }
+    parts.join("; ")
+}
+
+/// Sets a pending deletion's status to BLOCKED with `reason` (the caller
+/// writes the record): its outcome, a `DeletionBlocked` event, and the
+/// operation's `blocked` counter when it was not blocked before.
+pub(super) fn mark_blocked<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+    record: &mut DeletionRecord,
+    blockers: Vec<Blocker>,
+    reason: String,
+) -> Result<(), CoreError> {
+    debug_assert!(
+        !matches!(record.status, DeletionStatus::Failed { .. }),
+        "mark_blocked on the failed deletion of {}",
+        resource.name
+    );
+    let op = record.operation;
+    let newly_blocked = !matches!(record.status, DeletionStatus::Blocked { .. });
+    tx.put_outcome(
+        op,
+        Outcome {
+            resource: target_of(resource),
+            action: OutcomeAction::Blocked {
+                blockers: blockers.clone(),
+            },
+            time: ctx.now,
+        },
+    );
+    emit_only(tx, ctx, EventType::DeletionBlocked, resource, op, &reason, None)?;
+    record.status = DeletionStatus::Blocked { blockers, reason };
+    if newly_blocked {
+        update_operation(tx, op, |p| p.blocked += 1)?;
+    }
+    Ok(())
+}
+
+/// Gives a pending deletion up: FAILED with `error`, its queue entry
+/// removed, a `DeletionFailed` event. It stays DELETING until an operator
+/// retries or force-purges it, or what held it goes away (a removed
+/// finalizer or lien wakes it, and a step that finds nothing holding it
+/// purges it).
+pub(super) fn fail_deletion<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: &Resource,
+    mut record: DeletionRecord,
+    error: String,
+) -> Result<(), CoreError> {
+    let op = record.operation;
+    let was_blocked = matches!(record.status, DeletionStatus::Blocked { .. });
+    debug_assert!(
+        !matches!(record.status, DeletionStatus::Failed { .. }),
+        "fail_deletion on the failed deletion of {}",
+        resource.name
+    );
+    record.status = DeletionStatus::Failed { error: error.clone() };
+    for failure in &mut record.finalizer_failures {
+        failure.retry_at = None;
+    }
+    tx.put_deletion(record);
+    tx.remove_work(resource.uid);
+    tx.put_outcome(
+        op,
+        Outcome {
+            resource: target_of(resource),
+            action: OutcomeAction::Failed { error: error.clone() },
+            time: ctx.now,
+        },
+    );
+    emit_only(tx, ctx, EventType::DeletionFailed, resource, op, &error, None)?;
+    update_operation(tx, op, |p| {
+        decrement(&mut p.pending, "pending", op);
+        p.failed += 1;
+        if was_blocked {
+            decrement(&mut p.blocked, "blocked", op);
+        }
+    })?;
+    after_pending_changed(tx, ctx, op)
 }
 
 /// Removes a deleted resource for good.

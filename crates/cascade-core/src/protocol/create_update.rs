@@ -11,7 +11,7 @@ use crate::name::{IdSource, Uid};
 use crate::state::{StateRead, Tx};
 
 use super::backrefs::{attach_backrefs, outgoing_backrefs, release_ref, remote_region, tracked_keys};
-use super::bookkeeping::{put_with_event, wake_if_deleting};
+use super::bookkeeping::put_with_event;
 use super::validate::{check_etag, local_name, resolve_refs, validate_attributes, validate_finalizers};
 use super::{target_of, Ctx, ResourceSpec, Step};
 
@@ -180,9 +180,8 @@ fn finish_finalizers<S: StateRead + ?Sized>(
     let mut next = current;
     next.finalizers = spec.finalizers;
     next.update_time = ctx.now;
-    let uid = next.uid;
     let next = put_with_event(&mut tx, ctx, next, EventType::Updated, None, "finalizers removed")?;
-    wake_if_deleting(&mut tx, ctx, uid)?;
+    super::finalizer::after_finalizers_removed(&mut tx, ctx, &next)?;
     Ok(Step {
         value: next,
         writes: tx.finish(),

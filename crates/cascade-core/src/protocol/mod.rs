@@ -48,6 +48,7 @@ mod backrefs;
 mod bookkeeping;
 mod create_update;
 mod delete;
+mod finalizer;
 mod lien;
 mod validate;
 mod work;
@@ -61,6 +62,7 @@ use crate::state::WriteSet;
 
 pub use create_update::{create, update};
 pub use delete::delete;
+pub use finalizer::{remove_finalizer, report_finalizer_failure, FinalizerReport, MAX_FAILURE_REASON};
 pub use lien::{add_lien, remove_lien, AddLien, MAX_LIENS};
 pub use work::{confirm_remote_closure, process_work};
 

@@ -294,6 +294,44 @@ impl Resources for ResourcesApi {
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
+    async fn remove_finalizer(
+        &self,
+        request: Request<v1::RemoveFinalizerRequest>,
+    ) -> Result<Response<v1::Resource>, Status> {
+        let req = request.into_inner();
+        let name = parse_name(&req.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
+            let answer = call_owner(&region, "RemoveFinalizer", FORWARD_TIMEOUT, owner.remove_finalizer(req)).await?;
+            return Ok(Response::new(answer));
+        }
+        let req = convert::remove_finalizer_request(req)?;
+        let span = info_span!("remove_finalizer", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
+        let r = self.node.remove_finalizer(req).instrument(span).await?;
+        Ok(Response::new(present(&self.node.view(r)?)))
+    }
+
+    async fn report_finalizer_failure(
+        &self,
+        request: Request<v1::ReportFinalizerFailureRequest>,
+    ) -> Result<Response<v1::Resource>, Status> {
+        let req = request.into_inner();
+        let name = parse_name(&req.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
+            let answer = call_owner(
+                &region,
+                "ReportFinalizerFailure",
+                FORWARD_TIMEOUT,
+                owner.report_finalizer_failure(req),
+            )
+            .await?;
+            return Ok(Response::new(answer));
+        }
+        let req = convert::finalizer_failure_request(req)?;
+        let span = info_span!("report_finalizer_failure", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
+        let r = self.node.report_finalizer_failure(req).instrument(span).await?;
+        Ok(Response::new(present(&self.node.view(r)?)))
+    }
+
     async fn get_operation(
         &self,
         request: Request<v1::GetOperationRequest>,

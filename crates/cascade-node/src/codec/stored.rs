@@ -549,7 +549,70 @@ impl TryFrom<DeletionRecord<'_>> for model::DeletionRecord {
             requested_by: string(d.requested_by),
             operation: op(d.operation),
             status: d.status.try_into()?,
+            finalizer_failures: Vec::new(),
         })
+    }
+}
+
+/// [`model::FinalizerFailure`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct FinalizerFailure<'a> {
+    #[serde(borrow)]
+    pub finalizer: Cow<'a, str>,
+    pub failures: u32,
+    #[serde(borrow)]
+    pub last_reason: Cow<'a, str>,
+    pub last_time: u64,
+    pub retry_at: Option<u64>,
+}
+
+/// [`model::DeletionRecord`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1's fields, then the finalizer failures. Written only for a
+/// deletion a finalizer controller reported a failure for, so every other
+/// record keeps version 1's bytes; version 1 reads back with none.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DeletionRecordV2<'a> {
+    #[serde(borrow)]
+    pub v1: DeletionRecord<'a>,
+    #[serde(borrow)]
+    pub finalizer_failures: Vec<FinalizerFailure<'a>>,
+}
+
+impl<'a> From<&'a model::DeletionRecord> for DeletionRecordV2<'a> {
+    fn from(d: &'a model::DeletionRecord) -> Self {
+        DeletionRecordV2 {
+            v1: DeletionRecord::from(d),
+            finalizer_failures: d
+                .finalizer_failures
+                .iter()
+                .map(|f| FinalizerFailure {
+                    finalizer: Cow::Borrowed(f.finalizer.as_str()),
+                    failures: f.failures,
+                    last_reason: Cow::Borrowed(f.last_reason.as_str()),
+                    last_time: f.last_time.0,
+                    retry_at: f.retry_at.map(|t| t.0),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<DeletionRecordV2<'_>> for model::DeletionRecord {
+    type Error = NameError;
+    fn try_from(d: DeletionRecordV2<'_>) -> Result<Self, NameError> {
+        let mut record = model::DeletionRecord::try_from(d.v1)?;
+        record.finalizer_failures = d
+            .finalizer_failures
+            .into_iter()
+            .map(|f| model::FinalizerFailure {
+                finalizer: string(f.finalizer),
+                failures: f.failures,
+                last_reason: string(f.last_reason),
+                last_time: Timestamp(f.last_time),
+                retry_at: f.retry_at.map(Timestamp),
+            })
+            .collect();
+        Ok(record)
     }
 }
 
@@ -870,6 +933,7 @@ pub enum EventType {
     Purged,
     DeletionBlocked,
     DeletionFailed,
+    FinalizerRetry,
 }
 
 impl From<model::EventType> for EventType {
@@ -881,6 +945,7 @@ impl From<model::EventType> for EventType {
             model::EventType::Purged => EventType::Purged,
             model::EventType::DeletionBlocked => EventType::DeletionBlocked,
             model::EventType::DeletionFailed => EventType::DeletionFailed,
+            model::EventType::FinalizerRetry => EventType::FinalizerRetry,
         }
     }
 }
@@ -894,6 +959,7 @@ impl From<EventType> for model::EventType {
             EventType::Purged => model::EventType::Purged,
             EventType::DeletionBlocked => model::EventType::DeletionBlocked,
             EventType::DeletionFailed => model::EventType::DeletionFailed,
+            EventType::FinalizerRetry => model::EventType::FinalizerRetry,
         }
     }
 }

@@ -146,17 +146,42 @@ fn status() -> impl Strategy<Value = DeletionStatus> {
     ]
 }
 
-fn deletion() -> impl Strategy<Value = DeletionRecord> {
-    (target(), ts(), reason(), text(), op_id(), status()).prop_map(
-        |(target, deleted_at, reason, requested_by, operation, status)| DeletionRecord {
-            target,
-            deleted_at,
-            reason,
-            requested_by,
-            operation,
-            status,
-        },
+fn finalizer_failures() -> impl Strategy<Value = Vec<FinalizerFailure>> {
+    prop::collection::vec(
+        (text(), any::<u32>(), text(), ts(), prop::option::of(ts())).prop_map(
+            |(finalizer, failures, last_reason, last_time, retry_at)| FinalizerFailure {
+                finalizer,
+                failures,
+                last_reason,
+                last_time,
+                retry_at,
+            },
+        ),
+        0..3,
     )
+}
+
+fn deletion() -> impl Strategy<Value = DeletionRecord> {
+    (
+        target(),
+        ts(),
+        reason(),
+        text(),
+        op_id(),
+        status(),
+        finalizer_failures(),
+    )
+        .prop_map(
+            |(target, deleted_at, reason, requested_by, operation, status, finalizer_failures)| DeletionRecord {
+                target,
+                deleted_at,
+                reason,
+                requested_by,
+                operation,
+                status,
+                finalizer_failures,
+            },
+        )
 }
 
 fn operation() -> impl Strategy<Value = Operation> {
@@ -348,7 +373,9 @@ proptest! {
     fn backrefs_round_trip(v in backref()) { both_ways(Table::Backrefs, &v)?; }
 
     #[test]
-    fn deletions_round_trip(v in deletion()) { both_ways(Table::Deletions, &v)?; }
+    fn deletions_round_trip(v in deletion()) {
+        both_ways_as(Table::Deletions, &v, !v.finalizer_failures.is_empty())?;
+    }
 
     #[test]
     fn operations_round_trip(v in operation()) { both_ways(Table::Operations, &v)?; }

@@ -59,4 +59,8 @@ impl Store for MemoryStore {
     fn flush(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    fn waits_on_io(&self) -> bool {
+        false
+    }
 }

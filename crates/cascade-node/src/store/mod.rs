@@ -174,6 +174,13 @@ pub trait Store: Send + Sync + 'static {
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
     /// Makes every committed batch durable.
     fn flush(&self) -> Result<(), StoreError>;
+    /// Whether a read, commit or flush may wait on the disk (or a write
+    /// stall): the writer then runs its steps off the runtime's workers
+    /// (`writer.rs`, `off_the_workers`). An engine in memory never waits,
+    /// and handing a worker over costs a step more than it saves.
+    fn waits_on_io(&self) -> bool {
+        true
+    }
 }
 
 /// Which engine keeps a node's data directory: `[storage] engine` in the

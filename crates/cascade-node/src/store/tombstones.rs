@@ -100,4 +100,8 @@ impl Store for TombstoneStore {
     fn flush(&self) -> Result<(), StoreError> {
         self.inner.flush()
     }
+
+    fn waits_on_io(&self) -> bool {
+        false
+    }
 }
