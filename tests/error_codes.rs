@@ -939,3 +939,97 @@ async fn peer_calls_without_a_region_certificate_or_in_another_regions_name_are_
         "{s:?}"
     );
 }
+
+fn finalizer_failure(finalizer: &str, reason: &str, uid: &str) -> v1::ReportFinalizerFailureRequest {
+    v1::ReportFinalizerFailureRequest {
+        name: "us-east/network/n".to_owned(),
+        uid: uid.to_owned(),
+        finalizer: finalizer.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// The finalizer controllers' calls: a failure reported for a resource not
+/// being deleted, for a finalizer it does not list, without a reason, or
+/// for another incarnation, each refused the same from every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_reports_are_refused_the_same_from_every_node() {
+    let c = start_cluster(&REGIONS).await;
+    let network = us_east_network(&c, true).await;
+    let r = same_from_every_node(&c, "a failure before any deletion", |client| async move {
+        client
+            .report_finalizer_failure(finalizer_failure("test/hold", "early", ""))
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::FailedPrecondition, ErrorReason::NotDeleting),
+        "{r:?}"
+    );
+    assert_eq!(r.resource().0, "us-east/network/n", "{r:?}");
+    hold_deleting(&c).await;
+    let r = same_from_every_node(&c, "a finalizer not listed", |client| async move {
+        client
+            .report_finalizer_failure(finalizer_failure("other", "why", ""))
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason(), r.details().field.as_str()),
+        (tonic::Code::NotFound, ErrorReason::Finalizer, "finalizer"),
+        "{r:?}"
+    );
+    assert_eq!(r.message, "us-east/network/n has no finalizer other");
+    let r = same_from_every_node(&c, "a failure without a reason", |client| async move {
+        client
+            .report_finalizer_failure(finalizer_failure("test/hold", "", ""))
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.details().field.as_str()),
+        (tonic::Code::InvalidArgument, "reason"),
+        "{r:?}"
+    );
+    let r = same_from_every_node(&c, "another incarnation", |client| async move {
+        client
+            .report_finalizer_failure(finalizer_failure(
+                "test/hold",
+                "why",
+                "01950000-0000-7000-8000-000000000000",
+            ))
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::NotFound, ErrorReason::NotFound),
+        "{r:?}"
+    );
+    let r = same_from_every_node(&c, "a malformed uid", |client| async move {
+        client
+            .remove_finalizer(v1::RemoveFinalizerRequest {
+                name: "us-east/network/n".into(),
+                uid: "not-a-uid".into(),
+                finalizer: "test/hold".into(),
+            })
+            .await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.details().field.as_str()),
+        (tonic::Code::InvalidArgument, "uid"),
+        "{r:?}"
+    );
+    // The right incarnation's failure is taken, through any node.
+    let held = c
+        .client("ap-south")
+        .report_finalizer_failure(finalizer_failure("test/hold", "dns zone locked", &network.uid))
+        .await
+        .unwrap();
+    let d = held.deletion.expect("DELETING");
+    assert_eq!(d.status, v1::DeletionStatus::Blocked as i32, "{d:?}");
+    assert_eq!(d.finalizer_failures.len(), 1);
+    assert!(d.message.contains("dns zone locked"), "{d:?}");
+}

@@ -84,7 +84,9 @@ pub struct Policy {
     /// Upper bound on that delay; also the safety-net retry of a deletion
     /// that waits for other regions to release their references.
     pub backoff_cap_ms: u64,
-    /// Attempts at a deletion that cannot finish before it is marked FAILED.
+    /// Attempts at a deletion that cannot finish before it is marked FAILED:
+    /// looks that found a `block` referrer or a lien still holding it, or
+    /// failures a finalizer's controller reported (see `bookkeeping::hold`).
     pub max_attempts: u32,
     /// Dependents or blockers listed in an error or report.
     pub max_listed: usize,

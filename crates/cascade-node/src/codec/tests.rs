@@ -1,6 +1,10 @@
 //! The value encoding: every stored record round-trips through the binary
 //! form, the JSON of earlier versions still reads, and a value of an
 //! unknown version is corruption.
+//!
+//! Size: one file on purpose, as `stored.rs` is: a generator per stored
+//! record beside the properties and the pinned bytes of every layout, so
+//! that a change of the disk format is reviewed against all of them at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
