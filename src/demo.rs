@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
+use cascade_node::entropy::{SystemUids, UidSource};
 use cascade_node::store::StorageEngine;
 use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
@@ -38,6 +39,13 @@ pub struct DemoArgs {
 
 /// The demo's regions; the first serves on `--listen`.
 pub const DEMO_REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
+
+/// The finalizer of `eu-west/project/legacy`: the tour plays its controller.
+const DEMO_FINALIZER: &str = "billing.example.com/close-account";
+
+/// Attempts before a held deletion is FAILED in the demo (20 by default):
+/// the tour reaches FAILED, and an administrator's retry, in three steps.
+const DEMO_MAX_ATTEMPTS: u32 = 3;
 
 fn spec(name: &str, attrs: &[(&str, &str)], refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
     v1::ResourceSpec {
@@ -90,6 +98,12 @@ pub fn topology() -> Vec<(&'static str, Vec<v1::ResourceSpec>)> {
             "eu-west",
             vec![
                 spec("eu-west/project/demo", &[("owner", "alice")], &[]),
+                // An external cleanup its purge waits for (README: finalizer
+                // controllers, and the admin tour).
+                v1::ResourceSpec {
+                    finalizers: vec![DEMO_FINALIZER.to_owned()],
+                    ..spec("eu-west/project/legacy", &[("owner", "bob")], &[])
+                },
                 spec(
                     "eu-west/security_group/web",
                     &[],
@@ -204,12 +218,16 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         .map(|l| l.local_addr().map(|a| format!("{scheme}://{a}")))
         .collect::<std::io::Result<_>>()?;
     let schema = Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?);
+    // One administrator token for the three nodes, fresh every run.
+    let admin_token = format!("demo-{}", SystemUids.next_uuid().simple());
     let mut nodes = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let region = RegionId::parse(DEMO_REGIONS[i])?;
         let mut settings = NodeSettings::new(region, schema.clone(), Some(data_root.join(DEMO_REGIONS[i])));
         settings.check_interval = std::time::Duration::from_secs(5);
         settings.engine = args.storage_engine;
+        settings.policy.max_attempts = DEMO_MAX_ATTEMPTS;
+        settings.admin.token = Some(admin_token.clone());
         if let Some(pki) = &pki {
             settings.tls = Some(pki.node_tls(DEMO_REGIONS[i])?);
         }
@@ -286,6 +304,18 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             .join(" --region ")
     );
     println!("  {exe} watch --from 1                                   # eu-west's events, from the start");
+    println!(
+        "\nA finalizer controller's failures, and an administrator (the demo gives up after {DEMO_MAX_ATTEMPTS} attempts):"
+    );
+    println!("  export CASCADE_ADMIN_TOKEN={admin_token}");
+    println!("  {exe} delete eu-west/project/legacy                    # held: waiting for finalizer {DEMO_FINALIZER}");
+    println!(
+        "  {exe} finalizer fail eu-west/project/legacy {DEMO_FINALIZER} --reason \"billing API down\"   # {DEMO_MAX_ATTEMPTS} times: FAILED"
+    );
+    println!("  {exe} admin deletions --stuck                          # finds it, with the last reason");
+    println!("  {exe} admin retry eu-west/project/legacy --reason \"billing API is back\"");
+    println!("  {exe} finalizer remove eu-west/project/legacy {DEMO_FINALIZER}   # done: purged");
+    println!("  {exe} admin audit                                      # who retried what, and why");
     if !args.no_wait {
         println!("\nCtrl-C stops the demo (a temporary data directory is removed).");
         crate::shutdown_signal().await;

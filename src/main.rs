@@ -83,8 +83,13 @@ struct DevCertsArgs {
     #[arg(long)]
     force: bool,
     /// Regions to issue certificates for.
-    #[arg(required = true)]
+    #[arg(required_unless_present = "client")]
     regions: Vec<String>,
+    /// Also issue a client certificate (no server use) whose DNS name is
+    /// NAME, written as NAME.pem / NAME.key: an administrator when a node's
+    /// `[admin] identities` lists NAME.
+    #[arg(long, value_name = "NAME")]
+    client: Vec<String>,
 }
 
 fn dev_certs(args: DevCertsArgs) -> Result<()> {
@@ -100,6 +105,13 @@ fn dev_certs(args: DevCertsArgs) -> Result<()> {
             continue;
         }
         pki.add_region(region)?;
+    }
+    for name in &args.client {
+        if args.out.join(format!("{name}.pem")).exists() && !args.force {
+            println!("kept {name}.pem (exists; --force replaces it)");
+            continue;
+        }
+        pki.add_client(name)?;
     }
     for file in pki.write(&args.out)? {
         println!("wrote {}", file.display());

@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         root.join("cascade/v1/resources.proto"),
         root.join("cascade/v1/peer.proto"),
+        root.join("cascade/v1/admin.proto"),
     ];
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

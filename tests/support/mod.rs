@@ -262,6 +262,11 @@ pub async fn start_cluster_tls(regions: &[&str], pki: &DevPki) -> Cluster {
     start_cluster_on(regions, Some(pki), |_| {}, |_| None).await
 }
 
+/// A cluster with mutual TLS and settings of its own.
+pub async fn start_cluster_tls_with(regions: &[&str], pki: &DevPki, tweak: impl Fn(&mut NodeSettings)) -> Cluster {
+    start_cluster_on(regions, Some(pki), tweak, |_| None).await
+}
+
 async fn start_cluster_on(
     regions: &[&str],
     pki: Option<&DevPki>,

@@ -11,8 +11,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
 use crate::check;
-use crate::client::{Client, ClientError, ClientTls};
+
+mod admin;
+use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render;
+pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -44,8 +47,9 @@ pub struct TlsArgs {
     /// The cluster's CA certificate (PEM); needed for `https://` addresses.
     #[arg(long, global = true, env = "CASCADE_CA_CERT", value_name = "FILE")]
     pub ca_cert: Option<std::path::PathBuf>,
-    /// A certificate to present (PEM), with --key. Only Peer calls need one
-    /// (`cascade check`), and it must be a region's.
+    /// A certificate to present (PEM), with --key: a region's for Peer
+    /// calls (`cascade check`), or one `[admin] identities` names for
+    /// `cascade admin` (instead of the token).
     #[arg(long, global = true, env = "CASCADE_CERT", value_name = "FILE", requires = "key")]
     pub cert: Option<std::path::PathBuf>,
     /// The private key of --cert (PEM).
@@ -146,6 +150,8 @@ pub enum Command {
     /// Answer for a finalizer controller: its cleanup is done, or failed.
     #[command(subcommand)]
     Finalizer(FinalizerCommand),
+    /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
+    Admin(AdminArgs),
     /// Show a deletion operation and its per-resource outcomes.
     Operation {
         id: String,
@@ -477,9 +483,15 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     if let Command::Schema(SchemaCommand::Check { file }) = &command {
         return run_schema_check(file, json);
     }
+    if let Command::Admin(admin) = &command {
+        // An empty CASCADE_ADMIN_TOKEN is no token.
+        let token = admin.admin_token.clone().filter(|t| !t.is_empty());
+        let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
+        return admin::run(&client, admin.command.clone(), json).await;
+    }
     let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {
-        Command::Check(_) | Command::Schema(_) => unreachable!("handled above"),
+        Command::Check(_) | Command::Schema(_) | Command::Admin(_) => unreachable!("handled above"),
         Command::Create(spec) => {
             let r = client.create(parse_spec(&spec)?).await?;
             if json {

@@ -204,3 +204,61 @@ impl Client {
         Ok(self.inner.clone().watch(req).await?.into_inner())
     }
 }
+
+/// A typed client of `cascade.v1.Admin`: every call carries the admin
+/// token when one is given (a client certificate, if the TLS settings
+/// present one, identifies the caller too).
+#[derive(Clone)]
+pub struct AdminClient {
+    inner: v1::admin_client::AdminClient<Channel>,
+    token: Option<String>,
+}
+
+impl AdminClient {
+    /// Connects with TLS when `tls` is given (required for `https://`).
+    pub async fn connect_with(addr: &str, tls: Option<&ClientTls>, token: Option<String>) -> Result<Self, ClientError> {
+        let channel = connect_channel(addr, tls, None).await?;
+        Ok(Self {
+            inner: v1::admin_client::AdminClient::new(channel)
+                .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES),
+            token,
+        })
+    }
+
+    fn request<M>(&self, message: M) -> Result<tonic::Request<M>, ClientError> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            let value = format!("Bearer {token}")
+                .parse()
+                .map_err(|_| ClientError::Usage("the admin token must be printable ASCII".into()))?;
+            request.metadata_mut().insert("authorization", value);
+        }
+        Ok(request)
+    }
+
+    pub async fn list_deletions(
+        &self,
+        req: v1::ListDeletionsRequest,
+    ) -> Result<v1::ListDeletionsResponse, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .list_deletions(self.request(req)?)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn retry_deletion(&self, req: v1::RetryDeletionRequest) -> Result<v1::DeletionEntry, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .retry_deletion(self.request(req)?)
+            .await?
+            .into_inner())
+    }
+
+    pub async fn list_audit(&self, req: v1::ListAuditRequest) -> Result<v1::ListAuditResponse, ClientError> {
+        Ok(self.inner.clone().list_audit(self.request(req)?).await?.into_inner())
+    }
+}

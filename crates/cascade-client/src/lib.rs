@@ -12,4 +12,4 @@ pub mod cli;
 pub mod client;
 pub mod render;
 
-pub use client::{Client, ClientError, ClientTls};
+pub use client::{AdminClient, Client, ClientError, ClientTls};

@@ -275,3 +275,80 @@ pub fn event_text(e: &v1::WatchEvent) -> String {
     let name = e.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
     format!("{:>8} {kind:<16} {name}  {}", e.revision, e.message)
 }
+
+pub fn deletion_entry_json(e: &v1::DeletionEntry) -> Value {
+    json!({
+        "resource": e.resource.as_ref().map(resource_json),
+        "attempts": e.attempts,
+        "next_attempt_ms": e.next_attempt_ms,
+        "last_error": e.last_error,
+        "stuck": e.stuck,
+        "age_ms": e.age_ms,
+    })
+}
+
+pub fn deletion_entry_text(e: &v1::DeletionEntry) -> String {
+    let Some(r) = &e.resource else {
+        return String::new();
+    };
+    let status = r
+        .deletion
+        .as_ref()
+        .and_then(|d| v1::DeletionStatus::try_from(d.status).ok())
+        .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
+        .unwrap_or_default();
+    let attempts = match e.attempts {
+        0 => String::new(),
+        n => format!(", {n} attempt(s)"),
+    };
+    let mut out = format!(
+        "{}  {status}{}  deleting for {}{attempts}\n",
+        r.name,
+        if e.stuck { " (stuck)" } else { "" },
+        humantime::format_duration(std::time::Duration::from_secs(
+            u64::try_from(e.age_ms / 1000).unwrap_or(0)
+        )),
+    );
+    if let Some(d) = &r.deletion {
+        if !d.message.is_empty() {
+            out += &format!("  {}\n", d.message);
+        }
+        out += &format!("  operation {} ({}, by {})\n", d.operation_id, d.reason, d.requested_by);
+    }
+    out
+}
+
+pub fn audit_json(e: &v1::AuditEntry) -> Value {
+    json!({
+        "id": e.id,
+        "time_ms": e.time_ms,
+        "region": e.region,
+        "who": e.who,
+        "action": e.action,
+        "target": e.target,
+        "reason": e.reason,
+        "outcome": e.outcome,
+    })
+}
+
+pub fn audit_text(e: &v1::AuditEntry) -> String {
+    let time = u64::try_from(e.time_ms)
+        .map(|ms| {
+            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+        })
+        .unwrap_or_default();
+    let target = if e.target.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", e.target)
+    };
+    let reason = if e.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" because {:?}", e.reason)
+    };
+    format!(
+        "{time}  {}  {}{target} by {}{reason}: {}",
+        e.region, e.action, e.who, e.outcome
+    )
+}

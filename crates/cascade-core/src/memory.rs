@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
-    Resource, Revision, Timestamp, WorkItem,
+    AuditEntry, BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease,
+    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::state::{StateRead, WriteSet};
@@ -44,6 +44,8 @@ pub struct MemoryState {
     pub pending_attach: BTreeMap<Uid, PendingAttach>,
     /// The next release generation (0 reads as 1).
     pub generation: u64,
+    /// The audit log, in the order it was written.
+    pub audit: Vec<AuditEntry>,
 }
 
 fn apply_map<K: Ord, V>(map: &mut BTreeMap<K, V>, writes: BTreeMap<K, Option<V>>) {
@@ -76,6 +78,7 @@ impl MemoryState {
         if let Some(g) = w.generation {
             self.generation = g;
         }
+        self.audit.extend(w.audit);
     }
 }
 

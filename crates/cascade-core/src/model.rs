@@ -484,6 +484,28 @@ pub enum EventType {
     FinalizerRetry,
 }
 
+/// One administrative action, or one refused attempt at one (the Admin
+/// API's audit log). Written in the step that acts, so an action and its
+/// record commit together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Minted by the shell (a UUID v7: the log's order is the ids' order).
+    pub id: Uid,
+    /// When it was asked for.
+    pub time: Timestamp,
+    /// Who asked: the administrator's certificate name or token holder, or
+    /// what a refused caller presented.
+    pub who: String,
+    /// The method (`RetryDeletion`, ...).
+    pub action: String,
+    /// The resource or region it was about.
+    pub target: String,
+    /// The reason the caller gave.
+    pub reason: String,
+    /// `ok`, or the error it was refused with.
+    pub outcome: String,
+}
+
 /// An outbox entry. Committed in the same transaction as the change it
 /// describes; watchers resume from a revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
-    Resource, Revision, Timestamp, WorkItem,
+    AuditEntry, BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease,
+    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::schema::OnDelete;
@@ -105,6 +105,8 @@ pub struct WriteSet {
     pub pending_attach: BTreeMap<Uid, Option<PendingAttach>>,
     /// The next release generation, when the step took one.
     pub generation: Option<u64>,
+    /// Audit log entries appended (administrative actions).
+    pub audit: Vec<AuditEntry>,
 }
 
 impl WriteSet {
@@ -123,6 +125,7 @@ impl WriteSet {
             && self.cursors.is_empty()
             && self.pending_attach.is_empty()
             && self.generation.is_none()
+            && self.audit.is_empty()
     }
 
     /// Number of keys written: the unit of the storage cost of a step.
@@ -141,6 +144,7 @@ impl WriteSet {
             + self.cursors.len()
             + self.pending_attach.len()
             + usize::from(self.generation.is_some())
+            + self.audit.len()
     }
 }
 
@@ -344,6 +348,11 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     /// Schedules (or reschedules) deletion work for a resource.
     pub fn put_work(&mut self, w: WorkItem) {
         self.writes.work.insert(w.target.uid, Some(w));
+    }
+
+    /// Appends an entry to the audit log.
+    pub fn put_audit(&mut self, entry: AuditEntry) {
+        self.writes.audit.push(entry);
     }
 
     /// Removes a resource's queue entry (its deletion is done or failed).

@@ -2133,3 +2133,72 @@ fn finalizer_reports_are_checked_and_a_repeated_removal_changes_nothing() {
     assert!(w.get(&project).is_none());
     w.check();
 }
+
+fn admin_request(who: &str, reason: &str) -> protocol::AdminRequest {
+    protocol::AdminRequest {
+        who: who.to_owned(),
+        action: "RetryDeletion".to_owned(),
+        target: String::new(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// RetryDeletion: only a FAILED deletion; it is PENDING again from zero,
+/// its operation runs again, its controllers are asked again, and the
+/// step writes its audit entry.
+#[test]
+fn a_retried_deletion_starts_from_zero_and_is_audited_in_the_same_step() {
+    let (mut w, project) = with_finalizer_world(2);
+    let op = w.delete_accepted(&project, false);
+    w.run_until_quiet();
+    let err =
+        protocol::retry_deletion(&w.state, ctx!(w), &mut w.ids, &project, admin_request("ops", "early")).unwrap_err();
+    assert!(
+        matches!(&err, CoreError::NoSuchDeletion { why, .. } if why.contains("BLOCKED")),
+        "{err:?}"
+    );
+    for i in 1..=2 {
+        report_failure(&mut w, &project, "dns", &format!("down {i}")).unwrap();
+    }
+    assert!(matches!(w.record(&project).status, DeletionStatus::Failed { .. }));
+    assert_eq!(w.op(op.id).state, OperationState::Failed);
+    let step = protocol::retry_deletion(
+        &w.state,
+        ctx!(w),
+        &mut w.ids,
+        &project,
+        admin_request("ops", "dns is back"),
+    )
+    .unwrap();
+    assert_eq!(
+        step.writes.audit.len(),
+        1,
+        "the action and its audit entry commit together"
+    );
+    assert_eq!(
+        (
+            step.writes.audit[0].who.as_str(),
+            step.writes.audit[0].reason.as_str(),
+            step.writes.audit[0].outcome.as_str()
+        ),
+        ("ops", "dns is back", "ok")
+    );
+    w.state.apply(step.writes);
+    let record = w.record(&project);
+    assert_eq!(record.status, DeletionStatus::Pending);
+    assert!(record.finalizer_failures.is_empty());
+    let o = w.op(op.id);
+    assert_eq!(
+        (o.state, o.progress.failed, o.progress.pending),
+        (OperationState::Running, 0, 1)
+    );
+    assert!(retries(&w).last().unwrap().1.contains("retried by ops"));
+    // From zero: the maximum (2) takes two failures again.
+    report_failure(&mut w, &project, "dns", "down again").unwrap();
+    assert!(matches!(w.record(&project).status, DeletionStatus::Blocked { .. }));
+    remove_finalizer(&mut w, &project, "dns").unwrap();
+    w.run_until_quiet();
+    assert!(w.get(&project).is_none());
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    w.check();
+}

@@ -26,8 +26,8 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
-    Resource, Revision, Timestamp, WorkItem,
+    AuditEntry, BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease,
+    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
 };
 use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
@@ -176,6 +176,7 @@ records! {
     RemoteDeletion => RemoteDeletion,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
+    AuditEntry => AuditEntry,
 }
 
 /// A record whose version 2 only appends a field that is usually empty:
@@ -706,6 +707,9 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
     }
     if let Some(g) = w.generation {
         b.put(Table::Meta, GENERATION.to_vec(), g.to_be_bytes().to_vec());
+    }
+    for entry in &w.audit {
+        b.put(Table::Audit, entry.id.as_bytes().to_vec(), entry.encode(Table::Audit)?);
     }
     Ok(b)
 }

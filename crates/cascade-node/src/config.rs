@@ -29,6 +29,10 @@
 //! engine = "sled"     # or "fjall"; a data_dir keeps the engine that created it
 //! cache_mb = 64       # the engine's cache: most of a node's resident memory
 //!
+//! [admin]             # who may call cascade.v1.Admin; none: nobody
+//! token = "…"                          # sent as `authorization: Bearer …`
+//! identities = ["alice.admin.cascade"] # with [tls]: client certificate DNS names
+//!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
 //! cert = "certs/eu-1.pem"    # names this region: DNS SAN "eu-1.cascade"
@@ -69,6 +73,31 @@ pub struct ConfigFile {
     #[serde(default)]
     pub storage: StorageConfig,
     pub tls: Option<TlsConfig>,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: who is an administrator (the Admin service refuses everyone
+/// else, PERMISSION_DENIED, and logs the attempt in the audit log).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// A caller sending `authorization: Bearer <token>` is an administrator
+    /// (at least 16 bytes; with TLS it travels encrypted).
+    pub token: Option<String>,
+    /// With `[tls]`: client certificates whose DNS name is listed are
+    /// administrators.
+    #[serde(default)]
+    pub identities: Vec<String>,
+}
+
+/// Who may call the Admin service, resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminAccess {
+    /// The bearer token, if any.
+    pub token: Option<String>,
+    /// Client certificate DNS names that are administrators.
+    pub identities: Vec<String>,
 }
 
 /// `[storage]`: which engine keeps `data_dir`.
@@ -166,6 +195,8 @@ pub struct NodeSettings {
     /// Mutual TLS with peers (and TLS for clients); None: plain text, and
     /// Peer calls are trusted to name their own region.
     pub tls: Option<NodeTls>,
+    /// Who may call the Admin service (by default nobody).
+    pub admin: AdminAccess,
 }
 
 impl NodeSettings {
@@ -184,6 +215,7 @@ impl NodeSettings {
             check_interval: Duration::from_secs(30),
             outbox_retention: 100_000,
             tls: None,
+            admin: AdminAccess::default(),
         }
     }
 
@@ -264,6 +296,24 @@ impl NodeSettings {
             }
             settings.tls = Some(loaded);
         }
+        if let Some(token) = &file.admin.token {
+            if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(ConfigError::Invalid {
+                    field: "admin.token",
+                    message: "must be at least 16 bytes, without spaces".into(),
+                });
+            }
+        }
+        if !file.admin.identities.is_empty() && file.tls.is_none() {
+            return Err(ConfigError::Invalid {
+                field: "admin.identities",
+                message: "names client certificates: it needs [tls] (use admin.token without TLS)".into(),
+            });
+        }
+        settings.admin = AdminAccess {
+            token: file.admin.token.clone(),
+            identities: file.admin.identities.clone(),
+        };
         let scheme = if settings.tls.is_some() { "https://" } else { "http://" };
         for (region, addr) in &file.peers {
             let id = RegionId::parse(region).map_err(|e| ConfigError::Invalid {
@@ -391,6 +441,19 @@ mod tests {
             "limits.default_page_size: 20 exceeds max_page_size 10"
         );
         assert!(err("region = \"eu-1\"\n[limits]\nmax_pages = 10").contains("unknown field"));
+    }
+
+    #[test]
+    fn admin_access_comes_from_the_file_and_defaults_to_nobody() {
+        assert_eq!(settings("region = \"eu-1\"").unwrap().admin, AdminAccess::default());
+        let s = settings("region = \"eu-1\"\n[admin]\ntoken = \"0123456789abcdef\"\n").unwrap();
+        assert_eq!(s.admin.token.as_deref(), Some("0123456789abcdef"));
+        assert_eq!(
+            err("region = \"eu-1\"\n[admin]\ntoken = \"short\"\n"),
+            "admin.token: must be at least 16 bytes, without spaces"
+        );
+        assert!(err("region = \"eu-1\"\n[admin]\nidentities = [\"alice\"]\n").starts_with("admin.identities: "));
+        assert!(err("region = \"eu-1\"\n[admin]\ntokens = [\"x\"]\n").contains("unknown field `tokens`"));
     }
 
     #[test]

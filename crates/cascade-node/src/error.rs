@@ -30,3 +30,11 @@ pub enum Fault {
     #[error(transparent)]
     Owner(#[from] OwnerError),
 }
+
+/// A read through the core's `StateRead` over the store failed: the
+/// storage is unavailable, as for any other step.
+impl From<cascade_core::error::StorageError> for Fault {
+    fn from(e: cascade_core::error::StorageError) -> Self {
+        Fault::Refused(CoreError::Storage(e))
+    }
+}

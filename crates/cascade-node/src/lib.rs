@@ -20,6 +20,7 @@
 //! - [`peers`]: the channels to other regions' nodes (and how a simulation
 //!   replaces TCP).
 
+mod admin;
 mod api;
 pub mod clock;
 mod cluster;

@@ -28,7 +28,7 @@ use crate::api::peer_client::LookupAnswer;
 use crate::api::stream::OutboxFeed;
 use crate::clock::{Clock, SystemClock};
 use crate::codec::StoreState;
-use crate::config::NodeSettings;
+use crate::config::{AdminAccess, NodeSettings};
 use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
 use crate::error::Fault;
 use crate::peers::{PeerConnector, Peers};
@@ -145,6 +145,8 @@ pub struct Node {
     pub(crate) closure_checks: ClosureChecks,
     /// Served with TLS (peers and clients) when set.
     pub(crate) tls: Option<NodeTls>,
+    /// Who may call the Admin service.
+    pub(crate) admin: AdminAccess,
     /// How often peer links send releases and look at their streams.
     pub(crate) link_tick: Duration,
     /// How often an owner asks each peer which back-references still stand.
@@ -286,6 +288,7 @@ impl Node {
             outbox_retention: settings.outbox_retention,
             closure_checks,
             tls: settings.tls,
+            admin: settings.admin,
             link_tick: settings.tick,
             check_interval: settings.check_interval,
             jitter_seed,

@@ -56,7 +56,7 @@ impl Node {
     {
         let node = Arc::new(self);
         let (health, health_service) = tonic_health::server::health_reporter();
-        let (api, peer_api) = crate::api::services(&node);
+        let services = crate::api::services(&node);
         crate::api::mark_serving(&health).await;
         let reflection = crate::api::reflection().map_err(|e| NodeError::Reflection(e.to_string()))?;
         let links = Links::start(LinkContext {
@@ -85,8 +85,9 @@ impl Node {
             ))
             .add_service(health_service)
             .add_service(reflection)
-            .add_service(api)
-            .add_service(peer_api)
+            .add_service(services.resources)
+            .add_service(services.peer)
+            .add_service(services.admin)
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
         links.stop().await;

@@ -23,7 +23,8 @@ use tonic::Status;
 use crate::status::invalid_field;
 use crate::v1;
 
-fn ms(t: cascade_core::Timestamp) -> i64 {
+/// A timestamp as the wire carries it (milliseconds since the epoch).
+pub fn ms(t: cascade_core::Timestamp) -> i64 {
     i64::try_from(t.0).unwrap_or(i64::MAX)
 }
 

@@ -222,6 +222,28 @@ pub fn peer_region(chain: &[impl AsRef<[u8]>]) -> Result<RegionId, String> {
     region_of_certificate(leaf.as_ref())
 }
 
+/// The DNS subject alternative names of a peer's (already verified) leaf
+/// certificate: what the Admin service matches against `[admin] identities`.
+pub fn certificate_dns_names(chain: &[impl AsRef<[u8]>]) -> Vec<String> {
+    let Some(leaf) = chain.first() else {
+        return Vec::new();
+    };
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf.as_ref()) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            x509_parser::extensions::GeneralName::DNSName(dns) => Some((*dns).to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn region_of_certificate(der: &[u8]) -> Result<RegionId, String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("not an X.509 certificate: {e}"))?;
     let san = cert
@@ -262,6 +284,9 @@ pub struct DevPki {
     pub ca_key_pem: String,
     /// Region → (certificate PEM, key PEM).
     pub regions: BTreeMap<String, (String, String)>,
+    /// Client name → (certificate PEM, key PEM): people and tools (see
+    /// [`DevPki::issue_client`]).
+    pub clients: BTreeMap<String, (String, String)>,
 }
 
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -283,6 +308,7 @@ impl DevPki {
             ca_cert_pem: ca_cert.pem(),
             ca_key_pem: ca_key.serialize_pem(),
             regions: BTreeMap::new(),
+            clients: BTreeMap::new(),
         };
         for region in regions {
             pki.add_region(region)?;
@@ -296,6 +322,7 @@ impl DevPki {
             ca_cert_pem: read(&dir.join("ca.pem"))?,
             ca_key_pem: read(&dir.join("ca.key"))?,
             regions: BTreeMap::new(),
+            clients: BTreeMap::new(),
         })
     }
 
@@ -319,6 +346,38 @@ impl DevPki {
         let cert = params.signed_by(&key, &issuer)?;
         self.regions
             .insert(region.to_owned(), (cert.pem(), key.serialize_pem()));
+        Ok(())
+    }
+
+    /// Issues a client certificate (no server use) whose DNS name is `name`,
+    /// for a person or tool: `[admin] identities` lists such names. Returns
+    /// its certificate and key, PEM.
+    pub fn issue_client(&self, name: &str) -> Result<(String, String), TlsError> {
+        if name.is_empty()
+            || name.ends_with(IDENTITY_SUFFIX) && RegionId::parse(name.trim_end_matches(IDENTITY_SUFFIX)).is_ok()
+        {
+            return Err(invalid(
+                format!("client name {name:?}"),
+                "must not be a region's identity",
+            ));
+        }
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(&self.ca_cert_pem, ca_key)?;
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec![name.to_owned()])?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        set_validity(&mut params, REGION_VALIDITY);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// Issues a client certificate named `name` and keeps it (written by
+    /// [`DevPki::write`] as `{name}.pem` / `{name}.key`).
+    pub fn add_client(&mut self, name: &str) -> Result<(), TlsError> {
+        let issued = self.issue_client(name)?;
+        self.clients.insert(name.to_owned(), issued);
         Ok(())
     }
 
@@ -352,9 +411,9 @@ impl DevPki {
             write_file(&dir.join("ca.pem"), &self.ca_cert_pem, false)?,
             write_file(&dir.join("ca.key"), &self.ca_key_pem, true)?,
         ];
-        for (region, (cert, key)) in &self.regions {
-            files.push(write_file(&dir.join(format!("{region}.pem")), cert, false)?);
-            files.push(write_file(&dir.join(format!("{region}.key")), key, true)?);
+        for (name, (cert, key)) in self.regions.iter().chain(&self.clients) {
+            files.push(write_file(&dir.join(format!("{name}.pem")), cert, false)?);
+            files.push(write_file(&dir.join(format!("{name}.key")), key, true)?);
         }
         Ok(files)
     }

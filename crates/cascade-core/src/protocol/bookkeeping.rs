@@ -539,7 +539,7 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
 }
 
 /// An event about a resource without changing the resource itself.
-fn emit_only<S: StateRead + ?Sized>(
+pub(super) fn emit_only<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     event_type: EventType,

@@ -19,6 +19,7 @@
 //! Status` below, so the same condition gets the same code and details
 //! whichever node answers.
 
+pub(crate) mod admin;
 pub(crate) mod forward;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use cascade_core::{CoreError, OperationId, ResourceName};
 use cascade_proto::status::{invalid_field, storage_unavailable};
 use cascade_proto::status_from_core;
+use cascade_proto::v1::admin_server::AdminServer;
 use cascade_proto::v1::peer_server::PeerServer;
 use cascade_proto::v1::resources_server::ResourcesServer;
 use tonic::Status;
@@ -64,16 +66,27 @@ pub(crate) fn parse_operation_id(raw: &str, field: &str) -> Result<OperationId, 
     OperationId::parse(raw).map_err(|e| invalid_field(field, e))
 }
 
-/// The node's two gRPC services, with the message size limits applied.
-pub(crate) fn services(node: &Arc<Node>) -> (ResourcesServer<resources::ResourcesApi>, PeerServer<peer::PeerApi>) {
+/// The node's gRPC services, with the message size limits applied.
+pub(crate) struct Services {
+    pub(crate) resources: ResourcesServer<resources::ResourcesApi>,
+    pub(crate) peer: PeerServer<peer::PeerApi>,
+    pub(crate) admin: AdminServer<admin::AdminApi>,
+}
+
+/// The node's gRPC services, with the message size limits applied.
+pub(crate) fn services(node: &Arc<Node>) -> Services {
     let max_message = node.limits.max_message_bytes;
-    let resources = ResourcesServer::new(resources::ResourcesApi { node: node.clone() })
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
-    let peer = PeerServer::new(peer::PeerApi { node: node.clone() })
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
-    (resources, peer)
+    Services {
+        resources: ResourcesServer::new(resources::ResourcesApi { node: node.clone() })
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(max_message),
+        peer: PeerServer::new(peer::PeerApi { node: node.clone() })
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(max_message),
+        admin: AdminServer::new(admin::AdminApi { node: node.clone() })
+            .max_decoding_message_size(max_message)
+            .max_encoding_message_size(max_message),
+    }
 }
 
 /// Reports the client API as serving through gRPC health.

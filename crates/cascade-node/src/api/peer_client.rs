@@ -19,6 +19,7 @@ use cascade_core::peer::{PeerBackRef, RemoteDeleting};
 use cascade_core::protocol::Plan;
 use cascade_core::{CoreError, OperationId, RefTarget, RegionId, ResourceName, Uid};
 use cascade_proto::status::reason_of;
+use cascade_proto::v1::admin_client::AdminClient;
 use cascade_proto::v1::peer_client::PeerClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_proto::v1::{self, ErrorReason};
@@ -122,6 +123,13 @@ impl Peers {
     /// A client of `region`'s Peer service, with the node's message limits.
     pub(crate) fn peer(&self, region: &str) -> Result<PeerClient<Channel>, CoreError> {
         Ok(PeerClient::new(self.channel(region)?)
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes))
+    }
+
+    /// A client of `region`'s Admin service (forwarding an administrator's call).
+    pub(crate) fn admin(&self, region: &str) -> Result<AdminClient<Channel>, CoreError> {
+        Ok(AdminClient::new(self.channel(region)?)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes))
     }

@@ -1136,3 +1136,49 @@ impl TryFrom<PendingRelease<'_>> for model::PendingRelease {
         })
     }
 }
+
+/// [`model::AuditEntry`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditEntry<'a> {
+    pub id: Id,
+    pub time: u64,
+    #[serde(borrow)]
+    pub who: Cow<'a, str>,
+    #[serde(borrow)]
+    pub action: Cow<'a, str>,
+    #[serde(borrow)]
+    pub target: Cow<'a, str>,
+    #[serde(borrow)]
+    pub reason: Cow<'a, str>,
+    #[serde(borrow)]
+    pub outcome: Cow<'a, str>,
+}
+
+impl<'a> From<&'a model::AuditEntry> for AuditEntry<'a> {
+    fn from(e: &'a model::AuditEntry) -> Self {
+        AuditEntry {
+            id: *e.id.as_bytes(),
+            time: e.time.0,
+            who: Cow::Borrowed(e.who.as_str()),
+            action: Cow::Borrowed(e.action.as_str()),
+            target: Cow::Borrowed(e.target.as_str()),
+            reason: Cow::Borrowed(e.reason.as_str()),
+            outcome: Cow::Borrowed(e.outcome.as_str()),
+        }
+    }
+}
+
+impl TryFrom<AuditEntry<'_>> for model::AuditEntry {
+    type Error = NameError;
+    fn try_from(e: AuditEntry<'_>) -> Result<Self, NameError> {
+        Ok(model::AuditEntry {
+            id: uid(e.id),
+            time: Timestamp(e.time),
+            who: string(e.who),
+            action: string(e.action),
+            target: string(e.target),
+            reason: string(e.reason),
+            outcome: string(e.outcome),
+        })
+    }
+}

@@ -326,6 +326,20 @@ fn pending_attach() -> impl Strategy<Value = PendingAttach> {
     (target(), prop::collection::vec(backref_key(), 0..3)).prop_map(|(resource, keys)| PendingAttach { resource, keys })
 }
 
+fn audit_entry() -> impl Strategy<Value = AuditEntry> {
+    (uid(), ts(), text(), text(), text(), text(), text()).prop_map(
+        |(id, time, who, action, target, reason, outcome)| AuditEntry {
+            id,
+            time,
+            who,
+            action,
+            target,
+            reason,
+            outcome,
+        },
+    )
+}
+
 fn pending_release() -> impl Strategy<Value = PendingRelease> {
     (backref(), any::<u64>()).prop_map(|(backref, generation)| PendingRelease { backref, generation })
 }
@@ -404,6 +418,9 @@ proptest! {
 
     #[test]
     fn pending_releases_round_trip(v in pending_release()) { both_ways(Table::PendingReleases, &v)?; }
+
+    #[test]
+    fn audit_entries_round_trip(v in audit_entry()) { both_ways(Table::Audit, &v)?; }
 
     /// Cutting a value short, or adding to its end, is corruption, never a
     /// different record.

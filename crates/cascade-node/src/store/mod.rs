@@ -62,10 +62,12 @@ pub enum Table {
     Cursors,
     /// uid → CREATING resource whose cross-region attach is unsettled
     PendingAttach,
+    /// entry id (a UUID v7, so time order) → administrative action
+    Audit,
 }
 
 impl Table {
-    pub const ALL: [Table; 15] = [
+    pub const ALL: [Table; 16] = [
         Table::Resources,
         Table::UidIndex,
         Table::Backrefs,
@@ -81,6 +83,7 @@ impl Table {
         Table::PendingReleases,
         Table::Cursors,
         Table::PendingAttach,
+        Table::Audit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +103,7 @@ impl Table {
             Table::PendingReleases => "pending_releases",
             Table::Cursors => "cursors",
             Table::PendingAttach => "pending_attach",
+            Table::Audit => "audit",
         }
     }
 

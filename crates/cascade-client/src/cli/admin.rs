@@ -1,0 +1,155 @@
+//! `cascade admin …`: the operators' calls (`cascade.v1.Admin`): the
+//! deletions that do not finish, retrying a failed one, the audit log.
+
+use cascade_proto::v1;
+use clap::{Args, Subcommand};
+
+use super::print_json;
+use crate::client::{AdminClient, ClientError};
+use crate::render;
+
+/// `cascade admin …`.
+#[derive(Debug, Clone, Args)]
+pub struct AdminArgs {
+    /// The administrator token the node's `[admin] token` names (without
+    /// it, only a client certificate --cert that `[admin] identities` lists
+    /// is an administrator).
+    #[arg(long, env = "CASCADE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdminCommand {
+    /// One region's deletions (DELETING resources), filtered.
+    Deletions {
+        /// The region (default: the one --server serves).
+        #[arg(long)]
+        region: Option<String>,
+        /// Only this status.
+        #[arg(long, value_enum)]
+        status: Option<DeletionStatusArg>,
+        /// Only stuck ones: FAILED, blocked by a live resource, or held by a lien.
+        #[arg(long)]
+        stuck: bool,
+        /// Only deletions at least this old (`90s`, `10m`, `2h`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: Option<std::time::Duration>,
+        /// At most this many (all pages are read up to it).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Attempt a FAILED deletion again from zero.
+    Retry {
+        name: String,
+        /// Why (kept in the audit log).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// One region's audit log, oldest first.
+    Audit {
+        /// The region (default: the one --server serves).
+        #[arg(long)]
+        region: Option<String>,
+        /// At most this many entries.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+}
+
+/// A deletion status on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeletionStatusArg {
+    Pending,
+    Blocked,
+    Failed,
+    Waiting,
+}
+
+/// `cascade admin …`: pages through a listing up to its limit.
+pub(super) async fn run(client: &AdminClient, command: AdminCommand, json: bool) -> Result<i32, ClientError> {
+    match command {
+        AdminCommand::Deletions {
+            region,
+            status,
+            stuck,
+            older_than,
+            limit,
+        } => {
+            let status = match status {
+                None => v1::DeletionStatus::Unspecified,
+                Some(DeletionStatusArg::Pending) => v1::DeletionStatus::Pending,
+                Some(DeletionStatusArg::Blocked) => v1::DeletionStatus::Blocked,
+                Some(DeletionStatusArg::Failed) => v1::DeletionStatus::Failed,
+                Some(DeletionStatusArg::Waiting) => v1::DeletionStatus::Waiting,
+            };
+            let mut all = Vec::new();
+            let mut token = String::new();
+            loop {
+                let page = client
+                    .list_deletions(v1::ListDeletionsRequest {
+                        region: region.clone().unwrap_or_default(),
+                        status: status as i32,
+                        stuck,
+                        older_than_ms: older_than.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                        page_size: u32::try_from(limit.saturating_sub(all.len()).min(1000)).unwrap_or(1000),
+                        page_token: token,
+                    })
+                    .await?;
+                all.extend(page.deletions);
+                token = page.next_page_token;
+                if token.is_empty() || all.len() >= limit {
+                    break;
+                }
+            }
+            if json {
+                print_json(&serde_json::Value::Array(
+                    all.iter().map(render::deletion_entry_json).collect(),
+                ));
+            } else if all.is_empty() {
+                println!("no deletion matches");
+            } else {
+                for e in &all {
+                    print!("{}", render::deletion_entry_text(e));
+                }
+            }
+        }
+        AdminCommand::Retry { name, reason } => {
+            let e = client.retry_deletion(v1::RetryDeletionRequest { name, reason }).await?;
+            if json {
+                print_json(&render::deletion_entry_json(&e));
+            } else {
+                print!("{}", render::deletion_entry_text(&e));
+            }
+        }
+        AdminCommand::Audit { region, limit } => {
+            let mut all = Vec::new();
+            let mut token = String::new();
+            loop {
+                let page = client
+                    .list_audit(v1::ListAuditRequest {
+                        region: region.clone().unwrap_or_default(),
+                        page_size: u32::try_from(limit.saturating_sub(all.len()).min(1000)).unwrap_or(1000),
+                        page_token: token,
+                    })
+                    .await?;
+                all.extend(page.entries);
+                token = page.next_page_token;
+                if token.is_empty() || all.len() >= limit {
+                    break;
+                }
+            }
+            if json {
+                print_json(&serde_json::Value::Array(all.iter().map(render::audit_json).collect()));
+            } else if all.is_empty() {
+                println!("the audit log is empty");
+            } else {
+                for e in &all {
+                    println!("{}", render::audit_text(e));
+                }
+            }
+        }
+    }
+    Ok(0)
+}

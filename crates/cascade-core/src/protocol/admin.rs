@@ -1,0 +1,179 @@
+//! What an administrator may do to a deletion that does not finish (seed
+//! 000: an admin acts on a deletion stuck too long; seed 004: a failed
+//! deletion is retried by an operator), and the audit log every such
+//! action, and every refused attempt at one, is written to.
+//!
+//! Who is an administrator is the node's business (its Admin service
+//! checks the caller before it calls anything here); the core records
+//! what was asked, by whom and why, in the same step as the change.
+
+use crate::error::CoreError;
+use crate::model::{
+    AuditEntry, DeletionRecord, DeletionStatus, EventType, OperationState, Outcome, OutcomeAction, Resource,
+    ResourceState, WorkItem,
+};
+use crate::name::{IdSource, Uid};
+use crate::state::{StateRead, Tx};
+
+use super::bookkeeping::{decrement, emit_only, update_operation};
+use super::validate::local_name;
+use super::{target_of, Ctx, Step};
+
+/// Longest reason an administrator may give (it is kept in the log).
+pub const MAX_ADMIN_REASON: usize = 1024;
+
+/// Who asks for an administrative action, and why.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminRequest {
+    /// The administrator, as the node authenticated them.
+    pub who: String,
+    /// The method (`RetryDeletion`, ...), for the log.
+    pub action: String,
+    /// The resource or region the action is about.
+    pub target: String,
+    /// The reason they gave.
+    pub reason: String,
+}
+
+/// Whether a deletion will not finish until someone acts: FAILED, held by
+/// a `block` referrer that is not itself being deleted, or by a lien. A
+/// pending finalizer is not stuck: its controller may still answer.
+pub fn is_stuck(resource: &Resource, record: &DeletionRecord) -> bool {
+    match &record.status {
+        DeletionStatus::Failed { .. } => true,
+        DeletionStatus::Blocked { blockers, .. } => {
+            !resource.liens.is_empty() || blockers.iter().any(|b| !b.referrer_deleting)
+        }
+        DeletionStatus::Pending | DeletionStatus::Waiting { .. } => false,
+    }
+}
+
+/// Starts a FAILED deletion again from zero: PENDING, its queue entry due
+/// now with no attempt counted, its finalizers' failure counts forgotten,
+/// its operation running again. Logged with `req`.
+pub fn retry_deletion<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    ids: &mut dyn IdSource,
+    name: &str,
+    req: AdminRequest,
+) -> Result<Step<(Resource, DeletionRecord)>, CoreError> {
+    let mut tx = Tx::new(state);
+    check_reason(&req.reason)?;
+    let name = local_name(ctx, name, "name")?;
+    let resource = tx
+        .resource(&name)?
+        .filter(|r| r.state != ResourceState::Creating)
+        .ok_or_else(|| CoreError::NotFound(name.clone()))?;
+    let record = match tx.deletion(resource.uid)? {
+        Some(record) if resource.state == ResourceState::Deleting => record,
+        _ => {
+            return Err(CoreError::NoSuchDeletion {
+                name,
+                why: "is not being deleted".to_owned(),
+            })
+        }
+    };
+    let DeletionStatus::Failed { .. } = &record.status else {
+        return Err(CoreError::NoSuchDeletion {
+            name,
+            why: format!(
+                "has not failed: its deletion is {} (only a FAILED deletion is retried)",
+                status_name(&record.status)
+            ),
+        });
+    };
+    let mut record = record;
+    let op = record.operation;
+    record.status = DeletionStatus::Pending;
+    record.finalizer_failures.clear();
+    // The finalizers' controllers are asked again, as after a failure.
+    for finalizer in &resource.finalizers {
+        let message = format!(
+            "finalizer {finalizer} asked again (attempt 1 of {}): the deletion was retried by {}",
+            ctx.policy.max_attempts, req.who
+        );
+        emit_only(&mut tx, ctx, EventType::FinalizerRetry, &resource, op, &message, None)?;
+    }
+    tx.put_deletion(record.clone());
+    tx.put_work(WorkItem::due_now(target_of(&resource), ctx.now));
+    tx.put_outcome(
+        op,
+        Outcome {
+            resource: target_of(&resource),
+            action: OutcomeAction::Pending,
+            time: ctx.now,
+        },
+    );
+    update_operation(&mut tx, op, |p| {
+        decrement(&mut p.failed, "failed", op);
+        p.pending += 1;
+    })?;
+    if let Some(mut operation) = tx.operation(op)? {
+        if operation.state != OperationState::Running {
+            operation.state = OperationState::Running;
+            operation.end_time = None;
+            tx.put_operation(operation);
+        }
+    }
+    audit(&mut tx, ctx, ids, req, "ok".to_owned());
+    Ok(Step {
+        value: (resource, record),
+        writes: tx.finish(),
+    })
+}
+
+/// Only the audit entry: an administrative call that changes nothing (a
+/// listing), or one that was refused (`outcome` says with what).
+pub fn record_audit<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    ids: &mut dyn IdSource,
+    req: AdminRequest,
+    outcome: String,
+) -> Step<()> {
+    let mut tx = Tx::new(state);
+    audit(&mut tx, ctx, ids, req, outcome);
+    Step {
+        value: (),
+        writes: tx.finish(),
+    }
+}
+
+fn audit<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    ids: &mut dyn IdSource,
+    req: AdminRequest,
+    outcome: String,
+) {
+    tx.put_audit(AuditEntry {
+        id: Uid(ids.next_uuid()),
+        time: ctx.now,
+        who: req.who,
+        action: req.action,
+        target: req.target,
+        reason: req.reason,
+        outcome,
+    });
+}
+
+fn check_reason(reason: &str) -> Result<(), CoreError> {
+    if reason.len() > MAX_ADMIN_REASON {
+        return Err(CoreError::invalid(
+            "reason",
+            format!("at most {MAX_ADMIN_REASON} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// The status as the API names it.
+fn status_name(status: &DeletionStatus) -> &'static str {
+    match status {
+        DeletionStatus::Pending => "PENDING",
+        DeletionStatus::Blocked { .. } => "BLOCKED",
+        DeletionStatus::Failed { .. } => "FAILED",
+        DeletionStatus::Waiting { .. } => "WAITING",
+    }
+}

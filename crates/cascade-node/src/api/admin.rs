@@ -1,0 +1,295 @@
+//! `cascade.v1.Admin`, the operators' API: an adapter around the [`Node`]
+//! methods of `admin.rs`, behind one gate.
+//!
+//! The gate: a caller is an administrator when it sends the configured
+//! token (`authorization: Bearer …`), or, with mutual TLS, presents a
+//! client certificate whose DNS name `[admin] identities` lists. Anyone
+//! else is refused PERMISSION_DENIED; the refusal is logged and written to
+//! the audit log. A request about another region is forwarded to its node
+//! with the caller's token, and, for a certificate identity, with the
+//! identity this node verified in [`FORWARDED_FOR`]: the owner sees the
+//! forwarding region's certificate, and trusts that header only from a
+//! certified region of its cluster.
+
+use std::sync::Arc;
+
+use cascade_core::model::AuditEntry;
+use cascade_core::protocol::AdminRequest;
+use cascade_core::{RegionId, Uid};
+use cascade_proto::convert;
+use cascade_proto::status::invalid_field;
+use cascade_proto::v1::{self, admin_server::Admin};
+use subtle::ConstantTimeEq;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+use tracing::{info, info_span, warn, Instrument};
+
+use crate::admin::{DeletionEntry, DeletionFilter};
+use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::{parse_name, refused};
+use crate::node::Node;
+
+/// Metadata a forwarding node adds: the administrator identity it verified
+/// from the client's certificate.
+pub(crate) const FORWARDED_FOR: &str = "cascade-admin-for";
+
+/// The operators' API over one node.
+pub(crate) struct AdminApi {
+    pub(crate) node: Arc<Node>,
+}
+
+/// An authenticated administrator, and how to vouch for them when a call
+/// is forwarded.
+struct Administrator {
+    /// For the audit log: the certificate name, or "token".
+    who: String,
+    /// The headers a forwarded call carries.
+    forward: MetadataMap,
+}
+
+impl AdminApi {
+    /// The gate (see the module doc). A refusal is logged and audited.
+    async fn authenticate<T>(&self, request: &Request<T>, action: &str, target: &str) -> Result<Administrator, Status> {
+        let access = &self.node.admin;
+        let metadata = request.metadata();
+        let bearer = metadata
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let mut forward = MetadataMap::new();
+        if let (Some(sent), Some(token)) = (bearer, access.token.as_deref()) {
+            if bool::from(sent.as_bytes().ct_eq(token.as_bytes())) {
+                if let Some(v) = metadata.get("authorization") {
+                    forward.insert("authorization", v.clone());
+                }
+                return Ok(Administrator {
+                    who: "token".to_owned(),
+                    forward,
+                });
+            }
+        }
+        let chain = request.peer_certs();
+        let names = chain
+            .as_deref()
+            .map(|c| cascade_tls::certificate_dns_names(c))
+            .unwrap_or_default();
+        if let Some(name) = names.iter().find(|n| access.identities.contains(n)) {
+            if let Ok(v) = name.parse() {
+                forward.insert(FORWARDED_FOR, v);
+            }
+            return Ok(Administrator {
+                who: name.clone(),
+                forward,
+            });
+        }
+        // A call another node of the cluster forwarded for an administrator
+        // it verified (only over mutual TLS: the header alone proves nothing).
+        let forwarder = chain
+            .as_deref()
+            .and_then(|c| cascade_tls::peer_region(c).ok())
+            .filter(|r| self.node.peers.knows(r.as_str()));
+        let vouched = metadata.get(FORWARDED_FOR).and_then(|v| v.to_str().ok());
+        if let (Some(region), Some(identity)) = (&forwarder, vouched) {
+            if access.identities.iter().any(|i| i == identity) {
+                if let Some(v) = metadata.get(FORWARDED_FOR) {
+                    forward.insert(FORWARDED_FOR, v.clone());
+                }
+                return Ok(Administrator {
+                    who: format!("{identity} (through {region})"),
+                    forward,
+                });
+            }
+        }
+        let presented = match (bearer, names.as_slice(), vouched) {
+            (Some(_), _, _) => "a token that is not this node's admin token".to_owned(),
+            (None, [], _) => "no credentials".to_owned(),
+            (None, names, Some(identity)) => format!("certificate {} vouching for {identity}", names.join(", ")),
+            (None, names, None) => format!("certificate {}", names.join(", ")),
+        };
+        let configured = if access.token.is_none() && access.identities.is_empty() {
+            "this node has no administrator configured ([admin] in its config)"
+        } else {
+            "an administrator sends the [admin] token or presents a certificate [admin] identities lists"
+        };
+        let status = Status::permission_denied(format!("{action}: {presented} is not an administrator: {configured}"));
+        warn!(region = %self.node.region, action, target, caller = %presented, "refused an Admin call");
+        let req = AdminRequest {
+            who: presented,
+            action: action.to_owned(),
+            target: target.to_owned(),
+            reason: String::new(),
+        };
+        if let Err(e) = self
+            .node
+            .audit(req, format!("PERMISSION_DENIED: {}", status.message()))
+            .await
+        {
+            warn!(region = %self.node.region, error = %e, "could not write the refusal to the audit log");
+        }
+        Err(status)
+    }
+
+    /// None for this node's region (or none named); the region to forward to otherwise.
+    fn other_region(&self, raw: &str, field: &str) -> Result<Option<String>, Status> {
+        if raw.is_empty() || raw == self.node.region.as_str() {
+            return Ok(None);
+        }
+        let region = RegionId::parse(raw).map_err(|e| invalid_field(field, e))?;
+        if !self.node.peers.knows(region.as_str()) {
+            return Err(invalid_field(
+                field,
+                format!(
+                    "{region} is not a region of this cluster (peers: {})",
+                    self.node.peer_list()
+                ),
+            ));
+        }
+        Ok(Some(region.to_string()))
+    }
+
+    /// A forwarded copy of `message`, carrying what vouches for the caller.
+    fn forwarded<M>(message: M, admin: &Administrator) -> Request<M> {
+        let mut request = Request::new(message);
+        for entry in admin.forward.iter() {
+            if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = entry {
+                request.metadata_mut().insert(k.clone(), v.clone());
+            }
+        }
+        request
+    }
+
+    fn present(&self, e: DeletionEntry) -> Result<v1::DeletionEntry, Status> {
+        let view = self.node.view(e.resource)?;
+        Ok(v1::DeletionEntry {
+            resource: Some(convert::resource(&view.resource, view.record.as_ref(), &view.dangling)),
+            attempts: e.work.as_ref().map_or(0, |w| w.attempts),
+            next_attempt_ms: e.work.as_ref().map_or(0, |w| convert::ms(w.next_attempt_at)),
+            last_error: e.work.and_then(|w| w.last_error).unwrap_or_default(),
+            stuck: e.stuck,
+            age_ms: i64::try_from(e.age_ms).unwrap_or(i64::MAX),
+        })
+    }
+}
+
+fn page_token(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
+    if raw.is_empty() {
+        return Ok(None);
+    }
+    Uid::parse(raw)
+        .map(Some)
+        .map_err(|_| invalid_field(field, "not a token this API issued"))
+}
+
+fn audit_entry(e: AuditEntry, region: &RegionId) -> v1::AuditEntry {
+    v1::AuditEntry {
+        id: e.id.to_string(),
+        time_ms: convert::ms(e.time),
+        who: e.who,
+        action: e.action,
+        target: e.target,
+        reason: e.reason,
+        outcome: e.outcome,
+        region: region.to_string(),
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminApi {
+    async fn list_deletions(
+        &self,
+        request: Request<v1::ListDeletionsRequest>,
+    ) -> Result<Response<v1::ListDeletionsResponse>, Status> {
+        let target = request.get_ref().region.clone();
+        let admin = self.authenticate(&request, "ListDeletions", &target).await?;
+        let req = request.into_inner();
+        if let Some(region) = self.other_region(&req.region, "region")? {
+            let mut client = self.node.peers.admin(&region).map_err(refused)?;
+            let call = client.list_deletions(Self::forwarded(req, &admin));
+            return Ok(Response::new(
+                call_owner(&region, "ListDeletions", FORWARD_TIMEOUT, call).await?,
+            ));
+        }
+        let status = match v1::DeletionStatus::try_from(req.status) {
+            Ok(v1::DeletionStatus::Unspecified) => None,
+            Ok(v1::DeletionStatus::Pending) => Some("PENDING"),
+            Ok(v1::DeletionStatus::Blocked) => Some("BLOCKED"),
+            Ok(v1::DeletionStatus::Failed) => Some("FAILED"),
+            Ok(v1::DeletionStatus::Waiting) => Some("WAITING"),
+            Err(_) => return Err(invalid_field("status", "not a deletion status")),
+        };
+        let filter = DeletionFilter {
+            status,
+            stuck: req.stuck,
+            older_than_ms: req.older_than_ms,
+        };
+        let after = page_token(&req.page_token, "page_token")?;
+        let (entries, next) = self.node.list_deletions(&filter, req.page_size as usize, after)?;
+        Ok(Response::new(v1::ListDeletionsResponse {
+            deletions: entries.into_iter().map(|e| self.present(e)).collect::<Result<_, _>>()?,
+            next_page_token: next.map(|u| u.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    async fn retry_deletion(
+        &self,
+        request: Request<v1::RetryDeletionRequest>,
+    ) -> Result<Response<v1::DeletionEntry>, Status> {
+        let target = request.get_ref().name.clone();
+        let admin = self.authenticate(&request, "RetryDeletion", &target).await?;
+        let req = request.into_inner();
+        let name = parse_name(&req.name, "name")?;
+        if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
+            let mut client = self.node.peers.admin(region).map_err(refused)?;
+            let call = client.retry_deletion(Self::forwarded(req, &admin));
+            return Ok(Response::new(
+                call_owner(region, "RetryDeletion", FORWARD_TIMEOUT, call).await?,
+            ));
+        }
+        let span = info_span!("retry_deletion", region = %self.node.region, name = %name, who = %admin.who);
+        let audit = AdminRequest {
+            who: admin.who.clone(),
+            action: "RetryDeletion".to_owned(),
+            target: req.name.clone(),
+            reason: req.reason.clone(),
+        };
+        match self.node.retry_deletion(req.name, audit.clone()).instrument(span).await {
+            Ok(entry) => {
+                info!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who, "deletion retried");
+                Ok(Response::new(self.present(entry)?))
+            }
+            Err(e) => {
+                let status = Status::from(e);
+                if let Err(e) = self
+                    .node
+                    .audit(audit, format!("{:?}: {}", status.code(), status.message()))
+                    .await
+                {
+                    warn!(region = %self.node.region, error = %e, "could not write the audit log");
+                }
+                Err(status)
+            }
+        }
+    }
+
+    async fn list_audit(
+        &self,
+        request: Request<v1::ListAuditRequest>,
+    ) -> Result<Response<v1::ListAuditResponse>, Status> {
+        let target = request.get_ref().region.clone();
+        let admin = self.authenticate(&request, "ListAudit", &target).await?;
+        let req = request.into_inner();
+        if let Some(region) = self.other_region(&req.region, "region")? {
+            let mut client = self.node.peers.admin(&region).map_err(refused)?;
+            let call = client.list_audit(Self::forwarded(req, &admin));
+            return Ok(Response::new(
+                call_owner(&region, "ListAudit", FORWARD_TIMEOUT, call).await?,
+            ));
+        }
+        let after = page_token(&req.page_token, "page_token")?;
+        let (entries, next) = self.node.list_audit(req.page_size as usize, after)?;
+        Ok(Response::new(v1::ListAuditResponse {
+            entries: entries.into_iter().map(|e| audit_entry(e, &self.node.region)).collect(),
+            next_page_token: next.map(|u| u.to_string()).unwrap_or_default(),
+        }))
+    }
+}

@@ -1,0 +1,293 @@
+//! The operators' API (`cascade.v1.Admin`) over real nodes: finding a
+//! deletion that does not finish, retrying a failed one, the audit log, and
+//! the gate that keeps everyone but an administrator out (a token without
+//! TLS; a certificate identity with mutual TLS, forwarded between regions).
+
+mod support;
+
+use cascade_client::{AdminClient, ClientError};
+use cascade_proto::v1;
+use std::time::Duration;
+use support::*;
+
+const TOKEN: &str = "test-admin-token-0123456789";
+
+async fn admin(c: &Cluster, region: &str, token: Option<&str>) -> AdminClient {
+    AdminClient::connect_with(&c.node(region).node.endpoint(), None, token.map(str::to_owned))
+        .await
+        .expect("admin client connects")
+}
+
+fn deletions(region: &str, status: v1::DeletionStatus, stuck: bool) -> v1::ListDeletionsRequest {
+    v1::ListDeletionsRequest {
+        region: region.to_owned(),
+        status: status as i32,
+        stuck,
+        ..Default::default()
+    }
+}
+
+fn audit(region: &str) -> v1::ListAuditRequest {
+    v1::ListAuditRequest {
+        region: region.to_owned(),
+        ..Default::default()
+    }
+}
+
+fn denied(result: Result<impl std::fmt::Debug, ClientError>) -> String {
+    match result {
+        Err(ClientError::Status(s)) if s.code() == tonic::Code::PermissionDenied => s.message().to_owned(),
+        other => panic!("expected PERMISSION_DENIED, got {other:?}"),
+    }
+}
+
+fn failure(uid: &str, reason: &str) -> v1::ReportFinalizerFailureRequest {
+    v1::ReportFinalizerFailureRequest {
+        name: "ra/project/p".into(),
+        uid: uid.to_owned(),
+        finalizer: "dns".into(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Issue 11: a finalizer that always fails ends FAILED; an administrator
+/// finds it (through another region's node), retries it, and the
+/// controller, asked again, finishes it; everyone else is refused, and the
+/// audit log shows who did what, and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_administrator_finds_and_retries_a_failed_deletion_and_the_audit_log_says_who_and_why() {
+    let c = start_cluster_with(&["ra", "rb"], |s| {
+        s.policy.backoff_base_ms = 50;
+        s.policy.max_attempts = 2;
+        s.admin.token = Some(TOKEN.to_owned());
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    let mut p = spec_in("ra/project/p", &[]);
+    p.finalizers = vec!["dns".into()];
+    let p = a.create(p).await.unwrap();
+    b.create(spec_in("rb/network/n", &[("project", &["ra/project/p"])]))
+        .await
+        .unwrap();
+    let op = b
+        .delete(delete_req("ra/project/p", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    for attempt in 1..=2 {
+        a.report_finalizer_failure(failure(&p.uid, &format!("zone locked ({attempt})")))
+            .await
+            .unwrap();
+    }
+    eventually(Duration::from_secs(30), "the deletion to fail", || async {
+        let d = a.get("ra/project/p").await.ok()?.deletion?;
+        (d.status == v1::DeletionStatus::Failed as i32).then_some(())
+    })
+    .await;
+
+    // Nobody but an administrator gets in, through any node.
+    for via in ["ra", "rb"] {
+        let anonymous = admin(&c, via, None).await;
+        let why = denied(
+            anonymous
+                .list_deletions(deletions("ra", v1::DeletionStatus::Unspecified, false))
+                .await,
+        );
+        assert!(why.contains("no credentials is not an administrator"), "{why}");
+        let wrong = admin(&c, via, Some("not-the-token-at-all")).await;
+        denied(
+            wrong
+                .retry_deletion(v1::RetryDeletionRequest {
+                    name: "ra/project/p".into(),
+                    reason: "let me".into(),
+                })
+                .await,
+        );
+    }
+    let d = a.get("ra/project/p").await.unwrap().deletion.unwrap();
+    assert_eq!(
+        d.status,
+        v1::DeletionStatus::Failed as i32,
+        "a refused retry changed nothing"
+    );
+
+    // The administrator finds it from rb: FAILED and stuck, with its reason.
+    let root = admin(&c, "rb", Some(TOKEN)).await;
+    let failed = root
+        .list_deletions(deletions("ra", v1::DeletionStatus::Failed, true))
+        .await
+        .unwrap()
+        .deletions;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let entry = &failed[0];
+    let resource = entry.resource.as_ref().unwrap();
+    assert_eq!((resource.name.as_str(), entry.stuck), ("ra/project/p", true));
+    assert!(
+        resource.deletion.as_ref().unwrap().message.contains("zone locked (2)"),
+        "{entry:?}"
+    );
+    let blocked = root
+        .list_deletions(deletions("ra", v1::DeletionStatus::Blocked, false))
+        .await
+        .unwrap();
+    assert!(blocked.deletions.is_empty(), "{blocked:?}");
+    let young = root
+        .list_deletions(v1::ListDeletionsRequest {
+            older_than_ms: 3_600_000,
+            ..deletions("ra", v1::DeletionStatus::Unspecified, false)
+        })
+        .await
+        .unwrap();
+    assert!(
+        young.deletions.is_empty(),
+        "nothing has been deleting for an hour: {young:?}"
+    );
+
+    // Retried through rb, forwarded to ra: the controller is asked again.
+    let mut events = a.watch(0, "project").await.unwrap();
+    let retried = root
+        .retry_deletion(v1::RetryDeletionRequest {
+            name: "ra/project/p".into(),
+            reason: "dns fixed (ticket 42)".into(),
+        })
+        .await
+        .unwrap();
+    let d = retried.resource.unwrap().deletion.unwrap();
+    assert_ne!(d.status, v1::DeletionStatus::Failed as i32, "{d:?}");
+    assert!(d.finalizer_failures.is_empty(), "the count starts from zero: {d:?}");
+    let asked = loop {
+        let e = tokio::time::timeout(Duration::from_secs(30), events.message())
+            .await
+            .expect("asked again in time")
+            .unwrap()
+            .expect("event");
+        if e.r#type == v1::EventType::FinalizerRetry as i32 && e.message.contains("retried by token") {
+            break e;
+        }
+    };
+    assert!(asked.message.contains("attempt 1 of 2"), "{asked:?}");
+    a.remove_finalizer(v1::RemoveFinalizerRequest {
+        name: "ra/project/p".into(),
+        uid: p.uid.clone(),
+        finalizer: "dns".into(),
+    })
+    .await
+    .unwrap();
+    wait_gone(b, "ra/project/p").await;
+    let done = wait_operation(b, &op.id).await;
+    assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:?}");
+
+    // The audit log of ra: the refused attempts, then the retry, with who and why.
+    let log = root.list_audit(audit("ra")).await.unwrap().entries;
+    let retry = log
+        .iter()
+        .find(|e| e.action == "RetryDeletion" && e.outcome == "ok")
+        .unwrap_or_else(|| panic!("no retry in {log:?}"));
+    assert_eq!(
+        (
+            retry.who.as_str(),
+            retry.target.as_str(),
+            retry.reason.as_str(),
+            retry.region.as_str()
+        ),
+        ("token", "ra/project/p", "dns fixed (ticket 42)", "ra")
+    );
+    let refusals: Vec<&v1::AuditEntry> = log
+        .iter()
+        .filter(|e| e.outcome.starts_with("PERMISSION_DENIED"))
+        .collect();
+    assert!(
+        refusals
+            .iter()
+            .any(|e| e.who == "no credentials" && e.action == "ListDeletions"),
+        "{log:?}"
+    );
+    assert!(
+        refusals
+            .iter()
+            .any(|e| e.who.contains("not this node's admin token") && e.action == "RetryDeletion"),
+        "{log:?}"
+    );
+    assert!(
+        log.windows(2).all(|w| w[0].time_ms <= w[1].time_ms),
+        "oldest first: {log:?}"
+    );
+    // Paged one by one, the same entries, each once.
+    let mut paged = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = root
+            .list_audit(v1::ListAuditRequest {
+                region: "ra".into(),
+                page_size: 1,
+                page_token: token,
+            })
+            .await
+            .unwrap();
+        paged.extend(page.entries.into_iter().map(|e| e.id));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    let ids: Vec<String> = log.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(paged, ids);
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
+
+/// With mutual TLS, an administrator is a client certificate the config
+/// names; a call forwarded to another region carries the identity the first
+/// node verified. A region's certificate, or another person's, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mutual_tls_an_administrator_is_a_named_certificate_also_through_another_region() {
+    let pki = cascade_tls::DevPki::generate(&["ra", "rb"]).expect("dev pki");
+    let c = start_cluster_tls_with(&["ra", "rb"], &pki, |s| {
+        s.admin.identities = vec!["alice.admin".to_owned()];
+    })
+    .await;
+    let client_with = |name: &str| {
+        let (cert, key) = pki.issue_client(name).expect("client certificate");
+        cascade_client::ClientTls {
+            identity: Some((cert, key)),
+            ..pki.client()
+        }
+    };
+    let connect = |tls: cascade_client::ClientTls| {
+        let endpoint = c.node("rb").node.endpoint();
+        async move { AdminClient::connect_with(&endpoint, Some(&tls), None).await.unwrap() }
+    };
+    let alice = connect(client_with("alice.admin")).await;
+    for region in ["rb", "ra"] {
+        alice
+            .list_deletions(deletions(region, v1::DeletionStatus::Unspecified, false))
+            .await
+            .unwrap_or_else(|e| panic!("alice lists {region}: {e}"));
+    }
+    let bob = connect(client_with("bob.admin")).await;
+    let why = denied(bob.list_audit(audit("ra")).await);
+    assert!(why.contains("certificate bob.admin is not an administrator"), "{why}");
+    let region_cert = {
+        let (cert, key) = pki.regions.get("ra").cloned().expect("ra's certificate");
+        cascade_client::ClientTls {
+            identity: Some((cert, key)),
+            ..pki.client()
+        }
+    };
+    let posing = connect(region_cert).await;
+    denied(posing.list_audit(audit("rb")).await);
+    // The log of ra shows alice's listing came through rb.
+    let log = alice.list_audit(audit("ra")).await.unwrap().entries;
+    assert!(
+        log.is_empty() || log.iter().all(|e| e.action != "ListDeletions"),
+        "listings are not audited: {log:?}"
+    );
+    let rb_log = alice.list_audit(audit("rb")).await.unwrap().entries;
+    assert!(
+        rb_log
+            .iter()
+            .any(|e| e.who == "certificate bob.admin" && e.outcome.starts_with("PERMISSION_DENIED")),
+        "{rb_log:?}"
+    );
+}
