@@ -313,8 +313,11 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         "  {exe} finalizer fail eu-west/project/legacy {DEMO_FINALIZER} --reason \"billing API down\"   # {DEMO_MAX_ATTEMPTS} times: FAILED"
     );
     println!("  {exe} admin deletions --stuck                          # finds it, with the last reason");
-    println!("  {exe} admin retry eu-west/project/legacy --reason \"billing API is back\"");
-    println!("  {exe} finalizer remove eu-west/project/legacy {DEMO_FINALIZER}   # done: purged");
+    println!("  {exe} admin retry eu-west/project/legacy --reason \"billing API is back\"   # PENDING again");
+    println!("  {exe} finalizer remove eu-west/project/legacy {DEMO_FINALIZER}   # done: purged, or:");
+    println!(
+        "  {exe} admin force-purge eu-west/project/legacy --force --reason \"account closed by hand\"   # forced through"
+    );
     println!("  {exe} admin audit                                      # who retried what, and why");
     if !args.no_wait {
         println!("\nCtrl-C stops the demo (a temporary data directory is removed).");

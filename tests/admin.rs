@@ -291,3 +291,98 @@ async fn with_mutual_tls_an_administrator_is_a_named_certificate_also_through_an
         "{rb_log:?}"
     );
 }
+
+/// Issue 11: ForcePurge of a deletion stuck on a live blocker in another
+/// region and a failing finalizer: refused to anyone but an administrator,
+/// without a reason, or (without force) before the threshold; then the
+/// blocker in the other region loses its reference and survives, the
+/// resource and its project are purged, the operation succeeds, the
+/// checker finds no violation, and the audit log says who and why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_purge_unsets_a_blocker_in_another_region_and_finishes_the_cascade() {
+    let c = start_cluster_with(&["ra", "rb"], |s| {
+        s.policy.backoff_base_ms = 50;
+        s.policy.max_attempts = 2;
+        s.admin.token = Some(TOKEN.to_owned());
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    let mut net = spec_in("ra/network/net", &[("project", &["ra/project/p1"])]);
+    net.finalizers = vec!["dns".into()];
+    a.batch_create(vec![spec_in("ra/project/p1", &[]), net]).await.unwrap();
+    b.batch_create(vec![
+        spec_in("rb/project/p2", &[]),
+        spec_in("rb/port/x", &[("network", &["ra/network/net"])]),
+        spec_in(
+            "rb/router/r",
+            &[
+                ("project", &["rb/project/p2"]),
+                ("gateway_network", &["ra/network/net"]),
+            ],
+        ),
+    ])
+    .await
+    .unwrap();
+    let op = b
+        .delete(delete_req("ra/project/p1", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    eventually(Duration::from_secs(30), "the network's deletion to fail", || async {
+        let d = a.get("ra/network/net").await.ok()?.deletion?;
+        (d.status == v1::DeletionStatus::Failed as i32).then_some(())
+    })
+    .await;
+    wait_gone(b, "rb/port/x").await;
+
+    let force = |reason: &str, force: bool| v1::ForcePurgeRequest {
+        name: "ra/network/net".into(),
+        reason: reason.into(),
+        force,
+    };
+    denied(admin(&c, "rb", None).await.force_purge(force("mine", true)).await);
+    let root = admin(&c, "rb", Some(TOKEN)).await;
+    let refused = |r: Result<v1::DeletionEntry, ClientError>| match r {
+        Err(ClientError::Status(s)) => (s.code(), cascade_proto::status::error_details(&s).map(|d| d.field)),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(
+        refused(root.force_purge(force("", true)).await),
+        (tonic::Code::InvalidArgument, Some("reason".to_owned()))
+    );
+    assert_eq!(
+        refused(root.force_purge(force("stuck", false)).await),
+        (tonic::Code::FailedPrecondition, Some("force".to_owned())),
+        "younger than the hour the nodes wait by default"
+    );
+    let forced = root
+        .force_purge(force("router r is being decommissioned (ticket 7)", true))
+        .await
+        .unwrap();
+    let d = forced.resource.unwrap().deletion.unwrap();
+    assert_eq!(d.forced.map(|f| f.by), Some("token".to_owned()));
+
+    wait_gone(b, "ra/network/net").await;
+    let done = wait_operation(b, &op.id).await;
+    assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:?}");
+    let router = b.get("rb/router/r").await.unwrap();
+    assert_eq!(state(&router), v1::ResourceState::Active);
+    assert!(targets(&router, "gateway_network").is_empty(), "{router:?}");
+    let log = root.list_audit(audit("ra")).await.unwrap().entries;
+    let entry = log
+        .iter()
+        .find(|e| e.action == "ForcePurge (force)" && e.outcome == "ok")
+        .unwrap_or_else(|| panic!("no force purge in {log:?}"));
+    assert_eq!(
+        (entry.who.as_str(), entry.reason.as_str()),
+        ("token", "router r is being decommissioned (ticket 7)")
+    );
+    assert!(
+        log.iter()
+            .any(|e| e.action == "ForcePurge" && e.outcome.starts_with("FailedPrecondition")),
+        "the refused attempt is audited too: {log:?}"
+    );
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}

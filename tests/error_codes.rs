@@ -1033,3 +1033,95 @@ async fn finalizer_reports_are_refused_the_same_from_every_node() {
     assert_eq!(d.finalizer_failures.len(), 1);
     assert!(d.message.contains("dns zone locked"), "{d:?}");
 }
+
+/// The Admin service's refusals, the same from every node (a node forwards
+/// an administrator's call to the region it is about): PERMISSION_DENIED
+/// for anyone else; RetryDeletion of a deletion that has not failed,
+/// FAILED_PRECONDITION `NOT_DELETING`; ForcePurge of a deletion younger
+/// than the threshold without `force`, FAILED_PRECONDITION `TOO_EARLY` on
+/// `force`; without a reason, INVALID_ARGUMENT on `reason`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_refusals_are_the_same_from_every_node() {
+    const TOKEN: &str = "error-codes-admin-token";
+    let c = start_cluster_with(&REGIONS, |s| s.admin.token = Some(TOKEN.to_owned())).await;
+    us_east_network(&c, true).await;
+    hold_deleting(&c).await;
+    let admin = |region: &str, token: Option<&str>| {
+        let endpoint = c.node(region).node.endpoint();
+        let token = token.map(str::to_owned);
+        async move {
+            cascade_client::AdminClient::connect_with(&endpoint, None, token)
+                .await
+                .expect("admin client")
+        }
+    };
+    let mut first: Option<Refusal> = None;
+    for region in REGIONS {
+        let anyone = admin(region, None).await;
+        let got = refusal(
+            "a retry without credentials",
+            anyone
+                .retry_deletion(v1::RetryDeletionRequest {
+                    name: "us-east/network/n".into(),
+                    reason: String::new(),
+                })
+                .await,
+        );
+        assert_eq!(got.code, tonic::Code::PermissionDenied, "{got:?}");
+        let root = admin(region, Some(TOKEN)).await;
+        let not_failed = refusal(
+            "a retry of a blocked deletion",
+            root.retry_deletion(v1::RetryDeletionRequest {
+                name: "us-east/network/n".into(),
+                reason: String::new(),
+            })
+            .await,
+        );
+        assert_eq!(
+            (not_failed.code, not_failed.reason(), not_failed.resource().0.as_str()),
+            (
+                tonic::Code::FailedPrecondition,
+                ErrorReason::NotDeleting,
+                "us-east/network/n"
+            ),
+            "{not_failed:?}"
+        );
+        let too_early = refusal(
+            "a force purge before the threshold",
+            root.force_purge(v1::ForcePurgeRequest {
+                name: "us-east/network/n".into(),
+                reason: "stuck".into(),
+                force: false,
+            })
+            .await,
+        );
+        assert_eq!(
+            (too_early.code, too_early.reason(), too_early.details().field.as_str()),
+            (tonic::Code::FailedPrecondition, ErrorReason::TooEarly, "force"),
+            "{too_early:?}"
+        );
+        let no_reason = refusal(
+            "a force purge without a reason",
+            root.force_purge(v1::ForcePurgeRequest {
+                name: "us-east/network/n".into(),
+                reason: String::new(),
+                force: true,
+            })
+            .await,
+        );
+        assert_eq!(
+            (no_reason.code, no_reason.details().field.as_str()),
+            (tonic::Code::InvalidArgument, "reason"),
+            "{no_reason:?}"
+        );
+        // The same answers through every node (only the message's age may differ).
+        let comparable = Refusal {
+            message: not_failed.message.clone(),
+            ..too_early.clone()
+        };
+        match &first {
+            None => first = Some(comparable),
+            Some(want) => assert_eq!(&comparable, want, "{region} answered differently"),
+        }
+    }
+}

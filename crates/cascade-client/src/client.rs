@@ -258,6 +258,10 @@ impl AdminClient {
             .into_inner())
     }
 
+    pub async fn force_purge(&self, req: v1::ForcePurgeRequest) -> Result<v1::DeletionEntry, ClientError> {
+        Ok(self.inner.clone().force_purge(self.request(req)?).await?.into_inner())
+    }
+
     pub async fn list_audit(&self, req: v1::ListAuditRequest) -> Result<v1::ListAuditResponse, ClientError> {
         Ok(self.inner.clone().list_audit(self.request(req)?).await?.into_inner())
     }

@@ -176,6 +176,17 @@ pub enum CoreError {
         /// What it is instead ("is not being deleted", "has not failed: BLOCKED").
         why: String,
     },
+    /// ForcePurge of a deletion younger than the configured threshold,
+    /// without `force`.
+    #[error("{name} has been deleting for {age_ms} ms, less than the {threshold_ms} ms after which a deletion may be force-purged (pass force to override)")]
+    ForceTooEarly {
+        /// The resource.
+        name: ResourceName,
+        /// How long it has been DELETING.
+        age_ms: u64,
+        /// The configured threshold.
+        threshold_ms: u64,
+    },
     /// A step was asked to act on a resource another region owns (the node
     /// forwards such requests; the core only acts on its own region).
     #[error("{name} belongs to region {region}, this node serves {local}")]
@@ -285,6 +296,7 @@ impl CoreError {
             | CoreError::DeleteRefused { .. }
             | CoreError::Liened { .. }
             | CoreError::NoSuchDeletion { .. }
+            | CoreError::ForceTooEarly { .. }
             | CoreError::CreateAborted { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,

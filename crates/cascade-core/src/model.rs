@@ -238,6 +238,23 @@ pub struct DeletionRecord {
     /// order they first failed. Removing the finalizer drops its entry.
     #[serde(default)]
     pub finalizer_failures: Vec<FinalizerFailure>,
+    /// An administrator's ForcePurge: the deletion no longer waits for
+    /// `block` referrers (they lose the reference, in every region),
+    /// finalizers or liens (dropped).
+    #[serde(default)]
+    pub forced: Option<ForcedPurge>,
+}
+
+/// Who forced a deletion through, when, and why (seed 000: an admin
+/// force-purges a deletion stuck too long).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForcedPurge {
+    /// The administrator, as the node authenticated them.
+    pub by: String,
+    /// The reason they gave (required).
+    pub reason: String,
+    /// When.
+    pub time: Timestamp,
 }
 
 /// A finalizer whose controller reported that its external cleanup failed
@@ -442,13 +459,16 @@ impl Walk {
         self.remote.values().sum()
     }
 
-    /// A row counted by this walk went away: one fewer to wait for.
-    pub fn forget(&mut self, row: &BackRef, local_region: &str) {
+    /// A row counted by this walk went away: one fewer to wait for. A
+    /// `forced` deletion counts a remote `block` row as a remote one (its
+    /// region unsets the referrer and releases it, see
+    /// [`DeletionRecord::forced`]).
+    pub fn forget(&mut self, row: &BackRef, local_region: &str, forced: bool) {
         if !self.has_seen(&row.key()) {
             return;
         }
         let region = row.referrer.name.region();
-        if row.on_delete == OnDelete::Block {
+        if row.on_delete == OnDelete::Block && !forced {
             self.blocking = self.blocking.saturating_sub(1);
         } else if region != local_region {
             if let Some(n) = self.remote.get_mut(region) {
@@ -482,6 +502,9 @@ pub enum EventType {
     /// attempt failed (`ReportFinalizerFailure`) and the backoff elapsed.
     /// The message names the finalizer and the attempt.
     FinalizerRetry,
+    /// An administrator forced a DELETING resource's deletion through
+    /// (ForcePurge): importers unset their `block` referrers of it too.
+    DeletionForced,
 }
 
 /// One administrative action, or one refused attempt at one (the Admin
@@ -561,6 +584,10 @@ pub struct RemoteDeletion {
     /// deleted by its operation, even when two such deletes race.
     #[serde(default)]
     pub no_cascade: bool,
+    /// The owner forced the deletion through (a `DeletionForced` event):
+    /// local `block` referrers lose the reference too, instead of holding it.
+    #[serde(default)]
+    pub forced: bool,
 }
 
 /// References committed here whose owners have not confirmed the attach

@@ -680,6 +680,7 @@ impl World {
                             operation,
                             status: DeletionStatus::Pending,
                             finalizer_failures: Vec::new(),
+                            forced: None,
                         };
                         self.check_entered(region, &record)?;
                         self.entered.insert(e.resource.uid, Entered { operation });

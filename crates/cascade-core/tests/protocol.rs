@@ -2202,3 +2202,70 @@ fn a_retried_deletion_starts_from_zero_and_is_audited_in_the_same_step() {
     assert_eq!(w.op(op.id).state, OperationState::Succeeded);
     w.check();
 }
+
+fn force(w: &mut World, name: &str, reason: &str, min_age_ms: u64, force: bool) -> Result<Resource, CoreError> {
+    let req = protocol::AdminRequest {
+        who: "ops".to_owned(),
+        action: "ForcePurge".to_owned(),
+        target: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let step = protocol::force_purge(&w.state, ctx!(w), &mut w.ids, name, req, min_age_ms, force)?;
+    assert_eq!(step.writes.audit.len(), 1, "a force purge is audited in its own step");
+    w.state.apply(step.writes);
+    Ok(step.value.0)
+}
+
+/// ForcePurge of a deletion held by a live `block` referrer, a finalizer
+/// and a lien, after it FAILED: the blocker loses its reference (and
+/// survives), the finalizer and the lien are dropped, the resource is
+/// purged, the operation succeeds, and the checker finds nothing.
+#[test]
+fn a_forced_deletion_unsets_its_blockers_drops_its_finalizers_and_liens_and_is_purged() {
+    let (w, [p1, _p2, net, _subnet, _port, router]) = blocked_cascade_world();
+    let mut w = w.with_policy(|p| {
+        p.max_attempts = 2;
+        p.backoff_base_ms = 10;
+    });
+    let mut s = spec(&net, &[("project", &[&p1])]);
+    s.finalizers = vec!["dns".to_owned()];
+    w.try_update(s, None).unwrap();
+    add_lien(&mut w, &net, "hold").unwrap();
+    let op = w.delete_accepted(&p1, true);
+    for _ in 0..4 {
+        w.run_until_quiet();
+        w.advance_to_next_due();
+    }
+    w.run_until_quiet();
+    assert!(matches!(w.record(&net).status, DeletionStatus::Failed { .. }));
+    // Refused: no reason; too young without force; not a deletion.
+    assert!(
+        matches!(force(&mut w, &net, " ", 0, false), Err(CoreError::InvalidArgument { field, .. }) if field == "reason")
+    );
+    let err = force(&mut w, &net, "stuck", 3_600_000, false).unwrap_err();
+    assert!(matches!(err, CoreError::ForceTooEarly { .. }), "{err:?}");
+    assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+    assert!(matches!(
+        force(&mut w, &router, "x", 0, true),
+        Err(CoreError::NoSuchDeletion { .. })
+    ));
+    let forced = force(&mut w, &net, "the router is decommissioned", 3_600_000, true).unwrap();
+    assert!(forced.finalizers.is_empty() && forced.liens.is_empty());
+    assert_eq!(w.record(&net).forced.as_ref().map(|f| f.by.as_str()), Some("ops"));
+    w.run_until_quiet();
+    assert!(w.get(&net).is_none(), "purged");
+    let r = w.active(&router);
+    assert!(
+        !r.refs.contains_key("gateway_network"),
+        "the blocker lost the reference: {r:?}"
+    );
+    let o = w.op(op.id);
+    assert_eq!(o.state, OperationState::Succeeded, "{o:?}");
+    assert_eq!(o.progress.failed, 0);
+    assert!(w
+        .state
+        .events
+        .iter()
+        .any(|e| e.event_type == EventType::DeletionForced && e.message.contains("decommissioned")));
+    w.check();
+}

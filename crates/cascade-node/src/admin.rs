@@ -126,6 +126,28 @@ impl Node {
         })
     }
 
+    /// Forces a DELETING resource's deletion through (see
+    /// `protocol::force_purge`); logged with `req`.
+    pub(crate) async fn force_purge(
+        &self,
+        name: String,
+        req: AdminRequest,
+        force: bool,
+    ) -> Result<DeletionEntry, Fault> {
+        let min_age_ms = self.admin.force_purge_after_ms;
+        let (resource, record) = self
+            .writer
+            .apply(move |s, c, ids| protocol::force_purge(s, c, ids, &name, req, min_age_ms, force))
+            .await?;
+        Ok(DeletionEntry {
+            stuck: protocol::is_stuck(&resource, &record),
+            age_ms: self.clock.now().0.saturating_sub(record.deleted_at.0),
+            work: self.state().work(resource.uid)?,
+            resource,
+            record,
+        })
+    }
+
     /// Writes an audit entry on its own (a listing, or a refused call).
     pub(crate) async fn audit(&self, req: AdminRequest, outcome: String) -> Result<(), Fault> {
         self.writer

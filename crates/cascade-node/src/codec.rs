@@ -173,7 +173,6 @@ records! {
     BackRef => BackRef,
     Operation => Operation,
     Outcome => Outcome,
-    RemoteDeletion => RemoteDeletion,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
     AuditEntry => AuditEntry,
@@ -208,7 +207,8 @@ macro_rules! records_with_an_optional_second_layout {
 records_with_an_optional_second_layout! {
     Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
     Event => Event, EventV2, |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
-    DeletionRecord => DeletionRecord, DeletionRecordV2, |d| !d.finalizer_failures.is_empty();
+    DeletionRecord => DeletionRecord, DeletionRecordV2, |d| !d.finalizer_failures.is_empty() || d.forced.is_some();
+    RemoteDeletion => RemoteDeletion, RemoteDeletionV2, |r| r.forced;
 }
 
 /// Written as version 2 (with the walk); version 1 still read.

@@ -32,6 +32,7 @@
 //! [admin]             # who may call cascade.v1.Admin; none: nobody
 //! token = "…"                          # sent as `authorization: Bearer …`
 //! identities = ["alice.admin.cascade"] # with [tls]: client certificate DNS names
+//! force_purge_after_ms = 3600000       # younger deletions need ForcePurge's `force`
 //!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
@@ -89,15 +90,35 @@ pub struct AdminConfig {
     /// administrators.
     #[serde(default)]
     pub identities: Vec<String>,
+    /// A deletion younger than this may be force-purged only with `force`
+    /// (default one hour).
+    pub force_purge_after_ms: Option<u64>,
 }
 
 /// Who may call the Admin service, resolved.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminAccess {
     /// The bearer token, if any.
     pub token: Option<String>,
     /// Client certificate DNS names that are administrators.
     pub identities: Vec<String>,
+    /// How long a deletion must have been DELETING before ForcePurge
+    /// takes it without `force`.
+    pub force_purge_after_ms: u64,
+}
+
+/// One hour: a deletion stuck that long is what seed 000's administrator
+/// force-purges; a younger one needs `force`.
+pub const DEFAULT_FORCE_PURGE_AFTER_MS: u64 = 3_600_000;
+
+impl Default for AdminAccess {
+    fn default() -> Self {
+        Self {
+            token: None,
+            identities: Vec::new(),
+            force_purge_after_ms: DEFAULT_FORCE_PURGE_AFTER_MS,
+        }
+    }
 }
 
 /// `[storage]`: which engine keeps `data_dir`.
@@ -313,6 +334,7 @@ impl NodeSettings {
         settings.admin = AdminAccess {
             token: file.admin.token.clone(),
             identities: file.admin.identities.clone(),
+            force_purge_after_ms: file.admin.force_purge_after_ms.unwrap_or(DEFAULT_FORCE_PURGE_AFTER_MS),
         };
         let scheme = if settings.tls.is_some() { "https://" } else { "http://" };
         for (region, addr) in &file.peers {

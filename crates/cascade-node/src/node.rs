@@ -638,6 +638,7 @@ impl Node {
             if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
                 let no_cascade = state.get_operation(d.operation)?.is_some_and(|op| !op.cascade);
                 deleting.push(RemoteDeleting {
+                    forced: d.forced.is_some(),
                     target: d.target,
                     operation: d.operation,
                     no_cascade,

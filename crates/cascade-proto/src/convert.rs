@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cascade_core::invariants::RegionView;
 use cascade_core::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, FinalizerFailure,
-    Operation, OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
+    ForcedPurge, Operation, OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
 };
 use cascade_core::operation_view::{OperationPage, OperationView};
 use cascade_core::protocol::{DeleteRequest, FinalizerReport, Plan, RefRequest, ResourceSpec};
@@ -207,6 +207,11 @@ fn deletion(d: &DeletionRecord) -> v1::Deletion {
                 next_attempt_ms: f.retry_at.map(ms).unwrap_or(0),
             })
             .collect(),
+        forced: d.forced.as_ref().map(|f| v1::ForcedPurge {
+            by: f.by.clone(),
+            reason: f.reason.clone(),
+            time_ms: ms(f.time),
+        }),
     }
 }
 
@@ -505,6 +510,7 @@ pub fn event_type_from(t: i32) -> Option<EventType> {
         v1::EventType::DeletionBlocked => EventType::DeletionBlocked,
         v1::EventType::DeletionFailed => EventType::DeletionFailed,
         v1::EventType::FinalizerRetry => EventType::FinalizerRetry,
+        v1::EventType::DeletionForced => EventType::DeletionForced,
     })
 }
 
@@ -552,6 +558,7 @@ pub fn event_type(t: EventType) -> v1::EventType {
         EventType::DeletionBlocked => v1::EventType::DeletionBlocked,
         EventType::DeletionFailed => v1::EventType::DeletionFailed,
         EventType::FinalizerRetry => v1::EventType::FinalizerRetry,
+        EventType::DeletionForced => v1::EventType::DeletionForced,
     }
 }
 
@@ -652,6 +659,11 @@ fn deletion_record_from(target: RefTarget, d: &v1::Deletion, field: &str) -> Res
                 retry_at: (f.next_attempt_ms > 0).then(|| timestamp_from(f.next_attempt_ms)),
             })
             .collect(),
+        forced: d.forced.as_ref().map(|f| ForcedPurge {
+            by: f.by.clone(),
+            reason: f.reason.clone(),
+            time: timestamp_from(f.time_ms),
+        }),
     })
 }
 
@@ -825,6 +837,7 @@ mod tests {
                 reason: "blocked by ra/port/p".into(),
             },
             finalizer_failures: Vec::new(),
+            forced: None,
         };
         let row = BackRef {
             target: net.clone(),

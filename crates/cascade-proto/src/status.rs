@@ -22,6 +22,7 @@
 //! | RemoveLien of a lien not held / AddLien of a held id with another reason | NOT_FOUND / ALREADY_EXISTS | `LIEN`, `field` = `lien_id`, `resource` |
 //! | ReportFinalizerFailure of a finalizer not listed | NOT_FOUND | `FINALIZER`, `field` = `finalizer`, `resource` |
 //! | finalizer failure for a resource not DELETING; RetryDeletion of a deletion not FAILED | FAILED_PRECONDITION | `NOT_DELETING`, `resource` |
+//! | ForcePurge of a deletion younger than the threshold, without force | FAILED_PRECONDITION | `TOO_EARLY`, `field` = `force`, `resource` |
 //! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
@@ -148,6 +149,11 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
         CoreError::NoSuchDeletion { name, .. } => v1::ErrorDetails {
             resource: named(name, ""),
             ..with(ErrorReason::NotDeleting)
+        },
+        CoreError::ForceTooEarly { name, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            field: "force".into(),
+            ..with(ErrorReason::TooEarly)
         },
         CoreError::RemoteReference { field, target } => v1::ErrorDetails {
             field: field.clone(),

@@ -47,6 +47,18 @@ pub enum AdminCommand {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Force a deletion through: drop its finalizers and liens, and let its
+    /// block referrers (in every region) lose the reference; it is purged
+    /// once the other regions have released.
+    ForcePurge {
+        name: String,
+        /// Why (required; kept in the audit log).
+        #[arg(long)]
+        reason: String,
+        /// Also for a deletion younger than the node's force_purge_after_ms.
+        #[arg(long)]
+        force: bool,
+    },
     /// One region's audit log, oldest first.
     Audit {
         /// The region (default: the one --server serves).
@@ -117,6 +129,16 @@ pub(super) async fn run(client: &AdminClient, command: AdminCommand, json: bool)
         }
         AdminCommand::Retry { name, reason } => {
             let e = client.retry_deletion(v1::RetryDeletionRequest { name, reason }).await?;
+            if json {
+                print_json(&render::deletion_entry_json(&e));
+            } else {
+                print!("{}", render::deletion_entry_text(&e));
+            }
+        }
+        AdminCommand::ForcePurge { name, reason, force } => {
+            let e = client
+                .force_purge(v1::ForcePurgeRequest { name, reason, force })
+                .await?;
             if json {
                 print_json(&render::deletion_entry_json(&e));
             } else {

@@ -85,6 +85,7 @@ fn deleting(s: &mut MemoryState, target: (&str, u128), reason: DeletionReason, s
             operation: op_id(),
             status,
             finalizer_failures: Vec::new(),
+            forced: None,
         },
     );
     settle_operation(s, target);
@@ -301,6 +302,7 @@ fn resurrection_revived_remote_deletion() {
             seen_at: Timestamp(3),
             purged: false,
             no_cascade: false,
+            forced: false,
         },
     );
     let r = check(&s);
@@ -361,6 +363,7 @@ fn stale_remote_deletion() {
             seen_at: Timestamp(3),
             purged: false,
             no_cascade: false,
+            forced: false,
         },
     );
     only(&check(&s), ViolationKind::StaleRemoteDeletion);

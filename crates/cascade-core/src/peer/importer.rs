@@ -84,10 +84,18 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                     seen_at: ctx.now,
                     purged: false,
                     no_cascade: e.no_cascade,
+                    forced: false,
                 });
                 started.push(uid);
                 tx.put_work(WorkItem::due_now(e.resource, ctx.now));
                 applied += 1;
+            }
+            EventType::DeletionForced => {
+                let Some(operation) = e.operation else { continue };
+                if force_tombstone(&mut tx, ctx, e.resource, operation, e.no_cascade)? {
+                    started.push(uid);
+                    applied += 1;
+                }
             }
             EventType::Purged => {
                 // The owner purged it once every referrer released; local
@@ -129,6 +137,35 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     })
 }
 
+/// The owner forced a deletion through: the tombstone says so (made now
+/// if this node never saw the DELETING event), and the walk of the local
+/// referrers starts again from the first row, so the `block` referrers the
+/// first walk left in place lose the reference too. Returns whether
+/// anything changed (false for a replay).
+fn force_tombstone<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    target: RefTarget,
+    operation: OperationId,
+    no_cascade: bool,
+) -> Result<bool, CoreError> {
+    let tombstone = match tx.remote_deletion(target.uid)? {
+        Some(t) if t.forced => return Ok(false),
+        Some(t) => RemoteDeletion { forced: true, ..t },
+        None => RemoteDeletion {
+            target: target.clone(),
+            operation,
+            seen_at: ctx.now,
+            purged: false,
+            no_cascade,
+            forced: true,
+        },
+    };
+    tx.put_remote_deletion(tombstone);
+    tx.put_work(WorkItem::due_now(target, ctx.now));
+    Ok(true)
+}
+
 /// A resource of another region in DELETING, as its owner lists it for a
 /// resync (see [`resync`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +176,8 @@ pub struct RemoteDeleting {
     pub operation: OperationId,
     /// See [`RemoteDeletion::no_cascade`].
     pub no_cascade: bool,
+    /// See [`RemoteDeletion::forced`].
+    pub forced: bool,
 }
 
 /// Importer: the owner compacted its outbox past this node's cursor. The
@@ -167,9 +206,19 @@ pub fn resync<S: StateRead + ?Sized>(
         target,
         operation,
         no_cascade,
+        forced,
     } in deleting
     {
-        if target.name.region() != from_region || tx.remote_deletion(target.uid)?.is_some() {
+        if target.name.region() != from_region {
+            continue;
+        }
+        if forced {
+            // A forced deletion whose DELETION_FORCED event was compacted
+            // away: the same as applying it.
+            added += usize::from(force_tombstone(&mut tx, ctx, target, operation, no_cascade)?);
+            continue;
+        }
+        if tx.remote_deletion(target.uid)?.is_some() {
             continue;
         }
         tx.put_remote_deletion(RemoteDeletion {
@@ -178,6 +227,7 @@ pub fn resync<S: StateRead + ?Sized>(
             seen_at: ctx.now,
             purged: false,
             no_cascade,
+            forced: false,
         });
         tx.put_work(WorkItem::due_now(target, ctx.now));
         added += 1;

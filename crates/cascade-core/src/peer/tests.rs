@@ -55,6 +55,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
         target: still_deleting.clone(),
         operation: op,
         no_cascade: false,
+        forced: false,
     }];
     let step = resync(&state, ctx, "ra", listing, 40).unwrap();
     assert_eq!(step.value, 1);

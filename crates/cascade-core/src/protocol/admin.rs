@@ -9,13 +9,13 @@
 
 use crate::error::CoreError;
 use crate::model::{
-    AuditEntry, DeletionRecord, DeletionStatus, EventType, OperationState, Outcome, OutcomeAction, Resource,
-    ResourceState, WorkItem,
+    AuditEntry, DeletionRecord, DeletionStatus, EventType, ForcedPurge, OperationState, Outcome, OutcomeAction,
+    Resource, ResourceState, WorkItem,
 };
 use crate::name::{IdSource, Uid};
 use crate::state::{StateRead, Tx};
 
-use super::bookkeeping::{decrement, emit_only, update_operation};
+use super::bookkeeping::{decrement, emit_only, put_with_event, update_operation};
 use super::validate::local_name;
 use super::{target_of, Ctx, Step};
 
@@ -116,6 +116,133 @@ pub fn retry_deletion<S: StateRead + ?Sized>(
             tx.put_operation(operation);
         }
     }
+    audit(&mut tx, ctx, ids, req, "ok".to_owned());
+    Ok(Step {
+        value: (resource, record),
+        writes: tx.finish(),
+    })
+}
+
+/// Forces a DELETING resource's deletion through (seed 000: an admin
+/// force-purges a deletion stuck longer than a threshold): its finalizers
+/// and liens are dropped, and its `block` referrers, in every region, lose
+/// the reference as `unset` ones do (a list its element; a `required` one
+/// too, as an orphan delete clears it), instead of holding it. What a purge
+/// does to every other referrer it has done already (its walk cascaded and
+/// unset them) or does now. The resource is then purged as any deletion
+/// is: once the referrers in other regions have acted on the
+/// `DeletionForced` event and released, so nothing is left dangling
+/// (invariants 1 to 4 hold). Refused for a deletion younger than
+/// `min_age_ms` unless `force`; a reason is required. Forcing a forced
+/// deletion again changes nothing. Logged with `req`.
+#[allow(clippy::too_many_arguments)]
+pub fn force_purge<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    ids: &mut dyn IdSource,
+    name: &str,
+    req: AdminRequest,
+    min_age_ms: u64,
+    force: bool,
+) -> Result<Step<(Resource, DeletionRecord)>, CoreError> {
+    let mut tx = Tx::new(state);
+    if req.reason.trim().is_empty() {
+        return Err(CoreError::invalid(
+            "reason",
+            "a force purge needs a reason (kept in the audit log)",
+        ));
+    }
+    check_reason(&req.reason)?;
+    let name = local_name(ctx, name, "name")?;
+    let resource = tx
+        .resource(&name)?
+        .filter(|r| r.state != ResourceState::Creating)
+        .ok_or_else(|| CoreError::NotFound(name.clone()))?;
+    let mut record = match tx.deletion(resource.uid)? {
+        Some(record) if resource.state == ResourceState::Deleting => record,
+        _ => {
+            return Err(CoreError::NoSuchDeletion {
+                name,
+                why: "is not being deleted: ForcePurge finishes a deletion, it does not start one".to_owned(),
+            })
+        }
+    };
+    let age_ms = ctx.now.0.saturating_sub(record.deleted_at.0);
+    if !force && age_ms < min_age_ms {
+        return Err(CoreError::ForceTooEarly {
+            name,
+            age_ms,
+            threshold_ms: min_age_ms,
+        });
+    }
+    if record.forced.is_some() {
+        audit(&mut tx, ctx, ids, req, "ok (already forced)".to_owned());
+        return Ok(Step {
+            value: (resource, record),
+            writes: tx.finish(),
+        });
+    }
+    let op = record.operation;
+    match record.status {
+        DeletionStatus::Failed { .. } => {
+            update_operation(&mut tx, op, |p| {
+                decrement(&mut p.failed, "failed", op);
+                p.pending += 1;
+            })?;
+            if let Some(mut operation) = tx.operation(op)? {
+                if operation.state != OperationState::Running {
+                    operation.state = OperationState::Running;
+                    operation.end_time = None;
+                    tx.put_operation(operation);
+                }
+            }
+        }
+        DeletionStatus::Blocked { .. } => {
+            update_operation(&mut tx, op, |p| decrement(&mut p.blocked, "blocked", op))?;
+        }
+        DeletionStatus::Pending | DeletionStatus::Waiting { .. } => {}
+    }
+    record.status = DeletionStatus::Pending;
+    record.finalizer_failures.clear();
+    record.forced = Some(ForcedPurge {
+        by: req.who.clone(),
+        reason: req.reason.clone(),
+        time: ctx.now,
+    });
+    tx.put_deletion(record.clone());
+    let mut dropped = Vec::new();
+    if !resource.finalizers.is_empty() {
+        dropped.push(format!("finalizers {}", resource.finalizers.join(", ")));
+    }
+    if !resource.liens.is_empty() {
+        let ids: Vec<&str> = resource.liens.iter().map(|l| l.id.as_str()).collect();
+        dropped.push(format!("liens {}", ids.join(", ")));
+    }
+    let mut resource = resource;
+    resource.finalizers.clear();
+    resource.liens.clear();
+    resource.update_time = ctx.now;
+    let message = format!(
+        "deletion forced by {}: {}{}",
+        req.who,
+        req.reason,
+        if dropped.is_empty() {
+            String::new()
+        } else {
+            format!(" (dropped {})", dropped.join("; "))
+        }
+    );
+    let resource = put_with_event(&mut tx, ctx, resource, EventType::DeletionForced, Some(op), &message)?;
+    tx.put_outcome(
+        op,
+        Outcome {
+            resource: target_of(&resource),
+            action: OutcomeAction::Pending,
+            time: ctx.now,
+        },
+    );
+    // A fresh walk: the `block` rows the first one counted are acted on now.
+    tx.put_work(WorkItem::due_now(target_of(&resource), ctx.now));
     audit(&mut tx, ctx, ids, req, "ok".to_owned());
     Ok(Step {
         value: (resource, record),

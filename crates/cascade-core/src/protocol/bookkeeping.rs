@@ -13,6 +13,7 @@ use crate::model::{
     OutcomeAction, Progress, Resource, ResourceState, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, Uid};
+use crate::schema::OnDelete;
 use crate::state::{StateRead, Tx};
 
 use super::backrefs::{outgoing_backrefs, release_ref};
@@ -52,6 +53,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         operation,
         status: DeletionStatus::Pending,
         finalizer_failures: Vec::new(),
+        forced: None,
     });
     tx.put_work(WorkItem::due_now(target.clone(), ctx.now));
     let was_unset = counted_as_unset(tx, operation, &target.name)?;
@@ -488,7 +490,12 @@ pub(crate) fn forget_released_row<S: StateRead + ?Sized>(
         return Ok(());
     };
     if work.walk.has_seen(&row.key()) {
-        work.walk.forget(row, ctx.region.as_str());
+        // Only a `block` row is counted differently when forced: read the
+        // record for those alone (a release is on the hot path of a
+        // cross-region cascade).
+        let forced =
+            row.on_delete == OnDelete::Block && tx.deletion(row.target.uid)?.is_some_and(|d| d.forced.is_some());
+        work.walk.forget(row, ctx.region.as_str(), forced);
         tx.put_work(work);
     }
     Ok(())
@@ -519,7 +526,9 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
     // Importers must know whether a deletion allows a cascade: they apply
     // it to their own referrers (see `apply_to_referrer`).
     let no_cascade = match operation {
-        Some(id) if event_type == EventType::Deleting => tx.operation(id)?.is_some_and(|op| !op.cascade),
+        Some(id) if matches!(event_type, EventType::Deleting | EventType::DeletionForced) => {
+            tx.operation(id)?.is_some_and(|op| !op.cascade)
+        }
         _ => false,
     };
     resource.revision = tx.peek_revision()?;

@@ -61,7 +61,7 @@ use crate::name::{OperationId, RegionId, ResourceName, Uid};
 use crate::schema::Schema;
 use crate::state::WriteSet;
 
-pub use admin::{is_stuck, record_audit, retry_deletion, AdminRequest, MAX_ADMIN_REASON};
+pub use admin::{force_purge, is_stuck, record_audit, retry_deletion, AdminRequest, MAX_ADMIN_REASON};
 pub use create_update::{create, update};
 pub use delete::delete;
 pub use finalizer::{remove_finalizer, report_finalizer_failure, FinalizerReport, MAX_FAILURE_REASON};

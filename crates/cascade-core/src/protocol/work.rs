@@ -119,6 +119,7 @@ fn step_deletion<S: StateRead + ?Sized>(
         operation: record.operation,
         requested_by: &record.requested_by,
         no_cascade,
+        forced: record.forced.is_some(),
     };
     if !work.walk.finished {
         if !resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report)? {
@@ -239,6 +240,13 @@ fn resume_walk<S: StateRead + ?Sized>(
         };
         for b in page {
             match b.on_delete {
+                OnDelete::Block if deletion.forced && is_remote(ctx, &b.referrer.name) => {
+                    *walk.remote.entry(b.referrer.name.region().to_owned()).or_default() += 1;
+                }
+                OnDelete::Block if deletion.forced => {
+                    *budget = budget.saturating_sub(1);
+                    apply_to_referrer(tx, ctx, deletion, b, report)?;
+                }
                 OnDelete::Block => walk.blocking += 1,
                 OnDelete::AllowDangling => tx.remove_backref(b.key()),
                 OnDelete::Cascade | OnDelete::Unset if is_remote(ctx, &b.referrer.name) => {
@@ -396,13 +404,20 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
             break;
         };
         for b in page {
-            if matches!(b.on_delete, OnDelete::Cascade | OnDelete::Unset) && !is_remote(ctx, &b.referrer.name) {
+            // A forced deletion's `block` referrers lose the reference too.
+            let acted_on = match b.on_delete {
+                OnDelete::Cascade | OnDelete::Unset => true,
+                OnDelete::Block => tombstone.forced,
+                OnDelete::AllowDangling => false,
+            };
+            if acted_on && !is_remote(ctx, &b.referrer.name) {
                 *budget = budget.saturating_sub(1);
                 let deletion = Applied {
                     target: &tombstone.target,
                     operation: tombstone.operation,
                     requested_by: &requested_by,
                     no_cascade: tombstone.no_cascade,
+                    forced: tombstone.forced,
                 };
                 apply_to_referrer(tx, ctx, &deletion, b, report)?;
             }
@@ -465,6 +480,9 @@ struct Applied<'a> {
     requested_by: &'a str,
     /// The request did not allow a cascade (`cascade = false`).
     no_cascade: bool,
+    /// An administrator forced it through: `block` referrers lose the
+    /// reference (like `unset` ones) instead of holding the deletion.
+    forced: bool,
 }
 
 /// Applies the deletion of `target` to one referrer: cascade or unset.
@@ -487,6 +505,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         operation,
         requested_by,
         no_cascade,
+        forced: _,
     } = *deletion;
     release_ref(tx, ctx, &b)?;
     let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {

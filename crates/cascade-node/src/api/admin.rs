@@ -158,6 +158,20 @@ impl AdminApi {
         request
     }
 
+    /// An administrator's action the node refused: audited with the status
+    /// the caller gets.
+    async fn audited_refusal(&self, audit: AdminRequest, fault: crate::error::Fault) -> Status {
+        let status = Status::from(fault);
+        if let Err(e) = self
+            .node
+            .audit(audit, format!("{:?}: {}", status.code(), status.message()))
+            .await
+        {
+            warn!(region = %self.node.region, error = %e, "could not write the audit log");
+        }
+        status
+    }
+
     fn present(&self, e: DeletionEntry) -> Result<v1::DeletionEntry, Status> {
         let view = self.node.view(e.resource)?;
         Ok(v1::DeletionEntry {
@@ -257,17 +271,45 @@ impl Admin for AdminApi {
                 info!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who, "deletion retried");
                 Ok(Response::new(self.present(entry)?))
             }
-            Err(e) => {
-                let status = Status::from(e);
-                if let Err(e) = self
-                    .node
-                    .audit(audit, format!("{:?}: {}", status.code(), status.message()))
-                    .await
-                {
-                    warn!(region = %self.node.region, error = %e, "could not write the audit log");
-                }
-                Err(status)
+            Err(e) => Err(self.audited_refusal(audit, e).await),
+        }
+    }
+
+    async fn force_purge(
+        &self,
+        request: Request<v1::ForcePurgeRequest>,
+    ) -> Result<Response<v1::DeletionEntry>, Status> {
+        let target = request.get_ref().name.clone();
+        let admin = self.authenticate(&request, "ForcePurge", &target).await?;
+        let req = request.into_inner();
+        let name = parse_name(&req.name, "name")?;
+        if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
+            let mut client = self.node.peers.admin(region).map_err(refused)?;
+            let call = client.force_purge(Self::forwarded(req, &admin));
+            return Ok(Response::new(
+                call_owner(region, "ForcePurge", FORWARD_TIMEOUT, call).await?,
+            ));
+        }
+        let span =
+            info_span!("force_purge", region = %self.node.region, name = %name, who = %admin.who, force = req.force);
+        let audit = AdminRequest {
+            who: admin.who.clone(),
+            action: if req.force { "ForcePurge (force)" } else { "ForcePurge" }.to_owned(),
+            target: req.name.clone(),
+            reason: req.reason.clone(),
+        };
+        match self
+            .node
+            .force_purge(req.name, audit.clone(), req.force)
+            .instrument(span)
+            .await
+        {
+            Ok(entry) => {
+                warn!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who,
+                    reason = %audit.reason, "deletion forced through by an administrator");
+                Ok(Response::new(self.present(entry)?))
             }
+            Err(e) => Err(self.audited_refusal(audit, e).await),
         }
     }
 

@@ -171,7 +171,12 @@ impl Peer for PeerApi {
         let stream = outbox_stream(
             self.node.feed(),
             req.from_revision,
-            |e| matches!(e.event_type, EventType::Deleting | EventType::Purged),
+            |e| {
+                matches!(
+                    e.event_type,
+                    EventType::Deleting | EventType::DeletionForced | EventType::Purged
+                )
+            },
             |e| v1::PeerEvent {
                 revision: e.revision,
                 r#type: convert::event_type(e.event_type) as i32,
@@ -245,6 +250,7 @@ impl Peer for PeerApi {
                 resource: Some(convert::object_ref(&d.target)),
                 operation_id: d.operation.to_string(),
                 no_cascade: d.no_cascade,
+                forced: d.forced,
             })
             .collect();
         Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))

@@ -371,6 +371,7 @@ impl Peers {
                     target: convert::ref_target(d.resource, "resource").ok()?,
                     operation: OperationId::parse(&d.operation_id).ok()?,
                     no_cascade: d.no_cascade,
+                    forced: d.forced,
                 })
             })
             .collect();

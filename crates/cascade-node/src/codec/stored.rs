@@ -550,6 +550,7 @@ impl TryFrom<DeletionRecord<'_>> for model::DeletionRecord {
             operation: op(d.operation),
             status: d.status.try_into()?,
             finalizer_failures: Vec::new(),
+            forced: None,
         })
     }
 }
@@ -566,16 +567,29 @@ pub struct FinalizerFailure<'a> {
     pub retry_at: Option<u64>,
 }
 
+/// [`model::ForcedPurge`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForcedPurge<'a> {
+    #[serde(borrow)]
+    pub by: Cow<'a, str>,
+    #[serde(borrow)]
+    pub reason: Cow<'a, str>,
+    pub time: u64,
+}
+
 /// [`model::DeletionRecord`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
-/// version 1's fields, then the finalizer failures. Written only for a
-/// deletion a finalizer controller reported a failure for, so every other
-/// record keeps version 1's bytes; version 1 reads back with none.
+/// version 1's fields, then the finalizer failures and the force purge.
+/// Written only for a deletion a finalizer controller reported a failure
+/// for or an administrator forced, so every other record keeps version 1's
+/// bytes; version 1 reads back with neither.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct DeletionRecordV2<'a> {
     #[serde(borrow)]
     pub v1: DeletionRecord<'a>,
     #[serde(borrow)]
     pub finalizer_failures: Vec<FinalizerFailure<'a>>,
+    #[serde(borrow)]
+    pub forced: Option<ForcedPurge<'a>>,
 }
 
 impl<'a> From<&'a model::DeletionRecord> for DeletionRecordV2<'a> {
@@ -593,6 +607,11 @@ impl<'a> From<&'a model::DeletionRecord> for DeletionRecordV2<'a> {
                     retry_at: f.retry_at.map(|t| t.0),
                 })
                 .collect(),
+            forced: d.forced.as_ref().map(|f| ForcedPurge {
+                by: Cow::Borrowed(f.by.as_str()),
+                reason: Cow::Borrowed(f.reason.as_str()),
+                time: f.time.0,
+            }),
         }
     }
 }
@@ -612,6 +631,11 @@ impl TryFrom<DeletionRecordV2<'_>> for model::DeletionRecord {
                 retry_at: f.retry_at.map(Timestamp),
             })
             .collect();
+        record.forced = d.forced.map(|f| model::ForcedPurge {
+            by: string(f.by),
+            reason: string(f.reason),
+            time: Timestamp(f.time),
+        });
         Ok(record)
     }
 }
@@ -934,6 +958,7 @@ pub enum EventType {
     DeletionBlocked,
     DeletionFailed,
     FinalizerRetry,
+    DeletionForced,
 }
 
 impl From<model::EventType> for EventType {
@@ -946,6 +971,7 @@ impl From<model::EventType> for EventType {
             model::EventType::DeletionBlocked => EventType::DeletionBlocked,
             model::EventType::DeletionFailed => EventType::DeletionFailed,
             model::EventType::FinalizerRetry => EventType::FinalizerRetry,
+            model::EventType::DeletionForced => EventType::DeletionForced,
         }
     }
 }
@@ -960,6 +986,7 @@ impl From<EventType> for model::EventType {
             EventType::DeletionBlocked => model::EventType::DeletionBlocked,
             EventType::DeletionFailed => model::EventType::DeletionFailed,
             EventType::FinalizerRetry => model::EventType::FinalizerRetry,
+            EventType::DeletionForced => model::EventType::DeletionForced,
         }
     }
 }
@@ -1078,7 +1105,36 @@ impl TryFrom<RemoteDeletion<'_>> for model::RemoteDeletion {
             seen_at: Timestamp(r.seen_at),
             purged: r.purged,
             no_cascade: r.no_cascade,
+            forced: false,
         })
+    }
+}
+
+/// [`model::RemoteDeletion`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1's fields, then whether the owner forced the deletion. Written
+/// only for a forced one.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RemoteDeletionV2<'a> {
+    #[serde(borrow)]
+    pub v1: RemoteDeletion<'a>,
+    pub forced: bool,
+}
+
+impl<'a> From<&'a model::RemoteDeletion> for RemoteDeletionV2<'a> {
+    fn from(r: &'a model::RemoteDeletion) -> Self {
+        RemoteDeletionV2 {
+            v1: RemoteDeletion::from(r),
+            forced: r.forced,
+        }
+    }
+}
+
+impl TryFrom<RemoteDeletionV2<'_>> for model::RemoteDeletion {
+    type Error = NameError;
+    fn try_from(r: RemoteDeletionV2<'_>) -> Result<Self, NameError> {
+        let mut tombstone = model::RemoteDeletion::try_from(r.v1)?;
+        tombstone.forced = r.forced;
+        Ok(tombstone)
     }
 }
 

@@ -166,24 +166,24 @@ fn finalizer_failures() -> impl Strategy<Value = Vec<FinalizerFailure>> {
 }
 
 fn deletion() -> impl Strategy<Value = DeletionRecord> {
+    let forced =
+        prop::option::of((text(), text(), ts()).prop_map(|(by, reason, time)| ForcedPurge { by, reason, time }));
     (
-        target(),
-        ts(),
-        reason(),
-        text(),
-        op_id(),
-        status(),
-        finalizer_failures(),
+        (target(), ts(), reason(), text()),
+        (op_id(), status(), finalizer_failures(), forced),
     )
         .prop_map(
-            |(target, deleted_at, reason, requested_by, operation, status, finalizer_failures)| DeletionRecord {
-                target,
-                deleted_at,
-                reason,
-                requested_by,
-                operation,
-                status,
-                finalizer_failures,
+            |((target, deleted_at, reason, requested_by), (operation, status, finalizer_failures, forced))| {
+                DeletionRecord {
+                    target,
+                    deleted_at,
+                    reason,
+                    requested_by,
+                    operation,
+                    status,
+                    finalizer_failures,
+                    forced,
+                }
             },
         )
 }
@@ -311,8 +311,9 @@ fn event() -> impl Strategy<Value = Event> {
 }
 
 fn remote_deletion() -> impl Strategy<Value = RemoteDeletion> {
-    (target(), op_id(), ts(), any::<bool>(), any::<bool>()).prop_map(
-        |(target, operation, seen_at, purged, no_cascade)| RemoteDeletion {
+    (target(), op_id(), ts(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+        |(target, operation, seen_at, purged, no_cascade, forced)| RemoteDeletion {
+            forced,
             target,
             operation,
             seen_at,
@@ -392,7 +393,7 @@ proptest! {
 
     #[test]
     fn deletions_round_trip(v in deletion()) {
-        both_ways_as(Table::Deletions, &v, !v.finalizer_failures.is_empty())?;
+        both_ways_as(Table::Deletions, &v, !v.finalizer_failures.is_empty() || v.forced.is_some())?;
     }
 
     #[test]
@@ -411,7 +412,7 @@ proptest! {
     }
 
     #[test]
-    fn remote_deletions_round_trip(v in remote_deletion()) { both_ways(Table::RemoteDeletions, &v)?; }
+    fn remote_deletions_round_trip(v in remote_deletion()) { both_ways_as(Table::RemoteDeletions, &v, v.forced)?; }
 
     #[test]
     fn pending_attaches_round_trip(v in pending_attach()) { both_ways(Table::PendingAttach, &v)?; }
