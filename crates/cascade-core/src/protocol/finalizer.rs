@@ -20,13 +20,13 @@
 //! force-purge it).
 
 use crate::error::CoreError;
-use crate::model::{DeletionStatus, EventType, FinalizerFailure, Resource, ResourceState};
+use crate::model::{DeletionStatus, EventType, FinalizerFailure, Resource, ResourceState, WorkItem};
 use crate::name::Uid;
 use crate::state::{StateRead, Tx};
 
 use super::bookkeeping::{fail_deletion, hold_reason, mark_blocked, put_with_event, wake_if_deleting};
 use super::validate::local_name;
-use super::{Ctx, Step};
+use super::{target_of, Ctx, Step};
 
 /// Longest reason a controller may report (it is stored and shown).
 pub const MAX_FAILURE_REASON: usize = 1024;
@@ -157,12 +157,15 @@ pub fn report_finalizer_failure<S: StateRead + ?Sized>(
     mark_blocked(&mut tx, ctx, &resource, &mut record, blockers, reason)?;
     tx.put_deletion(record);
     // The work loop asks the controller again when the backoff elapses
-    // (sooner if it was due anyway).
-    if let Some(mut work) = tx.work(resource.uid)? {
-        if work.next_attempt_at > retry_at {
+    // (sooner if it was due anyway). A held deletion is always queued; the
+    // entry is made if it were not, or the retry would never be asked.
+    match tx.work(resource.uid)? {
+        Some(mut work) if work.next_attempt_at > retry_at => {
             work.next_attempt_at = retry_at;
             tx.put_work(work);
         }
+        Some(_) => {}
+        None => tx.put_work(WorkItem::due_now(target_of(&resource), retry_at)),
     }
     Ok(Step {
         value: resource,
