@@ -312,6 +312,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     println!(
         "  {exe} finalizer fail eu-west/project/legacy {DEMO_FINALIZER} --reason \"billing API down\"   # {DEMO_MAX_ATTEMPTS} times: FAILED"
     );
+    println!("  {exe} explain eu-west/project/legacy                   # what it waits on, in every region");
     println!("  {exe} admin deletions --stuck                          # finds it, with the last reason");
     println!("  {exe} admin retry eu-west/project/legacy --reason \"billing API is back\"   # PENDING again");
     println!("  {exe} finalizer remove eu-west/project/legacy {DEMO_FINALIZER}   # done: purged, or:");

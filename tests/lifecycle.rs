@@ -268,12 +268,7 @@ async fn orphan_delete_keeps_dependents_in_two_regions_with_the_reference_cleare
 fn schema_check_names_seed_002s_stuck_path_and_fails_on_errors() {
     let dir = tempfile::tempdir().expect("temp dir");
     let stuck = dir.path().join("stuck.toml");
-    std::fs::write(
-        &stuck,
-        "[kinds.a]\n[kinds.d]\n[kinds.c.refs.a]\nkind = \"a\"\non_delete = \"cascade\"\n\
-         [kinds.d.refs.c]\nkind = \"c\"\non_delete = \"block\"\n",
-    )
-    .unwrap();
+    std::fs::write(&stuck, SEED_002_SCHEMA).unwrap();
     let run = |file: &std::path::Path, json: bool| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"));
         cmd.arg("schema").arg("check").arg(file);
@@ -481,6 +476,98 @@ async fn a_finalizer_that_always_fails_ends_failed_and_a_later_removal_finishes_
         outcome_of(&done, "ra/project/p").action,
         v1::OutcomeAction::Deleted as i32
     );
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
+
+/// Seed 002's schema: deleting an `a` cascades to its `c`s; a `d`, which
+/// no cascade from an `a` reaches, may block a `c`.
+const SEED_002_SCHEMA: &str = "[kinds.a]\n[kinds.d]\n[kinds.c.refs.a]\nkind = \"a\"\non_delete = \"cascade\"\n\
+                               [kinds.d.refs.c]\nkind = \"c\"\non_delete = \"block\"\n";
+
+/// Issue 11: seed 002's stuck case across regions. ra's `a` cascades to
+/// rc's `c`, which rb's `d` (unrelated to the `a`) blocks. ExplainDeletion,
+/// asked through any node by name or by operation, names the blocker and
+/// its region and flags the `c` stuck (the CLI draws it and exits 1);
+/// deleting the `d` lets the operation finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_a_blocker_in_another_region_and_flags_seed_002s_stuck_cascade() {
+    let schema = std::sync::Arc::new(cascade_core::Schema::from_toml(SEED_002_SCHEMA).expect("schema"));
+    let c = start_cluster_with(&["ra", "rb", "rc"], |s| s.schema = schema.clone()).await;
+    let (a, b, rc) = (c.client("ra"), c.client("rb"), c.client("rc"));
+    a.create(spec_in("ra/a/x", &[])).await.unwrap();
+    rc.create(spec_in("rc/c/y", &[("a", &["ra/a/x"])])).await.unwrap();
+    b.create(spec_in("rb/d/z", &[("c", &["rc/c/y"])])).await.unwrap();
+    let op = b.delete(delete_req("ra/a/x", true)).await.unwrap().operation.unwrap();
+    let explained = eventually(std::time::Duration::from_secs(30), "c to be blocked", || async {
+        let e = b
+            .explain_deletion(v1::ExplainDeletionRequest {
+                name: "ra/a/x".into(),
+                operation_id: String::new(),
+            })
+            .await
+            .ok()?;
+        e.stuck.then_some(e)
+    })
+    .await;
+    assert_eq!(explained.operation_id, op.id);
+    assert!(explained.unreachable_regions.is_empty(), "{explained:?}");
+    let find = |name: &str| {
+        explained
+            .deletions
+            .iter()
+            .find(|d| d.resource.as_ref().is_some_and(|r| r.name == name))
+            .unwrap_or_else(|| panic!("{name} is not explained: {explained:?}"))
+    };
+    let root = find("ra/a/x");
+    assert!(!root.stuck && root.parent.is_empty(), "{root:?}");
+    assert!(
+        root.reasons
+            .iter()
+            .any(|r| r.contains("waits for the 1 deletion(s) its cascade started")),
+        "{root:?}"
+    );
+    let blocked = find("rc/c/y");
+    assert_eq!((blocked.parent.as_str(), blocked.field.as_str()), ("ra/a/x", "a"));
+    assert!(blocked.stuck, "{blocked:?}");
+    assert_eq!(
+        blocked.reasons,
+        ["blocked by rb/d/z (region rb, field c): live, not being deleted, and outside this deletion: stuck until it is deleted or its reference changed"]
+    );
+    // By operation id, through another node: the same explanation.
+    let by_op = rc
+        .explain_deletion(v1::ExplainDeletionRequest {
+            name: String::new(),
+            operation_id: op.id.clone(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(by_op.deletions.len(), explained.deletions.len());
+    assert!(by_op.stuck);
+    // The CLI draws the tree and exits 1 while something is stuck.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["--server", &c.node("rc").node.endpoint(), "explain", "ra/a/x"])
+        .output()
+        .expect("cascade runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("└─ rc/c/y (via a)  BLOCKED  [stuck]") && text.contains("blocked by rb/d/z (region rb"),
+        "{text}"
+    );
+
+    // Deleting the blocker lets the cascade finish.
+    delete_and_wait(b, "rb/d/z", false).await;
+    let done = wait_operation(b, &op.id).await;
+    assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
+    let after = b
+        .explain_deletion(v1::ExplainDeletionRequest {
+            name: String::new(),
+            operation_id: op.id.clone(),
+        })
+        .await
+        .unwrap();
+    assert!(after.deletions.is_empty() && !after.stuck, "{after:?}");
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }

@@ -152,6 +152,12 @@ pub enum Command {
     Finalizer(FinalizerCommand),
     /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
     Admin(AdminArgs),
+    /// What a deletion still waits on, in every region, as a tree: a
+    /// DELETING resource's operation, or an operation id.
+    Explain {
+        /// A resource name (`region/kind/id`) or an operation id.
+        target: String,
+    },
     /// Show a deletion operation and its per-resource outcomes.
     Operation {
         id: String,
@@ -692,6 +698,26 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             } else {
                 0
             });
+        }
+        Command::Explain { target } => {
+            let req = if target.contains('/') {
+                v1::ExplainDeletionRequest {
+                    name: target,
+                    operation_id: String::new(),
+                }
+            } else {
+                v1::ExplainDeletionRequest {
+                    name: String::new(),
+                    operation_id: target,
+                }
+            };
+            let e = client.explain_deletion(req).await?;
+            if json {
+                print_json(&render::explanation_json(&e));
+            } else {
+                print!("{}", render::explanation_text(&e));
+            }
+            return Ok(i32::from(e.stuck));
         }
         Command::Operation { id, outcomes } => {
             let op = client.get_operation(&id, outcomes).await?;

@@ -182,6 +182,13 @@ impl Client {
         Ok(self.inner.clone().report_finalizer_failure(req).await?.into_inner())
     }
 
+    pub async fn explain_deletion(
+        &self,
+        req: v1::ExplainDeletionRequest,
+    ) -> Result<v1::DeletionExplanation, ClientError> {
+        Ok(self.inner.clone().explain_deletion(req).await?.into_inner())
+    }
+
     pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
         let req = v1::GetOperationRequest {
             id: id.to_owned(),

@@ -1,5 +1,7 @@
 //! Output of the CLI: short text for people, JSON (`-o json`) for scripts.
 
+use std::collections::BTreeMap;
+
 use cascade_proto::v1;
 use serde_json::{json, Value};
 
@@ -351,4 +353,124 @@ pub fn audit_text(e: &v1::AuditEntry) -> String {
         "{time}  {}  {}{target} by {}{reason}: {}",
         e.region, e.action, e.who, e.outcome
     )
+}
+
+/// The explanation's deletions as a forest: the children of each name (by
+/// `parent`), and the roots (no parent among them), the operation's root first.
+fn explanation_tree(e: &v1::DeletionExplanation) -> (Vec<usize>, BTreeMap<String, Vec<usize>>) {
+    let names: std::collections::BTreeSet<&str> = e
+        .deletions
+        .iter()
+        .filter_map(|d| d.resource.as_ref().map(|r| r.name.as_str()))
+        .collect();
+    let mut children: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut roots = Vec::new();
+    for (i, d) in e.deletions.iter().enumerate() {
+        if !d.parent.is_empty() && names.contains(d.parent.as_str()) {
+            children.entry(d.parent.clone()).or_default().push(i);
+        } else {
+            roots.push(i);
+        }
+    }
+    let root_name = e.root.as_ref().map(|r| r.name.as_str()).unwrap_or_default();
+    roots.sort_by_key(|&i| e.deletions[i].resource.as_ref().is_none_or(|r| r.name != root_name));
+    (roots, children)
+}
+
+fn explained_json(e: &v1::DeletionExplanation, i: usize, children: &BTreeMap<String, Vec<usize>>) -> Value {
+    let d = &e.deletions[i];
+    let name = d.resource.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+    let status = d
+        .resource
+        .as_ref()
+        .and_then(|r| r.deletion.as_ref())
+        .and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
+        .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
+        .unwrap_or_default();
+    json!({
+        "name": name,
+        "status": status,
+        "field": d.field,
+        "stuck": d.stuck,
+        "reasons": d.reasons,
+        "children": children
+            .get(&name)
+            .map(|c| c.iter().map(|&j| explained_json(e, j, children)).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    })
+}
+
+pub fn explanation_json(e: &v1::DeletionExplanation) -> Value {
+    let (roots, children) = explanation_tree(e);
+    json!({
+        "operation_id": e.operation_id,
+        "root": e.root.as_ref().map(object_ref),
+        "stuck": e.stuck,
+        "truncated": e.truncated,
+        "unreachable_regions": e.unreachable_regions,
+        "deletions": roots.iter().map(|&i| explained_json(e, i, &children)).collect::<Vec<_>>(),
+    })
+}
+
+/// kubectl-tree style: one line per DELETING resource under the one whose
+/// cascade reached it, its reasons beneath it.
+pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
+    let root = e.root.as_ref().map(|r| r.name.as_str()).unwrap_or("?");
+    let mut out = format!("operation {} on {root}", e.operation_id);
+    if e.deletions.is_empty() {
+        out += ": nothing is waiting (the deletion is done)\n";
+        return out;
+    }
+    out += if e.stuck {
+        ": STUCK (something below waits on a person)\n"
+    } else {
+        ": in progress\n"
+    };
+    let (roots, children) = explanation_tree(e);
+    fn line(
+        e: &v1::DeletionExplanation,
+        i: usize,
+        children: &BTreeMap<String, Vec<usize>>,
+        prefix: &str,
+        last: bool,
+        out: &mut String,
+    ) {
+        let d = &e.deletions[i];
+        let name = d.resource.as_ref().map(|r| r.name.clone()).unwrap_or_default();
+        let status = d
+            .resource
+            .as_ref()
+            .and_then(|r| r.deletion.as_ref())
+            .and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
+            .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
+            .unwrap_or_default();
+        let branch = if last { "└─ " } else { "├─ " };
+        let via = if d.field.is_empty() {
+            String::new()
+        } else {
+            format!(" (via {})", d.field)
+        };
+        *out += &format!(
+            "{prefix}{branch}{name}{via}  {status}{}\n",
+            if d.stuck { "  [stuck]" } else { "" }
+        );
+        let inner = format!("{prefix}{}", if last { "   " } else { "│  " });
+        let kids = children.get(&name).cloned().unwrap_or_default();
+        for r in &d.reasons {
+            *out += &format!("{inner}{}  · {r}\n", if kids.is_empty() { "" } else { "│" });
+        }
+        for (k, &j) in kids.iter().enumerate() {
+            line(e, j, children, &inner, k + 1 == kids.len(), out);
+        }
+    }
+    for (k, &i) in roots.iter().enumerate() {
+        line(e, i, &children, "", k + 1 == roots.len(), &mut out);
+    }
+    for r in &e.unreachable_regions {
+        out += &format!("region {r} could not be asked: its part is missing\n");
+    }
+    if e.truncated {
+        out += "(some region has more deletions of this operation than one answer holds)\n";
+    }
+    out
 }

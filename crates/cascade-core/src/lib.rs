@@ -28,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod error;
+pub mod explain;
 pub mod invariants;
 pub mod memory;
 pub mod model;

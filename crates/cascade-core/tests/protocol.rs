@@ -2160,6 +2160,7 @@ fn a_retried_deletion_starts_from_zero_and_is_audited_in_the_same_step() {
     for i in 1..=2 {
         report_failure(&mut w, &project, "dns", &format!("down {i}")).unwrap();
     }
+    w.run_until_quiet();
     assert!(matches!(w.record(&project).status, DeletionStatus::Failed { .. }));
     assert_eq!(w.op(op.id).state, OperationState::Failed);
     let step = protocol::retry_deletion(
@@ -2267,5 +2268,50 @@ fn a_forced_deletion_unsets_its_blockers_drops_its_finalizers_and_liens_and_is_p
         .events
         .iter()
         .any(|e| e.event_type == EventType::DeletionForced && e.message.contains("decommissioned")));
+    w.check();
+}
+
+/// Review finding: the failure that reached the maximum while the
+/// deletion was still walking its referrers used to mark it FAILED at once
+/// and drop its queue entry with the walk in it: referrers past the walk's
+/// position were never unset. Now the report only records it, and the
+/// step after the walk fails the deletion; every referrer is acted on.
+#[test]
+fn the_last_finalizer_failure_reported_mid_walk_fails_the_deletion_only_after_its_walk() {
+    let mut w = World::neutron().with_policy(|p| {
+        p.max_attempts = 2;
+        p.batch_budget = 3;
+    });
+    let (project, net, port) = (n("project", "p"), n("network", "n"), n("port", "x"));
+    w.create(&project, &[]);
+    w.create(&net, &[("project", &[&project])]);
+    let mut s = spec(&port, &[("network", &[&net])]);
+    s.finalizers = vec!["dns".to_owned()];
+    w.try_create_spec(s).unwrap();
+    let fips: Vec<String> = (0..10).map(|i| n("floating_ip", &format!("f{i}"))).collect();
+    for f in &fips {
+        w.create(f, &[("project", &[&project]), ("port", &[&port])]);
+    }
+    let op = w.delete_accepted(&port, false);
+    w.step();
+    assert!(
+        !w.state.work.values().next().expect("queued").walk.finished,
+        "the walk is under way"
+    );
+    for i in 1..=2 {
+        report_failure(&mut w, &port, "dns", &format!("down {i}")).unwrap();
+    }
+    w.run_until_quiet();
+    for f in &fips {
+        assert!(
+            !w.active(f).refs.contains_key("port"),
+            "{f} still references the failed {port}"
+        );
+    }
+    let DeletionStatus::Failed { error } = w.record(&port).status else {
+        panic!("FAILED after the walk: {:?}", w.record(&port).status);
+    };
+    assert!(error.contains("down 2"), "{error}");
+    assert_eq!(w.op(op.id).progress.unset, 10);
     w.check();
 }

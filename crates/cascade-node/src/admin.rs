@@ -7,7 +7,7 @@
 use cascade_core::model::{AuditEntry, DeletionRecord, DeletionStatus as Held, Resource, WorkItem};
 use cascade_core::protocol::{self, AdminRequest};
 use cascade_core::state::StateRead;
-use cascade_core::{Timestamp, Uid};
+use cascade_core::{OperationId, Timestamp, Uid};
 
 use crate::error::Fault;
 use crate::node::Node;
@@ -22,6 +22,8 @@ pub(crate) struct DeletionFilter {
     pub stuck: bool,
     /// Only those DELETING for at least this long.
     pub older_than_ms: u64,
+    /// Only those of this operation.
+    pub operation: Option<OperationId>,
 }
 
 /// One deletion as an operator sees it.
@@ -183,6 +185,9 @@ impl DeletionFilter {
             Held::Failed { .. } => "FAILED",
             Held::Waiting { .. } => "WAITING",
         };
-        self.status.is_none_or(|s| s == status) && (!self.stuck || e.stuck) && e.age_ms >= self.older_than_ms
+        self.status.is_none_or(|s| s == status)
+            && (!self.stuck || e.stuck)
+            && e.age_ms >= self.older_than_ms
+            && self.operation.is_none_or(|op| op == e.record.operation)
     }
 }

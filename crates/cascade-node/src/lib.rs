@@ -28,6 +28,7 @@ pub mod codec;
 pub mod config;
 pub mod entropy;
 mod error;
+mod explain;
 mod links;
 mod node;
 pub mod peers;

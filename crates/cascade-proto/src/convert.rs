@@ -667,6 +667,70 @@ fn deletion_record_from(target: RefTarget, d: &v1::Deletion, field: &str) -> Res
     })
 }
 
+/// A resource from the wire (as `Get`, `Dump` or `ExplainPart` send it),
+/// with its deletion record when it has one and the back-reference keys of
+/// the references it marks dangling. `at` names it in errors.
+pub fn resource_from(
+    r: &v1::Resource,
+    at: &str,
+) -> Result<(Resource, Option<DeletionRecord>, Vec<BackRefKey>), Status> {
+    let name = ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{at}.name"), e))?;
+    let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{at}.uid"), e))?;
+    let state = v1::ResourceState::try_from(r.state)
+        .ok()
+        .and_then(resource_state_from)
+        .ok_or_else(|| invalid_field(&format!("{at}.state"), "not a resource state"))?;
+    let mut marks = Vec::new();
+    let mut refs = BTreeMap::new();
+    for (j, f) in r.refs.iter().enumerate() {
+        let mut targets = Vec::with_capacity(f.targets.len());
+        for (k, t) in f.targets.iter().enumerate() {
+            let target = ref_target(Some(t.clone()), &format!("{at}.refs[{j}].targets[{k}]"))?;
+            if t.dangling {
+                marks.push(BackRefKey {
+                    target: target.uid,
+                    referrer: uid,
+                    field: f.field.clone(),
+                });
+            }
+            targets.push(target);
+        }
+        refs.insert(f.field.clone(), targets);
+    }
+    let record = match &r.deletion {
+        Some(del) => {
+            let target = RefTarget {
+                name: name.clone(),
+                uid,
+            };
+            Some(deletion_record_from(target, del, &format!("{at}.deletion"))?)
+        }
+        None => None,
+    };
+    let resource = Resource {
+        name,
+        uid,
+        state,
+        attributes: r.attributes.clone().into_iter().collect(),
+        refs,
+        revision: r.revision,
+        create_time: timestamp_from(r.create_time_ms),
+        update_time: timestamp_from(r.update_time_ms),
+        finalizers: r.finalizers.clone(),
+        liens: r
+            .liens
+            .iter()
+            .map(|l| cascade_core::model::Lien {
+                id: l.id.clone(),
+                reason: l.reason.clone(),
+                origin: l.origin.clone(),
+                create_time: timestamp_from(l.create_time_ms),
+            })
+            .collect(),
+    };
+    Ok((resource, record, marks))
+}
+
 /// A region's `Peer.Dump` as the invariant checker's view: the references
 /// the node marks `dangling` become the view's read marks, the queues are
 /// counts, rows carry no attach time (0), and there is no store part (see
@@ -690,58 +754,12 @@ pub fn region_view(d: &v1::DumpResponse) -> Result<RegionView<'static>, Status> 
     let mut marks = BTreeSet::new();
     for (i, r) in d.resources.iter().enumerate() {
         let at = format!("resources[{i}]");
-        let name = ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{at}.name"), e))?;
-        let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{at}.uid"), e))?;
-        let state = v1::ResourceState::try_from(r.state)
-            .ok()
-            .and_then(resource_state_from)
-            .ok_or_else(|| invalid_field(&format!("{at}.state"), "not a resource state"))?;
-        let mut refs = BTreeMap::new();
-        for (j, f) in r.refs.iter().enumerate() {
-            let mut targets = Vec::with_capacity(f.targets.len());
-            for (k, t) in f.targets.iter().enumerate() {
-                let target = ref_target(Some(t.clone()), &format!("{at}.refs[{j}].targets[{k}]"))?;
-                if t.dangling {
-                    marks.insert(BackRefKey {
-                        target: target.uid,
-                        referrer: uid,
-                        field: f.field.clone(),
-                    });
-                }
-                targets.push(target);
-            }
-            refs.insert(f.field.clone(), targets);
+        let (resource, record, dangling) = resource_from(r, &at)?;
+        marks.extend(dangling);
+        if let Some(record) = record {
+            view.deletions.to_mut().insert(resource.uid, record);
         }
-        if let Some(del) = &r.deletion {
-            let target = RefTarget {
-                name: name.clone(),
-                uid,
-            };
-            view.deletions
-                .to_mut()
-                .insert(uid, deletion_record_from(target, del, &format!("{at}.deletion"))?);
-        }
-        let resource = Resource {
-            name: name.clone(),
-            uid,
-            state,
-            attributes: r.attributes.clone().into_iter().collect(),
-            refs,
-            revision: r.revision,
-            create_time: timestamp_from(r.create_time_ms),
-            update_time: timestamp_from(r.update_time_ms),
-            finalizers: r.finalizers.clone(),
-            liens: r
-                .liens
-                .iter()
-                .map(|l| cascade_core::model::Lien {
-                    id: l.id.clone(),
-                    reason: l.reason.clone(),
-                    origin: l.origin.clone(),
-                    create_time: timestamp_from(l.create_time_ms),
-                })
-                .collect(),
-        };
+        let name = resource.name.clone();
         if view.resources.to_mut().insert(name, resource).is_some() {
             return Err(invalid_field(
                 &format!("{at}.name"),

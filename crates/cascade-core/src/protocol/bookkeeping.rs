@@ -200,6 +200,21 @@ pub(super) fn hold<S: StateRead + ?Sized>(
         tx.remove_work(resource.uid);
         return Ok(());
     }
+    // A finalizer whose controller reported the maximum of failures fails
+    // the deletion here, after its walk (a report that came mid-walk only
+    // recorded it: failing then would drop the walk's queue entry with
+    // referrers not yet acted on).
+    if let Some(f) = record
+        .finalizer_failures
+        .iter()
+        .find(|f| f.failures >= ctx.policy.max_attempts)
+    {
+        let error = format!(
+            "finalizer {} failed {} times, the maximum: {}",
+            f.finalizer, f.failures, f.last_reason
+        );
+        return fail_deletion(tx, ctx, resource, record, error);
+    }
     let op = record.operation;
     // Ask again the controllers whose retry is due; the earliest still to come.
     let mut next_retry: Option<Timestamp> = None;

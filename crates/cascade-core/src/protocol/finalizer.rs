@@ -10,7 +10,9 @@
 //! the backoff of that many failures has elapsed the work loop asks the
 //! controller again with a `FinalizerRetry` event (`bookkeeping::hold`).
 //! The failure that reaches `Policy::max_attempts` marks the deletion
-//! FAILED with the controller's last reason and a `DeletionFailed` event;
+//! FAILED (in its next step, once its walk of the referrers is done) with
+//! the controller's last reason and a `DeletionFailed` event. Every report
+//! counts, whether or not a retry asked for it;
 //! a later `RemoveFinalizer` still finishes it (the removal wakes it, and a
 //! step that finds nothing holding it purges it, failed or not).
 //!
@@ -24,7 +26,7 @@ use crate::model::{DeletionStatus, EventType, FinalizerFailure, Resource, Resour
 use crate::name::Uid;
 use crate::state::{StateRead, Tx};
 
-use super::bookkeeping::{fail_deletion, hold_reason, mark_blocked, put_with_event, wake_if_deleting};
+use super::bookkeeping::{hold_reason, mark_blocked, put_with_event, wake_if_deleting};
 use super::validate::local_name;
 use super::{target_of, Ctx, Step};
 
@@ -136,19 +138,15 @@ pub fn report_finalizer_failure<S: StateRead + ?Sized>(
             writes: tx.finish(),
         });
     }
-    if failures >= ctx.policy.max_attempts {
-        let error = format!(
-            "finalizer {} failed {failures} times, the maximum: {}",
-            req.finalizer, req.reason
-        );
-        fail_deletion(&mut tx, ctx, &resource, record, error)?;
-        return Ok(Step {
-            value: resource,
-            writes: tx.finish(),
-        });
-    }
-    let retry_at = ctx.now.plus_millis(ctx.policy.backoff(failures));
-    failure.retry_at = Some(retry_at);
+    // At the maximum the controller is not asked again: the deletion's next
+    // step, past its walk, marks it FAILED (`bookkeeping::hold`).
+    let exhausted = failures >= ctx.policy.max_attempts;
+    let retry_at = if exhausted {
+        ctx.now
+    } else {
+        ctx.now.plus_millis(ctx.policy.backoff(failures))
+    };
+    failure.retry_at = (!exhausted).then_some(retry_at);
     let blockers = match &record.status {
         DeletionStatus::Blocked { blockers, .. } => blockers.clone(),
         _ => Vec::new(),

@@ -33,9 +33,19 @@ use crate::node::Node;
 /// from the client's certificate.
 pub(crate) const FORWARDED_FOR: &str = "cascade-admin-for";
 
+/// Refused calls written to the audit log per second, at most: each is a
+/// commit of the node's one writer, and anyone can make them. Beyond this
+/// they are only logged (with how many were left out).
+const AUDITED_REFUSALS_PER_SECOND: u32 = 10;
+
+/// Bytes of a refused request's target kept in the audit log.
+const MAX_AUDITED_TARGET: usize = 256;
+
 /// The operators' API over one node.
 pub(crate) struct AdminApi {
     pub(crate) node: Arc<Node>,
+    /// (second, refusals audited in it).
+    pub(crate) audited_refusals: std::sync::Mutex<(u64, u32)>,
 }
 
 /// An authenticated administrator, and how to vouch for them when a call
@@ -112,21 +122,40 @@ impl AdminApi {
             "an administrator sends the [admin] token or presents a certificate [admin] identities lists"
         };
         let status = Status::permission_denied(format!("{action}: {presented} is not an administrator: {configured}"));
-        warn!(region = %self.node.region, action, target, caller = %presented, "refused an Admin call");
-        let req = AdminRequest {
-            who: presented,
-            action: action.to_owned(),
-            target: target.to_owned(),
-            reason: String::new(),
-        };
-        if let Err(e) = self
-            .node
-            .audit(req, format!("PERMISSION_DENIED: {}", status.message()))
-            .await
-        {
-            warn!(region = %self.node.region, error = %e, "could not write the refusal to the audit log");
+        let target = truncated(target, MAX_AUDITED_TARGET);
+        let audited = self.audit_refusal_allowed();
+        warn!(region = %self.node.region, action, target, caller = %presented, audited, "refused an Admin call");
+        if audited {
+            let req = AdminRequest {
+                who: presented,
+                action: action.to_owned(),
+                target: target.to_owned(),
+                reason: String::new(),
+            };
+            if let Err(e) = self
+                .node
+                .audit(req, format!("PERMISSION_DENIED: {}", status.message()))
+                .await
+            {
+                warn!(region = %self.node.region, error = %e, "could not write the refusal to the audit log");
+            }
         }
         Err(status)
+    }
+
+    /// Whether this refusal may still be written to the audit log this
+    /// second (see [`AUDITED_REFUSALS_PER_SECOND`]).
+    fn audit_refusal_allowed(&self) -> bool {
+        let second = self.node.clock.now().0 / 1000;
+        let mut budget = self
+            .audited_refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if budget.0 != second {
+            *budget = (second, 0);
+        }
+        budget.1 += 1;
+        budget.1 <= AUDITED_REFUSALS_PER_SECOND
     }
 
     /// None for this node's region (or none named); the region to forward to otherwise.
@@ -185,6 +214,18 @@ impl AdminApi {
     }
 }
 
+/// At most `max` bytes of `s`, cut on a character boundary.
+fn truncated(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 fn page_token(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
     if raw.is_empty() {
         return Ok(None);
@@ -235,6 +276,7 @@ impl Admin for AdminApi {
             status,
             stuck: req.stuck,
             older_than_ms: req.older_than_ms,
+            operation: None,
         };
         let after = page_token(&req.page_token, "page_token")?;
         let (entries, next) = self.node.list_deletions(&filter, req.page_size as usize, after)?;

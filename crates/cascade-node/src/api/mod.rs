@@ -83,9 +83,12 @@ pub(crate) fn services(node: &Arc<Node>) -> Services {
         peer: PeerServer::new(peer::PeerApi { node: node.clone() })
             .max_decoding_message_size(max_message)
             .max_encoding_message_size(max_message),
-        admin: AdminServer::new(admin::AdminApi { node: node.clone() })
-            .max_decoding_message_size(max_message)
-            .max_encoding_message_size(max_message),
+        admin: AdminServer::new(admin::AdminApi {
+            node: node.clone(),
+            audited_refusals: std::sync::Mutex::new((0, 0)),
+        })
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message),
     }
 }
 

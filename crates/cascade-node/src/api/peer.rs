@@ -2,6 +2,7 @@
 //! adapter around [`Node`] that also decides who may call what (with mutual
 //! TLS, a region acts only as itself).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use cascade_core::model::EventType;
@@ -112,6 +113,24 @@ impl PeerApi {
 
 #[tonic::async_trait]
 impl Peer for PeerApi {
+    async fn explain_part(
+        &self,
+        request: Request<v1::ExplainPartRequest>,
+    ) -> Result<Response<v1::ExplainPartResponse>, Status> {
+        self.authorize_any(&request)?;
+        let op = parse_operation_id(&request.get_ref().operation_id, "operation_id")?;
+        let part = self.node.explain_part(op)?;
+        Ok(Response::new(v1::ExplainPartResponse {
+            deletions: part
+                .parts
+                .iter()
+                .map(|p| convert::resource(&p.resource, Some(&p.record), &BTreeSet::new()))
+                .collect(),
+            truncated: part.truncated,
+            root: part.root.as_ref().map(convert::object_ref),
+        }))
+    }
+
     async fn lookup(&self, request: Request<v1::LookupRequest>) -> Result<Response<v1::ObjectRef>, Status> {
         self.authorize_any(&request)?;
         let name = parse_name(&request.into_inner().name, "name")?;

@@ -158,6 +158,44 @@ impl Peers {
         call_owner(region, rpc, deadline, call(client)).await
     }
 
+    /// `region`'s part of an operation's explanation (see `explain.rs`).
+    pub(crate) async fn explain_part(
+        &self,
+        region: &str,
+        op: OperationId,
+    ) -> Result<crate::explain::ExplainPart, OwnerError> {
+        let req = v1::ExplainPartRequest {
+            operation_id: op.to_string(),
+        };
+        let answer = self
+            .call(region, "ExplainPart", PEER_CALL_TIMEOUT, |mut c| async move {
+                c.explain_part(req).await
+            })
+            .await?;
+        let mut parts = Vec::with_capacity(answer.deletions.len());
+        for (i, r) in answer.deletions.iter().enumerate() {
+            let (resource, record, _) = convert::resource_from(r, &format!("deletions[{i}]"))
+                .map_err(|s| bad_answer(region, "ExplainPart", s))?;
+            let Some(record) = record else {
+                return Err(bad_answer(
+                    region,
+                    "ExplainPart",
+                    Status::internal(format!("{} came without its deletion record", resource.name)),
+                ));
+            };
+            parts.push(cascade_core::explain::Part { resource, record });
+        }
+        let root = match answer.root {
+            Some(r) => Some(convert::ref_target(Some(r), "root").map_err(|s| bad_answer(region, "ExplainPart", s))?),
+            None => None,
+        };
+        Ok(crate::explain::ExplainPart {
+            root,
+            parts,
+            truncated: answer.truncated,
+        })
+    }
+
     /// Asks a resource's owner whether it lives, and as which incarnation.
     pub(crate) async fn lookup(&self, name: &ResourceName, deadline: Duration) -> Result<LookupAnswer, OwnerError> {
         let region = name.region();

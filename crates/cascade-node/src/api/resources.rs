@@ -44,6 +44,32 @@ fn present(view: &ResourceView) -> v1::Resource {
     convert::resource(&view.resource, view.record.as_ref(), &view.dangling)
 }
 
+/// The wire form of an explanation.
+fn present_explanation(e: &crate::explain::Explanation) -> v1::DeletionExplanation {
+    v1::DeletionExplanation {
+        operation_id: e.operation.to_string(),
+        root: e.root.as_ref().map(convert::object_ref),
+        deletions: e
+            .deletions
+            .iter()
+            .map(|d| v1::ExplainedDeletion {
+                resource: Some(convert::resource(
+                    &d.part.resource,
+                    Some(&d.part.record),
+                    &BTreeSet::new(),
+                )),
+                parent: d.parent.as_ref().map(|(p, _)| p.to_string()).unwrap_or_default(),
+                field: d.parent.as_ref().map(|(_, f)| f.clone()).unwrap_or_default(),
+                reasons: d.reasons.clone(),
+                stuck: d.stuck,
+            })
+            .collect(),
+        unreachable_regions: e.unreachable.iter().cloned().collect(),
+        stuck: e.deletions.iter().any(|d| d.stuck),
+        truncated: e.truncated,
+    }
+}
+
 /// The wire form of an operation, with its cursor as an opaque page token.
 fn present_operation(view: &OperationView) -> v1::Operation {
     let token = view
@@ -114,6 +140,37 @@ impl ResourcesApi {
 
 #[tonic::async_trait]
 impl Resources for ResourcesApi {
+    async fn explain_deletion(
+        &self,
+        request: Request<v1::ExplainDeletionRequest>,
+    ) -> Result<Response<v1::DeletionExplanation>, Status> {
+        let req = request.into_inner();
+        let explanation = match (req.name.is_empty(), req.operation_id.is_empty()) {
+            (false, true) => {
+                let name = parse_name(&req.name, "name")?;
+                if let Some((region, mut owner)) = self.route(&name, "name")? {
+                    let answer =
+                        call_owner(&region, "ExplainDeletion", FORWARD_TIMEOUT, owner.explain_deletion(req)).await?;
+                    return Ok(Response::new(answer));
+                }
+                let span = info_span!("explain_deletion", region = %self.node.region, name = %name);
+                self.node.explain_resource(&name).instrument(span).await?
+            }
+            (true, false) => {
+                let op = parse_operation_id(&req.operation_id, "operation_id")?;
+                let span = info_span!("explain_deletion", region = %self.node.region, operation = %op);
+                self.node.explain(op).instrument(span).await?
+            }
+            _ => {
+                return Err(invalid_field(
+                    "name",
+                    "name a DELETING resource or an operation_id (one of them)",
+                ))
+            }
+        };
+        Ok(Response::new(present_explanation(&explanation)))
+    }
+
     async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
         let raw = request.into_inner();
         let spec = raw
