@@ -63,9 +63,7 @@ pub fn resource_json(r: &v1::Resource) -> Value {
         })).collect::<Vec<_>>(),
     });
     if let Some(d) = &r.deletion {
-        let status = v1::DeletionStatus::try_from(d.status)
-            .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
-            .unwrap_or_default();
+        let status = deletion_status(Some(d));
         v["deletion"] = json!({
             "deleted_at_ms": d.deleted_at_ms,
             "reason": d.reason,
@@ -293,12 +291,7 @@ pub fn deletion_entry_text(e: &v1::DeletionEntry) -> String {
     let Some(r) = &e.resource else {
         return String::new();
     };
-    let status = r
-        .deletion
-        .as_ref()
-        .and_then(|d| v1::DeletionStatus::try_from(d.status).ok())
-        .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
-        .unwrap_or_default();
+    let status = deletion_status(r.deletion.as_ref());
     let attempts = match e.attempts {
         0 => String::new(),
         n => format!(", {n} attempt(s)"),
@@ -380,13 +373,7 @@ fn explanation_tree(e: &v1::DeletionExplanation) -> (Vec<usize>, BTreeMap<String
 fn explained_json(e: &v1::DeletionExplanation, i: usize, children: &BTreeMap<String, Vec<usize>>) -> Value {
     let d = &e.deletions[i];
     let name = d.resource.as_ref().map(|r| r.name.clone()).unwrap_or_default();
-    let status = d
-        .resource
-        .as_ref()
-        .and_then(|r| r.deletion.as_ref())
-        .and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
-        .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
-        .unwrap_or_default();
+    let status = deletion_status(d.resource.as_ref().and_then(|r| r.deletion.as_ref()));
     json!({
         "name": name,
         "status": status,
@@ -437,13 +424,7 @@ pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
     ) {
         let d = &e.deletions[i];
         let name = d.resource.as_ref().map(|r| r.name.clone()).unwrap_or_default();
-        let status = d
-            .resource
-            .as_ref()
-            .and_then(|r| r.deletion.as_ref())
-            .and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
-            .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
-            .unwrap_or_default();
+        let status = deletion_status(d.resource.as_ref().and_then(|r| r.deletion.as_ref()));
         let branch = if last { "└─ " } else { "├─ " };
         let via = if d.field.is_empty() {
             String::new()
@@ -473,4 +454,12 @@ pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
         out += "(some region has more deletions of this operation than one answer holds)\n";
     }
     out
+}
+
+/// A deletion's status as the API names it, without the enum's prefix
+/// (`BLOCKED`); empty without a deletion.
+fn deletion_status(d: Option<&v1::Deletion>) -> String {
+    d.and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
+        .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
+        .unwrap_or_default()
 }

@@ -119,13 +119,7 @@ impl Node {
             .writer
             .apply(move |s, c, ids| protocol::retry_deletion(s, c, ids, &name, req))
             .await?;
-        Ok(DeletionEntry {
-            stuck: protocol::is_stuck(&resource, &record),
-            age_ms: self.clock.now().0.saturating_sub(record.deleted_at.0),
-            work: self.state().work(resource.uid)?,
-            resource,
-            record,
-        })
+        self.entry_after_action(resource, record)
     }
 
     /// Forces a DELETING resource's deletion through (see
@@ -141,6 +135,12 @@ impl Node {
             .writer
             .apply(move |s, c, ids| protocol::force_purge(s, c, ids, &name, req, min_age_ms, force))
             .await?;
+        self.entry_after_action(resource, record)
+    }
+
+    /// The entry an action answers with: its resource and record as the
+    /// action left them, and its queue entry as it stands now.
+    fn entry_after_action(&self, resource: Resource, record: DeletionRecord) -> Result<DeletionEntry, Fault> {
         Ok(DeletionEntry {
             stuck: protocol::is_stuck(&resource, &record),
             age_ms: self.clock.now().0.saturating_sub(record.deleted_at.0),

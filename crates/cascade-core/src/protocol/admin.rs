@@ -105,17 +105,7 @@ pub fn retry_deletion<S: StateRead + ?Sized>(
             time: ctx.now,
         },
     );
-    update_operation(&mut tx, op, |p| {
-        decrement(&mut p.failed, "failed", op);
-        p.pending += 1;
-    })?;
-    if let Some(mut operation) = tx.operation(op)? {
-        if operation.state != OperationState::Running {
-            operation.state = OperationState::Running;
-            operation.end_time = None;
-            tx.put_operation(operation);
-        }
-    }
+    reopen_failed(&mut tx, op)?;
     audit(&mut tx, ctx, ids, req, "ok".to_owned());
     Ok(Step {
         value: (resource, record),
@@ -185,17 +175,7 @@ pub fn force_purge<S: StateRead + ?Sized>(
     let op = record.operation;
     match record.status {
         DeletionStatus::Failed { .. } => {
-            update_operation(&mut tx, op, |p| {
-                decrement(&mut p.failed, "failed", op);
-                p.pending += 1;
-            })?;
-            if let Some(mut operation) = tx.operation(op)? {
-                if operation.state != OperationState::Running {
-                    operation.state = OperationState::Running;
-                    operation.end_time = None;
-                    tx.put_operation(operation);
-                }
-            }
+            reopen_failed(&mut tx, op)?;
         }
         DeletionStatus::Blocked { .. } => {
             update_operation(&mut tx, op, |p| decrement(&mut p.blocked, "blocked", op))?;
@@ -283,6 +263,23 @@ fn audit<S: StateRead + ?Sized>(
         reason: req.reason,
         outcome,
     });
+}
+
+/// A FAILED deletion of operation `op` is pending again: the counters
+/// move back, and an operation that had ended runs again.
+fn reopen_failed<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, op: crate::name::OperationId) -> Result<(), CoreError> {
+    update_operation(tx, op, |p| {
+        decrement(&mut p.failed, "failed", op);
+        p.pending += 1;
+    })?;
+    if let Some(mut operation) = tx.operation(op)? {
+        if operation.state != OperationState::Running {
+            operation.state = OperationState::Running;
+            operation.end_time = None;
+            tx.put_operation(operation);
+        }
+    }
+    Ok(())
 }
 
 fn check_reason(reason: &str) -> Result<(), CoreError> {
