@@ -493,8 +493,9 @@ const SEED_002_SCHEMA: &str = "[kinds.a]\n[kinds.d]\n[kinds.c.refs.a]\nkind = \"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_names_a_blocker_in_another_region_and_flags_seed_002s_stuck_cascade() {
     let schema = std::sync::Arc::new(cascade_core::Schema::from_toml(SEED_002_SCHEMA).expect("schema"));
-    let c = start_cluster_with(&["ra", "rb", "rc"], |s| s.schema = schema.clone()).await;
-    let (a, b, rc) = (c.client("ra"), c.client("rb"), c.client("rc"));
+    let mut c = start_cluster_with(&["ra", "rb", "rc"], |s| s.schema = schema.clone()).await;
+    let (a, b, rc) = (c.client("ra").clone(), c.client("rb").clone(), c.client("rc").clone());
+    let (a, b, rc) = (&a, &b, &rc);
     a.create(spec_in("ra/a/x", &[])).await.unwrap();
     rc.create(spec_in("rc/c/y", &[("a", &["ra/a/x"])])).await.unwrap();
     b.create(spec_in("rb/d/z", &[("c", &["rc/c/y"])])).await.unwrap();
@@ -555,6 +556,29 @@ async fn explain_names_a_blocker_in_another_region_and_flags_seed_002s_stuck_cas
         text.contains("└─ rc/c/y (via a)  BLOCKED  [stuck]") && text.contains("blocked by rb/d/z (region rb"),
         "{text}"
     );
+
+    // A region that cannot be asked is named, and so is what waits on it.
+    c.stop("rc").await;
+    let partial = b
+        .explain_deletion(v1::ExplainDeletionRequest {
+            name: "ra/a/x".into(),
+            operation_id: String::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(partial.unreachable_regions, ["rc"], "{partial:?}");
+    let root = partial
+        .deletions
+        .iter()
+        .find(|d| d.resource.as_ref().is_some_and(|r| r.name == "ra/a/x"))
+        .expect("the root is explained by its own region");
+    assert!(
+        root.reasons
+            .iter()
+            .any(|r| r == "region rc is unreachable: it acts once it is back"),
+        "{root:?}"
+    );
+    c.restart("rc").await;
 
     // Deleting the blocker lets the cascade finish.
     delete_and_wait(b, "rb/d/z", false).await;
