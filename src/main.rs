@@ -11,6 +11,7 @@ mod demo;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -119,12 +120,25 @@ fn dev_certs(args: DevCertsArgs) -> Result<()> {
     Ok(())
 }
 
+/// Logs to stderr: `CASCADE_LOG` filters (default `default`); colours
+/// only when stderr is a terminal (a file or a collector gets plain text);
+/// `CASCADE_LOG_FORMAT=json` writes one JSON object per line, with the
+/// span fields (region, name, uid) in it, for log collectors.
 fn init_tracing(default: &str) {
     let filter = EnvFilter::try_from_env("CASCADE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .try_init();
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = match std::env::var("CASCADE_LOG_FORMAT").as_deref() {
+        Ok("json") => builder.json().with_current_span(true).with_span_list(true).try_init(),
+        Ok("text") | Err(_) => builder.try_init(),
+        Ok(other) => {
+            let _ = builder.try_init();
+            tracing::warn!(format = other, "CASCADE_LOG_FORMAT is text or json; logging text");
+            Ok(())
+        }
+    };
 }
 
 #[tokio::main]
@@ -201,32 +215,48 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    // Before anyone can learn the address: a SIGTERM from then on stops the
+    // node gracefully (tests/operating.rs sends one right after "serving").
+    let shutdown = shutdown_signal();
     // Scripts and tests read the bound address (port 0 picks one) from this line.
     println!("listening on {}", listener.local_addr()?);
     let node = Node::open(settings).await?;
-    node.serve(listener, shutdown_signal()).await?;
+    node.serve(listener, shutdown).await?;
     Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when
+/// this is called, not when the future is first polled: a signal that
+/// comes in between is not lost (it used to kill a node that had printed
+/// its address but not yet started serving, instead of stopping it).
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (term, interrupt) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).ok(),
+            signal(SignalKind::interrupt()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = wait(term) => {},
+                _ = wait(interrupt) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down");
     }
-    tracing::info!("shutting down");
 }

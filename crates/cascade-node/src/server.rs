@@ -59,6 +59,7 @@ impl Node {
         let services = crate::api::services(&node);
         crate::api::mark_serving(&health).await;
         let reflection = crate::api::reflection().map_err(|e| NodeError::Reflection(e.to_string()))?;
+        let reflection_v1alpha = crate::api::reflection_v1alpha().map_err(|e| NodeError::Reflection(e.to_string()))?;
         let links = Links::start(LinkContext {
             node: node.clone(),
             tick: node.link_tick,
@@ -85,6 +86,7 @@ impl Node {
             ))
             .add_service(health_service)
             .add_service(reflection)
+            .add_service(reflection_v1alpha)
             .add_service(services.resources)
             .add_service(services.peer)
             .add_service(services.admin)

@@ -97,7 +97,7 @@ pub(crate) async fn mark_serving(health: &tonic_health::server::HealthReporter) 
     health.set_serving::<ResourcesServer<resources::ResourcesApi>>().await;
 }
 
-/// gRPC reflection over every service in `proto/`.
+/// gRPC reflection over every service in `proto/`, as `grpc.reflection.v1`.
 pub(crate) fn reflection() -> Result<
     tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
     tonic_reflection::server::Error,
@@ -105,4 +105,15 @@ pub(crate) fn reflection() -> Result<
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
         .build_v1()
+}
+
+/// The same as `grpc.reflection.v1alpha`: grpcurl, Postman and grpcio's
+/// reflection client still ask this one first (or only).
+pub(crate) fn reflection_v1alpha() -> Result<
+    tonic_reflection::server::v1alpha::ServerReflectionServer<impl tonic_reflection::server::v1alpha::ServerReflection>,
+    tonic_reflection::server::Error,
+> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
 }
