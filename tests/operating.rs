@@ -61,13 +61,22 @@ async fn reflection_v1_and_v1alpha_list_the_services() {
     let v1_names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
 
     let cascade = |names: &[String]| -> Vec<String> {
-        let mut ours: Vec<String> = names.iter().filter(|n| n.starts_with("cascade.")).cloned().collect();
+        let mut ours: Vec<String> = names
+            .iter()
+            .filter(|n| n.starts_with("cascade.") || n.starts_with("grpc.health"))
+            .cloned()
+            .collect();
         ours.sort();
         ours
     };
     assert_eq!(
         cascade(&alpha_names),
-        ["cascade.v1.Admin", "cascade.v1.Peer", "cascade.v1.Resources"],
+        [
+            "cascade.v1.Admin",
+            "cascade.v1.Peer",
+            "cascade.v1.Resources",
+            "grpc.health.v1.Health"
+        ],
         "v1alpha: {alpha_names:?}"
     );
     assert_eq!(cascade(&v1_names), cascade(&alpha_names), "v1: {v1_names:?}");

@@ -104,6 +104,7 @@ pub(crate) fn reflection() -> Result<
 > {
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
 }
 
@@ -115,5 +116,6 @@ pub(crate) fn reflection_v1alpha() -> Result<
 > {
     tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(cascade_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
 }
