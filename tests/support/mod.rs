@@ -498,13 +498,42 @@ pub fn spawn_server(config: &std::path::Path) -> ServerProcess {
     }
 }
 
-/// Free loopback ports: bound, read, released (another process could take
-/// one in between; acceptable for a test).
+/// Loopback ports for server processes a test starts, which must know
+/// each other's addresses before any of them binds.
+///
+/// They come from below the kernel's ephemeral range (`ip_local_port_range`,
+/// 32768 and up on Linux), which is where every `127.0.0.1:0` listener of
+/// the in-process tests running beside this one, and every outgoing
+/// connection, gets its port. A port from that range, bound to check and
+/// released (as this did before), is one such a listener can be given
+/// too, and so is the port of a server the test killed. Once, under CI's
+/// load, a forwarded call "to the killed owner" was answered
+/// (`an_owner_frozen_then_killed_mid_call_is_unavailable_for_forwarded_calls`
+/// got a resource back): the likely cause is that a node of another test
+/// in the same binary, also named us-east and holding the same names,
+/// started on `127.0.0.1:0` and was given the killed owner's port, and the
+/// channel's reconnect reached it. Below the ephemeral range that cannot
+/// happen. Each test process starts at its own offset and hands a port out
+/// once.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-        .collect();
-    listeners.iter().map(|l| l.local_addr().unwrap().port()).collect()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000; // below 32768
+    let offset = std::process::id().wrapping_mul(97) % SPAN;
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..SPAN {
+        if ports.len() == n {
+            break;
+        }
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(FIRST + (offset + k) % SPAN).expect("below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "no free port below the ephemeral range");
+    ports
 }
 
 /// One config file per region, each naming the others as peers. `deletion`
