@@ -60,23 +60,10 @@ pub fn retry_deletion<S: StateRead + ?Sized>(
 ) -> Result<Step<(Resource, DeletionRecord)>, CoreError> {
     let mut tx = Tx::new(state);
     check_reason(&req.reason)?;
-    let name = local_name(ctx, name, "name")?;
-    let resource = tx
-        .resource(&name)?
-        .filter(|r| r.state != ResourceState::Creating)
-        .ok_or_else(|| CoreError::NotFound(name.clone()))?;
-    let record = match tx.deletion(resource.uid)? {
-        Some(record) if resource.state == ResourceState::Deleting => record,
-        _ => {
-            return Err(CoreError::NoSuchDeletion {
-                name,
-                why: "is not being deleted".to_owned(),
-            })
-        }
-    };
+    let (resource, record) = deleting(&tx, ctx, name, "is not being deleted")?;
     let DeletionStatus::Failed { .. } = &record.status else {
         return Err(CoreError::NoSuchDeletion {
-            name,
+            name: resource.name,
             why: format!(
                 "has not failed: its deletion is {} (only a FAILED deletion is retried)",
                 status_name(&record.status)
@@ -143,24 +130,16 @@ pub fn force_purge<S: StateRead + ?Sized>(
         ));
     }
     check_reason(&req.reason)?;
-    let name = local_name(ctx, name, "name")?;
-    let resource = tx
-        .resource(&name)?
-        .filter(|r| r.state != ResourceState::Creating)
-        .ok_or_else(|| CoreError::NotFound(name.clone()))?;
-    let mut record = match tx.deletion(resource.uid)? {
-        Some(record) if resource.state == ResourceState::Deleting => record,
-        _ => {
-            return Err(CoreError::NoSuchDeletion {
-                name,
-                why: "is not being deleted: ForcePurge finishes a deletion, it does not start one".to_owned(),
-            })
-        }
-    };
+    let (resource, mut record) = deleting(
+        &tx,
+        ctx,
+        name,
+        "is not being deleted: ForcePurge finishes a deletion, it does not start one",
+    )?;
     let age_ms = ctx.now.0.saturating_sub(record.deleted_at.0);
     if !force && age_ms < min_age_ms {
         return Err(CoreError::ForceTooEarly {
-            name,
+            name: resource.name,
             age_ms,
             threshold_ms: min_age_ms,
         });
@@ -280,6 +259,29 @@ fn reopen_failed<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, op: crate::name::Ope
         }
     }
     Ok(())
+}
+
+/// The DELETING resource of this region that `raw` names, with its
+/// deletion record: NOT_FOUND when there is none, `NoSuchDeletion` with
+/// `not_deleting` when it lives.
+fn deleting<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    raw: &str,
+    not_deleting: &str,
+) -> Result<(Resource, DeletionRecord), CoreError> {
+    let name = local_name(ctx, raw, "name")?;
+    let resource = tx
+        .resource(&name)?
+        .filter(|r| r.state != ResourceState::Creating)
+        .ok_or_else(|| CoreError::NotFound(name.clone()))?;
+    match tx.deletion(resource.uid)? {
+        Some(record) if resource.state == ResourceState::Deleting => Ok((resource, record)),
+        _ => Err(CoreError::NoSuchDeletion {
+            name,
+            why: not_deleting.to_owned(),
+        }),
+    }
 }
 
 fn check_reason(reason: &str) -> Result<(), CoreError> {
