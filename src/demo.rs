@@ -228,6 +228,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         settings.engine = args.storage_engine;
         settings.policy.max_attempts = DEMO_MAX_ATTEMPTS;
         settings.admin.token = Some(admin_token.clone());
+        // Prometheus metrics on a free port each (printed below).
+        settings.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
         if let Some(pki) = &pki {
             settings.tls = Some(pki.node_tls(DEMO_REGIONS[i])?);
         }
@@ -256,6 +258,12 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     for (region, ep) in DEMO_REGIONS.iter().zip(&endpoints) {
         println!("  {region:<9} {ep}");
     }
+    println!("Prometheus metrics:");
+    for (region, node) in DEMO_REGIONS.iter().zip(&nodes) {
+        if let Some(addr) = node.metrics_addr() {
+            println!("  {region:<9} http://{addr}/metrics");
+        }
+    }
     println!(
         "data: {} ({})
 ",
@@ -275,6 +283,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     if pki.is_some() {
         println!("  export CASCADE_CA_CERT={}", certs.join("ca.pem").display());
     }
+    println!("  {exe} status                                           # every region: reachable, lag, deletions");
     println!("  {exe} list                                             # eu-west's resources");
     println!("  {exe} get us-east/port/p1                              # a port in us-east on eu-west's network");
     println!(

@@ -73,6 +73,10 @@ struct ServeArgs {
     /// Schema file (default: the embedded example schema).
     #[arg(long, env = "CASCADE_SCHEMA")]
     schema: Option<PathBuf>,
+    /// Serve Prometheus metrics on this address (`GET /metrics`); off
+    /// unless given here or as `metrics_listen` in the config.
+    #[arg(long, env = "CASCADE_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -194,6 +198,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if args.schema.is_some() {
         file.schema = args.schema;
     }
+    if args.metrics_listen.is_some() {
+        file.metrics_listen = args.metrics_listen;
+    }
     if let Some(engine) = args.storage_engine {
         file.storage.engine = Some(engine.to_string());
     }
@@ -221,11 +228,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // Scripts and tests read the bound address (port 0 picks one) from this line.
     println!("listening on {}", listener.local_addr()?);
     let node = Node::open(settings).await?;
+    if let Some(addr) = node.metrics_addr() {
+        // Scripts and tests read the metrics address from this line.
+        println!("metrics on http://{addr}/metrics");
+    }
     node.serve(listener, shutdown).await?;
     Ok(())
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
 /// Resolves on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when
 /// this is called, not when the future is first polled: a signal that
 /// comes in between is not lost (it used to kill a node that had printed

@@ -152,6 +152,11 @@ pub enum Command {
     Finalizer(FinalizerCommand),
     /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
     Admin(AdminArgs),
+    /// Every region of the cluster on one screen, as --server sees it:
+    /// address, reachable or not (and why), its link, how many events it
+    /// is behind, its deletions by status and the oldest one's age.
+    /// Exits 1 when a region is unreachable.
+    Status,
     /// What a deletion still waits on, in every region, as a tree: a
     /// DELETING resource's operation, or an operation id.
     Explain {
@@ -495,9 +500,21 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
         return admin::run(&client, admin.command.clone(), json).await;
     }
+    if let Command::Status = &command {
+        let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), None).await?;
+        let status = client.cluster_status().await?;
+        if json {
+            print_json(&render::cluster_status_json(&status));
+        } else {
+            print!("{}", render::cluster_status_text(&status));
+        }
+        return Ok(i32::from(status.regions.iter().any(|r| !r.reachable)));
+    }
     let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {
-        Command::Check(_) | Command::Schema(_) | Command::Admin(_) => unreachable!("handled above"),
+        Command::Check(_) | Command::Schema(_) | Command::Admin(_) | Command::Status => {
+            unreachable!("handled above")
+        }
         Command::Create(spec) => {
             let r = client.create(parse_spec(&spec)?).await?;
             if json {

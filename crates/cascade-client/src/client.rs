@@ -272,4 +272,14 @@ impl AdminClient {
     pub async fn list_audit(&self, req: v1::ListAuditRequest) -> Result<v1::ListAuditResponse, ClientError> {
         Ok(self.inner.clone().list_audit(self.request(req)?).await?.into_inner())
     }
+
+    /// Every region as the node sees it (open to every client: no token needed).
+    pub async fn cluster_status(&self) -> Result<v1::ClusterStatus, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .get_cluster_status(self.request(v1::GetClusterStatusRequest {})?)
+            .await?
+            .into_inner())
+    }
 }

@@ -463,3 +463,123 @@ fn deletion_status(d: Option<&v1::Deletion>) -> String {
         .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
         .unwrap_or_default()
 }
+
+fn figures_json(f: &v1::RegionFigures) -> Value {
+    json!({
+        "resources": {
+            "creating": f.resources_creating,
+            "active": f.resources_active,
+            "deleting": f.resources_deleting,
+        },
+        "deletions": {
+            "pending": f.deletions_pending,
+            "blocked": f.deletions_blocked,
+            "waiting": f.deletions_waiting,
+            "failed": f.deletions_failed,
+        },
+        "oldest_deletion_age_ms": f.oldest_deletion_age_ms,
+        "last_revision": f.last_revision,
+        "truncated": f.truncated,
+    })
+}
+
+pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
+    let regions: Vec<Value> = s
+        .regions
+        .iter()
+        .map(|r| {
+            json!({
+                "region": r.region,
+                "address": r.address,
+                "reachable": r.reachable,
+                "error": r.error,
+                "link_connected": r.link_connected,
+                "events_behind": r.events_behind,
+                "last_contact_ms": r.last_contact_ms,
+                "figures": r.figures.as_ref().map(figures_json),
+            })
+        })
+        .collect();
+    json!({
+        "answered_by": s.answered_by,
+        "time_ms": s.time_ms,
+        "regions": regions,
+    })
+}
+
+/// A duration in whole seconds, for people (`3m 20s`).
+fn age(ms: i64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(u64::try_from(ms / 1000).unwrap_or(0))).to_string()
+}
+
+/// One screen: a row per region, then why each unreachable one is.
+pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
+    let mut rows = vec![[
+        "REGION",
+        "ADDRESS",
+        "REACHABLE",
+        "LINK",
+        "BEHIND",
+        "LAST CONTACT",
+        "RESOURCES",
+        "PENDING",
+        "BLOCKED",
+        "FAILED",
+        "OLDEST DELETION",
+    ]
+    .map(str::to_owned)];
+    for r in &s.regions {
+        let own = r.region == s.answered_by;
+        let link = match (own, r.link_connected) {
+            (true, _) => "self",
+            (false, true) => "up",
+            (false, false) => "down",
+        };
+        let behind = match r.events_behind {
+            n if n < 0 => "?".to_owned(),
+            n => n.to_string(),
+        };
+        let contact = match r.last_contact_ms {
+            _ if own => "-".to_owned(),
+            0 => "never".to_owned(),
+            ms => format!("{} ago", age(s.time_ms.saturating_sub(ms))),
+        };
+        let dash = || "-".to_owned();
+        let f = r.figures.as_ref();
+        rows.push([
+            r.region.clone(),
+            r.address.clone(),
+            if r.reachable { "yes" } else { "NO" }.to_owned(),
+            link.to_owned(),
+            behind,
+            contact,
+            f.map_or_else(dash, |f| {
+                (f.resources_creating + f.resources_active + f.resources_deleting).to_string()
+            }),
+            f.map_or_else(dash, |f| (f.deletions_pending + f.deletions_waiting).to_string()),
+            f.map_or_else(dash, |f| f.deletions_blocked.to_string()),
+            f.map_or_else(dash, |f| f.deletions_failed.to_string()),
+            f.map_or_else(dash, |f| match f.oldest_deletion_age_ms {
+                0 => "-".to_owned(),
+                ms => age(ms),
+            }),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = format!("cluster status as seen by {}\n\n", s.answered_by);
+    for row in &rows {
+        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out += line.join("  ").trim_end();
+        out.push('\n');
+    }
+    let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
+    if !unreachable.is_empty() {
+        out.push('\n');
+        for r in unreachable {
+            out += &format!("{} is unreachable: {}\n", r.region, r.error);
+        }
+    }
+    out
+}

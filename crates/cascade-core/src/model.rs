@@ -507,6 +507,18 @@ pub enum EventType {
     DeletionForced,
 }
 
+impl EventType {
+    /// Whether other regions' nodes are sent events of this type over
+    /// `Peer.Watch`: what their importers act on. The others (creates,
+    /// updates, blocked, ...) concern this region's clients only.
+    pub fn concerns_importers(self) -> bool {
+        matches!(
+            self,
+            EventType::Deleting | EventType::DeletionForced | EventType::Purged
+        )
+    }
+}
+
 /// One administrative action, or one refused attempt at one (the Admin
 /// API's audit log). Written in the step that acts, so an action and its
 /// record commit together.

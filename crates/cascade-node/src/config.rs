@@ -6,6 +6,7 @@
 //! listen = "127.0.0.1:50051"
 //! data_dir = "data/eu-1"
 //! schema = "deploy/schemas/neutron.toml"   # optional: the embedded example
+//! metrics_listen = "127.0.0.1:9090"        # optional: Prometheus, GET /metrics
 //!
 //! [peers]             # the other regions of the cluster
 //! us-east = "http://127.0.0.1:50052"
@@ -64,6 +65,9 @@ pub struct ConfigFile {
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub schema: Option<PathBuf>,
+    /// Where Prometheus metrics are served (`http://ADDR/metrics`); none:
+    /// not served.
+    pub metrics_listen: Option<String>,
     /// Region → gRPC address of the node that owns it.
     #[serde(default)]
     pub peers: BTreeMap<String, String>,
@@ -218,6 +222,8 @@ pub struct NodeSettings {
     pub tls: Option<NodeTls>,
     /// Who may call the Admin service (by default nobody).
     pub admin: AdminAccess,
+    /// Where to serve Prometheus metrics (None: not served; port 0 picks one).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl NodeSettings {
@@ -237,6 +243,7 @@ impl NodeSettings {
             outbox_retention: 100_000,
             tls: None,
             admin: AdminAccess::default(),
+            metrics_listen: None,
         }
     }
 
@@ -296,6 +303,12 @@ impl NodeSettings {
         }
         if let Some(v) = d.check_interval_ms {
             settings.check_interval = Duration::from_millis(v.max(10));
+        }
+        if let Some(addr) = &file.metrics_listen {
+            settings.metrics_listen = Some(addr.parse().map_err(|e| ConfigError::Invalid {
+                field: "metrics_listen",
+                message: format!("{addr:?}: {e} (expected an address like 0.0.0.0:9090)"),
+            })?);
         }
         apply_limits(&file.limits, &mut settings.limits)?;
         if let Some(tls) = &file.tls {

@@ -13,6 +13,8 @@
 //! - `writer.rs`: the single-writer actor that runs protocol steps and
 //!   commits them, with its supervisor.
 //! - `links.rs`: the peer links (watch, releases, checks) and the reconciler.
+//! - `metrics.rs`: Prometheus metrics, their HTTP listener, and the gRPC
+//!   layer that counts calls by method and code.
 //! - [`store`]: the narrow storage trait with the sled and in-memory engines.
 //! - [`codec`]: how core records are keyed and encoded in the store.
 //! - [`config`]: the node's TOML configuration.
@@ -30,9 +32,11 @@ pub mod entropy;
 mod error;
 mod explain;
 mod links;
+mod metrics;
 mod node;
 pub mod peers;
 mod server;
+mod status;
 pub mod store;
 mod writer;
 

@@ -126,6 +126,7 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
         Err(WatchEnd::Failed(why)) => return why,
     };
     debug!(from = cursor + 1, "following peer outbox");
+    contact(node, peer);
     let _ = me.cast(LinkMsg::WatchHealthy);
     loop {
         let first = match stream.next().await {
@@ -141,6 +142,7 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
                 _ => break,
             }
         }
+        contact(node, peer);
         let events: Vec<RemoteEvent> = batch.into_iter().flatten().collect();
         let from = peer.to_owned();
         if let Err(e) = node
@@ -151,6 +153,12 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
             return format!("applying events: {e}");
         }
     }
+}
+
+/// Notes a successful exchange with `peer` (its last-contact metric, and
+/// `Admin.Status`).
+fn contact(node: &Node, peer: &str) {
+    node.metrics.peer_contact(peer, node.clock.now().0 as f64 / 1000.0);
 }
 
 /// The peer compacted its outbox past our cursor: take its listing of
@@ -189,6 +197,7 @@ async fn ack(node: &Node, peer: &str, last: &mut Option<(u64, Instant)>) -> Resu
         return Ok(());
     }
     node.peers.ack(peer, &node.region, cursor).await?;
+    contact(node, peer);
     *last = Some((cursor, clock::monotonic_now()));
     Ok(())
 }
@@ -331,6 +340,7 @@ impl Actor for PeerLink {
     }
 
     async fn post_stop(&self, _: ActorRef<LinkMsg>, state: &mut LinkState) -> Result<(), ActorProcessingErr> {
+        state.ctx.node.metrics.peer_connected(&state.peer, false);
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
@@ -349,9 +359,13 @@ impl Actor for PeerLink {
         let node = state.ctx.node.clone();
         let span = info_span!("peer_link", region = %node.region, peer = %state.peer);
         match msg {
-            LinkMsg::WatchHealthy => state.failures = 0,
+            LinkMsg::WatchHealthy => {
+                state.failures = 0;
+                node.metrics.peer_connected(&state.peer, true);
+            }
             LinkMsg::WatchEnded(why) => {
                 state.watch = None;
+                node.metrics.peer_connected(&state.peer, false);
                 state.failures += 1;
                 let wait = backoff_with_jitter(state.failures, &mut state.jitter);
                 state.reconnect_at = clock::monotonic_now() + wait;

@@ -31,6 +31,7 @@ use crate::codec::StoreState;
 use crate::config::{AdminAccess, NodeSettings};
 use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
 use crate::error::Fault;
+use crate::metrics::NodeMetrics;
 use crate::peers::{PeerConnector, Peers};
 use crate::store::{open_store_with_cache, Store, StoreError, Table};
 use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle, WriterUnavailable};
@@ -157,6 +158,19 @@ pub struct Node {
     pub(crate) write_stats: Arc<WriteStats>,
     /// Where the peer links' sends of queued releases start (see [`ReleaseHints`]).
     pub(crate) release_hints: Arc<ReleaseHints>,
+    /// Prometheus metrics (`metrics.rs`), served on `metrics_listen`.
+    pub(crate) metrics: Arc<NodeMetrics>,
+    /// The metrics listener, bound when the node opens (so its address is
+    /// known before it serves) and taken by `serve`.
+    pub(crate) metrics_listener: Mutex<Option<std::net::TcpListener>>,
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// Whether the writer's last commit succeeded (gRPC health follows it).
+    pub(crate) committing: Arc<watch::Sender<bool>>,
+    /// The address peers and clients reach this node at, when known (for
+    /// `Admin.Status`).
+    pub(crate) advertised: Mutex<Option<String>>,
+    /// Peer region → its address, as configured.
+    pub(crate) peer_addresses: BTreeMap<String, String>,
 }
 
 /// A resource as a reader sees it: with its deletion record (DELETING) and
@@ -255,6 +269,19 @@ impl Node {
             settings.limits.max_message_bytes,
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
+        let metrics = Arc::new(NodeMetrics::new());
+        metrics.count_resources(&StoreState { store: store.as_ref() })?;
+        let metrics_listener = match settings.metrics_listen {
+            Some(addr) => {
+                let listener = std::net::TcpListener::bind(addr)
+                    .map_err(|e| NodeError::Config(format!("metrics_listen: cannot listen on {addr}: {e}")))?;
+                listener.set_nonblocking(true)?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+        let committing = Arc::new(watch::channel(true).0);
         let closure_checks = ClosureChecks::default();
         let write_stats = Arc::new(WriteStats::default());
         let release_hints = Arc::new(ReleaseHints::default());
@@ -270,6 +297,8 @@ impl Node {
             closure_checks: closure_checks.clone(),
             stats: write_stats.clone(),
             release_hints: release_hints.clone(),
+            metrics: metrics.clone(),
+            committing: committing.clone(),
         })
         .await?;
         Ok(Self {
@@ -294,7 +323,19 @@ impl Node {
             jitter_seed,
             write_stats,
             release_hints,
+            metrics,
+            metrics_listener: Mutex::new(metrics_listener),
+            metrics_addr,
+            committing,
+            advertised: Mutex::new(None),
+            peer_addresses: settings.peers.iter().map(|(r, a)| (r.to_string(), a.clone())).collect(),
         })
+    }
+
+    /// Where the node serves its Prometheus metrics (`http://ADDR/metrics`),
+    /// when `metrics_listen` is set.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics_addr
     }
 
     /// What this node's writer has committed since it opened (batches, key
@@ -371,6 +412,21 @@ impl Node {
             lowest = lowest.min(*acks.get(region)?);
         }
         Some(lowest.saturating_add(1).min(keep_from))
+    }
+
+    /// Events of this node's outbox that `peer` is sent and has not
+    /// acknowledged: None before its first acknowledgement since this node
+    /// started. Read from its acknowledgement on, at most `limit` events
+    /// (the second value says the count stopped there). Only events the
+    /// peer is sent count: an importer's cursor stays at the last one it
+    /// applied, however many creates followed.
+    pub(crate) fn events_behind(&self, peer: &str, limit: usize) -> Result<Option<(u64, bool)>, Fault> {
+        let Some(acked) = self.acks.lock().ok().and_then(|a| a.get(peer).copied()) else {
+            return Ok(None);
+        };
+        let unacked = self.state().events_from(acked.saturating_add(1), limit)?;
+        let sent = unacked.iter().filter(|e| e.event_type.concerns_importers()).count();
+        Ok(Some((sent as u64, unacked.len() >= limit)))
     }
 
     /// A peer applied our outbox up to `revision`; answers the first

@@ -32,6 +32,10 @@ impl Node {
     ) -> Result<(), NodeError> {
         let addr = listener.local_addr()?;
         info!(region = %self.region, %addr, tls = self.tls.is_some(), "serving");
+        if let Ok(mut advertised) = self.advertised.lock() {
+            let scheme = if self.tls.is_some() { "https" } else { "http" };
+            *advertised = Some(format!("{scheme}://{addr}"));
+        }
         // Watch events and small replies are single small writes: without
         // TCP_NODELAY, Nagle holds each until the peer's delayed ACK (about
         // 40 ms on Linux), which was most of a cross-region notification's
@@ -57,7 +61,30 @@ impl Node {
         let node = Arc::new(self);
         let (health, health_service) = tonic_health::server::health_reporter();
         let services = crate::api::services(&node);
-        crate::api::mark_serving(&health).await;
+        let committing_now = *node.committing.borrow();
+        crate::api::report_health(&health, committing_now).await;
+        // Health follows the writer: NOT_SERVING while commits fail.
+        let mut committing = node.committing.subscribe();
+        let health_task = tokio::spawn(async move {
+            while committing.changed().await.is_ok() {
+                let serving = *committing.borrow_and_update();
+                crate::api::report_health(&health, serving).await;
+            }
+        });
+        let metrics_task = match node.metrics_listener.lock().ok().and_then(|mut l| l.take()) {
+            Some(listener) => {
+                let listener = TcpListener::from_std(listener)?;
+                let mut stopping = node.shutting_down.subscribe();
+                Some(tokio::spawn(crate::metrics::serve_metrics(
+                    node.clone(),
+                    listener,
+                    async move {
+                        let _ = stopping.wait_for(|stop| *stop).await;
+                    },
+                )))
+            }
+            None => None,
+        };
         let reflection = crate::api::reflection().map_err(|e| NodeError::Reflection(e.to_string()))?;
         let reflection_v1alpha = crate::api::reflection_v1alpha().map_err(|e| NodeError::Reflection(e.to_string()))?;
         let links = Links::start(LinkContext {
@@ -80,6 +107,8 @@ impl Node {
             builder = builder.tls_config(tls.server_config())?;
         }
         let result = builder
+            // Outermost: the code a client sees is the code counted.
+            .layer(crate::metrics::GrpcMetricsLayer(node.metrics.clone()))
             // tonic's own refusals of unreadable requests, in the documented codes.
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::wire_errors::rewrite::<tonic::body::Body>,
@@ -93,6 +122,10 @@ impl Node {
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
         links.stop().await;
+        health_task.abort();
+        if let Some(task) = metrics_task {
+            let _ = task.await;
+        }
         node.writer.stop().await;
         node.store.flush()?;
         info!(region = %node.region, "stopped");
@@ -103,6 +136,8 @@ impl Node {
 /// A node serving in a background task (tests, the demo).
 pub struct RunningNode {
     pub addr: SocketAddr,
+    /// Where its Prometheus metrics are served, when `metrics_listen` is set.
+    metrics_addr: Option<SocketAddr>,
     /// Serving TLS: the endpoint is `https://`.
     tls: bool,
     /// Dropping it also stops the node.
@@ -124,16 +159,24 @@ impl RunningNode {
         let addr = listener.local_addr()?;
         let tls = settings.tls.is_some();
         let node = Node::open_with(settings, env).await?;
+        let metrics_addr = node.metrics_addr();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async {
             let _ = rx.await;
         }));
         Ok(Self {
             addr,
+            metrics_addr,
             tls,
             shutdown: Some(tx),
             task,
         })
+    }
+
+    /// `http://ADDR/metrics` serves the node's Prometheus metrics (when
+    /// its settings asked for them).
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     pub fn endpoint(&self) -> String {

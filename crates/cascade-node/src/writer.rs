@@ -27,6 +27,7 @@ use crate::clock::Clock;
 use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
 use crate::error::Fault;
+use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use cascade_core::model::Event;
 
@@ -51,6 +52,11 @@ pub struct WriterContext {
     pub stats: Arc<WriteStats>,
     /// Where each peer link's next send of queued releases must start.
     pub release_hints: Arc<ReleaseHints>,
+    /// The node's Prometheus metrics (steps, batches, resources by state).
+    pub metrics: Arc<NodeMetrics>,
+    /// Whether the last commit succeeded: gRPC health reports NOT_SERVING
+    /// while it is false (`server.rs`).
+    pub committing: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 /// The lowest pending-release key the writer queued for each owner region
@@ -186,13 +192,29 @@ impl WriterState {
         let state = StoreState {
             store: self.ctx.store.as_ref(),
         };
-        encode_writes(&state, &writes)
-            .and_then(|batch| {
-                self.ctx.stats.record(&batch);
-                self.ctx.store.commit(batch)
-            })
-            .and_then(|()| self.ctx.store.flush())
-            .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))?;
+        let mut batch_keys = 0;
+        let committed = self.replaced_states(&state, &writes).and_then(|before| {
+            let batch = encode_writes(&state, &writes)?;
+            batch_keys = batch.len();
+            self.ctx.stats.record(&batch);
+            self.ctx.store.commit(batch)?;
+            self.ctx.store.flush()?;
+            Ok(before)
+        });
+        let before = match committed {
+            Ok(before) => {
+                self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true));
+                before
+            }
+            Err(e) => {
+                self.ctx.metrics.commit_failed();
+                if self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false)) {
+                    error!(region = %self.ctx.region, error = %e, "the store refused a commit: health is NOT_SERVING until one succeeds");
+                }
+                return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+            }
+        };
+        self.ctx.metrics.record_commit(&writes, &before, batch_keys);
         // The map is ordered by (region, key): the first queued release of
         // each region is its lowest.
         let mut last_region: Option<&str> = None;
@@ -221,6 +243,21 @@ impl WriterState {
             let _ = self.ctx.events.send(Arc::new(e));
         }
         Ok(queued_work)
+    }
+
+    /// The stored state of each resource `writes` puts or removes, in its
+    /// order (None: not stored), for the metrics' resources by state. The
+    /// step has just read them: the engine's cache answers.
+    fn replaced_states(
+        &self,
+        state: &StoreState<'_>,
+        writes: &WriteSet,
+    ) -> Result<Vec<Option<cascade_core::model::ResourceState>>, crate::store::StoreError> {
+        writes
+            .resources
+            .keys()
+            .map(|name| Ok(state.get_resource(name)?.map(|r| r.state)))
+            .collect()
     }
 
     fn kick(&mut self, myself: &ActorRef<WriterMsg>) {
@@ -301,6 +338,15 @@ impl Actor for Writer {
         state: &mut WriterState,
     ) -> Result<(), ActorProcessingErr> {
         let region = state.ctx.region.to_string();
+        let started = crate::clock::monotonic_now();
+        let step = match &msg {
+            WriterMsg::Create(..) => "create",
+            WriterMsg::Update(..) => "update",
+            WriterMsg::Delete(..) => "delete",
+            WriterMsg::Work => "deletion_work",
+            WriterMsg::Apply(_) => "apply",
+            WriterMsg::Tick => "tick",
+        };
         match msg {
             WriterMsg::Create(specs, reply) => {
                 let span = info_span!("create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
@@ -335,6 +381,7 @@ impl Actor for Writer {
                 });
                 match &result {
                     Ok(DeleteOutcome::Accepted(op)) => {
+                        state.ctx.metrics.deletion_accepted();
                         info!(operation = %op.id, uid = %op.root.uid, "deletion accepted")
                     }
                     Ok(_) => {}
@@ -361,6 +408,9 @@ impl Actor for Writer {
                     Err(e) => warn!(error = %e, "deletion work step failed; will retry"),
                 }
             }
+        }
+        if step != "tick" {
+            state.ctx.metrics.writer_step(step, started.elapsed());
         }
         // The step's replies woke their callers on this worker's LIFO slot,
         // which no other worker may steal: without a yield they would wait

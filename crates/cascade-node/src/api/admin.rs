@@ -376,4 +376,62 @@ impl Admin for AdminApi {
             next_page_token: next.map(|u| u.to_string()).unwrap_or_default(),
         }))
     }
+
+    /// Open to every client (see admin.proto): it reads counts only.
+    async fn get_cluster_status(
+        &self,
+        _request: Request<v1::GetClusterStatusRequest>,
+    ) -> Result<Response<v1::ClusterStatus>, Status> {
+        let regions = self.node.cluster_status().await?;
+        Ok(Response::new(v1::ClusterStatus {
+            answered_by: self.node.region.to_string(),
+            regions: regions.into_iter().map(region_status).collect(),
+            time_ms: self.node.clock.now().0 as i64,
+        }))
+    }
+}
+
+fn region_status(r: crate::status::RegionStatus) -> v1::RegionStatus {
+    v1::RegionStatus {
+        region: r.region,
+        address: r.address,
+        reachable: r.unreachable.is_none(),
+        error: r.unreachable.unwrap_or_default(),
+        link_connected: r.link_connected,
+        events_behind: r.events_behind,
+        last_contact_ms: r.last_contact_ms,
+        figures: r.figures.map(region_figures),
+    }
+}
+
+/// This region's figures on the wire (also `Peer.RegionFigures`).
+pub(crate) fn region_figures(f: crate::status::RegionFigures) -> v1::RegionFigures {
+    v1::RegionFigures {
+        resources_creating: f.resources_creating,
+        resources_active: f.resources_active,
+        resources_deleting: f.resources_deleting,
+        deletions_pending: f.deletions_pending,
+        deletions_blocked: f.deletions_blocked,
+        deletions_waiting: f.deletions_waiting,
+        deletions_failed: f.deletions_failed,
+        oldest_deletion_age_ms: f.oldest_deletion_age_ms,
+        last_revision: f.last_revision,
+        truncated: f.truncated,
+    }
+}
+
+/// A peer's figures from the wire.
+pub(crate) fn region_figures_from(f: v1::RegionFigures) -> crate::status::RegionFigures {
+    crate::status::RegionFigures {
+        resources_creating: f.resources_creating,
+        resources_active: f.resources_active,
+        resources_deleting: f.resources_deleting,
+        deletions_pending: f.deletions_pending,
+        deletions_blocked: f.deletions_blocked,
+        deletions_waiting: f.deletions_waiting,
+        deletions_failed: f.deletions_failed,
+        oldest_deletion_age_ms: f.oldest_deletion_age_ms,
+        last_revision: f.last_revision,
+        truncated: f.truncated,
+    }
 }

@@ -92,9 +92,27 @@ pub(crate) fn services(node: &Arc<Node>) -> Services {
     }
 }
 
-/// Reports the client API as serving through gRPC health.
-pub(crate) async fn mark_serving(health: &tonic_health::server::HealthReporter) {
-    health.set_serving::<ResourcesServer<resources::ResourcesApi>>().await;
+/// The services gRPC health reports on, by name, beside the server as a
+/// whole (`""`).
+pub(crate) const HEALTH_SERVICES: [&str; 3] = [
+    <ResourcesServer<resources::ResourcesApi> as tonic::server::NamedService>::NAME,
+    <PeerServer<peer::PeerApi> as tonic::server::NamedService>::NAME,
+    <AdminServer<admin::AdminApi> as tonic::server::NamedService>::NAME,
+];
+
+/// Reports the server and each of its services as SERVING, or NOT_SERVING
+/// (the writer cannot commit: nothing can be created or deleted, and a
+/// load balancer or a Kubernetes probe should send clients elsewhere).
+pub(crate) async fn report_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+    let status = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    health.set_service_status("", status).await;
+    for service in HEALTH_SERVICES {
+        health.set_service_status(service, status).await;
+    }
 }
 
 /// gRPC reflection over every service in `proto/`, as `grpc.reflection.v1`.

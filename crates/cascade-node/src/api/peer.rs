@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cascade_core::model::EventType;
 use cascade_core::{peer, BackRefKey, RegionId, ResourceName};
 use cascade_proto::convert;
 use cascade_proto::status::{invalid_field, with_details};
@@ -113,6 +112,15 @@ impl PeerApi {
 
 #[tonic::async_trait]
 impl Peer for PeerApi {
+    async fn region_figures(
+        &self,
+        request: Request<v1::RegionFiguresRequest>,
+    ) -> Result<Response<v1::RegionFigures>, Status> {
+        self.authorize_any(&request)?;
+        let figures = self.node.region_figures()?;
+        Ok(Response::new(crate::api::admin::region_figures(figures)))
+    }
+
     async fn explain_part(
         &self,
         request: Request<v1::ExplainPartRequest>,
@@ -190,12 +198,7 @@ impl Peer for PeerApi {
         let stream = outbox_stream(
             self.node.feed(),
             req.from_revision,
-            |e| {
-                matches!(
-                    e.event_type,
-                    EventType::Deleting | EventType::DeletionForced | EventType::Purged
-                )
-            },
+            |e| e.event_type.concerns_importers(),
             |e| v1::PeerEvent {
                 revision: e.revision,
                 r#type: convert::event_type(e.event_type) as i32,

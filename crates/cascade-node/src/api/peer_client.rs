@@ -158,6 +158,20 @@ impl Peers {
         call_owner(region, rpc, deadline, call(client)).await
     }
 
+    /// `region`'s own figures, for the cluster status (see `status.rs`).
+    pub(crate) async fn region_figures(
+        &self,
+        region: &str,
+        deadline: Duration,
+    ) -> Result<crate::status::RegionFigures, OwnerError> {
+        let answer = self
+            .call(region, "RegionFigures", deadline, |mut c| async move {
+                c.region_figures(v1::RegionFiguresRequest {}).await
+            })
+            .await?;
+        Ok(crate::api::admin::region_figures_from(answer))
+    }
+
     /// `region`'s part of an operation's explanation (see `explain.rs`).
     pub(crate) async fn explain_part(
         &self,

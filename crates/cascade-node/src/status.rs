@@ -1,0 +1,115 @@
+//! `Admin.GetClusterStatus` (`cascade status`), as [`Node`] methods on
+//! plain types: this region's own figures, every peer's (asked over
+//! `Peer.RegionFigures`, concurrently, each within [`STATUS_DEADLINE`]),
+//! and this node's view of its link to each.
+//!
+//! A peer that does not answer is listed unreachable with the reason; the
+//! status itself never fails because of it: it is what an operator looks
+//! at when a region is in trouble.
+
+use std::time::Duration;
+
+use cascade_core::model::{DeletionRecord, ResourceState};
+
+use crate::error::Fault;
+use crate::metrics::{DeletionSummary, SCRAPE_SCAN_LIMIT};
+use crate::node::Node;
+use crate::store::Table;
+
+/// How long a peer has to give its figures before it is listed
+/// unreachable: short, so that a frozen region slows the answer by this
+/// much at most.
+pub(crate) const STATUS_DEADLINE: Duration = Duration::from_secs(2);
+
+/// One region's own figures (see `RegionFigures` in admin.proto).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RegionFigures {
+    pub resources_creating: u64,
+    pub resources_active: u64,
+    pub resources_deleting: u64,
+    pub deletions_pending: u64,
+    pub deletions_blocked: u64,
+    pub deletions_waiting: u64,
+    pub deletions_failed: u64,
+    pub oldest_deletion_age_ms: i64,
+    pub last_revision: u64,
+    pub truncated: bool,
+}
+
+/// One region as the answering node sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct RegionStatus {
+    pub region: String,
+    pub address: String,
+    /// None: it answered; Some: why it did not.
+    pub unreachable: Option<String>,
+    pub link_connected: bool,
+    pub events_behind: i64,
+    pub last_contact_ms: i64,
+    pub figures: Option<RegionFigures>,
+}
+
+impl Node {
+    /// This region's figures: resources by state (the metrics' running
+    /// counts), deletions by status and the oldest one's age (a read of at
+    /// most [`SCRAPE_SCAN_LIMIT`] deletion records).
+    pub(crate) fn region_figures(&self) -> Result<RegionFigures, Fault> {
+        let state = self.state();
+        let records = state.scan::<DeletionRecord>(Table::Deletions, &[], None, SCRAPE_SCAN_LIMIT)?;
+        let summary = DeletionSummary::of(&records, self.clock.now().0);
+        let status = |s: &str| summary.by_status.get(s).copied().unwrap_or(0).max(0) as u64;
+        let resources = |s| self.metrics.resource_count(s).max(0) as u64;
+        Ok(RegionFigures {
+            resources_creating: resources(ResourceState::Creating),
+            resources_active: resources(ResourceState::Active),
+            resources_deleting: resources(ResourceState::Deleting),
+            deletions_pending: status("pending"),
+            deletions_blocked: status("blocked"),
+            deletions_waiting: status("waiting"),
+            deletions_failed: status("failed"),
+            oldest_deletion_age_ms: i64::try_from(summary.oldest_age_ms).unwrap_or(i64::MAX),
+            last_revision: state.next_revision_stored()?.saturating_sub(1),
+            truncated: records.len() >= SCRAPE_SCAN_LIMIT,
+        })
+    }
+
+    /// Every region of the cluster, this one first.
+    pub(crate) async fn cluster_status(&self) -> Result<Vec<RegionStatus>, Fault> {
+        let own = RegionStatus {
+            region: self.region.to_string(),
+            address: self.advertised.lock().ok().and_then(|a| a.clone()).unwrap_or_default(),
+            unreachable: None,
+            link_connected: true,
+            events_behind: 0,
+            last_contact_ms: self.clock.now().0 as i64,
+            figures: Some(self.region_figures()?),
+        };
+        let asked = self.peers.regions().map(|region| async move {
+            let answer = self.peers.region_figures(region, STATUS_DEADLINE).await;
+            (region, answer)
+        });
+        let answers = futures::future::join_all(asked).await;
+        let mut regions = vec![own];
+        for (region, answer) in answers {
+            let (figures, unreachable) = match answer {
+                Ok(f) => (Some(f), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            regions.push(RegionStatus {
+                region: region.to_owned(),
+                address: self.peer_addresses.get(region).cloned().unwrap_or_default(),
+                unreachable,
+                link_connected: self.metrics.is_connected(region),
+                events_behind: self
+                    .events_behind(region, SCRAPE_SCAN_LIMIT)?
+                    .map_or(-1, |(n, _)| n as i64),
+                last_contact_ms: self
+                    .metrics
+                    .last_contact(region)
+                    .map_or(0, |seconds| (seconds * 1000.0) as i64),
+                figures,
+            });
+        }
+        Ok(regions)
+    }
+}
