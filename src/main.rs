@@ -21,6 +21,8 @@ use cascade_node::store::StorageEngine;
 use cascade_node::{ConfigFile, Node, NodeSettings};
 use cascade_tls::DevPki;
 use clap::{Parser, Subcommand};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -77,6 +79,10 @@ struct ServeArgs {
     /// unless given here or as `metrics_listen` in the config.
     #[arg(long, env = "CASCADE_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// Export spans to this OTLP/gRPC collector (`http://HOST:4317`); off
+    /// unless given here or as `[tracing] otlp_endpoint` in the config.
+    #[arg(long, env = "CASCADE_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -127,22 +133,58 @@ fn dev_certs(args: DevCertsArgs) -> Result<()> {
 /// Logs to stderr: `CASCADE_LOG` filters (default `default`); colours
 /// only when stderr is a terminal (a file or a collector gets plain text);
 /// `CASCADE_LOG_FORMAT=json` writes one JSON object per line, with the
-/// span fields (region, name, uid) in it, for log collectors.
-fn init_tracing(default: &str) {
+/// span fields (region, name, uid) in it, for log collectors. With an OTLP
+/// endpoint, spans are also exported there (see [`otlp_tracer`]); the
+/// returned provider flushes them when shut down.
+fn init_tracing(default: &str, otlp: Option<(&str, &str)>) -> Result<Option<SdkTracerProvider>> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = EnvFilter::try_from_env("CASCADE_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    let _ = match std::env::var("CASCADE_LOG_FORMAT").as_deref() {
-        Ok("json") => builder.json().with_current_span(true).with_span_list(true).try_init(),
-        Ok("text") | Err(_) => builder.try_init(),
-        Ok(other) => {
-            let _ = builder.try_init();
-            tracing::warn!(format = other, "CASCADE_LOG_FORMAT is text or json; logging text");
-            Ok(())
-        }
+    let format = std::env::var("CASCADE_LOG_FORMAT");
+    let fmt = match format.as_deref() {
+        Ok("json") => fmt.json().with_current_span(true).with_span_list(true).boxed(),
+        _ => fmt.boxed(),
     };
+    let (otel, provider) = match otlp {
+        Some((endpoint, region)) => {
+            let provider = otlp_tracer(endpoint, region)?;
+            let tracer = opentelemetry::trace::TracerProvider::tracer(&provider, "cascade");
+            (Some(tracing_opentelemetry::layer().with_tracer(tracer)), Some(provider))
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init();
+    if let Ok(other) = format.as_deref() {
+        if other != "json" && other != "text" {
+            tracing::warn!(format = other, "CASCADE_LOG_FORMAT is text or json; logging text");
+        }
+    }
+    Ok(provider)
+}
+
+/// Spans exported in batches to the OTLP/gRPC collector at `endpoint`, as
+/// service `cascade` with the region as a resource attribute, and W3C
+/// trace context as the propagator (between regions: gRPC metadata and
+/// peer events, cascade-node's `trace_context.rs`).
+fn otlp_tracer(endpoint: &str, region: &str) -> Result<SdkTracerProvider> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .build()
+        .with_context(|| format!("tracing.otlp_endpoint: {endpoint}"))?;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name("cascade")
+        .with_attribute(opentelemetry::KeyValue::new("cascade.region", region.to_owned()))
+        .build();
+    opentelemetry::global::set_text_map_propagator(opentelemetry_sdk::propagation::TraceContextPropagator::new());
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
 }
 
 #[tokio::main]
@@ -161,12 +203,11 @@ async fn main() {
 async fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Serve(args) => {
-            init_tracing("info");
             serve(args).await?;
             Ok(0)
         }
         Command::Demo(args) => {
-            init_tracing("warn");
+            init_tracing("warn", None)?;
             demo::run(args).await?;
             Ok(0)
         }
@@ -175,7 +216,7 @@ async fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Command::Client(command) => {
-            init_tracing("warn");
+            init_tracing("warn", None)?;
             Ok(cascade_client::cli::run(&cli.client, command).await?)
         }
     }
@@ -201,9 +242,26 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if args.metrics_listen.is_some() {
         file.metrics_listen = args.metrics_listen;
     }
+    if args.otlp_endpoint.is_some() {
+        file.tracing.otlp_endpoint = args.otlp_endpoint;
+    }
     if let Some(engine) = args.storage_engine {
         file.storage.engine = Some(engine.to_string());
     }
+    let region = file.region.clone().unwrap_or_default();
+    let otlp = file.tracing.otlp_endpoint.as_deref().map(|e| (e, region.as_str()));
+    let provider = init_tracing("info", otlp)?;
+    let served = serve_node(file).await;
+    if let Some(provider) = provider {
+        // The spans still in the exporter's batch.
+        if let Err(e) = provider.shutdown() {
+            eprintln!("warning: flushing spans to the OTLP collector: {e}");
+        }
+    }
+    served
+}
+
+async fn serve_node(file: ConfigFile) -> Result<()> {
     if file.data_dir.is_none() {
         anyhow::bail!("data_dir: is required (in the config file, --data-dir or CASCADE_DATA_DIR)");
     }

@@ -35,6 +35,9 @@
 //! identities = ["alice.admin.cascade"] # with [tls]: client certificate DNS names
 //! force_purge_after_ms = 3600000       # younger deletions need ForcePurge's `force`
 //!
+//! [tracing]           # optional
+//! otlp_endpoint = "http://otel-collector:4317"   # export spans (OTLP/gRPC)
+//!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
 //! cert = "certs/eu-1.pem"    # names this region: DNS SAN "eu-1.cascade"
@@ -80,6 +83,19 @@ pub struct ConfigFile {
     pub tls: Option<TlsConfig>,
     #[serde(default)]
     pub admin: AdminConfig,
+    #[serde(default)]
+    pub tracing: TracingConfig,
+}
+
+/// `[tracing]`: where spans go besides the log (read by the binary, which
+/// installs the exporter before the node starts).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// An OTLP/gRPC collector (`http://otel-collector:4317`): every span is
+    /// exported there, and trace context travels between regions. None:
+    /// no export (the default).
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `[admin]`: who is an administrator (the Admin service refuses everyone

@@ -13,6 +13,8 @@
 //! - `writer.rs`: the single-writer actor that runs protocol steps and
 //!   commits them, with its supervisor.
 //! - `links.rs`: the peer links (watch, releases, checks) and the reconciler.
+//! - `trace_context.rs`: W3C trace context on calls to peers and with
+//!   peer events, so one deletion is one trace across regions.
 //! - `metrics.rs`: Prometheus metrics, their HTTP listener, and the gRPC
 //!   layer that counts calls by method and code.
 //! - [`store`]: the narrow storage trait with the sled and in-memory engines.
@@ -37,6 +39,7 @@ mod node;
 pub mod peers;
 mod server;
 mod status;
+mod trace_context;
 pub mod store;
 mod writer;
 

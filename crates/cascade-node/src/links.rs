@@ -29,7 +29,7 @@ use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::api::peer_client::WatchEnd;
+use crate::api::peer_client::{WatchEnd, WatchedEvent};
 use crate::clock;
 use crate::entropy::{stable_hash, XorShift64};
 use crate::error::Fault;
@@ -143,16 +143,36 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
             }
         }
         contact(node, peer);
-        let events: Vec<RemoteEvent> = batch.into_iter().flatten().collect();
-        let from = peer.to_owned();
-        if let Err(e) = node
-            .writer
-            .apply(move |s, c, _| peer::apply_remote_events(s, c, &from, events))
-            .await
-        {
-            return format!("applying events: {e}");
+        for (traceparent, events) in by_trace(batch.into_iter().flatten()) {
+            let span = info_span!("apply_peer_events", region = %node.region, peer, events = events.len());
+            if let Some(parent) = &traceparent {
+                crate::trace_context::adopt_parent(&span, parent);
+            }
+            let from = peer.to_owned();
+            if let Err(e) = node
+                .writer
+                .apply(move |s, c, _| peer::apply_remote_events(s, c, &from, events))
+                .instrument(span)
+                .await
+            {
+                return format!("applying events: {e}");
+            }
         }
     }
+}
+
+/// A batch of watched events as runs of consecutive events of one trace
+/// context, in order: each run is applied in a span of its own trace (one
+/// run when the peer does not trace).
+fn by_trace(events: impl Iterator<Item = WatchedEvent>) -> Vec<(Option<String>, Vec<RemoteEvent>)> {
+    let mut runs: Vec<(Option<String>, Vec<RemoteEvent>)> = Vec::new();
+    for WatchedEvent { event, traceparent } in events {
+        match runs.last_mut() {
+            Some((t, run)) if *t == traceparent => run.push(event),
+            _ => runs.push((traceparent, vec![event])),
+        }
+    }
+    runs
 }
 
 /// Notes a successful exchange with `peer` (its last-contact metric, and

@@ -169,6 +169,8 @@ pub struct Node {
     /// The address peers and clients reach this node at, when known (for
     /// `Admin.Status`).
     pub(crate) advertised: Mutex<Option<String>>,
+    /// The trace context of recent events peers are sent (shared with the writer).
+    pub(crate) trace_marks: Arc<crate::trace_context::TraceMarks>,
     /// Peer region → its address, as configured.
     pub(crate) peer_addresses: BTreeMap<String, String>,
 }
@@ -282,6 +284,7 @@ impl Node {
         };
         let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let committing = Arc::new(watch::channel(true).0);
+        let trace_marks = Arc::new(crate::trace_context::TraceMarks::default());
         let closure_checks = ClosureChecks::default();
         let write_stats = Arc::new(WriteStats::default());
         let release_hints = Arc::new(ReleaseHints::default());
@@ -299,6 +302,7 @@ impl Node {
             release_hints: release_hints.clone(),
             metrics: metrics.clone(),
             committing: committing.clone(),
+            trace_marks: trace_marks.clone(),
         })
         .await?;
         Ok(Self {
@@ -328,6 +332,7 @@ impl Node {
             metrics_addr,
             committing,
             advertised: Mutex::new(None),
+            trace_marks,
             peer_addresses: settings.peers.iter().map(|(r, a)| (r.to_string(), a.clone())).collect(),
         })
     }

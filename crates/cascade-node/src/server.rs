@@ -102,13 +102,15 @@ impl Node {
         };
         let mut builder = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            // Each call's span: a child of the caller's trace context.
+            .trace_fn(crate::trace_context::request_span);
         if let Some(tls) = &node.tls {
             builder = builder.tls_config(tls.server_config())?;
         }
         let result = builder
             // Outermost: the code a client sees is the code counted.
-            .layer(crate::metrics::GrpcMetricsLayer(node.metrics.clone()))
+            .layer(crate::api::grpc_metrics::GrpcMetricsLayer(node.metrics.clone()))
             // tonic's own refusals of unreadable requests, in the documented codes.
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::wire_errors::rewrite::<tonic::body::Body>,

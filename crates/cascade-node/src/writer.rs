@@ -28,6 +28,7 @@ use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
 use crate::error::Fault;
 use crate::metrics::NodeMetrics;
+use crate::trace_context::TraceMarks;
 use crate::store::Store;
 use cascade_core::model::Event;
 
@@ -57,6 +58,9 @@ pub struct WriterContext {
     /// Whether the last commit succeeded: gRPC health reports NOT_SERVING
     /// while it is false (`server.rs`).
     pub committing: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The trace context of each committed event peers are sent, for their
+    /// Watch streams (`trace_context.rs`).
+    pub trace_marks: Arc<TraceMarks>,
 }
 
 /// The lowest pending-release key the writer queued for each owner region
@@ -152,6 +156,10 @@ pub enum WriterMsg {
     Tick,
     /// Any other protocol step; the closure runs it and sends the reply.
     Apply(ApplyFn),
+    /// A message sent from within `span` (the caller's): the step's span
+    /// is its child, so a step belongs to the trace of the call that asked
+    /// for it (`WriterHandle` wraps every call).
+    Traced(tracing::Span, Box<WriterMsg>),
 }
 
 /// A protocol step packaged with its reply port (see [`WriterHandle::apply`]).
@@ -192,6 +200,7 @@ impl WriterState {
         let state = StoreState {
             store: self.ctx.store.as_ref(),
         };
+        let traced = self.note_trace(&writes);
         let mut batch_keys = 0;
         let committed = self.replaced_states(&state, &writes).and_then(|before| {
             let batch = encode_writes(&state, &writes)?;
@@ -207,6 +216,9 @@ impl WriterState {
                 before
             }
             Err(e) => {
+                if let Some(first) = traced {
+                    self.ctx.trace_marks.forget_from(first);
+                }
                 self.ctx.metrics.commit_failed();
                 if self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false)) {
                     error!(region = %self.ctx.region, error = %e, "the store refused a commit: health is NOT_SERVING until one succeeds");
@@ -243,6 +255,20 @@ impl WriterState {
             let _ = self.ctx.events.send(Arc::new(e));
         }
         Ok(queued_work)
+    }
+
+    /// Notes the current span's trace context for each event of `writes`
+    /// peers are sent, before the commit (a Watch stream may read the
+    /// event from the store as soon as it is committed). Returns the first
+    /// revision noted.
+    fn note_trace(&self, writes: &WriteSet) -> Option<u64> {
+        let mut sent = writes.events.iter().filter(|e| e.event_type.concerns_importers()).peekable();
+        let first = sent.peek()?.revision;
+        let traceparent = crate::trace_context::current_traceparent()?;
+        for e in sent {
+            self.ctx.trace_marks.note(e.revision, &traceparent);
+        }
+        Some(first)
     }
 
     /// The stored state of each resource `writes` puts or removes, in its
@@ -337,6 +363,10 @@ impl Actor for Writer {
         msg: WriterMsg,
         state: &mut WriterState,
     ) -> Result<(), ActorProcessingErr> {
+        let (caller, msg) = match msg {
+            WriterMsg::Traced(span, msg) => (span, *msg),
+            msg => (tracing::Span::none(), msg),
+        };
         let region = state.ctx.region.to_string();
         let started = crate::clock::monotonic_now();
         let step = match &msg {
@@ -345,11 +375,11 @@ impl Actor for Writer {
             WriterMsg::Delete(..) => "delete",
             WriterMsg::Work => "deletion_work",
             WriterMsg::Apply(_) => "apply",
-            WriterMsg::Tick => "tick",
+            WriterMsg::Tick | WriterMsg::Traced(..) => "tick",
         };
         match msg {
             WriterMsg::Create(specs, reply) => {
-                let span = info_span!("create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
+                let span = info_span!(parent: &caller, "create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
                     state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs))
@@ -365,7 +395,7 @@ impl Actor for Writer {
                 let _ = reply.send(result);
             }
             WriterMsg::Update(spec, etag, reply) => {
-                let span = info_span!("update", %region, name = %spec.name);
+                let span = info_span!(parent: &caller, "update", %region, name = %spec.name);
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
                     state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()))
@@ -374,7 +404,7 @@ impl Actor for Writer {
             }
             WriterMsg::Delete(req, reply) => {
                 let span =
-                    info_span!("delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
+                    info_span!(parent: &caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
                     state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req))
@@ -389,7 +419,13 @@ impl Actor for Writer {
                 }
                 let _ = reply.send(result);
             }
-            WriterMsg::Apply(apply) => off_the_workers(state.ctx.store.waits_on_io(), || apply(state, &myself)),
+            WriterMsg::Apply(apply) => {
+                let span = info_span!(parent: &caller, "step", %region);
+                let _g = span.enter();
+                off_the_workers(state.ctx.store.waits_on_io(), || apply(state, &myself))
+            }
+            // Unwrapped above; a message traced twice is not sent.
+            WriterMsg::Traced(..) => {}
             WriterMsg::Tick => state.kick(&myself),
             WriterMsg::Work => {
                 state.work_queued = false;
@@ -566,7 +602,12 @@ impl WriterHandle {
         build: impl FnOnce(RpcReplyPort<Result<T, CoreError>>) -> WriterMsg,
     ) -> Result<T, Fault> {
         let writer = self.writer()?;
-        match writer.call(build, None).await {
+        // The caller's span goes with the message: the step's span is its child.
+        let caller = tracing::Span::current();
+        match writer
+            .call(|reply| WriterMsg::Traced(caller, Box::new(build(reply))), None)
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(r)) => Ok(r?),
             Ok(other) => Err(Fault::Writer(WriterUnavailable(format!(
                 "no reply ({})",

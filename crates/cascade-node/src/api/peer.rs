@@ -195,11 +195,13 @@ impl Peer for PeerApi {
         self.authorize_as(&request, &watcher, "Watch")?;
         let req = request.into_inner();
         let span = info_span!("peer_watch", region = %self.node.region, watcher = %watcher, from = req.from_revision);
+        let node = self.node.clone();
         let stream = outbox_stream(
             self.node.feed(),
             req.from_revision,
             |e| e.event_type.concerns_importers(),
-            |e| v1::PeerEvent {
+            move |e| v1::PeerEvent {
+                traceparent: node.trace_marks.of(e.revision).unwrap_or_default(),
                 revision: e.revision,
                 r#type: convert::event_type(e.event_type) as i32,
                 resource: Some(convert::object_ref(&e.resource)),

@@ -25,11 +25,23 @@ use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_proto::v1::{self, ErrorReason};
 use cascade_proto::{convert, error_details};
 use futures::{Stream, StreamExt};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
 use crate::api::forward::{call_owner, OwnerError};
 use crate::peers::{Peers, PEER_CALL_TIMEOUT};
+use crate::trace_context::InjectTraceContext;
+
+/// A channel to a peer whose calls carry the caller's trace context.
+pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;
+
+/// One event of a peer's outbox, with the trace context of the step that
+/// committed it (when the peer traces and still knows it).
+pub(crate) struct WatchedEvent {
+    pub event: RemoteEvent,
+    pub traceparent: Option<String>,
+}
 
 /// What an owner says about one of its resources.
 pub(crate) enum LookupAnswer {
@@ -121,22 +133,22 @@ fn unavailable_unless_answered(region: &str, rpc: &'static str, e: OwnerError) -
 
 impl Peers {
     /// A client of `region`'s Peer service, with the node's message limits.
-    pub(crate) fn peer(&self, region: &str) -> Result<PeerClient<Channel>, CoreError> {
-        Ok(PeerClient::new(self.channel(region)?)
+    pub(crate) fn peer(&self, region: &str) -> Result<PeerClient<PeerChannel>, CoreError> {
+        Ok(PeerClient::with_interceptor(self.channel(region)?, InjectTraceContext)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes))
     }
 
     /// A client of `region`'s Admin service (forwarding an administrator's call).
-    pub(crate) fn admin(&self, region: &str) -> Result<AdminClient<Channel>, CoreError> {
-        Ok(AdminClient::new(self.channel(region)?)
+    pub(crate) fn admin(&self, region: &str) -> Result<AdminClient<PeerChannel>, CoreError> {
+        Ok(AdminClient::with_interceptor(self.channel(region)?, InjectTraceContext)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes))
     }
 
     /// A client of `region`'s Resources service (forwarding a client's call).
-    pub(crate) fn resources(&self, region: &str) -> Result<ResourcesClient<Channel>, CoreError> {
-        Ok(ResourcesClient::new(self.channel(region)?)
+    pub(crate) fn resources(&self, region: &str) -> Result<ResourcesClient<PeerChannel>, CoreError> {
+        Ok(ResourcesClient::with_interceptor(self.channel(region)?, InjectTraceContext)
             .max_decoding_message_size(self.max_message_bytes)
             .max_encoding_message_size(self.max_message_bytes))
     }
@@ -151,7 +163,7 @@ impl Peers {
         call: F,
     ) -> Result<T, OwnerError>
     where
-        F: FnOnce(PeerClient<Channel>) -> Fut,
+        F: FnOnce(PeerClient<PeerChannel>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
         let client = self.peer(region).map_err(OwnerError::Unreachable)?;
@@ -328,7 +340,7 @@ impl Peers {
         call: F,
     ) -> Result<Vec<bool>, OwnerError>
     where
-        F: FnOnce(PeerClient<Channel>, v1::CheckBackrefsRequest) -> Fut,
+        F: FnOnce(PeerClient<PeerChannel>, v1::CheckBackrefsRequest) -> Fut,
         Fut: Future<Output = Result<Response<v1::CheckBackrefsResponse>, Status>>,
     {
         let req = v1::CheckBackrefsRequest {
@@ -438,7 +450,7 @@ impl Peers {
         region: &str,
         watcher: &RegionId,
         from_revision: u64,
-    ) -> Result<impl Stream<Item = Result<Option<RemoteEvent>, WatchEnd>> + Send + Unpin + 'static, WatchEnd> {
+    ) -> Result<impl Stream<Item = Result<Option<WatchedEvent>, WatchEnd>> + Send + Unpin + 'static, WatchEnd> {
         let req = v1::PeerWatchRequest {
             region: watcher.to_string(),
             from_revision,
@@ -456,13 +468,16 @@ impl Peers {
     }
 }
 
-fn remote_event(e: v1::PeerEvent) -> Option<RemoteEvent> {
+fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
     let resource = convert::ref_target(e.resource, "resource").ok()?;
-    Some(RemoteEvent {
-        revision: e.revision,
-        event_type: convert::event_type_from(e.r#type)?,
-        resource,
-        operation: OperationId::parse(&e.operation_id).ok(),
-        no_cascade: e.no_cascade,
+    Some(WatchedEvent {
+        event: RemoteEvent {
+            revision: e.revision,
+            event_type: convert::event_type_from(e.r#type)?,
+            resource,
+            operation: OperationId::parse(&e.operation_id).ok(),
+            no_cascade: e.no_cascade,
+        },
+        traceparent: Some(e.traceparent).filter(|t| !t.is_empty()),
     })
 }

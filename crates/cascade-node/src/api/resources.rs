@@ -22,7 +22,6 @@ use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_proto::v1::{self, resources_server::Resources};
 use futures::Stream;
 use tokio::sync::{broadcast, mpsc};
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
@@ -108,7 +107,7 @@ fn outcomes_cursor(token: &str) -> Result<Option<OutcomesCursor>, Status> {
 impl ResourcesApi {
     /// None for a name of this region; the owner's client for a peer's;
     /// INVALID_ARGUMENT naming `field` for a region outside the cluster.
-    fn route(&self, name: &ResourceName, field: &str) -> Result<Option<(String, ResourcesClient<Channel>)>, Status> {
+    fn route(&self, name: &ResourceName, field: &str) -> Result<Option<(String, ResourcesClient<crate::api::peer_client::PeerChannel>)>, Status> {
         let Some(region) = self.node.owner_region(name, field).map_err(refused)? else {
             return Ok(None);
         };

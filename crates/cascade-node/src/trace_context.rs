@@ -1,0 +1,164 @@
+//! W3C trace context across regions, so that one deletion's spans in every
+//! region it reaches belong to one trace.
+//!
+//! Two ways out of a node, two ways in:
+//! - a call to another region carries the caller's span context in its
+//!   gRPC metadata ([`InjectTraceContext`], on every channel to a peer);
+//!   the serving node opens the call's span as its child
+//!   ([`request_span`], tonic's `trace_fn`);
+//! - a cross-region cascade is not a call but an event on the owner's
+//!   outbox, read by the importers over a long-lived `Peer.Watch`. The
+//!   writer notes the `traceparent` of the step that committed each event
+//!   peers are sent ([`TraceMarks`], in memory, the last
+//!   [`TRACE_MARKS_KEPT`]); the Watch stream sends it with the event; the
+//!   importer applies the event in a span whose parent it is.
+//!
+//! What is a span, a trace or a propagator is OpenTelemetry's: the node
+//! only reads the current span's context (`tracing-opentelemetry`) and uses
+//! the global propagator. Without a subscriber that bridges to
+//! OpenTelemetry (the binary installs one only with an OTLP endpoint; the
+//! tests install an in-memory one), there is no context: nothing is added
+//! to calls or events, and this costs a lookup per committed step.
+//!
+//! The marks are not stored: after a restart, or for an event older than
+//! the last [`TRACE_MARKS_KEPT`], the importer's span starts a trace of its
+//! own. Traces are a diagnostic; a durable copy in every outbox record
+//! would cost every deletion bytes on disk for it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use opentelemetry::propagation::Injector;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tracing::Span;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+/// The W3C header (and map key) of a span context.
+const TRACEPARENT: &str = "traceparent";
+
+/// Events whose `traceparent` a node remembers for its Watch streams.
+pub(crate) const TRACE_MARKS_KEPT: usize = 16_384;
+
+/// Adds the current span's context to every call on a channel to a peer.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct InjectTraceContext;
+
+impl tonic::service::Interceptor for InjectTraceContext {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let context = Span::current().context();
+        opentelemetry::global::get_text_map_propagator(|propagator| {
+            propagator.inject_context(&context, &mut MetadataInjector(request.metadata_mut()))
+        });
+        Ok(request)
+    }
+}
+
+/// Writes a propagator's fields into gRPC metadata (tonic's metadata is not
+/// an `http::HeaderMap` that `opentelemetry-http` writes into).
+struct MetadataInjector<'a>(&'a mut MetadataMap);
+
+impl Injector for MetadataInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(key), Ok(value)) = (
+            MetadataKey::from_bytes(key.as_bytes()),
+            MetadataValue::try_from(value.as_str()),
+        ) {
+            self.0.insert(key, value);
+        }
+    }
+}
+
+/// The span a served gRPC call runs in: a child of the caller's span when
+/// the call carries a trace context, with the method as a field.
+pub(crate) fn request_span(request: &http::Request<()>) -> Span {
+    let span = tracing::info_span!("grpc", method = %request.uri().path());
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&opentelemetry_http::HeaderExtractor(request.headers()))
+    });
+    let _ = span.set_parent(parent);
+    span
+}
+
+/// The current span's context as a `traceparent` value, when there is one.
+pub(crate) fn current_traceparent() -> Option<String> {
+    let context = Span::current().context();
+    let mut carrier = HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.inject_context(&context, &mut carrier));
+    carrier.remove(TRACEPARENT)
+}
+
+/// Makes `span` a child of the span `traceparent` names (from a peer event).
+pub(crate) fn adopt_parent(span: &Span, traceparent: &str) {
+    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier));
+    let _ = span.set_parent(parent);
+}
+
+/// Revision → `traceparent` of the step that committed it, for the last
+/// [`TRACE_MARKS_KEPT`] traced events peers are sent (revisions only grow,
+/// so the oldest is dropped first and a lookup is a binary search).
+#[derive(Debug, Default)]
+pub(crate) struct TraceMarks(Mutex<VecDeque<(u64, String)>>);
+
+impl TraceMarks {
+    /// Notes that `revision` was committed under `traceparent`.
+    pub(crate) fn note(&self, revision: u64, traceparent: &str) {
+        let Ok(mut marks) = self.0.lock() else { return };
+        if marks.back().is_some_and(|(last, _)| *last >= revision) {
+            // Out of order: cannot happen (one writer), and a lookup must
+            // stay a binary search; the mark is only a diagnostic.
+            return;
+        }
+        if marks.len() == TRACE_MARKS_KEPT {
+            marks.pop_front();
+        }
+        marks.push_back((revision, traceparent.to_owned()));
+    }
+
+    /// Forgets the marks from `revision` on (their step did not commit,
+    /// and the next step reuses the revisions).
+    pub(crate) fn forget_from(&self, revision: u64) {
+        let Ok(mut marks) = self.0.lock() else { return };
+        while marks.back().is_some_and(|(r, _)| *r >= revision) {
+            marks.pop_back();
+        }
+    }
+
+    /// The `traceparent` `revision` was committed under, if still known.
+    pub(crate) fn of(&self, revision: u64) -> Option<String> {
+        let marks = self.0.lock().ok()?;
+        let (front, back) = marks.as_slices();
+        let found = [front, back].into_iter().find_map(|half| {
+            half.binary_search_by_key(&revision, |(r, _)| *r)
+                .ok()
+                .map(|i| half[i].1.clone())
+        });
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_marks_keep_the_newest_and_find_them() {
+        let marks = TraceMarks::default();
+        for revision in 1..=(TRACE_MARKS_KEPT as u64 + 10) {
+            marks.note(revision, &format!("t{revision}"));
+        }
+        assert_eq!(marks.of(1), None, "the oldest were dropped");
+        assert_eq!(marks.of(10), None);
+        assert_eq!(marks.of(11).as_deref(), Some("t11"));
+        let last = TRACE_MARKS_KEPT as u64 + 10;
+        assert_eq!(marks.of(last).as_deref(), Some(format!("t{last}").as_str()));
+        assert_eq!(marks.of(last + 1), None);
+        marks.note(5, "late");
+        assert_eq!(marks.of(5), None, "an out-of-order mark is ignored");
+        marks.forget_from(last);
+        assert_eq!(marks.of(last), None, "a step that did not commit");
+        assert!(marks.of(last - 1).is_some());
+        marks.note(last, "again");
+        assert_eq!(marks.of(last).as_deref(), Some("again"));
+    }
+}
