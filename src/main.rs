@@ -157,7 +157,11 @@ fn init_tracing(default: &str, otlp: Option<(&str, &str)>) -> Result<Option<SdkT
         }
         None => (None, None),
     };
-    let _ = tracing_subscriber::registry().with(filter).with(fmt).with(otel).try_init();
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .try_init();
     if let Ok(other) = format.as_deref() {
         if other != "json" && other != "text" {
             tracing::warn!(format = other, "CASCADE_LOG_FORMAT is text or json; logging text");

@@ -307,7 +307,25 @@ async fn cascade_status_shows_a_frozen_region_as_unreachable() {
     assert_eq!(region(&status, "eu-west")["figures"]["resources"]["active"], 1);
     assert_eq!(region(&status, "us-east")["address"], cluster.endpoint("us-east"));
 
+    // A probe's view of the same node, through its own config file.
+    let probe = tokio::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["health", "--service", "cascade.v1.Resources", "--config"])
+        .arg(cluster.config("eu-west"))
+        .output()
+        .await
+        .expect("cascade health runs");
+    assert!(probe.status.success(), "{probe:?}");
+    assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "SERVING");
+
     cluster.freeze("ap-south");
+    // A frozen node does not answer its probe.
+    let frozen_probe = tokio::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["health", "--config"])
+        .arg(cluster.config("ap-south"))
+        .output()
+        .await
+        .expect("cascade health runs");
+    assert_eq!(frozen_probe.status.code(), Some(1), "{frozen_probe:?}");
     let (code, status) = cascade_status(&eu).await;
     cluster.thaw("ap-south");
     assert_eq!(code, 1, "a region is unreachable: {status}");

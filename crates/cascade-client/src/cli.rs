@@ -152,6 +152,11 @@ pub enum Command {
     Finalizer(FinalizerCommand),
     /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
     Admin(AdminArgs),
+    /// Ask a node's gRPC health (`grpc.health.v1.Health/Check`) as a load
+    /// balancer or a Kubernetes probe does. Prints SERVING or NOT_SERVING
+    /// (the node cannot commit); exits 0 only when SERVING, 1 otherwise
+    /// (also when the node does not answer).
+    Health(HealthArgs),
     /// Every region of the cluster on one screen, as --server sees it:
     /// address, reachable or not (and why), its link, how many events it
     /// is behind, its deletions by status and the oldest one's age.
@@ -312,6 +317,21 @@ pub struct CheckArgs {
     pub schema: Option<std::path::PathBuf>,
 }
 
+/// `cascade health`.
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// Probe the node this configuration describes, instead of --server:
+    /// its `listen` address (0.0.0.0 dialed on loopback) with its `[tls]`
+    /// CA and identity, expecting its region's certificate. What a probe
+    /// inside the node's container runs (deploy/kubernetes).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// The service to ask about: empty for the node as a whole, or
+    /// cascade.v1.Resources, cascade.v1.Peer, cascade.v1.Admin.
+    #[arg(long, default_value = "")]
+    pub service: String,
+}
+
 /// The part of a node's configuration file the checker reads.
 #[derive(Debug, serde::Deserialize)]
 struct NodeConfig {
@@ -362,6 +382,52 @@ fn listen_endpoint(listen: &str, tls: bool) -> Result<String, ClientError> {
 
 /// `(region, endpoint)` pairs.
 type Regions = Vec<(String, String)>;
+
+/// How long `cascade health` waits for an answer (a probe's own timeout
+/// is usually a second or more above it).
+const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+async fn run_health(health: &HealthArgs, args: &ClientArgs, json: bool) -> Result<i32, ClientError> {
+    let channel = match &health.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", path.display())))?;
+            let config: NodeConfig =
+                toml::from_str(&text).map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
+            let listen = config.listen.as_deref().unwrap_or("127.0.0.1:50051");
+            let endpoint = listen_endpoint(listen, config.tls.is_some())
+                .map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
+            let tls = match &config.tls {
+                Some(files) => Some(
+                    ClientTls::load(&files.ca, Some((files.cert.as_path(), files.key.as_path())), None)
+                        .map_err(|e| ClientError::Usage(format!("{}: tls: {e}", path.display())))?,
+                ),
+                None => None,
+            };
+            crate::client::connect_channel(&endpoint, tls.as_ref(), config.region.as_deref()).await?
+        }
+        None => crate::client::connect_channel(&args.server, args.tls.load()?.as_ref(), None).await?,
+    };
+    let request = tonic_health::pb::HealthCheckRequest {
+        service: health.service.clone(),
+    };
+    let answer = tokio::time::timeout(
+        HEALTH_TIMEOUT,
+        tonic_health::pb::health_client::HealthClient::new(channel).check(request),
+    )
+    .await
+    .map_err(|_| ClientError::Usage(format!("no health answer within {HEALTH_TIMEOUT:?}")))??;
+    let status = tonic_health::pb::health_check_response::ServingStatus::try_from(answer.into_inner().status)
+        .unwrap_or(tonic_health::pb::health_check_response::ServingStatus::Unknown);
+    if json {
+        print_json(&serde_json::json!({ "service": health.service, "status": status.as_str_name() }));
+    } else {
+        println!("{}", status.as_str_name());
+    }
+    Ok(i32::from(
+        status != tonic_health::pb::health_check_response::ServingStatus::Serving,
+    ))
+}
 
 /// The `(region, endpoint)` pairs and the schema `cascade check` uses.
 fn check_targets(args: &CheckArgs, tls_args: &TlsArgs) -> Result<CheckTargets, ClientError> {
@@ -494,6 +560,9 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     if let Command::Schema(SchemaCommand::Check { file }) = &command {
         return run_schema_check(file, json);
     }
+    if let Command::Health(health) = &command {
+        return run_health(health, args, json).await;
+    }
     if let Command::Admin(admin) = &command {
         // An empty CASCADE_ADMIN_TOKEN is no token.
         let token = admin.admin_token.clone().filter(|t| !t.is_empty());
@@ -512,7 +581,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     }
     let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {
-        Command::Check(_) | Command::Schema(_) | Command::Admin(_) | Command::Status => {
+        Command::Check(_) | Command::Schema(_) | Command::Admin(_) | Command::Status | Command::Health(_) => {
             unreachable!("handled above")
         }
         Command::Create(spec) => {

@@ -39,8 +39,8 @@ mod node;
 pub mod peers;
 mod server;
 mod status;
-mod trace_context;
 pub mod store;
+mod trace_context;
 mod writer;
 
 pub use config::{ConfigFile, NodeSettings};

@@ -127,13 +127,8 @@ impl TraceMarks {
     /// The `traceparent` `revision` was committed under, if still known.
     pub(crate) fn of(&self, revision: u64) -> Option<String> {
         let marks = self.0.lock().ok()?;
-        let (front, back) = marks.as_slices();
-        let found = [front, back].into_iter().find_map(|half| {
-            half.binary_search_by_key(&revision, |(r, _)| *r)
-                .ok()
-                .map(|i| half[i].1.clone())
-        });
-        found
+        let i = marks.binary_search_by_key(&revision, |(r, _)| *r).ok()?;
+        marks.get(i).map(|(_, t)| t.clone())
     }
 }
 

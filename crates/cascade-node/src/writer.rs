@@ -28,8 +28,8 @@ use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
 use crate::error::Fault;
 use crate::metrics::NodeMetrics;
-use crate::trace_context::TraceMarks;
 use crate::store::Store;
+use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
 
 /// What the writer needs; shared by every incarnation of the actor.
@@ -262,7 +262,11 @@ impl WriterState {
     /// event from the store as soon as it is committed). Returns the first
     /// revision noted.
     fn note_trace(&self, writes: &WriteSet) -> Option<u64> {
-        let mut sent = writes.events.iter().filter(|e| e.event_type.concerns_importers()).peekable();
+        let mut sent = writes
+            .events
+            .iter()
+            .filter(|e| e.event_type.concerns_importers())
+            .peekable();
         let first = sent.peek()?.revision;
         let traceparent = crate::trace_context::current_traceparent()?;
         for e in sent {
@@ -403,8 +407,7 @@ impl Actor for Writer {
                 let _ = reply.send(result);
             }
             WriterMsg::Delete(req, reply) => {
-                let span =
-                    info_span!(parent: &caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
+                let span = info_span!(parent: &caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
                     state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req))

@@ -148,9 +148,11 @@ impl Peers {
 
     /// A client of `region`'s Resources service (forwarding a client's call).
     pub(crate) fn resources(&self, region: &str) -> Result<ResourcesClient<PeerChannel>, CoreError> {
-        Ok(ResourcesClient::with_interceptor(self.channel(region)?, InjectTraceContext)
-            .max_decoding_message_size(self.max_message_bytes)
-            .max_encoding_message_size(self.max_message_bytes))
+        Ok(
+            ResourcesClient::with_interceptor(self.channel(region)?, InjectTraceContext)
+                .max_decoding_message_size(self.max_message_bytes)
+                .max_encoding_message_size(self.max_message_bytes),
+        )
     }
 
     /// Calls `rpc` on `region`'s Peer service within `deadline`, and

@@ -107,7 +107,11 @@ fn outcomes_cursor(token: &str) -> Result<Option<OutcomesCursor>, Status> {
 impl ResourcesApi {
     /// None for a name of this region; the owner's client for a peer's;
     /// INVALID_ARGUMENT naming `field` for a region outside the cluster.
-    fn route(&self, name: &ResourceName, field: &str) -> Result<Option<(String, ResourcesClient<crate::api::peer_client::PeerChannel>)>, Status> {
+    fn route(
+        &self,
+        name: &ResourceName,
+        field: &str,
+    ) -> Result<Option<(String, ResourcesClient<crate::api::peer_client::PeerChannel>)>, Status> {
         let Some(region) = self.node.owner_region(name, field).map_err(refused)? else {
             return Ok(None);
         };
