@@ -168,6 +168,71 @@ async fn a_scrape_shows_a_cross_region_cascade_in_the_metrics() {
     assert!((now - contact).abs() < 60.0, "last contact {contact}, now {now}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_deletion_shows_as_blocked_retried_and_ageing_in_the_metrics() {
+    let n = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| {
+        s.metrics_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        s.policy.backoff_base_ms = 20;
+        s.policy.backoff_cap_ms = 50;
+    })
+    .await;
+    let metrics = n.node.metrics_addr().expect("metrics served");
+    n.client
+        .batch_create(vec![
+            spec("project/p", &[]),
+            spec("project/q", &[]),
+            spec("network/ext", &[("project", &["project/p"])]),
+            // A router of another project holds the network (block).
+            spec(
+                "router/edge",
+                &[("project", &["project/q"]), ("gateway_network", &["network/ext"])],
+            ),
+        ])
+        .await
+        .expect("created");
+    n.client.delete(delete_req("project/p", true)).await.expect("accepted");
+    let held = eventually(Duration::from_secs(10), "the network held, and retried", || async {
+        let s = scrape(metrics).await;
+        let held = sample(&s, r#"cascade_deletions{status="blocked"}"#) >= 1.0
+            && sample(&s, "cascade_deletion_retries_total") >= 2.0
+            && sample(&s, "cascade_deletion_longest_running_seconds") > 0.0;
+        held.then_some(s)
+    })
+    .await;
+    assert!(sample(&held, "cascade_retry_queue_depth") >= 1.0);
+    assert!(sample(&held, r#"cascade_resources{state="deleting"}"#) >= 1.0);
+    assert!(
+        sample(&held, "cascade_deletion_unfinished_work_seconds")
+            >= sample(&held, "cascade_deletion_longest_running_seconds")
+    );
+    assert_eq!(
+        sample(&held, r#"cascade_deletions_finished_total{outcome="failed"}"#),
+        0.0
+    );
+
+    // The blocker goes: everything finishes, and the gauges go back to 0.
+    n.client
+        .delete(delete_req("router/edge", false))
+        .await
+        .expect("router deleted");
+    let done = eventually(Duration::from_secs(10), "the cascade to finish", || async {
+        let s = scrape(metrics).await;
+        (sample(&s, r#"cascade_resources{state="deleting"}"#) == 0.0).then_some(s)
+    })
+    .await;
+    for status in ["pending", "blocked", "waiting", "failed"] {
+        assert_eq!(
+            sample(&done, &format!("cascade_deletions{{status=\"{status}\"}}")),
+            0.0,
+            "{status}"
+        );
+    }
+    assert_eq!(sample(&done, "cascade_retry_queue_depth"), 0.0);
+    assert_eq!(sample(&done, "cascade_deletion_longest_running_seconds"), 0.0);
+    assert_eq!(sample(&done, r#"cascade_resources{state="active"}"#), 1.0, "project q");
+    assert_eq!(sample(&done, "cascade_deletions_accepted_total"), 2.0);
+}
+
 /// A store whose commits fail while `failing` is set (a full disk, a
 /// read-only volume).
 struct FailingStore {

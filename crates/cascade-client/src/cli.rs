@@ -10,12 +10,15 @@ use cascade_proto::v1;
 use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
-use crate::check;
-
 mod admin;
+mod node_config;
+mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render;
 pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
+use node_config::run_check;
+pub use node_config::CheckArgs;
+pub use observe::HealthArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -299,215 +302,6 @@ pub enum LienCommand {
     Remove { name: String, id: String },
 }
 
-/// Which regions `cascade check` reads.
-#[derive(Debug, Clone, Args)]
-pub struct CheckArgs {
-    /// A region and its node, `REGION=ENDPOINT` (repeatable), e.g.
-    /// `ra=http://127.0.0.1:50051`.
-    #[arg(long = "region", value_name = "REGION=ENDPOINT")]
-    pub regions: Vec<String>,
-    /// A node's TOML configuration: its `region` at `listen`, and `[peers]`.
-    /// Its `schema` (or the embedded example schema) decides which references
-    /// are tracked.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<std::path::PathBuf>,
-    /// The cluster's schema file (overrides the configuration's). Without one
-    /// (and without --config), tracked-ness is learned from the rows.
-    #[arg(long, value_name = "FILE")]
-    pub schema: Option<std::path::PathBuf>,
-}
-
-/// `cascade health`.
-#[derive(Debug, Clone, Args)]
-pub struct HealthArgs {
-    /// Probe the node this configuration describes, instead of --server:
-    /// its `listen` address (0.0.0.0 dialed on loopback) with its `[tls]`
-    /// CA and identity, expecting its region's certificate. What a probe
-    /// inside the node's container runs (deploy/kubernetes).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<std::path::PathBuf>,
-    /// The service to ask about: empty for the node as a whole, or
-    /// cascade.v1.Resources, cascade.v1.Peer, cascade.v1.Admin.
-    #[arg(long, default_value = "")]
-    pub service: String,
-}
-
-/// The part of a node's configuration file the checker reads.
-#[derive(Debug, serde::Deserialize)]
-struct NodeConfig {
-    region: Option<String>,
-    listen: Option<String>,
-    schema: Option<std::path::PathBuf>,
-    #[serde(default)]
-    peers: BTreeMap<String, String>,
-    /// The node's identity: with it the checker calls the Peer API as that region.
-    tls: Option<NodeTlsFiles>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct NodeTlsFiles {
-    ca: std::path::PathBuf,
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-}
-
-/// What `cascade check` reads, and how.
-struct CheckTargets {
-    regions: Regions,
-    schema: Option<cascade_core::Schema>,
-    /// From --config's `[tls]`, unless the TLS flags say otherwise.
-    tls: Option<ClientTls>,
-}
-
-/// The endpoint that dials a node's `listen` address: an unspecified IP
-/// (0.0.0.0, ::) is dialed on loopback; port 0 cannot be dialed.
-fn listen_endpoint(listen: &str, tls: bool) -> Result<String, ClientError> {
-    let addr: std::net::SocketAddr = listen
-        .parse()
-        .map_err(|_| ClientError::Usage(format!("listen {listen:?}: expected an address like 127.0.0.1:50051")))?;
-    if addr.port() == 0 {
-        return Err(ClientError::Usage(format!(
-            "listen {listen:?}: port 0 picks a free port at start, which the configuration does not say; \
-             give the node's region with --region REGION=http://HOST:PORT instead"
-        )));
-    }
-    let ip = match addr.ip() {
-        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
-        ip => ip,
-    };
-    let scheme = if tls { "https" } else { "http" };
-    Ok(format!("{scheme}://{}", std::net::SocketAddr::new(ip, addr.port())))
-}
-
-/// `(region, endpoint)` pairs.
-type Regions = Vec<(String, String)>;
-
-/// How long `cascade health` waits for an answer (a probe's own timeout
-/// is usually a second or more above it).
-const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-
-async fn run_health(health: &HealthArgs, args: &ClientArgs, json: bool) -> Result<i32, ClientError> {
-    let channel = match &health.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", path.display())))?;
-            let config: NodeConfig =
-                toml::from_str(&text).map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
-            let listen = config.listen.as_deref().unwrap_or("127.0.0.1:50051");
-            let endpoint = listen_endpoint(listen, config.tls.is_some())
-                .map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
-            let tls = match &config.tls {
-                Some(files) => Some(
-                    ClientTls::load(&files.ca, Some((files.cert.as_path(), files.key.as_path())), None)
-                        .map_err(|e| ClientError::Usage(format!("{}: tls: {e}", path.display())))?,
-                ),
-                None => None,
-            };
-            crate::client::connect_channel(&endpoint, tls.as_ref(), config.region.as_deref()).await?
-        }
-        None => crate::client::connect_channel(&args.server, args.tls.load()?.as_ref(), None).await?,
-    };
-    let request = tonic_health::pb::HealthCheckRequest {
-        service: health.service.clone(),
-    };
-    let answer = tokio::time::timeout(
-        HEALTH_TIMEOUT,
-        tonic_health::pb::health_client::HealthClient::new(channel).check(request),
-    )
-    .await
-    .map_err(|_| ClientError::Usage(format!("no health answer within {HEALTH_TIMEOUT:?}")))??;
-    let status = tonic_health::pb::health_check_response::ServingStatus::try_from(answer.into_inner().status)
-        .unwrap_or(tonic_health::pb::health_check_response::ServingStatus::Unknown);
-    if json {
-        print_json(&serde_json::json!({ "service": health.service, "status": status.as_str_name() }));
-    } else {
-        println!("{}", status.as_str_name());
-    }
-    Ok(i32::from(
-        status != tonic_health::pb::health_check_response::ServingStatus::Serving,
-    ))
-}
-
-/// The `(region, endpoint)` pairs and the schema `cascade check` uses.
-fn check_targets(args: &CheckArgs, tls_args: &TlsArgs) -> Result<CheckTargets, ClientError> {
-    let mut tls = tls_args.load()?;
-    let mut regions: BTreeMap<String, String> = BTreeMap::new();
-    let mut schema_path = args.schema.clone();
-    let mut use_example = false;
-    if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", path.display())))?;
-        let config: NodeConfig =
-            toml::from_str(&text).map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
-        let region = config
-            .region
-            .ok_or_else(|| ClientError::Usage(format!("{}: region: is required", path.display())))?;
-        let listen = config.listen.as_deref().unwrap_or("127.0.0.1:50051");
-        let endpoint = listen_endpoint(listen, config.tls.is_some())
-            .map_err(|e| ClientError::Usage(format!("{}: {e}", path.display())))?;
-        if let (None, Some(files)) = (&tls, &config.tls) {
-            let identity = Some((files.cert.as_path(), files.key.as_path()));
-            tls = Some(
-                ClientTls::load(&files.ca, identity, None)
-                    .map_err(|e| ClientError::Usage(format!("{}: tls: {e}", path.display())))?,
-            );
-        }
-        regions.insert(region, endpoint);
-        for (peer, endpoint) in config.peers {
-            regions.insert(peer, endpoint);
-        }
-        if schema_path.is_none() {
-            schema_path = config.schema;
-            use_example = schema_path.is_none();
-        }
-    }
-    for r in &args.regions {
-        let (region, endpoint) = r
-            .split_once('=')
-            .filter(|(region, endpoint)| !region.is_empty() && !endpoint.is_empty())
-            .ok_or_else(|| ClientError::Usage(format!("--region {r:?}: expected REGION=ENDPOINT")))?;
-        regions.insert(region.to_owned(), endpoint.to_owned());
-    }
-    if regions.is_empty() {
-        return Err(ClientError::Usage(
-            "cascade check: give the regions with --region REGION=ENDPOINT (repeatable) or --config FILE".into(),
-        ));
-    }
-    let schema = match schema_path {
-        Some(p) => {
-            let text = std::fs::read_to_string(&p)
-                .map_err(|e| ClientError::Usage(format!("cannot read schema {}: {e}", p.display())))?;
-            Some(
-                cascade_core::Schema::from_toml(&text)
-                    .map_err(|e| ClientError::Usage(format!("schema {}: {e}", p.display())))?,
-            )
-        }
-        None if use_example => Some(
-            cascade_core::Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)
-                .map_err(|e| ClientError::Usage(format!("embedded example schema: {e}")))?,
-        ),
-        None => None,
-    };
-    Ok(CheckTargets {
-        regions: regions.into_iter().collect(),
-        schema,
-        tls,
-    })
-}
-
-async fn run_check(args: &CheckArgs, tls: &TlsArgs, json: bool) -> Result<i32, ClientError> {
-    let targets = check_targets(args, tls)?;
-    let report =
-        check::check_cluster_with_schema(&targets.regions, targets.schema.as_ref(), targets.tls.as_ref()).await?;
-    if json {
-        print_json(&serde_json::to_value(&report).unwrap_or_default());
-    } else {
-        print!("{}", check::report_text(&report));
-    }
-    Ok(if report.violations.is_empty() { 0 } else { 1 })
-}
-
 fn parse_spec(args: &SpecArgs) -> Result<v1::ResourceSpec, ClientError> {
     let mut attributes = std::collections::HashMap::new();
     for a in &args.attributes {
@@ -561,7 +355,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         return run_schema_check(file, json);
     }
     if let Command::Health(health) = &command {
-        return run_health(health, args, json).await;
+        return observe::run_health(health, args, json).await;
     }
     if let Command::Admin(admin) = &command {
         // An empty CASCADE_ADMIN_TOKEN is no token.
@@ -570,14 +364,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         return admin::run(&client, admin.command.clone(), json).await;
     }
     if let Command::Status = &command {
-        let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), None).await?;
-        let status = client.cluster_status().await?;
-        if json {
-            print_json(&render::cluster_status_json(&status));
-        } else {
-            print!("{}", render::cluster_status_text(&status));
-        }
-        return Ok(i32::from(status.regions.iter().any(|r| !r.reachable)));
+        return observe::run_status(args, json).await;
     }
     let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {

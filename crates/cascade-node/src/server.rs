@@ -104,7 +104,7 @@ impl Node {
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
             // Each call's span: a child of the caller's trace context.
-            .trace_fn(crate::trace_context::request_span);
+            .trace_fn(crate::api::trace_propagation::request_span);
         if let Some(tls) = &node.tls {
             builder = builder.tls_config(tls.server_config())?;
         }

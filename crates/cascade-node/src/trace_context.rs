@@ -3,9 +3,9 @@
 //!
 //! Two ways out of a node, two ways in:
 //! - a call to another region carries the caller's span context in its
-//!   gRPC metadata ([`InjectTraceContext`], on every channel to a peer);
-//!   the serving node opens the call's span as its child
-//!   ([`request_span`], tonic's `trace_fn`);
+//!   gRPC metadata (`api/trace_propagation.rs`: an interceptor on every
+//!   channel to a peer); the serving node opens the call's span as its
+//!   child (the same file's `request_span`, tonic's `trace_fn`);
 //! - a cross-region cascade is not a call but an event on the owner's
 //!   outbox, read by the importers over a long-lived `Peer.Watch`. The
 //!   writer notes the `traceparent` of the step that committed each event
@@ -28,8 +28,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use opentelemetry::propagation::Injector;
-use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -38,46 +36,6 @@ const TRACEPARENT: &str = "traceparent";
 
 /// Events whose `traceparent` a node remembers for its Watch streams.
 pub(crate) const TRACE_MARKS_KEPT: usize = 16_384;
-
-/// Adds the current span's context to every call on a channel to a peer.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct InjectTraceContext;
-
-impl tonic::service::Interceptor for InjectTraceContext {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        let context = Span::current().context();
-        opentelemetry::global::get_text_map_propagator(|propagator| {
-            propagator.inject_context(&context, &mut MetadataInjector(request.metadata_mut()))
-        });
-        Ok(request)
-    }
-}
-
-/// Writes a propagator's fields into gRPC metadata (tonic's metadata is not
-/// an `http::HeaderMap` that `opentelemetry-http` writes into).
-struct MetadataInjector<'a>(&'a mut MetadataMap);
-
-impl Injector for MetadataInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        if let (Ok(key), Ok(value)) = (
-            MetadataKey::from_bytes(key.as_bytes()),
-            MetadataValue::try_from(value.as_str()),
-        ) {
-            self.0.insert(key, value);
-        }
-    }
-}
-
-/// The span a served gRPC call runs in: a child of the caller's span when
-/// the call carries a trace context, with the method as a field.
-pub(crate) fn request_span(request: &http::Request<()>) -> Span {
-    let span = tracing::info_span!("grpc", method = %request.uri().path());
-    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.extract(&opentelemetry_http::HeaderExtractor(request.headers()))
-    });
-    let _ = span.set_parent(parent);
-    span
-}
 
 /// The current span's context as a `traceparent` value, when there is one.
 pub(crate) fn current_traceparent() -> Option<String> {

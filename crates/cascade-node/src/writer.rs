@@ -181,6 +181,17 @@ pub struct WriterState {
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// What a step's writes replace, as stored before its commit (see
+/// [`NodeMetrics::record_commit`]).
+pub(crate) struct Replaced {
+    /// The state of each resource of `WriteSet::resources`, in its order
+    /// (None: not stored).
+    pub states: Vec<Option<cascade_core::model::ResourceState>>,
+    /// The stored attempts of each queue entry the step puts with attempts
+    /// (in `WriteSet::work` order, those only; 0: not queued).
+    pub attempts: Vec<u32>,
+}
+
 /// The core's `IdSource` over the node's injected [`UidSource`].
 struct SharedIds(Arc<dyn UidSource>);
 
@@ -275,19 +286,21 @@ impl WriterState {
         Some(first)
     }
 
-    /// The stored state of each resource `writes` puts or removes, in its
-    /// order (None: not stored), for the metrics' resources by state. The
-    /// step has just read them: the engine's cache answers.
-    fn replaced_states(
-        &self,
-        state: &StoreState<'_>,
-        writes: &WriteSet,
-    ) -> Result<Vec<Option<cascade_core::model::ResourceState>>, crate::store::StoreError> {
-        writes
+    /// What `writes` replaces, for the metrics (resources by state,
+    /// retries). The step has just read these: the engine's cache answers.
+    fn replaced_states(&self, state: &StoreState<'_>, writes: &WriteSet) -> Result<Replaced, crate::store::StoreError> {
+        let states = writes
             .resources
             .keys()
             .map(|name| Ok(state.get_resource(name)?.map(|r| r.state)))
-            .collect()
+            .collect::<Result<_, crate::store::StoreError>>()?;
+        let attempts = writes
+            .work
+            .iter()
+            .filter(|(_, item)| item.as_ref().is_some_and(|w| w.attempts > 0))
+            .map(|(uid, _)| state.stored_attempts(*uid))
+            .collect::<Result<_, crate::store::StoreError>>()?;
+        Ok(Replaced { states, attempts })
     }
 
     fn kick(&mut self, myself: &ActorRef<WriterMsg>) {

@@ -26,6 +26,7 @@ pub(crate) mod peer;
 pub(crate) mod peer_client;
 pub(crate) mod resources;
 pub(crate) mod stream;
+pub(crate) mod trace_propagation;
 pub(crate) mod wire_errors;
 
 use std::sync::Arc;

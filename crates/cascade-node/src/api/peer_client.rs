@@ -30,8 +30,8 @@ use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
 use crate::api::forward::{call_owner, OwnerError};
+use crate::api::trace_propagation::InjectTraceContext;
 use crate::peers::{Peers, PEER_CALL_TIMEOUT};
-use crate::trace_context::InjectTraceContext;
 
 /// A channel to a peer whose calls carry the caller's trace context.
 pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;
