@@ -216,6 +216,18 @@ pub enum DeletionStatus {
     },
 }
 
+impl DeletionStatus {
+    /// The status as the API and messages name it (`PENDING`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            DeletionStatus::Pending => "PENDING",
+            DeletionStatus::Blocked { .. } => "BLOCKED",
+            DeletionStatus::Failed { .. } => "FAILED",
+            DeletionStatus::Waiting { .. } => "WAITING",
+        }
+    }
+}
+
 /// The deletion table (seed 000's `deleting_resource`): one row per resource
 /// in DELETING, keyed by uid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

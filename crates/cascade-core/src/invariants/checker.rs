@@ -302,7 +302,7 @@ impl<'v> Checker<'v> {
                 region,
                 format!(
                     "{here} is DELETING with status {} and message {:?} at quiescence (operation {})",
-                    status_name(&d.status),
+                    d.status.name(),
                     status_message(&d.status),
                     d.operation
                 ),
@@ -694,7 +694,7 @@ impl<'v> Checker<'v> {
                     format!(
                         "region {region} queues work for {} at quiescence, whose deletion is {}",
                         describe(&w.target),
-                        status.map_or("missing", status_name)
+                        status.map_or("missing", DeletionStatus::name)
                     ),
                 );
             }

@@ -405,15 +405,6 @@ fn state_name(s: ResourceState) -> &'static str {
     }
 }
 
-fn status_name(s: &DeletionStatus) -> &'static str {
-    match s {
-        DeletionStatus::Pending => "PENDING",
-        DeletionStatus::Blocked { .. } => "BLOCKED",
-        DeletionStatus::Failed { .. } => "FAILED",
-        DeletionStatus::Waiting { .. } => "WAITING",
-    }
-}
-
 fn status_message(s: &DeletionStatus) -> &str {
     match s {
         DeletionStatus::Pending => "",

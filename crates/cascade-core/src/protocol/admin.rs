@@ -66,7 +66,7 @@ pub fn retry_deletion<S: StateRead + ?Sized>(
             name: resource.name,
             why: format!(
                 "has not failed: its deletion is {} (only a FAILED deletion is retried)",
-                status_name(&record.status)
+                record.status.name()
             ),
         });
     };
@@ -292,14 +292,4 @@ fn check_reason(reason: &str) -> Result<(), CoreError> {
         ));
     }
     Ok(())
-}
-
-/// The status as the API names it.
-fn status_name(status: &DeletionStatus) -> &'static str {
-    match status {
-        DeletionStatus::Pending => "PENDING",
-        DeletionStatus::Blocked { .. } => "BLOCKED",
-        DeletionStatus::Failed { .. } => "FAILED",
-        DeletionStatus::Waiting { .. } => "WAITING",
-    }
 }
