@@ -257,9 +257,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let provider = init_tracing("info", otlp)?;
     let served = serve_node(file).await;
     if let Some(provider) = provider {
-        // The spans still in the exporter's batch.
-        if let Err(e) = provider.shutdown() {
-            eprintln!("warning: flushing spans to the OTLP collector: {e}");
+        // The spans still in the exporter's batch. A blocking call whose
+        // export needs the runtime: off its workers.
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("warning: flushing spans to the OTLP collector: {e}"),
+            Err(e) => eprintln!("warning: flushing spans to the OTLP collector: {e}"),
         }
     }
     served

@@ -391,7 +391,12 @@ async fn cascade_status_shows_a_frozen_region_as_unreachable() {
         .await
         .expect("cascade health runs");
     assert_eq!(frozen_probe.status.code(), Some(1), "{frozen_probe:?}");
-    let (code, status) = cascade_status(&eu).await;
+    // (A status is reused for a second: poll until it is a fresh one.)
+    let (code, status) = eventually(Duration::from_secs(15), "ap-south listed unreachable", || async {
+        let (code, status) = cascade_status(&eu).await;
+        (region(&status, "ap-south")["reachable"] == false).then_some((code, status))
+    })
+    .await;
     cluster.thaw("ap-south");
     assert_eq!(code, 1, "a region is unreachable: {status}");
     let frozen = region(&status, "ap-south");

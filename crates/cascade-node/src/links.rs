@@ -143,36 +143,50 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
             }
         }
         contact(node, peer);
-        for (traceparent, events) in by_trace(batch.into_iter().flatten()) {
-            let span = info_span!("apply_peer_events", region = %node.region, peer, events = events.len());
-            if let Some(parent) = &traceparent {
-                crate::trace_context::adopt_parent(&span, parent);
-            }
-            let from = peer.to_owned();
-            if let Err(e) = node
-                .writer
-                .apply(move |s, c, _| peer::apply_remote_events(s, c, &from, events))
-                .instrument(span)
-                .await
-            {
-                return format!("applying events: {e}");
-            }
+        let watched: Vec<WatchedEvent> = batch.into_iter().flatten().collect();
+        let span = apply_span(node, peer, &watched);
+        let events: Vec<RemoteEvent> = watched.into_iter().map(|w| w.event).collect();
+        let from = peer.to_owned();
+        if let Err(e) = node
+            .writer
+            .apply(move |s, c, _| peer::apply_remote_events(s, c, &from, events))
+            .instrument(span)
+            .await
+        {
+            return format!("applying events: {e}");
         }
     }
 }
 
-/// A batch of watched events as runs of consecutive events of one trace
-/// context, in order: each run is applied in a span of its own trace (one
-/// run when the peer does not trace).
-fn by_trace(events: impl Iterator<Item = WatchedEvent>) -> Vec<(Option<String>, Vec<RemoteEvent>)> {
-    let mut runs: Vec<(Option<String>, Vec<RemoteEvent>)> = Vec::new();
-    for WatchedEvent { event, traceparent } in events {
-        match runs.last_mut() {
-            Some((t, run)) if *t == traceparent => run.push(event),
-            _ => runs.push((traceparent, vec![event])),
+/// The span a batch of a peer's events is applied in: a child of the
+/// first event's trace, linked to every other trace in the batch (one
+/// step, one commit, whatever the traces). Each event's operation is
+/// remembered with its trace, so what this region emits for it carries
+/// the same trace on (`trace_context.rs`).
+fn apply_span(node: &Node, peer: &str, watched: &[WatchedEvent]) -> tracing::Span {
+    let first = watched
+        .first()
+        .map(|w| w.event.resource.name.to_string())
+        .unwrap_or_default();
+    let span = info_span!("apply_peer_events", region = %node.region, peer, events = watched.len(), first = %first);
+    let mut parent: Option<&str> = None;
+    for w in watched {
+        let Some(traceparent) = w.traceparent.as_deref() else {
+            continue;
+        };
+        if let Some(op) = w.event.operation {
+            node.trace_marks.remember_operation(op, traceparent);
+        }
+        match parent {
+            None => {
+                crate::trace_context::adopt_parent(&span, traceparent);
+                parent = Some(traceparent);
+            }
+            Some(p) if p == traceparent => {}
+            Some(_) => crate::trace_context::link_to(&span, traceparent),
         }
     }
-    runs
+    span
 }
 
 /// Notes a successful exchange with `peer` (its last-contact metric, and

@@ -133,7 +133,7 @@ impl NodeMetrics {
             deletions_finished: registered(&r, build(IntCounterVec::new(
                 Opts::new(
                     "cascade_deletions_finished_total",
-                    "Deletions that ended: outcome purged, or failed after their maximum attempts.",
+                    "Deletions that ended: outcome purged, or failed after their maximum attempts (a failed one may still be purged later, by a retry, a force-purge or a removed finalizer, and is then counted again as purged).",
                 ),
                 &["outcome"],
             ))),
@@ -408,10 +408,11 @@ impl NodeMetrics {
         self.outbox_last.set(last as i64);
         self.outbox_floor.set(floor as i64);
         self.outbox_events.set(next.saturating_sub(floor) as i64);
+        let (mut outbox_truncated, mut releases_truncated) = (false, false);
         for peer in node.peers.regions() {
             let behind = match node.events_behind(peer, SCRAPE_SCAN_LIMIT)? {
                 Some((n, truncated)) => {
-                    self.truncated("outbox", truncated);
+                    outbox_truncated |= truncated;
                     n as i64
                 }
                 None => -1,
@@ -426,7 +427,7 @@ impl NodeMetrics {
                     SCRAPE_SCAN_LIMIT,
                 )?
                 .len();
-            self.truncated("pending_releases", pending >= SCRAPE_SCAN_LIMIT);
+            releases_truncated |= pending >= SCRAPE_SCAN_LIMIT;
             self.peer_pending_releases
                 .with_label_values(&[peer])
                 .set(pending as i64);
@@ -434,6 +435,8 @@ impl NodeMetrics {
             let _ = self.peer_connected.with_label_values(&[peer]);
             let _ = self.peer_last_contact.with_label_values(&[peer]);
         }
+        self.truncated("outbox", outbox_truncated);
+        self.truncated("pending_releases", releases_truncated);
         Ok(())
     }
 
@@ -493,7 +496,9 @@ pub(crate) async fn serve_metrics(
         axum::routing::get(move || {
             let node = node.clone();
             async move {
-                let body = node.metrics.render(&node);
+                // The reads wait on the engine: not on a runtime worker.
+                let rendered = tokio::task::spawn_blocking(move || node.metrics.render(&node)).await;
+                let body = rendered.unwrap_or_else(|e| format!("# the scrape failed: {e}\n"));
                 (
                     [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
                     body,

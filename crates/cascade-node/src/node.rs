@@ -171,6 +171,8 @@ pub struct Node {
     pub(crate) advertised: Mutex<Option<String>>,
     /// The trace context of recent events peers are sent (shared with the writer).
     pub(crate) trace_marks: Arc<crate::trace_context::TraceMarks>,
+    /// The last cluster status and figures, reused for a second.
+    pub(crate) status_cache: crate::status::StatusCache,
     /// Peer region → its address, as configured.
     pub(crate) peer_addresses: BTreeMap<String, String>,
 }
@@ -333,6 +335,7 @@ impl Node {
             committing,
             advertised: Mutex::new(None),
             trace_marks,
+            status_cache: crate::status::StatusCache::default(),
             peer_addresses: settings.peers.iter().map(|(r, a)| (r.to_string(), a.clone())).collect(),
         })
     }
@@ -736,7 +739,13 @@ impl Node {
 
     /// Tells long-lived streams to end (the node is stopping).
     pub(crate) fn stop_streams(&self) {
-        let _ = self.shutting_down.send(true);
-        info!(region = %self.region, "stopping streams");
+        // Once: serving calls it when shutdown begins and again when the
+        // connections have ended.
+        if self
+            .shutting_down
+            .send_if_modified(|stopping| !std::mem::replace(stopping, true))
+        {
+            info!(region = %self.region, "stopping streams");
+        }
     }
 }

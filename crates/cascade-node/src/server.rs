@@ -61,14 +61,16 @@ impl Node {
         let node = Arc::new(self);
         let (health, health_service) = tonic_health::server::health_reporter();
         let services = crate::api::services(&node);
-        let committing_now = *node.committing.borrow();
-        crate::api::report_health(&health, committing_now).await;
         // Health follows the writer: NOT_SERVING while commits fail.
+        // Subscribed before the first report, so no change is missed.
         let mut committing = node.committing.subscribe();
         let health_task = tokio::spawn(async move {
-            while committing.changed().await.is_ok() {
+            loop {
                 let serving = *committing.borrow_and_update();
                 crate::api::report_health(&health, serving).await;
+                if committing.changed().await.is_err() {
+                    break;
+                }
             }
         });
         let metrics_task = match node.metrics_listener.lock().ok().and_then(|mut l| l.take()) {
@@ -123,6 +125,9 @@ impl Node {
             .add_service(services.admin)
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
+        // Also when the connections ended on their own: the metrics
+        // listener and the streams stop on this.
+        node.stop_streams();
         links.stop().await;
         health_task.abort();
         if let Some(task) = metrics_task {

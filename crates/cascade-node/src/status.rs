@@ -21,6 +21,20 @@ use crate::store::Table;
 /// much at most.
 pub(crate) const STATUS_DEADLINE: Duration = Duration::from_secs(2);
 
+/// A status (and a region's figures) is reused for this long: the call is
+/// open to every client and costs reads in every region, so a flood of
+/// them costs one status a second.
+const STATUS_REUSE: Duration = Duration::from_secs(1);
+
+/// The last answers, with when they were made.
+#[derive(Default)]
+pub(crate) struct StatusCache {
+    figures: std::sync::Mutex<Option<(tokio::time::Instant, RegionFigures)>>,
+    /// Held while a status is gathered: concurrent callers wait for it
+    /// and take it, instead of asking every region again.
+    cluster: tokio::sync::Mutex<Option<(tokio::time::Instant, Vec<RegionStatus>)>>,
+}
+
 /// One region's own figures (see `RegionFigures` in admin.proto).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RegionFigures {
@@ -54,6 +68,26 @@ impl Node {
     /// counts), deletions by status and the oldest one's age (a read of at
     /// most [`SCRAPE_SCAN_LIMIT`] deletion records).
     pub(crate) fn region_figures(&self) -> Result<RegionFigures, Fault> {
+        let fresh = |at: &tokio::time::Instant| at.elapsed() < STATUS_REUSE;
+        if let Some((_, figures)) = self
+            .status_cache
+            .figures
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|(at, _)| fresh(at))
+        {
+            return Ok(figures);
+        }
+        // The reads wait on the engine: not on a runtime worker.
+        let figures = crate::writer::off_the_workers(self.store.waits_on_io(), || self.read_figures())?;
+        if let Ok(mut cache) = self.status_cache.figures.lock() {
+            *cache = Some((crate::clock::monotonic_now(), figures.clone()));
+        }
+        Ok(figures)
+    }
+
+    fn read_figures(&self) -> Result<RegionFigures, Fault> {
         let state = self.state();
         let records = state.scan::<DeletionRecord>(Table::Deletions, &[], None, SCRAPE_SCAN_LIMIT)?;
         let summary = DeletionSummary::of(&records, self.clock.now().0);
@@ -73,8 +107,20 @@ impl Node {
         })
     }
 
-    /// Every region of the cluster, this one first.
+    /// Every region of the cluster, this one first (reused for a second).
     pub(crate) async fn cluster_status(&self) -> Result<Vec<RegionStatus>, Fault> {
+        let mut cache = self.status_cache.cluster.lock().await;
+        if let Some((at, regions)) = cache.as_ref() {
+            if at.elapsed() < STATUS_REUSE {
+                return Ok(regions.clone());
+            }
+        }
+        let regions = self.gather_status().await?;
+        *cache = Some((crate::clock::monotonic_now(), regions.clone()));
+        Ok(regions)
+    }
+
+    async fn gather_status(&self) -> Result<Vec<RegionStatus>, Fault> {
         let own = RegionStatus {
             region: self.region.to_string(),
             address: self.advertised.lock().ok().and_then(|a| a.clone()).unwrap_or_default(),
@@ -100,9 +146,10 @@ impl Node {
                 address: self.peer_addresses.get(region).cloned().unwrap_or_default(),
                 unreachable,
                 link_connected: self.metrics.is_connected(region),
-                events_behind: self
-                    .events_behind(region, SCRAPE_SCAN_LIMIT)?
-                    .map_or(-1, |(n, _)| n as i64),
+                events_behind: crate::writer::off_the_workers(self.store.waits_on_io(), || {
+                    self.events_behind(region, SCRAPE_SCAN_LIMIT)
+                })?
+                .map_or(-1, |(n, _)| n as i64),
                 last_contact_ms: self
                     .metrics
                     .last_contact(region)

@@ -37,6 +37,11 @@ const TRACEPARENT: &str = "traceparent";
 /// Events whose `traceparent` a node remembers for its Watch streams.
 pub(crate) const TRACE_MARKS_KEPT: usize = 16_384;
 
+/// Deletion operations whose trace a node remembers.
+pub(crate) const OPERATION_TRACES_KEPT: usize = 4_096;
+
+use cascade_core::OperationId;
+
 /// The current span's context as a `traceparent` value, when there is one.
 pub(crate) fn current_traceparent() -> Option<String> {
     let context = Span::current().context();
@@ -45,23 +50,78 @@ pub(crate) fn current_traceparent() -> Option<String> {
     carrier.remove(TRACEPARENT)
 }
 
+/// The context a `traceparent` names.
+fn context_of(traceparent: &str) -> opentelemetry::Context {
+    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier))
+}
+
 /// Makes `span` a child of the span `traceparent` names (from a peer event).
 pub(crate) fn adopt_parent(span: &Span, traceparent: &str) {
-    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
-    let parent = opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier));
-    let _ = span.set_parent(parent);
+    let _ = span.set_parent(context_of(traceparent));
+}
+
+/// Links `span` to the span `traceparent` names: a step that applies
+/// events of several traces is the child of one and linked to the others.
+pub(crate) fn link_to(span: &Span, traceparent: &str) {
+    use opentelemetry::trace::TraceContextExt;
+    let context = context_of(traceparent);
+    let linked = context.span().span_context().clone();
+    if linked.is_valid() {
+        span.add_link(linked);
+    }
 }
 
 /// Revision → `traceparent` of the step that committed it, for the last
 /// [`TRACE_MARKS_KEPT`] traced events peers are sent (revisions only grow,
-/// so the oldest is dropped first and a lookup is a binary search).
+/// so the oldest is dropped first and a lookup is a binary search); and
+/// deletion operation → the trace it belongs to, for the last
+/// [`OPERATION_TRACES_KEPT`] operations.
+///
+/// Why per operation: a deletion's later events are committed by the
+/// writer's background work steps (deeper cascade levels, retries,
+/// purges), which no caller's span encloses. Their events carry the trace
+/// the operation was first seen in (its Delete call here, or the owner's
+/// event at an importer), so that importers keep joining the deletion's
+/// trace, not the work step's.
 #[derive(Debug, Default)]
-pub(crate) struct TraceMarks(Mutex<VecDeque<(u64, String)>>);
+pub(crate) struct TraceMarks {
+    events: Mutex<VecDeque<(u64, String)>>,
+    operations: Mutex<OperationTraces>,
+}
+
+/// Operation → trace, the oldest forgotten first.
+#[derive(Debug, Default)]
+struct OperationTraces {
+    traces: HashMap<OperationId, String>,
+    order: VecDeque<OperationId>,
+}
 
 impl TraceMarks {
+    /// Notes that `op` belongs to the trace `traceparent` names, unless a
+    /// trace is already known for it (the first one stays).
+    pub(crate) fn remember_operation(&self, op: OperationId, traceparent: &str) {
+        let Ok(mut ops) = self.operations.lock() else { return };
+        if ops.traces.contains_key(&op) {
+            return;
+        }
+        if ops.order.len() == OPERATION_TRACES_KEPT {
+            if let Some(oldest) = ops.order.pop_front() {
+                ops.traces.remove(&oldest);
+            }
+        }
+        ops.order.push_back(op);
+        ops.traces.insert(op, traceparent.to_owned());
+    }
+
+    /// The trace `op` belongs to, if known.
+    pub(crate) fn operation_trace(&self, op: OperationId) -> Option<String> {
+        self.operations.lock().ok()?.traces.get(&op).cloned()
+    }
+
     /// Notes that `revision` was committed under `traceparent`.
     pub(crate) fn note(&self, revision: u64, traceparent: &str) {
-        let Ok(mut marks) = self.0.lock() else { return };
+        let Ok(mut marks) = self.events.lock() else { return };
         if marks.back().is_some_and(|(last, _)| *last >= revision) {
             // Out of order: cannot happen (one writer), and a lookup must
             // stay a binary search; the mark is only a diagnostic.
@@ -76,7 +136,7 @@ impl TraceMarks {
     /// Forgets the marks from `revision` on (their step did not commit,
     /// and the next step reuses the revisions).
     pub(crate) fn forget_from(&self, revision: u64) {
-        let Ok(mut marks) = self.0.lock() else { return };
+        let Ok(mut marks) = self.events.lock() else { return };
         while marks.back().is_some_and(|(r, _)| *r >= revision) {
             marks.pop_back();
         }
@@ -84,7 +144,7 @@ impl TraceMarks {
 
     /// The `traceparent` `revision` was committed under, if still known.
     pub(crate) fn of(&self, revision: u64) -> Option<String> {
-        let marks = self.0.lock().ok()?;
+        let marks = self.events.lock().ok()?;
         let i = marks.binary_search_by_key(&revision, |(r, _)| *r).ok()?;
         marks.get(i).map(|(_, t)| t.clone())
     }
@@ -113,5 +173,21 @@ mod tests {
         assert!(marks.of(last - 1).is_some());
         marks.note(last, "again");
         assert_eq!(marks.of(last).as_deref(), Some("again"));
+    }
+
+    #[test]
+    fn an_operation_keeps_its_first_trace_and_the_oldest_are_forgotten() {
+        let marks = TraceMarks::default();
+        let ops: Vec<OperationId> = (0..=OPERATION_TRACES_KEPT as u128)
+            .map(|i| OperationId(uuid::Uuid::from_u128(i + 1)))
+            .collect();
+        marks.remember_operation(ops[0], "first");
+        marks.remember_operation(ops[0], "second");
+        assert_eq!(marks.operation_trace(ops[0]).as_deref(), Some("first"));
+        for op in &ops[1..] {
+            marks.remember_operation(*op, "later");
+        }
+        assert_eq!(marks.operation_trace(ops[0]), None, "the oldest is forgotten");
+        assert_eq!(marks.operation_trace(ops[1]).as_deref(), Some("later"));
     }
 }

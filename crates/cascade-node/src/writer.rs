@@ -192,6 +192,10 @@ pub(crate) struct Replaced {
     pub attempts: Vec<u32>,
 }
 
+/// The meta key the writer's health probe writes (see
+/// [`WriterState::probe_commit`]); nothing reads it.
+const HEALTH_PROBE_KEY: &[u8] = b"health_probe";
+
 /// The core's `IdSource` over the node's injected [`UidSource`].
 struct SharedIds(Arc<dyn UidSource>);
 
@@ -212,32 +216,32 @@ impl WriterState {
             store: self.ctx.store.as_ref(),
         };
         let traced = self.note_trace(&writes);
-        let mut batch_keys = 0;
         let committed = self.replaced_states(&state, &writes).and_then(|before| {
             let batch = encode_writes(&state, &writes)?;
-            batch_keys = batch.len();
+            let batch_keys = batch.len();
             self.ctx.stats.record(&batch);
             self.ctx.store.commit(batch)?;
-            self.ctx.store.flush()?;
-            Ok(before)
+            Ok((before, batch_keys))
         });
-        let before = match committed {
-            Ok(before) => {
-                self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true));
-                before
+        let flushed = match committed {
+            Ok((before, batch_keys)) => {
+                // Counted once committed: a failed flush below does not
+                // take the write back from readers.
+                self.ctx.metrics.record_commit(&writes, &before, batch_keys);
+                self.ctx.store.flush()
             }
             Err(e) => {
                 if let Some(first) = traced {
                     self.ctx.trace_marks.forget_from(first);
                 }
-                self.ctx.metrics.commit_failed();
-                if self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false)) {
-                    error!(region = %self.ctx.region, error = %e, "the store refused a commit: health is NOT_SERVING until one succeeds");
-                }
-                return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+                Err(e)
             }
         };
-        self.ctx.metrics.record_commit(&writes, &before, batch_keys);
+        if let Err(e) = flushed {
+            self.commit_failed(&e);
+            return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+        }
+        self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true));
         // The map is ordered by (region, key): the first queued release of
         // each region is its lowest.
         let mut last_region: Option<&str> = None;
@@ -268,20 +272,65 @@ impl WriterState {
         Ok(queued_work)
     }
 
+    /// The engine refused a commit or a flush: counted, and health goes
+    /// NOT_SERVING (logged once per change).
+    fn commit_failed(&self, e: &crate::store::StoreError) {
+        self.ctx.metrics.commit_failed();
+        if self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false)) {
+            error!(region = %self.ctx.region, error = %e, "the store refused a commit: health is NOT_SERVING until one succeeds");
+        }
+    }
+
+    /// While commits fail, each tick tries a small one (a heartbeat in the
+    /// meta table): a node with nothing to write would otherwise stay
+    /// NOT_SERVING after its disk recovered.
+    fn probe_commit(&self) {
+        if *self.ctx.committing.borrow() {
+            return;
+        }
+        let now = self.ctx.clock.now().0;
+        let mut batch = crate::store::Batch::default();
+        batch.put(
+            crate::store::Table::Meta,
+            HEALTH_PROBE_KEY.to_vec(),
+            now.to_be_bytes().to_vec(),
+        );
+        match self.ctx.store.commit(batch).and_then(|()| self.ctx.store.flush()) {
+            Ok(()) => {
+                if self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true)) {
+                    info!(region = %self.ctx.region, "the store commits again: health is SERVING");
+                }
+            }
+            Err(e) => self.commit_failed(&e),
+        }
+    }
+
     /// Notes the current span's trace context for each event of `writes`
     /// peers are sent, before the commit (a Watch stream may read the
     /// event from the store as soon as it is committed). Returns the first
     /// revision noted.
+    ///
+    /// An event of a deletion operation whose trace is known carries that
+    /// trace (see `TraceMarks`); otherwise the current span's, which the
+    /// operation then belongs to.
     fn note_trace(&self, writes: &WriteSet) -> Option<u64> {
+        let marks = &self.ctx.trace_marks;
         let mut sent = writes
             .events
             .iter()
             .filter(|e| e.event_type.concerns_importers())
             .peekable();
         let first = sent.peek()?.revision;
-        let traceparent = crate::trace_context::current_traceparent()?;
+        let current = crate::trace_context::current_traceparent();
         for e in sent {
-            self.ctx.trace_marks.note(e.revision, &traceparent);
+            let known = e.operation.and_then(|op| marks.operation_trace(op));
+            let Some(traceparent) = known.or_else(|| current.clone()) else {
+                continue;
+            };
+            if let Some(op) = e.operation {
+                marks.remember_operation(op, &traceparent);
+            }
+            marks.note(e.revision, &traceparent);
         }
         Some(first)
     }
@@ -442,7 +491,10 @@ impl Actor for Writer {
             }
             // Unwrapped above; a message traced twice is not sent.
             WriterMsg::Traced(..) => {}
-            WriterMsg::Tick => state.kick(&myself),
+            WriterMsg::Tick => {
+                off_the_workers(state.ctx.store.waits_on_io(), || state.probe_commit());
+                state.kick(&myself)
+            }
             WriterMsg::Work => {
                 state.work_queued = false;
                 let span = info_span!("deletion_work", %region);
@@ -487,7 +539,7 @@ impl Actor for Writer {
 /// engine, p99 at 50 regions: 9.2 ms with it). A current-thread runtime
 /// (the turmoil simulation, some tests) cannot hand its only worker over;
 /// there the step runs in place.
-fn off_the_workers<R>(waits_on_io: bool, step: impl FnOnce() -> R) -> R {
+pub(crate) fn off_the_workers<R>(waits_on_io: bool, step: impl FnOnce() -> R) -> R {
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
     if waits_on_io && multi_thread {

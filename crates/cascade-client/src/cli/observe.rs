@@ -22,10 +22,21 @@ pub struct HealthArgs {
     pub service: String,
 }
 
+/// How long `cascade status` waits for the node it asks.
+const STATUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Every region on one screen; exit 1 while a region is unreachable.
 pub(super) async fn run_status(args: &ClientArgs, json: bool) -> Result<i32, ClientError> {
-    let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), None).await?;
-    let status = client.cluster_status().await?;
+    let tls = args.tls.load()?;
+    let asked = async {
+        let client = AdminClient::connect_with(&args.server, tls.as_ref(), None).await?;
+        client.cluster_status().await
+    };
+    // A node that takes the connection and answers nothing (frozen) must
+    // not hang the command: the node itself waits 2 s per region.
+    let status = tokio::time::timeout(STATUS_TIMEOUT, asked)
+        .await
+        .map_err(|_| ClientError::Usage(format!("{}: no answer within {STATUS_TIMEOUT:?}", args.server)))??;
     if json {
         print_json(&render::cluster_status_json(&status));
     } else {
@@ -39,7 +50,8 @@ pub(super) async fn run_status(args: &ClientArgs, json: bool) -> Result<i32, Cli
 const HEALTH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub(super) async fn run_health(health: &HealthArgs, args: &ClientArgs, json: bool) -> Result<i32, ClientError> {
-    let channel = match &health.config {
+    // Where to dial, and how: resolved before the clock starts.
+    let (endpoint, tls, region) = match &health.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", path.display())))?;
@@ -55,19 +67,26 @@ pub(super) async fn run_health(health: &HealthArgs, args: &ClientArgs, json: boo
                 ),
                 None => None,
             };
-            crate::client::connect_channel(&endpoint, tls.as_ref(), config.region.as_deref()).await?
+            (endpoint, tls, config.region)
         }
-        None => crate::client::connect_channel(&args.server, args.tls.load()?.as_ref(), None).await?,
+        None => (args.server.clone(), args.tls.load()?, None),
     };
     let request = tonic_health::pb::HealthCheckRequest {
         service: health.service.clone(),
     };
-    let answer = tokio::time::timeout(
-        HEALTH_TIMEOUT,
-        tonic_health::pb::health_client::HealthClient::new(channel).check(request),
-    )
-    .await
-    .map_err(|_| ClientError::Usage(format!("no health answer within {HEALTH_TIMEOUT:?}")))??;
+    // One deadline over the connection (a frozen node completes the TCP
+    // handshake, and TLS has no timeout of its own) and the call.
+    let asked = async {
+        let channel = crate::client::connect_channel(&endpoint, tls.as_ref(), region.as_deref()).await?;
+        Ok::<_, ClientError>(
+            tonic_health::pb::health_client::HealthClient::new(channel)
+                .check(request)
+                .await?,
+        )
+    };
+    let answer = tokio::time::timeout(HEALTH_TIMEOUT, asked)
+        .await
+        .map_err(|_| ClientError::Usage(format!("{endpoint}: no health answer within {HEALTH_TIMEOUT:?}")))??;
     let status = tonic_health::pb::health_check_response::ServingStatus::try_from(answer.into_inner().status)
         .unwrap_or(tonic_health::pb::health_check_response::ServingStatus::Unknown);
     if json {

@@ -47,7 +47,14 @@ impl CallRecord {
     fn finish(&mut self, code: &str) {
         if !self.counted {
             self.counted = true;
-            self.metrics.grpc_call(&self.method, code, self.started.elapsed());
+            // A path no service serves is UNIMPLEMENTED: one series for
+            // all of them, or any client could add series without end.
+            let method = if code == "UNIMPLEMENTED" {
+                "unknown"
+            } else {
+                &self.method
+            };
+            self.metrics.grpc_call(method, code, self.started.elapsed());
         }
     }
 }
@@ -145,7 +152,8 @@ impl<B: http_body::Body> http_body::Body for MeteredBody<B> {
                 }
             }
             Poll::Ready(Some(Err(_))) => this.record.finish("INTERNAL"),
-            Poll::Ready(None) => this.record.finish("OK"),
+            // Ended without a status: not a gRPC reply.
+            Poll::Ready(None) => this.record.finish("UNKNOWN"),
             Poll::Pending => {}
         }
         frame
