@@ -317,14 +317,16 @@ async fn health_is_not_serving_while_the_writer_cannot_commit_and_serving_again_
         assert_eq!(status, ServingStatus::NotServing, "{service:?}");
     }
 
+    // The disk recovers. Nobody writes: the writer's tick probes the
+    // store, and health comes back on its own.
     failing.store(false, Ordering::SeqCst);
-    client.create(spec("project/p", &[])).await.expect("commits again");
     for service in services {
         eventually(Duration::from_secs(5), "SERVING again", || async {
             (health(&channel, service).await == ServingStatus::Serving).then_some(())
         })
         .await;
     }
+    client.create(spec("project/p", &[])).await.expect("commits again");
     node.stop().await.unwrap();
 }
 
