@@ -274,7 +274,11 @@ impl Node {
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
         let metrics = Arc::new(NodeMetrics::new());
-        metrics.count_resources(&StoreState { store: store.as_ref() })?;
+        // A read of every resource, once: not on a runtime worker (nodes
+        // share a process in the demo and tests).
+        crate::writer::off_the_workers(store.waits_on_io(), || {
+            metrics.count_resources(&StoreState { store: store.as_ref() })
+        })?;
         let metrics_listener = match settings.metrics_listen {
             Some(addr) => {
                 let listener = std::net::TcpListener::bind(addr)
