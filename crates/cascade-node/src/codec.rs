@@ -509,13 +509,6 @@ impl StoreState<'_> {
         self.store.flush()
     }
 
-    /// The attempts of `uid`'s queue entry as stored (0: none queued).
-    pub fn stored_attempts(&self, uid: Uid) -> Result<u32, StoreError> {
-        Ok(self
-            .get::<WorkItem>(Table::RetryQueue, uid.as_bytes())?
-            .map_or(0, |w| w.attempts))
-    }
-
     /// The due time of `uid`'s queue entry as stored (before this step).
     fn stored_due(&self, uid: Uid) -> Result<Option<Timestamp>, StoreError> {
         Ok(self

@@ -37,7 +37,6 @@ use tracing::{info, warn};
 use crate::codec::StoreState;
 use crate::node::Node;
 use crate::store::{StoreError, Table};
-use crate::writer::Replaced;
 
 /// At most this many rows of one table are read per scrape (deletions,
 /// pending releases of one peer). Beyond it a figure counts the first
@@ -280,9 +279,9 @@ impl NodeMetrics {
 
     /// What one committed step changed, given the stored values it replaced
     /// (`before`, read before the commit).
-    pub(crate) fn record_commit(&self, writes: &WriteSet, before: &Replaced, batch_keys: usize) {
+    pub(crate) fn record_commit(&self, writes: &WriteSet, before: &[Option<ResourceState>], batch_keys: usize) {
         self.writer_batch_keys.observe(batch_keys as f64);
-        for (old, new) in before.states.iter().zip(writes.resources.values()) {
+        for (old, new) in before.iter().zip(writes.resources.values()) {
             let new = new.as_ref().map(|r| r.state);
             if let Some(old) = old {
                 self.resources.with_label_values(&[state_label(*old)]).dec();
@@ -303,13 +302,6 @@ impl NodeMetrics {
                 self.deletions_finished.with_label_values(&["purged"]).inc();
             }
         }
-        // An attempt that could not finish raises the entry's attempts.
-        let attempted = writes.work.values().flatten().filter(|w| w.attempts > 0);
-        let retried = attempted
-            .zip(&before.attempts)
-            .filter(|(w, old)| w.attempts > **old)
-            .count();
-        self.deletion_retries.inc_by(retried as u64);
         for e in &writes.events {
             self.count_event(e);
         }
@@ -324,6 +316,12 @@ impl NodeMetrics {
     /// Resources of this region in `state`, as counted.
     pub(crate) fn resource_count(&self, state: ResourceState) -> i64 {
         self.resources.with_label_values(&[state_label(state)]).get()
+    }
+
+    /// A work step scheduled `n` deletions again after attempts that could
+    /// not finish (`WorkReport::retried`).
+    pub(crate) fn deletions_retried(&self, n: usize) {
+        self.deletion_retries.inc_by(n as u64);
     }
 
     /// A Delete request was accepted (an operation rooted here began).

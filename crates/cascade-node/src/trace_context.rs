@@ -114,6 +114,11 @@ impl TraceMarks {
         ops.traces.insert(op, traceparent.to_owned());
     }
 
+    /// Whether any operation's trace is known.
+    pub(crate) fn knows_operations(&self) -> bool {
+        self.operations.lock().is_ok_and(|ops| !ops.traces.is_empty())
+    }
+
     /// The trace `op` belongs to, if known.
     pub(crate) fn operation_trace(&self, op: OperationId) -> Option<String> {
         self.operations.lock().ok()?.traces.get(&op).cloned()

@@ -181,17 +181,6 @@ pub struct WriterState {
     ticker: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// What a step's writes replace, as stored before its commit (see
-/// [`NodeMetrics::record_commit`]).
-pub(crate) struct Replaced {
-    /// The state of each resource of `WriteSet::resources`, in its order
-    /// (None: not stored).
-    pub states: Vec<Option<cascade_core::model::ResourceState>>,
-    /// The stored attempts of each queue entry the step puts with attempts
-    /// (in `WriteSet::work` order, those only; 0: not queued).
-    pub attempts: Vec<u32>,
-}
-
 /// The meta key the writer's health probe writes (see
 /// [`WriterState::probe_commit`]); nothing reads it.
 const HEALTH_PROBE_KEY: &[u8] = b"health_probe";
@@ -322,6 +311,10 @@ impl WriterState {
             .peekable();
         let first = sent.peek()?.revision;
         let current = crate::trace_context::current_traceparent();
+        if current.is_none() && !marks.knows_operations() {
+            // Nothing traces (no OpenTelemetry subscriber): no lookups.
+            return None;
+        }
         for e in sent {
             let known = e.operation.and_then(|op| marks.operation_trace(op));
             let Some(traceparent) = known.or_else(|| current.clone()) else {
@@ -335,21 +328,19 @@ impl WriterState {
         Some(first)
     }
 
-    /// What `writes` replaces, for the metrics (resources by state,
-    /// retries). The step has just read these: the engine's cache answers.
-    fn replaced_states(&self, state: &StoreState<'_>, writes: &WriteSet) -> Result<Replaced, crate::store::StoreError> {
-        let states = writes
+    /// The stored state of each resource `writes` puts or removes, in its
+    /// order (None: not stored), for the metrics' resources by state. The
+    /// step has just read them: the engine's cache answers.
+    fn replaced_states(
+        &self,
+        state: &StoreState<'_>,
+        writes: &WriteSet,
+    ) -> Result<Vec<Option<cascade_core::model::ResourceState>>, crate::store::StoreError> {
+        writes
             .resources
             .keys()
             .map(|name| Ok(state.get_resource(name)?.map(|r| r.state)))
-            .collect::<Result<_, crate::store::StoreError>>()?;
-        let attempts = writes
-            .work
-            .iter()
-            .filter(|(_, item)| item.as_ref().is_some_and(|w| w.attempts > 0))
-            .map(|(uid, _)| state.stored_attempts(*uid))
-            .collect::<Result<_, crate::store::StoreError>>()?;
-        Ok(Replaced { states, attempts })
+            .collect()
     }
 
     fn kick(&mut self, myself: &ActorRef<WriterMsg>) {
@@ -382,6 +373,7 @@ impl WriterState {
 
     fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
         let report = self.run(myself, |state, ctx, _| protocol::process_work(state, ctx))?;
+        self.ctx.metrics.deletions_retried(report.retried);
         if report.more || report.items > 0 {
             self.kick(myself);
         }

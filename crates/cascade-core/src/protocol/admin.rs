@@ -9,13 +9,12 @@
 
 use crate::error::CoreError;
 use crate::model::{
-    AuditEntry, DeletionRecord, DeletionStatus, EventType, ForcedPurge, OperationState, Outcome, OutcomeAction,
-    Resource, ResourceState, WorkItem,
+    AuditEntry, DeletionRecord, DeletionStatus, EventType, ForcedPurge, OperationState, Resource, ResourceState,
 };
 use crate::name::{IdSource, Uid};
 use crate::state::{StateRead, Tx};
 
-use super::bookkeeping::{decrement, emit_only, put_with_event, update_operation};
+use super::bookkeeping::{decrement, emit_only, put_with_event, queue_pending, update_operation};
 use super::validate::local_name;
 use super::{target_of, Ctx, Step};
 
@@ -83,15 +82,7 @@ pub fn retry_deletion<S: StateRead + ?Sized>(
         emit_only(&mut tx, ctx, EventType::FinalizerRetry, &resource, op, &message, None)?;
     }
     tx.put_deletion(record.clone());
-    tx.put_work(WorkItem::due_now(target_of(&resource), ctx.now));
-    tx.put_outcome(
-        op,
-        Outcome {
-            resource: target_of(&resource),
-            action: OutcomeAction::Pending,
-            time: ctx.now,
-        },
-    );
+    queue_pending(&mut tx, ctx, op, target_of(&resource));
     reopen_failed(&mut tx, op)?;
     audit(&mut tx, ctx, ids, req, "ok".to_owned());
     Ok(Step {
@@ -192,16 +183,8 @@ pub fn force_purge<S: StateRead + ?Sized>(
         }
     );
     let resource = put_with_event(&mut tx, ctx, resource, EventType::DeletionForced, Some(op), &message)?;
-    tx.put_outcome(
-        op,
-        Outcome {
-            resource: target_of(&resource),
-            action: OutcomeAction::Pending,
-            time: ctx.now,
-        },
-    );
     // A fresh walk: the `block` rows the first one counted are acted on now.
-    tx.put_work(WorkItem::due_now(target_of(&resource), ctx.now));
+    queue_pending(&mut tx, ctx, op, target_of(&resource));
     audit(&mut tx, ctx, ids, req, "ok".to_owned());
     Ok(Step {
         value: (resource, record),

@@ -55,8 +55,26 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         finalizer_failures: Vec::new(),
         forced: None,
     });
-    tx.put_work(WorkItem::due_now(target.clone(), ctx.now));
     let was_unset = counted_as_unset(tx, operation, &target.name)?;
+    queue_pending(tx, ctx, operation, target);
+    update_operation(tx, operation, |p| {
+        p.pending += 1;
+        if was_unset {
+            decrement(&mut p.unset, "unset", operation);
+        }
+    })?;
+    Ok(())
+}
+
+/// Queues work on `target`, due now, and reports it PENDING in `operation`
+/// (a deletion that starts, or starts again: retried, forced).
+pub(super) fn queue_pending<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    operation: OperationId,
+    target: crate::model::RefTarget,
+) {
+    tx.put_work(WorkItem::due_now(target.clone(), ctx.now));
     tx.put_outcome(
         operation,
         Outcome {
@@ -65,13 +83,6 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
             time: ctx.now,
         },
     );
-    update_operation(tx, operation, |p| {
-        p.pending += 1;
-        if was_unset {
-            decrement(&mut p.unset, "unset", operation);
-        }
-    })?;
-    Ok(())
 }
 
 /// Releases what a resource leaving the live state held: its outgoing
@@ -187,6 +198,10 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
 /// counts those), so a slow controller is waited for, not given up on. In
 /// both cases a finalizer whose failure's backoff has elapsed is asked
 /// again (a `FinalizerRetry` event).
+///
+/// Returns whether it counted an attempt and scheduled the next one (a
+/// retry, `WorkReport::retried`); not when it failed the deletion or waits
+/// only for finalizers.
 pub(super) fn hold<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -194,11 +209,11 @@ pub(super) fn hold<S: StateRead + ?Sized>(
     mut record: DeletionRecord,
     mut work: WorkItem,
     blockers: Vec<Blocker>,
-) -> Result<(), CoreError> {
+) -> Result<bool, CoreError> {
     if let DeletionStatus::Failed { .. } = record.status {
         // Woken while failed and still unable to finish: stays failed.
         tx.remove_work(resource.uid);
-        return Ok(());
+        return Ok(false);
     }
     // A finalizer whose controller reported the maximum of failures fails
     // the deletion here, after its walk (a report that came mid-walk only
@@ -213,7 +228,7 @@ pub(super) fn hold<S: StateRead + ?Sized>(
             "finalizer {} failed {} times, the maximum: {}",
             f.finalizer, f.failures, f.last_reason
         );
-        return fail_deletion(tx, ctx, resource, record, error);
+        return fail_deletion(tx, ctx, resource, record, error).map(|()| false);
     }
     let op = record.operation;
     // Ask again the controllers whose retry is due; the earliest still to come.
@@ -254,7 +269,7 @@ pub(super) fn hold<S: StateRead + ?Sized>(
         work.attempts = if changed { 1 } else { work.attempts + 1 };
         if work.attempts > ctx.policy.max_attempts {
             let error = format!("gave up after {} attempts: {reason}", ctx.policy.max_attempts);
-            return fail_deletion(tx, ctx, resource, record, error);
+            return fail_deletion(tx, ctx, resource, record, error).map(|()| false);
         }
     }
     if changed {
@@ -273,7 +288,7 @@ pub(super) fn hold<S: StateRead + ?Sized>(
     work.next_attempt_at = next_retry.map_or(next_check, |at| at.min(next_check));
     work.last_error = Some(reason);
     tx.put_work(work);
-    Ok(())
+    Ok(!held_by_finalizers_only)
 }
 
 /// Why a deletion is held, for a human: its blockers, its finalizers (with

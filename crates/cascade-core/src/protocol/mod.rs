@@ -261,6 +261,9 @@ pub struct WorkReport {
     pub cascaded: usize,
     /// Referrers that lost a field or a list element and survive.
     pub unset: usize,
+    /// Deletions looked at that could not finish (a `block` referrer, a
+    /// lien) and were scheduled again with backoff.
+    pub retried: usize,
     /// More work was due than one step takes: call again at once.
     pub more: bool,
     /// Operations whose root waits only for other regions' parts: the

@@ -148,7 +148,9 @@ fn step_deletion<S: StateRead + ?Sized>(
         (blockers, work.walk.remote.clone())
     };
     if !blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty() {
-        hold(tx, ctx, &resource, record, work, blockers)?;
+        if hold(tx, ctx, &resource, record, work, blockers)? {
+            report.retried += 1;
+        }
         return Ok(true);
     }
     if !waiting.is_empty() {
