@@ -389,9 +389,8 @@ impl NodeMetrics {
     fn refresh(&self, node: &Node) -> Result<(), crate::error::Fault> {
         let state = node.state();
         let now_ms = node.clock.now().0;
-        let deletions = state.scan::<DeletionRecord>(Table::Deletions, &[], None, SCRAPE_SCAN_LIMIT)?;
-        self.truncated("deletions", deletions.len() >= SCRAPE_SCAN_LIMIT);
-        let summary = DeletionSummary::of(&deletions, now_ms);
+        let summary = DeletionSummary::read(&state, now_ms)?;
+        self.truncated("deletions", summary.truncated);
         for (status, n) in &summary.by_status {
             self.deletions.with_label_values(&[status]).set(*n);
         }
@@ -452,17 +451,28 @@ impl Default for NodeMetrics {
 }
 
 /// Unfinished deletions counted by status, with their ages (for the
-/// metrics and `Admin.Status`).
+/// metrics and `Admin.GetClusterStatus`).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct DeletionSummary {
     /// Every status label, present even at zero.
     pub by_status: BTreeMap<&'static str, i64>,
     pub total_age_ms: u64,
     pub oldest_age_ms: u64,
+    /// Only the first [`SCRAPE_SCAN_LIMIT`] records were read.
+    pub truncated: bool,
 }
 
 impl DeletionSummary {
-    pub fn of(records: &[DeletionRecord], now_ms: u64) -> Self {
+    /// The deletion table's summary, reading at most [`SCRAPE_SCAN_LIMIT`] records.
+    pub fn read(state: &StoreState<'_>, now_ms: u64) -> Result<Self, StoreError> {
+        let records = state.scan::<DeletionRecord>(Table::Deletions, &[], None, SCRAPE_SCAN_LIMIT)?;
+        Ok(Self {
+            truncated: records.len() >= SCRAPE_SCAN_LIMIT,
+            ..Self::of(&records, now_ms)
+        })
+    }
+
+    fn of(records: &[DeletionRecord], now_ms: u64) -> Self {
         let mut by_status: BTreeMap<&'static str, i64> = ["pending", "blocked", "waiting", "failed"]
             .into_iter()
             .map(|s| (s, 0))
@@ -478,6 +488,7 @@ impl DeletionSummary {
             by_status,
             total_age_ms,
             oldest_age_ms,
+            truncated: false,
         }
     }
 }

@@ -9,12 +9,11 @@
 
 use std::time::Duration;
 
-use cascade_core::model::{DeletionRecord, ResourceState};
+use cascade_core::model::ResourceState;
 
 use crate::error::Fault;
 use crate::metrics::{DeletionSummary, SCRAPE_SCAN_LIMIT};
 use crate::node::Node;
-use crate::store::Table;
 
 /// How long a peer has to give its figures before it is listed
 /// unreachable: short, so that a frozen region slows the answer by this
@@ -89,8 +88,7 @@ impl Node {
 
     fn read_figures(&self) -> Result<RegionFigures, Fault> {
         let state = self.state();
-        let records = state.scan::<DeletionRecord>(Table::Deletions, &[], None, SCRAPE_SCAN_LIMIT)?;
-        let summary = DeletionSummary::of(&records, self.clock.now().0);
+        let summary = DeletionSummary::read(&state, self.clock.now().0)?;
         let status = |s: &str| summary.by_status.get(s).copied().unwrap_or(0).max(0) as u64;
         let resources = |s| self.metrics.resource_count(s).max(0) as u64;
         Ok(RegionFigures {
@@ -103,7 +101,7 @@ impl Node {
             deletions_failed: status("failed"),
             oldest_deletion_age_ms: i64::try_from(summary.oldest_age_ms).unwrap_or(i64::MAX),
             last_revision: state.next_revision_stored()?.saturating_sub(1),
-            truncated: records.len() >= SCRAPE_SCAN_LIMIT,
+            truncated: summary.truncated,
         })
     }
 
