@@ -215,9 +215,17 @@ async fn a_held_deletion_shows_as_blocked_retried_and_ageing_in_the_metrics() {
         .delete(delete_req("router/edge", false))
         .await
         .expect("router deleted");
+    // A scrape is no snapshot: the counters and the tables it reads may be
+    // a commit apart (CI once saw deleting 0 beside one pending deletion),
+    // so wait for all of it.
     let done = eventually(Duration::from_secs(10), "the cascade to finish", || async {
         let s = scrape(metrics).await;
-        (sample(&s, r#"cascade_resources{state="deleting"}"#) == 0.0).then_some(s)
+        let settled = sample(&s, r#"cascade_resources{state="deleting"}"#) == 0.0
+            && sample(&s, "cascade_retry_queue_depth") == 0.0
+            && ["pending", "blocked", "waiting", "failed"]
+                .iter()
+                .all(|status| sample(&s, &format!("cascade_deletions{{status=\"{status}\"}}")) == 0.0);
+        settled.then_some(s)
     })
     .await;
     for status in ["pending", "blocked", "waiting", "failed"] {
