@@ -19,6 +19,9 @@
 //!   fixpoint and merged.
 //! - [`operation_view`]: one operation from every region's parts: what to
 //!   read where, counters summed, outcomes paged across the parts.
+//! - [`closure`]: whether a cascade is finished in every region it
+//!   touched, asked of those regions only (a double collect along
+//!   `reached`).
 //! - [`request_path`]: a refused reference named as the client's request
 //!   named it, whichever region refused it.
 //! - [`memory`]: an in-memory state for tests and model checking.
@@ -27,6 +30,7 @@
 
 #![deny(missing_docs)]
 
+pub mod closure;
 pub mod error;
 pub mod explain;
 pub mod invariants;

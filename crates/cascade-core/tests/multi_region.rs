@@ -62,6 +62,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use cascade_core::closure::{ClosureCheck, PartAnswer, PartSummary, Phase, Verdict};
 use cascade_core::invariants::{self, RegionView};
 use cascade_core::memory::MemoryState;
 use cascade_core::peer::{self, PeerBackRef};
@@ -215,9 +216,10 @@ enum Op {
         cascade: bool,
         dependents: bool,
     },
-    /// The node's double collect for a root that waits for other regions'
+    /// The node's closure check for a root that waits for other regions'
     /// parts of its operation, with `between` run at point `at` (0: after
-    /// the local read, 1: between the two collects, 2: before the confirm).
+    /// the local read, 1: after the first region's first read, 2: between
+    /// the two collects, 3: before the confirm).
     CollectClosure {
         pick: u8,
         at: u8,
@@ -345,7 +347,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Quiesce),
         3 => (0..DELETE_KINDS.len(), any::<u8>(), any::<bool>(), any::<bool>())
             .prop_map(|(kind, pick, cascade, dependents)| Op::CheckedDelete { kind, pick, cascade, dependents }),
-        2 => (any::<u8>(), 0u8..3, between()).prop_map(|(pick, at, between)| Op::CollectClosure { pick, at, between }),
+        2 => (any::<u8>(), 0u8..4, between()).prop_map(|(pick, at, between)| Op::CollectClosure { pick, at, between }),
     ]
 }
 
@@ -1421,17 +1423,12 @@ impl World {
 
     /// Every other region's part of an operation: (pending, changes), a
     /// region without a part reading (0, 0) (the node's `collect_parts`).
-    fn collect_parts(&self, r: usize, id: OperationId) -> Vec<(u64, u64)> {
-        (0..REGIONS.len())
-            .filter(|o| *o != r)
-            .map(|o| {
-                self.regions[o]
-                    .state
-                    .operations
-                    .get(&id)
-                    .map_or((0, 0), |op| (op.progress.pending, op.changes))
-            })
-            .collect()
+    /// `o`'s part of operation `id`, as `Peer.OperationPart` reads it.
+    fn read_part(&self, o: usize, id: OperationId) -> PartAnswer {
+        match self.regions[o].state.operations.get(&id) {
+            Some(op) => PartAnswer::Part(PartSummary::of(op)),
+            None => PartAnswer::NoPart,
+        }
     }
 
     fn run_between(&mut self, between: Between) -> Checked<()> {
@@ -1450,29 +1447,56 @@ impl World {
         Ok(())
     }
 
-    /// The node's double collect (`links.rs`, `remote_closure_finished`)
-    /// for an operation whose root, in region `r`, waits for the other
-    /// regions' parts, then `protocol::confirm_remote_closure`; `between`
-    /// runs at point `at`. Returns whether the closure was confirmed.
+    /// The node's closure check (`links.rs`): the core's `ClosureCheck`
+    /// driven over the regions the cascade touched, then
+    /// `protocol::confirm_remote_closure`; `between` runs at point `at`
+    /// (0: before the first read, 1: after the first read, 2: between the
+    /// two collects, 3: before confirming). Returns whether the closure was
+    /// confirmed.
     fn collect_closure(&mut self, r: usize, id: OperationId, at: u8, between: Between) -> Checked<bool> {
-        let Some(local) = self.regions[r].state.operations.get(&id).map(|op| op.changes) else {
+        let Some(local_op) = self.regions[r].state.operations.get(&id).cloned() else {
             return Ok(false);
         };
         if at == 0 {
             self.run_between(between)?;
         }
-        let first = self.collect_parts(r, id);
-        if first.iter().any(|(pending, _)| *pending > 0) {
+        let peers: Vec<&str> = REGIONS.iter().copied().filter(|o| *o != REGIONS[r]).collect();
+        let mut check = ClosureCheck::start(REGIONS[r], peers, &local_op);
+        let (mut reads, mut ran) = (0usize, at == 0);
+        let mut second_started = false;
+        while check.phase() != Phase::Done {
+            if check.phase() == Phase::Second && !second_started {
+                second_started = true;
+                if at == 2 && !ran {
+                    ran = true;
+                    self.run_between(between)?;
+                }
+            }
+            let round = check.next_round();
+            if round.is_empty() {
+                return Err(format!("closure check at {}: a round with nothing to ask", REGIONS[r]));
+            }
+            for region in round {
+                let o = REGIONS
+                    .iter()
+                    .position(|x| *x == region)
+                    .ok_or_else(|| format!("unknown region {region}"))?;
+                let answer = self.read_part(o, id);
+                check.answer(&region, answer);
+                reads += 1;
+                if at == 1 && reads == 1 && !ran {
+                    ran = true;
+                    self.run_between(between)?;
+                }
+            }
+        }
+        let Some(Verdict::Finished {
+            local_changes: local, ..
+        }) = check.verdict()
+        else {
             return Ok(false);
-        }
-        if at == 1 {
-            self.run_between(between)?;
-        }
-        let second = self.collect_parts(r, id);
-        if first != second {
-            return Ok(false);
-        }
-        if at == 2 {
+        };
+        if at >= 1 && !ran {
             self.run_between(between)?;
         }
         let step = protocol::confirm_remote_closure(&self.regions[r].state, self.ctx(r), id, local)

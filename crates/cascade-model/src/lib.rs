@@ -54,6 +54,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+use cascade_core::closure::{ClosureCheck, PartAnswer, PartSummary, Phase, Verdict};
 use cascade_core::invariants::{self, RegionView, ViolationKind};
 use cascade_core::memory::MemoryState;
 use cascade_core::peer::{self, PeerBackRef};
@@ -241,6 +242,14 @@ pub struct State {
     pub faults: u8,
     /// Uids that ever entered DELETING (from the outboxes, before compaction).
     pub ever_deleting: BTreeSet<Uid>,
+    /// The root region's check of its cascade's closure, under way (the
+    /// node keeps it in memory: a crash of ra loses it).
+    pub check: Option<ClosureCheck>,
+    /// Every region's change count of the root's operation when the last
+    /// check started: a new check starts only once one of them moved (the
+    /// node asks again after `closure_check_ms`; here, asking again with
+    /// nothing changed would only add a cycle to the state graph).
+    pub check_started_at: Option<[u64; 3]>,
 }
 
 /// Feeds `Debug` output into a hasher without allocating.
@@ -310,10 +319,16 @@ pub enum Action {
     Attach {
         answered: bool,
     },
-    /// The root's region sees every other region's part of the operation
-    /// with nothing pending and confirms (the node's double collect gives
-    /// it an instant where that held; here the model reads it atomically).
-    ConfirmClosure,
+    /// The root's region starts a check of its cascade's closure
+    /// (`cascade_core::closure`): its own part is the root alone.
+    CheckStart,
+    /// The check reads one region's part of the operation, as it is now
+    /// (`Peer.OperationPart` is one read of one region's store). Reads
+    /// interleave with everything else, as the node's calls do.
+    CheckRead,
+    /// The check is done: the root's region confirms (the core's
+    /// `confirm_remote_closure`) or drops it.
+    CheckConclude,
 }
 
 /// The model: the schema, policy, config, and what setup produced.
@@ -491,6 +506,8 @@ impl CascadeModel {
             attaches: BTreeSet::new(),
             faults: config.faults,
             ever_deleting: BTreeSet::new(),
+            check: None,
+            check_started_at: None,
         };
         let mut init = init;
         Self::compact(&mut init);
@@ -811,8 +828,11 @@ impl Model for CascadeModel {
                 actions.push(Action::LoseAttach(msg.clone()));
             }
         }
-        if self.closure_confirmable(s).is_some() {
-            actions.push(Action::ConfirmClosure);
+        match &s.check {
+            None if self.check_startable(s) => actions.push(Action::CheckStart),
+            None => {}
+            Some(check) if check.phase() == Phase::Done => actions.push(Action::CheckConclude),
+            Some(_) => actions.push(Action::CheckRead),
         }
         if s.faults > 0 && !self.config.atomic_rpc {
             for region in 0..3 {
@@ -848,11 +868,39 @@ impl Model for CascadeModel {
                 assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
                 s.regions[RC].state.apply(step.writes);
             }
-            Action::ConfirmClosure => {
-                let (id, changes) = self.closure_confirmable(&s)?;
-                let step = protocol::confirm_remote_closure(&s.regions[RA].state, self.ctx(&s, RA), id, changes)
-                    .unwrap_or_else(|e| panic!("confirm closure at ra: {e}"));
-                s.regions[RA].state.apply(step.writes);
+            Action::CheckStart => {
+                let op = Self::waiting_root_operation(&s)?.clone();
+                s.check_started_at = Some(Self::part_changes(&s, op.id));
+                s.check = Some(ClosureCheck::start(REGIONS[RA], REGIONS[1..].iter().copied(), &op));
+            }
+            Action::CheckRead => {
+                let id = Self::waiting_root_operation(&s)?.id;
+                let check = s.check.as_mut()?;
+                if check.awaiting().next().is_none() {
+                    check.next_round();
+                }
+                let region = check.awaiting().next()?.to_owned();
+                let index = REGIONS
+                    .iter()
+                    .position(|r| *r == region)
+                    .expect("a region of the model");
+                let answer = match s.regions[index].state.operations.get(&id) {
+                    Some(part) => PartAnswer::Part(PartSummary::of(part)),
+                    None => PartAnswer::NoPart,
+                };
+                if let Some(check) = s.check.as_mut() {
+                    check.answer(&region, answer);
+                }
+            }
+            Action::CheckConclude => {
+                let check = s.check.take()?;
+                if let Some(Verdict::Finished { local_changes, .. }) = check.verdict() {
+                    let id = Self::waiting_root_operation(&s)?.id;
+                    let step =
+                        protocol::confirm_remote_closure(&s.regions[RA].state, self.ctx(&s, RA), id, local_changes)
+                            .unwrap_or_else(|e| panic!("confirm closure at ra: {e}"));
+                    s.regions[RA].state.apply(step.writes);
+                }
             }
             Action::Work { region, jump } => {
                 let r = &mut s.regions[region];
@@ -909,6 +957,11 @@ impl Model for CascadeModel {
             }
             Action::Crash(region) => {
                 // Durable state survives; what was in flight to the region is gone.
+                if region == RA {
+                    // The check lives in the node's memory.
+                    s.check = None;
+                    s.check_started_at = None;
+                }
                 s.releases.retain(|m| m.to != region);
                 s.acks.retain(|a| a.to != region);
                 s.attaches.retain(|a| match a {
@@ -1017,26 +1070,39 @@ impl Model for CascadeModel {
 
 /// The checks behind the properties; each returns what violates it (empty: holds).
 impl CascadeModel {
-    /// The root's operation, if the root's region would confirm its
-    /// closure now: every other region's part has nothing pending, and the
-    /// core accepts the confirmation (its own part is the root alone).
-    fn closure_confirmable(&self, s: &State) -> Option<(cascade_core::OperationId, u64)> {
-        let ra = &s.regions[RA].state;
-        let op = ra
+    /// The root's operation while its root waits for other regions' parts.
+    fn waiting_root_operation(s: &State) -> Option<&cascade_core::Operation> {
+        s.regions[RA]
+            .state
             .operations
             .values()
-            .find(|op| op.root.name.as_str() == ROOT && !op.closure_confirmed && !op.reached.is_empty())?;
-        let others_done = s.regions[1..].iter().all(|r| {
-            r.state
-                .operations
-                .get(&op.id)
-                .is_none_or(|part| part.progress.pending == 0)
-        });
-        if !others_done {
-            return None;
+            .find(|op| op.root.name.as_str() == ROOT && !op.closure_confirmed && !op.reached.is_empty())
+    }
+
+    /// Every region's change count of operation `id` (0 without a part).
+    fn part_changes(s: &State, id: cascade_core::OperationId) -> [u64; 3] {
+        let mut out = [0; 3];
+        for (i, r) in s.regions.iter().enumerate() {
+            out[i] = r.state.operations.get(&id).map_or(0, |op| op.changes);
         }
-        let step = protocol::confirm_remote_closure(ra, self.ctx(s, RA), op.id, op.changes).ok()?;
-        step.value.then_some((op.id, op.changes))
+        out
+    }
+
+    /// Whether the root's region would start a check of its closure now:
+    /// its own part is the root alone (the core would accept the
+    /// confirmation as far as its own part goes; the node's writer reports
+    /// the operation then), and some part changed since the last check
+    /// started. Whether the other regions are finished is the check's to
+    /// find out.
+    fn check_startable(&self, s: &State) -> bool {
+        let Some(op) = Self::waiting_root_operation(s) else {
+            return false;
+        };
+        if s.check_started_at == Some(Self::part_changes(s, op.id)) {
+            return false;
+        }
+        let ra = &s.regions[RA].state;
+        protocol::confirm_remote_closure(ra, self.ctx(s, RA), op.id, op.changes).is_ok_and(|step| step.value)
     }
 
     /// Parts of an operation with deletions pending in some region while
@@ -1195,7 +1261,7 @@ impl CascadeModel {
         {
             return false;
         }
-        if self.late_attach_msg(s).is_some() || self.closure_confirmable(s).is_some() {
+        if self.late_attach_msg(s).is_some() || s.check.is_some() || self.check_startable(s) {
             return false;
         }
         for owner in 0..3 {

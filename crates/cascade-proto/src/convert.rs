@@ -10,6 +10,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
+use cascade_core::closure::PartSummary;
 use cascade_core::invariants::RegionView;
 use cascade_core::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, FinalizerFailure,
@@ -286,6 +287,8 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
         done: op.state != OperationState::Running,
         unreachable_regions: Vec::new(),
         changes: op.changes,
+        reached_regions: op.reached.iter().cloned().collect(),
+        reports_reached: true,
     }
 }
 
@@ -329,7 +332,22 @@ pub fn operation_view(view: &OperationView, next_page_token: String) -> v1::Oper
     let mut out = operation(&view.operation, &view.outcomes, next_page_token);
     out.done = view.done;
     out.unreachable_regions = view.unreachable.clone();
+    // What one region's part reached is the closure check's business
+    // (`part_summary_from`), not a merged view's.
+    out.reached_regions.clear();
+    out.reports_reached = false;
     out
+}
+
+/// What the closure check needs of a region's part (`Peer.OperationPart`):
+/// its pending count, change count and the regions it reached (None from a
+/// node that does not report them: the check then asks every region).
+pub fn part_summary_from(op: &v1::Operation) -> PartSummary {
+    PartSummary {
+        pending: op.progress.as_ref().map_or(0, |p| p.pending),
+        changes: op.changes,
+        reached: op.reports_reached.then(|| op.reached_regions.iter().cloned().collect()),
+    }
 }
 
 fn time_from(ms: i64) -> cascade_core::Timestamp {
@@ -412,7 +430,7 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
             },
             create_time: time_from(op.create_time_ms),
             end_time: (op.end_time_ms > 0).then(|| time_from(op.end_time_ms)),
-            reached: Default::default(),
+            reached: op.reached_regions.iter().cloned().collect(),
             changes: op.changes,
             closure_confirmed: false,
         },

@@ -315,8 +315,11 @@ pub(crate) fn note_reached<'r, S: StateRead + ?Sized>(
     };
     let before = op.reached.len();
     op.reached.extend(regions.into_iter().cloned());
-    if changed || op.reached.len() != before {
-        op.changes += u64::from(changed);
+    let grew = op.reached.len() != before;
+    if changed || grew {
+        // A longer `reached` is a change of the part too: the closure
+        // check's double collect relies on `changes` to see it (`closure`).
+        op.changes += 1;
         tx.put_operation(op);
     }
     Ok(())
