@@ -8,6 +8,8 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 #![allow(dead_code)]
 
+pub mod fault_proxy;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
