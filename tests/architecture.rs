@@ -328,3 +328,452 @@ fn test_only_tokio_features_stay_in_dev_dependencies() {
         "tokio's test-only features belong in [dev-dependencies] (turmoil, a dev-dependency, enables them for test builds); found: {offending:#?}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// The node crate's module graph (ARCHITECTURE.md, `crates/cascade-node`,
+// "Floors"). Each `.rs` file under `crates/cascade-node/src` is a module
+// (`foo.rs` and the files of `foo/` are separate ones); file A depends on
+// file B when A's code names a path `crate::…` or `super::…` that resolves
+// to B (the longest path prefix that is a file's module; a name of the
+// crate root is `lib.rs`). Comments, strings and character literals are
+// left out, so a doc that says "see crate::api" names nothing.
+
+/// The node crate's sources.
+const NODE_SRC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/cascade-node/src");
+
+/// One `crate::…` or `super::…` path in a file's code, resolved to the
+/// segments it names from the crate root.
+struct ModPath {
+    line: usize,
+    /// From the crate root: `["api", "forward", "call_owner"]`.
+    segments: Vec<String>,
+}
+
+/// One source file of the node crate.
+struct SourceFile {
+    /// Relative to `src/`, with `/`: `api/peer_client.rs`.
+    name: String,
+    /// Its module path from the crate root (`[]` for `lib.rs`).
+    module: Vec<String>,
+    paths: Vec<ModPath>,
+}
+
+fn node_rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read the node's src/") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            node_rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The module a file is: `lib.rs` the root, `a/mod.rs` and `a.rs` `a`,
+/// `a/b.rs` `a::b`.
+fn module_of(name: &str) -> Vec<String> {
+    let mut parts: Vec<String> = name.split('/').map(str::to_owned).collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if !(stem == "mod" || (stem == "lib" && parts.is_empty())) {
+        parts.push(stem.to_owned());
+    }
+    parts
+}
+
+/// `code` with comments, string contents and character literals blanked
+/// out (line breaks kept, so line numbers hold).
+fn strip_comments_and_literals(code: &str) -> String {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    if chars[i] == '\n' {
+                        out.push('\n');
+                    }
+                    i += 1;
+                }
+            }
+        } else if c == 'r' && matches!(next, Some('"' | '#')) && (i == 0 || !ident(chars[i - 1])) {
+            // A raw string: r"…", r#"…"#, …
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            loop {
+                match chars.get(j) {
+                    None => break,
+                    Some('"') if (1..=hashes).all(|k| chars.get(j + k) == Some(&'#')) => {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    Some('\n') => out.push('\n'),
+                    Some(_) => {}
+                }
+                j += 1;
+            }
+            out.push_str("\"\"");
+            i = j;
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                if chars.get(i) == Some(&'\n') {
+                    out.push('\n');
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == '\'' && next == Some('\\') {
+            // An escaped character literal: '\n', '\'', '\u{7f}'.
+            i += 2;
+            while i < chars.len() && chars[i] != '\'' {
+                i += 1;
+            }
+            i += 1;
+            out.push_str("' '");
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            // A character literal ('{'); anything else is a lifetime.
+            i += 3;
+            out.push_str("' '");
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// A token of stripped code, with its line.
+#[derive(Debug, Clone, PartialEq)]
+enum Tok {
+    Ident(String),
+    PathSep,
+    Punct(char),
+}
+
+fn tokens(code: &str) -> Vec<(Tok, usize)> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\n' {
+            line += 1;
+            i += 1;
+        } else if c.is_whitespace() {
+            i += 1;
+        } else if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            out.push((Tok::Ident(chars[start..i].iter().collect()), line));
+        } else if c == ':' && chars.get(i + 1) == Some(&':') {
+            out.push((Tok::PathSep, line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(c), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The paths of a `use` tree or a path expression starting at `toks[i]`
+/// (just after `prefix::`), and the index after it.
+fn path_tree(toks: &[(Tok, usize)], mut i: usize, prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+    let mut path = prefix;
+    loop {
+        match toks.get(i).map(|t| &t.0) {
+            Some(Tok::Ident(name)) => {
+                path.push(name.clone());
+                i += 1;
+                if toks.get(i).map(|t| &t.0) == Some(&Tok::PathSep) {
+                    i += 1;
+                    continue;
+                }
+                return (vec![path], i);
+            }
+            Some(Tok::Punct('{')) => {
+                // A use group: each item a tree of its own.
+                i += 1;
+                let mut all = Vec::new();
+                loop {
+                    match toks.get(i).map(|t| &t.0) {
+                        None => return (all, i),
+                        Some(Tok::Punct('}')) => return (all, i + 1),
+                        Some(Tok::Punct(',')) => i += 1,
+                        Some(Tok::Ident(_) | Tok::Punct('{')) => {
+                            let (mut inner, next) = path_tree(toks, i, path.clone());
+                            all.append(&mut inner);
+                            // Skip `as alias` and anything else up to the item's end.
+                            i = next;
+                            while let Some(t) = toks.get(i).map(|t| &t.0) {
+                                if matches!(t, Tok::Punct(',' | '}')) {
+                                    break;
+                                }
+                                i += 1;
+                            }
+                        }
+                        Some(_) => i += 1,
+                    }
+                }
+            }
+            _ => return (vec![path], i),
+        }
+    }
+}
+
+/// Every `crate::…` and `super::…` path in `code`, from the crate root, for
+/// a file that is module `module` (`super` inside an inline `mod tests { … }`
+/// is the file itself).
+fn module_paths(code: &str, module: &[String]) -> Vec<ModPath> {
+    let toks = tokens(&strip_comments_and_literals(code));
+    let mut out = Vec::new();
+    let mut depth = 0usize;
+    // Inline modules open in this file: (name, depth inside its braces).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut i = 0;
+    while i < toks.len() {
+        let (tok, line) = (&toks[i].0, toks[i].1);
+        match tok {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(kw) if kw == "mod" => {
+                if let (Some((Tok::Ident(name), _)), Some((Tok::Punct('{'), _))) = (toks.get(i + 1), toks.get(i + 2)) {
+                    depth += 1;
+                    inline.push((name.clone(), depth));
+                    i += 3;
+                    continue;
+                }
+            }
+            Tok::Ident(kw)
+                if (kw == "crate" || kw == "super") && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::PathSep) =>
+            {
+                let after_sep = i > 0 && toks[i - 1].0 == Tok::PathSep; // `$crate::`, `a::super::`
+                if !after_sep {
+                    let mut base: Vec<String> = Vec::new();
+                    let mut j = i;
+                    if kw == "super" {
+                        base = module.to_vec();
+                        base.extend(inline.iter().map(|(n, _)| n.clone()));
+                        while toks.get(j).map(|t| &t.0) == Some(&Tok::Ident("super".into()))
+                            && toks.get(j + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                        {
+                            base.pop();
+                            j += 2;
+                        }
+                    } else {
+                        j += 2;
+                    }
+                    let (paths, next) = path_tree(&toks, j, base);
+                    out.extend(paths.into_iter().map(|segments| ModPath { line, segments }));
+                    i = next.max(i + 1);
+                    continue;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+fn node_sources() -> Vec<SourceFile> {
+    let src = std::path::Path::new(NODE_SRC);
+    let mut files = Vec::new();
+    node_rust_files(src, &mut files);
+    assert!(
+        files.len() > 10,
+        "found only {} source files under {src:?}",
+        files.len()
+    );
+    let mut out: Vec<SourceFile> = files
+        .iter()
+        .map(|f| {
+            let name = f
+                .strip_prefix(src)
+                .expect("under src/")
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/");
+            let module = module_of(&name);
+            let code = std::fs::read_to_string(f).expect("read a source file");
+            let paths = module_paths(&code, &module);
+            SourceFile { name, module, paths }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// File → the files it depends on (see above), each with the first line
+/// that names it.
+fn node_module_graph(files: &[SourceFile]) -> BTreeMap<String, BTreeMap<String, usize>> {
+    let by_module: BTreeMap<&[String], &str> = files.iter().map(|f| (f.module.as_slice(), f.name.as_str())).collect();
+    let mut graph: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for f in files {
+        let edges = graph.entry(f.name.clone()).or_default();
+        for p in &f.paths {
+            let target = (0..=p.segments.len())
+                .rev()
+                .find_map(|n| by_module.get(&p.segments[..n]).copied())
+                .expect("the crate root is a file");
+            if target != f.name {
+                edges.entry(target.to_owned()).or_insert(p.line);
+            }
+        }
+    }
+    graph
+}
+
+/// One cycle of `graph`, as the files on it (the first repeated at the end).
+fn find_cycle(graph: &BTreeMap<String, BTreeMap<String, usize>>) -> Option<Vec<String>> {
+    fn visit<'g>(
+        node: &'g str,
+        graph: &'g BTreeMap<String, BTreeMap<String, usize>>,
+        done: &mut BTreeSet<&'g str>,
+        stack: &mut Vec<&'g str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = stack.iter().position(|n| *n == node) {
+            let mut cycle: Vec<String> = stack[at..].iter().map(|n| (*n).to_owned()).collect();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        stack.push(node);
+        for next in graph.get(node).into_iter().flat_map(|e| e.keys()) {
+            if let Some(cycle) = visit(next, graph, done, stack) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        done.insert(node);
+        None
+    }
+    let mut done = BTreeSet::new();
+    for node in graph.keys() {
+        if let Some(cycle) = visit(node, graph, &mut done, &mut Vec::new()) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+#[test]
+fn node_modules_outside_api_never_import_api() {
+    let mut offending = Vec::new();
+    for f in node_sources().iter().filter(|f| !f.name.starts_with("api/")) {
+        for p in f
+            .paths
+            .iter()
+            .filter(|p| p.segments.first().is_some_and(|s| s == "api"))
+        {
+            offending.push(format!("{}:{}: crate::{}", f.name, p.line, p.segments.join("::")));
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "only api/ may name crate::api: the domain reaches other regions through the port, crate::peers \
+         (ARCHITECTURE.md, cascade-node, \"Floors\"); found in crates/cascade-node/src:\n{}",
+        offending.join("\n")
+    );
+}
+
+#[test]
+fn node_modules_form_no_cycle() {
+    let files = node_sources();
+    let graph = node_module_graph(&files);
+    // The test must see the graph it guards: the spine and the port are in it.
+    assert!(
+        graph
+            .get("cluster.rs")
+            .is_some_and(|e| e.contains_key("node.rs") && e.contains_key("peers/mod.rs")),
+        "the module graph lost cluster.rs -> node.rs, peers/mod.rs: {graph:#?}"
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        let lines: Vec<String> = cycle
+            .windows(2)
+            .map(|w| format!("  {}:{} names {}", w[0], graph[&w[0]][&w[1]], w[1]))
+            .collect();
+        panic!(
+            "the node's modules must read top-down, without a cycle (ARCHITECTURE.md, cascade-node, \"Floors\"); \
+             in crates/cascade-node/src: {}\n{}",
+            cycle.join(" -> "),
+            lines.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_module_graph_reader_ignores_comments_and_literals_and_follows_super() {
+    let code = r#"
+//! see crate::api
+/// and crate::api::peer_client
+use crate::{codec::StoreState, error::{Fault, WriterUnavailable as W}};
+use super::Batch;
+fn f() -> &'static str { let _c = '{'; "crate::api" }
+/* crate::api */
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use super::super::node::Node;
+}
+"#;
+    let paths: Vec<String> = module_paths(code, &["store".to_owned(), "memory".to_owned()])
+        .into_iter()
+        .map(|p| format!("{}:{}", p.line, p.segments.join("::")))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "4:codec::StoreState",
+            "4:error::Fault",
+            "4:error::WriterUnavailable",
+            "5:store::Batch",
+            "10:store::memory",
+            "11:store::node::Node",
+        ]
+        .map(str::to_owned)
+    );
+}

@@ -36,10 +36,9 @@ use cascade_core::request_path::{locate_refusal, reference_path};
 use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Uid};
 use tracing::{debug, info, warn};
 
-use crate::api::peer_client::LookupAnswer;
 use crate::error::Fault;
 use crate::node::Node;
-use crate::peers::PEER_CALL_TIMEOUT;
+use crate::peers::{LookupAnswer, PEER_CALL_TIMEOUT};
 
 /// Owners asked at once while a create resolves its remote targets: enough
 /// to hide the round trips, few enough not to flood one owner.

@@ -46,6 +46,9 @@
 //!
 //! With `[tls]`, every peer address must be `https://`, and a peer is
 //! verified to be the region it is listed as.
+//!
+//! [`ApiLimits`], what `[limits]` resolves to, is defined here with the
+//! rest of the settings (the node and its services read it from there).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,7 +59,6 @@ use cascade_core::schema::EXAMPLE_SCHEMA;
 use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
-use crate::node::ApiLimits;
 use crate::store::StorageEngine;
 use cascade_tls::{NodeTls, TlsFiles};
 
@@ -209,6 +211,30 @@ impl ConfigFile {
             path: origin.to_owned(),
             message: e.to_string(),
         })
+    }
+}
+
+/// Limits that protect the node from oversized requests.
+#[derive(Debug, Clone)]
+pub struct ApiLimits {
+    /// Largest gRPC message either way (server and the node's own peer clients).
+    pub max_message_bytes: usize,
+    /// Resources per BatchCreate; back-references per peer call.
+    pub max_batch_create: usize,
+    /// Page size of List and of an operation's outcomes when the request names none.
+    pub default_page_size: usize,
+    /// Largest page a request may ask for (larger asks are cut to it).
+    pub max_page_size: usize,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: cascade_proto::MAX_MESSAGE_BYTES,
+            max_batch_create: 1_000,
+            default_page_size: 100,
+            max_page_size: 1_000,
+        }
     }
 }
 

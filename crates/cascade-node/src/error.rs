@@ -1,17 +1,17 @@
 //! Why a node operation did not produce its value: one type for every
-//! flow, converted into a gRPC status in one place (`api::status_of`).
+//! flow, converted into a gRPC status in one place (`api/mod.rs`).
 //!
 //! The protocol's refusals keep their [`CoreError`] (its class decides the
 //! code: NOT_FOUND, FAILED_PRECONDITION with blockers, INVALID_ARGUMENT
 //! with the field, ABORTED, UNAVAILABLE); storage and writer failures are
 //! transient (UNAVAILABLE); what another region's node said or failed to
-//! say keeps its classification from [`crate::api::forward`].
+//! say keeps its classification, a [`RemoteError`] of the port for calls to
+//! other regions (`crate::peers`).
 
 use cascade_core::CoreError;
 
-use crate::api::forward::OwnerError;
+use crate::peers::RemoteError;
 use crate::store::StoreError;
-use crate::writer::WriterUnavailable;
 
 /// Why a node operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +28,13 @@ pub enum Fault {
     /// Another region's node answered with an error, could not be asked,
     /// or gave an answer this node cannot read.
     #[error(transparent)]
-    Owner(#[from] OwnerError),
+    Remote(#[from] RemoteError),
 }
+
+/// The writer is not answering (restarting, or the node is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("the node's writer is unavailable: {0}")]
+pub struct WriterUnavailable(pub(crate) String);
 
 /// A read through the core's `StateRead` over the store failed: the
 /// storage is unavailable, as for any other step.

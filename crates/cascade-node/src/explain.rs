@@ -2,6 +2,10 @@
 //! DELETING resources of one operation, gathered over `Peer.ExplainPart`,
 //! what the blockers outside them are (asked of their regions), and the
 //! core's [`cascade_core::explain`] to turn it into reasons and a tree.
+//!
+//! A region's part ([`ExplainPart`]) and a blocker's lookup
+//! ([`LookupAnswer`]) are the port's types (`crate::peers`): this region's
+//! own part is built here, every other one comes back from the port.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,24 +14,12 @@ use cascade_core::model::{DeletionStatus as Held, RefTarget, ResourceState};
 use cascade_core::{CoreError, OperationId, ResourceName};
 
 use crate::admin::DeletionFilter;
-use crate::api::peer_client::LookupAnswer;
 use crate::error::Fault;
 use crate::node::Node;
-use crate::peers::PEER_CALL_TIMEOUT;
+use crate::peers::{ExplainPart, LookupAnswer, PEER_CALL_TIMEOUT};
 
 /// Blockers outside the operation asked about, at most, per explanation.
 const MAX_BLOCKER_LOOKUPS: usize = 100;
-
-/// One region's part of an explanation.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ExplainPart {
-    /// The operation's root, when this region keeps a part of it.
-    pub root: Option<RefTarget>,
-    /// Its DELETING resources of the operation.
-    pub parts: Vec<Part>,
-    /// More were found than one answer holds.
-    pub truncated: bool,
-}
 
 /// What a deletion waits on, across regions.
 #[derive(Debug, Clone)]

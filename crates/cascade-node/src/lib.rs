@@ -2,48 +2,77 @@
 //!
 //! # Layout
 //!
-//! - [`Node`] (`node.rs`): the spine: one region's store, writer, peers and
-//!   settings, and every operation the APIs and links run on them, on core
-//!   types; `cluster.rs` holds its cross-region flows.
-//! - `server.rs`: serving a node on a listener passed in by the caller, and
-//!   stopping it gracefully; [`RunningNode`] for in-process nodes.
-//! - `api/`: the wire edge, the only module that knows `cascade.v1`
-//!   messages: the Resources and Peer services (adapters around `Node`),
-//!   the typed calls on other regions, the classification of their answers.
-//! - `writer.rs`: the single-writer actor that runs protocol steps and
-//!   commits them, with its supervisor.
-//! - `links.rs`: the peer links (watch, releases, checks) and the reconciler.
-//! - `trace_context.rs`: W3C trace context on calls to peers and with
-//!   peer events, so one deletion is one trace across regions.
-//! - `metrics.rs`: Prometheus metrics, their HTTP listener, and the gRPC
-//!   layer that counts calls by method and code.
-//! - [`store`]: the narrow storage trait with the sled and in-memory engines.
-//! - [`codec`]: how core records are keyed and encoded in the store.
-//! - [`config`]: the node's TOML configuration.
-//! - [`clock`]: injected time. [`entropy`]: injected randomness.
-//! - [`peers`]: the channels to other regions' nodes (and how a simulation
-//!   replaces TCP).
+//! The modules read top-down, in floors: a module names only modules on
+//! its floor or below (`tests/architecture.rs` checks that the graph of
+//! `crate::`/`super::` paths between files has no cycle, and that nothing
+//! outside `api/` names `crate::api`).
+//!
+//! 1. **The wire edge**, `api/`, the only module that knows `cascade.v1`
+//!    messages: the Resources, Peer and Admin services (adapters around
+//!    `Node`), `api/server.rs` (serving a node on a listener passed in by
+//!    the caller, and stopping it gracefully; [`RunningNode`] for
+//!    in-process nodes), the typed calls on other regions
+//!    (`api/peer_client.rs`: the protobuf half of the port, an `impl
+//!    Peers`) and the classification of their answers (`api/forward.rs`).
+//! 2. **The domain**: [`Node`] (`node.rs`), the spine: one region's store,
+//!    writer, peers and settings, and every operation the APIs and links
+//!    run on them, on core types. Above it, the feature modules that add
+//!    `Node` methods: `cluster.rs` (cross-region flows), `admin.rs`,
+//!    `explain.rs`, `status.rs` (the cluster status), `scrape.rs` (what a
+//!    metrics scrape reads of the node), and `links.rs` (the peer links:
+//!    watch, releases, checks; and the reconciler).
+//! 3. **Below the domain**: `writer.rs` (the single-writer actor that runs
+//!    protocol steps and commits them, with its supervisor), `metrics.rs`
+//!    (the Prometheus registry and its HTTP listener), `trace_context.rs`
+//!    (W3C trace context with peer events, so one deletion is one trace
+//!    across regions), `status_cache.rs` (the last cluster status, reused
+//!    for a second), `outbox.rs` (the feed of committed events that
+//!    streams read).
+//! 4. [`store`] (the narrow storage trait with the sled, fjall and
+//!    in-memory engines), [`codec`] (how core records are keyed and encoded
+//!    in the store), [`config`] (the node's TOML configuration, with
+//!    [`ApiLimits`]), `error.rs` (`Fault`, the error of every operation).
+//! 5. [`clock`] (injected time), [`entropy`] (injected randomness), and
+//!    [`peers`], the port for calls to other regions: the channels to
+//!    their nodes (and how a simulation replaces TCP), what they answer and
+//!    `RemoteError`, on core types only. It names nothing of the crate, so
+//!    everything above may hold its types; its typed calls are implemented
+//!    at the wire edge, floor 1, and the domain never names `api/`.
 
-mod admin;
+// Floor 1: the wire edge.
 mod api;
-pub mod clock;
+
+// Floor 2: the domain. The feature modules add `Node` methods from above
+// the spine, `node`.
+mod admin;
 mod cluster;
-pub mod codec;
-pub mod config;
-pub mod entropy;
-mod error;
 mod explain;
 mod links;
-mod metrics;
-mod node;
-pub mod peers;
-mod server;
+mod scrape;
 mod status;
-pub mod store;
+
+mod node;
+
+// Floor 3: below the domain.
+mod metrics;
+mod outbox;
+mod status_cache;
 mod trace_context;
 mod writer;
 
-pub use config::{ConfigFile, NodeSettings};
-pub use node::{ApiLimits, Node, NodeEnv, NodeError};
-pub use server::RunningNode;
+// Floor 4: the store and codec, config, error.
+pub mod codec;
+pub mod config;
+mod error;
+pub mod store;
+
+// Floor 5: injected time and randomness, and the port for calls to other
+// regions (its types; its typed calls are implemented in `api/`).
+pub mod clock;
+pub mod entropy;
+pub mod peers;
+
+pub use api::server::RunningNode;
+pub use config::{ApiLimits, ConfigFile, NodeSettings};
+pub use node::{Node, NodeEnv, NodeError};
 pub use writer::{WriteStats, WriteStatsSnapshot};

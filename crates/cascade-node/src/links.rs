@@ -29,12 +29,11 @@ use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::api::peer_client::{WatchEnd, WatchedEvent};
 use crate::clock;
 use crate::entropy::{stable_hash, XorShift64};
 use crate::error::Fault;
 use crate::node::Node;
-use crate::peers::PEER_CALL_TIMEOUT;
+use crate::peers::{WatchEnd, WatchedEvent, PEER_CALL_TIMEOUT};
 
 /// Events handed to the writer per step.
 const EVENT_BATCH: usize = 256;

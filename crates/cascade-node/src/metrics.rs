@@ -16,6 +16,10 @@
 //! - **derived** at scrape time: how far each peer is behind this node's
 //!   outbox (the last revision minus the peer's acknowledgement).
 //!
+//! What is read at scrape time is read through a [`ScrapeSource`], which
+//! the node implements (`scrape.rs`): the node holds this registry, so the
+//! registry does not name the node.
+//!
 //! Resources by state are kept exact without a scan per scrape: counted
 //! once when the node opens, then moved by every committed write (the
 //! writer reads the stored state a write replaces; the step has just read
@@ -35,7 +39,7 @@ use prometheus::{
 use tracing::{info, warn};
 
 use crate::codec::StoreState;
-use crate::node::Node;
+use crate::error::Fault;
 use crate::store::{StoreError, Table};
 
 /// At most this many rows of one table are read per scrape (deletions,
@@ -373,8 +377,8 @@ impl NodeMetrics {
     }
 
     /// The text exposition of every metric, after refreshing what is read
-    /// at scrape time.
-    pub fn render(&self, node: &Node) -> String {
+    /// at scrape time from `node`.
+    pub(crate) fn render(&self, node: &dyn ScrapeSource) -> String {
         if let Err(e) = self.refresh(node) {
             warn!(error = %e, "metrics: reading the store failed; serving the last figures");
         }
@@ -386,9 +390,9 @@ impl NodeMetrics {
     }
 
     /// Reads the figures kept in the store.
-    fn refresh(&self, node: &Node) -> Result<(), crate::error::Fault> {
-        let state = node.state();
-        let now_ms = node.clock.now().0;
+    fn refresh(&self, node: &dyn ScrapeSource) -> Result<(), Fault> {
+        let state = node.store_state();
+        let now_ms = node.now_ms();
         let summary = DeletionSummary::read(&state, now_ms)?;
         self.truncated("deletions", summary.truncated);
         for (status, n) in &summary.by_status {
@@ -406,8 +410,8 @@ impl NodeMetrics {
         self.outbox_floor.set(floor as i64);
         self.outbox_events.set(next.saturating_sub(floor) as i64);
         let (mut outbox_truncated, mut releases_truncated) = (false, false);
-        for peer in node.peers.regions() {
-            let behind = match node.events_behind(peer, SCRAPE_SCAN_LIMIT)? {
+        for peer in node.peer_regions() {
+            let behind = match node.peer_events_behind(peer, SCRAPE_SCAN_LIMIT)? {
                 Some((n, truncated)) => {
                     outbox_truncated |= truncated;
                     n as i64
@@ -493,9 +497,29 @@ impl DeletionSummary {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until `shutdown` resolves.
+/// What a scrape reads of its node besides the registry's own counts: the
+/// store, the time, the peers and how far each is behind this node's
+/// outbox. The node gives it (`scrape.rs`, above the node): the registry,
+/// which the node holds, does not name the node.
+pub(crate) trait ScrapeSource: Send + Sync {
+    /// The node's registry.
+    fn metrics(&self) -> &NodeMetrics;
+    /// The store as the core reads it.
+    fn store_state(&self) -> StoreState<'_>;
+    /// The node's clock, in unix milliseconds.
+    fn now_ms(&self) -> u64;
+    /// The peers' regions, in name order.
+    fn peer_regions(&self) -> Vec<&str>;
+    /// Events of this node's outbox that `peer` is sent and has not
+    /// acknowledged (None before its first acknowledgement), reading at
+    /// most `limit` (true: the count stopped there).
+    fn peer_events_behind(&self, peer: &str, limit: usize) -> Result<Option<(u64, bool)>, Fault>;
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` resolves, each
+/// scrape read from `node`.
 pub(crate) async fn serve_metrics(
-    node: Arc<Node>,
+    node: Arc<dyn ScrapeSource>,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
@@ -506,7 +530,7 @@ pub(crate) async fn serve_metrics(
             let node = node.clone();
             async move {
                 // The reads wait on the engine: not on a runtime worker.
-                let rendered = tokio::task::spawn_blocking(move || node.metrics.render(&node)).await;
+                let rendered = tokio::task::spawn_blocking(move || node.metrics().render(node.as_ref())).await;
                 let body = rendered.unwrap_or_else(|e| format!("# the scrape failed: {e}\n"));
                 (
                     [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

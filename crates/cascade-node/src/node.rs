@@ -1,13 +1,18 @@
 //! The node: one region's store, writer, peers and settings, and every
 //! operation the APIs and the links run on them, on core types.
 //!
-//! [`Node`] is the spine of the crate. The gRPC services (`api::resources`,
-//! `api::peer`) are adapters around it: they decode a request, call a
+//! [`Node`] is the spine of the crate. The gRPC services (`api/resources.rs`,
+//! `api/peer.rs`) are adapters around it: they decode a request, call a
 //! `Node` method, and encode the answer; the peer links and the reconciler
-//! (`links`) call the same methods. The cross-region flows (creates whose
-//! references reach other regions, dry runs, operations spanning regions)
-//! are `Node` methods too, in `cluster.rs`. None of this knows a wire type:
-//! other regions are reached through the typed calls of [`Peers`].
+//! (`links.rs`) call the same methods. The feature modules add `Node`
+//! methods from above: the cross-region flows (creates whose references
+//! reach other regions, dry runs, operations spanning regions) in
+//! `cluster.rs`, and `admin.rs`, `explain.rs`, `status.rs`, `scrape.rs`.
+//! This module uses only what lies below it (the writer, the metrics
+//! registry, trace marks, the status cache, the outbox feed, the port for
+//! calls to other regions, the store, config, error, clock and entropy).
+//! None of this knows a wire type or names `api/`: other regions are
+//! reached through the port's typed calls, [`Peers`].
 //!
 //! Reads are served straight from the store ([`Node::state`]); every write
 //! goes to the single writer ([`WriterHandle`]).
@@ -24,46 +29,23 @@ use cascade_core::{BackRef, BackRefKey, CoreError, Ctx, OperationId, RegionId, R
 use tokio::sync::{broadcast, watch};
 use tracing::info;
 
-use crate::api::peer_client::LookupAnswer;
-use crate::api::stream::OutboxFeed;
 use crate::clock::{Clock, SystemClock};
 use crate::codec::StoreState;
-use crate::config::{AdminAccess, NodeSettings};
+use crate::config::{AdminAccess, ApiLimits, NodeSettings};
 use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
-use crate::error::Fault;
+use crate::error::{Fault, WriterUnavailable};
 use crate::metrics::NodeMetrics;
-use crate::peers::{PeerConnector, Peers};
+use crate::outbox::OutboxFeed;
+use crate::peers::{LookupAnswer, PeerConnector, Peers};
+use crate::status_cache::StatusCache;
 use crate::store::{open_store_with_cache, Store, StoreError, Table};
-use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle, WriterUnavailable};
+use crate::trace_context::TraceMarks;
+use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle};
 use cascade_tls::NodeTls;
 
 /// How long a read asks a remote owner whether an `allow_dangling` target
 /// still exists before it reports the reference as the local view has it.
 const DANGLING_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Limits that protect the node from oversized requests.
-#[derive(Debug, Clone)]
-pub struct ApiLimits {
-    /// Largest gRPC message either way (server and the node's own peer clients).
-    pub max_message_bytes: usize,
-    /// Resources per BatchCreate; back-references per peer call.
-    pub max_batch_create: usize,
-    /// Page size of List and of an operation's outcomes when the request names none.
-    pub default_page_size: usize,
-    /// Largest page a request may ask for (larger asks are cut to it).
-    pub max_page_size: usize,
-}
-
-impl Default for ApiLimits {
-    fn default() -> Self {
-        Self {
-            max_message_bytes: cascade_proto::MAX_MESSAGE_BYTES,
-            max_batch_create: 1_000,
-            default_page_size: 100,
-            max_page_size: 1_000,
-        }
-    }
-}
 
 /// Why opening or serving a node failed.
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +99,7 @@ impl Default for NodeEnv {
 }
 
 /// One region's node: opened (store and writer running), served by
-/// [`Node::serve`](crate::server).
+/// `Node::serve` (at the wire edge, `api/server.rs`).
 pub struct Node {
     pub(crate) region: RegionId,
     pub(crate) schema: Arc<Schema>,
@@ -170,9 +152,9 @@ pub struct Node {
     /// `Admin.Status`).
     pub(crate) advertised: Mutex<Option<String>>,
     /// The trace context of recent events peers are sent (shared with the writer).
-    pub(crate) trace_marks: Arc<crate::trace_context::TraceMarks>,
+    pub(crate) trace_marks: Arc<TraceMarks>,
     /// The last cluster status and figures, reused for a second.
-    pub(crate) status_cache: crate::status::StatusCache,
+    pub(crate) status_cache: StatusCache,
     /// Peer region → its address, as configured.
     pub(crate) peer_addresses: BTreeMap<String, String>,
 }
@@ -290,7 +272,7 @@ impl Node {
         };
         let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let committing = Arc::new(watch::channel(true).0);
-        let trace_marks = Arc::new(crate::trace_context::TraceMarks::default());
+        let trace_marks = Arc::new(TraceMarks::default());
         let closure_checks = ClosureChecks::default();
         let write_stats = Arc::new(WriteStats::default());
         let release_hints = Arc::new(ReleaseHints::default());
@@ -339,7 +321,7 @@ impl Node {
             committing,
             advertised: Mutex::new(None),
             trace_marks,
-            status_cache: crate::status::StatusCache::default(),
+            status_cache: StatusCache::default(),
             peer_addresses: settings.peers.iter().map(|(r, a)| (r.to_string(), a.clone())).collect(),
         })
     }

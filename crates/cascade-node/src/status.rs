@@ -6,6 +6,11 @@
 //! A peer that does not answer is listed unreachable with the reason; the
 //! status itself never fails because of it: it is what an operator looks
 //! at when a region is in trouble.
+//!
+//! The types it answers and keeps ([`RegionStatus`], the node's
+//! `StatusCache`) are in `status_cache.rs`, a peer's figures
+//! ([`RegionFigures`]) are the port's (`crate::peers`): the node holds the
+//! cache, so it lives below the node and this module above it.
 
 use std::time::Duration;
 
@@ -14,6 +19,8 @@ use cascade_core::model::ResourceState;
 use crate::error::Fault;
 use crate::metrics::{DeletionSummary, SCRAPE_SCAN_LIMIT};
 use crate::node::Node;
+use crate::peers::RegionFigures;
+use crate::status_cache::RegionStatus;
 
 /// How long a peer has to give its figures before it is listed
 /// unreachable: short, so that a frozen region slows the answer by this
@@ -24,43 +31,6 @@ pub(crate) const STATUS_DEADLINE: Duration = Duration::from_secs(2);
 /// open to every client and costs reads in every region, so a flood of
 /// them costs one status a second.
 const STATUS_REUSE: Duration = Duration::from_secs(1);
-
-/// The last answers, with when they were made.
-#[derive(Default)]
-pub(crate) struct StatusCache {
-    figures: std::sync::Mutex<Option<(tokio::time::Instant, RegionFigures)>>,
-    /// Held while a status is gathered: concurrent callers wait for it
-    /// and take it, instead of asking every region again.
-    cluster: tokio::sync::Mutex<Option<(tokio::time::Instant, Vec<RegionStatus>)>>,
-}
-
-/// One region's own figures (see `RegionFigures` in admin.proto).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct RegionFigures {
-    pub resources_creating: u64,
-    pub resources_active: u64,
-    pub resources_deleting: u64,
-    pub deletions_pending: u64,
-    pub deletions_blocked: u64,
-    pub deletions_waiting: u64,
-    pub deletions_failed: u64,
-    pub oldest_deletion_age_ms: i64,
-    pub last_revision: u64,
-    pub truncated: bool,
-}
-
-/// One region as the answering node sees it.
-#[derive(Debug, Clone)]
-pub(crate) struct RegionStatus {
-    pub region: String,
-    pub address: String,
-    /// None: it answered; Some: why it did not.
-    pub unreachable: Option<String>,
-    pub link_connected: bool,
-    pub events_behind: i64,
-    pub last_contact_ms: i64,
-    pub figures: Option<RegionFigures>,
-}
 
 impl Node {
     /// This region's figures: resources by state (the metrics' running

@@ -26,7 +26,7 @@ use tracing::{debug, error, info, info_span, warn};
 use crate::clock::Clock;
 use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
-use crate::error::Fault;
+use crate::error::{Fault, WriterUnavailable};
 use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
@@ -56,7 +56,7 @@ pub struct WriterContext {
     /// The node's Prometheus metrics (steps, batches, resources by state).
     pub metrics: Arc<NodeMetrics>,
     /// Whether the last commit succeeded: gRPC health reports NOT_SERVING
-    /// while it is false (`server.rs`).
+    /// while it is false (`api/server.rs`).
     pub committing: Arc<tokio::sync::watch::Sender<bool>>,
     /// The trace context of each committed event peers are sent, for their
     /// Watch streams (`trace_context.rs`).
@@ -632,11 +632,6 @@ pub struct WriterHandle {
     current: Arc<RwLock<ActorRef<WriterMsg>>>,
     supervisor: ActorRef<SupervisorMsg>,
 }
-
-/// The writer is not answering (restarting, or the node is shutting down).
-#[derive(Debug, thiserror::Error)]
-#[error("the node's writer is unavailable: {0}")]
-pub struct WriterUnavailable(String);
 
 impl WriterHandle {
     /// Spawns the supervisor and its writer. Actors are unnamed, so several

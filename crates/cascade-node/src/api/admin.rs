@@ -28,6 +28,8 @@ use crate::admin::{DeletionEntry, DeletionFilter};
 use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
 use crate::api::{parse_name, refused};
 use crate::node::Node;
+use crate::peers::RegionFigures;
+use crate::status_cache::RegionStatus;
 
 /// Metadata a forwarding node adds: the administrator identity it verified
 /// from the client's certificate.
@@ -391,7 +393,7 @@ impl Admin for AdminApi {
     }
 }
 
-fn region_status(r: crate::status::RegionStatus) -> v1::RegionStatus {
+fn region_status(r: RegionStatus) -> v1::RegionStatus {
     v1::RegionStatus {
         region: r.region,
         address: r.address,
@@ -405,24 +407,8 @@ fn region_status(r: crate::status::RegionStatus) -> v1::RegionStatus {
 }
 
 /// This region's figures on the wire (also `Peer.RegionFigures`).
-pub(crate) fn region_figures(f: crate::status::RegionFigures) -> v1::RegionFigures {
+pub(crate) fn region_figures(f: RegionFigures) -> v1::RegionFigures {
     v1::RegionFigures {
-        resources_creating: f.resources_creating,
-        resources_active: f.resources_active,
-        resources_deleting: f.resources_deleting,
-        deletions_pending: f.deletions_pending,
-        deletions_blocked: f.deletions_blocked,
-        deletions_waiting: f.deletions_waiting,
-        deletions_failed: f.deletions_failed,
-        oldest_deletion_age_ms: f.oldest_deletion_age_ms,
-        last_revision: f.last_revision,
-        truncated: f.truncated,
-    }
-}
-
-/// A peer's figures from the wire.
-pub(crate) fn region_figures_from(f: v1::RegionFigures) -> crate::status::RegionFigures {
-    crate::status::RegionFigures {
         resources_creating: f.resources_creating,
         resources_active: f.resources_active,
         resources_deleting: f.resources_deleting,

@@ -6,17 +6,19 @@
 //! and the parts of an aggregated operation all go through
 //! [`call_owner`], which classifies what came back:
 //!
-//! - **The owner answered** with a status of its own: [`OwnerError::Answered`].
-//!   A forwarded call passes it through unchanged, so the same condition
+//! - **The owner answered** with a status of its own: [`RemoteError::Answered`],
+//!   the status as plain data ([`RelayedStatus`]: code, message, details,
+//!   metadata; [`relayed`]). A forwarded call passes it through unchanged
+//!   ([`relayed_status`] rebuilds the very status), so the same condition
 //!   gets the same code and details whichever node the client asked.
 //! - **The owner could not be asked**: connection refused or reset, a frozen
 //!   or killed process, an HTTP/2 keepalive that went unanswered, any other
 //!   transport failure, or no answer within the deadline:
-//!   [`OwnerError::Unreachable`], UNAVAILABLE naming the region (clients
+//!   [`RemoteError::Unreachable`], UNAVAILABLE naming the region (clients
 //!   retry it). Without this, tonic reports most transport failures as
 //!   UNKNOWN "transport error".
 //! - **The owner's answer could not be decoded** by this node:
-//!   [`OwnerError::BadAnswer`], INTERNAL (neither the client's fault, which
+//!   [`RemoteError::BadAnswer`], INTERNAL (neither the client's fault, which
 //!   INVALID_ARGUMENT would say, nor something a retry fixes).
 //!
 //! Telling them apart without guessing from codes or messages: tonic builds
@@ -24,13 +26,19 @@
 //! source, and the status of a local failure (the transport, this node's own
 //! decoder) from an error it keeps as the status's source; the decoder marks
 //! its failures ([`cascade_proto::codec::is_undecodable`]).
+//!
+//! [`RemoteError`] is the domain's (`crate::peers`, the port for calls to
+//! other regions): this module builds it from what tonic returned, and turns
+//! it back into the status this node answers with ([`status_of`]).
 
 use std::future::Future;
 use std::time::Duration;
 
-use cascade_core::CoreError;
 use cascade_proto::status_from_core;
+use tonic::metadata::MetadataMap;
 use tonic::{Response, Status};
+
+use crate::peers::{RelayedCode, RelayedStatus, RemoteError};
 
 /// Deadline of a forwarded client call. The owner may itself call other
 /// regions for it (a create's Lookup and Attach, each bounded by
@@ -38,58 +46,56 @@ use tonic::{Response, Status};
 /// dead or frozen owner is noticed sooner by the channel's HTTP/2 keepalive.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why a call to another region's node did not return a value.
-#[derive(Debug, thiserror::Error)]
-pub enum OwnerError {
-    /// The owner answered with this status.
-    #[error("answered {:?}: {}", .0.code(), .0.message())]
-    Answered(Status),
-    /// The owner could not be asked, or did not answer in time
-    /// (`CoreError::RegionUnavailable`).
-    #[error(transparent)]
-    Unreachable(CoreError),
-    /// The owner's answer could not be decoded here.
-    #[error("the answer of region {region} to {rpc} could not be decoded: {}", .status.message())]
-    BadAnswer {
-        region: String,
-        rpc: &'static str,
-        status: Status,
-    },
+/// The status this node answers its own client with.
+pub(crate) fn status_of(e: RemoteError) -> Status {
+    match e {
+        RemoteError::Answered(answered) => relayed_status(&answered),
+        RemoteError::Unreachable(e) => status_from_core(&e),
+        RemoteError::BadAnswer { region, rpc, message } => Status::internal(format!(
+            "the answer of region {region} to {rpc} could not be decoded: {message}"
+        )),
+    }
 }
 
-impl OwnerError {
-    /// The owner refused the request itself as malformed
-    /// (INVALID_ARGUMENT): asking again, or elsewhere, cannot help.
-    pub(crate) fn refused_the_request(&self) -> bool {
-        matches!(self, OwnerError::Answered(s) if s.code() == tonic::Code::InvalidArgument)
+impl From<RemoteError> for Status {
+    fn from(e: RemoteError) -> Self {
+        status_of(e)
     }
+}
 
-    /// The status this node answers its own client with.
-    pub(crate) fn into_status(self) -> Status {
-        match self {
-            OwnerError::Answered(status) => status,
-            OwnerError::Unreachable(e) => status_from_core(&e),
-            OwnerError::BadAnswer { region, rpc, status } => Status::internal(format!(
-                "the answer of region {region} to {rpc} could not be decoded: {}",
-                status.message()
-            )),
+/// An owner's status as plain data, all of it: code, message, details and
+/// metadata (what tonic read from the answer's headers and trailers).
+pub(crate) fn relayed(status: &Status) -> RelayedStatus {
+    let headers = status.metadata().clone().into_headers();
+    RelayedStatus {
+        code: RelayedCode::from_number(status.code() as i32),
+        message: status.message().to_owned(),
+        details: status.details().to_vec(),
+        metadata: headers
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect(),
+    }
+}
+
+/// The very status the owner sent, from [`relayed`]'s copy of it.
+pub(crate) fn relayed_status(answered: &RelayedStatus) -> Status {
+    let mut headers = http::HeaderMap::with_capacity(answered.metadata.len());
+    for (name, value) in &answered.metadata {
+        // They were a header name and value when they arrived.
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            headers.append(name, value);
         }
     }
-
-    /// The same, as the protocol sees a failed peer call: an owner that
-    /// could not be asked, or whose answer was unusable, is unavailable.
-    pub(crate) fn unavailable(region: &str, reason: impl Into<String>) -> Self {
-        OwnerError::Unreachable(CoreError::RegionUnavailable {
-            region: region.to_owned(),
-            reason: reason.into(),
-        })
-    }
-}
-
-impl From<OwnerError> for Status {
-    fn from(e: OwnerError) -> Self {
-        e.into_status()
-    }
+    Status::with_details_and_metadata(
+        tonic::Code::from(answered.code.number()),
+        answered.message.clone(),
+        answered.details.clone().into(),
+        MetadataMap::from_headers(headers),
+    )
 }
 
 /// Calls `rpc` at `region`'s node with a deadline and classifies the
@@ -99,10 +105,10 @@ pub(crate) async fn call_owner<T>(
     rpc: &'static str,
     deadline: Duration,
     call: impl Future<Output = Result<Response<T>, Status>>,
-) -> Result<T, OwnerError> {
+) -> Result<T, RemoteError> {
     match tokio::time::timeout(deadline, call).await {
         Ok(result) => classify(region, rpc, result),
-        Err(_) => Err(OwnerError::unavailable(
+        Err(_) => Err(RemoteError::unavailable(
             region,
             format!("{rpc} got no answer within {deadline:?}"),
         )),
@@ -114,25 +120,25 @@ pub(crate) fn classify<T>(
     region: &str,
     rpc: &'static str,
     result: Result<Response<T>, Status>,
-) -> Result<T, OwnerError> {
+) -> Result<T, RemoteError> {
     let status = match result {
         Ok(response) => return Ok(response.into_inner()),
         Err(status) => status,
     };
     if cascade_proto::codec::is_undecodable(&status) {
-        return Err(OwnerError::BadAnswer {
+        return Err(RemoteError::BadAnswer {
             region: region.to_owned(),
             rpc,
-            status,
+            message: status.message().to_owned(),
         });
     }
     if std::error::Error::source(&status).is_some() {
-        return Err(OwnerError::unavailable(
+        return Err(RemoteError::unavailable(
             region,
             format!("{rpc}: {}", describe_transport(&status)),
         ));
     }
-    Err(OwnerError::Answered(status))
+    Err(RemoteError::Answered(relayed(&status)))
 }
 
 /// A transport failure with its causes (the interesting part is often two
@@ -159,7 +165,7 @@ mod tests {
     fn an_answer_passes_through_and_a_transport_failure_is_unavailable() {
         let answered = Status::failed_precondition("refs.network: eu-west/network/n is being deleted");
         match classify::<()>("eu-west", "Create", Err(answered)) {
-            Err(OwnerError::Answered(s)) => assert_eq!(s.code(), Code::FailedPrecondition),
+            Err(RemoteError::Answered(s)) => assert_eq!(s.code, RelayedCode::FailedPrecondition),
             other => panic!("{other:?}"),
         }
         // What tonic makes of a broken connection: UNKNOWN with the error as source.
@@ -168,7 +174,7 @@ mod tests {
             "connection reset by peer",
         )));
         assert_eq!(broken.code(), Code::Unknown);
-        let s = classify::<()>("us-east", "Get", Err(broken)).unwrap_err().into_status();
+        let s = status_of(classify::<()>("us-east", "Get", Err(broken)).unwrap_err());
         assert_eq!(s.code(), Code::Unavailable, "{s:?}");
         assert!(
             s.message().contains("us-east") && s.message().contains("reset"),
@@ -182,10 +188,47 @@ mod tests {
     #[tokio::test]
     async fn no_answer_within_the_deadline_is_unavailable() {
         let never = std::future::pending::<Result<Response<()>, Status>>();
-        let s = call_owner("us-east", "Delete", Duration::from_millis(10), never)
-            .await
-            .unwrap_err()
-            .into_status();
+        let s = status_of(
+            call_owner("us-east", "Delete", Duration::from_millis(10), never)
+                .await
+                .unwrap_err(),
+        );
         assert_eq!(s.code(), Code::Unavailable, "{s:?}");
+    }
+
+    #[test]
+    fn a_relayed_answer_is_the_status_the_owner_sent() {
+        let details = cascade_proto::v1::ErrorDetails {
+            reason: cascade_proto::v1::ErrorReason::Deleting as i32,
+            field: "refs.network".into(),
+            ..Default::default()
+        };
+        let mut sent = cascade_proto::status::with_details(
+            Code::FailedPrecondition,
+            "refs.network: eu-west/network/n is being deleted",
+            &details,
+        );
+        sent.metadata_mut().insert("x-owner", "eu-west".parse().unwrap());
+        sent.metadata_mut().append("x-owner", "again".parse().unwrap());
+        sent.metadata_mut().insert_bin(
+            "x-trace-bin",
+            tonic::metadata::MetadataValue::from_bytes(b"\x00\x01raw"),
+        );
+        let answered = match classify::<()>("eu-west", "Create", Err(sent.clone())) {
+            Err(RemoteError::Answered(answered)) => answered,
+            other => panic!("{other:?}"),
+        };
+        let relayed = status_of(RemoteError::Answered(answered));
+        assert_eq!(relayed.code(), sent.code());
+        assert_eq!(relayed.message(), sent.message());
+        assert_eq!(relayed.details(), sent.details());
+        assert_eq!(
+            relayed.metadata().clone().into_headers(),
+            sent.metadata().clone().into_headers()
+        );
+        assert_eq!(
+            cascade_proto::error_details(&relayed),
+            cascade_proto::error_details(&sent)
+        );
     }
 }

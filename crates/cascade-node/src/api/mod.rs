@@ -6,14 +6,26 @@
 //!   adapters around [`Node`]: decode the request, call one `Node` method,
 //!   encode the answer (or forward a client request for another region's
 //!   name to its owner, unchanged).
+//! - [`admin`]: `cascade.v1.Admin`, behind its one gate.
+//! - [`server`]: serving a [`Node`] on a listener (or any connection stream)
+//!   with these services, health, reflection and the tower layers below,
+//!   and stopping it; [`RunningNode`](server::RunningNode) for in-process
+//!   nodes.
 //! - [`peer_client`]: the other direction, this node's typed calls on other
-//!   regions' Peer services.
+//!   regions' Peer services: the methods of the port `crate::peers::Peers`
+//!   that speak protobuf, an inherent impl kept here at the edge.
 //! - [`forward`]: the one rule that classifies what came back from another
-//!   region's node (its answer, its error, unreachable, undecodable).
+//!   region's node (its answer, its error, unreachable, undecodable) into
+//!   the port's `RemoteError`, and back into a status.
 //! - [`stream`]: the outbox as a gRPC stream (replay, then follow), for
 //!   both Watch calls.
 //! - [`wire_errors`]: tonic's refusals of unreadable requests in the
-//!   documented codes.
+//!   documented codes; [`grpc_metrics`]: every call counted by method and
+//!   code; [`trace_propagation`]: trace context in calls' metadata.
+//!
+//! Nothing below this module names it: the domain (`node.rs` and the
+//! feature modules above it) reaches other regions only through the port,
+//! and `tests/architecture.rs` checks it.
 //!
 //! Every failure reaches a client through one conversion, `From<Fault> for
 //! Status` below, so the same condition gets the same code and details
@@ -25,6 +37,7 @@ pub(crate) mod grpc_metrics;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
 pub(crate) mod resources;
+pub(crate) mod server;
 pub(crate) mod stream;
 pub(crate) mod trace_propagation;
 pub(crate) mod wire_errors;
@@ -48,7 +61,7 @@ impl From<Fault> for Status {
             Fault::Refused(e) => status_from_core(&e),
             Fault::Storage(e) => storage_unavailable(e),
             Fault::Writer(e) => storage_unavailable(e),
-            Fault::Owner(e) => e.into_status(),
+            Fault::Remote(e) => forward::status_of(e),
         }
     }
 }

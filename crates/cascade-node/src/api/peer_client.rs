@@ -1,6 +1,12 @@
 //! The calls this node makes on other regions' `cascade.v1.Peer` service,
 //! typed: core values in, core values out.
 //!
+//! They are an inherent impl of the port's type, [`Peers`] (`crate::peers`,
+//! the one way the domain reaches another region), kept here at the wire
+//! edge because they speak protobuf: the domain calls them and sees only
+//! core types and the port's own ([`LookupAnswer`], [`ExplainPart`],
+//! [`RegionFigures`], [`WatchedEvent`], [`WatchEnd`], [`RemoteError`]).
+//!
 //! Every call goes through [`Peers::call`], which owns the deadline and the
 //! classification of what came back (see [`crate::api::forward`]): an
 //! answer, the owner's own error status, an owner that could not be asked,
@@ -29,37 +35,15 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
-use crate::api::forward::{call_owner, OwnerError};
+use crate::api::forward::{call_owner, relayed_status};
 use crate::api::trace_propagation::InjectTraceContext;
-use crate::peers::{Peers, PEER_CALL_TIMEOUT};
+use crate::peers::{
+    ExplainPart, LookupAnswer, Peers, RegionFigures, RelayedCode, RemoteError, WatchEnd, WatchedEvent,
+    PEER_CALL_TIMEOUT,
+};
 
 /// A channel to a peer whose calls carry the caller's trace context.
 pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;
-
-/// One event of a peer's outbox, with the trace context of the step that
-/// committed it (when the peer traces and still knows it).
-pub(crate) struct WatchedEvent {
-    pub event: RemoteEvent,
-    pub traceparent: Option<String>,
-}
-
-/// What an owner says about one of its resources.
-pub(crate) enum LookupAnswer {
-    /// ACTIVE, with this uid.
-    Live(Uid),
-    /// Being deleted: to another region it is already gone (seed 000).
-    Deleting,
-    /// No such resource.
-    Absent,
-}
-
-/// Why a peer's watch stream ended.
-pub(crate) enum WatchEnd {
-    /// The peer compacted its outbox past the cursor: resync from its listing.
-    Compacted,
-    /// Anything else (the text says what); reconnect after a backoff.
-    Failed(String),
-}
 
 fn ended(s: &Status) -> WatchEnd {
     if s.code() == Code::OutOfRange {
@@ -70,11 +54,11 @@ fn ended(s: &Status) -> WatchEnd {
 }
 
 /// An answer that could not be read as the protocol needs it.
-fn bad_answer(region: &str, rpc: &'static str, status: Status) -> OwnerError {
-    OwnerError::BadAnswer {
+fn bad_answer(region: &str, rpc: &'static str, status: Status) -> RemoteError {
+    RemoteError::BadAnswer {
         region: region.to_owned(),
         rpc,
-        status,
+        message: status.message().to_owned(),
     }
 }
 
@@ -121,11 +105,11 @@ fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
 
 /// Whatever the owner answered, the caller cannot go on without its
 /// answer: the region counts as unavailable for this call.
-fn unavailable_unless_answered(region: &str, rpc: &'static str, e: OwnerError) -> OwnerError {
+fn unavailable_unless_answered(region: &str, rpc: &'static str, e: RemoteError) -> RemoteError {
     match e {
-        OwnerError::Answered(s) => OwnerError::Unreachable(CoreError::RegionUnavailable {
+        RemoteError::Answered(s) => RemoteError::Unreachable(CoreError::RegionUnavailable {
             region: region.to_owned(),
-            reason: format!("{rpc}: {:?}: {}", s.code(), s.message()),
+            reason: format!("{rpc}: {:?}: {}", s.code, s.message),
         }),
         other => other,
     }
@@ -163,35 +147,27 @@ impl Peers {
         rpc: &'static str,
         deadline: Duration,
         call: F,
-    ) -> Result<T, OwnerError>
+    ) -> Result<T, RemoteError>
     where
         F: FnOnce(PeerClient<PeerChannel>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let client = self.peer(region).map_err(OwnerError::Unreachable)?;
+        let client = self.peer(region).map_err(RemoteError::Unreachable)?;
         call_owner(region, rpc, deadline, call(client)).await
     }
 
     /// `region`'s own figures, for the cluster status (see `status.rs`).
-    pub(crate) async fn region_figures(
-        &self,
-        region: &str,
-        deadline: Duration,
-    ) -> Result<crate::status::RegionFigures, OwnerError> {
+    pub(crate) async fn region_figures(&self, region: &str, deadline: Duration) -> Result<RegionFigures, RemoteError> {
         let answer = self
             .call(region, "RegionFigures", deadline, |mut c| async move {
                 c.region_figures(v1::RegionFiguresRequest {}).await
             })
             .await?;
-        Ok(crate::api::admin::region_figures_from(answer))
+        Ok(region_figures_from(answer))
     }
 
     /// `region`'s part of an operation's explanation (see `explain.rs`).
-    pub(crate) async fn explain_part(
-        &self,
-        region: &str,
-        op: OperationId,
-    ) -> Result<crate::explain::ExplainPart, OwnerError> {
+    pub(crate) async fn explain_part(&self, region: &str, op: OperationId) -> Result<ExplainPart, RemoteError> {
         let req = v1::ExplainPartRequest {
             operation_id: op.to_string(),
         };
@@ -217,7 +193,7 @@ impl Peers {
             Some(r) => Some(convert::ref_target(Some(r), "root").map_err(|s| bad_answer(region, "ExplainPart", s))?),
             None => None,
         };
-        Ok(crate::explain::ExplainPart {
+        Ok(ExplainPart {
             root,
             parts,
             truncated: answer.truncated,
@@ -225,7 +201,7 @@ impl Peers {
     }
 
     /// Asks a resource's owner whether it lives, and as which incarnation.
-    pub(crate) async fn lookup(&self, name: &ResourceName, deadline: Duration) -> Result<LookupAnswer, OwnerError> {
+    pub(crate) async fn lookup(&self, name: &ResourceName, deadline: Duration) -> Result<LookupAnswer, RemoteError> {
         let region = name.region();
         let req = v1::LookupRequest { name: name.to_string() };
         match self
@@ -242,17 +218,17 @@ impl Peers {
             },
             // Seed 000: to a peer, a DELETING resource is NOT_FOUND; the
             // reason in the details tells it from an absent one.
-            Err(OwnerError::Answered(s)) if s.code() == Code::NotFound => {
-                Ok(if reason_of(&s) == ErrorReason::Deleting {
+            Err(RemoteError::Answered(s)) if s.code == RelayedCode::NotFound => {
+                Ok(if reason_of(&relayed_status(&s)) == ErrorReason::Deleting {
                     LookupAnswer::Deleting
                 } else {
                     LookupAnswer::Absent
                 })
             }
-            Err(OwnerError::Answered(s)) if s.code() == Code::Unavailable => {
-                Err(OwnerError::Unreachable(CoreError::RegionUnavailable {
+            Err(RemoteError::Answered(s)) if s.code == RelayedCode::Unavailable => {
+                Err(RemoteError::Unreachable(CoreError::RegionUnavailable {
                     region: region.to_owned(),
-                    reason: format!("Lookup: {}", s.message()),
+                    reason: format!("Lookup: {}", s.message),
                 }))
             }
             Err(e) => Err(e),
@@ -273,11 +249,11 @@ impl Peers {
             .await
         {
             Ok(_) => Ok(()),
-            Err(OwnerError::Answered(s)) => Err(attach_refusal(region, chunk, &s)),
-            Err(OwnerError::Unreachable(e)) => Err(e),
+            Err(RemoteError::Answered(s)) => Err(attach_refusal(region, chunk, &relayed_status(&s))),
+            Err(RemoteError::Unreachable(e)) => Err(e),
             // Attach is idempotent: an answer that could not be read is
             // settled by asking again (the reconciler).
-            Err(bad @ OwnerError::BadAnswer { .. }) => Err(CoreError::RegionUnavailable {
+            Err(bad @ RemoteError::BadAnswer { .. }) => Err(CoreError::RegionUnavailable {
                 region: region.to_owned(),
                 reason: bad.to_string(),
             }),
@@ -311,7 +287,7 @@ impl Peers {
         id: OperationId,
         want: usize,
         after: Option<&ResourceName>,
-    ) -> Result<Option<OperationPage>, OwnerError> {
+    ) -> Result<Option<OperationPage>, RemoteError> {
         let req = v1::GetOperationRequest {
             id: id.to_string(),
             outcomes_page_size: u32::try_from(want).unwrap_or(u32::MAX),
@@ -326,7 +302,7 @@ impl Peers {
             Ok(part) => convert::operation_page_from(part)
                 .map(Some)
                 .map_err(|s| bad_answer(region, "OperationPart", s)),
-            Err(OwnerError::Answered(s)) if s.code() == Code::NotFound => Ok(None),
+            Err(RemoteError::Answered(s)) if s.code == RelayedCode::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -340,7 +316,7 @@ impl Peers {
         from: &RegionId,
         rows: &[PeerBackRef],
         call: F,
-    ) -> Result<Vec<bool>, OwnerError>
+    ) -> Result<Vec<bool>, RemoteError>
     where
         F: FnOnce(PeerClient<PeerChannel>, v1::CheckBackrefsRequest) -> Fut,
         Fut: Future<Output = Result<Response<v1::CheckBackrefsResponse>, Status>>,
@@ -362,7 +338,7 @@ impl Peers {
         region: &str,
         from: &RegionId,
         rows: &[PeerBackRef],
-    ) -> Result<Vec<bool>, OwnerError> {
+    ) -> Result<Vec<bool>, RemoteError> {
         self.ask_about_rows(region, "KeepsAnotherTarget", from, rows, |mut c, req| async move {
             c.keeps_another_target(req).await
         })
@@ -377,7 +353,7 @@ impl Peers {
         region: &str,
         from: &RegionId,
         rows: &[PeerBackRef],
-    ) -> Result<Vec<bool>, OwnerError> {
+    ) -> Result<Vec<bool>, RemoteError> {
         self.ask_about_rows(region, "CheckBackrefs", from, rows, |mut c, req| async move {
             c.check_backrefs(req).await
         })
@@ -385,7 +361,7 @@ impl Peers {
     }
 
     /// Sends released back-references to their owner `region`.
-    pub(crate) async fn release(&self, region: &str, from: &RegionId, rows: &[PeerBackRef]) -> Result<(), OwnerError> {
+    pub(crate) async fn release(&self, region: &str, from: &RegionId, rows: &[PeerBackRef]) -> Result<(), RemoteError> {
         let req = v1::ReleaseRequest {
             from_region: from.to_string(),
             backrefs: rows.iter().map(convert::peer_backref).collect(),
@@ -398,7 +374,7 @@ impl Peers {
     }
 
     /// Tells `region` how far `from` applied its outbox.
-    pub(crate) async fn ack(&self, region: &str, from: &RegionId, revision: u64) -> Result<(), OwnerError> {
+    pub(crate) async fn ack(&self, region: &str, from: &RegionId, revision: u64) -> Result<(), RemoteError> {
         let req = v1::AckRequest {
             region: from.to_string(),
             revision,
@@ -420,7 +396,7 @@ impl Peers {
         &self,
         region: &str,
         from: &RegionId,
-    ) -> Result<(Vec<RemoteDeleting>, u64), OwnerError> {
+    ) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
         let req = v1::ListDeletingRequest {
             region: from.to_string(),
         };
@@ -482,4 +458,20 @@ fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
         },
         traceparent: Some(e.traceparent).filter(|t| !t.is_empty()),
     })
+}
+
+/// A peer's figures from the wire.
+fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
+    RegionFigures {
+        resources_creating: f.resources_creating,
+        resources_active: f.resources_active,
+        resources_deleting: f.resources_deleting,
+        deletions_pending: f.deletions_pending,
+        deletions_blocked: f.deletions_blocked,
+        deletions_waiting: f.deletions_waiting,
+        deletions_failed: f.deletions_failed,
+        oldest_deletion_age_ms: f.oldest_deletion_age_ms,
+        last_revision: f.last_revision,
+        truncated: f.truncated,
+    }
 }

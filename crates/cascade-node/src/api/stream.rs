@@ -1,26 +1,17 @@
-//! Streaming the outbox from a revision: replay what is durable, then follow
-//! the live feed, going back to the store whenever the feed skips ahead (the
-//! receiver lagged). Used by the client `Watch` and the peers' `Watch`.
-
-use std::sync::Arc;
+//! Streaming the outbox from a revision as gRPC: replay what is durable,
+//! then follow the live feed ([`OutboxFeed`], `outbox.rs`), going back to
+//! the store whenever the feed skips ahead (the receiver lagged). Used by
+//! the client `Watch` and the peers' `Watch`.
 
 use cascade_core::model::{Event, Revision};
 use cascade_proto::status::storage_unavailable;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use tracing::{debug, Instrument, Span};
 
 use crate::codec::StoreState;
-use crate::store::Store;
-
-/// Where a stream reads from and when it must stop.
-pub struct OutboxFeed {
-    pub store: Arc<dyn Store>,
-    /// Subscribed before the replay starts, so nothing falls in between.
-    pub live: broadcast::Receiver<Arc<Event>>,
-    pub shutting_down: watch::Receiver<bool>,
-}
+use crate::outbox::OutboxFeed;
 
 /// Streams events with revision >= `from` that pass `wanted`, converted by `wire`.
 pub fn outbox_stream<T: Send + 'static>(
@@ -106,8 +97,10 @@ pub fn outbox_stream<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Batch, MemoryStore, Table};
+    use crate::store::{Batch, MemoryStore, Store, Table};
     use futures::StreamExt;
+    use std::sync::Arc;
+    use tokio::sync::watch;
 
     #[tokio::test]
     async fn a_compacted_revision_answers_out_of_range() {

@@ -1,10 +1,32 @@
-//! Clients of the other regions' nodes, one lazily connected channel each.
+//! The port for calls to other regions: the one way the domain reaches
+//! another region's node.
 //!
-//! By default a channel dials TCP. [`Peers::with_connector`] takes a
-//! [`PeerConnector`] instead, which opens the byte stream to a peer's
-//! address itself: the simulation (`tests/simulation.rs`) passes one that
-//! dials turmoil's simulated network, so the same channels, services and
-//! links run there unchanged.
+//! [`Peers`] holds one lazily connected channel per peer region. The domain
+//! (`node.rs`, `cluster.rs`, `explain.rs`, `status.rs`, the links) calls
+//! its typed methods — `lookup`, `attach`, `plan`, `operation_part`,
+//! `explain_part`, `region_figures`, `watch`, `release`, `ack`,
+//! `check_backrefs`, `keeps_another_target`, `list_deleting` — with core
+//! values, and gets back core values, the answers of this module
+//! ([`LookupAnswer`], [`WatchedEvent`], [`WatchEnd`], [`ExplainPart`],
+//! [`RegionFigures`]) or a [`RemoteError`].
+//!
+//! Those methods speak protobuf, so they are an inherent impl of [`Peers`]
+//! that lives at the wire edge, in `api/peer_client.rs`, with the rule that
+//! classifies what came back (`api/forward.rs`). The domain never names
+//! anything of `api/`; this module names nothing above it either: it is
+//! the channels, the answers and the error, all below the domain.
+//!
+//! By default a channel dials TCP. Given a [`PeerConnector`], [`Peers::new`]
+//! lets it open the byte stream to a peer's address instead: the
+//! simulation (`tests/simulation.rs`) passes one that dials turmoil's
+//! simulated network, so the same channels, services and links run there
+//! unchanged.
+
+mod answers;
+mod remote_error;
+
+pub(crate) use answers::{ExplainPart, LookupAnswer, RegionFigures, WatchEnd, WatchedEvent};
+pub(crate) use remote_error::{RelayedCode, RelayedStatus, RemoteError};
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,7 +1,9 @@
-//! Serving a node and stopping it.
+//! Serving a node and stopping it: the gRPC server that composes the
+//! services of `api/` (with health, reflection and the tower layers), the
+//! peer links beside it, and the metrics listener.
 //!
 //! What a node takes from its surroundings — time, randomness, and how it
-//! reaches its peers — comes in a [`NodeEnv`](crate::NodeEnv), and what it
+//! reaches its peers — comes in a [`NodeEnv`], and what it
 //! serves on is any stream of connections ([`Node::serve_incoming`]). The
 //! defaults are the real ones; the simulation (`tests/simulation.rs`)
 //! substitutes turmoil's clock, network and a seed, and runs this same code.
@@ -17,10 +19,10 @@ use tokio::sync::oneshot;
 use tonic::transport::server::{Connected, TcpIncoming};
 use tracing::info;
 
+use crate::config::NodeSettings;
 use crate::links::{LinkContext, Links};
-use crate::node::{Node, NodeError};
+use crate::node::{Node, NodeEnv, NodeError};
 use crate::peers::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
-use crate::NodeSettings;
 
 impl Node {
     /// Serves on `listener` until `shutdown` resolves, then stops the writer
@@ -154,15 +156,11 @@ pub struct RunningNode {
 
 impl RunningNode {
     pub async fn start(settings: NodeSettings, listener: TcpListener) -> Result<Self, NodeError> {
-        Self::start_with(settings, crate::NodeEnv::default(), listener).await
+        Self::start_with(settings, NodeEnv::default(), listener).await
     }
 
-    /// [`RunningNode::start`] in the given surroundings (see [`crate::NodeEnv`]).
-    pub async fn start_with(
-        settings: NodeSettings,
-        env: crate::NodeEnv,
-        listener: TcpListener,
-    ) -> Result<Self, NodeError> {
+    /// [`RunningNode::start`] in the given surroundings (see [`NodeEnv`]).
+    pub async fn start_with(settings: NodeSettings, env: NodeEnv, listener: TcpListener) -> Result<Self, NodeError> {
         let addr = listener.local_addr()?;
         let tls = settings.tls.is_some();
         let node = Node::open_with(settings, env).await?;

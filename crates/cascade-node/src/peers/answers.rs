@@ -1,0 +1,63 @@
+//! What other regions' nodes answer, as the domain reads it: the values the
+//! typed calls of [`Peers`](super::Peers) return, on core types.
+//!
+//! The calls themselves decode the wire into these (`api/peer_client.rs`);
+//! the flows that use them (`cluster.rs`, `explain.rs`, `status.rs`, the
+//! links) never see a wire type.
+
+use cascade_core::explain::Part;
+use cascade_core::model::{RefTarget, RemoteEvent};
+use cascade_core::Uid;
+
+/// What an owner says about one of its resources (`Peer.Lookup`).
+pub(crate) enum LookupAnswer {
+    /// ACTIVE, with this uid.
+    Live(Uid),
+    /// Being deleted: to another region it is already gone (seed 000).
+    Deleting,
+    /// No such resource.
+    Absent,
+}
+
+/// One event of a peer's outbox (`Peer.Watch`), with the trace context of
+/// the step that committed it (when the peer traces and still knows it).
+pub(crate) struct WatchedEvent {
+    pub event: RemoteEvent,
+    pub traceparent: Option<String>,
+}
+
+/// Why a peer's watch stream ended.
+pub(crate) enum WatchEnd {
+    /// The peer compacted its outbox past the cursor: resync from its listing.
+    Compacted,
+    /// Anything else (the text says what); reconnect after a backoff.
+    Failed(String),
+}
+
+/// One region's part of an explanation (`Peer.ExplainPart`; this region's
+/// own is `Node::explain_part`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ExplainPart {
+    /// The operation's root, when this region keeps a part of it.
+    pub root: Option<RefTarget>,
+    /// Its DELETING resources of the operation.
+    pub parts: Vec<Part>,
+    /// More were found than one answer holds.
+    pub truncated: bool,
+}
+
+/// One region's own figures (`Peer.RegionFigures`; see `RegionFigures` in
+/// admin.proto), for the cluster status.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RegionFigures {
+    pub resources_creating: u64,
+    pub resources_active: u64,
+    pub resources_deleting: u64,
+    pub deletions_pending: u64,
+    pub deletions_blocked: u64,
+    pub deletions_waiting: u64,
+    pub deletions_failed: u64,
+    pub oldest_deletion_age_ms: i64,
+    pub last_revision: u64,
+    pub truncated: bool,
+}
