@@ -216,6 +216,20 @@ pub enum CoreError {
         /// Why (the owner's refusal, or the target that went away).
         reason: String,
     },
+    /// A create met an earlier create of the same name that is not
+    /// settled yet (CREATING: its references into other regions are not
+    /// confirmed). Invisible to reads, so not ALREADY_EXISTS: the node
+    /// finishes that create first and then tries again (ALREADY_EXISTS if
+    /// it became ACTIVE, which a Get now returns; a fresh create if it was
+    /// refused), and a client hears this only when the owners of its
+    /// references cannot be asked now.
+    #[error("an earlier create of {name} is not confirmed yet: its references wait for their owners; retry")]
+    CreateUnsettled {
+        /// The name asked for.
+        name: ResourceName,
+        /// The unsettled resource's uid.
+        uid: crate::name::Uid,
+    },
     /// The owner of a referenced resource refused to record the reference.
     #[error("region {region} refused the reference: {reason}")]
     AttachRefused {
@@ -300,7 +314,7 @@ impl CoreError {
             | CoreError::CreateAborted { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
-            CoreError::RegionUnavailable { .. } => ErrorCode::Unavailable,
+            CoreError::RegionUnavailable { .. } | CoreError::CreateUnsettled { .. } => ErrorCode::Unavailable,
             CoreError::EtagMismatch { .. } => ErrorCode::Aborted,
             CoreError::Storage(_) => ErrorCode::Unavailable,
         }

@@ -164,6 +164,10 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             resource: named(name, ""),
             ..with(ErrorReason::Refused)
         },
+        CoreError::CreateUnsettled { name, uid } => v1::ErrorDetails {
+            resource: named(name, &uid.to_string()),
+            ..with(ErrorReason::Unsettled)
+        },
         CoreError::AttachRefused { region, .. } => v1::ErrorDetails {
             region: region.clone(),
             ..with(ErrorReason::Refused)

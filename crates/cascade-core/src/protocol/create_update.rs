@@ -46,6 +46,15 @@ pub fn create<S: StateRead + ?Sized>(
         validate_attributes(&spec.attributes, &at("attributes"))?;
         validate_finalizers(&spec.finalizers, &at("finalizers"))?;
         if let Some(existing) = tx.resource(&name)? {
+            if existing.state == ResourceState::Creating {
+                // Nobody can read it yet: the caller settles it first
+                // (`CoreError::CreateUnsettled`), ALREADY_EXISTS is only
+                // for what a Get returns.
+                return Err(CoreError::CreateUnsettled {
+                    name,
+                    uid: existing.uid,
+                });
+            }
             let detail = if existing.state == ResourceState::Deleting {
                 " and is being deleted; the name is free again once it is purged"
             } else {
