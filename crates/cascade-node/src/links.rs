@@ -22,6 +22,7 @@ use std::time::Duration;
 // runtime) controls.
 use tokio::time::Instant;
 
+use cascade_core::closure::{ClosureCheck, Phase, Verdict};
 use cascade_core::model::RemoteEvent;
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::{OperationId, Timestamp};
@@ -595,11 +596,13 @@ impl Actor for Reconciler {
 }
 
 /// For every operation whose root waits only for other regions' parts
-/// (reported by the writer): read every region's part twice; if no region
-/// has a pending deletion and none changed between the two reads, confirm,
-/// and the root is purged. A region that cannot be asked, or any pending
-/// or changing part, leaves the root waiting: the writer reports it again
-/// after `Policy::closure_check_ms`.
+/// (reported by the writer): the core's [`ClosureCheck`] over the regions
+/// the cascade touched (each round's regions asked at once, each under
+/// [`CLOSURE_READ_TIMEOUT`]); if it finds them all finished, confirm, and
+/// the root is purged. A region the cascade never reached is never asked;
+/// one it reached that cannot be asked, or any pending or changing part,
+/// leaves the root waiting: the writer reports it again after
+/// `Policy::closure_check_ms`.
 async fn confirm_closures(node: &Node) {
     let ids: Vec<OperationId> = match node.closure_checks.lock() {
         Ok(mut checks) => std::mem::take(&mut *checks).into_iter().collect(),
@@ -627,39 +630,45 @@ async fn confirm_closures(node: &Node) {
     }
 }
 
-/// The double collect of [`confirm_closures`]: Some(the local part's change
-/// count, read before the first collect) when every other region's part
-/// had nothing pending and did not change between two collects.
+/// One read of a region's part by the closure check: long enough for a
+/// loaded peer, short enough that a frozen one costs a check little (the
+/// check is repeated every `closure_check_ms` anyway).
+const CLOSURE_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The double collect of [`confirm_closures`], driven by the core's
+/// [`ClosureCheck`]: Some(the local part's change count, read before the
+/// first collect) when every region the cascade touched had nothing
+/// pending and did not change between the two collects.
 async fn remote_closure_finished(node: &Node, id: OperationId) -> Option<u64> {
     let local = node.state().get_operation(id).ok()??;
-    let first = collect_parts(node, id).await?;
-    if first.iter().any(|(_, pending, _)| *pending > 0) {
-        debug!(parts = ?first, "other regions' parts still pending");
-        return None;
-    }
-    let second = collect_parts(node, id).await?;
-    (first == second).then_some(local.changes)
-}
-
-/// (region, pending, changes) of every peer's part; a region without a part
-/// reads (0, 0). None if any region could not be asked.
-async fn collect_parts(node: &Node, id: OperationId) -> Option<Vec<(String, u64, u64)>> {
-    let mut parts = Vec::new();
-    for region in node.peers.regions() {
-        match node.peers.operation_part(region, id, 0, None).await {
-            Ok(Some(part)) => parts.push((
-                region.to_owned(),
-                part.operation.progress.pending,
-                part.operation.changes,
-            )),
-            Ok(None) => parts.push((region.to_owned(), 0, 0)),
-            Err(e) => {
-                debug!(peer = region, error = %e, "part of the operation not readable; will look again");
-                return None;
-            }
+    let mut check = ClosureCheck::start(node.region.as_str(), node.peers.regions(), &local);
+    while check.phase() != Phase::Done {
+        let round = check.next_round();
+        if round.is_empty() {
+            warn!("closure check stalled with nothing to ask; will look again");
+            return None;
+        }
+        let answers = futures::future::join_all(
+            round
+                .iter()
+                .map(|region| node.peers.closure_part(region, id, CLOSURE_READ_TIMEOUT)),
+        )
+        .await;
+        for (region, answer) in round.iter().zip(answers) {
+            check.answer(region, answer);
         }
     }
-    Some(parts)
+    match check.verdict()? {
+        Verdict::Finished { local_changes, touched } => {
+            debug!(regions = ?touched, "every region the cascade touched is finished");
+            Some(local_changes)
+        }
+        Verdict::NotYet(holdups) => {
+            let why: Vec<String> = holdups.iter().map(ToString::to_string).collect();
+            debug!(holdups = ?why, "the cascade is not finished everywhere yet");
+            None
+        }
+    }
 }
 
 /// Which child a supervised actor is, so a failed one is restarted as itself.

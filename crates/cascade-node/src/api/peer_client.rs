@@ -19,6 +19,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use cascade_core::closure::PartAnswer;
 use cascade_core::model::RemoteEvent;
 use cascade_core::operation_view::OperationPage;
 use cascade_core::peer::{PeerBackRef, RemoteDeleting};
@@ -304,6 +305,26 @@ impl Peers {
                 .map_err(|s| bad_answer(region, "OperationPart", s)),
             Err(RemoteError::Answered(s)) if s.code == RelayedCode::NotFound => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// What the closure check needs of `region`'s part of operation `id`
+    /// (its counters and the regions it reached), within `deadline`.
+    pub(crate) async fn closure_part(&self, region: &str, id: OperationId, deadline: Duration) -> PartAnswer {
+        let req = v1::GetOperationRequest {
+            id: id.to_string(),
+            outcomes_page_size: 0,
+            outcomes_page_token: String::new(),
+        };
+        match self
+            .call(region, "OperationPart", deadline, |mut c| async move {
+                c.operation_part(req).await
+            })
+            .await
+        {
+            Ok(part) => PartAnswer::Part(convert::part_summary_from(&part)),
+            Err(RemoteError::Answered(s)) if s.code == RelayedCode::NotFound => PartAnswer::NoPart,
+            Err(e) => PartAnswer::Unreachable(e.to_string()),
         }
     }
 
