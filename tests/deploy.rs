@@ -338,3 +338,19 @@ fn the_compose_file_runs_three_regions_with_mutual_tls() {
         );
     }
 }
+
+/// `deploy/region.example.toml` documents every key: the node must read
+/// it as it is (unknown keys are errors), `[links]` included.
+#[test]
+fn the_example_region_config_is_one_the_node_reads() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/region.example.toml");
+    let file = node_config(&path);
+    let links = file.links.clone();
+    assert_eq!(links.silence_timeout_ms, Some(5000), "{links:?}");
+    assert_eq!(links.dial_timeout_ms, Some(3000), "{links:?}");
+    // The schema path is relative to the repository root, as the README runs it.
+    let mut file = file;
+    file.schema = file.schema.map(|s| Path::new(env!("CARGO_MANIFEST_DIR")).join(s));
+    let settings = cascade_node::NodeSettings::from_file(&file).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(settings.links.silence_timeout, std::time::Duration::from_secs(5));
+}

@@ -51,16 +51,32 @@ async fn cascade_across(cluster: &ProcCluster, owner_region: &str, importer_regi
         .await
         .unwrap_or_else(|e| panic!("create {network}: {e}"));
     let started = Instant::now();
-    owner
+    let operation = owner
         .delete(delete_req(&project, true))
         .await
-        .unwrap_or_else(|e| panic!("delete {project}: {e}"));
+        .unwrap_or_else(|e| panic!("delete {project}: {e}"))
+        .operation
+        .expect("an accepted delete has an operation");
     // The root goes last: when it is gone, the whole closure is.
     wait_gone_within(&owner, &project, Duration::from_secs(30)).await;
     let took = started.elapsed();
     assert!(
         matches!(importer.get(&network).await, Err(e) if e.code() == Some(tonic::Code::NotFound)),
         "{network} was not cascaded before its project went"
+    );
+    // The operation, asked of any node, is done too: a stopped region the
+    // cascade never touched is named, and does not hold it open.
+    let asked = Instant::now();
+    let op = importer
+        .get_operation(&operation.id, 100)
+        .await
+        .unwrap_or_else(|e| panic!("GetOperation {}: {e}", operation.id));
+    assert!(op.done, "{op:?}");
+    assert_eq!(op.progress.as_ref().map(|p| p.deleted), Some(2), "{op:?}");
+    println!(
+        "GetOperation through {importer_region}: done, unreachable {:?}, answered in {:?}",
+        op.unreachable_regions,
+        asked.elapsed()
     );
     took
 }

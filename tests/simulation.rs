@@ -202,8 +202,8 @@ impl NodeLink {
     fn new(region: &str) -> Self {
         let endpoint = Endpoint::from_shared(format!("http://{region}:{PORT}"))
             .expect("endpoint")
-            .http2_keep_alive_interval(cascade_node::peers::KEEPALIVE_INTERVAL)
-            .keep_alive_timeout(cascade_node::peers::KEEPALIVE_TIMEOUT)
+            .http2_keep_alive_interval(cascade_node::peers::LinkTimings::default().keepalive_interval)
+            .keep_alive_timeout(cascade_node::peers::LinkTimings::default().keepalive_timeout)
             .keep_alive_while_idle(true);
         let channel = Self::connect(&endpoint);
         Self { endpoint, channel }

@@ -21,6 +21,7 @@ use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
 use cascade_proto::v1::peer_client::PeerClient;
 use cascade_tls::DevPki;
+use fault_proxy::FaultProxy;
 use tokio::net::TcpListener;
 use tonic::transport::Channel;
 
@@ -275,15 +276,33 @@ async fn start_cluster_on(
     tweak: impl Fn(&mut NodeSettings),
     store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
 ) -> Cluster {
-    let mut listeners = Vec::new();
-    for _ in regions {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
-    }
+    let listeners = bind_listeners(regions.len()).await;
     let scheme = if pki.is_some() { "https" } else { "http" };
     let addrs: Vec<String> = listeners
         .iter()
         .map(|l| format!("{scheme}://{}", l.local_addr().unwrap()))
         .collect();
+    start_cluster_from(listeners, regions, pki, tweak, store, |_, j| addrs[j].clone()).await
+}
+
+async fn bind_listeners(n: usize) -> Vec<TcpListener> {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+    }
+    listeners
+}
+
+/// Starts region `i` on `listeners[i]`, dialling region `j` at
+/// `peer_addr(i, j)`.
+async fn start_cluster_from(
+    listeners: Vec<TcpListener>,
+    regions: &[&str],
+    pki: Option<&DevPki>,
+    tweak: impl Fn(&mut NodeSettings),
+    store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
+    peer_addr: impl Fn(usize, usize) -> String,
+) -> Cluster {
     let client_tls = pki.map(DevPki::client);
     let mut nodes = Vec::new();
     let mut saved = Vec::new();
@@ -299,9 +318,7 @@ async fn start_cluster_on(
         settings.check_interval = Duration::from_millis(500);
         for (j, region) in regions.iter().enumerate() {
             if j != i {
-                settings
-                    .peers
-                    .insert(RegionId::parse(region).unwrap(), addrs[j].clone());
+                settings.peers.insert(RegionId::parse(region).unwrap(), peer_addr(i, j));
             }
         }
         if let Some(pki) = pki {
@@ -327,6 +344,101 @@ async fn start_cluster_on(
         stopped: Vec::new(),
         client_tls,
     }
+}
+
+/// A cluster in which every connection goes through a [`FaultProxy`]:
+/// region X dials region Y through `peer_proxy(X, Y)` (one proxy per
+/// ordered pair), and `client(X)` reaches X's node through
+/// `client_proxy(X)`. `cluster.client(X)` still dials the node directly
+/// (for reads a test checks with), and the checker reads the nodes
+/// directly too. Plain text only.
+pub struct ProxiedCluster {
+    pub cluster: Cluster,
+    peer_proxies: std::collections::BTreeMap<(String, String), FaultProxy>,
+    client_proxies: std::collections::BTreeMap<String, FaultProxy>,
+    clients: std::collections::BTreeMap<String, Client>,
+}
+
+impl ProxiedCluster {
+    /// The proxy region `from` dials region `to` through.
+    pub fn peer_proxy(&self, from: &str, to: &str) -> &FaultProxy {
+        self.peer_proxies
+            .get(&(from.to_owned(), to.to_owned()))
+            .unwrap_or_else(|| panic!("no proxy from {from} to {to}"))
+    }
+
+    /// The proxy in front of `region`'s node for clients.
+    pub fn client_proxy(&self, region: &str) -> &FaultProxy {
+        self.client_proxies
+            .get(region)
+            .unwrap_or_else(|| panic!("no client proxy of {region}"))
+    }
+
+    /// A client of `region`'s node through its client proxy.
+    pub fn client(&self, region: &str) -> &Client {
+        self.clients
+            .get(region)
+            .unwrap_or_else(|| panic!("no client of {region}"))
+    }
+
+    /// Every proxy: the peers' (in region order), then the clients'.
+    pub fn proxies(&self) -> impl Iterator<Item = &FaultProxy> {
+        self.peer_proxies.values().chain(self.client_proxies.values())
+    }
+}
+
+/// Starts one node per region (as [`start_cluster_with`]) with a
+/// [`FaultProxy`] on every connection between them and in front of each
+/// for clients (see [`ProxiedCluster`]). Every proxy starts in
+/// [`fault_proxy::Fault::Pass`].
+pub async fn start_cluster_behind_proxies(regions: &[&str], tweak: impl Fn(&mut NodeSettings)) -> ProxiedCluster {
+    let listeners = bind_listeners(regions.len()).await;
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let mut peer_proxies = std::collections::BTreeMap::new();
+    let mut peer_uris = std::collections::BTreeMap::new();
+    for (i, from) in regions.iter().enumerate() {
+        for (j, to) in regions.iter().enumerate() {
+            if i != j {
+                let proxy = FaultProxy::start(addrs[j]).await;
+                peer_uris.insert((i, j), proxy.uri());
+                peer_proxies.insert((from.to_string(), to.to_string()), proxy);
+            }
+        }
+    }
+    let cluster = start_cluster_from(
+        listeners,
+        regions,
+        None,
+        tweak,
+        |_| None,
+        |i, j| peer_uris[&(i, j)].clone(),
+    )
+    .await;
+    let mut client_proxies = std::collections::BTreeMap::new();
+    let mut clients = std::collections::BTreeMap::new();
+    for (region, addr) in regions.iter().zip(&addrs) {
+        let proxy = FaultProxy::start(*addr).await;
+        let client = Client::connect(&proxy.uri())
+            .await
+            .expect("client connects through its proxy");
+        clients.insert(region.to_string(), client);
+        client_proxies.insert(region.to_string(), proxy);
+    }
+    ProxiedCluster {
+        cluster,
+        peer_proxies,
+        client_proxies,
+        clients,
+    }
+}
+
+/// The names of a region's CREATING resources, from its dump.
+pub fn creating(d: &v1::DumpResponse) -> Vec<String> {
+    d.resources
+        .iter()
+        .filter(|r| state(r) == v1::ResourceState::Creating)
+        .map(|r| r.name.clone())
+        .collect()
 }
 
 /// A spec with full names (`{region}/{kind}/{id}`) everywhere.

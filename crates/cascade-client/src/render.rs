@@ -387,6 +387,32 @@ fn explained_json(e: &v1::DeletionExplanation, i: usize, children: &BTreeMap<Str
     })
 }
 
+/// The regions whose part of an explanation is missing: each with why and
+/// since when the answering node has not heard from it (an older server
+/// names them only).
+fn unreachable_of(e: &v1::DeletionExplanation) -> Vec<v1::UnreachableRegion> {
+    if !e.unreachable.is_empty() {
+        return e.unreachable.clone();
+    }
+    e.unreachable_regions
+        .iter()
+        .map(|r| v1::UnreachableRegion {
+            region: r.clone(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// How long ago the answering node last heard from `u` ("41s"), read
+/// against the answer's own time (no clock skew between client and node);
+/// None when it never did since it started.
+fn last_heard(e: &v1::DeletionExplanation, u: &v1::UnreachableRegion) -> Option<String> {
+    match u.last_contact_ms {
+        0 => None,
+        ms => Some(age(e.time_ms.saturating_sub(ms))),
+    }
+}
+
 pub fn explanation_json(e: &v1::DeletionExplanation) -> Value {
     let (roots, children) = explanation_tree(e);
     json!({
@@ -395,6 +421,16 @@ pub fn explanation_json(e: &v1::DeletionExplanation) -> Value {
         "stuck": e.stuck,
         "truncated": e.truncated,
         "unreachable_regions": e.unreachable_regions,
+        "unreachable": unreachable_of(e)
+            .iter()
+            .map(|u| json!({
+                "region": u.region,
+                "reason": u.reason,
+                "last_contact_ms": u.last_contact_ms,
+                "last_heard_ago": last_heard(e, u),
+            }))
+            .collect::<Vec<_>>(),
+        "time_ms": e.time_ms,
         "deletions": roots.iter().map(|&i| explained_json(e, i, &children)).collect::<Vec<_>>(),
     })
 }
@@ -404,8 +440,30 @@ pub fn explanation_json(e: &v1::DeletionExplanation) -> Value {
 pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
     let root = e.root.as_ref().map(|r| r.name.as_str()).unwrap_or("?");
     let mut out = format!("operation {} on {root}", e.operation_id);
+    // The regions whose part is missing, under the header: what is below
+    // is what the others said.
+    let mut missing = String::new();
+    for u in unreachable_of(e) {
+        let reason = if u.reason.is_empty() {
+            "could not be asked".to_owned()
+        } else {
+            u.reason.clone()
+        };
+        let heard = match last_heard(e, &u) {
+            Some(ago) => format!("; last heard from {ago} ago"),
+            // An older node says neither.
+            None if e.time_ms == 0 => String::new(),
+            None => "; not heard from since the answering node started".to_owned(),
+        };
+        missing += &format!("region {} {reason}{heard}: its part is missing\n", u.region);
+    }
     if e.deletions.is_empty() {
-        out += ": nothing is waiting (the deletion is done)\n";
+        out += if missing.is_empty() {
+            ": nothing is waiting (the deletion is done)\n"
+        } else {
+            ": nothing is waiting in the regions that answered\n"
+        };
+        out += &missing;
         return out;
     }
     out += if e.stuck {
@@ -413,6 +471,7 @@ pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
     } else {
         ": in progress\n"
     };
+    out += &missing;
     let (roots, children) = explanation_tree(e);
     fn line(
         e: &v1::DeletionExplanation,
@@ -446,9 +505,6 @@ pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
     }
     for (k, &i) in roots.iter().enumerate() {
         line(e, i, &children, "", k + 1 == roots.len(), &mut out);
-    }
-    for r in &e.unreachable_regions {
-        out += &format!("region {r} could not be asked: its part is missing\n");
     }
     if e.truncated {
         out += "(some region has more deletions of this operation than one answer holds)\n";
@@ -582,4 +638,82 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn explanation() -> v1::DeletionExplanation {
+        v1::DeletionExplanation {
+            operation_id: "op".into(),
+            root: Some(v1::ObjectRef {
+                name: "eu-west/project/p".into(),
+                ..Default::default()
+            }),
+            deletions: vec![v1::ExplainedDeletion {
+                resource: Some(v1::Resource {
+                    name: "eu-west/project/p".into(),
+                    ..Default::default()
+                }),
+                reasons: vec!["region ap-south is unreachable: it acts once it is back".into()],
+                ..Default::default()
+            }],
+            unreachable_regions: vec!["ap-south".into(), "us-east".into()],
+            unreachable: vec![
+                v1::UnreachableRegion {
+                    region: "ap-south".into(),
+                    last_contact_ms: 1_000_000 - 41_000,
+                    reason: "did not answer within 1.2s".into(),
+                },
+                v1::UnreachableRegion {
+                    region: "us-east".into(),
+                    last_contact_ms: 0,
+                    reason: "could not be asked: connection refused".into(),
+                },
+            ],
+            time_ms: 1_000_000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_explanation_says_under_its_header_which_regions_did_not_answer_and_since_when() {
+        let text = explanation_text(&explanation());
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "operation op on eu-west/project/p: in progress", "{text}");
+        assert_eq!(
+            lines[1], "region ap-south did not answer within 1.2s; last heard from 41s ago: its part is missing",
+            "{text}"
+        );
+        assert_eq!(
+            lines[2],
+            "region us-east could not be asked: connection refused; not heard from since the answering node started: its part is missing",
+            "{text}"
+        );
+        assert!(
+            text.contains("· region ap-south is unreachable: it acts once it is back"),
+            "{text}"
+        );
+
+        let json = explanation_json(&explanation());
+        assert_eq!(json["unreachable_regions"], json!(["ap-south", "us-east"]));
+        assert_eq!(json["unreachable"][0]["region"], "ap-south");
+        assert_eq!(json["unreachable"][0]["last_heard_ago"], "41s");
+        assert_eq!(json["unreachable"][0]["last_contact_ms"], 959_000);
+        assert_eq!(json["unreachable"][1]["last_heard_ago"], Value::Null);
+    }
+
+    #[test]
+    fn an_older_servers_explanation_names_its_unreachable_regions_only() {
+        let mut e = explanation();
+        e.unreachable.clear();
+        e.time_ms = 0;
+        let text = explanation_text(&e);
+        assert!(
+            text.contains("region ap-south could not be asked: its part is missing\n"),
+            "{text}"
+        );
+        assert_eq!(explanation_json(&e)["unreachable"][1]["region"], "us-east");
+    }
 }

@@ -268,7 +268,22 @@ impl OperationAssembler {
             any_failed |= part.state == OperationState::Failed;
             merged.end_time = merged.end_time.max(part.end_time);
         }
-        let done = !any_running && self.unreachable.is_empty();
+        // A region that could not be asked holds the operation open only
+        // if it may hold a part: it is the root's, or a part that was read
+        // reached it (see `crate::closure`: every region with a part is in
+        // some part's `reached`). A stopped region the cascade never
+        // touched is listed as unreachable, but the operation is done.
+        let root_region = merged.root.name.region().to_owned();
+        let touched: std::collections::BTreeSet<&str> = self
+            .parts
+            .iter()
+            .flat_map(|(_, part)| part.reached.iter().map(String::as_str))
+            .collect();
+        let waits_on_unreachable = self
+            .unreachable
+            .iter()
+            .any(|r| *r == root_region || touched.contains(r.as_str()));
+        let done = !any_running && !waits_on_unreachable;
         merged.state = if !done {
             OperationState::Running
         } else if any_failed {
@@ -320,7 +335,8 @@ mod tests {
             },
             create_time: Timestamp(1),
             end_time: (state != OperationState::Running).then_some(Timestamp(deleted + 10)),
-            reached: Default::default(),
+            // The root's part in ra handed work to rb and rc.
+            reached: ["rb", "rc"].map(String::from).into(),
             changes: 0,
             closure_confirmed: false,
         }
@@ -420,6 +436,30 @@ mod tests {
             .expect("a page with rc unreachable");
         assert!(!cut.done && cut.operation.state == OperationState::Running && cut.operation.end_time.is_none());
         assert_eq!(cut.next.as_ref().map(|c| c.region.as_str()), Some("rc"));
+    }
+
+    #[test]
+    fn an_unreachable_region_the_cascade_never_touched_is_named_but_does_not_hold_the_operation_open() {
+        let mut a = OperationAssembler::new(
+            OperationId(uuid::Uuid::from_u128(7)),
+            ["ra", "rb", "rc", "rd"].map(String::from),
+            None,
+            10,
+        )
+        .expect("new");
+        while let Some(req) = a.next_request() {
+            let answer = match req.region.as_str() {
+                "ra" => serve(&req, "ra/project/p", OperationState::Succeeded, &["ra/port/a1"]),
+                "rc" => serve(&req, "ra/project/p", OperationState::Succeeded, &["rc/port/c1"]),
+                "rb" => PartAnswer::NoPart,
+                _ => PartAnswer::Unreachable, // rd: stopped, and in nobody's `reached`
+            };
+            a.answer(answer);
+        }
+        let view = a.finish().expect("view");
+        assert_eq!(view.unreachable, ["rd"]);
+        assert!(view.done, "{view:?}");
+        assert_eq!(view.operation.state, OperationState::Succeeded);
     }
 
     #[test]

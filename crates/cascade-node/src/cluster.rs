@@ -13,9 +13,18 @@
 //! 4. ACTIVE — or, if an owner refused or a target was reported DELETING
 //!    meanwhile, removed, with releases queued for whatever was attached.
 //!
-//! A crash between 2 and 4 leaves a `pending_attach` row; the reconciler
-//! (see `links.rs`) repeats 3–4, so the resource ends ACTIVE with its
-//! back-references or gone without them.
+//! A crash between 2 and 4, or a request cut midway (its client's deadline,
+//! a reset connection), leaves a `pending_attach` row; the reconciler (see
+//! `links.rs`) repeats 3–4 for it, so the resource ends ACTIVE with its
+//! back-references or gone without them. Until then it is invisible, and a
+//! create of its name meets it (`CoreError::CreateUnsettled`): the node
+//! finishes that earlier create first, as the reconciler would, and tries
+//! again, so a retried create answers what a Get then sees (ALREADY_EXISTS
+//! only for a resource a Get returns; a fresh create if the earlier one was
+//! refused; UNAVAILABLE naming the region when its owners cannot be asked).
+//! Two settlers of one create (a retry, the reconciler, the request itself)
+//! are harmless: each settle is one writer step that reads the resource by
+//! uid, and a failure undoes only what is still CREATING.
 //!
 //! Every refusal of a reference names it as the client's request does
 //! (`refs.network`, `refs.ports[0]`, `resources[2].refs.network`) whichever
@@ -31,14 +40,28 @@ use cascade_core::model::{Resource, ResourceState};
 use cascade_core::operation_view::{OperationAssembler, OperationView, OutcomesCursor, PartAnswer};
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::plan::PlanDriver;
-use cascade_core::protocol::{DeleteOutcome, DeleteRequest, Plan, ResourceSpec};
+use cascade_core::protocol::{DeleteOutcome, DeleteRequest, Plan, ResourceSpec, Step};
 use cascade_core::request_path::{locate_refusal, reference_path};
+use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Uid};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::error::Fault;
 use crate::node::Node;
 use crate::peers::{LookupAnswer, PEER_CALL_TIMEOUT};
+
+/// The peers that did not answer an operation's first round of reads:
+/// all of them, and those known to hold no part of it.
+#[derive(Default)]
+struct SilentRegions {
+    unreachable: BTreeSet<String>,
+    without_part: BTreeSet<String>,
+}
+
+/// One read of another region's part of an operation (GetOperation,
+/// WatchOperation): a region that does not answer this soon is listed as
+/// unreachable, and the operation is answered with the other parts.
+const OPERATION_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Owners asked at once while a create resolves its remote targets: enough
 /// to hide the round trips, few enough not to flood one owner.
@@ -143,24 +166,59 @@ impl Node {
         Ok(())
     }
 
-    /// Repeats the attach of a resource whose references are not confirmed
-    /// (the reconciler, after a crash or an unreachable owner).
-    pub(crate) async fn reattach(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Fault> {
-        self.attach_pending(r).await
+    /// The reconciler's settle of one resource whose references are not
+    /// confirmed (after a crash, a request cut midway, or an unreachable
+    /// owner): attach again (idempotent at the owner), then confirmed,
+    /// removed (CREATING) or taken back (ACTIVE). True when the resource
+    /// needs no more attention of its own: no longer CREATING (confirmed,
+    /// removed) or refused; false while it still waits (an owner that
+    /// cannot be asked, a batch sibling not settled yet, a local failure).
+    pub(crate) async fn reconcile(&self, r: &Resource) -> bool {
+        let span = info_span!("reconcile_create", region = %self.region, name = %r.name, uid = %r.uid);
+        async {
+            match self.attach_pending(r).await {
+                Ok(Ok(now)) if now.state == ResourceState::Creating => {
+                    debug!("attached; waits for a batch sibling it references");
+                    false
+                }
+                Ok(Ok(_)) => {
+                    info!("cross-region references confirmed");
+                    true
+                }
+                Ok(Err(e @ CoreError::RegionUnavailable { .. })) if r.state != ResourceState::Creating => {
+                    debug!(error = %e, "owner unreachable; will retry");
+                    false
+                }
+                Ok(Err(e)) => {
+                    info!(reason = %e, "cross-region references refused: create removed or references taken back");
+                    true
+                }
+                Err(e) => {
+                    debug!(error = %e, "not settled yet; will retry");
+                    false
+                }
+            }
+        }
+        .instrument(span)
+        .await
     }
 
-    /// Attaches back-references at their owners, grouped per region.
+    /// Attaches back-references at their owners, grouped per region. The
+    /// regions are asked at once, so an attach takes as long as its slowest
+    /// owner (one peer-call deadline per chunk), not the sum; the first
+    /// refusal in region order is the answer.
     async fn attach_at_owners(&self, entries: Vec<PeerBackRef>) -> Result<(), CoreError> {
         let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
         for e in entries {
             by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
         }
-        for (region, entries) in by_region {
+        let asks = by_region.iter().map(|(region, entries)| async move {
             for chunk in entries.chunks(self.limits.max_batch_create) {
-                self.peers.attach(&region, &self.region, chunk).await?;
+                self.peers.attach(region, &self.region, chunk).await?;
             }
-        }
-        Ok(())
+            Ok(())
+        });
+        futures::future::join_all(asks).await.into_iter().collect()
     }
 
     /// What to attach for a resource's pending cross-region references:
@@ -182,9 +240,16 @@ impl Node {
 
     /// Attaches a resource's pending cross-region references at their
     /// owners and settles it: confirmed, or (refused) taken back / removed.
+    ///
+    /// A CREATING resource is settled even with nothing left to attach: a
+    /// batch member whose only remote references are `allow_dangling` (no
+    /// back-reference, so no key), or whose keys an earlier settle
+    /// confirmed while it waited for a sibling, has an empty key list, and
+    /// returning it unchanged left it CREATING for ever (issue 23: the
+    /// reconciler called it confirmed on every pass).
     async fn attach_pending(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Fault> {
         let (keys, entries) = self.pending_entries(r.uid)?;
-        if keys.is_empty() {
+        if keys.is_empty() && r.state != ResourceState::Creating {
             return Ok(Ok(r.clone()));
         }
         let attached = self.attach_at_owners(entries).await;
@@ -206,23 +271,85 @@ impl Node {
         keys: Vec<BackRefKey>,
         attached: Result<(), CoreError>,
     ) -> Result<Result<Resource, CoreError>, Fault> {
-        let (name, uid) = (r.name.clone(), r.uid);
         if let Err(e) = &attached {
-            info!(region = %self.region, name = %name, %uid, error = %e, "cross-region references refused");
+            info!(region = %self.region, name = %r.name, uid = %r.uid, error = %e, "cross-region references refused");
         }
+        let members = vec![(r.name.clone(), r.uid, keys)];
+        let settled = self
+            .settle_members(members, r.state == ResourceState::Creating, attached)
+            .await?;
+        Ok(settled.and_then(|mut v| {
+            v.pop()
+                .ok_or_else(|| CoreError::invalid("resources", "nothing settled"))
+        }))
+    }
+
+    /// Settles the members of one create (`peer::settle_batch`, one writer
+    /// step) after their owners answered. `were_creating`: the members were
+    /// read CREATING before the attach. Another settler may have finished
+    /// them since (a retry of the same create, the reconciler, the request
+    /// that made them): a failure then undoes only the members still
+    /// CREATING, never references another settle confirmed, and when every
+    /// member was confirmed meanwhile the create went through.
+    async fn settle_members(
+        &self,
+        members: Vec<(ResourceName, Uid, Vec<BackRefKey>)>,
+        were_creating: bool,
+        attached: Result<(), CoreError>,
+    ) -> Result<Result<Vec<Resource>, CoreError>, Fault> {
         self.writer
-            .apply(move |s, c, _| peer::settle(s, c, &name, uid, &keys, attached))
+            .apply(move |s, c, _| {
+                let Err(failure) = &attached else {
+                    return peer::settle_batch(s, c, members, attached);
+                };
+                if !were_creating {
+                    return peer::settle_batch(s, c, members, attached);
+                }
+                let (mut still, mut confirmed, mut gone) = (Vec::new(), Vec::new(), false);
+                for member in members {
+                    match by_uid(s, member.1)? {
+                        Some(r) if r.state == ResourceState::Creating => still.push(member),
+                        Some(r) => confirmed.push(r),
+                        None => gone = true,
+                    }
+                }
+                if !still.is_empty() {
+                    return peer::settle_batch(s, c, still, attached);
+                }
+                let value = if gone { Err(failure.clone()) } else { Ok(confirmed) };
+                Ok(Step {
+                    value,
+                    writes: WriteSet::default(),
+                })
+            })
             .await
     }
 
     /// Creates resources of this region. A batch with cross-region
     /// references is committed CREATING (invisible), attached at the
     /// owners, and settled in one step, all or nothing.
+    ///
+    /// A name held by an unsettled create (`CoreError::CreateUnsettled`:
+    /// CREATING, its request cut midway) is settled here first and the
+    /// create tried again, at most once per spec and once more: ACTIVE then
+    /// answers ALREADY_EXISTS (a Get returns it), refused and removed
+    /// leaves the name free, and owners that cannot be asked make this
+    /// create UNAVAILABLE naming their region.
     pub(crate) async fn create(&self, mut specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Fault> {
         self.resolve_remote(&mut specs, &BTreeMap::new()).await?;
         // Kept to name a refused reference in the request's terms.
         let refused = self.located(&specs);
-        let created = self.writer.create(specs).await.map_err(&refused)?;
+        let mut rounds = specs.len() + 1;
+        let created = loop {
+            rounds -= 1;
+            match self.writer.create(specs.clone()).await {
+                Err(Fault::Refused(CoreError::CreateUnsettled { name, uid })) if rounds > 0 => {
+                    debug!(region = %self.region, %name, %uid, "an earlier create of the name is unsettled; settling it first");
+                    self.finish_unsettled(&specs, &name, uid).await?;
+                }
+                other => break other.map_err(&refused)?,
+            }
+        };
         if created.iter().all(|r| r.state != ResourceState::Creating) {
             return Ok(created);
         }
@@ -237,10 +364,96 @@ impl Node {
         if let Err(e) = &attached {
             info!(region = %self.region, count = members.len(), error = %e, "cross-region create aborted");
         }
-        self.writer
-            .apply(move |s, c, _| peer::settle_batch(s, c, members, attached))
+        self.settle_members(members, true, attached)
             .await?
             .map_err(|e| refused(e.into()))
+    }
+
+    /// Finishes the unsettled creates a new create met: `name` (CREATING as
+    /// `uid`; nothing to do if it settled meanwhile), every other name of
+    /// the request that is CREATING, and the CREATING resources of this
+    /// region they reference (batch siblings), as the reconciler would:
+    /// attach what they hold, then settle them together in one step, each
+    /// after the siblings it references — all confirmed, or all removed, so
+    /// a batch retried as it was sent stays all or nothing. Ok once they are
+    /// confirmed, removed or refused (the caller tries its create again);
+    /// owners that cannot be asked now (`RegionUnavailable`, the earlier
+    /// create removed with it) are the caller's answer.
+    async fn finish_unsettled(&self, specs: &[ResourceSpec], name: &ResourceName, uid: Uid) -> Result<(), Fault> {
+        let Some(met) = self.creating(name)?.filter(|r| r.uid == uid) else {
+            return Ok(()); // settled meanwhile
+        };
+        let mut roots = vec![met];
+        for spec in specs {
+            let Ok(other) = ResourceName::parse(&spec.name) else {
+                continue;
+            };
+            if other != *name {
+                roots.extend(self.creating(&other)?);
+            }
+        }
+        let mut members = Vec::new();
+        let mut entries = Vec::new();
+        for r in self.creating_targets_first(roots)? {
+            let (keys, mut e) = self.pending_entries(r.uid)?;
+            entries.append(&mut e);
+            members.push((r.name, r.uid, keys));
+        }
+        let count = members.len();
+        let attached = self.attach_at_owners(entries).await;
+        match self.settle_members(members, true, attached).await? {
+            Ok(settled) => {
+                debug!(region = %self.region, count, active = settled.iter().filter(|r| r.state == ResourceState::Active).count(), "earlier create settled");
+                Ok(())
+            }
+            Err(e @ CoreError::RegionUnavailable { .. }) => Err(e.into()),
+            Err(e) => {
+                info!(region = %self.region, count, reason = %e, "earlier create refused and removed");
+                Ok(())
+            }
+        }
+    }
+
+    /// The resource of `name` if it is CREATING.
+    fn creating(&self, name: &ResourceName) -> Result<Option<Resource>, Fault> {
+        Ok(self
+            .state()
+            .get_resource(name)?
+            .filter(|r| r.state == ResourceState::Creating))
+    }
+
+    /// `roots` and the CREATING resources of this region they reference,
+    /// transitively (batch siblings: only they can reference a CREATING
+    /// resource), once each, every one after those it references. Bounded
+    /// by the batch limit.
+    fn creating_targets_first(&self, roots: Vec<Resource>) -> Result<Vec<Resource>, Fault> {
+        let state = self.state();
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<(Resource, bool)> = roots.into_iter().rev().map(|r| (r, false)).collect();
+        while let Some((r, expanded)) = stack.pop() {
+            if expanded {
+                out.push(r);
+                continue;
+            }
+            if seen.len() > self.limits.max_batch_create || !seen.insert(r.uid) {
+                continue;
+            }
+            let local: Vec<Uid> = r
+                .refs
+                .values()
+                .flatten()
+                .filter(|t| t.name.region() == self.region.as_str() && !seen.contains(&t.uid))
+                .map(|t| t.uid)
+                .collect();
+            stack.push((r, true));
+            for uid in local {
+                if let Some(t) = by_uid(&state, uid)?.filter(|t| t.state == ResourceState::Creating) {
+                    stack.push((t, false));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Updates a resource of this region. New cross-region references are
@@ -376,7 +589,14 @@ impl Node {
         want: usize,
         region: &str,
         after: Option<&ResourceName>,
+        silent: &SilentRegions,
     ) -> Result<PartAnswer, Fault> {
+        if silent.without_part.contains(region) {
+            return Ok(PartAnswer::NoPart);
+        }
+        if silent.unreachable.contains(region) {
+            return Ok(PartAnswer::Unreachable);
+        }
         if region == self.region.as_str() {
             return match self.local_operation(id, want, after) {
                 Ok(page) => Ok(PartAnswer::Part(Box::new(page))),
@@ -384,7 +604,11 @@ impl Node {
                 Err(e) => Err(e),
             };
         }
-        match self.peers.operation_part(region, id, want, after).await {
+        match self
+            .peers
+            .operation_part(region, id, want, after, OPERATION_READ_TIMEOUT)
+            .await
+        {
             Ok(Some(page)) => Ok(PartAnswer::Part(Box::new(page))),
             Ok(None) => Ok(PartAnswer::NoPart),
             Err(e) if e.refused_the_request() => Err(e.into()),
@@ -406,12 +630,67 @@ impl Node {
     ) -> Result<OperationView, Fault> {
         let page_size = page_size.min(self.limits.max_page_size);
         let mut assembler = OperationAssembler::new(id, self.all_regions(), cursor, page_size)?;
+        // Every peer at once first, counters only, under one deadline: a
+        // region that does not answer it is not waited for again below, so
+        // a stopped region costs the call one read timeout, not one each
+        // time the page reaches it.
+        let peers: Vec<String> = self.peers.regions().map(str::to_owned).collect();
+        let probes = futures::future::join_all(
+            peers
+                .iter()
+                .map(|region| self.peers.operation_part(region, id, 0, None, OPERATION_READ_TIMEOUT)),
+        )
+        .await;
+        let mut silent = SilentRegions::default();
+        let mut parts = Vec::new();
+        for (region, answer) in peers.into_iter().zip(probes) {
+            match answer {
+                Ok(Some(page)) => parts.push(page.operation),
+                Ok(None) => {}
+                Err(e) if e.refused_the_request() => {}
+                Err(_) => {
+                    silent.unreachable.insert(region);
+                }
+            }
+        }
+        if let Ok(local) = self.local_operation(id, 0, None) {
+            parts.push(local.operation);
+        }
+        // Once every part that could be read is finished, a region that
+        // could not be asked holds no part unless it is the root's or a
+        // part reached it (`cascade_core::closure`): the page goes past it
+        // instead of ending before it, so the outcomes of the regions after
+        // a stopped one that the cascade never touched are listed too. It
+        // is still named as unreachable.
+        let finished = parts.iter().all(|p| p.state != cascade_core::OperationState::Running);
+        if finished {
+            if let Some(root_region) = parts.first().map(|p| p.root.name.region().to_owned()) {
+                let touched: BTreeSet<&String> = parts.iter().flat_map(|p| p.reached.iter()).collect();
+                silent.without_part = silent
+                    .unreachable
+                    .iter()
+                    .filter(|r| **r != root_region && !touched.contains(r))
+                    .cloned()
+                    .collect();
+            }
+        }
         while let Some(request) = assembler.next_request() {
             let answer = self
-                .read_part(id, request.want, &request.region, request.after.as_ref())
+                .read_part(id, request.want, &request.region, request.after.as_ref(), &silent)
                 .await?;
             assembler.answer(answer);
         }
-        Ok(assembler.finish()?)
+        let mut view = assembler.finish()?;
+        view.unreachable.extend(silent.without_part);
+        view.unreachable.sort();
+        Ok(view)
     }
+}
+
+/// The resource with this uid (through the uid index), in any state.
+fn by_uid<S: StateRead + ?Sized>(s: &S, uid: Uid) -> Result<Option<Resource>, cascade_core::error::StorageError> {
+    let Some(name) = s.name_of(uid)? else {
+        return Ok(None);
+    };
+    Ok(s.resource(&name)?.filter(|r| r.uid == uid))
 }

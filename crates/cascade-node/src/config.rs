@@ -35,6 +35,12 @@
 //! identities = ["alice.admin.cascade"] # with [tls]: client certificate DNS names
 //! force_purge_after_ms = 3600000       # younger deletions need ForcePurge's `force`
 //!
+//! [links]             # optional: links between regions
+//! dial_timeout_ms = 3000        # TCP connect and TLS handshake, together
+//! keepalive_interval_ms = 5000  # HTTP/2 ping after this long without reading
+//! keepalive_timeout_ms = 20000  # an unanswered ping closes the connection
+//! silence_timeout_ms = 5000     # nothing heard (no event, no heartbeat): the link reads down and redials
+//!
 //! [tracing]           # optional
 //! otlp_endpoint = "http://otel-collector:4317"   # export spans (OTLP/gRPC)
 //!
@@ -59,6 +65,7 @@ use cascade_core::schema::EXAMPLE_SCHEMA;
 use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
+use crate::peers::{LinkTimings, WATCH_HEARTBEAT};
 use crate::store::StorageEngine;
 use cascade_tls::{NodeTls, TlsFiles};
 
@@ -87,6 +94,19 @@ pub struct ConfigFile {
     pub admin: AdminConfig,
     #[serde(default)]
     pub tracing: TracingConfig,
+    #[serde(default)]
+    pub links: LinksConfig,
+}
+
+/// `[links]`: how links between regions dial, ping and decide a peer is
+/// gone (see [`LinkTimings`]); every key optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksConfig {
+    pub dial_timeout_ms: Option<u64>,
+    pub keepalive_interval_ms: Option<u64>,
+    pub keepalive_timeout_ms: Option<u64>,
+    pub silence_timeout_ms: Option<u64>,
 }
 
 /// `[tracing]`: where spans go besides the log (read by the binary, which
@@ -266,6 +286,8 @@ pub struct NodeSettings {
     pub admin: AdminAccess,
     /// Where to serve Prometheus metrics (None: not served; port 0 picks one).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Dialling, keepalive and silence bounds of the links (`[links]`).
+    pub links: LinkTimings,
 }
 
 impl NodeSettings {
@@ -286,6 +308,7 @@ impl NodeSettings {
             tls: None,
             admin: AdminAccess::default(),
             metrics_listen: None,
+            links: LinkTimings::default(),
         }
     }
 
@@ -353,6 +376,7 @@ impl NodeSettings {
             })?);
         }
         apply_limits(&file.limits, &mut settings.limits)?;
+        apply_links(&file.links, &mut settings.links)?;
         if let Some(tls) = &file.tls {
             let loaded = NodeTls::load(&TlsFiles {
                 ca: tls.ca.clone(),
@@ -469,6 +493,44 @@ pub fn load_schema(path: Option<&Path>) -> Result<Schema, ConfigError> {
         path,
         message: e.to_string(),
     })
+}
+
+/// `[links]` over the defaults. The silence timeout must leave room for a
+/// few missed heartbeats, or a healthy idle link would flap.
+fn apply_links(c: &LinksConfig, t: &mut LinkTimings) -> Result<(), ConfigError> {
+    let ms = |v: Option<u64>, field: &'static str, default: Duration| -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(0) => Err(ConfigError::Invalid {
+                field,
+                message: "must be more than 0".into(),
+            }),
+            Some(v) => Ok(Duration::from_millis(v)),
+        }
+    };
+    t.dial_timeout = ms(c.dial_timeout_ms, "links.dial_timeout_ms", t.dial_timeout)?;
+    t.keepalive_interval = ms(
+        c.keepalive_interval_ms,
+        "links.keepalive_interval_ms",
+        t.keepalive_interval,
+    )?;
+    t.keepalive_timeout = ms(
+        c.keepalive_timeout_ms,
+        "links.keepalive_timeout_ms",
+        t.keepalive_timeout,
+    )?;
+    t.silence_timeout = ms(c.silence_timeout_ms, "links.silence_timeout_ms", t.silence_timeout)?;
+    if t.silence_timeout < WATCH_HEARTBEAT * 3 {
+        return Err(ConfigError::Invalid {
+            field: "links.silence_timeout_ms",
+            message: format!(
+                "must be at least {} (three of the peers' heartbeats, one every {:?})",
+                (WATCH_HEARTBEAT * 3).as_millis(),
+                WATCH_HEARTBEAT
+            ),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -19,8 +19,10 @@
 //!    run on them, on core types. Above it, the feature modules that add
 //!    `Node` methods: `cluster.rs` (cross-region flows), `admin.rs`,
 //!    `explain.rs`, `status.rs` (the cluster status), `scrape.rs` (what a
-//!    metrics scrape reads of the node), and `links.rs` (the peer links:
-//!    watch, releases, checks; and the reconciler).
+//!    metrics scrape reads of the node), `links.rs` (the peer links:
+//!    watch, releases, checks; and the reconciler) and `closure_check.rs`
+//!    (whether a waiting root's cascade is finished in every region it
+//!    touched).
 //! 3. **Below the domain**: `writer.rs` (the single-writer actor that runs
 //!    protocol steps and commits them, with its supervisor), `metrics.rs`
 //!    (the Prometheus registry and its HTTP listener), `trace_context.rs`
@@ -45,6 +47,7 @@ mod api;
 // Floor 2: the domain. The feature modules add `Node` methods from above
 // the spine, `node`.
 mod admin;
+mod closure_check;
 mod cluster;
 mod explain;
 mod links;

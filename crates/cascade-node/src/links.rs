@@ -15,6 +15,7 @@
 //! and linked to a supervisor that restarts one that fails.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,10 +23,9 @@ use std::time::Duration;
 // runtime) controls.
 use tokio::time::Instant;
 
-use cascade_core::closure::{ClosureCheck, Phase, Verdict};
 use cascade_core::model::RemoteEvent;
 use cascade_core::peer::{self, PeerBackRef};
-use cascade_core::{OperationId, Timestamp};
+use cascade_core::Timestamp;
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -85,9 +85,36 @@ struct LinkState {
     /// The cursor last acknowledged to the peer, and when.
     last_ack: Option<(u64, Instant)>,
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// A tick is in the mailbox (see [`coalesced_ticks`]).
+    tick_queued: Arc<AtomicBool>,
     /// Reconnect jitter, seeded per node and peer (see `NodeEnv::seed`), so
     /// links do not reconnect in lockstep and a simulation replays.
     jitter: XorShift64,
+}
+
+/// Sends `msg()` to `actor` every `every`, unless the last one is still
+/// in its mailbox (`queued`, which the handler clears when it takes the
+/// message). A tick's peer calls can wait on a dead peer for their whole
+/// deadline; a plain interval would pile a tick into the mailbox every
+/// `every` meanwhile, without bound, and everything sent to the actor
+/// after them (the watch's end, say) would wait behind the pile.
+fn coalesced_ticks<M: ractor::Message>(
+    actor: &ActorRef<M>,
+    every: Duration,
+    queued: Arc<AtomicBool>,
+    msg: fn() -> M,
+) -> tokio::task::JoinHandle<()> {
+    let actor = actor.clone();
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if !queued.swap(true, Ordering::AcqRel) && actor.cast(msg()).is_err() {
+                return; // the actor stopped
+            }
+        }
+    })
 }
 
 /// Half to all of the capped exponential delay, picked by `jitter`.
@@ -107,6 +134,10 @@ impl LinkState {
         self.watch = Some(tokio::spawn(
             async move {
                 let end = follow(&node, &peer, &me).await;
+                // Down as of now, whatever the actor is busy with: its
+                // mailbox may hold a tick whose calls wait on the same
+                // dead peer, and `cascade status` must not say "up" meanwhile.
+                node.metrics.peer_connected(&peer, false);
                 let _ = me.cast(LinkMsg::WatchEnded(end));
             }
             .instrument(span),
@@ -128,12 +159,19 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
     debug!(from = cursor + 1, "following peer outbox");
     contact(node, peer);
     let _ = me.cast(LinkMsg::WatchHealthy);
+    // The peer sends a heartbeat whenever it has had nothing to send for
+    // WATCH_HEARTBEAT: hearing nothing for longer than the silence timeout
+    // means the link is dead (a silent partition, a frozen peer), even if
+    // the connection still looks open. The link then reads down and dials
+    // again, instead of waiting for the stream to end on its own.
+    let silence = node.link_timings.silence_timeout;
     loop {
-        let first = match stream.next().await {
-            Some(Ok(e)) => e,
-            Some(Err(WatchEnd::Compacted)) => return resync(node, peer).await,
-            Some(Err(WatchEnd::Failed(why))) => return why,
-            None => return "stream closed by peer".into(),
+        let first = match tokio::time::timeout(silence, stream.next()).await {
+            Err(_) => return format!("nothing heard from the peer for {silence:?} (no event, no heartbeat)"),
+            Ok(Some(Ok(e))) => e,
+            Ok(Some(Err(WatchEnd::Compacted))) => return resync(node, peer).await,
+            Ok(Some(Err(WatchEnd::Failed(why)))) => return why,
+            Ok(None) => return "stream closed by peer".into(),
         };
         let mut batch = vec![first];
         while batch.len() < EVENT_BATCH {
@@ -144,6 +182,9 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
         }
         contact(node, peer);
         let watched: Vec<WatchedEvent> = batch.into_iter().flatten().collect();
+        if watched.is_empty() {
+            continue; // heartbeats only
+        }
         let span = apply_span(node, peer, &watched);
         let events: Vec<RemoteEvent> = watched.into_iter().map(|w| w.event).collect();
         let from = peer.to_owned();
@@ -354,7 +395,8 @@ impl Actor for PeerLink {
         myself: ActorRef<LinkMsg>,
         (ctx, peer): Self::Arguments,
     ) -> Result<LinkState, ActorProcessingErr> {
-        let ticker = myself.send_interval(ctx.tick, || LinkMsg::Tick);
+        let tick_queued = Arc::new(AtomicBool::new(false));
+        let ticker = coalesced_ticks(&myself, ctx.tick, tick_queued.clone(), || LinkMsg::Tick);
         let jitter = XorShift64::new(ctx.jitter_seed ^ stable_hash(&peer));
         let mut state = LinkState {
             jitter,
@@ -368,6 +410,7 @@ impl Actor for PeerLink {
             release_after: None,
             last_ack: None,
             ticker: Some(ticker),
+            tick_queued,
         };
         state.start_watch(&myself);
         Ok(state)
@@ -406,6 +449,7 @@ impl Actor for PeerLink {
                 span.in_scope(|| debug!(reason = %why, retry_in = ?wait, "watch of peer ended"));
             }
             LinkMsg::Tick => {
+                state.tick_queued.store(false, Ordering::Release);
                 if state.watch.is_none() && clock::monotonic_now() >= state.reconnect_at {
                     state.start_watch(&myself);
                 }
@@ -436,9 +480,9 @@ impl Actor for PeerLink {
 }
 
 /// Settles resources whose cross-region references are not confirmed (a
-/// crash between the durable commit and the owner's answer, or an owner
-/// that was unreachable): attach again (attach is idempotent), then
-/// confirmed, or removed (CREATING) / taken back (ACTIVE).
+/// crash between the durable commit and the owner's answer, a request cut
+/// midway, an owner that was unreachable): attach again (idempotent), then
+/// confirmed, or removed (CREATING) / taken back (ACTIVE): `Node::reconcile`.
 struct Reconciler;
 
 pub enum ReconcilerMsg {
@@ -520,7 +564,7 @@ impl Actor for Reconciler {
                 Err(e) => warn!(region = %node.region, error = %e, "outbox compaction failed"),
             }
         }
-        confirm_closures(&node).await;
+        crate::closure_check::confirm_closures(&node).await;
         // Unsettled creates are walked a page per tick, in passes. The next
         // pass starts at the next tick when this one had a create to settle
         // (it may have failed: retried as before), else when the youngest
@@ -544,6 +588,7 @@ impl Actor for Reconciler {
         let pass_ends = pending.len() < PAGE;
         state.attach_after = pending.last().map(|last| last.resource.uid.as_bytes().to_vec());
         let now = node.clock.now();
+        let mut due = Vec::new();
         for pending in pending {
             let target = pending.resource;
             let Ok(Some(r)) = node.state().get_resource(&target.name) else {
@@ -559,26 +604,17 @@ impl Actor for Reconciler {
                 state.pass_due = Some(state.pass_due.map_or(due, |d| d.min(due)));
                 continue;
             }
-            state.pass_acted = true;
-            let span = info_span!("reconcile_create", region = %node.region, name = %r.name, uid = %r.uid);
-            async {
-                match node.reattach(&r).await {
-                    Ok(Ok(_)) => {
-                        info!("cross-region references confirmed");
-                        state.orphans.remove(&r.uid);
-                    }
-                    Ok(Err(e @ cascade_core::CoreError::RegionUnavailable { .. })) => {
-                        debug!(error = %e, "owner unreachable; will retry")
-                    }
-                    Ok(Err(e)) => {
-                        info!(reason = %e, "cross-region references refused: create removed or references taken back");
-                        state.orphans.remove(&r.uid);
-                    }
-                    Err(e) => debug!(error = %e, "not settled yet; will retry"),
-                }
+            due.push(r);
+        }
+        // The page's due creates are settled at once: an owner that does
+        // not answer costs the page one attach deadline, not one per create
+        // behind it (the bound in README's "Creates across regions").
+        state.pass_acted |= !due.is_empty();
+        let settled = futures::future::join_all(due.iter().map(|r| node.reconcile(r))).await;
+        for (r, done) in due.iter().zip(settled) {
+            if done {
+                state.orphans.remove(&r.uid);
             }
-            .instrument(span)
-            .await;
         }
         if pass_ends {
             let wait = if state.pass_acted {
@@ -592,82 +628,6 @@ impl Actor for Reconciler {
             state.pass_acted = false;
         }
         Ok(())
-    }
-}
-
-/// For every operation whose root waits only for other regions' parts
-/// (reported by the writer): the core's [`ClosureCheck`] over the regions
-/// the cascade touched (each round's regions asked at once, each under
-/// [`CLOSURE_READ_TIMEOUT`]); if it finds them all finished, confirm, and
-/// the root is purged. A region the cascade never reached is never asked;
-/// one it reached that cannot be asked, or any pending or changing part,
-/// leaves the root waiting: the writer reports it again after
-/// `Policy::closure_check_ms`.
-async fn confirm_closures(node: &Node) {
-    let ids: Vec<OperationId> = match node.closure_checks.lock() {
-        Ok(mut checks) => std::mem::take(&mut *checks).into_iter().collect(),
-        Err(_) => return,
-    };
-    for id in ids {
-        let span = info_span!("closure_check", region = %node.region, operation = %id);
-        async {
-            let Some(local_changes) = remote_closure_finished(node, id).await else {
-                return;
-            };
-            match node
-                .writer
-                .apply(move |s, c, _| cascade_core::protocol::confirm_remote_closure(s, c, id, local_changes))
-                .await
-            {
-                Ok(true) => info!("every region's part of the operation is finished; the root goes"),
-                Ok(false) => debug!("the operation changed meanwhile; will look again"),
-                Err(e @ Fault::Writer(_)) => debug!(error = %e, "writer unavailable; will look again"),
-                Err(e) => warn!(error = %e, "confirming the closure failed"),
-            }
-        }
-        .instrument(span)
-        .await;
-    }
-}
-
-/// One read of a region's part by the closure check: long enough for a
-/// loaded peer, short enough that a frozen one costs a check little (the
-/// check is repeated every `closure_check_ms` anyway).
-const CLOSURE_READ_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The double collect of [`confirm_closures`], driven by the core's
-/// [`ClosureCheck`]: Some(the local part's change count, read before the
-/// first collect) when every region the cascade touched had nothing
-/// pending and did not change between the two collects.
-async fn remote_closure_finished(node: &Node, id: OperationId) -> Option<u64> {
-    let local = node.state().get_operation(id).ok()??;
-    let mut check = ClosureCheck::start(node.region.as_str(), node.peers.regions(), &local);
-    while check.phase() != Phase::Done {
-        let round = check.next_round();
-        if round.is_empty() {
-            warn!("closure check stalled with nothing to ask; will look again");
-            return None;
-        }
-        let answers = futures::future::join_all(
-            round
-                .iter()
-                .map(|region| node.peers.closure_part(region, id, CLOSURE_READ_TIMEOUT)),
-        )
-        .await;
-        for (region, answer) in round.iter().zip(answers) {
-            check.answer(region, answer);
-        }
-    }
-    match check.verdict()? {
-        Verdict::Finished { local_changes, touched } => {
-            debug!(regions = ?touched, "every region the cascade touched is finished");
-            Some(local_changes)
-        }
-        Verdict::NotYet(holdups) => {
-            let why: Vec<String> = holdups.iter().map(ToString::to_string).collect();
-            debug!(holdups = ?why, "the cascade is not finished everywhere yet");
-            None
-        }
     }
 }
 

@@ -12,7 +12,8 @@
 //!   (connected, last contact), the gRPC layer (`api/grpc_metrics.rs`);
 //! - **read at scrape time** from the store, each read bounded
 //!   ([`SCRAPE_SCAN_LIMIT`]): deletions by status and their ages, the
-//!   retry queue, the outbox, pending releases per peer;
+//!   retry queue, the outbox, pending releases per peer, the age of the
+//!   oldest CREATING resource;
 //! - **derived** at scrape time: how far each peer is behind this node's
 //!   outbox (the last revision minus the peer's acknowledgement).
 //!
@@ -82,6 +83,7 @@ pub struct NodeMetrics {
     retry_queue_depth: IntGauge,
     unfinished_work_seconds: Gauge,
     longest_running_seconds: Gauge,
+    creating_oldest_seconds: Gauge,
     scan_truncated: IntGaugeVec,
     outbox_events: IntGauge,
     outbox_floor: IntGauge,
@@ -181,6 +183,10 @@ impl NodeMetrics {
             longest_running_seconds: registered(&r, build(Gauge::new(
                 "cascade_deletion_longest_running_seconds",
                 "Age of the oldest unfinished deletion (as workqueue_longest_running_processor_seconds).",
+            ))),
+            creating_oldest_seconds: registered(&r, build(Gauge::new(
+                "cascade_creating_oldest_seconds",
+                "Age of the oldest CREATING resource of this region (a create whose references into other regions are not settled yet; 0: none).",
             ))),
             scan_truncated: registered(&r, build(IntGaugeVec::new(
                 Opts::new(
@@ -400,6 +406,9 @@ impl NodeMetrics {
         }
         self.unfinished_work_seconds.set(summary.total_age_ms as f64 / 1000.0);
         self.longest_running_seconds.set(summary.oldest_age_ms as f64 / 1000.0);
+        let (oldest_creating_ms, unsettled_truncated) = oldest_creating_ms(&state, now_ms)?;
+        self.truncated("pending_attach", unsettled_truncated);
+        self.creating_oldest_seconds.set(oldest_creating_ms as f64 / 1000.0);
         let queue = state.store.scan(Table::RetryQueue, &[], None, SCRAPE_SCAN_LIMIT)?.len();
         self.truncated("retry_queue", queue >= SCRAPE_SCAN_LIMIT);
         self.retry_queue_depth.set(queue as i64);
@@ -452,6 +461,24 @@ impl Default for NodeMetrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The age of the oldest CREATING resource (0 when there is none), and
+/// whether the read stopped at [`SCRAPE_SCAN_LIMIT`]. Read from the rows of
+/// unconfirmed attaches, which every CREATING resource has (ACTIVE ones with
+/// an update's attach pending have one too, and are skipped): a bounded
+/// scan of a table that is empty on a settled node, not of every resource.
+fn oldest_creating_ms(state: &StoreState<'_>, now_ms: u64) -> Result<(u64, bool), StoreError> {
+    let pending = state.pending_attaches(None, SCRAPE_SCAN_LIMIT)?;
+    let mut oldest = 0u64;
+    for p in &pending {
+        if let Some(r) = state.get_resource(&p.resource.name)? {
+            if r.uid == p.resource.uid && r.state == ResourceState::Creating {
+                oldest = oldest.max(now_ms.saturating_sub(r.create_time.0));
+            }
+        }
+    }
+    Ok((oldest, pending.len() >= SCRAPE_SCAN_LIMIT))
 }
 
 /// Unfinished deletions counted by status, with their ages (for the

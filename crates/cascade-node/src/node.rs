@@ -134,6 +134,8 @@ pub struct Node {
     pub(crate) link_tick: Duration,
     /// How often an owner asks each peer which back-references still stand.
     pub(crate) check_interval: Duration,
+    /// How links dial, ping and decide a peer is gone (`[links]`).
+    pub(crate) link_timings: crate::peers::LinkTimings,
     /// Seeds the peer links' reconnect jitter.
     pub(crate) jitter_seed: u64,
     /// What the writer committed (shared with it).
@@ -252,6 +254,7 @@ impl Node {
             &settings.peers,
             settings.tls.as_ref(),
             connector,
+            settings.links,
             settings.limits.max_message_bytes,
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
@@ -312,6 +315,7 @@ impl Node {
             admin: settings.admin,
             link_tick: settings.tick,
             check_interval: settings.check_interval,
+            link_timings: settings.links,
             jitter_seed,
             write_stats,
             release_hints,

@@ -30,6 +30,11 @@
 //! [`RemoteError`] is the domain's (`crate::peers`, the port for calls to
 //! other regions): this module builds it from what tonic returned, and turns
 //! it back into the status this node answers with ([`status_of`]).
+//!
+//! A call that gathers from other regions for its client (ExplainDeletion)
+//! has one deadline in all, derived from the client's own ([`caller_deadline`],
+//! [`budget_within`]) rather than [`FORWARD_TIMEOUT`]; forwarded, it carries
+//! that deadline to the owner.
 
 use std::future::Future;
 use std::time::Duration;
@@ -45,6 +50,40 @@ use crate::peers::{RelayedCode, RelayedStatus, RemoteError};
 /// [`crate::peers::PEER_CALL_TIMEOUT`]), so this is longer than those; a
 /// dead or frozen owner is noticed sooner by the channel's HTTP/2 keepalive.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The deadline the caller gave its call, from the `grpc-timeout` request
+/// header (up to 8 digits and a unit: `H`, `M`, `S`, `m`, `u`, `n`); None
+/// without one, or with one that does not parse (as tonic's server reads it).
+pub(crate) fn caller_deadline(metadata: &MetadataMap) -> Option<Duration> {
+    let text = metadata.get("grpc-timeout")?.to_str().ok()?;
+    let digits = text.get(..text.len().checked_sub(1)?)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let value: u64 = digits.parse().ok()?;
+    Some(match text.get(digits.len()..)? {
+        "H" => Duration::from_secs(value * 3600),
+        "M" => Duration::from_secs(value * 60),
+        "S" => Duration::from_secs(value),
+        "m" => Duration::from_millis(value),
+        "u" => Duration::from_micros(value),
+        "n" => Duration::from_nanos(value),
+        _ => return None,
+    })
+}
+
+/// The time a call that gathers from other regions has: `default`, or less
+/// when the caller's own deadline ([`caller_deadline`]) leaves less, keeping
+/// a tenth of it (at least 20 ms) for the answer to get back.
+pub(crate) fn budget_within(default: Duration, metadata: &MetadataMap) -> Duration {
+    match caller_deadline(metadata) {
+        Some(caller) => {
+            let margin = (caller / 10).max(Duration::from_millis(20));
+            default.min(caller.saturating_sub(margin))
+        }
+        None => default,
+    }
+}
 
 /// The status this node answers its own client with.
 pub(crate) fn status_of(e: RemoteError) -> Status {
@@ -183,6 +222,33 @@ mod tests {
         let details = cascade_proto::error_details(&s).expect("details");
         assert_eq!(details.region, "us-east");
         assert_eq!(details.reason, cascade_proto::v1::ErrorReason::RegionUnavailable as i32);
+    }
+
+    #[test]
+    fn the_callers_deadline_is_read_from_grpc_timeout_and_bounds_the_budget() {
+        let with = |value: &str| {
+            let mut m = MetadataMap::new();
+            m.insert("grpc-timeout", value.parse().unwrap());
+            m
+        };
+        let read = |value: &str| caller_deadline(&with(value));
+        assert_eq!(read("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(read("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(read("30S"), Some(Duration::from_secs(30)));
+        assert_eq!(read("500m"), Some(Duration::from_millis(500)));
+        assert_eq!(read("99999999u"), Some(Duration::from_micros(99_999_999)));
+        assert_eq!(read("7n"), Some(Duration::from_nanos(7)));
+        for bad in ["", "S", "123456789S", "1.5S", "-1S", "10x", "10", " 1S"] {
+            assert_eq!(read(bad), None, "{bad:?}");
+        }
+        assert_eq!(caller_deadline(&MetadataMap::new()), None);
+
+        let two = Duration::from_secs(2);
+        assert_eq!(budget_within(two, &MetadataMap::new()), two);
+        assert_eq!(budget_within(two, &with("30S")), two);
+        assert_eq!(budget_within(two, &with("1S")), Duration::from_millis(900));
+        assert_eq!(budget_within(two, &with("100m")), Duration::from_millis(80));
+        assert_eq!(budget_within(two, &with("10m")), Duration::ZERO);
     }
 
     #[tokio::test]

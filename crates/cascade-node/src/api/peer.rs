@@ -12,9 +12,10 @@ use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
 
-use crate::api::stream::outbox_stream;
+use crate::api::stream::{outbox_stream, with_heartbeats};
 use crate::api::{parse_name, parse_operation_id};
 use crate::node::{LocalLookup, Node};
+use crate::peers::WATCH_HEARTBEAT;
 
 /// The Peer service over one node.
 #[derive(Clone)]
@@ -207,9 +208,14 @@ impl Peer for PeerApi {
                 resource: Some(convert::object_ref(&e.resource)),
                 operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
                 no_cascade: e.no_cascade,
+                heartbeat: false,
             },
             span,
         );
+        let stream = with_heartbeats(stream, WATCH_HEARTBEAT, || v1::PeerEvent {
+            heartbeat: true,
+            ..Default::default()
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 

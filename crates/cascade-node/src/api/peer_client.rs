@@ -167,13 +167,20 @@ impl Peers {
         Ok(region_figures_from(answer))
     }
 
-    /// `region`'s part of an operation's explanation (see `explain.rs`).
-    pub(crate) async fn explain_part(&self, region: &str, op: OperationId) -> Result<ExplainPart, RemoteError> {
-        let req = v1::ExplainPartRequest {
+    /// `region`'s part of an operation's explanation (see `explain.rs`),
+    /// within `deadline` (which the call carries as its `grpc-timeout`).
+    pub(crate) async fn explain_part(
+        &self,
+        region: &str,
+        op: OperationId,
+        deadline: Duration,
+    ) -> Result<ExplainPart, RemoteError> {
+        let mut req = tonic::Request::new(v1::ExplainPartRequest {
             operation_id: op.to_string(),
-        };
+        });
+        req.set_timeout(deadline);
         let answer = self
-            .call(region, "ExplainPart", PEER_CALL_TIMEOUT, |mut c| async move {
+            .call(region, "ExplainPart", deadline, |mut c| async move {
                 c.explain_part(req).await
             })
             .await?;
@@ -288,6 +295,7 @@ impl Peers {
         id: OperationId,
         want: usize,
         after: Option<&ResourceName>,
+        deadline: Duration,
     ) -> Result<Option<OperationPage>, RemoteError> {
         let req = v1::GetOperationRequest {
             id: id.to_string(),
@@ -295,7 +303,7 @@ impl Peers {
             outcomes_page_token: after.map(ResourceName::to_string).unwrap_or_default(),
         };
         match self
-            .call(region, "OperationPart", PEER_CALL_TIMEOUT, |mut c| async move {
+            .call(region, "OperationPart", deadline, |mut c| async move {
                 c.operation_part(req).await
             })
             .await
@@ -468,6 +476,9 @@ impl Peers {
 }
 
 fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
+    if e.heartbeat {
+        return None; // the link is alive; nothing to apply
+    }
     let resource = convert::ref_target(e.resource, "resource").ok()?;
     Some(WatchedEvent {
         event: RemoteEvent {

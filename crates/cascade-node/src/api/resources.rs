@@ -3,7 +3,9 @@
 //! Each call decodes its request, forwards it unchanged to the owner when
 //! it names another region's resource (so the owner answers, whichever node
 //! was asked), or calls the [`Node`] method that does the work, and encodes
-//! the answer. Watch streams the outbox; WatchOperation re-reads the
+//! the answer. ExplainDeletion has one deadline (2 s, or less as the
+//! client's own leaves), which a forward carries to the owner. Watch
+//! streams the outbox; WatchOperation re-reads the
 //! operation whenever one of its events commits (and polls other regions).
 
 use std::collections::BTreeSet;
@@ -25,9 +27,10 @@ use tokio::sync::{broadcast, mpsc};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
-use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
+use crate::explain::{Explanation, EXPLAIN_BUDGET};
 use crate::node::{Node, ResourceView};
 
 /// The client API over one node.
@@ -44,7 +47,7 @@ fn present(view: &ResourceView) -> v1::Resource {
 }
 
 /// The wire form of an explanation.
-fn present_explanation(e: &crate::explain::Explanation) -> v1::DeletionExplanation {
+fn present_explanation(e: &Explanation) -> v1::DeletionExplanation {
     v1::DeletionExplanation {
         operation_id: e.operation.to_string(),
         root: e.root.as_ref().map(convert::object_ref),
@@ -63,9 +66,19 @@ fn present_explanation(e: &crate::explain::Explanation) -> v1::DeletionExplanati
                 stuck: d.stuck,
             })
             .collect(),
-        unreachable_regions: e.unreachable.iter().cloned().collect(),
+        unreachable_regions: e.unreachable.keys().cloned().collect(),
         stuck: e.deletions.iter().any(|d| d.stuck),
         truncated: e.truncated,
+        unreachable: e
+            .unreachable
+            .iter()
+            .map(|(region, u)| v1::UnreachableRegion {
+                region: region.clone(),
+                last_contact_ms: u.last_contact.map_or(0, |t| i64::try_from(t.0).unwrap_or(i64::MAX)),
+                reason: u.reason.clone(),
+            })
+            .collect(),
+        time_ms: i64::try_from(e.made_at.0).unwrap_or(i64::MAX),
     }
 }
 
@@ -147,22 +160,29 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::ExplainDeletionRequest>,
     ) -> Result<Response<v1::DeletionExplanation>, Status> {
+        // One deadline for the whole explanation, forwarded or not.
+        let budget = budget_within(EXPLAIN_BUDGET, request.metadata());
         let req = request.into_inner();
         let explanation = match (req.name.is_empty(), req.operation_id.is_empty()) {
             (false, true) => {
                 let name = parse_name(&req.name, "name")?;
                 if let Some((region, mut owner)) = self.route(&name, "name")? {
+                    // The owner explains within what is left of this
+                    // budget (it keeps its own margin); one that does not
+                    // answer in time is UNAVAILABLE naming its region.
+                    let mut forwarded = Request::new(req);
+                    forwarded.set_timeout(budget);
                     let answer =
-                        call_owner(&region, "ExplainDeletion", FORWARD_TIMEOUT, owner.explain_deletion(req)).await?;
+                        call_owner(&region, "ExplainDeletion", budget, owner.explain_deletion(forwarded)).await?;
                     return Ok(Response::new(answer));
                 }
                 let span = info_span!("explain_deletion", region = %self.node.region, name = %name);
-                self.node.explain_resource(&name).instrument(span).await?
+                self.node.explain_resource(&name, budget).instrument(span).await?
             }
             (true, false) => {
                 let op = parse_operation_id(&req.operation_id, "operation_id")?;
                 let span = info_span!("explain_deletion", region = %self.node.region, operation = %op);
-                self.node.explain(op).instrument(span).await?
+                self.node.explain(op, budget).instrument(span).await?
             }
             _ => {
                 return Err(invalid_field(

@@ -22,7 +22,6 @@ use tracing::info;
 use crate::config::NodeSettings;
 use crate::links::{LinkContext, Links};
 use crate::node::{Node, NodeEnv, NodeError};
-use crate::peers::{KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT};
 
 impl Node {
     /// Serves on `listener` until `shutdown` resolves, then stops the writer
@@ -105,8 +104,8 @@ impl Node {
             stopping.stop_streams();
         };
         let mut builder = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .http2_keepalive_interval(Some(node.link_timings.keepalive_interval))
+            .http2_keepalive_timeout(Some(node.link_timings.keepalive_timeout))
             // Each call's span: a child of the caller's trace context.
             .trace_fn(crate::api::trace_propagation::request_span);
         if let Some(tls) = &node.tls {

@@ -94,6 +94,33 @@ pub fn outbox_stream<T: Send + 'static>(
     ReceiverStream::new(rx)
 }
 
+/// `inner`, with `beat()` sent whenever it has had nothing to send for
+/// `every`: a follower that hears nothing for several beats knows the
+/// link is dead, not quiet (the peer links' silence timeout). The sleep
+/// starts again after each item, so a busy stream sends no beats.
+pub fn with_heartbeats<T, S, B>(
+    inner: S,
+    every: std::time::Duration,
+    beat: B,
+) -> impl futures::Stream<Item = Result<T, Status>> + Send
+where
+    T: Send + 'static,
+    S: futures::Stream<Item = Result<T, Status>> + Send + Unpin + 'static,
+    B: Fn() -> T + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    futures::stream::unfold((inner, beat), move |(mut inner, beat)| async move {
+        tokio::select! {
+            biased;
+            item = inner.next() => item.map(|item| (item, (inner, beat))),
+            () = tokio::time::sleep(every) => {
+                let b = beat();
+                Some((Ok(b), (inner, beat)))
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

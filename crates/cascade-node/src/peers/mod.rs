@@ -42,14 +42,51 @@ use tonic::transport::{Channel, Endpoint, Uri};
 /// Bound on one peer call; a peer that does not answer is unavailable.
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// HTTP/2 pings on every peer connection (and, server side, on every
-/// accepted one), idle or not. A connection whose packets vanish (a
-/// partition, a peer host gone without a reset) otherwise stays "open"
-/// forever: every call on the channel times out and a watch stream never
-/// ends, so the link never reconnects. Found by the simulation.
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-/// A ping unanswered this long closes the connection; the channel redials.
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How links between regions dial, ping and decide that a peer is gone
+/// (`[links]` in the node's config). One set for the whole node: every
+/// channel to a peer and the server's own connections use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkTimings {
+    /// One bound on dialling a peer: TCP connect and TLS handshake
+    /// together. A peer that accepts TCP but never answers the handshake
+    /// (a wedged process, a broken middlebox) fails the dial after this
+    /// long and the channel dials again on the next call; unbounded, the
+    /// pending handshake held the channel, and every call to the region
+    /// failed until a restart.
+    pub dial_timeout: Duration,
+    /// An HTTP/2 ping after this long without reading anything on a
+    /// connection (both ways: channels to peers, and the server's
+    /// accepted connections). A connection whose packets vanish (a
+    /// partition, a host gone without a reset) otherwise stays "open"
+    /// forever. Found by the simulation.
+    pub keepalive_interval: Duration,
+    /// A ping unanswered this long closes the connection. Generous on
+    /// purpose: on a slow link that is busy moving bytes the answer queues
+    /// behind them, and closing a healthy connection there turned forwarded
+    /// calls that were applied into UNAVAILABLE. A dead peer is noticed
+    /// sooner by [`LinkTimings::silence_timeout`].
+    pub keepalive_timeout: Duration,
+    /// A link that hears nothing from its peer this long (no event, no
+    /// heartbeat: the peer's watch stream sends one every
+    /// [`WATCH_HEARTBEAT`] while it has nothing else) reads down, in
+    /// `cascade status` and the metrics, and dials again.
+    pub silence_timeout: Duration,
+}
+
+/// How often a peer's watch stream says it is alive while it has no
+/// event to send (`PeerEvent.heartbeat`).
+pub const WATCH_HEARTBEAT: Duration = Duration::from_secs(1);
+
+impl Default for LinkTimings {
+    fn default() -> Self {
+        Self {
+            dial_timeout: Duration::from_secs(3),
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(20),
+            silence_timeout: Duration::from_secs(5),
+        }
+    }
+}
 
 /// A byte stream to a peer, as a [`PeerConnector`] opens it.
 pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
@@ -88,6 +125,7 @@ impl Peers {
         peers: &BTreeMap<RegionId, String>,
         tls: Option<&NodeTls>,
         connector: Option<PeerConnector>,
+        timings: LinkTimings,
         max_message_bytes: usize,
     ) -> Result<Self, PeerAddressError> {
         let mut channels = BTreeMap::new();
@@ -104,21 +142,21 @@ impl Peers {
                     .map_err(|e| invalid(e.to_string()))?;
             }
             let endpoint = endpoint
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true)
-                .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
-                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                .connect_timeout(timings.dial_timeout)
+                .http2_keep_alive_interval(timings.keepalive_interval)
+                .keep_alive_timeout(timings.keepalive_timeout)
                 .keep_alive_while_idle(true);
-            let channel = match &connector {
-                None => endpoint.connect_lazy(),
-                Some(connect) => {
-                    let connect = connect.clone();
-                    endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: Uri| {
-                        let connecting = connect(uri);
-                        async move { connecting.await.map(hyper_util::rt::TokioIo::new) }
-                    }))
-                }
-            };
+            // Always through a connector of our own: tonic bounds its
+            // built-in TCP dial by `connect_timeout` but not the TLS
+            // handshake after it, while a custom connector is wrapped,
+            // TLS included, in one timeout (tonic's `Endpoint::
+            // connect_with_connector_lazy`), so a tarpit cannot hold the
+            // channel.
+            let connect: PeerConnector = connector.clone().unwrap_or_else(|| Arc::new(dial_tcp));
+            let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |uri: Uri| {
+                let connecting = connect(uri);
+                async move { connecting.await.map(hyper_util::rt::TokioIo::new) }
+            }));
             channels.insert(region.to_string(), channel);
         }
         Ok(Self {
@@ -147,4 +185,24 @@ impl Peers {
                 reason: "not a peer of this node (see [peers] in its config)".into(),
             })
     }
+}
+
+/// The default dial: TCP to the address's host and port, without Nagle
+/// (peer calls are small request/answer exchanges).
+fn dial_tcp(uri: Uri) -> PeerConnecting {
+    Box::pin(async move {
+        let host = uri
+            .host()
+            .unwrap_or("localhost")
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = uri.port_u16().unwrap_or(match uri.scheme_str() {
+            Some("https") => 443,
+            _ => 80,
+        });
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+        stream.set_nodelay(true)?;
+        Ok(Box::new(stream) as Box<dyn PeerIo>)
+    })
 }
