@@ -39,17 +39,6 @@ fn deletion<'a>(e: &'a v1::DeletionExplanation, name: &str) -> Option<&'a v1::Ex
         .find(|d| d.resource.as_ref().is_some_and(|r| r.name == name))
 }
 
-/// `cascade -o json status` through `endpoint` (open to every client).
-async fn status_json(endpoint: &str) -> serde_json::Value {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
-        .args(["--server", endpoint, "-o", "json", "status"])
-        .env_remove("CASCADE_ADMIN_TOKEN")
-        .output()
-        .await
-        .expect("cascade status runs");
-    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
-}
-
 /// `cascade ARGS` through `endpoint`: its exit code, stdout (stderr after
 /// it, when there is any) and how long it took (the process's start
 /// included).
@@ -150,7 +139,7 @@ async fn explain_answers_within_its_budget_with_a_region_frozen_naming_it_and_si
     // Both nodes that will be asked have heard from ap-south.
     for endpoint in [&eu_addr, &us_addr] {
         eventually(Duration::from_secs(20), "a last contact with ap-south", || async {
-            let status = status_json(endpoint).await;
+            let (_, status) = support::cascade_status(endpoint).await;
             let contact = status["regions"]
                 .as_array()?
                 .iter()

@@ -26,7 +26,6 @@ use cascade_client::{Client, ClientError};
 use cascade_proto::v1;
 use support::fault_proxy::Fault;
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How long a client waits before it gives up on a call (and cancels it).
 const CUT: Duration = Duration::from_millis(1500);
@@ -123,16 +122,9 @@ async fn retry_create(via: &Client, reader: &Client, spec: &v1::ResourceSpec) ->
 
 /// One sample of a node's `/metrics`.
 async fn gauge(addr: SocketAddr, name: &str) -> f64 {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("metrics listener");
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: cascade\r\n\r\n")
+    *support::scrape(addr)
         .await
-        .expect("request sent");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("response read");
-    response
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .get(name)
         .unwrap_or_else(|| panic!("no sample {name} in the scrape"))
 }
 
