@@ -82,6 +82,8 @@ const PORT: u16 = 50051;
 const EPOCH_SECS: u64 = 1_700_000_000;
 /// One client call, simulated time: a held or partitioned link times out.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// See `settings`.
+const SIM_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Workload operations per seed.
 const OPERATIONS: usize = 100;
 /// Dry runs compared with the real delete, on the quiet cluster.
@@ -182,6 +184,11 @@ fn settings(region: &str) -> NodeSettings {
     s.policy.backoff_base_ms = 100;
     s.policy.backoff_cap_ms = 1_000;
     s.policy.max_attempts = 6;
+    // The simulated network has no slow links, only partitions: the
+    // keepalive gives up on a dead connection after 5 s, as it did before
+    // the default grew to 20 s for slow real links (the workload's calls
+    // retry for about 25 s after a partition heals).
+    s.links.keepalive_timeout = SIM_KEEPALIVE_TIMEOUT;
     for peer in REGIONS.iter().filter(|p| **p != region) {
         s.peers
             .insert(RegionId::parse(peer).expect("peer"), format!("http://{peer}:{PORT}"));
@@ -203,7 +210,7 @@ impl NodeLink {
         let endpoint = Endpoint::from_shared(format!("http://{region}:{PORT}"))
             .expect("endpoint")
             .http2_keep_alive_interval(cascade_node::peers::LinkTimings::default().keepalive_interval)
-            .keep_alive_timeout(cascade_node::peers::LinkTimings::default().keepalive_timeout)
+            .keep_alive_timeout(SIM_KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true);
         let channel = Self::connect(&endpoint);
         Self { endpoint, channel }

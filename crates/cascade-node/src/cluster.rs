@@ -482,7 +482,11 @@ impl Node {
     /// completed with every region's part; the regions that could not be
     /// asked come back with it). A delete without cascade first asks the
     /// regions of remote list owners whether they keep another target.
-    pub(crate) async fn delete(&self, mut req: DeleteRequest) -> Result<(DeleteOutcome, Vec<String>), Fault> {
+    pub(crate) async fn delete(
+        &self,
+        mut req: DeleteRequest,
+        budget: std::time::Duration,
+    ) -> Result<(DeleteOutcome, Vec<String>), Fault> {
         // An orphan delete refuses for no `cascade` referrer: nothing to ask.
         if !req.cascade && !req.orphan {
             let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
@@ -491,7 +495,7 @@ impl Node {
         let cascade = req.cascade && !req.orphan;
         match self.writer.delete(req).await? {
             DeleteOutcome::DryRun(plan) => {
-                let (plan, unreachable) = self.plan_everywhere(plan, cascade).await;
+                let (plan, unreachable) = self.plan_everywhere(plan, cascade, budget).await;
                 Ok((DeleteOutcome::DryRun(plan), unreachable))
             }
             other => Ok((other, Vec::new())),
@@ -507,22 +511,31 @@ impl Node {
     /// re-planned from every seed they were handed until nothing grows
     /// (see `cascade_core::plan`), then the parts are merged. Also returns
     /// the regions that could not be asked.
-    async fn plan_everywhere(&self, plan: Plan, cascade: bool) -> (Plan, Vec<String>) {
+    async fn plan_everywhere(&self, plan: Plan, cascade: bool, budget: std::time::Duration) -> (Plan, Vec<String>) {
         let Some(root) = plan.deleted.first().cloned() else {
             return (plan, Vec::new());
         };
+        let deadline = crate::clock::monotonic_now() + budget;
         let mut driver = PlanDriver::new(self.region.as_str(), root, plan);
         loop {
             let round = driver.next_round();
             if round.is_empty() {
                 break;
             }
-            for (region, seeds) in round {
-                let part = if region == self.region.as_str() {
+            // A round's regions at once, within what is left of the budget:
+            // a region that does not answer in time is listed unreachable.
+            let left = deadline.saturating_duration_since(crate::clock::monotonic_now());
+            let parts = futures::future::join_all(round.iter().map(|(region, seeds)| async move {
+                if region == self.region.as_str() {
                     self.plan_part(seeds.clone(), cascade).ok()
+                } else if left.is_zero() {
+                    None
                 } else {
-                    self.peers.plan(&region, &seeds, cascade).await
-                };
+                    self.peers.plan(region, seeds, cascade, left).await
+                }
+            }))
+            .await;
+            for ((region, seeds), part) in round.into_iter().zip(parts) {
                 driver.answer(&region, seeds, part);
             }
         }

@@ -270,18 +270,19 @@ impl Peers {
 
     /// `region`'s part of a dry run from `seeds`; None when it cannot be
     /// asked or does not answer with a plan (reported as unreachable).
-    pub(crate) async fn plan(&self, region: &str, seeds: &[RefTarget], cascade: bool) -> Option<Plan> {
+    pub(crate) async fn plan(
+        &self,
+        region: &str,
+        seeds: &[RefTarget],
+        cascade: bool,
+        deadline: Duration,
+    ) -> Option<Plan> {
         let req = v1::PeerPlanRequest {
             seeds: seeds.iter().map(convert::object_ref).collect(),
             cascade,
         };
         let answer = self
-            .call(
-                region,
-                "Plan",
-                PEER_CALL_TIMEOUT,
-                |mut c| async move { c.plan(req).await },
-            )
+            .call(region, "Plan", deadline, |mut c| async move { c.plan(req).await })
             .await
             .ok()?;
         convert::plan_from(answer).ok()

@@ -31,6 +31,10 @@ use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
+
+/// The whole cross-region part of a dry run (every round of `Peer.Plan`):
+/// a region that has not answered by then is listed as unreachable.
+const DRY_RUN_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::node::{Node, ResourceView};
 
 /// The client API over one node.
@@ -305,12 +309,15 @@ impl Resources for ResourcesApi {
     }
 
     async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
+        // A dry run asks other regions for their parts: all of it within
+        // this, or the caller's own deadline when that is shorter.
+        let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
         let raw = request.into_inner();
         if let Some((region, mut owner)) = self.route(&parse_name(&raw.name, "name")?, "name")? {
             let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
             return Ok(Response::new(answer));
         }
-        let (outcome, unreachable) = self.node.delete(convert::delete_request(raw)?).await?;
+        let (outcome, unreachable) = self.node.delete(convert::delete_request(raw)?, budget).await?;
         let response = match outcome {
             DeleteOutcome::Accepted(op) => v1::DeleteResponse {
                 operation: Some(convert::operation(&op, &[], String::new())),
