@@ -61,7 +61,7 @@ struct SilentRegions {
 /// One read of another region's part of an operation (GetOperation,
 /// WatchOperation): a region that does not answer this soon is listed as
 /// unreachable, and the operation is answered with the other parts.
-const OPERATION_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const OPERATION_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Owners asked at once while a create resolves its remote targets: enough
 /// to hide the round trips, few enough not to flood one owner.
@@ -603,6 +603,7 @@ impl Node {
         region: &str,
         after: Option<&ResourceName>,
         silent: &SilentRegions,
+        read_timeout: std::time::Duration,
     ) -> Result<PartAnswer, Fault> {
         if silent.without_part.contains(region) {
             return Ok(PartAnswer::NoPart);
@@ -617,11 +618,7 @@ impl Node {
                 Err(e) => Err(e),
             };
         }
-        match self
-            .peers
-            .operation_part(region, id, want, after, OPERATION_READ_TIMEOUT)
-            .await
-        {
+        match self.peers.operation_part(region, id, want, after, read_timeout).await {
             Ok(Some(page)) => Ok(PartAnswer::Part(Box::new(page))),
             Ok(None) => Ok(PartAnswer::NoPart),
             Err(e) if e.refused_the_request() => Err(e.into()),
@@ -641,6 +638,19 @@ impl Node {
         page_size: usize,
         cursor: Option<OutcomesCursor>,
     ) -> Result<OperationView, Fault> {
+        self.operation_within(id, page_size, cursor, OPERATION_READ_TIMEOUT)
+            .await
+    }
+
+    /// [`Node::operation`], each read of another region's part bounded by
+    /// `read_timeout` (a client's GetOperation derives it from its deadline).
+    pub(crate) async fn operation_within(
+        &self,
+        id: OperationId,
+        page_size: usize,
+        cursor: Option<OutcomesCursor>,
+        read_timeout: std::time::Duration,
+    ) -> Result<OperationView, Fault> {
         let page_size = page_size.min(self.limits.max_page_size);
         let mut assembler = OperationAssembler::new(id, self.all_regions(), cursor, page_size)?;
         // Every peer at once first, counters only, under one deadline: a
@@ -651,7 +661,7 @@ impl Node {
         let probes = futures::future::join_all(
             peers
                 .iter()
-                .map(|region| self.peers.operation_part(region, id, 0, None, OPERATION_READ_TIMEOUT)),
+                .map(|region| self.peers.operation_part(region, id, 0, None, read_timeout)),
         )
         .await;
         let mut silent = SilentRegions::default();
@@ -689,7 +699,14 @@ impl Node {
         }
         while let Some(request) = assembler.next_request() {
             let answer = self
-                .read_part(id, request.want, &request.region, request.after.as_ref(), &silent)
+                .read_part(
+                    id,
+                    request.want,
+                    &request.region,
+                    request.after.as_ref(),
+                    &silent,
+                    read_timeout,
+                )
                 .await?;
             assembler.answer(answer);
         }

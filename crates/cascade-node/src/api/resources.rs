@@ -30,6 +30,7 @@ use tracing::{info_span, Instrument};
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
+use crate::cluster::OPERATION_READ_TIMEOUT;
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
 
 /// The whole cross-region part of a dry run (every round of `Peer.Plan`):
@@ -152,9 +153,12 @@ impl ResourcesApi {
         id: cascade_core::OperationId,
         page_size: usize,
         token: &str,
+        read_timeout: std::time::Duration,
     ) -> Result<v1::Operation, Status> {
         let cursor = outcomes_cursor(token)?;
-        Ok(present_operation(&self.node.operation(id, page_size, cursor).await?))
+        Ok(present_operation(
+            &self.node.operation_within(id, page_size, cursor, read_timeout).await?,
+        ))
     }
 }
 
@@ -423,6 +427,10 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::GetOperationRequest>,
     ) -> Result<Response<v1::Operation>, Status> {
+        // Each round of part reads within this, or within the caller's own
+        // deadline when it leaves less (the probe round and the page's reads
+        // may take one each).
+        let read_timeout = budget_within(2 * OPERATION_READ_TIMEOUT, request.metadata()) / 2;
         let req = request.into_inner();
         let id = parse_operation_id(&req.id, "id")?;
         let page_size = match req.outcomes_page_size {
@@ -430,7 +438,8 @@ impl Resources for ResourcesApi {
             n => n as usize,
         };
         Ok(Response::new(
-            self.operation(id, page_size, &req.outcomes_page_token).await?,
+            self.operation(id, page_size, &req.outcomes_page_token, read_timeout)
+                .await?,
         ))
     }
 
