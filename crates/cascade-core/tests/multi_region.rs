@@ -988,7 +988,14 @@ impl World {
         let step = protocol::create(state, ctx(&self.schema, &self.policy, id, self.now), ids, vec![spec]);
         let step = match step {
             Ok(step) => step,
-            Err(e @ (CoreError::AlreadyExists { .. } | CoreError::TargetDeleting { .. })) => {
+            // The name is taken, by a live resource or by a create not
+            // settled yet (CreateUnsettled: the node would settle that one
+            // first; here the program's own stages settle it).
+            Err(
+                e @ (CoreError::AlreadyExists { .. }
+                | CoreError::CreateUnsettled { .. }
+                | CoreError::TargetDeleting { .. }),
+            ) => {
                 self.note(format!("create {name} {}: refused: {e}", described.join(" ")));
                 return Ok(None);
             }
