@@ -102,7 +102,23 @@ async fn a_tls_handshake_never_answered_for_25s_then_answered_the_link_is_back_w
             asked.elapsed()
         );
         during += 1;
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // The next create waits until the channel has dialled again (each
+        // dial is given up after the dial timeout, 3 s): a channel stuck in
+        // its first handshake would never dial again.
+        let dials = link.accepted();
+        eventually(
+            Duration::from_secs(15),
+            "the channel to dial the tarpitted peer again",
+            || async {
+                if link.accepted() > dials {
+                    return Some(());
+                }
+                // A call is what makes a lazy channel dial.
+                let _ = tokio::time::timeout(Duration::from_millis(200), us.get("eu-west/project/p")).await;
+                None
+            },
+        )
+        .await;
     }
     assert!(link.accepted() > 1, "the channel dialled again during the tarpit");
 
