@@ -37,7 +37,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cascade_core::model::{Resource, ResourceState};
-use cascade_core::operation_view::{OperationAssembler, OperationView, OutcomesCursor, PartAnswer};
+use cascade_core::operation_view::{OperationAssembler, OperationPage, OperationView, OutcomesCursor, PartAnswer};
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::plan::PlanDriver;
 use cascade_core::protocol::{DeleteOutcome, DeleteRequest, Plan, ResourceSpec, Step};
@@ -50,10 +50,13 @@ use crate::error::Fault;
 use crate::node::Node;
 use crate::peers::{LookupAnswer, PEER_CALL_TIMEOUT};
 
-/// The peers that did not answer an operation's first round of reads:
-/// all of them, and those known to hold no part of it.
+/// What an operation's first round of reads (every peer at once,
+/// counters only) found: the parts it read, which the page's counters-only
+/// reads reuse rather than asking again; the peers that did not answer;
+/// and those of them known to hold no part.
 #[derive(Default)]
-struct SilentRegions {
+struct FirstRound {
+    counters: BTreeMap<String, Option<OperationPage>>,
     unreachable: BTreeSet<String>,
     without_part: BTreeSet<String>,
 }
@@ -602,14 +605,22 @@ impl Node {
         want: usize,
         region: &str,
         after: Option<&ResourceName>,
-        silent: &SilentRegions,
+        first: &mut FirstRound,
         read_timeout: std::time::Duration,
     ) -> Result<PartAnswer, Fault> {
-        if silent.without_part.contains(region) {
+        if first.without_part.contains(region) {
             return Ok(PartAnswer::NoPart);
         }
-        if silent.unreachable.contains(region) {
+        if first.unreachable.contains(region) {
             return Ok(PartAnswer::Unreachable);
+        }
+        if want == 0 {
+            if let Some(read) = first.counters.remove(region) {
+                return Ok(match read {
+                    Some(page) => PartAnswer::Part(Box::new(page)),
+                    None => PartAnswer::NoPart,
+                });
+            }
         }
         if region == self.region.as_str() {
             return match self.local_operation(id, want, after) {
@@ -664,15 +675,17 @@ impl Node {
                 .map(|region| self.peers.operation_part(region, id, 0, None, read_timeout)),
         )
         .await;
-        let mut silent = SilentRegions::default();
+        let mut first = FirstRound::default();
         let mut parts = Vec::new();
         for (region, answer) in peers.into_iter().zip(probes) {
             match answer {
-                Ok(Some(page)) => parts.push(page.operation),
-                Ok(None) => {}
+                Ok(read) => {
+                    parts.extend(read.as_ref().map(|page| page.operation.clone()));
+                    first.counters.insert(region, read);
+                }
                 Err(e) if e.refused_the_request() => {}
                 Err(_) => {
-                    silent.unreachable.insert(region);
+                    first.unreachable.insert(region);
                 }
             }
         }
@@ -689,7 +702,7 @@ impl Node {
         if finished {
             if let Some(root_region) = parts.first().map(|p| p.root.name.region().to_owned()) {
                 let touched: BTreeSet<&String> = parts.iter().flat_map(|p| p.reached.iter()).collect();
-                silent.without_part = silent
+                first.without_part = first
                     .unreachable
                     .iter()
                     .filter(|r| **r != root_region && !touched.contains(r))
@@ -704,14 +717,14 @@ impl Node {
                     request.want,
                     &request.region,
                     request.after.as_ref(),
-                    &silent,
+                    &mut first,
                     read_timeout,
                 )
                 .await?;
             assembler.answer(answer);
         }
         let mut view = assembler.finish()?;
-        view.unreachable.extend(silent.without_part);
+        view.unreachable.extend(first.without_part);
         view.unreachable.sort();
         Ok(view)
     }

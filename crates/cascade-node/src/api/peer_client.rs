@@ -298,6 +298,33 @@ impl Peers {
         after: Option<&ResourceName>,
         deadline: Duration,
     ) -> Result<Option<OperationPage>, RemoteError> {
+        match self.raw_operation_part(region, id, want, after, deadline).await? {
+            Some(part) => convert::operation_page_from(part)
+                .map(Some)
+                .map_err(|s| bad_answer(region, "OperationPart", s)),
+            None => Ok(None),
+        }
+    }
+
+    /// What the closure check needs of `region`'s part of operation `id`
+    /// (its counters and the regions it reached), within `deadline`.
+    pub(crate) async fn closure_part(&self, region: &str, id: OperationId, deadline: Duration) -> PartAnswer {
+        match self.raw_operation_part(region, id, 0, None, deadline).await {
+            Ok(Some(part)) => PartAnswer::Part(convert::part_summary_from(&part)),
+            Ok(None) => PartAnswer::NoPart,
+            Err(e) => PartAnswer::Unreachable(e.to_string()),
+        }
+    }
+
+    /// `Peer.OperationPart` as it came: None when `region` has no part.
+    async fn raw_operation_part(
+        &self,
+        region: &str,
+        id: OperationId,
+        want: usize,
+        after: Option<&ResourceName>,
+        deadline: Duration,
+    ) -> Result<Option<v1::Operation>, RemoteError> {
         let req = v1::GetOperationRequest {
             id: id.to_string(),
             outcomes_page_size: u32::try_from(want).unwrap_or(u32::MAX),
@@ -309,31 +336,9 @@ impl Peers {
             })
             .await
         {
-            Ok(part) => convert::operation_page_from(part)
-                .map(Some)
-                .map_err(|s| bad_answer(region, "OperationPart", s)),
+            Ok(part) => Ok(Some(part)),
             Err(RemoteError::Answered(s)) if s.code == RelayedCode::NotFound => Ok(None),
             Err(e) => Err(e),
-        }
-    }
-
-    /// What the closure check needs of `region`'s part of operation `id`
-    /// (its counters and the regions it reached), within `deadline`.
-    pub(crate) async fn closure_part(&self, region: &str, id: OperationId, deadline: Duration) -> PartAnswer {
-        let req = v1::GetOperationRequest {
-            id: id.to_string(),
-            outcomes_page_size: 0,
-            outcomes_page_token: String::new(),
-        };
-        match self
-            .call(region, "OperationPart", deadline, |mut c| async move {
-                c.operation_part(req).await
-            })
-            .await
-        {
-            Ok(part) => PartAnswer::Part(convert::part_summary_from(&part)),
-            Err(RemoteError::Answered(s)) if s.code == RelayedCode::NotFound => PartAnswer::NoPart,
-            Err(e) => PartAnswer::Unreachable(e.to_string()),
         }
     }
 
