@@ -507,6 +507,8 @@ struct ReconcilerState {
     /// This pass tried to settle a create.
     pass_acted: bool,
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// A tick is in the mailbox (see [`coalesced_ticks`]).
+    tick_queued: Arc<AtomicBool>,
 }
 
 impl Actor for Reconciler {
@@ -525,8 +527,16 @@ impl Actor for Reconciler {
             .pending_attaches(None, usize::MAX)
             .map(|p| p.into_iter().map(|p| p.resource.uid).collect())
             .unwrap_or_default();
-        let ticker = myself.send_interval(ctx.tick.max(Duration::from_millis(200)), || ReconcilerMsg::Tick);
+        // Coalesced like the links' ticks: a pass waits on peers (attaches,
+        // closure checks), and a plain interval would pile ticks up behind it.
+        let tick_queued = Arc::new(AtomicBool::new(true));
         let _ = myself.cast(ReconcilerMsg::Tick);
+        let ticker = coalesced_ticks(
+            &myself,
+            ctx.tick.max(Duration::from_millis(200)),
+            tick_queued.clone(),
+            || ReconcilerMsg::Tick,
+        );
         Ok(ReconcilerState {
             ctx,
             settle_after: PEER_CALL_TIMEOUT * 3,
@@ -536,6 +546,7 @@ impl Actor for Reconciler {
             pass_due: None,
             pass_acted: false,
             ticker: Some(ticker),
+            tick_queued,
         })
     }
 
@@ -556,6 +567,7 @@ impl Actor for Reconciler {
         _: ReconcilerMsg,
         state: &mut ReconcilerState,
     ) -> Result<(), ActorProcessingErr> {
+        state.tick_queued.store(false, Ordering::Release);
         let node = state.ctx.node.clone();
         if let Some(below) = node.compactable_below() {
             match node.writer.compact_outbox(below).await {
