@@ -34,7 +34,9 @@
 //!    in-memory engines), [`codec`] (how core records are keyed and encoded
 //!    in the store), [`config`] (the node's TOML configuration, with
 //!    [`ApiLimits`]), `error.rs` (`Fault`, the error of every operation).
-//! 5. [`clock`] (injected time), [`entropy`] (injected randomness), and
+//! 5. [`clock`] (injected time), [`entropy`] (injected randomness),
+//!    `log_throttle.rs` (warnings that repeat, logged once a window with a
+//!    count), and
 //!    [`peers`], the port for calls to other regions: the channels to
 //!    their nodes (and how a simulation replaces TCP), what they answer and
 //!    `RemoteError`, on core types only. It names nothing of the crate, so
@@ -73,6 +75,7 @@ pub mod store;
 // regions (its types; its typed calls are implemented in `api/`).
 pub mod clock;
 pub mod entropy;
+mod log_throttle;
 pub mod peers;
 
 pub use api::server::RunningNode;

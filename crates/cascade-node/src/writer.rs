@@ -179,6 +179,9 @@ pub struct WriterState {
     work_queued: bool,
     /// The periodic tick; aborted when the actor stops.
     ticker: Option<tokio::task::JoinHandle<()>>,
+    /// A work step that fails fails again on every kick while the store
+    /// refuses commits: one line a window, with the count.
+    work_failed: crate::log_throttle::Throttle,
 }
 
 /// The meta key the writer's health probe writes (see
@@ -287,7 +290,8 @@ impl WriterState {
         match self.ctx.store.commit(batch).and_then(|()| self.ctx.store.flush()) {
             Ok(()) => {
                 if self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true)) {
-                    info!(region = %self.ctx.region, "the store commits again: health is SERVING");
+                    let unlogged = self.work_failed.reset().count();
+                    info!(region = %self.ctx.region, unlogged_work_failures = unlogged, "the store commits again: health is SERVING");
                 }
             }
             Err(e) => self.commit_failed(&e),
@@ -402,6 +406,7 @@ impl Actor for Writer {
             ctx,
             work_queued: false,
             ticker: Some(ticker),
+            work_failed: crate::log_throttle::Throttle::default(),
         };
         // Resume whatever was accepted before a restart or crash.
         state.kick(&myself);
@@ -501,7 +506,11 @@ impl Actor for Writer {
                     ),
                     Ok(_) => {}
                     // Storage trouble: the queue is durable, the tick retries.
-                    Err(e) => warn!(error = %e, "deletion work step failed; will retry"),
+                    Err(e) => {
+                        if let Some(more) = state.work_failed.admit() {
+                            warn!(error = %e, suppressed = more.count(), "deletion work step failed; will retry{more}");
+                        }
+                    }
                 }
             }
         }
