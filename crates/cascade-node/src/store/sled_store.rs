@@ -160,9 +160,13 @@ impl Store for SledStore {
         super::probe_writable(&self.dir)?;
         let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
         // The old handles go first: sled holds a lock on its files until
-        // its last handle is dropped (its drop tries one flush, which
-        // fails at once on the kept error).
-        drop(open.take());
+        // its last handle is dropped. Each tree's drop tries a flush, which
+        // fails at once on the kept error, and logs it: 17 error lines of
+        // the failure the writer has logged already and reopens for. They
+        // are not sent to the node's log (a dispatcher that drops them, for
+        // this drop on this thread only).
+        let old = open.take();
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || drop(old));
         *open = Some(Handles::open(&self.dir, self.cache_bytes)?);
         Ok(())
     }

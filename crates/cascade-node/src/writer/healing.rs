@@ -76,6 +76,10 @@ impl Healing {
     }
 
     fn start(&mut self, now: Instant, reopen_wanted: bool) {
+        // The first failure is the episode's error line: the warnings
+        // that it still fails start a window after it.
+        let still_failing = Throttle::default();
+        let _ = still_failing.admit();
         self.episode = Some(Episode {
             since: now,
             failures: 1,
@@ -83,7 +87,7 @@ impl Healing {
             reopen_wanted,
             delay: FIRST_RETRY,
             retry_at: now + FIRST_RETRY,
-            still_failing: Throttle::default(),
+            still_failing,
         });
     }
 
