@@ -59,7 +59,12 @@ fn mount_namespace(scratch: &Path) -> Result<&'static str, String> {
     for flags in ["-m", "-Urm"] {
         let out = std::process::Command::new("unshare")
             .arg(flags)
-            .args(["sh", "-c", "mount -t tmpfs -o size=1m tmpfs \"$0\"", &scratch.display().to_string()])
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs -o size=1m tmpfs \"$0\"",
+                &scratch.display().to_string(),
+            ])
             .output();
         match out {
             Ok(o) if o.status.success() => return Ok(flags),
@@ -240,11 +245,16 @@ async fn a_full_disk_heals_without_a_restart(engine: &str) {
         .id;
     let filler = fill(&node.mount);
     let filled = Instant::now();
-    println!("[{engine}] disk full ({} MiB of filler)", std::fs::metadata(&filler).unwrap().len() >> 20);
+    println!(
+        "[{engine}] disk full ({} MiB of filler)",
+        std::fs::metadata(&filler).unwrap().len() >> 20
+    );
 
-    eventually(Duration::from_secs(20), "health NOT_SERVING on the full disk", || async {
-        (health(&channel).await == Some(ServingStatus::NotServing)).then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "health NOT_SERVING on the full disk",
+        || async { (health(&channel).await == Some(ServingStatus::NotServing)).then_some(()) },
+    )
     .await;
     let refused_at_full = refused.load(Ordering::SeqCst);
     // The disk stays full while the client writes on: 50 more refusals.
@@ -269,11 +279,15 @@ async fn a_full_disk_heals_without_a_restart(engine: &str) {
     std::fs::remove_file(&filler).expect("the filler is removed");
     let freed = Instant::now();
     let mut n = 0;
-    eventually(Duration::from_secs(15), "a create succeeds after the disk was freed", || {
-        n += 1;
-        let client = client.clone();
-        async move { client.create(spec(&format!("project/after{n}"), &[])).await.ok() }
-    })
+    eventually(
+        Duration::from_secs(15),
+        "a create succeeds after the disk was freed",
+        || {
+            n += 1;
+            let client = client.clone();
+            async move { client.create(spec(&format!("project/after{n}"), &[])).await.ok() }
+        },
+    )
     .await;
     let healed_in = freed.elapsed();
     println!("[{engine}] a create succeeded {healed_in:?} after the disk was freed");
@@ -404,7 +418,10 @@ async fn a_failing_store_is_retried_with_backoff_and_reopened_then_serves_at_onc
         .unwrap();
 
     store.full.store(true, Ordering::SeqCst);
-    let refused = client.create(spec("project/p", &[])).await.expect_err("the disk is full");
+    let refused = client
+        .create(spec("project/p", &[]))
+        .await
+        .expect_err("the disk is full");
     assert_eq!(code(&refused), Some(tonic::Code::Unavailable), "{refused}");
     assert_eq!(health(&channel).await, Some(ServingStatus::NotServing));
     // Five retries while the disk stays full: the first 100 ms after the
@@ -438,7 +455,11 @@ async fn a_failing_store_is_retried_with_backoff_and_reopened_then_serves_at_onc
     .await;
     println!("SERVING {:?} after the disk recovered", freed.elapsed());
     assert!(freed.elapsed() < Duration::from_millis(2500));
-    assert_eq!(store.probes.lock().unwrap().len(), retries_before + 1, "one retry healed it");
+    assert_eq!(
+        store.probes.lock().unwrap().len(),
+        retries_before + 1,
+        "one retry healed it"
+    );
     client.create(spec("project/p", &[])).await.expect("commits again");
     node.stop().await.unwrap();
 }
