@@ -455,7 +455,9 @@ async fn a_failing_store_is_retried_with_backoff_and_reopened_then_serves_at_onc
     })
     .await;
     println!("SERVING {:?} after the disk recovered", freed.elapsed());
-    assert!(freed.elapsed() < Duration::from_millis(2500));
+    // The next retry is at most 2 s away (the cap), plus a tick and a
+    // loaded machine's delays.
+    assert!(freed.elapsed() < Duration::from_secs(3), "{:?}", freed.elapsed());
     assert_eq!(
         store.probes.lock().unwrap().len(),
         retries_before + 1,
