@@ -254,7 +254,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     let region = file.region.clone().unwrap_or_default();
     let otlp = file.tracing.otlp_endpoint.as_deref().map(|e| (e, region.as_str()));
-    let provider = init_tracing("info", otlp)?;
+    // The storage engines' own info lines (fjall and its LSM trees: two a
+    // keyspace at every open, and at every reopen after a full disk) say
+    // nothing an operator acts on; their warnings and errors still show.
+    let provider = init_tracing("info,fjall=warn,lsm_tree=warn", otlp)?;
     let served = serve_node(file).await;
     if let Some(provider) = provider {
         // The spans still in the exporter's batch. A blocking call whose

@@ -12,6 +12,7 @@ use cascade_core::OperationId;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::error::Fault;
+use crate::log_throttle::Throttle;
 use crate::node::Node;
 
 /// For every operation whose root waits only for other regions' parts
@@ -22,7 +23,10 @@ use crate::node::Node;
 /// one it reached that cannot be asked, or any pending or changing part,
 /// leaves the root waiting: the writer reports it again after
 /// `Policy::closure_check_ms`.
-pub(crate) async fn confirm_closures(node: &Node) {
+///
+/// A confirmation that fails (the store refuses commits) fails again at
+/// every check: `failed` lets one line a window through, with the count.
+pub(crate) async fn confirm_closures(node: &Node, failed: &Throttle) {
     let ids: Vec<OperationId> = match node.closure_checks.lock() {
         Ok(mut checks) => std::mem::take(&mut *checks).into_iter().collect(),
         Err(_) => return,
@@ -38,10 +42,17 @@ pub(crate) async fn confirm_closures(node: &Node) {
                 .apply(move |s, c, _| cascade_core::protocol::confirm_remote_closure(s, c, id, local_changes))
                 .await
             {
-                Ok(true) => info!("every region's part of the operation is finished; the root goes"),
+                Ok(true) => {
+                    failed.reset();
+                    info!("every region's part of the operation is finished; the root goes")
+                }
                 Ok(false) => debug!("the operation changed meanwhile; will look again"),
                 Err(e @ Fault::Writer(_)) => debug!(error = %e, "writer unavailable; will look again"),
-                Err(e) => warn!(error = %e, "confirming the closure failed"),
+                Err(e) => {
+                    if let Some(more) = failed.admit() {
+                        warn!(error = %e, suppressed = more.count(), "confirming the closure failed{more}");
+                    }
+                }
             }
         }
         .instrument(span)

@@ -33,6 +33,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::clock;
 use crate::entropy::{stable_hash, XorShift64};
 use crate::error::Fault;
+use crate::log_throttle::Throttle;
 use crate::node::Node;
 use crate::peers::{WatchEnd, WatchedEvent, PEER_CALL_TIMEOUT};
 
@@ -509,6 +510,10 @@ struct ReconcilerState {
     ticker: Option<tokio::task::JoinHandle<()>>,
     /// A tick is in the mailbox (see [`coalesced_ticks`]).
     tick_queued: Arc<AtomicBool>,
+    /// What fails on every tick while the store fails: one line a window.
+    compaction_failed: Throttle,
+    attach_read_failed: Throttle,
+    closure_failed: Throttle,
 }
 
 impl Actor for Reconciler {
@@ -547,6 +552,9 @@ impl Actor for Reconciler {
             pass_acted: false,
             ticker: Some(ticker),
             tick_queued,
+            compaction_failed: Throttle::default(),
+            attach_read_failed: Throttle::default(),
+            closure_failed: Throttle::default(),
         })
     }
 
@@ -571,12 +579,20 @@ impl Actor for Reconciler {
         let node = state.ctx.node.clone();
         if let Some(below) = node.compactable_below() {
             match node.writer.compact_outbox(below).await {
-                Ok(n) if n > 0 => debug!(region = %node.region, removed = n, below, "outbox compacted"),
-                Ok(_) => {}
-                Err(e) => warn!(region = %node.region, error = %e, "outbox compaction failed"),
+                Ok(n) => {
+                    state.compaction_failed.reset();
+                    if n > 0 {
+                        debug!(region = %node.region, removed = n, below, "outbox compacted");
+                    }
+                }
+                Err(e) => {
+                    if let Some(more) = state.compaction_failed.admit() {
+                        warn!(region = %node.region, error = %e, suppressed = more.count(), "outbox compaction failed{more}");
+                    }
+                }
             }
         }
-        crate::closure_check::confirm_closures(&node).await;
+        crate::closure_check::confirm_closures(&node, &state.closure_failed).await;
         // Unsettled creates are walked a page per tick, in passes. The next
         // pass starts at the next tick when this one had a create to settle
         // (it may have failed: retried as before), else when the youngest
@@ -591,9 +607,14 @@ impl Actor for Reconciler {
         }
         const PAGE: usize = 100;
         let pending = match node.state().pending_attaches(state.attach_after.as_deref(), PAGE) {
-            Ok(p) => p,
+            Ok(p) => {
+                state.attach_read_failed.reset();
+                p
+            }
             Err(e) => {
-                warn!(error = %e, "reading unsettled creates failed");
+                if let Some(more) = state.attach_read_failed.admit() {
+                    warn!(error = %e, suppressed = more.count(), "reading unsettled creates failed{more}");
+                }
                 return Ok(());
             }
         };

@@ -71,6 +71,8 @@ fn status_label(status: &Held) -> &'static str {
 /// Every metric of one node.
 pub struct NodeMetrics {
     registry: Registry,
+    /// A scrape reads the store: while it fails, every scrape would warn.
+    scrape_failed: crate::log_throttle::Throttle,
     resources: IntGaugeVec,
     deletions_accepted: IntCounter,
     deletions_started: IntCounter,
@@ -79,6 +81,7 @@ pub struct NodeMetrics {
     writer_step_seconds: HistogramVec,
     writer_batch_keys: Histogram,
     writer_commit_failures: IntCounter,
+    store_reopens: IntCounter,
     deletions: IntGaugeVec,
     retry_queue_depth: IntGauge,
     unfinished_work_seconds: Gauge,
@@ -164,6 +167,10 @@ impl NodeMetrics {
             writer_commit_failures: registered(&r, build(IntCounter::new(
                 "cascade_writer_commit_failures_total",
                 "Steps whose commit the storage engine refused (health is NOT_SERVING meanwhile).",
+            ))),
+            store_reopens: registered(&r, build(IntCounter::new(
+                "cascade_store_reopens_total",
+                "Times the writer reopened the storage engine from its files to heal it (after a full disk, a read-only remount).",
             ))),
             deletions: registered(&r, build(IntGaugeVec::new(
                 Opts::new(
@@ -251,6 +258,7 @@ impl NodeMetrics {
                 &["method"],
             ))),
             registry: r,
+            scrape_failed: crate::log_throttle::Throttle::default(),
         }
         .with_zeroes()
     }
@@ -351,6 +359,11 @@ impl NodeMetrics {
         self.writer_commit_failures.inc();
     }
 
+    /// The writer reopened the storage engine to heal it.
+    pub(crate) fn store_reopened(&self) {
+        self.store_reopens.inc();
+    }
+
     /// The link to `peer` is following its outbox (or not).
     pub(crate) fn peer_connected(&self, peer: &str, connected: bool) {
         self.peer_connected.with_label_values(&[peer]).set(i64::from(connected));
@@ -385,8 +398,15 @@ impl NodeMetrics {
     /// The text exposition of every metric, after refreshing what is read
     /// at scrape time from `node`.
     pub(crate) fn render(&self, node: &dyn ScrapeSource) -> String {
-        if let Err(e) = self.refresh(node) {
-            warn!(error = %e, "metrics: reading the store failed; serving the last figures");
+        match self.refresh(node) {
+            Ok(()) => {
+                self.scrape_failed.reset();
+            }
+            Err(e) => {
+                if let Some(more) = self.scrape_failed.admit() {
+                    warn!(error = %e, suppressed = more.count(), "metrics: reading the store failed; serving the last figures{more}");
+                }
+            }
         }
         let mut out = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {

@@ -12,7 +12,10 @@
 //! before its events are published, so a client or watcher never sees a
 //! revision that a crash could take back.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+mod healing;
+mod release_hints;
+mod write_stats;
+
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -31,6 +34,8 @@ use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
+pub use release_hints::ReleaseHints;
+pub use write_stats::{WriteStats, WriteStatsSnapshot};
 
 /// What the writer needs; shared by every incarnation of the actor.
 #[derive(Clone)]
@@ -56,86 +61,11 @@ pub struct WriterContext {
     /// The node's Prometheus metrics (steps, batches, resources by state).
     pub metrics: Arc<NodeMetrics>,
     /// Whether the last commit succeeded: gRPC health reports NOT_SERVING
-    /// while it is false (`api/server.rs`).
+    /// while it is false (`api/server.rs`). Only the writer sets it.
     pub committing: Arc<tokio::sync::watch::Sender<bool>>,
     /// The trace context of each committed event peers are sent, for their
     /// Watch streams (`trace_context.rs`).
     pub trace_marks: Arc<TraceMarks>,
-}
-
-/// The lowest pending-release key the writer queued for each owner region
-/// since that region's link last took it.
-///
-/// Why: a link sends its region's queued releases in key order and each
-/// acknowledged one is removed, which in an LSM engine (fjall) leaves a
-/// tombstone until compaction. A send that scanned from the first key
-/// passed every release sent before it: 19 % of all CPU in cascade-bench's
-/// P2 at 1M on fjall. So a link resumes after the last key it sent, and
-/// this hint says when a release was queued behind that point (one for
-/// another, older target), so that the link starts over instead of
-/// missing it. In memory only: after a restart a link starts from the
-/// first key.
-#[derive(Debug, Default)]
-pub struct ReleaseHints(std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>);
-
-impl ReleaseHints {
-    fn note(&self, region: &str, key: Vec<u8>) {
-        let Ok(mut hints) = self.0.lock() else { return };
-        match hints.get_mut(region) {
-            Some(lowest) if *lowest <= key => {}
-            Some(lowest) => *lowest = key,
-            None => {
-                hints.insert(region.to_owned(), key);
-            }
-        }
-    }
-
-    /// The lowest key queued for `region` since the last call, if any.
-    /// A poisoned lock answers "from the first key" (`Some(empty)`).
-    pub fn take(&self, region: &str) -> Option<Vec<u8>> {
-        match self.0.lock() {
-            Ok(mut hints) => hints.remove(region),
-            Err(_) => Some(Vec::new()),
-        }
-    }
-}
-
-/// Counters of what a node's writer committed since it opened. Relaxed
-/// atomics: readers want totals, not an ordering with the data.
-#[derive(Debug, Default)]
-pub struct WriteStats {
-    batches: AtomicU64,
-    key_writes: AtomicU64,
-    value_bytes: AtomicU64,
-}
-
-/// A reading of [`WriteStats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct WriteStatsSnapshot {
-    /// Atomic batches committed (one per protocol step that wrote anything).
-    pub batches: u64,
-    /// Keys put or removed, over every table.
-    pub key_writes: u64,
-    /// Bytes of the values put (keys not counted).
-    pub value_bytes: u64,
-}
-
-impl WriteStats {
-    fn record(&self, batch: &crate::store::Batch) {
-        let bytes: usize = batch.ops.iter().map(|(_, _, v)| v.as_ref().map_or(0, Vec::len)).sum();
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.key_writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        self.value_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
-    }
-
-    /// The totals now.
-    pub fn snapshot(&self) -> WriteStatsSnapshot {
-        WriteStatsSnapshot {
-            batches: self.batches.load(Ordering::Relaxed),
-            key_writes: self.key_writes.load(Ordering::Relaxed),
-            value_bytes: self.value_bytes.load(Ordering::Relaxed),
-        }
-    }
 }
 
 /// Operations to check for a finished cross-region closure. In memory: a
@@ -182,10 +112,13 @@ pub struct WriterState {
     /// A work step that fails fails again on every kick while the store
     /// refuses commits: one line a window, with the count.
     work_failed: crate::log_throttle::Throttle,
+    /// While commits fail: since when, how often, when to retry and
+    /// whether to reopen the engine first (`writer/healing.rs`).
+    healing: healing::Healing,
 }
 
 /// The meta key the writer's health probe writes (see
-/// [`WriterState::probe_commit`]); nothing reads it.
+/// [`WriterState::heal`]); nothing reads it.
 const HEALTH_PROBE_KEY: &[u8] = b"health_probe";
 
 /// The core's `IdSource` over the node's injected [`UidSource`].
@@ -199,7 +132,16 @@ impl IdSource for SharedIds {
 
 impl WriterState {
     /// Commits, flushes, then publishes. Returns whether deletion work was queued.
-    fn commit(&self, writes: WriteSet) -> Result<bool, CoreError> {
+    ///
+    /// A commit that fails answers an error, and nothing of it is
+    /// published, but it may have landed all the same (fjall applies a
+    /// batch whose journal write failed when it reopens; sled's commit may
+    /// succeed and its flush fail): like a step cut by a crash, it is known
+    /// whole or not at all. A client reads UNAVAILABLE, which may have
+    /// happened; a work step is recomputed from the store by the next one;
+    /// an event that landed reaches watchers from the store (a stream
+    /// replays the revisions it missed).
+    fn commit(&mut self, writes: WriteSet) -> Result<bool, CoreError> {
         if writes.is_empty() {
             return Ok(false);
         }
@@ -233,7 +175,7 @@ impl WriterState {
             self.commit_failed(&e);
             return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
         }
-        self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true));
+        self.commit_succeeded();
         // The map is ordered by (region, key): the first queued release of
         // each region is its lowest.
         let mut last_region: Option<&str> = None;
@@ -265,37 +207,108 @@ impl WriterState {
     }
 
     /// The engine refused a commit or a flush: counted, and health goes
-    /// NOT_SERVING (logged once per change).
-    fn commit_failed(&self, e: &crate::store::StoreError) {
+    /// NOT_SERVING; the first failure of an episode is an error line, the
+    /// next ones a warning a window with their count.
+    fn commit_failed(&mut self, e: &crate::store::StoreError) {
         self.ctx.metrics.commit_failed();
-        if self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false)) {
-            error!(region = %self.ctx.region, error = %e, "the store refused a commit: health is NOT_SERVING until one succeeds");
+        self.store_failed(e);
+    }
+
+    /// The store failed a commit, a retry or a reopen (see [`Self::commit_failed`]).
+    fn store_failed(&mut self, e: &crate::store::StoreError) {
+        self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false));
+        match self.healing.failed(e, crate::clock::monotonic_now()) {
+            healing::Noted::First => error!(
+                region = %self.ctx.region,
+                error = %e,
+                may_clear = e.may_clear(),
+                "the store refused a commit: health is NOT_SERVING until one succeeds; retrying with backoff"
+            ),
+            healing::Noted::Again(Some(more)) => warn!(
+                region = %self.ctx.region,
+                error = %e,
+                suppressed = more.count(),
+                "the store still refuses commits{more}"
+            ),
+            healing::Noted::Again(None) => {}
         }
     }
 
-    /// While commits fail, each tick tries a small one (a heartbeat in the
-    /// meta table): a node with nothing to write would otherwise stay
-    /// NOT_SERVING after its disk recovered.
-    fn probe_commit(&self) {
-        if *self.ctx.committing.borrow() {
+    /// A commit succeeded: an episode of failures, if any, is over (one
+    /// line with its figures) and health is SERVING again.
+    fn commit_succeeded(&mut self) {
+        let Some(healed) = self.healing.healed(crate::clock::monotonic_now()) else {
+            return;
+        };
+        self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true));
+        let unlogged = self.work_failed.reset().count();
+        info!(
+            region = %self.ctx.region,
+            failures = healed.failures,
+            reopens = healed.reopens,
+            lasted_ms = u64::try_from(healed.lasted.as_millis()).unwrap_or(u64::MAX),
+            unlogged_work_failures = unlogged,
+            "the store commits again: health is SERVING"
+        );
+    }
+
+    /// While commits fail, each tick whose retry is due tries again:
+    /// reopens the engine when a failure that may clear was seen (its old
+    /// handles refuse for good), then commits a small batch (a heartbeat in
+    /// the meta table): a node with nothing to write would otherwise stay
+    /// NOT_SERVING after its disk recovered. A retry that fails doubles the
+    /// wait for the next, from 100 ms to 2 s (`writer/healing.rs`).
+    fn heal(&mut self) {
+        let now = crate::clock::monotonic_now();
+        if !self.healing.due(now) {
             return;
         }
-        let now = self.ctx.clock.now().0;
+        if self.healing.reopen_wanted() {
+            match self.ctx.store.reopen() {
+                Ok(()) => self.reopened(),
+                Err(e) => {
+                    if !e.may_clear() {
+                        self.healing.stop_reopening();
+                        error!(region = %self.ctx.region, error = %e,
+                            "the store could not be reopened, and this error does not clear by itself: \
+                             the node needs an operator (restart it once the cause is fixed)");
+                    }
+                    self.store_failed(&e);
+                    self.healing.retry_failed(crate::clock::monotonic_now());
+                    return;
+                }
+            }
+        }
         let mut batch = crate::store::Batch::default();
         batch.put(
             crate::store::Table::Meta,
             HEALTH_PROBE_KEY.to_vec(),
-            now.to_be_bytes().to_vec(),
+            self.ctx.clock.now().0.to_be_bytes().to_vec(),
         );
         match self.ctx.store.commit(batch).and_then(|()| self.ctx.store.flush()) {
-            Ok(()) => {
-                if self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true)) {
-                    let unlogged = self.work_failed.reset().count();
-                    info!(region = %self.ctx.region, unlogged_work_failures = unlogged, "the store commits again: health is SERVING");
-                }
+            Ok(()) => self.commit_succeeded(),
+            Err(e) => {
+                self.commit_failed(&e);
+                self.healing.retry_failed(crate::clock::monotonic_now());
             }
-            Err(e) => self.commit_failed(&e),
         }
+    }
+
+    /// The engine was reopened from its files: what the node keeps in
+    /// memory about the store is brought back to them, as after a restart
+    /// (resources by state recounted, the links' sends of queued releases
+    /// started from the first key).
+    fn reopened(&mut self) {
+        self.healing.reopened();
+        self.ctx.metrics.store_reopened();
+        self.ctx.release_hints.start_over();
+        let state = StoreState {
+            store: self.ctx.store.as_ref(),
+        };
+        if let Err(e) = self.ctx.metrics.count_resources(&state) {
+            debug!(error = %e, "resources not recounted after the reopen; the next reopen or restart will");
+        }
+        debug!(region = %self.ctx.region, "the store's engine was reopened from its files");
     }
 
     /// Notes the current span's trace context for each event of `writes`
@@ -407,7 +420,12 @@ impl Actor for Writer {
             work_queued: false,
             ticker: Some(ticker),
             work_failed: crate::log_throttle::Throttle::default(),
+            healing: healing::Healing::default(),
         };
+        if !*state.ctx.committing.borrow() {
+            // Restarted by the supervisor while commits were failing.
+            state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
+        }
         // Resume whatever was accepted before a restart or crash.
         state.kick(&myself);
         Ok(state)
@@ -489,8 +507,15 @@ impl Actor for Writer {
             // Unwrapped above; a message traced twice is not sent.
             WriterMsg::Traced(..) => {}
             WriterMsg::Tick => {
-                off_the_workers(state.ctx.store.waits_on_io(), || state.probe_commit());
-                state.kick(&myself)
+                // While commits fail, work steps would only fail again:
+                // the tick retries the store instead, and work resumes
+                // once a commit succeeds.
+                if state.healing.failing() {
+                    off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
+                }
+                if !state.healing.failing() {
+                    state.kick(&myself)
+                }
             }
             WriterMsg::Work => {
                 state.work_queued = false;

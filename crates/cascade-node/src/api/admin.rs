@@ -48,6 +48,9 @@ pub(crate) struct AdminApi {
     pub(crate) node: Arc<Node>,
     /// (second, refusals audited in it).
     pub(crate) audited_refusals: std::sync::Mutex<(u64, u32)>,
+    /// Audit entries cannot be written while the store refuses commits:
+    /// one line a window, with the count.
+    pub(crate) audit_failed: crate::log_throttle::Throttle,
 }
 
 /// An authenticated administrator, and how to vouch for them when a call
@@ -134,12 +137,19 @@ impl AdminApi {
                 target: target.to_owned(),
                 reason: String::new(),
             };
-            if let Err(e) = self
+            match self
                 .node
                 .audit(req, format!("PERMISSION_DENIED: {}", status.message()))
                 .await
             {
-                warn!(region = %self.node.region, error = %e, "could not write the refusal to the audit log");
+                Ok(_) => {
+                    self.audit_failed.reset();
+                }
+                Err(e) => {
+                    if let Some(more) = self.audit_failed.admit() {
+                        warn!(region = %self.node.region, error = %e, suppressed = more.count(), "could not write the refusal to the audit log{more}");
+                    }
+                }
             }
         }
         Err(status)
@@ -193,12 +203,19 @@ impl AdminApi {
     /// the caller gets.
     async fn audited_refusal(&self, audit: AdminRequest, fault: crate::error::Fault) -> Status {
         let status = Status::from(fault);
-        if let Err(e) = self
+        match self
             .node
             .audit(audit, format!("{:?}: {}", status.code(), status.message()))
             .await
         {
-            warn!(region = %self.node.region, error = %e, "could not write the audit log");
+            Ok(_) => {
+                self.audit_failed.reset();
+            }
+            Err(e) => {
+                if let Some(more) = self.audit_failed.admit() {
+                    warn!(region = %self.node.region, error = %e, suppressed = more.count(), "could not write the audit log{more}");
+                }
+            }
         }
         status
     }

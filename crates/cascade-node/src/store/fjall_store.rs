@@ -17,36 +17,59 @@
 //! of 200-byte values in batches of 1,000, a persist per batch, ext4: 11–12 s
 //! either way), so the engine makes no bet on the file system.
 
+//!
+//! A failed journal write poisons the database: every later write answers
+//! `Poisoned`, also once the disk has room again (reads still work). So
+//! healing is a reopen: the handles live behind a lock and
+//! [`Store::reopen`] replaces them with a fresh open of the directory.
+//! A batch whose commit failed may still be found after the reopen (its
+//! journal bytes were written before the error; fjall recovers a whole
+//! batch or truncates a torn one): the writer treats a failed commit as
+//! landed or not, never as half-landed (`writer.rs`).
+
 use std::collections::HashSet;
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock};
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
-use super::{Batch, Entry, Store, StoreError, Table};
+use super::{from_io, Batch, DiskCondition, Entry, Store, StoreError, Table};
 
 /// A fjall database with a keyspace per [`Table`].
 pub struct FjallStore {
+    dir: PathBuf,
+    cache_bytes: u64,
+    /// None only after a reopen whose open failed (the old handles had to
+    /// go first: fjall locks its directory); the next reopen tries again.
+    open: RwLock<Option<Handles>>,
+}
+
+struct Handles {
     /// Batches, snapshots and `persist` are database-wide.
     db: Database,
     /// Indexed by `Table::index`.
     keyspaces: Vec<Keyspace>,
 }
 
-/// An engine error, with what was being done.
+/// An engine error, with what was being done: a full disk, a read-only
+/// file system and the poisoned database they leave may clear
+/// ([`StoreError::Unavailable`]), anything else not.
 fn engine(doing: &str, e: fjall::Error) -> StoreError {
-    StoreError::Engine(format!("fjall: {doing}: {e}"))
+    let message = format!("fjall: {doing}: {e}");
+    match &e {
+        fjall::Error::Io(io) => from_io(io, message),
+        fjall::Error::Storage(fjall::LsmError::Io(io)) => from_io(io, message),
+        fjall::Error::Poisoned => StoreError::Unavailable {
+            condition: DiskCondition::Refusing,
+            message,
+        },
+        _ => StoreError::Engine(message),
+    }
 }
 
-impl FjallStore {
-    /// Opens (or creates) the database in `dir` and a keyspace per table,
-    /// with the default cache.
-    pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        Self::open_with_cache(dir, super::DEFAULT_CACHE_BYTES)
-    }
-
-    /// Opens it with a block cache of `cache_bytes`.
-    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+impl Handles {
+    fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let db = Database::builder(dir)
             .cache_size(cache_bytes)
             .open()
@@ -74,72 +97,118 @@ impl FjallStore {
     }
 }
 
+impl FjallStore {
+    /// Opens (or creates) the database in `dir` and a keyspace per table,
+    /// with the default cache.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(dir, super::DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens it with a block cache of `cache_bytes`.
+    pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        Ok(Self {
+            open: RwLock::new(Some(Handles::open(dir, cache_bytes)?)),
+            dir: dir.to_owned(),
+            cache_bytes,
+        })
+    }
+
+    /// Runs `f` on the open handles. A poisoned lock only means a reader
+    /// panicked: the handles are whole (they are replaced in one assignment).
+    fn with<R>(&self, f: impl FnOnce(&Handles) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        match open.as_ref() {
+            Some(handles) => f(handles),
+            None => Err(StoreError::Engine(format!(
+                "fjall: the database at {} is closed: its reopen failed, and is retried",
+                self.dir.display()
+            ))),
+        }
+    }
+}
+
 impl Store for FjallStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.db
-            .snapshot()
-            .get(self.keyspace(table), key)
-            .map(|v| v.map(|v| v.to_vec()))
-            .map_err(|e| engine(&format!("get from {}", table.name()), e))
+        self.with(|h| {
+            h.db.snapshot()
+                .get(h.keyspace(table), key)
+                .map(|v| v.map(|v| v.to_vec()))
+                .map_err(|e| engine(&format!("get from {}", table.name()), e))
+        })
     }
 
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let snapshot = self.db.snapshot();
-        let keyspace = self.keyspace(table);
-        // Start at the prefix, or just past `after` when that lies at or
-        // beyond it; the end is where keys stop starting with the prefix.
-        let iter = match after {
-            Some(a) if a >= prefix => snapshot.range::<&[u8], _>(keyspace, (Bound::Excluded(a), Bound::Unbounded)),
-            _ => snapshot.range::<&[u8], _>(keyspace, (Bound::Included(prefix), Bound::Unbounded)),
-        };
-        let mut out = Vec::new();
-        for guard in iter {
-            let (k, v) = guard
-                .into_inner()
-                .map_err(|e| engine(&format!("scan of {}", table.name()), e))?;
-            if !k.starts_with(prefix) {
-                break;
+        self.with(|h| {
+            let snapshot = h.db.snapshot();
+            let keyspace = h.keyspace(table);
+            // Start at the prefix, or just past `after` when that lies at or
+            // beyond it; the end is where keys stop starting with the prefix.
+            let iter = match after {
+                Some(a) if a >= prefix => snapshot.range::<&[u8], _>(keyspace, (Bound::Excluded(a), Bound::Unbounded)),
+                _ => snapshot.range::<&[u8], _>(keyspace, (Bound::Included(prefix), Bound::Unbounded)),
+            };
+            let mut out = Vec::new();
+            for guard in iter {
+                let (k, v) = guard
+                    .into_inner()
+                    .map_err(|e| engine(&format!("scan of {}", table.name()), e))?;
+                if !k.starts_with(prefix) {
+                    break;
+                }
+                out.push((k.to_vec(), v.to_vec()));
+                if out.len() >= limit {
+                    break;
+                }
             }
-            out.push((k.to_vec(), v.to_vec()));
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
-        // Every item of a fjall batch gets the batch's one sequence number,
-        // so two writes of one key in a batch tie, and which one survives
-        // is up to fjall's memtable (today its skiplist lets the later
-        // insert replace the earlier), which fjall does not document. The
-        // `Batch` contract is "in order, the last write wins" (sled's batch
-        // and the memory store do that): keep only each key's last write,
-        // so the contract holds whatever fjall does with ties.
-        let mut seen: HashSet<(Table, &[u8])> = HashSet::with_capacity(batch.ops.len());
-        let mut wb = self.db.batch();
-        for (table, key, value) in batch.ops.iter().rev() {
-            if !seen.insert((*table, key.as_slice())) {
-                continue;
+        self.with(|h| {
+            // Every item of a fjall batch gets the batch's one sequence number,
+            // so two writes of one key in a batch tie, and which one survives
+            // is up to fjall's memtable (today its skiplist lets the later
+            // insert replace the earlier), which fjall does not document. The
+            // `Batch` contract is "in order, the last write wins" (sled's batch
+            // and the memory store do that): keep only each key's last write,
+            // so the contract holds whatever fjall does with ties.
+            let mut seen: HashSet<(Table, &[u8])> = HashSet::with_capacity(batch.ops.len());
+            let mut wb = h.db.batch();
+            for (table, key, value) in batch.ops.iter().rev() {
+                if !seen.insert((*table, key.as_slice())) {
+                    continue;
+                }
+                let keyspace = h.keyspace(*table);
+                match value {
+                    Some(v) => wb.insert(keyspace, key.as_slice(), v.as_slice()),
+                    None => wb.remove(keyspace, key.as_slice()),
+                }
             }
-            let keyspace = self.keyspace(*table);
-            match value {
-                Some(v) => wb.insert(keyspace, key.as_slice(), v.as_slice()),
-                None => wb.remove(keyspace, key.as_slice()),
-            }
-        }
-        wb.commit().map_err(|e| engine("commit of a batch", e))
+            wb.commit().map_err(|e| engine("commit of a batch", e))
+        })
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.db
-            .persist(PersistMode::SyncAll)
-            .map_err(|e| engine("persist (fsync of the journal)", e))
+        self.with(|h| {
+            h.db.persist(PersistMode::SyncAll)
+                .map_err(|e| engine("persist (fsync of the journal)", e))
+        })
+    }
+
+    fn reopen(&self) -> Result<(), StoreError> {
+        super::probe_writable(&self.dir)?;
+        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
+        // The old handles go first: fjall holds a lock on its directory
+        // until its last handle is dropped.
+        drop(open.take());
+        *open = Some(Handles::open(&self.dir, self.cache_bytes)?);
+        Ok(())
     }
 }

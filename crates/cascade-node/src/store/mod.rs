@@ -12,6 +12,7 @@
 //! settings name; a data directory records its engine in an `ENGINE` file,
 //! so it is never opened by the other one.
 
+mod disk;
 mod fjall_store;
 mod memory;
 mod sled_store;
@@ -22,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
+pub(crate) use disk::{from_io, probe_writable};
+pub use disk::{DiskCondition, WRITE_PROBE};
 pub use fjall_store::FjallStore;
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;
@@ -139,6 +142,18 @@ pub enum StoreError {
     /// what was being done.
     #[error("storage engine: {0}")]
     Engine(String),
+    /// The engine could not write (or, sled, even read) for a reason
+    /// outside the data that can clear without anyone touching the data
+    /// directory: a full disk, a read-only remount, an engine that refuses
+    /// everything since such a failure. The writer retries, reopening the
+    /// engine ([`Store::reopen`]) once the directory takes writes again.
+    #[error("storage engine: {message}")]
+    Unavailable {
+        /// What the disk or the engine said, in one word.
+        condition: DiskCondition,
+        /// The engine's error, with what was being done.
+        message: String,
+    },
     /// A stored value or key that does not decode (reported by the codec).
     #[error("corrupt record in table {table}: {message}")]
     Corrupt { table: &'static str, message: String },
@@ -159,6 +174,16 @@ pub enum StoreError {
         /// The engine the settings asked for.
         configured: StorageEngine,
     },
+}
+
+impl StoreError {
+    /// Whether the failure may clear on its own, so that retrying (and
+    /// reopening the engine) can heal the store. Corruption, a wrong
+    /// engine and the engine's own failures never do: reopening over them
+    /// would hide them.
+    pub fn may_clear(&self) -> bool {
+        matches!(self, StoreError::Unavailable { .. })
+    }
 }
 
 /// One key-value pair as stored.
@@ -184,6 +209,19 @@ pub trait Store: Send + Sync + 'static {
     /// and handing a worker over costs a step more than it saves.
     fn waits_on_io(&self) -> bool {
         true
+    }
+    /// Closes the engine and opens it again from its files, in place:
+    /// after a failure that may clear ([`StoreError::may_clear`]) sled
+    /// keeps the error for good and fjall poisons its database, so only a
+    /// fresh open writes again. It is what a restart does to the store,
+    /// which a node survives at any point, and it is called by the writer
+    /// (the only committer) between steps; a reader waits for it or, if
+    /// the open fails, gets an error, never a half-open store. A store
+    /// reopens only once its directory takes writes ([`probe_writable`]);
+    /// until then it keeps its old handles and answers the error. Nothing
+    /// to do for a store in memory.
+    fn reopen(&self) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 
@@ -296,7 +334,7 @@ pub fn open_store_with_cache(
 }
 
 fn io_error(doing: &str, path: &Path, e: std::io::Error) -> StoreError {
-    StoreError::Engine(format!("{doing} {}: {e}", path.display()))
+    from_io(&e, format!("{doing} {}: {e}", path.display()))
 }
 
 /// The engine that wrote `dir`: its marker, or for a directory without

@@ -1,21 +1,62 @@
 //! The sled engine: one tree per table, batches applied in one multi-tree
 //! transaction.
+//!
+//! After a failed write sled keeps the error for good (its `global_error`:
+//! every later write *and read* answers it, also once the disk has room
+//! again), so healing is a reopen: the handles live behind a lock and
+//! [`Store::reopen`] replaces them with a fresh open of the directory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock};
 
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
-use super::{Batch, Entry, Store, StoreError, Table};
+use super::{from_io, Batch, Entry, Store, StoreError, Table};
 
 pub struct SledStore {
+    dir: PathBuf,
+    cache_bytes: u64,
+    /// None only after a reopen whose open failed (the old handles had to
+    /// go first: sled locks its files); the next reopen tries again.
+    open: RwLock<Option<Handles>>,
+}
+
+struct Handles {
     /// Kept so `flush` covers every tree.
     db: sled::Db,
     /// Indexed by `Table::index`.
     trees: Vec<sled::Tree>,
 }
 
-fn engine(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Engine(e.to_string())
+/// A sled error, with what was being done: a full disk or a read-only file
+/// system may clear ([`StoreError::Unavailable`]), anything else not.
+fn engine(doing: &str, e: sled::Error) -> StoreError {
+    match &e {
+        sled::Error::Io(io) => from_io(io, format!("sled: {doing}: {e}")),
+        _ => StoreError::Engine(format!("sled: {doing}: {e}")),
+    }
+}
+
+impl Handles {
+    fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(cache_bytes)
+            .open()
+            .map_err(|e| engine(&format!("cannot open the database at {}", dir.display()), e))?;
+        let trees = Table::ALL
+            .iter()
+            .map(|t| {
+                db.open_tree(t.name())
+                    .map_err(|e| engine(&format!("cannot open tree {}", t.name()), e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { db, trees })
+    }
+
+    fn tree(&self, table: Table) -> &sled::Tree {
+        &self.trees[table.index()]
+    }
 }
 
 impl SledStore {
@@ -27,45 +68,56 @@ impl SledStore {
     /// Opens it with a page cache of `cache_bytes` (sled's own default is
     /// 1 GiB, which a node's resident memory then grows to under load).
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            .open()
-            .map_err(|e| StoreError::Engine(format!("cannot open sled database at {}: {e}", dir.display())))?;
-        let trees = Table::ALL
-            .iter()
-            .map(|t| db.open_tree(t.name()).map_err(engine))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { db, trees })
+        Ok(Self {
+            open: RwLock::new(Some(Handles::open(dir, cache_bytes)?)),
+            dir: dir.to_owned(),
+            cache_bytes,
+        })
     }
 
-    fn tree(&self, table: Table) -> &sled::Tree {
-        &self.trees[table.index()]
+    /// Runs `f` on the open handles. A poisoned lock only means a reader
+    /// panicked: the handles are whole (they are replaced in one assignment).
+    fn with<R>(&self, f: impl FnOnce(&Handles) -> Result<R, StoreError>) -> Result<R, StoreError> {
+        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
+        match open.as_ref() {
+            Some(handles) => f(handles),
+            None => Err(StoreError::Engine(format!(
+                "sled: the database at {} is closed: its reopen failed, and is retried",
+                self.dir.display()
+            ))),
+        }
     }
 }
 
 impl Store for SledStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.tree(table).get(key).map_err(engine)?.map(|v| v.to_vec()))
+        self.with(|h| {
+            Ok(h.tree(table)
+                .get(key)
+                .map_err(|e| engine(&format!("get from {}", table.name()), e))?
+                .map(|v| v.to_vec()))
+        })
     }
 
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        let tree = self.tree(table);
-        let iter = match after {
-            Some(a) if a >= prefix => {
-                tree.range::<&[u8], _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+        self.with(|h| {
+            let tree = h.tree(table);
+            let iter = match after {
+                Some(a) if a >= prefix => {
+                    tree.range::<&[u8], _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
+                }
+                _ => tree.range::<&[u8], _>(prefix..),
+            };
+            let mut out = Vec::new();
+            for item in iter {
+                let (k, v) = item.map_err(|e| engine(&format!("scan of {}", table.name()), e))?;
+                if !k.starts_with(prefix) || out.len() >= limit {
+                    break;
+                }
+                out.push((k.to_vec(), v.to_vec()));
             }
-            _ => tree.range::<&[u8], _>(prefix..),
-        };
-        let mut out = Vec::new();
-        for item in iter {
-            let (k, v) = item.map_err(engine)?;
-            if !k.starts_with(prefix) || out.len() >= limit {
-                break;
-            }
-            out.push((k.to_vec(), v.to_vec()));
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
@@ -81,21 +133,41 @@ impl Store for SledStore {
                 None => per_tree[table.index()].remove(key),
             }
         }
-        let trees: Vec<&sled::Tree> = self.trees.iter().collect();
-        trees
-            .as_slice()
-            .transaction(|tx_trees| {
-                for (i, tree) in tx_trees.iter().enumerate() {
-                    if touched[i] {
-                        tree.apply_batch(&per_tree[i])?;
+        self.with(|h| {
+            let trees: Vec<&sled::Tree> = h.trees.iter().collect();
+            trees
+                .as_slice()
+                .transaction(|tx_trees| {
+                    for (i, tree) in tx_trees.iter().enumerate() {
+                        if touched[i] {
+                            tree.apply_batch(&per_tree[i])?;
+                        }
                     }
-                }
-                Ok::<(), ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e: TransactionError<()>| engine(format!("{e:?}")))
+                    Ok::<(), ConflictableTransactionError<()>>(())
+                })
+                .map_err(|e: TransactionError<()>| match e {
+                    TransactionError::Storage(e) => engine("commit of a batch", e),
+                    TransactionError::Abort(()) => StoreError::Engine("sled: commit of a batch aborted".into()),
+                })
+        })
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        self.db.flush().map(|_| ()).map_err(engine)
+        self.with(|h| h.db.flush().map(|_| ()).map_err(|e| engine("flush", e)))
+    }
+
+    fn reopen(&self) -> Result<(), StoreError> {
+        super::probe_writable(&self.dir)?;
+        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
+        // The old handles go first: sled holds a lock on its files until
+        // its last handle is dropped. Each tree's drop tries a flush, which
+        // fails at once on the kept error, and logs it: 17 error lines of
+        // the failure the writer has logged already and reopens for. They
+        // are not sent to the node's log (a dispatcher that drops them, for
+        // this drop on this thread only).
+        let old = open.take();
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || drop(old));
+        *open = Some(Handles::open(&self.dir, self.cache_bytes)?);
+        Ok(())
     }
 }

@@ -1,0 +1,212 @@
+//! The writer's account of a store that refuses commits: since when, how
+//! often, whether its engine must be reopened, and when to try again.
+//!
+//! Why: a full disk that was freed left a node NOT_SERVING until it was
+//! restarted (sled keeps a failed write's error for good; fjall poisons
+//! its database), and the tick probed the store every 100 ms meanwhile. A
+//! failing store is now retried with a capped exponential backoff, its
+//! engine reopened once an error that may clear was seen, and the
+//! episode logged as one error line, a rate-limited warning while it
+//! lasts, and one info line with its figures when a commit succeeds.
+//!
+//! Pure bookkeeping: the writer (`writer.rs`) does the commits, the
+//! reopen and the logging; time comes in as an argument.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::log_throttle::{Suppressed, Throttle};
+use crate::store::StoreError;
+
+/// The first retry after a failure.
+pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(100);
+
+/// The longest wait between two retries: a node is back within two
+/// seconds of its disk, and a store that keeps failing costs a small
+/// write and an fsync (and a 1 MiB probe file) every two seconds.
+pub(crate) const MAX_RETRY: Duration = Duration::from_secs(2);
+
+/// What a failure was, for the log: the first of an episode (one error
+/// line) or a later one (a warning at most once a window).
+pub(crate) enum Noted {
+    First,
+    Again(Option<Suppressed>),
+}
+
+/// What an episode came to, for the line that says it is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Healed {
+    /// Failed commits and retries, the first included.
+    pub failures: u64,
+    /// Times the store's engine was reopened.
+    pub reopens: u64,
+    /// From the first failure to the commit that succeeded.
+    pub lasted: Duration,
+}
+
+/// The writer's state of health; no episode while commits succeed.
+#[derive(Debug, Default)]
+pub(crate) struct Healing {
+    episode: Option<Episode>,
+}
+
+#[derive(Debug)]
+struct Episode {
+    since: Instant,
+    failures: u64,
+    reopens: u64,
+    /// A failure that may clear was seen since the last reopen: the
+    /// engine's handles may refuse for good, so reopen before retrying.
+    reopen_wanted: bool,
+    /// The next wait, doubled by each failed retry up to [`MAX_RETRY`].
+    delay: Duration,
+    retry_at: Instant,
+    still_failing: Throttle,
+}
+
+impl Healing {
+    /// A writer that starts while health says NOT_SERVING (the actor was
+    /// restarted mid-episode): the cause is unknown, so the first retry
+    /// reopens (a reopen of a healthy store is what a restart does).
+    pub(crate) fn resumed(now: Instant) -> Self {
+        let mut healing = Self::default();
+        healing.start(now, true);
+        healing
+    }
+
+    fn start(&mut self, now: Instant, reopen_wanted: bool) {
+        // The first failure is the episode's error line: the warnings
+        // that it still fails start a window after it.
+        let still_failing = Throttle::default();
+        let _ = still_failing.admit();
+        self.episode = Some(Episode {
+            since: now,
+            failures: 1,
+            reopens: 0,
+            reopen_wanted,
+            delay: FIRST_RETRY,
+            retry_at: now + FIRST_RETRY,
+            still_failing,
+        });
+    }
+
+    /// Whether commits are failing (an episode is under way).
+    pub(crate) fn failing(&self) -> bool {
+        self.episode.is_some()
+    }
+
+    /// A commit (or a retry) failed with `e`.
+    pub(crate) fn failed(&mut self, e: &StoreError, now: Instant) -> Noted {
+        match &mut self.episode {
+            None => {
+                self.start(now, e.may_clear());
+                Noted::First
+            }
+            Some(episode) => {
+                episode.failures += 1;
+                episode.reopen_wanted |= e.may_clear();
+                Noted::Again(episode.still_failing.admit())
+            }
+        }
+    }
+
+    /// Whether the next retry is due.
+    pub(crate) fn due(&self, now: Instant) -> bool {
+        self.episode.as_ref().is_some_and(|e| now >= e.retry_at)
+    }
+
+    /// Whether the retry must reopen the engine first.
+    pub(crate) fn reopen_wanted(&self) -> bool {
+        self.episode.as_ref().is_some_and(|e| e.reopen_wanted)
+    }
+
+    /// The engine was reopened.
+    pub(crate) fn reopened(&mut self) {
+        if let Some(e) = &mut self.episode {
+            e.reopens += 1;
+            e.reopen_wanted = false;
+        }
+    }
+
+    /// A reopen failed with an error that does not clear (corruption, an
+    /// engine bug): reopening again would only read the same files again.
+    pub(crate) fn stop_reopening(&mut self) {
+        if let Some(e) = &mut self.episode {
+            e.reopen_wanted = false;
+        }
+    }
+
+    /// A retry failed: the next waits twice as long, up to [`MAX_RETRY`].
+    pub(crate) fn retry_failed(&mut self, now: Instant) {
+        if let Some(e) = &mut self.episode {
+            e.delay = (e.delay * 2).min(MAX_RETRY);
+            e.retry_at = now + e.delay;
+        }
+    }
+
+    /// A commit succeeded: the episode, if there was one, is over.
+    pub(crate) fn healed(&mut self, now: Instant) -> Option<Healed> {
+        self.episode.take().map(|e| Healed {
+            failures: e.failures,
+            reopens: e.reopens,
+            lasted: now.saturating_duration_since(e.since),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::DiskCondition;
+
+    fn full() -> StoreError {
+        StoreError::Unavailable {
+            condition: DiskCondition::Full,
+            message: "No space left on device".into(),
+        }
+    }
+
+    #[test]
+    fn retries_back_off_from_100_ms_to_2_s_and_reopen_once_per_clearing_failure() {
+        let mut h = Healing::default();
+        let start = crate::clock::monotonic_now();
+        assert!(matches!(h.failed(&full(), start), Noted::First));
+        assert!(h.reopen_wanted(), "a full disk wants a fresh engine");
+        assert!(!h.due(start + Duration::from_millis(99)));
+        // Retries every time one is due, failing each: the waits double to the cap.
+        let mut now = start;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            let mut wait = Duration::ZERO;
+            while !h.due(now) {
+                now += Duration::from_millis(10);
+                wait += Duration::from_millis(10);
+            }
+            waits.push(wait.as_millis());
+            h.reopened();
+            assert!(!h.reopen_wanted());
+            h.failed(&full(), now);
+            h.retry_failed(now);
+        }
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+        let healed = h.healed(now).expect("an episode was under way");
+        assert_eq!((healed.failures, healed.reopens), (9, 8));
+        assert_eq!(healed.lasted, now - start);
+        assert!(!h.failing());
+        assert_eq!(h.healed(now), None, "a second success reports nothing");
+    }
+
+    #[test]
+    fn an_error_that_does_not_clear_never_asks_for_a_reopen() {
+        let mut h = Healing::default();
+        let now = crate::clock::monotonic_now();
+        h.failed(&StoreError::Engine("ReportableBug".into()), now);
+        assert!(h.failing());
+        assert!(!h.reopen_wanted());
+        h.failed(&full(), now);
+        assert!(h.reopen_wanted());
+        h.stop_reopening();
+        assert!(!h.reopen_wanted());
+    }
+}

@@ -1,0 +1,468 @@
+//! A node whose disk fills and is then freed serves writes again, without
+//! a restart, on sled and on fjall (issue 24): a real `cascade serve`
+//! process on a small tmpfs of its own, filled from outside while a client
+//! writes, then freed. Nothing acknowledged is lost, the cascade that was
+//! under way finishes, and the episode costs the log a handful of lines.
+//!
+//! The tmpfs is mounted in a mount namespace of the node's own (`unshare
+//! -m` as root, `unshare -Urm` otherwise), so nothing is left mounted
+//! when the test ends however it ends; the test reaches it through
+//! `/proc/<pid>/root`. Where neither works (no root and no user
+//! namespaces), the process tests say so and pass.
+//!
+//! Also, in process and fast: the writer's retries back off over a
+//! failing memory store, and a failure that may clear reopens the store.
+
+// Test code: real time for deadlines and elapsed times; progress printed.
+#![allow(clippy::disallowed_methods)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_core::{RegionId, Schema};
+use cascade_node::store::{Batch, DiskCondition, Entry, MemoryStore, Store, StoreError, Table};
+use cascade_node::{NodeEnv, NodeSettings, RunningNode};
+use cascade_proto::v1;
+use support::*;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// The tmpfs a node gets: room for its data, filled by the test.
+const TMPFS_SIZE: &str = "48m";
+
+/// What the log may hold for one episode (fill, failures, heal, and the
+/// cascade's own lines). Before rate limiting, a 20 s episode wrote 216.
+const EPISODE_LINES_AT_MOST: usize = 20;
+
+async fn health(channel: &tonic::transport::Channel) -> Option<ServingStatus> {
+    let answer = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: "cascade.v1.Resources".to_owned(),
+        })
+        .await
+        .ok()?;
+    ServingStatus::try_from(answer.into_inner().status).ok()
+}
+
+/// The `unshare` flags that give a child its own mount namespace in
+/// which it may mount a tmpfs, or why there are none.
+fn mount_namespace(scratch: &Path) -> Result<&'static str, String> {
+    let mut tried = Vec::new();
+    for flags in ["-m", "-Urm"] {
+        let out = std::process::Command::new("unshare")
+            .arg(flags)
+            .args([
+                "sh",
+                "-c",
+                "mount -t tmpfs -o size=1m tmpfs \"$0\"",
+                &scratch.display().to_string(),
+            ])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => return Ok(flags),
+            Ok(o) => tried.push(format!(
+                "unshare {flags}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => tried.push(format!("unshare {flags}: {e}")),
+        }
+    }
+    Err(tried.join("; "))
+}
+
+/// A `cascade serve` on a tmpfs of its own. Dropping it SIGKILLs it.
+struct NodeOnTmpfs {
+    child: std::process::Child,
+    endpoint: String,
+    /// The tmpfs, as the test reaches it (`/proc/<pid>/root/...`).
+    mount: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Drop for NodeOnTmpfs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl NodeOnTmpfs {
+    fn start(engine: &str, flags: &str, dir: &Path) -> Self {
+        let mount = dir.join("mnt");
+        std::fs::create_dir_all(&mount).unwrap();
+        let port = free_ports(1)[0];
+        let config = dir.join("node.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "region = \"{REGION}\"\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n\
+                 [deletion]\ntick_ms = 50\nbatch_budget = 10\n\n[storage]\nengine = \"{engine}\"\ncache_mb = 16\n",
+                mount.join("data").display()
+            ),
+        )
+        .unwrap();
+        let stderr = dir.join("stderr.log");
+        let mut child = std::process::Command::new("unshare")
+            .arg(flags)
+            .args([
+                "sh",
+                "-c",
+                // `exec`: the node is the process the test kills.
+                "mount -t tmpfs -o size=\"$0\" tmpfs \"$1\" && exec \"$2\" serve --config \"$3\"",
+                TMPFS_SIZE,
+            ])
+            .arg(&mount)
+            .arg(env!("CARGO_BIN_EXE_cascade"))
+            .arg(&config)
+            // The product's default filter: what an operator's log holds.
+            .env_remove("CASCADE_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("unshare runs");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("first line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| {
+                panic!(
+                    "unexpected first line {line:?}; stderr: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                )
+            })
+            .to_owned();
+        let seen_from_here = PathBuf::from(format!("/proc/{}/root", child.id())).join(mount.strip_prefix("/").unwrap());
+        Self {
+            child,
+            endpoint: format!("http://{addr}"),
+            mount: seen_from_here,
+            stderr,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+/// Writes a file until the file system is full; returns its path.
+fn fill(dir: &Path) -> PathBuf {
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).expect("the filler is created");
+    let chunk = vec![0xa5u8; 256 * 1024];
+    while f.write_all(&chunk).is_ok() {}
+    // The last bytes too: a small write may still fit.
+    let small = [0xa5u8; 512];
+    while f.write_all(&small).is_ok() {}
+    path
+}
+
+/// Creates `project/w{n}` in a loop until `stop`; every name that answered
+/// OK goes into `acked`.
+fn spawn_writer(
+    client: Client,
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<String>>>,
+    refused: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let name = format!("project/w{n}");
+            match client.create(spec(&name, &[])).await {
+                Ok(_) => acked.lock().unwrap().push(full(&name)),
+                Err(_) => {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}
+
+async fn a_full_disk_heals_without_a_restart(engine: &str) {
+    let scratch = tempfile::tempdir().unwrap();
+    let flags = match mount_namespace(scratch.path()) {
+        Ok(flags) => flags,
+        Err(why) => {
+            eprintln!(
+                "SKIPPED a_full_disk_heals_without_a_restart({engine}): no mount namespace with a tmpfs ({why}). \
+                 Run the tests as root (CI does), or enable unprivileged user namespaces \
+                 (sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0)."
+            );
+            return;
+        }
+    };
+    let node = NodeOnTmpfs::start(engine, flags, scratch.path());
+    let client = Client::connect(&node.endpoint).await.expect("client connects");
+    let channel = tonic::transport::Endpoint::from_shared(node.endpoint.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(health(&channel).await, Some(ServingStatus::Serving));
+
+    // A project whose network has 300 subnets: its cascade takes 30 work
+    // steps of 10 (batch_budget), under way while the disk fills.
+    client.create(spec("project/p", &[])).await.expect("project");
+    client
+        .create(spec("network/n", &[("project", &["project/p"])]))
+        .await
+        .expect("network");
+    let subnets: Vec<_> = (0..300)
+        .map(|i| spec(&format!("subnet/s{i}"), &[("network", &["network/n"])]))
+        .collect();
+    client.batch_create(subnets).await.expect("subnets");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let refused = Arc::new(AtomicU64::new(0));
+    let writer = spawn_writer(client.clone(), stop.clone(), acked.clone(), refused.clone());
+    eventually(Duration::from_secs(10), "the writer's first creates", || async {
+        (acked.lock().unwrap().len() >= 5).then_some(())
+    })
+    .await;
+
+    let log_before = node.log().lines().count();
+    let operation = client
+        .delete(delete_req("project/p", true))
+        .await
+        .expect("the cascade is accepted")
+        .operation
+        .expect("an operation")
+        .id;
+    let filler = fill(&node.mount);
+    let filled = Instant::now();
+    println!(
+        "[{engine}] disk full ({} MiB of filler)",
+        std::fs::metadata(&filler).unwrap().len() >> 20
+    );
+
+    eventually(
+        Duration::from_secs(20),
+        "health NOT_SERVING on the full disk",
+        || async { (health(&channel).await == Some(ServingStatus::NotServing)).then_some(()) },
+    )
+    .await;
+    let refused_at_full = refused.load(Ordering::SeqCst);
+    // The disk stays full while the client writes on: 200 more refusals
+    // (about 3 s), each of them a failed commit the log must not repeat.
+    eventually(Duration::from_secs(30), "creates refused on the full disk", || async {
+        (refused.load(Ordering::SeqCst) >= refused_at_full + 200).then_some(())
+    })
+    .await;
+    let acked_while_full = acked.lock().unwrap().len();
+    let subnet_names: Vec<String> = (0..300).map(|i| full(&format!("subnet/s{i}"))).collect();
+    let mut standing = 0;
+    for name in &subnet_names {
+        if client.get(name).await.is_ok() {
+            standing += 1;
+        }
+    }
+    println!(
+        "[{engine}] full for {:?}: {} creates refused, {acked_while_full} acknowledged so far, {standing} of 300 subnets not purged yet",
+        filled.elapsed(),
+        refused.load(Ordering::SeqCst)
+    );
+
+    std::fs::remove_file(&filler).expect("the filler is removed");
+    let freed = Instant::now();
+    let mut n = 0;
+    eventually(
+        Duration::from_secs(15),
+        "a create succeeds after the disk was freed",
+        || {
+            n += 1;
+            let client = client.clone();
+            async move { client.create(spec(&format!("project/after{n}"), &[])).await.ok() }
+        },
+    )
+    .await;
+    let healed_in = freed.elapsed();
+    println!("[{engine}] a create succeeded {healed_in:?} after the disk was freed");
+    eventually(Duration::from_secs(5), "health SERVING again", || async {
+        (health(&channel).await == Some(ServingStatus::Serving)).then_some(())
+    })
+    .await;
+
+    stop.store(true, Ordering::SeqCst);
+    writer.await.unwrap();
+    let acked = acked.lock().unwrap().clone();
+    for name in &acked {
+        client
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("[{engine}] {name} was acknowledged and is lost: {e}"));
+    }
+    let done = wait_operation(&client, &operation).await;
+    assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:?}");
+    for name in subnet_names.iter().chain([&full("network/n"), &full("project/p")]) {
+        let gone = client.get(name).await;
+        assert_eq!(gone.err().and_then(|e| e.code()), Some(tonic::Code::NotFound), "{name}");
+    }
+    assert_no_violations_at(&[(REGION.to_owned(), node.endpoint.clone())]).await;
+
+    let log = node.log();
+    let episode: Vec<&str> = log.lines().skip(log_before).collect();
+    println!(
+        "[{engine}] {} acknowledged creates all readable; the cascade finished; {} log lines since the disk filled:",
+        acked.len(),
+        episode.len()
+    );
+    for line in &episode {
+        println!("    {line}");
+    }
+    assert!(
+        episode.len() <= EPISODE_LINES_AT_MOST,
+        "[{engine}] {} log lines for one episode:\n{}",
+        episode.len(),
+        episode.join("\n")
+    );
+    assert!(
+        episode.iter().any(|l| l.contains("the store commits again")),
+        "[{engine}] the log says it healed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_that_is_freed_serves_writes_again_without_a_restart_on_sled() {
+    a_full_disk_heals_without_a_restart("sled").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_that_is_freed_serves_writes_again_without_a_restart_on_fjall() {
+    a_full_disk_heals_without_a_restart("fjall").await;
+}
+
+/// A memory store whose commits fail with a full disk while `full` is
+/// set; it notes when each health probe came and counts reopens.
+struct FullDisk {
+    inner: MemoryStore,
+    full: AtomicBool,
+    probes: Mutex<Vec<Instant>>,
+    reopens: AtomicU64,
+}
+
+impl Store for FullDisk {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        self.inner.scan(table, prefix, after, limit)
+    }
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if matches!(batch.ops.as_slice(), [(Table::Meta, key, _)] if key == b"health_probe") {
+            self.probes.lock().unwrap().push(Instant::now());
+        }
+        if self.full.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                condition: DiskCondition::Full,
+                message: "No space left on device (simulated)".into(),
+            });
+        }
+        self.inner.commit(batch)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush()
+    }
+    fn waits_on_io(&self) -> bool {
+        false
+    }
+    fn reopen(&self) -> Result<(), StoreError> {
+        self.reopens.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_store_is_retried_with_backoff_and_reopened_then_serves_at_once() {
+    let store = Arc::new(FullDisk {
+        inner: MemoryStore::default(),
+        full: AtomicBool::new(false),
+        probes: Mutex::default(),
+        reopens: AtomicU64::new(0),
+    });
+    let mut settings = NodeSettings::new(
+        RegionId::parse(REGION).unwrap(),
+        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
+        None,
+    );
+    settings.tick = Duration::from_millis(20);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let node = RunningNode::start_with(
+        settings,
+        NodeEnv {
+            store: Some(store.clone()),
+            ..NodeEnv::default()
+        },
+        listener,
+    )
+    .await
+    .expect("node starts");
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+
+    store.full.store(true, Ordering::SeqCst);
+    let refused = client
+        .create(spec("project/p", &[]))
+        .await
+        .expect_err("the disk is full");
+    assert_eq!(code(&refused), Some(tonic::Code::Unavailable), "{refused}");
+    assert_eq!(health(&channel).await, Some(ServingStatus::NotServing));
+    // Five retries while the disk stays full: the first 100 ms after the
+    // failure, then the waits double (a tick is 20 ms: a retry waits for
+    // the first tick after it is due). The cap (2 s) is the unit test's
+    // (`writer/healing.rs`).
+    let probes = eventually(Duration::from_secs(10), "five retries", || async {
+        let probes = store.probes.lock().unwrap().clone();
+        (probes.len() >= 5).then_some(probes)
+    })
+    .await;
+    let waits: Vec<u128> = probes.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    println!("waits between retries on a full disk (ms): {waits:?}");
+    for (wait, least) in waits.iter().zip([200u128, 400, 800, 1600]) {
+        assert!(*wait >= least - 5, "waits {waits:?}: expected at least {least} ms");
+    }
+    assert!(
+        store.reopens.load(Ordering::SeqCst) >= 5,
+        "a full disk asks for a reopen before each retry: {}",
+        store.reopens.load(Ordering::SeqCst)
+    );
+
+    // The disk recovers while nobody writes: the next retry commits, within
+    // the 2 s cap, and the first client write succeeds.
+    let retries_before = store.probes.lock().unwrap().len();
+    store.full.store(false, Ordering::SeqCst);
+    let freed = Instant::now();
+    eventually(Duration::from_secs(5), "SERVING again", || async {
+        (health(&channel).await == Some(ServingStatus::Serving)).then_some(())
+    })
+    .await;
+    println!("SERVING {:?} after the disk recovered", freed.elapsed());
+    // The next retry is at most 2 s away (the cap), plus a tick and a
+    // loaded machine's delays.
+    assert!(freed.elapsed() < Duration::from_secs(3), "{:?}", freed.elapsed());
+    assert_eq!(
+        store.probes.lock().unwrap().len(),
+        retries_before + 1,
+        "one retry healed it"
+    );
+    client.create(spec("project/p", &[])).await.expect("commits again");
+    node.stop().await.unwrap();
+}
