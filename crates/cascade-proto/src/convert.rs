@@ -74,7 +74,7 @@ pub fn resource_spec_with(
         if refs.contains_key(&r.field) {
             return Err(invalid_field(
                 &at(format!("refs[{i}]")),
-                format!("field {:?} is given twice", r.field),
+                format!("field {} is given twice", cascade_core::limits::quote(&r.field)),
             ));
         }
         let mut targets = Vec::with_capacity(r.targets.len());
