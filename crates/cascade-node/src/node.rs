@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cascade_core::limits::quote;
 use cascade_core::model::{DeletionRecord, Event, Resource, ResourceState};
 use cascade_core::operation_view::OperationPage;
 use cascade_core::peer::{self, PeerBackRef, ReleaseReport, RemoteDeleting};
@@ -528,7 +529,7 @@ impl Node {
         self.known_kind(
             name.kind(),
             "name",
-            format_args!("unknown kind {:?} in {name}", name.kind()),
+            format_args!("unknown kind {} in {name}", quote(name.kind())),
         )?;
         match self.state().get_resource(name)? {
             Some(r) if r.state != ResourceState::Creating => {
@@ -580,7 +581,7 @@ impl Node {
     ) -> Result<(Vec<ResourceView>, Option<ResourceName>), Fault> {
         let mut prefix = format!("{}/", self.region);
         if let Some(kind) = kind {
-            self.known_kind(kind, "kind", format_args!("unknown kind {kind:?}"))?;
+            self.known_kind(kind, "kind", format_args!("unknown kind {}", quote(kind)))?;
             prefix.push_str(kind);
             prefix.push('/');
         }

@@ -6,8 +6,10 @@
 //! Fields a method ignores are checked too (an oversized value is refused
 //! wherever it is), and the refusal quotes the value by a short prefix and
 //! its length. The error's `field` is the path in the request as protobuf
-//! names it (`resource.refs[0].targets[0].name`, `resources[2].name`; a map
-//! is named as a whole, `resource.attributes`), which
+//! names it (`seeds[0].uid`, `resources[2].refs[0].targets[0].name`; a map
+//! is named as a whole, `attributes`, or a value by its key,
+//! `attributes.color`; a Create's or Update's resource from the resource,
+//! `name`, as the core names it), which
 //! `tests/oversized_fields.rs` derives from the descriptor set for every
 //! string field of every request: a field added without a limit here
 //! fails it.
@@ -74,7 +76,15 @@ fn resource_spec(spec: &v1::ResourceSpec, at: &str) -> Result<(), Status> {
     items(spec.attributes.len(), MAX_ATTRIBUTES, attributes)?;
     for (key, value) in &spec.attributes {
         text(key, MAX_ATTRIBUTE_KEY_BYTES, attributes)?;
-        text(value, MAX_ATTRIBUTE_VALUE_BYTES, attributes)?;
+        // A value is named by its key (`attributes.color`), as the core
+        // names it, once the key is known to be short.
+        text(value, MAX_ATTRIBUTE_VALUE_BYTES, || {
+            if key.is_empty() {
+                attributes()
+            } else {
+                path(&attributes(), key)
+            }
+        })?;
     }
     items(spec.refs.len(), MAX_REF_FIELDS, || path(at, "refs"))?;
     for (i, r) in spec.refs.iter().enumerate() {
@@ -138,7 +148,9 @@ fn short(value: &str, max: usize, field: &'static str) -> Result<(), Status> {
 
 bounded! {
     // cascade.v1.Resources
-    v1::CreateRequest => |r| r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, "resource"));
+    // A single resource's fields are named as the core names them, from
+    // the resource (`name`, `attributes`), as in a batch (`resources[2].name`).
+    v1::CreateRequest => |r| r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, ""));
     v1::BatchCreateRequest => |r| {
         // Their number is the node's `[limits] max_batch_create`.
         for (i, spec) in r.resources.iter().enumerate() {
@@ -152,7 +164,7 @@ bounded! {
         page_token(&r.page_token, "page_token")
     };
     v1::UpdateRequest => |r| {
-        r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, "resource"))?;
+        r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, ""))?;
         short(&r.etag, MAX_ETAG_BYTES, "etag")
     };
     v1::DeleteRequest => |r| {
@@ -281,7 +293,7 @@ mod tests {
         let status = v1::CreateRequest { resource: Some(spec) }.check_bounds().unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(
-            status.message().starts_with("resource.refs[0].targets[0].name: \"xxx"),
+            status.message().starts_with("refs[0].targets[0].name: \"xxx"),
             "{}",
             status.message()
         );

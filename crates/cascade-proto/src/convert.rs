@@ -604,7 +604,12 @@ fn on_delete_from(value: &str, field: &str) -> Result<OnDelete, Status> {
     ]
     .into_iter()
     .find(|o| o.as_str() == value)
-    .ok_or_else(|| invalid_field(field, format!("unknown on_delete {value:?}")))
+    .ok_or_else(|| {
+        invalid_field(
+            field,
+            format!("unknown on_delete {}", cascade_core::limits::quote(value)),
+        )
+    })
 }
 
 fn timestamp_from(ms: i64) -> cascade_core::Timestamp {

@@ -13,6 +13,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cascade_core::limits::quote;
 use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
 use cascade_core::protocol::{AddLien, DeleteOutcome, ResourceSpec};
@@ -552,7 +553,7 @@ impl Resources for ResourcesApi {
         let req = request.into_inner();
         if !req.kind.is_empty() {
             self.node
-                .known_kind(&req.kind, "kind", format_args!("unknown kind {:?}", req.kind))
+                .known_kind(&req.kind, "kind", format_args!("unknown kind {}", quote(&req.kind)))
                 .map_err(refused)?;
         }
         let kind = (!req.kind.is_empty()).then_some(req.kind);
