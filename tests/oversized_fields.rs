@@ -408,3 +408,92 @@ async fn a_page_over_the_byte_budget_ends_early_and_its_token_continues_it() {
     assert!(pages.len() > 1 && pages[0] < 12, "the first page ends early: {pages:?}");
     assert_eq!(seen, names, "every resource once, in order");
 }
+
+/// (c) continued: an operation's outcomes and the audit log end their
+/// pages at the byte budget too (a 64 KiB message limit: 16 KiB a page),
+/// and their tokens continue them with every item once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_and_audit_pages_over_the_byte_budget_end_early_and_continue() {
+    let n = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| {
+        s.limits.max_message_bytes = 64 << 10;
+        s.admin.token = Some(TOKEN.to_owned());
+    })
+    .await;
+    let budget = (64 << 10) / 4;
+    n.client.create(spec("project/p", &[])).await.expect("project");
+    // 300 networks cascaded from the project: 301 outcomes of about 100
+    // bytes, about twice the budget.
+    for chunk in 0..3 {
+        let specs = (0..100)
+            .map(|i| spec(&format!("network/n{chunk}-{i:03}"), &[("project", &["project/p"])]))
+            .collect();
+        n.client.batch_create(specs).await.expect("networks");
+    }
+    let op = delete_and_wait(&n.client, "project/p", true).await;
+    let mut raw = n.client.raw();
+    let mut token = String::new();
+    let mut seen = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = raw
+            .get_operation(v1::GetOperationRequest {
+                id: op.id.clone(),
+                outcomes_page_size: 1000,
+                outcomes_page_token: token,
+            })
+            .await
+            .expect("GetOperation")
+            .into_inner();
+        assert!(page.encoded_len() <= budget + 1024, "a page of {} bytes", page.encoded_len());
+        pages.push(page.outcomes.len());
+        seen.extend(page.outcomes.into_iter().map(|o| o.resource.map(|r| r.name).unwrap_or_default()));
+        token = page.next_outcomes_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    println!("GetOperation outcome pages of 1000 under a 16 KiB budget: {pages:?}");
+    assert!(pages.len() > 1, "the first page ends early: {pages:?}");
+    let unique: std::collections::BTreeSet<&String> = seen.iter().collect();
+    assert_eq!((seen.len(), unique.len()), (301, 301), "every outcome once");
+
+    // 20 refused ForcePurges with a 3000-byte reason: audited with the
+    // reason cut to 1024 bytes, about 24 KB of log.
+    let admin = AdminClient::connect_with(&n.node.endpoint(), None, Some(TOKEN.to_owned()))
+        .await
+        .expect("admin client");
+    for _ in 0..20 {
+        admin
+            .force_purge(v1::ForcePurgeRequest {
+                name: full("project/p"),
+                reason: "r".repeat(3000),
+                force: true,
+            })
+            .await
+            .expect_err("a 3000-byte reason is refused");
+    }
+    let mut token = String::new();
+    let mut ids = Vec::new();
+    let mut pages = Vec::new();
+    loop {
+        let page = admin
+            .list_audit(v1::ListAuditRequest {
+                page_size: 1000,
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .expect("ListAudit");
+        assert!(page.encoded_len() <= budget + 2048, "a page of {} bytes", page.encoded_len());
+        pages.push(page.entries.len());
+        ids.extend(page.entries.into_iter().map(|e| e.id));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    println!("ListAudit pages of 1000 under a 16 KiB budget: {pages:?}");
+    assert!(pages.len() > 1, "the first page ends early: {pages:?}");
+    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (20, 20), "every entry once");
+}
