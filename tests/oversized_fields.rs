@@ -444,9 +444,17 @@ async fn outcomes_and_audit_pages_over_the_byte_budget_end_early_and_continue() 
             .await
             .expect("GetOperation")
             .into_inner();
-        assert!(page.encoded_len() <= budget + 1024, "a page of {} bytes", page.encoded_len());
+        assert!(
+            page.encoded_len() <= budget + 1024,
+            "a page of {} bytes",
+            page.encoded_len()
+        );
         pages.push(page.outcomes.len());
-        seen.extend(page.outcomes.into_iter().map(|o| o.resource.map(|r| r.name).unwrap_or_default()));
+        seen.extend(
+            page.outcomes
+                .into_iter()
+                .map(|o| o.resource.map(|r| r.name).unwrap_or_default()),
+        );
         token = page.next_outcomes_page_token;
         if token.is_empty() {
             break;
@@ -484,7 +492,11 @@ async fn outcomes_and_audit_pages_over_the_byte_budget_end_early_and_continue() 
             })
             .await
             .expect("ListAudit");
-        assert!(page.encoded_len() <= budget + 2048, "a page of {} bytes", page.encoded_len());
+        assert!(
+            page.encoded_len() <= budget + 2048,
+            "a page of {} bytes",
+            page.encoded_len()
+        );
         pages.push(page.entries.len());
         ids.extend(page.entries.into_iter().map(|e| e.id));
         token = page.next_page_token;
@@ -496,4 +508,97 @@ async fn outcomes_and_audit_pages_over_the_byte_budget_end_early_and_continue() 
     assert!(pages.len() > 1, "the first page ends early: {pages:?}");
     let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
     assert_eq!((ids.len(), unique.len()), (20, 20), "every entry once");
+}
+
+/// (c) continued: `Peer.ListDeleting`, the resync listing after outbox
+/// compaction, pages by items and by bytes; its tokens continue it with
+/// every DELETING resource the asking region references once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resync_listing_pages_by_items_and_bytes() {
+    let mut c = start_cluster_with(&["ra", "rb"], |s| s.limits.max_message_bytes = 64 << 10).await;
+    let a = c.client("ra").clone();
+    a.create(spec_in("ra/project/p", &[])).await.expect("project");
+    let groups: Vec<String> = (0..200).map(|i| format!("ra/security_group/sg-{i:03}")).collect();
+    for chunk in groups.chunks(100) {
+        let specs = chunk
+            .iter()
+            .map(|g| spec_in(g, &[("project", &["ra/project/p"])]))
+            .collect();
+        a.batch_create(specs).await.expect("security groups");
+    }
+    // rb's ports reference them (unset): rows that hold the deletions while
+    // rb is down.
+    let b = c.client("rb").clone();
+    b.create(spec_in("rb/project/q", &[])).await.expect("project q");
+    b.create(spec_in("rb/network/n", &[("project", &["rb/project/q"])]))
+        .await
+        .expect("network");
+    for (k, chunk) in groups.chunks(100).enumerate() {
+        let specs = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                spec_in(
+                    &format!("rb/port/p{k}-{i:03}"),
+                    &[("network", &["rb/network/n"]), ("security_groups", &[g.as_str()])],
+                )
+            })
+            .collect();
+        b.batch_create(specs).await.expect("ports");
+    }
+    c.stop("rb").await;
+    a.delete(v1::DeleteRequest {
+        name: "ra/project/p".into(),
+        cascade: true,
+        ..Default::default()
+    })
+    .await
+    .expect("delete");
+
+    let endpoint = c.node("ra").node.endpoint();
+    let list = |page_size: u32| {
+        let endpoint = endpoint.clone();
+        async move {
+            let mut peer = peer_client(&endpoint).await;
+            let mut token = String::new();
+            let mut names = Vec::new();
+            let mut pages = Vec::new();
+            loop {
+                let page = peer
+                    .list_deleting(v1::ListDeletingRequest {
+                        region: "rb".into(),
+                        page_size,
+                        page_token: token,
+                    })
+                    .await
+                    .expect("ListDeleting")
+                    .into_inner();
+                assert!(
+                    page.encoded_len() <= (64 << 10) / 4 + 1024,
+                    "{} bytes",
+                    page.encoded_len()
+                );
+                pages.push(page.deleting.len());
+                names.extend(page.deleting.into_iter().map(|d| d.resource.unwrap_or_default().name));
+                token = page.next_page_token;
+                if token.is_empty() {
+                    return (names, pages);
+                }
+            }
+        }
+    };
+    eventually(Duration::from_secs(30), "every security group DELETING", || async {
+        (list(1000).await.0.len() == 200).then_some(())
+    })
+    .await;
+    for page_size in [7, 1000] {
+        let (mut names, pages) = list(page_size).await;
+        println!("ListDeleting pages of {page_size}: {pages:?}");
+        assert!(pages.len() > 1 && pages[0] <= page_size as usize, "{pages:?}");
+        names.sort();
+        names.dedup();
+        let mut expected = groups.clone();
+        expected.sort();
+        assert_eq!(names, expected, "every DELETING resource rb references, once");
+    }
 }

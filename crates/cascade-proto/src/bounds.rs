@@ -250,7 +250,10 @@ bounded! {
     };
     v1::DumpRequest => |_r| Ok(());
     v1::AckRequest => |r| region(&r.region, "region");
-    v1::ListDeletingRequest => |r| region(&r.region, "region");
+    v1::ListDeletingRequest => |r| {
+        region(&r.region, "region")?;
+        page_token(&r.page_token, "page_token")
+    };
     v1::ExplainPartRequest => |r| uid(&r.operation_id, "operation_id");
     v1::RegionFiguresRequest => |_r| Ok(());
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cascade_core::{peer, BackRefKey, RegionId, ResourceName};
+use cascade_core::{peer, BackRefKey, RegionId, ResourceName, Uid};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
 use cascade_proto::status::{invalid_field, with_details};
@@ -295,8 +295,20 @@ impl Peer for PeerApi {
         request.get_ref().check_bounds()?;
         let region = from_region(&request.get_ref().region)?;
         self.authorize_any(&request)?;
-        let (deleting, revision) = self.node.deleting_for(&region)?;
-        let deleting = deleting
+        let req = request.into_inner();
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(Uid::parse(&req.page_token).map_err(|_| invalid_field("page_token", "not a token this API issued"))?)
+        };
+        // 0 asks for every entry at once (a node that does not page).
+        let page_size = match req.page_size {
+            0 => 0,
+            n => (n as usize).min(self.node.limits.max_page_size),
+        };
+        let page = self.node.deleting_for(&region, after, page_size)?;
+        let mut deleting: Vec<v1::DeletingEntry> = page
+            .deleting
             .iter()
             .map(|d| v1::DeletingEntry {
                 resource: Some(convert::object_ref(&d.target)),
@@ -305,7 +317,20 @@ impl Peer for PeerApi {
                 forced: d.forced,
             })
             .collect();
-        Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))
+        let mut next_page_token = page.next.map(|u| u.to_string()).unwrap_or_default();
+        if page_size > 0 && fit_page(&mut deleting, self.node.limits.page_bytes()) {
+            // The token is the last uid the page holds.
+            next_page_token = deleting
+                .last()
+                .and_then(|d| d.resource.as_ref())
+                .map(|r| r.uid.clone())
+                .unwrap_or_default();
+        }
+        Ok(Response::new(v1::ListDeletingResponse {
+            deleting,
+            revision: page.revision,
+            next_page_token,
+        }))
     }
 
     async fn keeps_another_target(
