@@ -51,8 +51,6 @@ pub const MAX_TARGETS_PER_FIELD: usize = 1024;
 pub const MAX_ON_DELETE_BYTES: usize = 16;
 /// Seeds of one `Peer.Plan` call.
 pub const MAX_PLAN_SEEDS: usize = 100_000;
-/// A W3C `traceparent`.
-pub const MAX_TRACEPARENT_BYTES: usize = 128;
 
 /// Audit entry fields, stored cut to these with [`cut_stored`]: who, the
 /// action, the target and the outcome (the reason is [`MAX_REASON_BYTES`]).
