@@ -26,6 +26,8 @@
 //!   named it, whichever region refused it.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
+//! - [`limits`]: the size of every field a request carries or a node
+//!   stores, and [`limits::quote`], how an error quotes client input.
 //! - [`invariants`]: the invariant checker over every region's state.
 
 #![deny(missing_docs)]
@@ -34,6 +36,7 @@ pub mod closure;
 pub mod error;
 pub mod explain;
 pub mod invariants;
+pub mod limits;
 pub mod memory;
 pub mod model;
 pub mod name;

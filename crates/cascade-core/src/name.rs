@@ -12,13 +12,16 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::limits::quote;
+
 /// Why a name, region or kind was refused; the message names the offending part.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {what} {value:?}: {reason}")]
+#[error("invalid {what} {value}: {reason}")]
 pub struct NameError {
     /// What was being parsed (`region`, `kind`, `resource name`, `uid`, …).
     pub what: &'static str,
-    /// The refused input, verbatim.
+    /// The refused input as a message quotes it ([`crate::limits::quote`]:
+    /// a short prefix and its length), never the whole of a large input.
     pub value: String,
     /// The rule it breaks.
     pub reason: &'static str,
@@ -39,7 +42,7 @@ impl RegionId {
     pub fn parse(value: &str) -> Result<Self, NameError> {
         let err = |reason| NameError {
             what: "region",
-            value: value.to_owned(),
+            value: quote(value),
             reason,
         };
         let first = value.bytes().next().ok_or_else(|| err("must not be empty"))?;
@@ -84,7 +87,7 @@ impl From<RegionId> for String {
 pub fn validate_kind(value: &str) -> Result<(), NameError> {
     let err = |reason| NameError {
         what: "kind",
-        value: value.to_owned(),
+        value: quote(value),
         reason,
     };
     let first = value.bytes().next().ok_or_else(|| err("must not be empty"))?;
@@ -120,7 +123,7 @@ impl ResourceName {
     pub fn parse(value: &str) -> Result<Self, NameError> {
         let err = |reason| NameError {
             what: "resource name",
-            value: value.to_owned(),
+            value: quote(value),
             reason,
         };
         let mut parts = value.split('/');
@@ -129,12 +132,12 @@ impl ResourceName {
             return Err(err("must have the form {region}/{kind}/{id}"));
         };
         RegionId::parse(region).map_err(|e| NameError {
-            value: value.to_owned(),
+            value: quote(value),
             what: "resource name",
             reason: e.reason,
         })?;
         validate_kind(kind).map_err(|e| NameError {
-            value: value.to_owned(),
+            value: quote(value),
             what: "resource name",
             reason: e.reason,
         })?;
@@ -219,7 +222,7 @@ impl Uid {
     pub fn parse(value: &str) -> Result<Self, NameError> {
         Uuid::parse_str(value).map(Uid).map_err(|_| NameError {
             what: "uid",
-            value: value.to_owned(),
+            value: quote(value),
             reason: "must be a UUID",
         })
     }
@@ -246,7 +249,7 @@ impl OperationId {
     pub fn parse(value: &str) -> Result<Self, NameError> {
         Uuid::parse_str(value).map(OperationId).map_err(|_| NameError {
             what: "operation id",
-            value: value.to_owned(),
+            value: quote(value),
             reason: "must be a UUID",
         })
     }

@@ -247,6 +247,16 @@ pub struct ApiLimits {
     pub max_page_size: usize,
 }
 
+impl ApiLimits {
+    /// Bytes one page of a listing may take (List, ListDeletions,
+    /// ListAudit, an operation's outcomes): a quarter of the message limit
+    /// (4 MiB by default), so a page of large items ends early, with its
+    /// token, instead of failing to encode.
+    pub fn page_bytes(&self) -> usize {
+        self.max_message_bytes / 4
+    }
+}
+
 impl Default for ApiLimits {
     fn default() -> Self {
         Self {

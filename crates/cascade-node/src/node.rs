@@ -21,6 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cascade_core::limits::quote;
 use cascade_core::model::{DeletionRecord, Event, Resource, ResourceState};
 use cascade_core::operation_view::OperationPage;
 use cascade_core::peer::{self, PeerBackRef, ReleaseReport, RemoteDeleting};
@@ -178,6 +179,16 @@ pub(crate) enum RemoteLookup {
     Gone,
     /// The owner could not be asked.
     Unknown,
+}
+
+/// A page of the DELETING resources another region references
+/// (`Peer.ListDeleting`, the resync after compaction).
+pub(crate) struct DeletingPage {
+    pub deleting: Vec<RemoteDeleting>,
+    /// The revision to resume the watch after.
+    pub revision: u64,
+    /// The uid to continue after; None on the last page.
+    pub next: Option<Uid>,
 }
 
 /// Everything one region holds, for the invariant checker (`Peer.Dump`).
@@ -528,7 +539,7 @@ impl Node {
         self.known_kind(
             name.kind(),
             "name",
-            format_args!("unknown kind {:?} in {name}", name.kind()),
+            format_args!("unknown kind {} in {name}", quote(name.kind())),
         )?;
         match self.state().get_resource(name)? {
             Some(r) if r.state != ResourceState::Creating => {
@@ -580,7 +591,7 @@ impl Node {
     ) -> Result<(Vec<ResourceView>, Option<ResourceName>), Fault> {
         let mut prefix = format!("{}/", self.region);
         if let Some(kind) = kind {
-            self.known_kind(kind, "kind", format_args!("unknown kind {kind:?}"))?;
+            self.known_kind(kind, "kind", format_args!("unknown kind {}", quote(kind)))?;
             prefix.push_str(kind);
             prefix.push('/');
         }
@@ -679,27 +690,55 @@ impl Node {
         Ok(peer::keeps_another_target(&self.state(), self.read_ctx(), keys)?)
     }
 
-    /// Owner: the DELETING resources that `region` references, and the
-    /// revision to resume its watch after (taken first: events after it are
-    /// streamed anyway, and applying one twice is harmless).
-    pub(crate) fn deleting_for(&self, region: &RegionId) -> Result<(Vec<RemoteDeleting>, u64), Fault> {
+    /// Owner: a page of the DELETING resources that `region` references
+    /// (in uid order after `after`, at most `page_size` of them; 0: all),
+    /// the revision to resume its watch after (taken first: events after
+    /// it are streamed anyway, and applying one twice is harmless; a
+    /// resync of several pages resumes after the first page's), and the
+    /// uid to continue after when there may be more.
+    pub(crate) fn deleting_for(
+        &self,
+        region: &RegionId,
+        after: Option<Uid>,
+        page_size: usize,
+    ) -> Result<DeletingPage, Fault> {
+        const CHUNK: usize = 1024;
         let state = self.state();
         let revision = state.next_revision_stored()?.saturating_sub(1);
-        let deletions: Vec<DeletionRecord> = state.all(Table::Deletions, usize::MAX)?;
+        let mut cursor = after.map(|u| u.as_bytes().to_vec());
         let mut deleting = Vec::new();
-        for d in deletions {
-            let rows = state.backrefs_of(d.target.uid)?;
-            if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
-                let no_cascade = state.get_operation(d.operation)?.is_some_and(|op| !op.cascade);
-                deleting.push(RemoteDeleting {
-                    forced: d.forced.is_some(),
-                    target: d.target,
-                    operation: d.operation,
-                    no_cascade,
+        loop {
+            let deletions: Vec<DeletionRecord> = state.scan(Table::Deletions, &[], cursor.as_deref(), CHUNK)?;
+            let exhausted = deletions.len() < CHUNK;
+            for d in deletions {
+                cursor = Some(d.target.uid.as_bytes().to_vec());
+                let rows = state.backrefs_of(d.target.uid)?;
+                if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
+                    let no_cascade = state.get_operation(d.operation)?.is_some_and(|op| !op.cascade);
+                    let uid = d.target.uid;
+                    deleting.push(RemoteDeleting {
+                        forced: d.forced.is_some(),
+                        target: d.target,
+                        operation: d.operation,
+                        no_cascade,
+                    });
+                    if deleting.len() == page_size {
+                        return Ok(DeletingPage {
+                            deleting,
+                            revision,
+                            next: Some(uid),
+                        });
+                    }
+                }
+            }
+            if exhausted {
+                return Ok(DeletingPage {
+                    deleting,
+                    revision,
+                    next: None,
                 });
             }
         }
-        Ok((deleting, revision))
     }
 
     /// The whole region's state, resources marked as a reader sees them.

@@ -74,7 +74,7 @@ pub fn resource_spec_with(
         if refs.contains_key(&r.field) {
             return Err(invalid_field(
                 &at(format!("refs[{i}]")),
-                format!("field {:?} is given twice", r.field),
+                format!("field {} is given twice", cascade_core::limits::quote(&r.field)),
             ));
         }
         let mut targets = Vec::with_capacity(r.targets.len());
@@ -604,7 +604,12 @@ fn on_delete_from(value: &str, field: &str) -> Result<OnDelete, Status> {
     ]
     .into_iter()
     .find(|o| o.as_str() == value)
-    .ok_or_else(|| invalid_field(field, format!("unknown on_delete {value:?}")))
+    .ok_or_else(|| {
+        invalid_field(
+            field,
+            format!("unknown on_delete {}", cascade_core::limits::quote(value)),
+        )
+    })
 }
 
 fn timestamp_from(ms: i64) -> cascade_core::Timestamp {

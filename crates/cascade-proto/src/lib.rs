@@ -13,6 +13,8 @@
 //!   `ErrorDetails`.
 //! - [`codec`]: the gRPC codec (INVALID_ARGUMENT for undecodable requests).
 //! - [`page_token`]: the opaque page token of aggregated operation outcomes.
+//! - [`bounds`]: every request field checked against its limit, and pages
+//!   cut to a byte budget.
 
 #![deny(missing_docs)]
 
@@ -25,6 +27,7 @@ pub mod v1 {
     tonic::include_proto!("cascade.v1");
 }
 
+pub mod bounds;
 pub mod codec;
 pub mod convert;
 pub mod page_token;

@@ -30,6 +30,7 @@
 //! | watch below the compaction floor (`cascade-node`'s stream) | OUT_OF_RANGE | none |
 //! | peer call without / with another region's certificate | UNAUTHENTICATED / PERMISSION_DENIED | none |
 
+use cascade_core::limits::cut_stored;
 use cascade_core::{CoreError, ErrorCode, ResourceName};
 use prost::Message;
 use tonic::{Code, Status};
@@ -182,11 +183,14 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
 
 /// The status for a core error, with structured details where a client can use them.
 pub fn status_from_core(err: &CoreError) -> Status {
-    Status::with_details(
-        code_of(err.code()),
-        err.to_string(),
-        details_of(err).encode_to_vec().into(),
-    )
+    let mut details = details_of(err);
+    let mut message = err.to_string();
+    if err.code() == ErrorCode::InvalidArgument {
+        // The same backstop as `invalid_field`: a refusal of input is small.
+        details.field = cut_stored(&details.field, MAX_FIELD_PATH_BYTES);
+        message = cut_stored(&message, MAX_INVALID_MESSAGE_BYTES);
+    }
+    Status::with_details(code_of(err.code()), message, details.encode_to_vec().into())
 }
 
 /// The structured details a Cascade server put in a status, if any.
@@ -209,18 +213,22 @@ pub fn with_details(code: Code, message: impl Into<String>, details: &v1::ErrorD
     Status::with_details(code, message, details.encode_to_vec().into())
 }
 
+/// Bytes of an INVALID_ARGUMENT's field path and message kept, at most: a
+/// backstop under the quoting of input ([`cascade_core::limits::quote`]),
+/// so a refusal stays well under the 1 KB a status may take in metadata.
+const MAX_FIELD_PATH_BYTES: usize = 256;
+const MAX_INVALID_MESSAGE_BYTES: usize = 512;
+
 /// A request field that could not be decoded.
 pub fn invalid_field(field: &str, message: impl std::fmt::Display) -> Status {
+    let field = cut_stored(field, MAX_FIELD_PATH_BYTES);
+    let message = cut_stored(&format!("{field}: {message}"), MAX_INVALID_MESSAGE_BYTES);
     let details = v1::ErrorDetails {
-        field: field.to_owned(),
+        field,
         reason: ErrorReason::InvalidField as i32,
         ..Default::default()
     };
-    Status::with_details(
-        Code::InvalidArgument,
-        format!("{field}: {message}"),
-        details.encode_to_vec().into(),
-    )
+    Status::with_details(Code::InvalidArgument, message, details.encode_to_vec().into())
 }
 
 /// UNAVAILABLE: this node's storage or writer cannot serve the call now.

@@ -8,6 +8,9 @@
 //! what was asked, by whom and why, in the same step as the change.
 
 use crate::error::CoreError;
+use crate::limits::{
+    cut_stored, MAX_AUDIT_ACTION_BYTES, MAX_AUDIT_OUTCOME_BYTES, MAX_AUDIT_TARGET_BYTES, MAX_AUDIT_WHO_BYTES,
+};
 use crate::model::{
     AuditEntry, DeletionRecord, DeletionStatus, EventType, ForcedPurge, OperationState, Resource, ResourceState,
 };
@@ -15,11 +18,11 @@ use crate::name::{IdSource, Uid};
 use crate::state::{StateRead, Tx};
 
 use super::bookkeeping::{decrement, emit_only, put_with_event, queue_pending, update_operation};
-use super::validate::local_name;
+use super::validate::{local_name, too_long};
 use super::{target_of, Ctx, Step};
 
 /// Longest reason an administrator may give (it is kept in the log).
-pub const MAX_ADMIN_REASON: usize = 1024;
+pub const MAX_ADMIN_REASON: usize = crate::limits::MAX_REASON_BYTES;
 
 /// Who asks for an administrative action, and why.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -216,14 +219,17 @@ fn audit<S: StateRead + ?Sized>(
     req: AdminRequest,
     outcome: String,
 ) {
+    // Every field is cut to its limit (with a marker and the original
+    // length): a refusal is audited with what the caller sent, and the
+    // caller decides how much that is.
     tx.put_audit(AuditEntry {
         id: Uid(ids.next_uuid()),
         time: ctx.now,
-        who: req.who,
-        action: req.action,
-        target: req.target,
-        reason: req.reason,
-        outcome,
+        who: cut_stored(&req.who, MAX_AUDIT_WHO_BYTES),
+        action: cut_stored(&req.action, MAX_AUDIT_ACTION_BYTES),
+        target: cut_stored(&req.target, MAX_AUDIT_TARGET_BYTES),
+        reason: cut_stored(&req.reason, MAX_ADMIN_REASON),
+        outcome: cut_stored(&outcome, MAX_AUDIT_OUTCOME_BYTES),
     });
 }
 
@@ -269,10 +275,7 @@ fn deleting<S: StateRead + ?Sized>(
 
 fn check_reason(reason: &str) -> Result<(), CoreError> {
     if reason.len() > MAX_ADMIN_REASON {
-        return Err(CoreError::invalid(
-            "reason",
-            format!("at most {MAX_ADMIN_REASON} bytes"),
-        ));
+        return Err(too_long("reason", reason, MAX_ADMIN_REASON));
     }
     Ok(())
 }

@@ -36,6 +36,10 @@ pub fn delete<S: StateRead + ?Sized>(
 ) -> Result<Step<DeleteOutcome>, CoreError> {
     let mut tx = Tx::new(state);
     let name = local_name(ctx, &req.name, "name")?;
+    let most = crate::limits::MAX_REQUESTED_BY_BYTES;
+    if req.requested_by.len() > most {
+        return Err(super::validate::too_long("requested_by", &req.requested_by, most));
+    }
     if req.orphan && req.cascade {
         return Err(CoreError::invalid(
             "propagation",

@@ -27,11 +27,11 @@ use crate::name::Uid;
 use crate::state::{StateRead, Tx};
 
 use super::bookkeeping::{hold_reason, mark_blocked, put_with_event, wake_if_deleting};
-use super::validate::local_name;
+use super::validate::{local_name, too_long};
 use super::{target_of, Ctx, Step};
 
 /// Longest reason a controller may report (it is stored and shown).
-pub const MAX_FAILURE_REASON: usize = 1024;
+pub const MAX_FAILURE_REASON: usize = crate::limits::MAX_REASON_BYTES;
 
 /// A finalizer controller's report about one finalizer of one resource.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -201,6 +201,13 @@ fn the_incarnation<S: StateRead + ?Sized>(
     let name = local_name(ctx, &req.name, "name")?;
     if req.finalizer.is_empty() {
         return Err(CoreError::invalid("finalizer", "names the finalizer: required"));
+    }
+    if req.finalizer.len() > crate::limits::MAX_FINALIZER_BYTES {
+        return Err(too_long(
+            "finalizer",
+            &req.finalizer,
+            crate::limits::MAX_FINALIZER_BYTES,
+        ));
     }
     tx.resource(&name)?
         .filter(|r| r.state != ResourceState::Creating)

@@ -19,13 +19,12 @@ use crate::model::{EventType, Lien, Resource, ResourceState};
 use crate::state::{StateRead, Tx};
 
 use super::bookkeeping::{put_with_event, wake_if_deleting};
-use super::validate::{check_etag, local_name};
+use super::validate::{check_etag, local_name, too_long};
 use super::{Ctx, Step};
 
 /// Liens one resource may hold.
 pub const MAX_LIENS: usize = 16;
-const MAX_LIEN_ID: usize = 128;
-const MAX_LIEN_REASON: usize = 1024;
+use crate::limits::{MAX_LIEN_ID_BYTES as MAX_LIEN_ID, MAX_REASON_BYTES as MAX_LIEN_REASON, MAX_REQUESTED_BY_BYTES};
 
 /// A client's AddLien.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,6 +52,9 @@ pub fn add_lien<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>, req: AddLien) ->
             "lien_id",
             format!("must be 1 to {MAX_LIEN_ID} bytes without control characters"),
         ));
+    }
+    if req.requested_by.len() > MAX_REQUESTED_BY_BYTES {
+        return Err(too_long("requested_by", &req.requested_by, MAX_REQUESTED_BY_BYTES));
     }
     if req.reason.trim().is_empty() || req.reason.len() > MAX_LIEN_REASON {
         return Err(CoreError::invalid(
@@ -109,6 +111,9 @@ pub fn remove_lien<S: StateRead + ?Sized>(
 ) -> Result<Step<Resource>, CoreError> {
     let mut tx = Tx::new(state);
     let name = local_name(ctx, name, "name")?;
+    if id.len() > MAX_LIEN_ID {
+        return Err(too_long("lien_id", id, MAX_LIEN_ID));
+    }
     let mut resource = live_resource(&tx, &name)?;
     check_etag(&resource, etag)?;
     let before = resource.liens.len();

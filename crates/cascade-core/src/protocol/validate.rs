@@ -15,11 +15,11 @@ use crate::state::{StateRead, Tx};
 
 use super::{is_remote, Ctx, RefRequest};
 
-const MAX_ATTRIBUTES: usize = 256;
-const MAX_ATTRIBUTE_KEY: usize = 128;
-const MAX_ATTRIBUTE_VALUE: usize = 4096;
-const MAX_TARGETS_PER_FIELD: usize = 1024;
-const MAX_FINALIZERS: usize = 32;
+use crate::limits::{
+    quote, MAX_ATTRIBUTES, MAX_ATTRIBUTE_KEY_BYTES as MAX_ATTRIBUTE_KEY,
+    MAX_ATTRIBUTE_VALUE_BYTES as MAX_ATTRIBUTE_VALUE, MAX_ETAG_BYTES, MAX_FINALIZERS, MAX_FINALIZER_BYTES,
+    MAX_KIND_BYTES, MAX_TARGETS_PER_FIELD,
+};
 
 /// Parses a name that must be of this region and of a kind of the schema.
 pub(super) fn local_name(ctx: Ctx<'_>, raw: &str, field: &str) -> Result<ResourceName, CoreError> {
@@ -34,15 +34,22 @@ pub(super) fn local_name(ctx: Ctx<'_>, raw: &str, field: &str) -> Result<Resourc
     if ctx.schema.kind(name.kind()).is_none() {
         return Err(CoreError::invalid(
             field,
-            format!("unknown kind {:?} in {name}", name.kind()),
+            format!("unknown kind {} in {name}", quote(name.kind())),
         ));
     }
     Ok(name)
 }
 
+/// INVALID_ARGUMENT on `field`: `value` is over its limit of `max` bytes
+/// (quoted by a prefix and its length).
+pub(super) fn too_long(field: &str, value: &str, max: usize) -> CoreError {
+    CoreError::invalid(field, format!("{} is too long (at most {max} bytes)", quote(value)))
+}
+
 /// Refuses a write whose etag (when given and not empty) is not the current one.
 pub(super) fn check_etag(resource: &Resource, etag: Option<&str>) -> Result<(), CoreError> {
     match etag {
+        Some(expected) if expected.len() > MAX_ETAG_BYTES => Err(too_long("etag", expected, MAX_ETAG_BYTES)),
         Some(expected) if !expected.is_empty() && expected != resource.etag() => Err(CoreError::EtagMismatch {
             name: resource.name.clone(),
             expected: expected.to_owned(),
@@ -62,9 +69,10 @@ pub(super) fn validate_attributes(attributes: &BTreeMap<String, String>, field: 
     }
     for (k, v) in attributes {
         if k.is_empty() || k.len() > MAX_ATTRIBUTE_KEY {
+            // The key is not named in the path: it is the input at fault.
             return Err(CoreError::invalid(
-                format!("{field}.{k}"),
-                format!("attribute keys must be 1 to {MAX_ATTRIBUTE_KEY} bytes"),
+                field,
+                format!("attribute key {} must be 1 to {MAX_ATTRIBUTE_KEY} bytes", quote(k)),
             ));
         }
         if v.len() > MAX_ATTRIBUTE_VALUE {
@@ -86,10 +94,10 @@ pub(super) fn validate_finalizers(finalizers: &[String], field: &str) -> Result<
         ));
     }
     let unique: BTreeSet<&String> = finalizers.iter().collect();
-    if unique.len() != finalizers.len() || finalizers.iter().any(|f| f.is_empty() || f.len() > 128) {
+    if unique.len() != finalizers.len() || finalizers.iter().any(|f| f.is_empty() || f.len() > MAX_FINALIZER_BYTES) {
         return Err(CoreError::invalid(
             field,
-            "finalizers must be unique, non-empty, at most 128 bytes",
+            format!("finalizers must be unique, non-empty, at most {MAX_FINALIZER_BYTES} bytes"),
         ));
     }
     Ok(())
@@ -114,11 +122,19 @@ pub(super) fn resolve_refs<S: StateRead + ?Sized>(
         .ok_or_else(|| CoreError::invalid("name", format!("unknown kind {kind:?}")))?;
     let mut out = BTreeMap::new();
     for (field, targets) in requested {
+        let Some(spec) = kind_spec.refs.get(field) else {
+            // A field name no schema could declare is not put in the path.
+            let path = if field.len() <= MAX_KIND_BYTES {
+                format!("{field_prefix}.{field}")
+            } else {
+                field_prefix.to_owned()
+            };
+            return Err(CoreError::invalid(
+                path,
+                format!("kind {kind:?} has no reference field {}", quote(field)),
+            ));
+        };
         let path = format!("{field_prefix}.{field}");
-        let spec = kind_spec
-            .refs
-            .get(field)
-            .ok_or_else(|| CoreError::invalid(&path, format!("kind {kind:?} has no reference field {field:?}")))?;
         if targets.is_empty() {
             continue;
         }

@@ -13,9 +13,11 @@
 
 use std::sync::Arc;
 
+use cascade_core::limits::{cut_stored, MAX_AUDIT_TARGET_BYTES};
 use cascade_core::model::AuditEntry;
 use cascade_core::protocol::AdminRequest;
 use cascade_core::{RegionId, Uid};
+use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
 use cascade_proto::status::invalid_field;
 use cascade_proto::v1::{self, admin_server::Admin};
@@ -39,9 +41,6 @@ pub(crate) const FORWARDED_FOR: &str = "cascade-admin-for";
 /// commit of the node's one writer, and anyone can make them. Beyond this
 /// they are only logged (with how many were left out).
 const AUDITED_REFUSALS_PER_SECOND: u32 = 10;
-
-/// Bytes of a refused request's target kept in the audit log.
-const MAX_AUDITED_TARGET: usize = 256;
 
 /// The operators' API over one node.
 pub(crate) struct AdminApi {
@@ -127,14 +126,15 @@ impl AdminApi {
             "an administrator sends the [admin] token or presents a certificate [admin] identities lists"
         };
         let status = Status::permission_denied(format!("{action}: {presented} is not an administrator: {configured}"));
-        let target = truncated(target, MAX_AUDITED_TARGET);
+        // The audit entry is cut by the core; the log line likewise.
+        let target = cut_stored(target, MAX_AUDIT_TARGET_BYTES);
         let audited = self.audit_refusal_allowed();
-        warn!(region = %self.node.region, action, target, caller = %presented, audited, "refused an Admin call");
+        warn!(region = %self.node.region, action, target = %target, caller = %presented, audited, "refused an Admin call");
         if audited {
             let req = AdminRequest {
                 who: presented,
                 action: action.to_owned(),
-                target: target.to_owned(),
+                target,
                 reason: String::new(),
             };
             match self
@@ -202,7 +202,12 @@ impl AdminApi {
     /// An administrator's action the node refused: audited with the status
     /// the caller gets.
     async fn audited_refusal(&self, audit: AdminRequest, fault: crate::error::Fault) -> Status {
-        let status = Status::from(fault);
+        self.audited_status(audit, Status::from(fault)).await
+    }
+
+    /// A refusal of an administrator's action, audited (the core cuts
+    /// every field of the entry to its limit).
+    async fn audited_status(&self, audit: AdminRequest, status: Status) -> Status {
         match self
             .node
             .audit(audit, format!("{:?}: {}", status.code(), status.message()))
@@ -231,18 +236,6 @@ impl AdminApi {
             age_ms: i64::try_from(e.age_ms).unwrap_or(i64::MAX),
         })
     }
-}
-
-/// At most `max` bytes of `s`, cut on a character boundary.
-fn truncated(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 fn page_token(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
@@ -276,6 +269,7 @@ impl Admin for AdminApi {
         let target = request.get_ref().region.clone();
         let admin = self.authenticate(&request, "ListDeletions", &target).await?;
         let req = request.into_inner();
+        req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
             let call = client.list_deletions(Self::forwarded(req, &admin));
@@ -299,9 +293,22 @@ impl Admin for AdminApi {
         };
         let after = page_token(&req.page_token, "page_token")?;
         let (entries, next) = self.node.list_deletions(&filter, req.page_size as usize, after)?;
+        let mut deletions = entries
+            .into_iter()
+            .map(|e| self.present(e))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut next_page_token = next.map(|u| u.to_string()).unwrap_or_default();
+        if fit_page(&mut deletions, self.node.limits.page_bytes()) {
+            // The token is the last uid the page holds.
+            next_page_token = deletions
+                .last()
+                .and_then(|d| d.resource.as_ref())
+                .map(|r| r.uid.clone())
+                .unwrap_or_default();
+        }
         Ok(Response::new(v1::ListDeletionsResponse {
-            deletions: entries.into_iter().map(|e| self.present(e)).collect::<Result<_, _>>()?,
-            next_page_token: next.map(|u| u.to_string()).unwrap_or_default(),
+            deletions,
+            next_page_token,
         }))
     }
 
@@ -312,6 +319,15 @@ impl Admin for AdminApi {
         let target = request.get_ref().name.clone();
         let admin = self.authenticate(&request, "RetryDeletion", &target).await?;
         let req = request.into_inner();
+        let audit = AdminRequest {
+            who: admin.who.clone(),
+            action: "RetryDeletion".to_owned(),
+            target: req.name.clone(),
+            reason: req.reason.clone(),
+        };
+        if let Err(refused) = req.check_bounds() {
+            return Err(self.audited_status(audit, refused).await);
+        }
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
@@ -321,12 +337,6 @@ impl Admin for AdminApi {
             ));
         }
         let span = info_span!("retry_deletion", region = %self.node.region, name = %name, who = %admin.who);
-        let audit = AdminRequest {
-            who: admin.who.clone(),
-            action: "RetryDeletion".to_owned(),
-            target: req.name.clone(),
-            reason: req.reason.clone(),
-        };
         match self.node.retry_deletion(req.name, audit.clone()).instrument(span).await {
             Ok(entry) => {
                 info!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who, "deletion retried");
@@ -343,6 +353,15 @@ impl Admin for AdminApi {
         let target = request.get_ref().name.clone();
         let admin = self.authenticate(&request, "ForcePurge", &target).await?;
         let req = request.into_inner();
+        let audit = AdminRequest {
+            who: admin.who.clone(),
+            action: if req.force { "ForcePurge (force)" } else { "ForcePurge" }.to_owned(),
+            target: req.name.clone(),
+            reason: req.reason.clone(),
+        };
+        if let Err(refused) = req.check_bounds() {
+            return Err(self.audited_status(audit, refused).await);
+        }
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
@@ -353,12 +372,6 @@ impl Admin for AdminApi {
         }
         let span =
             info_span!("force_purge", region = %self.node.region, name = %name, who = %admin.who, force = req.force);
-        let audit = AdminRequest {
-            who: admin.who.clone(),
-            action: if req.force { "ForcePurge (force)" } else { "ForcePurge" }.to_owned(),
-            target: req.name.clone(),
-            reason: req.reason.clone(),
-        };
         match self
             .node
             .force_purge(req.name, audit.clone(), req.force)
@@ -381,6 +394,7 @@ impl Admin for AdminApi {
         let target = request.get_ref().region.clone();
         let admin = self.authenticate(&request, "ListAudit", &target).await?;
         let req = request.into_inner();
+        req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
             let call = client.list_audit(Self::forwarded(req, &admin));
@@ -390,9 +404,15 @@ impl Admin for AdminApi {
         }
         let after = page_token(&req.page_token, "page_token")?;
         let (entries, next) = self.node.list_audit(req.page_size as usize, after)?;
+        let mut entries: Vec<v1::AuditEntry> = entries.into_iter().map(|e| audit_entry(e, &self.node.region)).collect();
+        let mut next_page_token = next.map(|u| u.to_string()).unwrap_or_default();
+        if fit_page(&mut entries, self.node.limits.page_bytes()) {
+            // The token is the last entry's id.
+            next_page_token = entries.last().map(|e| e.id.clone()).unwrap_or_default();
+        }
         Ok(Response::new(v1::ListAuditResponse {
-            entries: entries.into_iter().map(|e| audit_entry(e, &self.node.region)).collect(),
-            next_page_token: next.map(|u| u.to_string()).unwrap_or_default(),
+            entries,
+            next_page_token,
         }))
     }
 

@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cascade_core::{peer, BackRefKey, RegionId, ResourceName};
+use cascade_core::{peer, BackRefKey, RegionId, ResourceName, Uid};
+use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
 use cascade_proto::status::{invalid_field, with_details};
 use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
@@ -117,6 +118,7 @@ impl Peer for PeerApi {
         &self,
         request: Request<v1::RegionFiguresRequest>,
     ) -> Result<Response<v1::RegionFigures>, Status> {
+        request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let figures = self.node.region_figures()?;
         Ok(Response::new(crate::api::admin::region_figures(figures)))
@@ -126,6 +128,7 @@ impl Peer for PeerApi {
         &self,
         request: Request<v1::ExplainPartRequest>,
     ) -> Result<Response<v1::ExplainPartResponse>, Status> {
+        request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let op = parse_operation_id(&request.get_ref().operation_id, "operation_id")?;
         let part = self.node.explain_part(op)?;
@@ -141,6 +144,7 @@ impl Peer for PeerApi {
     }
 
     async fn lookup(&self, request: Request<v1::LookupRequest>) -> Result<Response<v1::ObjectRef>, Status> {
+        request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let name = parse_name(&request.into_inner().name, "name")?;
         match self.node.lookup_local(&name)? {
@@ -159,6 +163,7 @@ impl Peer for PeerApi {
     }
 
     async fn attach(&self, request: Request<v1::AttachRequest>) -> Result<Response<v1::AttachResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let from = from_region(&request.get_ref().from_region)?;
         self.authorize_as(&request, &from, "Attach")?;
         let req = request.into_inner();
@@ -171,6 +176,7 @@ impl Peer for PeerApi {
     }
 
     async fn release(&self, request: Request<v1::ReleaseRequest>) -> Result<Response<v1::ReleaseResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let from = from_region(&request.get_ref().from_region)?;
         self.authorize_as(&request, &from, "Release")?;
         let req = request.into_inner();
@@ -192,6 +198,7 @@ impl Peer for PeerApi {
     type WatchStream = std::pin::Pin<Box<dyn futures::Stream<Item = Result<v1::PeerEvent, Status>> + Send>>;
 
     async fn watch(&self, request: Request<v1::PeerWatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        request.get_ref().check_bounds()?;
         let watcher = from_region(&request.get_ref().region)?;
         self.authorize_as(&request, &watcher, "Watch")?;
         let req = request.into_inner();
@@ -223,12 +230,14 @@ impl Peer for PeerApi {
         &self,
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let keys = self.backref_keys(request)?;
         let standing = self.node.standing(&keys)?;
         Ok(Response::new(v1::CheckBackrefsResponse { standing }))
     }
 
     async fn plan(&self, request: Request<v1::PeerPlanRequest>) -> Result<Response<v1::Plan>, Status> {
+        request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let req = request.into_inner();
         let seeds = req
@@ -244,6 +253,7 @@ impl Peer for PeerApi {
         &self,
         request: Request<v1::GetOperationRequest>,
     ) -> Result<Response<v1::Operation>, Status> {
+        request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let req = request.into_inner();
         let id = parse_operation_id(&req.id, "id")?;
@@ -256,10 +266,21 @@ impl Peer for PeerApi {
             .node
             .local_operation(id, req.outcomes_page_size as usize, after.as_ref())?;
         let next = page.next.as_ref().map(ResourceName::to_string).unwrap_or_default();
-        Ok(Response::new(convert::operation(&page.operation, &page.outcomes, next)))
+        let mut part = convert::operation(&page.operation, &page.outcomes, next);
+        if fit_page(&mut part.outcomes, self.node.limits.page_bytes()) {
+            // The part's own token: the last outcome's resource name.
+            part.next_outcomes_page_token = part
+                .outcomes
+                .last()
+                .and_then(|o| o.resource.as_ref())
+                .map(|r| r.name.clone())
+                .unwrap_or_default();
+        }
+        Ok(Response::new(part))
     }
 
     async fn ack(&self, request: Request<v1::AckRequest>) -> Result<Response<v1::AckResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let region = from_region(&request.get_ref().region)?;
         // An acknowledgement lets the owner compact its outbox: only the watcher itself may give it.
         self.authorize_as(&request, &region, "Ack")?;
@@ -271,10 +292,23 @@ impl Peer for PeerApi {
         &self,
         request: Request<v1::ListDeletingRequest>,
     ) -> Result<Response<v1::ListDeletingResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let region = from_region(&request.get_ref().region)?;
         self.authorize_any(&request)?;
-        let (deleting, revision) = self.node.deleting_for(&region)?;
-        let deleting = deleting
+        let req = request.into_inner();
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(Uid::parse(&req.page_token).map_err(|_| invalid_field("page_token", "not a token this API issued"))?)
+        };
+        // 0 asks for every entry at once (a node that does not page).
+        let page_size = match req.page_size {
+            0 => 0,
+            n => (n as usize).min(self.node.limits.max_page_size),
+        };
+        let page = self.node.deleting_for(&region, after, page_size)?;
+        let mut deleting: Vec<v1::DeletingEntry> = page
+            .deleting
             .iter()
             .map(|d| v1::DeletingEntry {
                 resource: Some(convert::object_ref(&d.target)),
@@ -283,19 +317,34 @@ impl Peer for PeerApi {
                 forced: d.forced,
             })
             .collect();
-        Ok(Response::new(v1::ListDeletingResponse { deleting, revision }))
+        let mut next_page_token = page.next.map(|u| u.to_string()).unwrap_or_default();
+        if page_size > 0 && fit_page(&mut deleting, self.node.limits.page_bytes()) {
+            // The token is the last uid the page holds.
+            next_page_token = deleting
+                .last()
+                .and_then(|d| d.resource.as_ref())
+                .map(|r| r.uid.clone())
+                .unwrap_or_default();
+        }
+        Ok(Response::new(v1::ListDeletingResponse {
+            deleting,
+            revision: page.revision,
+            next_page_token,
+        }))
     }
 
     async fn keeps_another_target(
         &self,
         request: Request<v1::CheckBackrefsRequest>,
     ) -> Result<Response<v1::CheckBackrefsResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let keys = self.backref_keys(request)?;
         let standing = self.node.keeps_another_target(&keys)?;
         Ok(Response::new(v1::CheckBackrefsResponse { standing }))
     }
 
     async fn dump(&self, request: Request<v1::DumpRequest>) -> Result<Response<v1::DumpResponse>, Status> {
+        request.get_ref().check_bounds()?;
         // The whole region's state: certified regions only (`cascade check` runs with a node's identity).
         self.authorize_any(&request)?;
         let dump = self.node.dump().await?;

@@ -43,6 +43,10 @@ use crate::peers::{
     PEER_CALL_TIMEOUT,
 };
 
+/// Entries asked for per `Peer.ListDeleting` page (the owner's default
+/// `max_page_size`; its byte budget may end a page earlier).
+const LIST_DELETING_PAGE: u32 = 1_000;
+
 /// A channel to a peer whose calls carry the caller's trace context.
 pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;
 
@@ -425,34 +429,46 @@ impl Peers {
     }
 
     /// The DELETING resources of `region` that `from` references, and the
-    /// revision to resume watching after (the resync after compaction).
-    /// Entries that do not decode are skipped.
+    /// revision to resume watching after (the resync after compaction),
+    /// read page by page (each answer bounded in bytes by the owner);
+    /// the revision is the first page's, taken before any was read, so an
+    /// entry that changes between pages comes again as an event. Entries
+    /// that do not decode are skipped.
     pub(crate) async fn list_deleting(
         &self,
         region: &str,
         from: &RegionId,
     ) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
-        let req = v1::ListDeletingRequest {
-            region: from.to_string(),
-        };
-        let listing = self
-            .call(region, "ListDeleting", PEER_CALL_TIMEOUT, |mut c| async move {
-                c.list_deleting(req).await
-            })
-            .await?;
-        let deleting = listing
-            .deleting
-            .into_iter()
-            .filter_map(|d| {
+        let mut deleting = Vec::new();
+        let mut revision = None;
+        let mut page_token = String::new();
+        loop {
+            let req = v1::ListDeletingRequest {
+                region: from.to_string(),
+                page_size: LIST_DELETING_PAGE,
+                page_token: page_token.clone(),
+            };
+            let listing = self
+                .call(region, "ListDeleting", PEER_CALL_TIMEOUT, |mut c| async move {
+                    c.list_deleting(req).await
+                })
+                .await?;
+            revision.get_or_insert(listing.revision);
+            deleting.extend(listing.deleting.into_iter().filter_map(|d| {
                 Some(RemoteDeleting {
                     target: convert::ref_target(d.resource, "resource").ok()?,
                     operation: OperationId::parse(&d.operation_id).ok()?,
                     no_cascade: d.no_cascade,
                     forced: d.forced,
                 })
-            })
-            .collect();
-        Ok((deleting, listing.revision))
+            }));
+            // A token that does not advance would loop for ever: the
+            // listing ends there (the owner pages wrongly).
+            if listing.next_page_token.is_empty() || listing.next_page_token == page_token {
+                return Ok((deleting, revision.unwrap_or(listing.revision)));
+            }
+            page_token = listing.next_page_token;
+        }
     }
 
     /// Follows `region`'s outbox from revision `from_revision`, as `watcher`:

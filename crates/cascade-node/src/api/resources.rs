@@ -13,10 +13,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cascade_core::limits::quote;
 use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
 use cascade_core::protocol::{AddLien, DeleteOutcome, ResourceSpec};
 use cascade_core::ResourceName;
+use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
 use cascade_proto::page_token::OutcomesPageToken;
 use cascade_proto::status::invalid_field;
@@ -87,8 +89,10 @@ fn present_explanation(e: &Explanation) -> v1::DeletionExplanation {
     }
 }
 
-/// The wire form of an operation, with its cursor as an opaque page token.
-fn present_operation(view: &OperationView) -> v1::Operation {
+/// The wire form of an operation, with its cursor as an opaque page token;
+/// its outcomes end early when they would take more than `page_bytes`,
+/// with a token after the last one kept.
+fn present_operation(view: &OperationView, page_bytes: usize) -> v1::Operation {
     let token = view
         .next
         .as_ref()
@@ -100,7 +104,17 @@ fn present_operation(view: &OperationView) -> v1::Operation {
             .encode()
         })
         .unwrap_or_default();
-    convert::operation_view(view, token)
+    let mut operation = convert::operation_view(view, token);
+    if fit_page(&mut operation.outcomes, page_bytes) {
+        if let Some(last) = operation.outcomes.last() {
+            operation.next_outcomes_page_token = OutcomesPageToken {
+                region: last.region.clone(),
+                inner: last.resource.as_ref().map(|r| r.name.clone()).unwrap_or_default(),
+            }
+            .encode();
+        }
+    }
+    operation
 }
 
 /// An outcomes page token as the core's cursor (INVALID_ARGUMENT on
@@ -158,6 +172,7 @@ impl ResourcesApi {
         let cursor = outcomes_cursor(token)?;
         Ok(present_operation(
             &self.node.operation_within(id, page_size, cursor, read_timeout).await?,
+            self.node.limits.page_bytes(),
         ))
     }
 }
@@ -168,6 +183,7 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::ExplainDeletionRequest>,
     ) -> Result<Response<v1::DeletionExplanation>, Status> {
+        request.get_ref().check_bounds()?;
         // One deadline for the whole explanation, forwarded or not.
         let budget = budget_within(EXPLAIN_BUDGET, request.metadata());
         let req = request.into_inner();
@@ -203,6 +219,7 @@ impl Resources for ResourcesApi {
     }
 
     async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let raw = request.into_inner();
         let spec = raw
             .resource
@@ -224,6 +241,7 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::BatchCreateRequest>,
     ) -> Result<Response<v1::BatchCreateResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let specs = request.into_inner().resources;
         let max = self.node.limits.max_batch_create;
         if specs.is_empty() || specs.len() > max {
@@ -266,6 +284,7 @@ impl Resources for ResourcesApi {
     }
 
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -276,6 +295,7 @@ impl Resources for ResourcesApi {
     }
 
     async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         let state = convert::resource_state_from(
             v1::ResourceState::try_from(req.state).map_err(|_| invalid_field("state", "unknown state"))?,
@@ -290,13 +310,20 @@ impl Resources for ResourcesApi {
             .node
             .list(kind, state, req.page_size as usize, after.as_ref())
             .await?;
+        let mut resources: Vec<v1::Resource> = views.iter().map(present).collect();
+        let mut next_page_token = next.map(|n| n.to_string()).unwrap_or_default();
+        if fit_page(&mut resources, self.node.limits.page_bytes()) {
+            // The token is the last name the page holds.
+            next_page_token = resources.last().map(|r| r.name.clone()).unwrap_or_default();
+        }
         Ok(Response::new(v1::ListResponse {
-            resources: views.iter().map(present).collect(),
-            next_page_token: next.map(|n| n.to_string()).unwrap_or_default(),
+            resources,
+            next_page_token,
         }))
     }
 
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         let spec = req
             .resource
@@ -313,6 +340,7 @@ impl Resources for ResourcesApi {
     }
 
     async fn delete(&self, request: Request<v1::DeleteRequest>) -> Result<Response<v1::DeleteResponse>, Status> {
+        request.get_ref().check_bounds()?;
         // A dry run asks other regions for their parts: all of it within
         // this, or the caller's own deadline when that is shorter.
         let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
@@ -346,6 +374,7 @@ impl Resources for ResourcesApi {
     }
 
     async fn add_lien(&self, request: Request<v1::AddLienRequest>) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -369,6 +398,7 @@ impl Resources for ResourcesApi {
     }
 
     async fn remove_lien(&self, request: Request<v1::RemoveLienRequest>) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -389,6 +419,7 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::RemoveFinalizerRequest>,
     ) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -405,6 +436,7 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::ReportFinalizerFailureRequest>,
     ) -> Result<Response<v1::Resource>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -427,6 +459,7 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::GetOperationRequest>,
     ) -> Result<Response<v1::Operation>, Status> {
+        request.get_ref().check_bounds()?;
         // Each round of part reads within this, or within the caller's own
         // deadline when it leaves less (the probe round and the page's reads
         // may take one each).
@@ -449,6 +482,7 @@ impl Resources for ResourcesApi {
         &self,
         request: Request<v1::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
+        request.get_ref().check_bounds()?;
         let id = parse_operation_id(&request.into_inner().id, "id")?;
         let node = self.node.clone();
         // Subscribe before the first read so no local change falls in between;
@@ -472,7 +506,8 @@ impl Resources for ResourcesApi {
                         || a.unreachable != b.unreachable
                 };
                 let mut last = first.clone();
-                if tx.send(Ok(present_operation(&first))).await.is_err() || last.done {
+                let page_bytes = node.limits.page_bytes();
+                if tx.send(Ok(present_operation(&first, page_bytes))).await.is_err() || last.done {
                     return;
                 }
                 loop {
@@ -498,7 +533,7 @@ impl Resources for ResourcesApi {
                     };
                     if changed(&view, &last) {
                         let done = view.done;
-                        let wire = present_operation(&view);
+                        let wire = present_operation(&view, page_bytes);
                         last = view;
                         if tx.send(Ok(wire)).await.is_err() || done {
                             return;
@@ -514,10 +549,11 @@ impl Resources for ResourcesApi {
     type WatchStream = BoxStream<v1::WatchEvent>;
 
     async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        request.get_ref().check_bounds()?;
         let req = request.into_inner();
         if !req.kind.is_empty() {
             self.node
-                .known_kind(&req.kind, "kind", format_args!("unknown kind {:?}", req.kind))
+                .known_kind(&req.kind, "kind", format_args!("unknown kind {}", quote(&req.kind)))
                 .map_err(refused)?;
         }
         let kind = (!req.kind.is_empty()).then_some(req.kind);
