@@ -246,3 +246,42 @@ async fn a_watch_overtaken_by_compaction_ends_with_the_revision_to_resume_from_a
     assert_eq!(r.name, full("project/late-1"));
     t.node.stop().await.unwrap();
 }
+
+/// `cascade watch` from a compacted revision (the same status as a watch
+/// overtaken while running) exits 1 and says where to resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cascade_watch_below_the_floor_names_the_revision_to_resume_from() {
+    let t = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| {
+        s.outbox_retention = 2;
+        s.metrics_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let metrics = t.node.metrics_addr().expect("metrics served");
+    for i in 0..8 {
+        t.client.create(spec(&format!("project/p{i}"), &[])).await.unwrap();
+    }
+    let floor = eventually(Duration::from_secs(20), "the outbox to be compacted", || async {
+        let floor = sample(&scrape(metrics).await, "cascade_outbox_floor_revision");
+        (floor == 7).then_some(floor)
+    })
+    .await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["--server", &t.node.endpoint(), "watch", "--from", "3"])
+        .output()
+        .await
+        .expect("cascade runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("revision 3 was compacted"), "{stderr}");
+    assert!(stderr.contains(&format!("cascade watch --from {floor}")), "{stderr}");
+    // The README tour's line: from 1 is from the oldest retained event.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["--server", &t.node.endpoint(), "watch", "--from", "1", "--count", "2"])
+        .output()
+        .await
+        .expect("cascade runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("p6") && stdout.contains("p7"), "{stdout}");
+    t.node.stop().await.unwrap();
+}
