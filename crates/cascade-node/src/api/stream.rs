@@ -430,10 +430,10 @@ mod tests {
         true
     }
     fn odd(r: Revision) -> bool {
-        r % 2 == 1
+        !r.is_multiple_of(2)
     }
     fn not_third(r: Revision) -> bool {
-        r % 3 != 0
+        !r.is_multiple_of(3)
     }
 
     proptest! {
