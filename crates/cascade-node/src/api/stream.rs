@@ -408,6 +408,30 @@ mod tests {
         assert_eq!(outbox.overtaken(), 1);
     }
 
+    /// A peer's stream overtaken is counted under its own label (its link
+    /// resyncs from the owner's listing on any OUT_OF_RANGE).
+    #[tokio::test]
+    async fn an_overtaken_peer_stream_is_counted_as_a_peer() {
+        let outbox = Outbox::new(4);
+        outbox.commit(10);
+        outbox.compact_keeping(2);
+        let mut stream = paced_outbox_stream(
+            outbox.feed(),
+            5,
+            Watcher::Peer {
+                region: "us-east".into(),
+            },
+            |_: &Event| true,
+            |e: &Event| e.revision,
+            Span::none(),
+            PACING,
+        );
+        let status = stream.next().await.expect("an answer").expect_err("compacted");
+        assert_eq!(resume_revision(&status), Some(9), "{status:?}");
+        assert_eq!(outbox.metrics.watch_overtaken_count("peer"), 1);
+        assert_eq!(outbox.overtaken(), 0, "not a client");
+    }
+
     #[derive(Debug, Clone)]
     enum Step {
         /// A writer step emitting 1..=4 events.
