@@ -884,8 +884,9 @@ async fn an_owner_that_accepts_connections_but_never_answers_is_unavailable() {
 // OUT_OF_RANGE
 // ---------------------------------------------------------------------------
 
-/// The node's own OUT_OF_RANGE (a watch below the compaction floor) is kept
-/// while tonic's size refusal becomes RESOURCE_EXHAUSTED.
+/// The node's own OUT_OF_RANGE (a watch below the compaction floor, reason
+/// COMPACTED with the revision to resume from) is kept while tonic's size
+/// refusal becomes RESOURCE_EXHAUSTED.
 #[tokio::test]
 async fn a_watch_below_the_compaction_floor_is_out_of_range() {
     let t = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| s.outbox_retention = 2).await;
@@ -902,6 +903,13 @@ async fn a_watch_below_the_compaction_floor_is_out_of_range() {
     .await;
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
     assert!(status.message().contains("compacted"), "{status:?}");
+    assert_eq!(
+        cascade_proto::status::reason_of(&status),
+        cascade_proto::v1::ErrorReason::Compacted,
+        "{status:?}"
+    );
+    let resume = cascade_proto::status::resume_revision(&status).expect("a resume revision");
+    assert!(resume > 2, "resume from {resume}, above the revision asked for");
     t.node.stop().await.unwrap();
 }
 

@@ -50,6 +50,10 @@ pub fn describe_status(s: &Status) -> String {
             out += &format!(" (and {} more)", d.more);
         }
     }
+    if let Some(resume) = cascade_proto::status::resume_revision(s) {
+        // A watch the outbox was compacted past: what to run next.
+        out += &format!("; events were missed: `cascade list` what you follow, then `cascade watch --from {resume}`");
+    }
     out
 }
 

@@ -18,7 +18,7 @@
 //! backoff_cap_ms = 60000
 //! tick_ms = 200
 //! check_interval_ms = 30000   # re-check remote back-references of waiting deletions
-//! outbox_retention = 100000   # events kept after every peer acknowledged them
+//! outbox_retention = 100000   # events kept after every peer acknowledged them; a client watch further behind ends OUT_OF_RANGE
 //!
 //! [limits]            # all optional; what one request may carry
 //! max_message_bytes = 16777216  # a gRPC message, either way (keep equal across the cluster)
@@ -287,7 +287,9 @@ pub struct NodeSettings {
     /// How long a cross-region back-reference of a waiting deletion may go
     /// unreleased before the owner asks the importer whether it still stands.
     pub check_interval: Duration,
-    /// Outbox events kept even when every peer has acknowledged them.
+    /// Outbox events kept even when every peer has acknowledged them: how
+    /// far behind the newest event a client watch may fall before it is
+    /// ended with OUT_OF_RANGE (compaction never waits for client watchers).
     pub outbox_retention: u64,
     /// Mutual TLS with peers (and TLS for clients); None: plain text, and
     /// Peer calls are trusted to name their own region.

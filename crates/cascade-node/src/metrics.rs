@@ -97,6 +97,7 @@ pub struct NodeMetrics {
     peer_pending_releases: IntGaugeVec,
     grpc_requests: IntCounterVec,
     grpc_seconds: HistogramVec,
+    watch_overtaken: IntCounterVec,
 }
 
 /// Registers `metric` and hands it back (registration fails only on a
@@ -257,6 +258,13 @@ impl NodeMetrics {
                 .buckets(latency),
                 &["method"],
             ))),
+            watch_overtaken: registered(&r, build(IntCounterVec::new(
+                Opts::new(
+                    "cascade_watch_overtaken_total",
+                    "Watch streams ended with OUT_OF_RANGE because the revision they asked for or had reached was compacted, by stream (client, peer).",
+                ),
+                &["stream"],
+            ))),
             registry: r,
             scrape_failed: crate::log_throttle::Throttle::default(),
         }
@@ -268,6 +276,9 @@ impl NodeMetrics {
     fn with_zeroes(self) -> Self {
         for outcome in ["purged", "failed"] {
             let _ = self.deletions_finished.with_label_values(&[outcome]);
+        }
+        for stream in ["client", "peer"] {
+            let _ = self.watch_overtaken.with_label_values(&[stream]);
         }
         self
     }
@@ -385,6 +396,18 @@ impl NodeMetrics {
         self.peer_connected
             .get_metric_with_label_values(&[peer])
             .is_ok_and(|g| g.get() == 1)
+    }
+
+    /// A watch stream of kind `stream` (client, peer) was overtaken by
+    /// compaction (`outbox.rs`).
+    pub(crate) fn watch_overtaken(&self, stream: &str) {
+        self.watch_overtaken.with_label_values(&[stream]).inc();
+    }
+
+    /// How many `stream` watches were overtaken (for unit tests).
+    #[cfg(test)]
+    pub(crate) fn watch_overtaken_count(&self, stream: &str) -> u64 {
+        self.watch_overtaken.with_label_values(&[stream]).get()
     }
 
     /// A gRPC call of `method` ended with `code` after `took`.

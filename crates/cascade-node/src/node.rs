@@ -36,7 +36,7 @@ use crate::config::{AdminAccess, ApiLimits, NodeSettings};
 use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSource};
 use crate::error::{Fault, WriterUnavailable};
 use crate::metrics::NodeMetrics;
-use crate::outbox::OutboxFeed;
+use crate::outbox::{OutboxFeed, Overtaken};
 use crate::peers::{LookupAnswer, PeerConnector, Peers};
 use crate::status_cache::StatusCache;
 use crate::store::{open_store_with_cache, Store, StoreError, Table};
@@ -123,8 +123,11 @@ pub struct Node {
     /// (in memory: after a restart nothing is compacted until all re-ack).
     pub(crate) acks: Mutex<BTreeMap<String, u64>>,
     /// Outbox events always kept, whatever the peers acknowledged (client
-    /// watchers resume from them too).
+    /// watchers resume from them too; compaction never waits for a client
+    /// watcher beyond them: `outbox.rs`).
     pub(crate) outbox_retention: u64,
+    /// Counts and warns of watch streams that compaction overtook.
+    pub(crate) overtaken: Arc<Overtaken>,
     /// Roots waiting for other regions' parts of their operation.
     pub(crate) closure_checks: ClosureChecks,
     /// Served with TLS (peers and clients) when set.
@@ -321,6 +324,7 @@ impl Node {
             shutting_down,
             acks: Mutex::default(),
             outbox_retention: settings.outbox_retention,
+            overtaken: Arc::new(Overtaken::new(metrics.clone())),
             closure_checks,
             tls: settings.tls,
             admin: settings.admin,
@@ -377,6 +381,7 @@ impl Node {
             store: self.store.clone(),
             live: self.events.subscribe(),
             shutting_down: self.shutting_down.subscribe(),
+            overtaken: self.overtaken.clone(),
         }
     }
 

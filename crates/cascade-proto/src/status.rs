@@ -27,7 +27,7 @@
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
 //! | message over the size limit (the node's server layer) | RESOURCE_EXHAUSTED | none |
-//! | watch below the compaction floor (`cascade-node`'s stream) | OUT_OF_RANGE | none |
+//! | watch below the compaction floor, fresh or overtaken (`cascade-node`'s stream; [`compacted`]) | OUT_OF_RANGE | `COMPACTED`, `resume_revision` |
 //! | peer call without / with another region's certificate | UNAUTHENTICATED / PERMISSION_DENIED | none |
 
 use cascade_core::limits::cut_stored;
@@ -238,4 +238,51 @@ pub fn storage_unavailable<M: std::fmt::Display>(message: M) -> Status {
         ..Default::default()
     };
     Status::with_details(Code::Unavailable, message.to_string(), details.encode_to_vec().into())
+}
+
+/// The trailer (ASCII metadata) that repeats `ErrorDetails.resume_revision`
+/// of a COMPACTED status as decimal text, for clients that read metadata
+/// more easily than status details (grpcurl prints it).
+pub const RESUME_REVISION_METADATA: &str = "cascade-resume-revision";
+
+/// OUT_OF_RANGE: a watch asked for (or a running one reached) `asked`,
+/// which the outbox was compacted past; it can resume from `resume` (the
+/// oldest retained revision). The same status for a fresh watch and an
+/// overtaken one, so a client handles both alike.
+pub fn compacted(asked: u64, resume: u64) -> Status {
+    let details = v1::ErrorDetails {
+        reason: ErrorReason::Compacted as i32,
+        resume_revision: resume,
+        ..Default::default()
+    };
+    let mut status = Status::with_details(
+        Code::OutOfRange,
+        format!(
+            "revision {asked} was compacted; the oldest revision to resume from is {resume} \
+             (re-list, then watch from {resume})"
+        ),
+        details.encode_to_vec().into(),
+    );
+    status
+        .metadata_mut()
+        .insert(RESUME_REVISION_METADATA, tonic::metadata::MetadataValue::from(resume));
+    status
+}
+
+/// The revision a COMPACTED status says to resume from, from its details
+/// (or, failing that, its `cascade-resume-revision` trailer).
+pub fn resume_revision(status: &Status) -> Option<u64> {
+    if status.code() != Code::OutOfRange {
+        return None;
+    }
+    error_details(status)
+        .filter(|d| d.reason == ErrorReason::Compacted as i32)
+        .map(|d| d.resume_revision)
+        .or_else(|| {
+            status
+                .metadata()
+                .get(RESUME_REVISION_METADATA)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+        })
 }

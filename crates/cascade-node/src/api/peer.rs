@@ -16,6 +16,7 @@ use tracing::{info_span, warn};
 use crate::api::stream::{outbox_stream, with_heartbeats};
 use crate::api::{parse_name, parse_operation_id};
 use crate::node::{LocalLookup, Node};
+use crate::outbox::Watcher;
 use crate::peers::WATCH_HEARTBEAT;
 
 /// The Peer service over one node.
@@ -207,6 +208,9 @@ impl Peer for PeerApi {
         let stream = outbox_stream(
             self.node.feed(),
             req.from_revision,
+            Watcher::Peer {
+                region: watcher.to_string(),
+            },
             |e| e.event_type.concerns_importers(),
             move |e| v1::PeerEvent {
                 traceparent: node.trace_marks.of(e.revision).unwrap_or_default(),

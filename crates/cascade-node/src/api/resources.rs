@@ -5,8 +5,10 @@
 //! was asked), or calls the [`Node`] method that does the work, and encodes
 //! the answer. ExplainDeletion has one deadline (2 s, or less as the
 //! client's own leaves), which a forward carries to the owner. Watch
-//! streams the outbox; WatchOperation re-reads the
-//! operation whenever one of its events commits (and polls other regions).
+//! streams the outbox (`stream.rs`: ended with OUT_OF_RANGE when
+//! compaction overtakes it); WatchOperation re-reads the operation
+//! whenever one of its events commits (and polls other regions), so it
+//! replays nothing and compaction cannot make it skip a change.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -39,6 +41,7 @@ use crate::explain::{Explanation, EXPLAIN_BUDGET};
 /// a region that has not answered by then is listed as unreachable.
 const DRY_RUN_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::node::{Node, ResourceView};
+use crate::outbox::Watcher;
 
 /// The client API over one node.
 #[derive(Clone)]
@@ -550,6 +553,9 @@ impl Resources for ResourcesApi {
 
     async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         request.get_ref().check_bounds()?;
+        let watcher = Watcher::Client {
+            addr: request.remote_addr(),
+        };
         let req = request.into_inner();
         if !req.kind.is_empty() {
             self.node
@@ -561,6 +567,7 @@ impl Resources for ResourcesApi {
         let stream = outbox_stream(
             self.node.feed(),
             req.from_revision,
+            watcher,
             move |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k),
             convert::event,
             span,

@@ -2,64 +2,117 @@
 //! then follow the live feed ([`OutboxFeed`], `outbox.rs`), going back to
 //! the store whenever the feed skips ahead (the receiver lagged). Used by
 //! the client `Watch` and the peers' `Watch`.
+//!
+//! Never a silent gap. Revisions are dense (the core's `Tx::emit` numbers
+//! a step's events from the stored next revision, and they commit in the
+//! step's one batch with the new next revision; only compaction removes
+//! events, from the bottom, raising the floor in the same batch). So every
+//! read of the store checks that the page starts at exactly the revision
+//! the stream needs next; when it does not, the floor read *after* that
+//! page says whether it was compacted (a compaction that removed it before
+//! the page read raised the floor first). A compacted one ends the stream
+//! with OUT_OF_RANGE naming it and the floor to resume from
+//! (`cascade_proto::status::compacted`), the same status as a fresh watch
+//! from below the floor, and `Overtaken` (`outbox.rs`) counts and warns.
+//! What a stream read before a compaction is still sent: it is contiguous.
 
 use cascade_core::model::{Event, Revision};
-use cascade_proto::status::storage_unavailable;
+use cascade_proto::status::{compacted, storage_unavailable};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
-use tracing::{debug, Instrument, Span};
+use tracing::{debug, error, Instrument, Span};
 
 use crate::codec::StoreState;
-use crate::outbox::OutboxFeed;
+use crate::outbox::{OutboxFeed, Watcher};
+use crate::store::{Store, StoreError};
 
-/// Streams events with revision >= `from` that pass `wanted`, converted by `wire`.
+/// How much a stream holds: items queued for the connection (a slow reader
+/// fills it, then the stream waits; HTTP/2 flow control holds more in the
+/// connection's windows) and events read from the store at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pacing {
+    pub(crate) queued: usize,
+    pub(crate) page: usize,
+}
+
+/// The servers' pacing: 256 items queued, pages of 512 events.
+pub(crate) const PACING: Pacing = Pacing { queued: 256, page: 512 };
+
+/// Streams events with revision >= `from` that pass `wanted`, converted by
+/// `wire`. `from` 0 or 1 means from the oldest retained event; below the
+/// floor, or overtaken by compaction later, the stream ends with
+/// OUT_OF_RANGE (reason COMPACTED, the revision to resume from).
 pub fn outbox_stream<T: Send + 'static>(
     feed: OutboxFeed,
     from: Revision,
+    watcher: Watcher,
     wanted: impl Fn(&Event) -> bool + Send + Sync + 'static,
     wire: impl Fn(&Event) -> T + Send + Sync + 'static,
     span: Span,
 ) -> ReceiverStream<Result<T, Status>> {
-    let (tx, rx) = mpsc::channel(256);
+    paced_outbox_stream(feed, from, watcher, wanted, wire, span, PACING)
+}
+
+/// [`outbox_stream`] with its buffers' sizes given (small ones in tests, so
+/// a reader is slow after a few events).
+pub(crate) fn paced_outbox_stream<T: Send + 'static>(
+    feed: OutboxFeed,
+    from: Revision,
+    watcher: Watcher,
+    wanted: impl Fn(&Event) -> bool + Send + Sync + 'static,
+    wire: impl Fn(&Event) -> T + Send + Sync + 'static,
+    span: Span,
+    pacing: Pacing,
+) -> ReceiverStream<Result<T, Status>> {
+    let (tx, rx) = mpsc::channel(pacing.queued.max(1));
     let OutboxFeed {
         store,
         mut live,
         mut shutting_down,
+        overtaken,
     } = feed;
     tokio::spawn(
         async move {
-            // 0 or 1: from the oldest retained event. Older than that was
-            // compacted: the caller must resync (OUT_OF_RANGE).
-            let floor = match (StoreState { store: store.as_ref() }).outbox_floor() {
-                Ok(f) => f,
-                Err(e) => {
-                    let _ = tx.send(Err(storage_unavailable(e))).await;
-                    return;
+            let page_size = pacing.page.max(1);
+            // 0 or 1: from the oldest retained event, wherever compaction
+            // moves it before anything was passed.
+            let from_oldest = from <= 1;
+            let mut next = if from_oldest {
+                match (StoreState { store: store.as_ref() }).outbox_floor() {
+                    Ok(f) => f,
+                    Err(e) => {
+                        let _ = tx.send(Err(storage_unavailable(e))).await;
+                        return;
+                    }
                 }
+            } else {
+                from
             };
-            if from > 1 && from < floor {
-                let _ = tx
-                    .send(Err(Status::out_of_range(format!(
-                        "revision {from} was compacted; the outbox starts at {floor}"
-                    ))))
-                    .await;
-                return;
-            }
-            let mut next = from.max(floor);
+            let mut passed_any = false;
             loop {
                 loop {
-                    let page = match (StoreState { store: store.as_ref() }).events_from(next, 512) {
-                        Ok(p) => p,
+                    let page = match read_page(store.as_ref(), next, page_size) {
+                        Ok(Page::Events(page)) => page,
+                        Ok(Page::CaughtUp) => break,
+                        Ok(Page::Compacted { floor }) if from_oldest && !passed_any => {
+                            next = floor;
+                            continue;
+                        }
+                        Ok(Page::Compacted { floor }) => {
+                            overtaken.report(&watcher, next, floor);
+                            let _ = tx.send(Err(compacted(next, floor))).await;
+                            return;
+                        }
                         Err(e) => {
                             let _ = tx.send(Err(storage_unavailable(e))).await;
                             return;
                         }
                     };
-                    let Some(last) = page.last() else { break };
-                    next = last.revision + 1;
-                    for e in page.iter().filter(|e| wanted(e)) {
-                        if tx.send(Ok(wire(e))).await.is_err() {
+                    passed_any = true;
+                    for e in page.iter() {
+                        next = e.revision + 1;
+                        if wanted(e) && tx.send(Ok(wire(e))).await.is_err() {
                             return;
                         }
                     }
@@ -78,6 +131,7 @@ pub fn outbox_stream<T: Send + 'static>(
                         Ok(e) if e.revision < next => continue,
                         Ok(e) if e.revision == next => {
                             next += 1;
+                            passed_any = true;
                             if wanted(&e) && tx.send(Ok(wire(&e))).await.is_err() {
                                 return;
                             }
@@ -92,6 +146,51 @@ pub fn outbox_stream<T: Send + 'static>(
         .instrument(span),
     );
     ReceiverStream::new(rx)
+}
+
+/// What one read of the outbox found at the revision a stream needs next.
+enum Page {
+    /// Events from exactly that revision on, contiguous.
+    Events(Vec<Event>),
+    /// Nothing there yet: follow the live feed.
+    CaughtUp,
+    /// It was compacted; `floor` is the oldest revision retained.
+    Compacted { floor: Revision },
+}
+
+/// Reads up to `limit` events from `next`, checking that nothing between
+/// `next` and the first one read is missing.
+fn read_page(store: &dyn Store, next: Revision, limit: usize) -> Result<Page, StoreError> {
+    let state = StoreState { store };
+    let mut page = state.events_from(next, limit)?;
+    let first = page.first().map(|e| e.revision);
+    // Cut the page at the first revision out of sequence (never, with
+    // dense revisions): the next read starts there and finds out why.
+    let contiguous = page.iter().zip(next..).take_while(|(e, r)| e.revision == *r).count();
+    page.truncate(contiguous);
+    if !page.is_empty() {
+        return Ok(Page::Events(page));
+    }
+    // `next` is not there: not committed yet, or compacted. The floor is
+    // read after the page: a compaction that removed `next` before the page
+    // read raised the floor in the same batch, so it is seen here.
+    let floor = state.outbox_floor()?;
+    if floor > next {
+        return Ok(Page::Compacted { floor });
+    }
+    match first {
+        None => Ok(Page::CaughtUp),
+        // Missing above the floor: no compaction removed it. Said as an
+        // error, and the stream ends as if compacted up to what is there,
+        // so the client re-lists instead of passing over the hole.
+        Some(present) => {
+            error!(
+                next,
+                present, floor, "outbox revisions missing above the compaction floor"
+            );
+            Ok(Page::Compacted { floor: present })
+        }
+    }
 }
 
 /// `inner`, with `beat()` sent whenever it has had nothing to send for
@@ -124,31 +223,324 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Batch, MemoryStore, Store, Table};
-    use futures::StreamExt;
+    use crate::codec::encode_writes;
+    use crate::metrics::NodeMetrics;
+    use crate::outbox::Overtaken;
+    use crate::store::MemoryStore;
+    use cascade_core::model::{EventType, RefTarget, Timestamp};
+    use cascade_core::state::WriteSet;
+    use cascade_core::{ResourceName, Uid};
+    use cascade_proto::status::resume_revision;
+    use futures::{FutureExt, StreamExt};
+    use proptest::prelude::*;
     use std::sync::Arc;
     use tokio::sync::watch;
 
-    #[tokio::test]
-    async fn a_compacted_revision_answers_out_of_range() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
-        let mut batch = Batch::default();
-        for rev in 1..=10u64 {
-            batch.put(Table::Outbox, rev.to_be_bytes().to_vec(), b"{}".to_vec());
+    /// A node's outbox without the node: the store, the broadcast the
+    /// writer publishes on after each commit, and the metrics.
+    struct Outbox {
+        store: Arc<dyn Store>,
+        events: broadcast::Sender<Arc<Event>>,
+        stop: watch::Sender<bool>,
+        metrics: Arc<NodeMetrics>,
+    }
+
+    impl Outbox {
+        fn new(broadcast_capacity: usize) -> Self {
+            Self {
+                store: Arc::new(MemoryStore::default()),
+                events: broadcast::channel(broadcast_capacity).0,
+                stop: watch::channel(false).0,
+                metrics: Arc::new(NodeMetrics::new()),
+            }
         }
-        store.commit(batch).unwrap();
-        let removed = StoreState { store: store.as_ref() }.compact_outbox(6, 100).unwrap();
-        assert_eq!(removed, 5);
-        let (events, _) = broadcast::channel(4);
-        let (_stop_tx, stop) = watch::channel(false);
-        let feed = OutboxFeed {
-            store: store.clone(),
-            live: events.subscribe(),
-            shutting_down: stop,
-        };
-        let mut stream = outbox_stream(feed, 3, |_| true, |e: &Event| e.revision, Span::none());
-        let first = stream.next().await.expect("an answer");
-        let status = first.expect_err("revision 3 was compacted");
+
+        fn state(&self) -> StoreState<'_> {
+            StoreState {
+                store: self.store.as_ref(),
+            }
+        }
+
+        /// Commits `n` events in one batch, as a writer step does, then
+        /// publishes them.
+        fn commit(&self, n: u64) {
+            let first = self.state().next_revision_stored().unwrap();
+            let mut writes = WriteSet::default();
+            for revision in first..first + n {
+                writes.events.push(Event {
+                    revision,
+                    event_type: EventType::Created,
+                    resource: RefTarget {
+                        name: ResourceName::parse(&format!("eu-west/project/p{revision}")).unwrap(),
+                        uid: Uid(uuid::Uuid::from_u128(u128::from(revision))),
+                    },
+                    snapshot: None,
+                    operation: None,
+                    message: String::new(),
+                    time: Timestamp(revision),
+                    no_cascade: false,
+                    cause: None,
+                });
+            }
+            writes.next_revision = Some(first + n);
+            let batch = encode_writes(&self.state(), &writes).unwrap();
+            self.store.commit(batch).unwrap();
+            for e in writes.events {
+                let _ = self.events.send(Arc::new(e));
+            }
+        }
+
+        /// Compacts so that the newest `keep` events remain; the floor after.
+        fn compact_keeping(&self, keep: u64) -> Revision {
+            let below = self.state().next_revision_stored().unwrap().saturating_sub(keep);
+            self.state().compact_outbox(below, usize::MAX).unwrap();
+            self.state().outbox_floor().unwrap()
+        }
+
+        fn feed(&self) -> OutboxFeed {
+            OutboxFeed {
+                store: self.store.clone(),
+                live: self.events.subscribe(),
+                shutting_down: self.stop.subscribe(),
+                overtaken: Arc::new(Overtaken::new(self.metrics.clone())),
+            }
+        }
+
+        fn stream(
+            &self,
+            from: Revision,
+            wanted: fn(Revision) -> bool,
+            pacing: Pacing,
+        ) -> ReceiverStream<Result<Revision, Status>> {
+            paced_outbox_stream(
+                self.feed(),
+                from,
+                Watcher::Client { addr: None },
+                move |e: &Event| wanted(e.revision),
+                |e: &Event| e.revision,
+                Span::none(),
+                pacing,
+            )
+        }
+
+        fn overtaken(&self) -> u64 {
+            self.metrics.watch_overtaken_count("client")
+        }
+    }
+
+    /// What the reader got without waiting: the stream's task runs while
+    /// this yields, then one item is taken if there is one.
+    async fn take_ready(
+        stream: &mut ReceiverStream<Result<Revision, Status>>,
+    ) -> Option<Option<Result<Revision, Status>>> {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        stream.next().now_or_never()
+    }
+
+    #[tokio::test]
+    async fn a_compacted_revision_answers_out_of_range_with_the_floor_to_resume_from() {
+        let outbox = Outbox::new(4);
+        outbox.commit(10);
+        assert_eq!(outbox.compact_keeping(5), 6);
+        let mut stream = outbox.stream(3, |_| true, PACING);
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await;
+        let status = first
+            .expect("an answer at once")
+            .expect("an answer")
+            .expect_err("revision 3 was compacted");
         assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+        assert_eq!(resume_revision(&status), Some(6), "{status:?}");
+        assert!(status.message().contains("revision 3 was compacted"), "{status}");
+        assert!(status.message().contains("resume from is 6"), "{status}");
+        assert_eq!(outbox.overtaken(), 1, "counted as an overtaken client watch");
+    }
+
+    #[tokio::test]
+    async fn from_the_oldest_starts_at_the_floor_wherever_it_is() {
+        let outbox = Outbox::new(4);
+        outbox.commit(10);
+        outbox.compact_keeping(4);
+        let mut stream = outbox.stream(0, |_| true, PACING);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            seen.push(stream.next().await.unwrap().unwrap());
+        }
+        assert_eq!(seen, vec![7, 8, 9, 10]);
+    }
+
+    /// A reader that stops after a few events while compaction passes it:
+    /// what was read before is still sent, contiguously, then OUT_OF_RANGE.
+    /// (The stream read from the store again after the compaction and, on
+    /// main, went on from the floor: 1..=5, then 41.)
+    #[tokio::test]
+    async fn a_running_stream_overtaken_by_compaction_ends_instead_of_skipping() {
+        let outbox = Outbox::new(4);
+        outbox.commit(10);
+        let pacing = Pacing { queued: 2, page: 3 };
+        let mut stream = outbox.stream(1, |_| true, pacing);
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            seen.push(stream.next().await.unwrap().unwrap());
+        }
+        outbox.commit(40);
+        let floor = outbox.compact_keeping(10);
+        assert_eq!(floor, 41);
+        let end = loop {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await;
+            match item
+                .expect("the stream ends, not waits")
+                .expect("the stream ends with a status")
+            {
+                Ok(r) => seen.push(r),
+                Err(status) => break status,
+            }
+        };
+        let last = *seen.last().unwrap();
+        assert_eq!(seen, (1..=last).collect::<Vec<_>>(), "no gap");
+        assert_eq!(end.code(), tonic::Code::OutOfRange, "{end}");
+        assert_eq!(resume_revision(&end), Some(41));
+        assert!(
+            end.message().contains(&format!("revision {} was compacted", last + 1)),
+            "{end}"
+        );
+        assert_eq!(outbox.overtaken(), 1);
+    }
+
+    /// A peer's stream overtaken is counted under its own label (its link
+    /// resyncs from the owner's listing on any OUT_OF_RANGE).
+    #[tokio::test]
+    async fn an_overtaken_peer_stream_is_counted_as_a_peer() {
+        let outbox = Outbox::new(4);
+        outbox.commit(10);
+        outbox.compact_keeping(2);
+        let mut stream = paced_outbox_stream(
+            outbox.feed(),
+            5,
+            Watcher::Peer {
+                region: "us-east".into(),
+            },
+            |_: &Event| true,
+            |e: &Event| e.revision,
+            Span::none(),
+            PACING,
+        );
+        let status = stream.next().await.expect("an answer").expect_err("compacted");
+        assert_eq!(resume_revision(&status), Some(9), "{status:?}");
+        assert_eq!(outbox.metrics.watch_overtaken_count("peer"), 1);
+        assert_eq!(outbox.overtaken(), 0, "not a client");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A writer step emitting 1..=4 events.
+        Commit(u64),
+        /// The reconciler compacts, keeping this many of the newest events.
+        Compact(u64),
+        /// The reader takes up to this many items.
+        Read(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            3 => (1u64..=4).prop_map(Step::Commit),
+            1 => (0u64..=6).prop_map(Step::Compact),
+            3 => (1usize..=5).prop_map(Step::Read),
+        ]
+    }
+
+    fn every(_: Revision) -> bool {
+        true
+    }
+    fn odd(r: Revision) -> bool {
+        !r.is_multiple_of(2)
+    }
+    fn not_third(r: Revision) -> bool {
+        !r.is_multiple_of(3)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Commits, compactions and a slow reader interleaved over one
+        /// stream (small buffers, a 2-slot broadcast that lags): the stream
+        /// passes revisions `from, from+1, …` with none skipped (filtered
+        /// ones are passed, not sent), and when it ends it is OUT_OF_RANGE
+        /// with a resume revision above the revision it missed, that was
+        /// the floor, and is no greater than the floor now. A stream that
+        /// does not end delivers everything committed.
+        #[test]
+        fn compaction_racing_a_stream_never_leaves_a_silent_gap(
+            initial in 1u64..12,
+            from_offset in 0u64..16,
+            filter in 0usize..3,
+            queued in 1usize..4,
+            page in 1usize..5,
+            steps in proptest::collection::vec(step(), 1..40),
+        ) {
+            let wanted: fn(Revision) -> bool = [every, odd, not_third][filter];
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(async {
+                let outbox = Outbox::new(2);
+                outbox.commit(initial);
+                let from = 2 + from_offset;
+                let mut stream = outbox.stream(from, wanted, Pacing { queued, page });
+                let mut floors = vec![outbox.state().outbox_floor().unwrap()];
+                let mut delivered: Vec<Revision> = Vec::new();
+                let mut ended: Option<(Status, Revision)> = None;
+                // Takes one ready item; false when there was none or it ended.
+                async fn read_one(
+                    stream: &mut ReceiverStream<Result<Revision, Status>>,
+                    outbox: &Outbox,
+                    delivered: &mut Vec<Revision>,
+                    ended: &mut Option<(Status, Revision)>,
+                ) -> bool {
+                    match take_ready(stream).await {
+                        Some(Some(Ok(r))) => { delivered.push(r); true }
+                        Some(Some(Err(status))) => {
+                            *ended = Some((status, outbox.state().outbox_floor().unwrap()));
+                            false
+                        }
+                        Some(None) | None => false,
+                    }
+                }
+                for s in &steps {
+                    match s {
+                        Step::Commit(n) => outbox.commit(*n),
+                        Step::Compact(keep) => floors.push(outbox.compact_keeping(*keep)),
+                        Step::Read(n) => {
+                            for _ in 0..*n {
+                                if !read_one(&mut stream, &outbox, &mut delivered, &mut ended).await { break; }
+                            }
+                        }
+                    }
+                    if ended.is_some() { break; }
+                }
+                while ended.is_none() && read_one(&mut stream, &outbox, &mut delivered, &mut ended).await {}
+
+                let last_committed = outbox.state().next_revision_stored().unwrap() - 1;
+                let expected: Vec<Revision> = (from..=last_committed).filter(|r| wanted(*r)).collect();
+                prop_assert!(
+                    expected.starts_with(&delivered),
+                    "a gap: delivered {:?}, expected a prefix of {:?}", delivered, expected
+                );
+                match ended {
+                    None => prop_assert_eq!(&delivered, &expected, "a stream that did not end delivers everything"),
+                    Some((status, floor_now)) => {
+                        prop_assert_eq!(status.code(), tonic::Code::OutOfRange, "{}", status);
+                        let resume = resume_revision(&status);
+                        prop_assert!(resume.is_some(), "{:?}", status);
+                        let resume = resume.unwrap_or_default();
+                        let missed_at_least = delivered.last().map_or(from, |l| l + 1);
+                        prop_assert!(resume > missed_at_least, "resume {} but the stream could go on at {}", resume, missed_at_least);
+                        prop_assert!(floors.contains(&resume), "resume {} was never the floor ({:?})", resume, floors);
+                        prop_assert!(resume <= floor_now);
+                        prop_assert!(status.message().contains(&format!("resume from is {resume}")), "{}", status);
+                    }
+                }
+                Ok(())
+            })?;
+        }
     }
 }
