@@ -39,7 +39,7 @@ pub(crate) struct DeletionEntry {
 
 /// Deletion rows read per listing call at most, matched or not: a filter
 /// that matches little still answers in bounded time, with a token to go on.
-const MAX_SCANNED: usize = 10_000;
+pub(crate) const MAX_SCANNED: usize = 10_000;
 
 impl Node {
     /// A page of this region's deletions in uid order after `after`, with

@@ -63,7 +63,7 @@ pub(crate) async fn confirm_closures(node: &Node, failed: &Throttle) {
 /// One read of a region's part by the closure check: long enough for a
 /// loaded peer, short enough that a frozen one costs a check little (the
 /// check is repeated every `closure_check_ms` anyway).
-const CLOSURE_READ_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CLOSURE_READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The double collect of [`confirm_closures`], driven by the core's
 /// [`ClosureCheck`]: Some(the local part's change count, read before the

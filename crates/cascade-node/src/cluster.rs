@@ -68,7 +68,7 @@ pub(crate) const OPERATION_READ_TIMEOUT: std::time::Duration = std::time::Durati
 
 /// Owners asked at once while a create resolves its remote targets: enough
 /// to hide the round trips, few enough not to flood one owner.
-const CONCURRENT_LOOKUPS: usize = 16;
+pub(crate) const CONCURRENT_LOOKUPS: usize = 16;
 
 impl Node {
     /// Names a refused reference target in the terms of `requested`.

@@ -149,6 +149,19 @@ pub struct AdminAccess {
     pub force_purge_after_ms: u64,
 }
 
+/// How often the writer looks at the retry queue when nothing wakes it
+/// (`[deletion] tick_ms`).
+pub const DEFAULT_TICK: Duration = Duration::from_millis(200);
+
+/// How long a cross-region back-reference of a waiting deletion may go
+/// unreleased before the owner asks whether it still stands
+/// (`[deletion] check_interval_ms`).
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Outbox events kept past every peer's acknowledgement
+/// (`[deletion] outbox_retention`): how far behind a client Watch may fall.
+pub const DEFAULT_OUTBOX_RETENTION: u64 = 100_000;
+
 /// One hour: a deletion stuck that long is what seed 000's administrator
 /// force-purges; a younger one needs `force`.
 pub const DEFAULT_FORCE_PURGE_AFTER_MS: u64 = 3_600_000;
@@ -312,11 +325,11 @@ impl NodeSettings {
             engine: StorageEngine::default(),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             policy: Policy::default(),
-            tick: Duration::from_millis(200),
+            tick: DEFAULT_TICK,
             limits: ApiLimits::default(),
             peers: BTreeMap::new(),
-            check_interval: Duration::from_secs(30),
-            outbox_retention: 100_000,
+            check_interval: DEFAULT_CHECK_INTERVAL,
+            outbox_retention: DEFAULT_OUTBOX_RETENTION,
             tls: None,
             admin: AdminAccess::default(),
             metrics_listen: None,

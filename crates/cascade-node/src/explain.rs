@@ -42,10 +42,10 @@ pub(crate) const EXPLAIN_BUDGET: Duration = Duration::from_secs(2);
 const PARTS_TENTHS: u32 = 6;
 
 /// Blockers outside the operation asked about, at most, per explanation.
-const MAX_BLOCKER_LOOKUPS: usize = 100;
+pub(crate) const MAX_BLOCKER_LOOKUPS: usize = 100;
 
 /// Blocker lookups in flight at once.
-const LOOKUP_CONCURRENCY: usize = 16;
+pub(crate) const LOOKUP_CONCURRENCY: usize = 16;
 
 /// What a deletion waits on, across regions.
 #[derive(Debug, Clone)]

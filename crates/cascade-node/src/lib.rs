@@ -78,6 +78,7 @@ pub mod entropy;
 mod log_throttle;
 pub mod peers;
 
+pub use api::limits::{limits, Amount, Limit};
 pub use api::server::RunningNode;
 pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};

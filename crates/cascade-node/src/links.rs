@@ -38,11 +38,11 @@ use crate::node::Node;
 use crate::peers::{WatchEnd, WatchedEvent, PEER_CALL_TIMEOUT};
 
 /// Events handed to the writer per step.
-const EVENT_BATCH: usize = 256;
+pub(crate) const EVENT_BATCH: usize = 256;
 /// Releases or checks per peer call.
-const CALL_BATCH: usize = 500;
-const RECONNECT_BASE: Duration = Duration::from_millis(100);
-const RECONNECT_CAP: Duration = Duration::from_secs(5);
+pub(crate) const CALL_BATCH: usize = 500;
+pub(crate) const RECONNECT_BASE: Duration = Duration::from_millis(100);
+pub(crate) const RECONNECT_CAP: Duration = Duration::from_secs(5);
 /// An unchanged cursor is acknowledged again this often.
 const ACK_REFRESH: Duration = Duration::from_secs(5);
 

@@ -44,9 +44,13 @@ use crate::trace_context::TraceMarks;
 use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle};
 use cascade_tls::NodeTls;
 
+/// Rows of each table a `Peer.Dump` reads at most: the checker's one
+/// snapshot of a region, not paged (README, "Paging").
+pub(crate) const MAX_DUMP_ROWS: usize = 1_000_000;
+
 /// How long a read asks a remote owner whether an `allow_dangling` target
 /// still exists before it reports the reference as the local view has it.
-const DANGLING_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DANGLING_LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why opening or serving a node failed.
 #[derive(Debug, thiserror::Error)]
@@ -748,7 +752,7 @@ impl Node {
 
     /// The whole region's state, resources marked as a reader sees them.
     pub(crate) async fn dump(&self) -> Result<RegionDump, Fault> {
-        const MAX: usize = 1_000_000;
+        const MAX: usize = MAX_DUMP_ROWS;
         let state = self.state();
         let resources: Vec<Resource> = state.all(Table::Resources, MAX)?;
         let mut dump = RegionDump {

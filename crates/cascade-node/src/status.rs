@@ -30,7 +30,7 @@ pub(crate) const STATUS_DEADLINE: Duration = Duration::from_secs(2);
 /// A status (and a region's figures) is reused for this long: the call is
 /// open to every client and costs reads in every region, so a flood of
 /// them costs one status a second.
-const STATUS_REUSE: Duration = Duration::from_secs(1);
+pub(crate) const STATUS_REUSE: Duration = Duration::from_secs(1);
 
 impl Node {
     /// This region's figures: resources by state (the metrics' running

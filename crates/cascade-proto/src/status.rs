@@ -216,8 +216,9 @@ pub fn with_details(code: Code, message: impl Into<String>, details: &v1::ErrorD
 /// Bytes of an INVALID_ARGUMENT's field path and message kept, at most: a
 /// backstop under the quoting of input ([`cascade_core::limits::quote`]),
 /// so a refusal stays well under the 1 KB a status may take in metadata.
-const MAX_FIELD_PATH_BYTES: usize = 256;
-const MAX_INVALID_MESSAGE_BYTES: usize = 512;
+pub const MAX_FIELD_PATH_BYTES: usize = 256;
+/// See [`MAX_FIELD_PATH_BYTES`].
+pub const MAX_INVALID_MESSAGE_BYTES: usize = 512;
 
 /// A request field that could not be decoded.
 pub fn invalid_field(field: &str, message: impl std::fmt::Display) -> Status {

@@ -40,7 +40,7 @@ pub(crate) const FORWARDED_FOR: &str = "cascade-admin-for";
 /// Refused calls written to the audit log per second, at most: each is a
 /// commit of the node's one writer, and anyone can make them. Beyond this
 /// they are only logged (with how many were left out).
-const AUDITED_REFUSALS_PER_SECOND: u32 = 10;
+pub(crate) const AUDITED_REFUSALS_PER_SECOND: u32 = 10;
 
 /// The operators' API over one node.
 pub(crate) struct AdminApi {

@@ -45,7 +45,7 @@ use crate::peers::{
 
 /// Entries asked for per `Peer.ListDeleting` page (the owner's default
 /// `max_page_size`; its byte budget may end a page earlier).
-const LIST_DELETING_PAGE: u32 = 1_000;
+pub(crate) const LIST_DELETING_PAGE: u32 = 1_000;
 
 /// A channel to a peer whose calls carry the caller's trace context.
 pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;

@@ -39,7 +39,7 @@ use crate::explain::{Explanation, EXPLAIN_BUDGET};
 
 /// The whole cross-region part of a dry run (every round of `Peer.Plan`):
 /// a region that has not answered by then is listed as unreachable.
-const DRY_RUN_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const DRY_RUN_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 use crate::node::{Node, ResourceView};
 use crate::outbox::Watcher;
 

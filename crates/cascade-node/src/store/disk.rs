@@ -61,7 +61,7 @@ pub const WRITE_PROBE: &str = "WRITE_PROBE";
 /// What the probe writes: room for the engine's next log segment (sled's
 /// are 512 KiB), so a directory that takes it is likely to take the
 /// engine's next writes too.
-const WRITE_PROBE_BYTES: usize = 1024 * 1024;
+pub const WRITE_PROBE_BYTES: usize = 1024 * 1024;
 
 /// Whether `dir` takes writes again: a file written, fsynced and removed.
 /// An engine is reopened only after this succeeds, so its files are not

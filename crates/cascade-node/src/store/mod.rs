@@ -24,7 +24,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 pub(crate) use disk::{from_io, probe_writable};
-pub use disk::{DiskCondition, WRITE_PROBE};
+pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
 pub use fjall_store::FjallStore;
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;
