@@ -29,21 +29,15 @@
 
 use std::collections::HashSet;
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
-use std::sync::{PoisonError, RwLock};
+use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
+use super::reopen::{EngineHandles, Reopenable};
 use super::{from_io, Batch, DiskCondition, Entry, Store, StoreError, Table};
 
 /// A fjall database with a keyspace per [`Table`].
-pub struct FjallStore {
-    dir: PathBuf,
-    cache_bytes: u64,
-    /// None only after a reopen whose open failed (the old handles had to
-    /// go first: fjall locks its directory); the next reopen tries again.
-    open: RwLock<Option<Handles>>,
-}
+pub struct FjallStore(Reopenable<Handles>);
 
 struct Handles {
     /// Batches, snapshots and `persist` are database-wide.
@@ -68,7 +62,9 @@ fn engine(doing: &str, e: fjall::Error) -> StoreError {
     }
 }
 
-impl Handles {
+impl EngineHandles for Handles {
+    const ENGINE: &'static str = "fjall";
+
     fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let db = Database::builder(dir)
             .cache_size(cache_bytes)
@@ -91,7 +87,9 @@ impl Handles {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { db, keyspaces })
     }
+}
 
+impl Handles {
     fn keyspace(&self, table: Table) -> &Keyspace {
         &self.keyspaces[table.index()]
     }
@@ -106,24 +104,11 @@ impl FjallStore {
 
     /// Opens it with a block cache of `cache_bytes`.
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        Ok(Self {
-            open: RwLock::new(Some(Handles::open(dir, cache_bytes)?)),
-            dir: dir.to_owned(),
-            cache_bytes,
-        })
+        Reopenable::open(dir, cache_bytes).map(Self)
     }
 
-    /// Runs `f` on the open handles. A poisoned lock only means a reader
-    /// panicked: the handles are whole (they are replaced in one assignment).
     fn with<R>(&self, f: impl FnOnce(&Handles) -> Result<R, StoreError>) -> Result<R, StoreError> {
-        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
-        match open.as_ref() {
-            Some(handles) => f(handles),
-            None => Err(StoreError::Engine(format!(
-                "fjall: the database at {} is closed: its reopen failed, and is retried",
-                self.dir.display()
-            ))),
-        }
+        self.0.with(f)
     }
 }
 
@@ -203,12 +188,6 @@ impl Store for FjallStore {
     }
 
     fn reopen(&self) -> Result<(), StoreError> {
-        super::probe_writable(&self.dir)?;
-        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
-        // The old handles go first: fjall holds a lock on its directory
-        // until its last handle is dropped.
-        drop(open.take());
-        *open = Some(Handles::open(&self.dir, self.cache_bytes)?);
-        Ok(())
+        self.0.reopen()
     }
 }

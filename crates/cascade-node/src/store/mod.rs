@@ -15,6 +15,7 @@
 mod disk;
 mod fjall_store;
 mod memory;
+mod reopen;
 mod sled_store;
 mod tombstones;
 

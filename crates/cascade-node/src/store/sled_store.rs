@@ -6,20 +6,14 @@
 //! again), so healing is a reopen: the handles live behind a lock and
 //! [`Store::reopen`] replaces them with a fresh open of the directory.
 
-use std::path::{Path, PathBuf};
-use std::sync::{PoisonError, RwLock};
+use std::path::Path;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
+use super::reopen::{EngineHandles, Reopenable};
 use super::{from_io, Batch, Entry, Store, StoreError, Table};
 
-pub struct SledStore {
-    dir: PathBuf,
-    cache_bytes: u64,
-    /// None only after a reopen whose open failed (the old handles had to
-    /// go first: sled locks its files); the next reopen tries again.
-    open: RwLock<Option<Handles>>,
-}
+pub struct SledStore(Reopenable<Handles>);
 
 struct Handles {
     /// Kept so `flush` covers every tree.
@@ -37,7 +31,9 @@ fn engine(doing: &str, e: sled::Error) -> StoreError {
     }
 }
 
-impl Handles {
+impl EngineHandles for Handles {
+    const ENGINE: &'static str = "sled";
+
     fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let db = sled::Config::new()
             .path(dir)
@@ -54,6 +50,16 @@ impl Handles {
         Ok(Self { db, trees })
     }
 
+    /// Each tree's drop tries a flush, which fails at once on the kept
+    /// error, and logs it: 17 error lines of the failure the writer has
+    /// logged already and reopens for. They are not sent to the node's log
+    /// (a dispatcher that drops them, for this drop on this thread only).
+    fn close(self) {
+        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || drop(self));
+    }
+}
+
+impl Handles {
     fn tree(&self, table: Table) -> &sled::Tree {
         &self.trees[table.index()]
     }
@@ -68,24 +74,11 @@ impl SledStore {
     /// Opens it with a page cache of `cache_bytes` (sled's own default is
     /// 1 GiB, which a node's resident memory then grows to under load).
     pub fn open_with_cache(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        Ok(Self {
-            open: RwLock::new(Some(Handles::open(dir, cache_bytes)?)),
-            dir: dir.to_owned(),
-            cache_bytes,
-        })
+        Reopenable::open(dir, cache_bytes).map(Self)
     }
 
-    /// Runs `f` on the open handles. A poisoned lock only means a reader
-    /// panicked: the handles are whole (they are replaced in one assignment).
     fn with<R>(&self, f: impl FnOnce(&Handles) -> Result<R, StoreError>) -> Result<R, StoreError> {
-        let open = self.open.read().unwrap_or_else(PoisonError::into_inner);
-        match open.as_ref() {
-            Some(handles) => f(handles),
-            None => Err(StoreError::Engine(format!(
-                "sled: the database at {} is closed: its reopen failed, and is retried",
-                self.dir.display()
-            ))),
-        }
+        self.0.with(f)
     }
 }
 
@@ -157,17 +150,6 @@ impl Store for SledStore {
     }
 
     fn reopen(&self) -> Result<(), StoreError> {
-        super::probe_writable(&self.dir)?;
-        let mut open = self.open.write().unwrap_or_else(PoisonError::into_inner);
-        // The old handles go first: sled holds a lock on its files until
-        // its last handle is dropped. Each tree's drop tries a flush, which
-        // fails at once on the kept error, and logs it: 17 error lines of
-        // the failure the writer has logged already and reopens for. They
-        // are not sent to the node's log (a dispatcher that drops them, for
-        // this drop on this thread only).
-        let old = open.take();
-        tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || drop(old));
-        *open = Some(Handles::open(&self.dir, self.cache_bytes)?);
-        Ok(())
+        self.0.reopen()
     }
 }
