@@ -132,6 +132,8 @@ pub struct Node {
     pub(crate) outbox_retention: u64,
     /// Counts and warns of watch streams that compaction overtook.
     pub(crate) overtaken: Arc<Overtaken>,
+    /// How far streams may read the outbox: what the writer flushed.
+    pub(crate) published: Arc<crate::outbox::Published>,
     /// Roots waiting for other regions' parts of their operation.
     pub(crate) closure_checks: ClosureChecks,
     /// Served with TLS (peers and clients) when set.
@@ -296,6 +298,10 @@ impl Node {
         let trace_marks = Arc::new(TraceMarks::default());
         let closure_checks = ClosureChecks::default();
         let write_stats = Arc::new(WriteStats::default());
+        // What the store holds at open is what reached its disk: durable.
+        let published = Arc::new(crate::outbox::Published::new(
+            StoreState { store: store.as_ref() }.next_revision_stored()?,
+        ));
         let release_hints = Arc::new(ReleaseHints::default());
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
@@ -312,6 +318,7 @@ impl Node {
             metrics: metrics.clone(),
             committing: committing.clone(),
             trace_marks: trace_marks.clone(),
+            published: published.clone(),
         })
         .await?;
         Ok(Self {
@@ -329,6 +336,7 @@ impl Node {
             acks: Mutex::default(),
             outbox_retention: settings.outbox_retention,
             overtaken: Arc::new(Overtaken::new(metrics.clone())),
+            published,
             closure_checks,
             tls: settings.tls,
             admin: settings.admin,
@@ -386,6 +394,7 @@ impl Node {
             live: self.events.subscribe(),
             shutting_down: self.shutting_down.subscribe(),
             overtaken: self.overtaken.clone(),
+            published: self.published.clone(),
         }
     }
 

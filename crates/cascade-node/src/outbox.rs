@@ -17,6 +17,7 @@
 //! from, and [`Overtaken`] counts it and warns.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cascade_core::model::{Event, Revision};
@@ -35,6 +36,42 @@ pub struct OutboxFeed {
     pub shutting_down: watch::Receiver<bool>,
     /// Where a stream that compaction overtook is reported.
     pub overtaken: Arc<Overtaken>,
+    /// How far a stream may read the store (see [`Published`]).
+    pub published: Arc<Published>,
+}
+
+/// The revision below which every event of the outbox is durable and was
+/// published on the live feed: a stream replays the store only below it;
+/// what is above comes from the live feed, after the writer's flush.
+///
+/// Why: a batch is visible to readers of the store as soon as it is
+/// committed, before its flush. A flush that fails (a full disk) leaves
+/// committed events that the engine may lose when it is reopened (sled
+/// keeps only what reached the disk), after which their revisions are
+/// given to other events. A stream that had read them from the store
+/// would have sent revisions that never happened, and skipped the real
+/// ones. A scan may also see part of a batch still being applied (sled
+/// gives whole batches only to point reads); below this mark every batch
+/// is whole. Only the writer moves it: after each flush, and after a
+/// reopen to what the engine kept.
+#[derive(Debug)]
+pub struct Published(AtomicU64);
+
+impl Published {
+    /// Everything below `next` is durable (the node just opened its store).
+    pub fn new(next: Revision) -> Self {
+        Self(AtomicU64::new(next))
+    }
+
+    /// The first revision not yet durable and published.
+    pub fn below(&self) -> Revision {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Everything below `next` is durable now, and is published next.
+    pub(crate) fn advance(&self, next: Revision) {
+        self.0.fetch_max(next, Ordering::AcqRel);
+    }
 }
 
 /// Who reads a stream: named in the warning when compaction overtakes it.

@@ -67,6 +67,9 @@ pub struct WriterContext {
     /// The trace context of each committed event peers are sent, for their
     /// Watch streams (`trace_context.rs`).
     pub trace_marks: Arc<TraceMarks>,
+    /// How far streams may read the outbox: moved after each flush, and
+    /// after a reopen (`outbox.rs`).
+    pub published: Arc<crate::outbox::Published>,
 }
 
 /// Operations to check for a finished cross-region closure. In memory: a
@@ -117,6 +120,11 @@ pub struct WriterState {
     /// whether to reopen the engine first (`writer/healing.rs`).
     healing: healing::Healing,
 }
+
+/// Events of failed commits that landed, sent on the live feed at most at
+/// once (`WriterState::publish_landed`): a wake-up for the streams, which
+/// read any others from the store.
+const MAX_LANDED_PUBLISHED: usize = 4_096;
 
 /// The meta key the writer's health probe writes (see
 /// [`WriterState::heal`]); nothing reads it.
@@ -177,6 +185,13 @@ impl WriterState {
             return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
         }
         self.commit_succeeded();
+        if let Some(first) = writes.events.first().map(|e| e.revision) {
+            // Events of earlier commits that failed but landed come first.
+            self.publish_landed(first);
+        }
+        if let Some(last) = writes.events.last().map(|e| e.revision) {
+            self.ctx.published.advance(last + 1);
+        }
         // The map is ordered by (region, key): the first queued release of
         // each region is its lowest.
         let mut last_region: Option<&str> = None;
@@ -287,11 +302,56 @@ impl WriterState {
             self.ctx.clock.now().0.to_be_bytes().to_vec(),
         );
         match self.ctx.store.commit(batch).and_then(|()| self.ctx.store.flush()) {
-            Ok(()) => self.commit_succeeded(),
+            Ok(()) => {
+                self.commit_succeeded();
+                // The flush made durable what failed commits left behind.
+                let state = StoreState {
+                    store: self.ctx.store.as_ref(),
+                };
+                if let Ok(next) = state.next_revision_stored() {
+                    self.publish_landed(next);
+                }
+            }
             Err(e) => {
                 self.commit_failed(&e);
                 self.healing.retry_failed(crate::clock::monotonic_now());
             }
+        }
+    }
+
+    /// Publishes the events below `upto` that no successful flush
+    /// published: committed by a step whose commit or flush failed, they
+    /// landed all the same (fjall recovers a batch whose journal write
+    /// failed; a later flush writes sled's). Streams read the store only
+    /// below the published mark, so they see these now, in order, and a
+    /// stream that waits on the live feed is woken by them. At most
+    /// `MAX_LANDED_PUBLISHED` events are sent on the feed; streams find
+    /// the others in the store when the next event wakes them.
+    fn publish_landed(&self, upto: u64) {
+        let from = self.ctx.published.below();
+        if upto <= from {
+            return;
+        }
+        let state = StoreState {
+            store: self.ctx.store.as_ref(),
+        };
+        let count = usize::try_from(upto - from)
+            .unwrap_or(usize::MAX)
+            .min(MAX_LANDED_PUBLISHED);
+        let landed = state.events_from(from, count);
+        self.ctx.published.advance(upto);
+        match landed {
+            Ok(events) => {
+                let events: Vec<_> = events.into_iter().filter(|e| e.revision < upto).collect();
+                if !events.is_empty() {
+                    info!(region = %self.ctx.region, events = events.len(), from, upto,
+                        "events of commits that failed but landed are published");
+                }
+                for e in events {
+                    let _ = self.ctx.events.send(Arc::new(e));
+                }
+            }
+            Err(e) => debug!(error = %e, "landed events not read; streams read them from the store"),
         }
     }
 
@@ -308,6 +368,13 @@ impl WriterState {
         };
         if let Err(e) = self.ctx.metrics.count_resources(&state) {
             debug!(error = %e, "resources not recounted after the reopen; the next reopen or restart will");
+        }
+        // What the engine kept is durable: the events of failed commits
+        // among it are published (a flush that failed and was lost with
+        // the reopen never was, and its revisions are given again).
+        match state.next_revision_stored() {
+            Ok(next) => self.publish_landed(next),
+            Err(e) => debug!(error = %e, "the outbox's end not read after the reopen; the next commit publishes"),
         }
         debug!(region = %self.ctx.region, "the store's engine was reopened from its files");
     }

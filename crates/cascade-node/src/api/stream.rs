@@ -71,13 +71,17 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
         mut live,
         mut shutting_down,
         overtaken,
+        published,
     } = feed;
     tokio::spawn(
         async move {
             let page_size = pacing.page.max(1);
-            // 0 or 1: from the oldest retained event, wherever compaction
-            // moves it before anything was passed.
-            let from_oldest = from <= 1;
+            // 0: from the oldest retained event, wherever compaction moves
+            // it before anything was passed. Any other revision is taken
+            // at its word: 1 asks for everything since the first event,
+            // and below the floor that is OUT_OF_RANGE, not a silent start
+            // at the floor (a peer link with cursor 0 asks for 1).
+            let from_oldest = from == 0;
             let mut next = if from_oldest {
                 match (StoreState { store: store.as_ref() }).outbox_floor() {
                     Ok(f) => f,
@@ -92,7 +96,7 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
             let mut passed_any = false;
             loop {
                 loop {
-                    let page = match read_page(store.as_ref(), next, page_size) {
+                    let page = match read_page(store.as_ref(), next, page_size, published.below()) {
                         Ok(Page::Events(page)) => page,
                         Ok(Page::CaughtUp) => break,
                         Ok(Page::Compacted { floor }) if from_oldest && !passed_any => {
@@ -158,10 +162,23 @@ enum Page {
     Compacted { floor: Revision },
 }
 
-/// Reads up to `limit` events from `next`, checking that nothing between
-/// `next` and the first one read is missing.
-fn read_page(store: &dyn Store, next: Revision, limit: usize) -> Result<Page, StoreError> {
+/// Reads up to `limit` events from `next`, below `published` (what the
+/// writer flushed and published; above it a batch may be partly applied,
+/// or lost if its flush failed: those come from the live feed), checking
+/// that nothing between `next` and the first one read is missing.
+fn read_page(store: &dyn Store, next: Revision, limit: usize, published: Revision) -> Result<Page, StoreError> {
     let state = StoreState { store };
+    if next >= published {
+        // Nothing durable to replay yet; but `next` may have been
+        // compacted (compaction follows the published events).
+        let floor = state.outbox_floor()?;
+        return Ok(if floor > next {
+            Page::Compacted { floor }
+        } else {
+            Page::CaughtUp
+        });
+    }
+    let limit = usize::try_from(published - next).map_or(limit, |before| before.min(limit));
     let mut page = state.events_from(next, limit)?;
     let first = page.first().map(|e| e.revision);
     // Cut the page at the first revision out of sequence (never, with
@@ -225,7 +242,7 @@ mod tests {
     use super::*;
     use crate::codec::encode_writes;
     use crate::metrics::NodeMetrics;
-    use crate::outbox::Overtaken;
+    use crate::outbox::{Overtaken, Published};
     use crate::store::MemoryStore;
     use cascade_core::model::{EventType, RefTarget, Timestamp};
     use cascade_core::state::WriteSet;
@@ -243,6 +260,10 @@ mod tests {
         events: broadcast::Sender<Arc<Event>>,
         stop: watch::Sender<bool>,
         metrics: Arc<NodeMetrics>,
+        published: Arc<Published>,
+        /// Tells apart two events given the same revision (one lost with
+        /// an unflushed commit, the next committed after the reopen).
+        incarnation: std::sync::atomic::AtomicU64,
     }
 
     impl Outbox {
@@ -252,6 +273,8 @@ mod tests {
                 events: broadcast::channel(broadcast_capacity).0,
                 stop: watch::channel(false).0,
                 metrics: Arc::new(NodeMetrics::new()),
+                published: Arc::new(Published::new(1)),
+                incarnation: std::sync::atomic::AtomicU64::new(0),
             }
         }
 
@@ -261,10 +284,23 @@ mod tests {
             }
         }
 
-        /// Commits `n` events in one batch, as a writer step does, then
-        /// publishes them.
+        /// Commits `n` events in one batch, as a writer step does, flushes
+        /// them (the published mark moves past them), then publishes them.
         fn commit(&self, n: u64) {
+            let events = self.commit_unflushed(n);
+            if let Some(last) = events.last() {
+                self.published.advance(last.revision + 1);
+            }
+            for e in events {
+                let _ = self.events.send(Arc::new(e));
+            }
+        }
+
+        /// Commits `n` events whose flush fails: readers of the store can
+        /// see them, nothing is published. Returns them.
+        fn commit_unflushed(&self, n: u64) -> Vec<Event> {
             let first = self.state().next_revision_stored().unwrap();
+            let incarnation = self.incarnation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let mut writes = WriteSet::default();
             for revision in first..first + n {
                 writes.events.push(Event {
@@ -277,7 +313,7 @@ mod tests {
                     snapshot: None,
                     operation: None,
                     message: String::new(),
-                    time: Timestamp(revision),
+                    time: Timestamp(incarnation),
                     no_cascade: false,
                     cause: None,
                 });
@@ -285,9 +321,48 @@ mod tests {
             writes.next_revision = Some(first + n);
             let batch = encode_writes(&self.state(), &writes).unwrap();
             self.store.commit(batch).unwrap();
-            for e in writes.events {
+            writes.events
+        }
+
+        /// A later flush succeeds: what failed commits left is durable and
+        /// published, as the writer's `publish_landed` does.
+        fn flush_landed(&self) {
+            let from = self.published.below();
+            let next = self.state().next_revision_stored().unwrap();
+            let landed = self.state().events_from(from, usize::MAX).unwrap();
+            self.published.advance(next);
+            for e in landed {
                 let _ = self.events.send(Arc::new(e));
             }
+        }
+
+        /// The engine is reopened and keeps only what was flushed (sled):
+        /// the unflushed events are gone and their revisions given again.
+        fn lose_unflushed(&self) {
+            let published = self.published.below();
+            let next = self.state().next_revision_stored().unwrap();
+            let mut batch = crate::store::Batch::default();
+            for revision in published..next {
+                batch.remove(crate::store::Table::Outbox, crate::codec::revision_key(revision));
+            }
+            let rewind = WriteSet {
+                next_revision: Some(published),
+                ..WriteSet::default()
+            };
+            for op in encode_writes(&self.state(), &rewind).unwrap().ops {
+                batch.ops.push(op);
+            }
+            self.store.commit(batch).unwrap();
+        }
+
+        /// The outbox as it is now, from `from`: (revision, incarnation).
+        fn history(&self, from: Revision) -> Vec<(Revision, u64)> {
+            self.state()
+                .events_from(from, usize::MAX)
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.revision, e.time.0))
+                .collect()
         }
 
         /// Compacts so that the newest `keep` events remain; the floor after.
@@ -303,6 +378,7 @@ mod tests {
                 live: self.events.subscribe(),
                 shutting_down: self.stop.subscribe(),
                 overtaken: Arc::new(Overtaken::new(self.metrics.clone())),
+                published: self.published.clone(),
             }
         }
 
@@ -326,17 +402,6 @@ mod tests {
         fn overtaken(&self) -> u64 {
             self.metrics.watch_overtaken_count("client")
         }
-    }
-
-    /// What the reader got without waiting: the stream's task runs while
-    /// this yields, then one item is taken if there is one.
-    async fn take_ready(
-        stream: &mut ReceiverStream<Result<Revision, Status>>,
-    ) -> Option<Option<Result<Revision, Status>>> {
-        for _ in 0..8 {
-            tokio::task::yield_now().await;
-        }
-        stream.next().now_or_never()
     }
 
     #[tokio::test]
@@ -436,6 +501,12 @@ mod tests {
     enum Step {
         /// A writer step emitting 1..=4 events.
         Commit(u64),
+        /// A writer step whose flush fails: committed, not published.
+        CommitUnflushed(u64),
+        /// A later flush succeeds: what failed commits left is published.
+        FlushLanded,
+        /// The engine is reopened and loses what was not flushed (sled).
+        LoseUnflushed,
         /// The reconciler compacts, keeping this many of the newest events.
         Compact(u64),
         /// The reader takes up to this many items.
@@ -445,6 +516,9 @@ mod tests {
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             3 => (1u64..=4).prop_map(Step::Commit),
+            1 => (1u64..=3).prop_map(Step::CommitUnflushed),
+            1 => Just(Step::FlushLanded),
+            1 => Just(Step::LoseUnflushed),
             1 => (0u64..=6).prop_map(Step::Compact),
             3 => (1usize..=5).prop_map(Step::Read),
         ]
@@ -460,16 +534,44 @@ mod tests {
         !r.is_multiple_of(3)
     }
 
+    /// An item of the property test's stream: (revision, incarnation).
+    type Seen = (Revision, u64);
+
+    /// Takes one ready item; false when there was none or the stream ended.
+    async fn read_one(
+        stream: &mut ReceiverStream<Result<Seen, Status>>,
+        outbox: &Outbox,
+        delivered: &mut Vec<Seen>,
+        ended: &mut Option<(Status, Revision)>,
+    ) -> bool {
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        match stream.next().now_or_never() {
+            Some(Some(Ok(r))) => {
+                delivered.push(r);
+                true
+            }
+            Some(Some(Err(status))) => {
+                *ended = Some((status, outbox.state().outbox_floor().unwrap()));
+                false
+            }
+            Some(None) | None => false,
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// Commits, compactions and a slow reader interleaved over one
+        /// Commits (some whose flush fails, later published or lost with a
+        /// reopen), compactions and a slow reader interleaved over one
         /// stream (small buffers, a 2-slot broadcast that lags): the stream
-        /// passes revisions `from, from+1, …` with none skipped (filtered
-        /// ones are passed, not sent), and when it ends it is OUT_OF_RANGE
-        /// with a resume revision above the revision it missed, that was
-        /// the floor, and is no greater than the floor now. A stream that
-        /// does not end delivers everything committed.
+        /// sends events of the outbox as it finally is, revisions `from,
+        /// from+1, …` with none skipped (filtered ones are passed, not
+        /// sent) and never one that a reopen took back; when it ends it is
+        /// OUT_OF_RANGE with a resume revision above the revision it
+        /// missed, that was the floor, and is no greater than the floor
+        /// now. A stream that does not end delivers everything durable.
         #[test]
         fn compaction_racing_a_stream_never_leaves_a_silent_gap(
             initial in 1u64..12,
@@ -485,29 +587,27 @@ mod tests {
                 let outbox = Outbox::new(2);
                 outbox.commit(initial);
                 let from = 2 + from_offset;
-                let mut stream = outbox.stream(from, wanted, Pacing { queued, page });
+                let mut stream = paced_outbox_stream(
+                    outbox.feed(),
+                    from,
+                    Watcher::Client { addr: None },
+                    move |e: &Event| wanted(e.revision),
+                    |e: &Event| (e.revision, e.time.0),
+                    Span::none(),
+                    Pacing { queued, page },
+                );
                 let mut floors = vec![outbox.state().outbox_floor().unwrap()];
-                let mut delivered: Vec<Revision> = Vec::new();
+                // Everything that was ever durable at some revision: what the
+                // stream may have sent before a later compaction.
+                let mut durable: std::collections::BTreeMap<Revision, u64> = outbox.history(0).into_iter().collect();
+                let mut delivered: Vec<Seen> = Vec::new();
                 let mut ended: Option<(Status, Revision)> = None;
-                // Takes one ready item; false when there was none or it ended.
-                async fn read_one(
-                    stream: &mut ReceiverStream<Result<Revision, Status>>,
-                    outbox: &Outbox,
-                    delivered: &mut Vec<Revision>,
-                    ended: &mut Option<(Status, Revision)>,
-                ) -> bool {
-                    match take_ready(stream).await {
-                        Some(Some(Ok(r))) => { delivered.push(r); true }
-                        Some(Some(Err(status))) => {
-                            *ended = Some((status, outbox.state().outbox_floor().unwrap()));
-                            false
-                        }
-                        Some(None) | None => false,
-                    }
-                }
                 for s in &steps {
                     match s {
                         Step::Commit(n) => outbox.commit(*n),
+                        Step::CommitUnflushed(n) => { outbox.commit_unflushed(*n); }
+                        Step::FlushLanded => outbox.flush_landed(),
+                        Step::LoseUnflushed => outbox.lose_unflushed(),
                         Step::Compact(keep) => floors.push(outbox.compact_keeping(*keep)),
                         Step::Read(n) => {
                             for _ in 0..*n {
@@ -515,15 +615,23 @@ mod tests {
                             }
                         }
                     }
+                    let published = outbox.published.below();
+                    durable.extend(outbox.history(0).into_iter().filter(|(r, _)| *r < published));
                     if ended.is_some() { break; }
                 }
+                outbox.flush_landed();
+                let published = outbox.published.below();
+                durable.extend(outbox.history(0).into_iter().filter(|(r, _)| *r < published));
                 while ended.is_none() && read_one(&mut stream, &outbox, &mut delivered, &mut ended).await {}
 
-                let last_committed = outbox.state().next_revision_stored().unwrap() - 1;
-                let expected: Vec<Revision> = (from..=last_committed).filter(|r| wanted(*r)).collect();
+                let expected: Vec<Seen> = durable
+                    .range(from..)
+                    .filter(|(r, _)| wanted(**r))
+                    .map(|(r, i)| (*r, *i))
+                    .collect();
                 prop_assert!(
                     expected.starts_with(&delivered),
-                    "a gap: delivered {:?}, expected a prefix of {:?}", delivered, expected
+                    "a gap, or an event a reopen took back: delivered {:?}, expected a prefix of {:?}", delivered, expected
                 );
                 match ended {
                     None => prop_assert_eq!(&delivered, &expected, "a stream that did not end delivers everything"),
@@ -532,7 +640,7 @@ mod tests {
                         let resume = resume_revision(&status);
                         prop_assert!(resume.is_some(), "{:?}", status);
                         let resume = resume.unwrap_or_default();
-                        let missed_at_least = delivered.last().map_or(from, |l| l + 1);
+                        let missed_at_least = delivered.last().map_or(from, |l| l.0 + 1);
                         prop_assert!(resume > missed_at_least, "resume {} but the stream could go on at {}", resume, missed_at_least);
                         prop_assert!(floors.contains(&resume), "resume {} was never the floor ({:?})", resume, floors);
                         prop_assert!(resume <= floor_now);
