@@ -179,6 +179,8 @@ pub enum Command {
     },
     /// Stream resource events from a revision.
     Watch {
+        /// The first revision to show (the last one seen + 1); 0, the
+        /// default, is the oldest the node still keeps.
         #[arg(long, default_value_t = 0)]
         from: u64,
         #[arg(long)]
