@@ -267,7 +267,10 @@ async fn with_mutual_tls_an_administrator_is_a_named_certificate_also_through_an
     }
     let bob = connect(client_with("bob.admin")).await;
     let why = denied(bob.list_audit(audit("ra")).await);
-    assert!(why.contains("certificate \"bob.admin\" is not an administrator"), "{why}");
+    assert!(
+        why.contains("certificate \"bob.admin\" is not an administrator"),
+        "{why}"
+    );
     let region_cert = {
         let (cert, key) = pki.regions.get("ra").cloned().expect("ra's certificate");
         cascade_client::ClientTls {

@@ -123,7 +123,11 @@ impl AdminApi {
             (Some(_), _, _) => "a token that is not this node's admin token".to_owned(),
             (None, [], _) => "no credentials".to_owned(),
             (None, names, Some(identity)) => {
-                format!("certificate {} vouching for {}", quote(&names.join(", ")), quote(identity))
+                format!(
+                    "certificate {} vouching for {}",
+                    quote(&names.join(", ")),
+                    quote(identity)
+                )
             }
             (None, names, None) => format!("certificate {}", quote(&names.join(", "))),
         };

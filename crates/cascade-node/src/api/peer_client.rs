@@ -648,9 +648,7 @@ mod tests {
                 self.asked.borrow_mut().push(token);
                 let next = self.pages.borrow_mut().pop_front();
                 let asked = self.asked.borrow().len();
-                async move {
-                    Ok(next.unwrap_or_else(|| panic!("page {asked} asked for: the reader does not stop")))
-                }
+                async move { Ok(next.unwrap_or_else(|| panic!("page {asked} asked for: the reader does not stop"))) }
             })
             .await
         }
@@ -672,9 +670,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_listing_is_read_to_its_last_page_with_the_first_pages_revision() {
-        let owner = Owner::new(vec![page(&[1, 2], Some(2), 40), page(&[5], Some(5), 41), page(&[9], None, 42)]);
+        let owner = Owner::new(vec![
+            page(&[1, 2], Some(2), 40),
+            page(&[5], Some(5), 41),
+            page(&[9], None, 42),
+        ]);
         let (listing, revision) = owner.read(MAX_LIST_DELETING_ROWS).await.expect("the whole listing");
-        assert_eq!(names(&listing), ["ra/project/p1", "ra/project/p2", "ra/project/p5", "ra/project/p9"]);
+        assert_eq!(
+            names(&listing),
+            ["ra/project/p1", "ra/project/p2", "ra/project/p5", "ra/project/p9"]
+        );
         assert_eq!(revision, 40);
         assert_eq!(*owner.asked.borrow(), [String::new(), uid(2), uid(5)]);
     }
@@ -684,7 +689,11 @@ mod tests {
     /// seen by this region.
     #[tokio::test]
     async fn a_next_token_that_repeats_fails_the_listing_instead_of_ending_it() {
-        let owner = Owner::new(vec![page(&[1, 2], Some(2), 40), page(&[2], Some(2), 40), page(&[7], None, 40)]);
+        let owner = Owner::new(vec![
+            page(&[1, 2], Some(2), 40),
+            page(&[2], Some(2), 40),
+            page(&[7], None, 40),
+        ]);
         refused(owner.read(MAX_LIST_DELETING_ROWS).await, "does not advance");
     }
 
@@ -694,7 +703,11 @@ mod tests {
         let cycle = || vec![page(&[1], Some(1), 40), page(&[3], Some(3), 40)];
         let owner = Owner::new([cycle(), cycle(), cycle(), cycle()].concat());
         refused(owner.read(MAX_LIST_DELETING_ROWS).await, "does not advance");
-        assert_eq!(owner.asked.borrow().len(), 3, "refused at the first token that went back");
+        assert_eq!(
+            owner.asked.borrow().len(),
+            3,
+            "refused at the first token that went back"
+        );
     }
 
     #[tokio::test]
@@ -703,9 +716,13 @@ mod tests {
         garbage.next_page_token = "x".repeat(10_000);
         let owner = Owner::new(vec![garbage]);
         refused(owner.read(MAX_LIST_DELETING_ROWS).await, "is not a uid");
-        assert!(owner.asked.borrow().len() == 1);
+        assert_eq!(owner.asked.borrow().len(), 1);
 
-        let owner = Owner::new(vec![page(&[1], Some(1), 40), page(&[], Some(4), 40), page(&[5], None, 40)]);
+        let owner = Owner::new(vec![
+            page(&[1], Some(1), 40),
+            page(&[], Some(4), 40),
+            page(&[5], None, 40),
+        ]);
         refused(owner.read(MAX_LIST_DELETING_ROWS).await, "holds no entry");
     }
 

@@ -99,7 +99,9 @@ impl<H: EngineHandles> Reopenable<H> {
     }
 }
 
+// Test code: how long a read waited is real time (clippy.toml).
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use std::sync::mpsc::{channel, Receiver, Sender};
     use std::sync::Mutex;
