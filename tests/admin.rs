@@ -267,7 +267,10 @@ async fn with_mutual_tls_an_administrator_is_a_named_certificate_also_through_an
     }
     let bob = connect(client_with("bob.admin")).await;
     let why = denied(bob.list_audit(audit("ra")).await);
-    assert!(why.contains("certificate bob.admin is not an administrator"), "{why}");
+    assert!(
+        why.contains("certificate \"bob.admin\" is not an administrator"),
+        "{why}"
+    );
     let region_cert = {
         let (cert, key) = pki.regions.get("ra").cloned().expect("ra's certificate");
         cascade_client::ClientTls {
@@ -287,9 +290,44 @@ async fn with_mutual_tls_an_administrator_is_a_named_certificate_also_through_an
     assert!(
         rb_log
             .iter()
-            .any(|e| e.who == "certificate bob.admin" && e.outcome.starts_with("PERMISSION_DENIED")),
+            .any(|e| e.who == "certificate \"bob.admin\"" && e.outcome.starts_with("PERMISSION_DENIED")),
         "{rb_log:?}"
     );
+}
+
+/// The identity a forwarding region vouches for (`cascade-admin-for`) is
+/// whatever the caller put in a header: a certified region that sends one
+/// of 8 KB is refused with a short message that quotes it (a prefix and
+/// its length), not with the header echoed whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_forwarded_identity_of_8_kb_is_refused_in_a_short_message() {
+    let pki = cascade_tls::DevPki::generate(&["ra", "rb"]).expect("dev pki");
+    let c = start_cluster_tls_with(&["ra", "rb"], &pki, |s| {
+        s.admin.identities = vec!["alice.admin".to_owned()];
+    })
+    .await;
+    let (cert, key) = pki.regions.get("ra").cloned().expect("ra's certificate");
+    let tls = cascade_client::ClientTls {
+        identity: Some((cert, key)),
+        ..pki.client()
+    };
+    let channel = cascade_client::client::connect_channel(&c.node("rb").node.endpoint(), Some(&tls), None)
+        .await
+        .expect("ra's certificate connects to rb");
+    let forged = "m".repeat(8 * 1024);
+    let mut request = tonic::Request::new(audit("rb"));
+    request
+        .metadata_mut()
+        .insert("cascade-admin-for", forged.parse().expect("an ASCII header value"));
+    let status = v1::admin_client::AdminClient::new(channel)
+        .list_audit(request)
+        .await
+        .expect_err("a forged identity is no administrator");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    let why = status.message();
+    assert!(why.len() < 1024, "a refusal of {} bytes: {why}", why.len());
+    assert!(why.contains("vouching for \"mmm"), "{why}");
+    assert!(why.contains(&format!("({} bytes)", forged.len())), "{why}");
 }
 
 /// Issue 11: ForcePurge of a deletion stuck on a live blocker in another

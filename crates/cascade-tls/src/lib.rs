@@ -253,7 +253,12 @@ fn region_of_certificate(der: &[u8]) -> Result<RegionId, String> {
     for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
         if let x509_parser::extensions::GeneralName::DNSName(dns) = name {
             if let Some(region) = dns.strip_suffix(IDENTITY_SUFFIX) {
-                regions.push(RegionId::parse(region).map_err(|e| format!("DNS name {dns:?}: {e}"))?);
+                // The name reaches a refusal and a warning (`caller`, in
+                // `api/peer.rs`): quoted, as client input is.
+                regions.push(
+                    RegionId::parse(region)
+                        .map_err(|e| format!("DNS name {}: {e}", cascade_core::limits::quote(dns)))?,
+                );
             }
         }
     }
@@ -262,9 +267,14 @@ fn region_of_certificate(der: &[u8]) -> Result<RegionId, String> {
         [] => Err(format!(
             "names no region (expected a DNS subject alternative name \"<region>{IDENTITY_SUFFIX}\")"
         )),
-        many => Err(format!(
-            "names several regions ({many:?}); a region certificate names one"
-        )),
+        many => {
+            let listed: Vec<&str> = many.iter().map(RegionId::as_str).collect();
+            Err(format!(
+                "names {} regions ({}); a region certificate names one",
+                many.len(),
+                cascade_core::limits::quote(&listed.join(", "))
+            ))
+        }
     }
 }
 

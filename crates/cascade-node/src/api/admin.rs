@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use cascade_core::limits::{cut_stored, MAX_AUDIT_TARGET_BYTES};
+use cascade_core::limits::{cut_stored, quote, MAX_AUDIT_TARGET_BYTES};
 use cascade_core::model::AuditEntry;
 use cascade_core::protocol::AdminRequest;
 use cascade_core::{RegionId, Uid};
@@ -114,11 +114,22 @@ impl AdminApi {
                 });
             }
         }
+        // What the caller presented goes into the refusal, the warning and
+        // the audit entry: the vouched identity is whatever the caller put
+        // in a header, and a certificate may name any number of names, so
+        // both are quoted (a short prefix and the length), never echoed
+        // whole. The token itself is never repeated.
         let presented = match (bearer, names.as_slice(), vouched) {
             (Some(_), _, _) => "a token that is not this node's admin token".to_owned(),
             (None, [], _) => "no credentials".to_owned(),
-            (None, names, Some(identity)) => format!("certificate {} vouching for {identity}", names.join(", ")),
-            (None, names, None) => format!("certificate {}", names.join(", ")),
+            (None, names, Some(identity)) => {
+                format!(
+                    "certificate {} vouching for {}",
+                    quote(&names.join(", ")),
+                    quote(identity)
+                )
+            }
+            (None, names, None) => format!("certificate {}", quote(&names.join(", "))),
         };
         let configured = if access.token.is_none() && access.identities.is_empty() {
             "this node has no administrator configured ([admin] in its config)"

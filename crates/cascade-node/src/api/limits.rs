@@ -144,6 +144,7 @@ pub fn limits() -> Vec<Limit> {
         row("page", "bytes at most (a quarter of max_message_bytes)", bytes(api.page_bytes()), "[limits] max_message_bytes"),
         row("page", "deletion rows ListDeletions scans per call", items(crate::admin::MAX_SCANNED), ""),
         row("page", "Peer.ListDeleting page (a resync)", Amount::Items(u64::from(crate::api::peer_client::LIST_DELETING_PAGE)), ""),
+        row("page", "entries a resync reads from a Peer.ListDeleting listing (more fails it)", items(crate::api::peer_client::MAX_LIST_DELETING_ROWS), ""),
         row("page", "rows per table in a Peer.Dump (not paged)", items(crate::node::MAX_DUMP_ROWS), ""),
         row("page", "rows per table a metrics scrape or a status reads", items(crate::metrics::SCRAPE_SCAN_LIMIT), ""),
         // What is stored from a caller without refusing it.

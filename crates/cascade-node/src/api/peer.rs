@@ -322,6 +322,10 @@ impl Peer for PeerApi {
             })
             .collect();
         let mut next_page_token = page.next.map(|u| u.to_string()).unwrap_or_default();
+        // Not cut to the byte budget when asked with 0: such a caller reads
+        // no token, and would take a cut page for the whole listing. Its
+        // answer is bounded only by max_message_bytes, and one larger
+        // fails to encode: an error, not a listing silently incomplete.
         if page_size > 0 && fit_page(&mut deleting, self.node.limits.page_bytes()) {
             // The token is the last uid the page holds.
             next_page_token = deleting

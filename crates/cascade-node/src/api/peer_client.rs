@@ -47,6 +47,15 @@ use crate::peers::{
 /// `max_page_size`; its byte budget may end a page earlier).
 pub(crate) const LIST_DELETING_PAGE: u32 = 1_000;
 
+/// The most entries one resync reads from an owner's `Peer.ListDeleting`
+/// listing, its pages together: as many as the rows of one table that a
+/// region's `Peer.Dump` reads ([`crate::node::MAX_DUMP_ROWS`]). Every page
+/// but the last must hold an entry ([`read_deleting_pages`]), so this
+/// bounds the pages as well (one more at most), whatever page size the
+/// owner answers with: an owner whose token keeps advancing cannot keep a
+/// resync reading, and its memory growing, for ever.
+pub(crate) const MAX_LIST_DELETING_ROWS: usize = crate::node::MAX_DUMP_ROWS;
+
 /// A channel to a peer whose calls carry the caller's trace context.
 pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;
 
@@ -430,7 +439,8 @@ impl Peers {
 
     /// The DELETING resources of `region` that `from` references, and the
     /// revision to resume watching after (the resync after compaction),
-    /// read page by page (each answer bounded in bytes by the owner);
+    /// read page by page (each answer bounded in bytes by the owner; see
+    /// [`read_deleting_pages`] for what makes a listing unusable);
     /// the revision is the first page's, taken before any was read, so an
     /// entry that changes between pages comes again as an event. Entries
     /// that do not decode are skipped.
@@ -439,36 +449,17 @@ impl Peers {
         region: &str,
         from: &RegionId,
     ) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
-        let mut deleting = Vec::new();
-        let mut revision = None;
-        let mut page_token = String::new();
-        loop {
+        read_deleting_pages(region, MAX_LIST_DELETING_ROWS, |page_token| {
             let req = v1::ListDeletingRequest {
                 region: from.to_string(),
                 page_size: LIST_DELETING_PAGE,
-                page_token: page_token.clone(),
+                page_token,
             };
-            let listing = self
-                .call(region, "ListDeleting", PEER_CALL_TIMEOUT, |mut c| async move {
-                    c.list_deleting(req).await
-                })
-                .await?;
-            revision.get_or_insert(listing.revision);
-            deleting.extend(listing.deleting.into_iter().filter_map(|d| {
-                Some(RemoteDeleting {
-                    target: convert::ref_target(d.resource, "resource").ok()?,
-                    operation: OperationId::parse(&d.operation_id).ok()?,
-                    no_cascade: d.no_cascade,
-                    forced: d.forced,
-                })
-            }));
-            // A token that does not advance would loop for ever: the
-            // listing ends there (the owner pages wrongly).
-            if listing.next_page_token.is_empty() || listing.next_page_token == page_token {
-                return Ok((deleting, revision.unwrap_or(listing.revision)));
-            }
-            page_token = listing.next_page_token;
-        }
+            self.call(region, "ListDeleting", PEER_CALL_TIMEOUT, |mut c| async move {
+                c.list_deleting(req).await
+            })
+        })
+        .await
     }
 
     /// Follows `region`'s outbox from revision `from_revision`, as `watcher`:
@@ -494,6 +485,80 @@ impl Peers {
             Ok(e) => Ok(remote_event(e)),
             Err(s) => Err(ended(&s)),
         }))
+    }
+}
+
+/// Reads an owner's `Peer.ListDeleting` listing to its end: `fetch` asks
+/// for the page after a token (empty: the first page). The DELETING
+/// entries (those that decode) and the first page's revision.
+///
+/// The owner's token is the uid of the last entry its page holds
+/// (`api/peer.rs`), and it pages in uid order, so a next token must be a
+/// uid above the one before: a token that does not advance would end the
+/// resync silently incomplete (a DELETING resource missed for good) if
+/// taken as the end, and one that goes back (A, B, A) would read for
+/// ever. Such a listing, a page without entries that is not the last, and
+/// one of more than `max_rows` entries are [`RemoteError::BadAnswer`]:
+/// the resync fails, and the link tries again when it reconnects, as
+/// after any failed call (`links.rs`).
+async fn read_deleting_pages<F, Fut>(
+    region: &str,
+    max_rows: usize,
+    mut fetch: F,
+) -> Result<(Vec<RemoteDeleting>, u64), RemoteError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<v1::ListDeletingResponse, RemoteError>>,
+{
+    let bad = |message: String| RemoteError::BadAnswer {
+        region: region.to_owned(),
+        rpc: "ListDeleting",
+        message,
+    };
+    let mut deleting = Vec::new();
+    let mut revision = None;
+    let mut rows = 0usize;
+    let mut page_token = String::new();
+    let mut after: Option<Uid> = None;
+    let mut page = 0usize;
+    loop {
+        page += 1;
+        let listing = fetch(std::mem::take(&mut page_token)).await?;
+        let revision = *revision.get_or_insert(listing.revision);
+        let entries = listing.deleting.len();
+        rows = rows.saturating_add(entries);
+        if rows > max_rows {
+            return Err(bad(format!(
+                "the listing holds more than {max_rows} entries (page {page}): not read further"
+            )));
+        }
+        deleting.extend(listing.deleting.into_iter().filter_map(|d| {
+            Some(RemoteDeleting {
+                target: convert::ref_target(d.resource, "resource").ok()?,
+                operation: OperationId::parse(&d.operation_id).ok()?,
+                no_cascade: d.no_cascade,
+                forced: d.forced,
+            })
+        }));
+        if listing.next_page_token.is_empty() {
+            return Ok((deleting, revision));
+        }
+        if entries == 0 {
+            return Err(bad(format!("page {page} holds no entry, yet names a next page")));
+        }
+        let next = Uid::parse(&listing.next_page_token).map_err(|_| {
+            bad(format!(
+                "page {page}'s next_page_token {} is not a uid",
+                cascade_core::limits::quote(&listing.next_page_token)
+            ))
+        })?;
+        if let Some(previous) = after.filter(|previous| next <= *previous) {
+            return Err(bad(format!(
+                "page {page}'s next_page_token {next} does not advance past the previous one, {previous}"
+            )));
+        }
+        after = Some(next);
+        page_token = listing.next_page_token;
     }
 }
 
@@ -527,5 +592,147 @@ fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
         oldest_deletion_age_ms: f.oldest_deletion_age_ms,
         last_revision: f.last_revision,
         truncated: f.truncated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
+    use super::*;
+
+    /// A uid that sorts by `n`.
+    fn uid(n: u128) -> String {
+        uuid::Uuid::from_u128(n).to_string()
+    }
+
+    fn page(uids: &[u128], next: Option<u128>, revision: u64) -> v1::ListDeletingResponse {
+        v1::ListDeletingResponse {
+            deleting: uids
+                .iter()
+                .map(|&n| v1::DeletingEntry {
+                    resource: Some(v1::ObjectRef {
+                        name: format!("ra/project/p{n}"),
+                        uid: uid(n),
+                        dangling: false,
+                    }),
+                    operation_id: uid(1000 + n),
+                    no_cascade: false,
+                    forced: false,
+                })
+                .collect(),
+            revision,
+            next_page_token: next.map(uid).unwrap_or_default(),
+        }
+    }
+
+    /// The owner's pages, served in order; the tokens asked for are kept.
+    /// Asked once more than it has pages, it fails the test: the reader
+    /// would otherwise go on for ever.
+    struct Owner {
+        pages: RefCell<VecDeque<v1::ListDeletingResponse>>,
+        asked: RefCell<Vec<String>>,
+    }
+
+    impl Owner {
+        fn new(pages: Vec<v1::ListDeletingResponse>) -> Self {
+            Self {
+                pages: RefCell::new(pages.into()),
+                asked: RefCell::default(),
+            }
+        }
+
+        async fn read(&self, max_rows: usize) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
+            read_deleting_pages("ra", max_rows, |token| {
+                self.asked.borrow_mut().push(token);
+                let next = self.pages.borrow_mut().pop_front();
+                let asked = self.asked.borrow().len();
+                async move { Ok(next.unwrap_or_else(|| panic!("page {asked} asked for: the reader does not stop"))) }
+            })
+            .await
+        }
+    }
+
+    fn names(listing: &[RemoteDeleting]) -> Vec<String> {
+        listing.iter().map(|d| d.target.name.to_string()).collect()
+    }
+
+    fn refused(answer: Result<(Vec<RemoteDeleting>, u64), RemoteError>, says: &str) {
+        match answer {
+            Err(RemoteError::BadAnswer { region, rpc, message }) => {
+                assert_eq!((region.as_str(), rpc), ("ra", "ListDeleting"));
+                assert!(message.contains(says), "{message:?} does not say {says:?}");
+            }
+            other => panic!("expected a BadAnswer saying {says:?}, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listing_is_read_to_its_last_page_with_the_first_pages_revision() {
+        let owner = Owner::new(vec![
+            page(&[1, 2], Some(2), 40),
+            page(&[5], Some(5), 41),
+            page(&[9], None, 42),
+        ]);
+        let (listing, revision) = owner.read(MAX_LIST_DELETING_ROWS).await.expect("the whole listing");
+        assert_eq!(
+            names(&listing),
+            ["ra/project/p1", "ra/project/p2", "ra/project/p5", "ra/project/p9"]
+        );
+        assert_eq!(revision, 40);
+        assert_eq!(*owner.asked.borrow(), [String::new(), uid(2), uid(5)]);
+    }
+
+    /// A token that does not advance used to end the listing there, as if
+    /// it were the last page: the DELETING resources after it were never
+    /// seen by this region.
+    #[tokio::test]
+    async fn a_next_token_that_repeats_fails_the_listing_instead_of_ending_it() {
+        let owner = Owner::new(vec![
+            page(&[1, 2], Some(2), 40),
+            page(&[2], Some(2), 40),
+            page(&[7], None, 40),
+        ]);
+        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "does not advance");
+    }
+
+    /// A token that goes back (A, B, A) used to be followed for ever.
+    #[tokio::test]
+    async fn a_next_token_that_goes_back_fails_the_listing_instead_of_looping() {
+        let cycle = || vec![page(&[1], Some(1), 40), page(&[3], Some(3), 40)];
+        let owner = Owner::new([cycle(), cycle(), cycle(), cycle()].concat());
+        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "does not advance");
+        assert_eq!(
+            owner.asked.borrow().len(),
+            3,
+            "refused at the first token that went back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_that_is_no_uid_or_an_empty_page_that_is_not_the_last_fails_the_listing() {
+        let mut garbage = page(&[1], None, 40);
+        garbage.next_page_token = "x".repeat(10_000);
+        let owner = Owner::new(vec![garbage]);
+        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "is not a uid");
+        assert_eq!(owner.asked.borrow().len(), 1);
+
+        let owner = Owner::new(vec![
+            page(&[1], Some(1), 40),
+            page(&[], Some(4), 40),
+            page(&[5], None, 40),
+        ]);
+        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "holds no entry");
+    }
+
+    /// Tokens that keep advancing cannot keep the reader going past its
+    /// bound on entries, which bounds the pages too.
+    #[tokio::test]
+    async fn a_listing_longer_than_its_bound_is_refused() {
+        let pages = (1..=20).map(|n| page(&[n], Some(n), 40)).collect();
+        let owner = Owner::new(pages);
+        refused(owner.read(10).await, "more than 10 entries");
+        assert_eq!(owner.asked.borrow().len(), 11);
     }
 }

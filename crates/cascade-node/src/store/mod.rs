@@ -216,8 +216,10 @@ pub trait Store: Send + Sync + 'static {
     /// keeps the error for good and fjall poisons its database, so only a
     /// fresh open writes again. It is what a restart does to the store,
     /// which a node survives at any point, and it is called by the writer
-    /// (the only committer) between steps; a reader waits for it or, if
-    /// the open fails, gets an error, never a half-open store. A store
+    /// (the only committer) between steps; a reader meanwhile is refused
+    /// at once ([`DiskCondition::Reopening`], which may clear: the open can
+    /// take seconds and a reader may be a runtime worker) and, if the open
+    /// fails, gets an error, never a half-open store. A store
     /// reopens only once its directory takes writes ([`probe_writable`]);
     /// until then it keeps its old handles and answers the error. Nothing
     /// to do for a store in memory.
