@@ -75,7 +75,15 @@ async fn remote_closure_finished(node: &Node, id: OperationId) -> Option<u64> {
     while check.phase() != Phase::Done {
         let round = check.next_round();
         if round.is_empty() {
-            warn!("closure check stalled with nothing to ask; will look again");
+            // Looked at again on every tick while it lasts: one line a window.
+            static STALLED: crate::log_throttle::Throttle =
+                crate::log_throttle::Throttle::new(crate::log_throttle::DEFAULT_WINDOW);
+            if let Some(more) = STALLED.admit() {
+                warn!(
+                    suppressed = more.count(),
+                    "closure check stalled with nothing to ask; will look again{more}"
+                );
+            }
             return None;
         }
         let answers = futures::future::join_all(

@@ -474,7 +474,13 @@ impl Node {
             Ok(r) => Ok(r),
             Err(e @ CoreError::RegionUnavailable { .. }) => {
                 // Committed; confirmed later by the reconciler.
-                warn!(region = %self.region, name = %updated.name, error = %e, "update committed; its cross-region attach will be retried");
+                // Every update meets it while an owner is away: one line a window.
+                static ATTACH_DEFERRED: crate::log_throttle::Throttle =
+                    crate::log_throttle::Throttle::new(crate::log_throttle::DEFAULT_WINDOW);
+                if let Some(more) = ATTACH_DEFERRED.admit() {
+                    warn!(region = %self.region, name = %updated.name, error = %e, suppressed = more.count(),
+                        "update committed; its cross-region attach will be retried{more}");
+                }
                 Ok(updated)
             }
             Err(e) => Err(refused(e.into())),

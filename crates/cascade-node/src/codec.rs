@@ -42,6 +42,11 @@ pub mod stored;
 mod tests;
 
 const NEXT_REVISION: &[u8] = b"next_revision";
+
+/// A row that does not decode, or an index entry without its row, is met
+/// again by every scan that passes it: one line a window, with the count.
+static UNDECODED_ROWS: crate::log_throttle::Throttle =
+    crate::log_throttle::Throttle::new(crate::log_throttle::DEFAULT_WINDOW);
 const GENERATION: &[u8] = b"generation";
 /// The first revision still in the outbox (everything below was compacted).
 const OUTBOX_FLOOR: &[u8] = b"outbox_floor";
@@ -297,7 +302,9 @@ impl StoreState<'_> {
             .filter_map(|(_, v)| match decode(Table::Backrefs, &v) {
                 Ok(row) => Some(row),
                 Err(e) => {
-                    tracing::warn!(error = %e, "skipped a back-reference row that does not decode");
+                    if let Some(more) = UNDECODED_ROWS.admit() {
+                        tracing::warn!(error = %e, suppressed = more.count(), "skipped a back-reference row that does not decode{more}");
+                    }
                     None
                 }
             })
@@ -566,7 +573,11 @@ impl StateRead for StoreState<'_> {
             match self.get::<BackRef>(Table::Backrefs, &key).map_err(storage)? {
                 Some(row) if row.on_delete == OnDelete::Block => out.push(row),
                 // Written in one batch with the row; never expected.
-                _ => tracing::warn!(target = %target, "skipped a blocking-index entry without its block row"),
+                _ => {
+                    if let Some(more) = UNDECODED_ROWS.admit() {
+                        tracing::warn!(target = %target, suppressed = more.count(), "skipped a blocking-index entry without its block row{more}");
+                    }
+                }
             }
         }
         Ok(out)
@@ -606,7 +617,11 @@ impl StateRead for StoreState<'_> {
                     Some(w) if w.next_attempt_at == due => out.push(w),
                     // The writer keeps the two in one batch; an index entry
                     // without its item is stale, and skipping it loses nothing.
-                    _ => tracing::warn!(%uid, "skipped a due-index entry without its queue entry"),
+                    _ => {
+                        if let Some(more) = UNDECODED_ROWS.admit() {
+                            tracing::warn!(%uid, suppressed = more.count(), "skipped a due-index entry without its queue entry{more}");
+                        }
+                    }
                 }
             }
         }

@@ -50,6 +50,8 @@ pub(crate) struct AdminApi {
     /// Audit entries cannot be written while the store refuses commits:
     /// one line a window, with the count.
     pub(crate) audit_failed: crate::log_throttle::Throttle,
+    /// Anyone can be refused, as often as they like: one line a window.
+    pub(crate) refusals_logged: crate::log_throttle::Throttle,
 }
 
 /// An authenticated administrator, and how to vouch for them when a call
@@ -140,7 +142,10 @@ impl AdminApi {
         // The audit entry is cut by the core; the log line likewise.
         let target = cut_stored(target, MAX_AUDIT_TARGET_BYTES);
         let audited = self.audit_refusal_allowed();
-        warn!(region = %self.node.region, action, target = %target, caller = %presented, audited, "refused an Admin call");
+        if let Some(more) = self.refusals_logged.admit() {
+            warn!(region = %self.node.region, action, target = %target, caller = %presented, audited,
+                suppressed = more.count(), "refused an Admin call{more}");
+        }
         if audited {
             let req = AdminRequest {
                 who: presented,

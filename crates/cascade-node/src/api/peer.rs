@@ -23,6 +23,10 @@ use crate::peers::WATCH_HEARTBEAT;
 #[derive(Clone)]
 pub(crate) struct PeerApi {
     pub(crate) node: Arc<Node>,
+    /// Calls refused for acting in another region's name, or releasing
+    /// another region's rows: a misconfigured or hostile peer repeats
+    /// them on every call, so one line a window.
+    pub(crate) refusals_logged: Arc<crate::log_throttle::Throttle>,
 }
 
 /// Lookup's NOT_FOUND, with the reason (absent, or DELETING) in the details.
@@ -78,8 +82,10 @@ impl PeerApi {
     fn authorize_as<T>(&self, request: &Request<T>, claimed: &RegionId, rpc: &str) -> Result<(), Status> {
         match self.caller(request)? {
             Caller::Region(actual) if actual != *claimed => {
-                warn!(region = %self.node.region, caller = %actual, claimed = %claimed, rpc,
-                    "refused a peer call made in another region's name");
+                if let Some(more) = self.refusals_logged.admit() {
+                    warn!(region = %self.node.region, caller = %actual, claimed = %claimed, rpc,
+                        suppressed = more.count(), "refused a peer call made in another region's name{more}");
+                }
                 Err(Status::permission_denied(format!(
                     "{rpc}: the caller's certificate names region {actual}, not {claimed}"
                 )))
@@ -185,8 +191,10 @@ impl Peer for PeerApi {
         let entries = backrefs(req.backrefs)?;
         let report = self.node.release(from.clone(), entries).await?;
         if report.foreign > 0 {
-            warn!(region = %self.node.region, from = %from, refused = report.foreign,
-                "refused to release back-references of another region's referrers");
+            if let Some(more) = self.refusals_logged.admit() {
+                warn!(region = %self.node.region, from = %from, refused = report.foreign,
+                    suppressed = more.count(), "refused to release back-references of another region's referrers{more}");
+            }
         }
         Ok(Response::new(v1::ReleaseResponse {
             released: report.released as u32,
