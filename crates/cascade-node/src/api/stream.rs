@@ -40,7 +40,7 @@ pub(crate) struct Pacing {
 pub(crate) const PACING: Pacing = Pacing { queued: 256, page: 512 };
 
 /// Streams events with revision >= `from` that pass `wanted`, converted by
-/// `wire`. `from` 0 or 1 means from the oldest retained event; below the
+/// `wire`. `from` 0 means from the oldest retained event; below the
 /// floor, or overtaken by compaction later, the stream ends with
 /// OUT_OF_RANGE (reason COMPACTED, the revision to resume from).
 pub fn outbox_stream<T: Send + 'static>(
