@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 #![allow(dead_code)]
 
+pub mod demo;
 pub mod fault_proxy;
 mod operating;
 
