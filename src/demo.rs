@@ -40,6 +40,12 @@ pub struct DemoArgs {
 /// The demo's regions; the first serves on `--listen`.
 pub const DEMO_REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
 
+/// The shell variable the demo exports for a region's address
+/// (`DEMO_EU_WEST`), which the README tour's `cascade check` uses.
+fn demo_variable(region: &str) -> String {
+    format!("DEMO_{}", region.to_ascii_uppercase().replace('-', "_"))
+}
+
 /// The finalizer of `eu-west/project/legacy`: the tour plays its controller.
 const DEMO_FINALIZER: &str = "billing.example.com/close-account";
 
@@ -252,7 +258,6 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         created += n;
     }
 
-    let exe = "cargo run --release --";
     let endpoint = &endpoints[0];
     println!("Cascade demo: three regions on loopback, {created} resources (schema deploy/schemas/neutron.toml)");
     for (region, ep) in DEMO_REGIONS.iter().zip(&endpoints) {
@@ -278,57 +283,30 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         ),
         None => println!("Plain text (without --plaintext the nodes use mutual TLS).\n"),
     }
-    println!("Any node accepts any request and forwards it to the owning region. Try, in another terminal:");
+    println!("Any node accepts any request and forwards it to the owning region. In another terminal:");
+    println!("  alias cascade='cargo run --release -q --'");
     println!("  export CASCADE_SERVER={endpoint}");
     if pki.is_some() {
         println!("  export CASCADE_CA_CERT={}", certs.join("ca.pem").display());
     }
-    println!("  {exe} status                                           # every region: reachable, lag, deletions");
-    println!("  {exe} list                                             # eu-west's resources");
-    println!("  {exe} get us-east/port/p1                              # a port in us-east on eu-west's network");
-    println!(
-        "  {exe} delete eu-west/network/net1                      # refused: lists its dependents in every region"
-    );
-    println!("  {exe} delete eu-west/network/net1 --cascade --dry-run  # the cross-region closure");
-    println!("  {exe} delete eu-west/network/net1 --cascade --wait     # do it: us-east and ap-south follow");
-    println!("  {exe} get ap-south/floating_ip/fip1                    # survived: its port reference was unset");
-    println!("  {exe} delete eu-west/network/ext --cascade             # refused: ap-south/router/edge blocks it");
-    // The checker reads every region through the Peer API: it needs a region's identity.
-    let identity = if pki.is_some() {
-        format!(
-            "--cert {} --key {} ",
-            certs.join("eu-west.pem").display(),
-            certs.join("eu-west.key").display()
-        )
-    } else {
-        String::new()
-    };
-    println!(
-        "  {exe} check {identity}--region {}",
-        DEMO_REGIONS
-            .iter()
-            .zip(&endpoints)
-            .map(|(r, e)| format!("{r}={e}"))
-            .collect::<Vec<_>>()
-            .join(" --region ")
-    );
-    println!("  {exe} watch --from 1                                   # eu-west's events, from the start");
-    println!(
-        "\nA finalizer controller's failures, and an administrator (the demo gives up after {DEMO_MAX_ATTEMPTS} attempts):"
-    );
     println!("  export CASCADE_ADMIN_TOKEN={admin_token}");
-    println!("  {exe} delete eu-west/project/legacy                    # held: waiting for finalizer {DEMO_FINALIZER}");
+    // What the tour's `cascade check` line names: every region's address
+    // and, with TLS, the directory of the region certificates it presents.
+    for (region, ep) in DEMO_REGIONS.iter().zip(&endpoints) {
+        println!("  export {}={ep}", demo_variable(region));
+    }
+    if pki.is_some() {
+        println!("  export DEMO_CERTS={}", certs.display());
+    }
+    println!("then follow README.md, \"A five-minute tour\" (CI runs it against this demo), e.g.:");
+    println!("  cascade status                                     # every region: reachable, lag, deletions");
+    println!("  cascade list --kind port --all-regions             # the ports, in us-east");
+    println!("  cascade tree eu-west/network/net1                  # what a cascade of net1 would reach");
+    println!("  cascade delete eu-west/network/net1 --cascade --wait");
     println!(
-        "  {exe} finalizer fail eu-west/project/legacy {DEMO_FINALIZER} --reason \"billing API down\"   # {DEMO_MAX_ATTEMPTS} times: FAILED"
+        "A finalizer controller's failures, and an administrator: the demo gives up on a deletion after \
+         {DEMO_MAX_ATTEMPTS} attempts (eu-west/project/legacy waits for {DEMO_FINALIZER})."
     );
-    println!("  {exe} explain eu-west/project/legacy                   # what it waits on, in every region");
-    println!("  {exe} admin deletions --stuck                          # finds it, with the last reason");
-    println!("  {exe} admin retry eu-west/project/legacy --reason \"billing API is back\"   # PENDING again");
-    println!("  {exe} finalizer remove eu-west/project/legacy {DEMO_FINALIZER}   # done: purged, or:");
-    println!(
-        "  {exe} admin force-purge eu-west/project/legacy --force --reason \"account closed by hand\"   # forced through"
-    );
-    println!("  {exe} admin audit                                      # who retried what, and why");
     if !args.no_wait {
         println!("\nCtrl-C stops the demo (a temporary data directory is removed).");
         crate::shutdown_signal().await;

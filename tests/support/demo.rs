@@ -22,6 +22,8 @@ pub struct Demo {
     pub certs: Option<PathBuf>,
     /// The administrator token it printed.
     pub admin_token: String,
+    /// Every `export NAME=VALUE` it printed for the user's shell.
+    pub exported: BTreeMap<String, String>,
 }
 
 impl Demo {
@@ -72,14 +74,17 @@ impl Demo {
             }
         }
         assert_eq!(endpoints.len(), 3, "three regions in:\n{printed}");
-        let exported = |name: &str| {
-            lines
-                .iter()
-                .find_map(|l| l.trim().strip_prefix(&format!("export {name}=")).map(str::to_owned))
-        };
-        let ca_cert = exported("CASCADE_CA_CERT").map(PathBuf::from);
+        let exported: BTreeMap<String, String> = lines
+            .iter()
+            .filter_map(|l| l.trim().strip_prefix("export ")?.split_once('='))
+            .map(|(name, value)| (name.to_owned(), value.trim().to_owned()))
+            .collect();
+        let ca_cert = exported.get("CASCADE_CA_CERT").map(PathBuf::from);
         let certs = ca_cert.as_ref().and_then(|c| c.parent().map(PathBuf::from));
-        let admin_token = exported("CASCADE_ADMIN_TOKEN").unwrap_or_else(|| panic!("no admin token in:\n{printed}"));
+        let admin_token = exported
+            .get("CASCADE_ADMIN_TOKEN")
+            .cloned()
+            .unwrap_or_else(|| panic!("no admin token in:\n{printed}"));
         Demo {
             child,
             _data: data,
@@ -88,6 +93,7 @@ impl Demo {
             ca_cert,
             certs,
             admin_token,
+            exported,
         }
     }
 
