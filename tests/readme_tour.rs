@@ -238,6 +238,15 @@ fn run_tour(steps: &[Step], demo: &Demo) -> Result<(), Drift> {
             let mut actual = String::from_utf8_lossy(&out.stdout).into_owned();
             actual.push_str(&String::from_utf8_lossy(&out.stderr));
             let status = out.status.code().unwrap_or(-1);
+            // A person reads times and ages, never epoch milliseconds
+            // (13 digits from 2001 to 2286): in no command of the tour.
+            let epoch_ms = regex::Regex::new(r"(^|[^0-9])1[0-9]{12}([^0-9]|$)").expect("a regex");
+            assert!(
+                !epoch_ms.is_match(&actual),
+                "`{}` (README line {}) printed epoch milliseconds:\n{actual}",
+                step.command,
+                step.line
+            );
             let compared = assert.try_eq(
                 Some(&format!("README line {}", step.line)),
                 snapbox::Data::text(actual.clone()),
