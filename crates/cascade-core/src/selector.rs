@@ -22,10 +22,9 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+pub use crate::limits::MAX_SELECTOR_BYTES;
 use crate::limits::quote;
 
-/// A selector's text, at most (a request field; refused above it).
-pub const MAX_SELECTOR_BYTES: usize = 1024;
 /// Requirements one selector may hold.
 pub const MAX_SELECTOR_REQUIREMENTS: usize = 32;
 /// Values of one `in` or `notin` set.
