@@ -243,6 +243,10 @@ impl ResourcesApi {
         call.set_timeout(budget);
         match tokio::time::timeout(budget, owner.list(call)).await {
             Err(_) => Err(format!("did not answer within {budget:?}")),
+            // tonic's own end of the call's deadline (`grpc-timeout`).
+            Ok(Err(status)) if matches!(status.code(), tonic::Code::Cancelled | tonic::Code::DeadlineExceeded) => {
+                Err(format!("did not answer within {budget:?}"))
+            }
             Ok(Err(status)) => Err(format!(
                 "answered {:?}: {}",
                 status.code(),
