@@ -263,13 +263,22 @@ async fn a_silent_region_is_given_up_within_the_callers_deadline() {
 }
 
 /// Attributes of the `i`th resource: env staging for even i, tier db for
-/// every tenth.
+/// every tenth, rare for three far apart (RARE).
 fn attributes_of(i: usize) -> Vec<(&'static str, &'static str)> {
-    vec![
+    let mut attributes = vec![
         ("env", if i % 2 == 0 { "staging" } else { "prod" }),
         ("tier", if i % 10 == 0 { "db" } else { "web" }),
-    ]
+    ];
+    if RARE.contains(&i) {
+        attributes.push(("rare", "yes"));
+    }
+    attributes
 }
+
+/// The resources with attribute `rare`: in name order the first, the one
+/// in the middle (api-09999) and the last of eu-west's 10,000 (web-04999),
+/// after more rows than one page examines.
+const RARE: [usize; 3] = [7, 4999, 9999];
 
 /// Creates and deletes resources that match both selectors until `stop`:
 /// returns every name it created.
@@ -386,12 +395,39 @@ async fn selectors_page_over_ten_thousand_resources_while_others_come_and_go() {
         1000,
     )
     .await;
+    // A selector that 3 of 10,000 match: the first page examines as many
+    // rows as it may and comes back short with a token, the next finds
+    // the last one.
+    let mut rare = Vec::new();
+    let mut short_pages = 0;
+    let mut token = String::new();
+    for _ in 0..100 {
+        let page = eu
+            .list(v1::ListRequest {
+                attribute_selector: "rare".into(),
+                page_size: 97,
+                page_token: token,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        rare.extend(page.resources.into_iter().map(|r| r.name));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+        short_pages += 1;
+    }
+    assert!(token.is_empty(), "the rare walk did not end");
+    assert!(short_pages >= 1, "no page came back short with a token");
+    let rare_expected: BTreeSet<String> = RARE.iter().map(|i| id(*i)).collect();
+    check_walk("-l rare", &rare, &rare_expected, &BTreeSet::new());
     let walk_time = walked.elapsed();
     stop.store(true, Ordering::Relaxed);
     let mut churned = eu_churn.await.unwrap();
     churned.extend(us_churn.await.unwrap());
     println!(
-        "10,000 created in {created:?}; three walks in {walk_time:?} with {} churned; total {:?}",
+        "10,000 created in {created:?}; four walks in {walk_time:?} with {} churned; total {:?}",
         churned.len(),
         started.elapsed()
     );
