@@ -161,11 +161,7 @@ async fn a_stopped_region_is_named_and_the_others_are_listed_within_the_deadline
         let specs = (0..5)
             .map(|i| project(&format!("{region}/project/p{i}"), &[]))
             .collect();
-        cluster
-            .client(region)
-            .batch_create(specs)
-            .await
-            .expect("projects");
+        cluster.client(region).batch_create(specs).await.expect("projects");
     }
     cluster.stop("ap-south").await;
     let eu = cluster.client("eu-west").clone();
@@ -205,7 +201,10 @@ async fn a_stopped_region_is_named_and_the_others_are_listed_within_the_deadline
     )
     .await;
     assert_eq!(names, expected);
-    assert!(unreachable.iter().all(|u| u == &["ap-south".to_owned()]), "{unreachable:?}");
+    assert!(
+        unreachable.iter().all(|u| u == &["ap-south".to_owned()]),
+        "{unreachable:?}"
+    );
 
     // The binary: the items, a warning naming the region, exit status 1.
     let endpoint = cluster.node("eu-west").node.endpoint();
@@ -319,7 +318,12 @@ fn check_walk(what: &str, seen: &[String], stable: &BTreeSet<String>, churned: &
     let twice: Vec<_> = counts.iter().filter(|(_, c)| **c > 1).collect();
     assert!(twice.is_empty(), "{what}: listed twice: {twice:?}");
     let missed: Vec<_> = stable.iter().filter(|n| !counts.contains_key(n.as_str())).collect();
-    assert!(missed.is_empty(), "{what}: missed {} such as {:?}", missed.len(), missed.first());
+    assert!(
+        missed.is_empty(),
+        "{what}: missed {} such as {:?}",
+        missed.len(),
+        missed.first()
+    );
     let stray: Vec<_> = counts
         .keys()
         .filter(|n| !stable.contains(**n) && !churned.contains(**n))
@@ -499,7 +503,10 @@ async fn bad_selectors_tokens_and_combinations_are_refused_as_invalid_arguments(
         })
         .await,
     );
-    assert!(message.contains("\"mars\" is not a region of this cluster"), "{message}");
+    assert!(
+        message.contains("\"mars\" is not a region of this cluster"),
+        "{message}"
+    );
     // A token of one listing used with other selectors.
     for region in ["eu-west", "us-east"] {
         let specs = (0..3)

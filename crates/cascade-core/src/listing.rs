@@ -80,7 +80,10 @@ pub fn merge_pages<T>(
     for (region, answer) in answers {
         match answer {
             RegionAnswer::Unreachable(why) => {
-                positions.insert(region, RegionPosition::GaveUp(cut_stored(&why, MAX_GIVEN_UP_REASON_BYTES)));
+                positions.insert(
+                    region,
+                    RegionPosition::GaveUp(cut_stored(&why, MAX_GIVEN_UP_REASON_BYTES)),
+                );
             }
             RegionAnswer::Page { items, next } => {
                 offered.insert(region.clone(), (items.len(), next));
@@ -135,16 +138,30 @@ mod tests {
 
     #[test]
     fn a_region_that_does_not_answer_is_given_up_and_the_others_end() {
-        let mut positions: BTreeMap<String, RegionPosition> =
-            ["a", "b"].iter().map(|r| ((*r).to_owned(), RegionPosition::Start)).collect();
+        let mut positions: BTreeMap<String, RegionPosition> = ["a", "b"]
+            .iter()
+            .map(|r| ((*r).to_owned(), RegionPosition::Start))
+            .collect();
         let answers = BTreeMap::from([
-            ("a".to_owned(), RegionAnswer::Page { items: vec!["a/k/1".to_owned()], next: None }),
-            ("b".to_owned(), RegionAnswer::Unreachable("did not answer within 3s".to_owned())),
+            (
+                "a".to_owned(),
+                RegionAnswer::Page {
+                    items: vec!["a/k/1".to_owned()],
+                    next: None,
+                },
+            ),
+            (
+                "b".to_owned(),
+                RegionAnswer::Unreachable("did not answer within 3s".to_owned()),
+            ),
         ]);
         let page = merge_pages(&mut positions, answers, 10, |s: &String| s.as_str());
         assert_eq!(page, vec!["a/k/1".to_owned()]);
         assert_eq!(positions["a"], RegionPosition::Done);
-        assert_eq!(positions["b"], RegionPosition::GaveUp("did not answer within 3s".to_owned()));
+        assert_eq!(
+            positions["b"],
+            RegionPosition::GaveUp("did not answer within 3s".to_owned())
+        );
         assert!(!positions.values().any(RegionPosition::is_open));
     }
 

@@ -22,8 +22,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use crate::limits::MAX_SELECTOR_BYTES;
 use crate::limits::quote;
+pub use crate::limits::MAX_SELECTOR_BYTES;
 
 /// Requirements one selector may hold.
 pub const MAX_SELECTOR_REQUIREMENTS: usize = 32;

@@ -117,9 +117,9 @@ impl Node {
         let mut scanned = 0usize;
         loop {
             let budget = (MAX_LIST_SCANNED - scanned).min(1024);
-            let rows: Vec<Resource> = self
-                .state()
-                .scan(Table::Resources, prefix.as_bytes(), cursor.as_deref(), budget)?;
+            let rows: Vec<Resource> =
+                self.state()
+                    .scan(Table::Resources, prefix.as_bytes(), cursor.as_deref(), budget)?;
             let Some(last) = rows.last() else {
                 return Ok(ListPage { items, next: None });
             };

@@ -267,7 +267,11 @@ mod tests {
             regions,
         };
         let raw = t.encode();
-        assert!(raw.len() <= cascade_core::limits::MAX_LIST_PAGE_TOKEN_BYTES, "{}", raw.len());
+        assert!(
+            raw.len() <= cascade_core::limits::MAX_LIST_PAGE_TOKEN_BYTES,
+            "{}",
+            raw.len()
+        );
         assert_eq!(ListPageToken::decode(&raw), Ok(Some(t)));
         assert_ne!(
             ListPageToken::fingerprint(&["port", "web-"]),

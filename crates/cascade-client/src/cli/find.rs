@@ -228,7 +228,14 @@ async fn run_references(
     } else {
         let rows: Vec<Vec<String>> = references
             .iter()
-            .map(|r| vec![r.referrer.clone(), r.field.clone(), r.on_delete.clone(), r.target.clone()])
+            .map(|r| {
+                vec![
+                    r.referrer.clone(),
+                    r.field.clone(),
+                    r.on_delete.clone(),
+                    r.target.clone(),
+                ]
+            })
             .collect();
         print!("{}", table(&["REFERRER", "FIELD", "POLICY", "TARGET"], &rows));
         if !token.is_empty() {
@@ -259,6 +266,8 @@ pub async fn run_tree(client: &Client, args: TreeArgs, json: bool) -> Result<i32
         },
     );
     let mut cut = Vec::new();
+    let mut at_depth_limit = false;
+    let mut over_max_nodes = false;
     while let Some((name, depth)) = queue.pop_front() {
         let mut children = Vec::new();
         let mut token = String::new();
@@ -291,7 +300,7 @@ pub async fn run_tree(client: &Client, args: TreeArgs, json: bool) -> Result<i32
                 continue;
             }
             if nodes.len() >= max_nodes {
-                cut.push(format!("more than {max_nodes} resources (--max-nodes)"));
+                over_max_nodes = true;
                 break;
             }
             let state = match client.get(child).await {
@@ -309,12 +318,21 @@ pub async fn run_tree(client: &Client, args: TreeArgs, json: bool) -> Result<i32
             if depth + 1 < args.depth {
                 queue.push_back((child.clone(), depth + 1));
             } else {
-                cut.push(format!("below {child}: deeper than --depth {}", args.depth));
+                at_depth_limit = true;
             }
         }
         if let Some(node) = nodes.get_mut(&name) {
             node.children = children;
         }
+    }
+    if over_max_nodes {
+        cut.push(format!("more than {max_nodes} resources (--max-nodes)"));
+    }
+    if at_depth_limit {
+        cut.push(format!(
+            "the referrers of resources {} levels down were not asked (--depth)",
+            args.depth
+        ));
     }
     if json {
         print_json(&json!({
@@ -346,7 +364,8 @@ fn tree_text(root: &str, nodes: &BTreeMap<String, TreeNode>) -> String {
         out: &mut String,
     ) {
         let Some(node) = nodes.get(name) else { return };
-        let shown: Vec<&(String, String, String)> = node.children.iter().filter(|(c, _, _)| nodes.contains_key(c)).collect();
+        let shown: Vec<&(String, String, String)> =
+            node.children.iter().filter(|(c, _, _)| nodes.contains_key(c)).collect();
         for (k, (child, field, policy)) in shown.iter().enumerate() {
             let last = k + 1 == shown.len();
             let branch = if last { "└─ " } else { "├─ " };
@@ -384,7 +403,10 @@ mod tests {
                 .collect(),
         };
         let nodes = BTreeMap::from([
-            ("n".to_owned(), node("ACTIVE", &[("s", "network", "cascade"), ("p", "network", "cascade")])),
+            (
+                "n".to_owned(),
+                node("ACTIVE", &[("s", "network", "cascade"), ("p", "network", "cascade")]),
+            ),
             ("s".to_owned(), node("ACTIVE", &[("p", "subnet", "cascade")])),
             ("p".to_owned(), node("DELETING", &[])),
         ]);

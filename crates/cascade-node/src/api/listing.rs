@@ -68,6 +68,29 @@ fn selectors_of(req: &v1::ListRequest) -> u64 {
     ListPageToken::fingerprint(&[&req.kind, &state, &req.name_prefix, &req.attribute_selector])
 }
 
+/// A region's page must hold its own resources in strictly increasing
+/// name order after the position it was asked from, and its next token
+/// must move past that position: otherwise a listing of every region could
+/// repeat items or never end. A page that does not is a bad answer (the
+/// region is given up, as one that does not answer).
+fn moves_forward(region: &str, after: &str, items: &[v1::Resource], next: Option<&str>) -> Result<(), String> {
+    let own = format!("{region}/");
+    let mut last = after;
+    for r in items {
+        if !r.name.starts_with(&own) || r.name.as_str() <= last {
+            return Err(format!(
+                "answered a page out of order or of another region ({})",
+                quote(&r.name)
+            ));
+        }
+        last = &r.name;
+    }
+    match next {
+        Some(n) if n <= after => Err(format!("answered a page token that does not move on ({})", quote(n))),
+        _ => Ok(()),
+    }
+}
+
 impl ResourcesApi {
     /// `Resources.List`: this region, another (forwarded), or every region.
     pub(crate) async fn list_resources(&self, request: Request<v1::ListRequest>) -> Result<v1::ListResponse, Status> {
@@ -75,7 +98,10 @@ impl ResourcesApi {
         let req = request.into_inner();
         if req.all_regions {
             if !req.region.is_empty() {
-                return Err(invalid_field("region", "name one region or ask for all_regions, not both"));
+                return Err(invalid_field(
+                    "region",
+                    "name one region or ask for all_regions, not both",
+                ));
             }
             return self.list_every_region(req, budget).await;
         }
@@ -136,18 +162,17 @@ impl ResourcesApi {
         // Refuse bad selectors before asking anyone.
         query_of(&req)?;
         let selectors = selectors_of(&req);
-        let mut positions = match ListPageToken::decode(&req.page_token)
-            .map_err(|e| invalid_field("page_token", e.to_string()))?
-        {
-            None => BTreeMap::new(),
-            Some(token) if token.selectors != selectors => {
-                return Err(invalid_field(
-                    "page_token",
-                    "was issued for a listing with other selectors (kind, state, name_prefix, attribute_selector)",
-                ))
-            }
-            Some(token) => token.regions,
-        };
+        let mut positions =
+            match ListPageToken::decode(&req.page_token).map_err(|e| invalid_field("page_token", e.to_string()))? {
+                None => BTreeMap::new(),
+                Some(token) if token.selectors != selectors => {
+                    return Err(invalid_field(
+                        "page_token",
+                        "was issued for a listing with other selectors (kind, state, name_prefix, attribute_selector)",
+                    ))
+                }
+                Some(token) => token.regions,
+            };
         for region in &regions {
             positions.entry(region.clone()).or_insert(RegionPosition::Start);
         }
@@ -164,21 +189,22 @@ impl ResourcesApi {
             let own = own.clone();
             async move {
                 let answer = if region == own {
-                    self.local_page(&one).await.map_err(PageFailure::Own)
+                    match tokio::time::timeout(budget, self.local_page(&one)).await {
+                        Ok(page) => page.map_err(PageFailure::Own),
+                        Err(_) => Err(PageFailure::Own(Status::unavailable(format!(
+                            "region {region} did not read its page within {budget:?}"
+                        )))),
+                    }
                 } else {
-                    self.remote_page(&region, one, budget).await.map_err(PageFailure::Remote)
+                    self.remote_page(&region, one, budget)
+                        .await
+                        .map_err(PageFailure::Remote)
                 };
                 (region, answer)
             }
         });
-        let gathered = tokio::time::timeout(budget, futures::future::join_all(asked)).await;
-        let Ok(gathered) = gathered else {
-            // Only this region's own read can outlast the budget here (each
-            // remote call has its own); a store that slow is unavailable.
-            return Err(Status::unavailable(format!(
-                "region {own} did not read its page within {budget:?}"
-            )));
-        };
+        // Each region's page is bounded by the budget on its own.
+        let gathered = futures::future::join_all(asked).await;
         let mut answers: BTreeMap<String, RegionAnswer<v1::Resource>> = BTreeMap::new();
         for (region, answer) in gathered {
             match answer {
@@ -234,6 +260,7 @@ impl ResourcesApi {
     /// Another region's page (its `Resources.List` for itself), or why it
     /// did not give one within `budget`.
     async fn remote_page(&self, region: &str, req: v1::ListRequest, budget: Duration) -> Result<WirePage, String> {
+        let after = req.page_token.clone();
         let mut owner = self
             .node
             .peers
@@ -255,6 +282,7 @@ impl ResourcesApi {
             Ok(Ok(answer)) => {
                 let page = answer.into_inner();
                 let next = (!page.next_page_token.is_empty()).then_some(page.next_page_token);
+                moves_forward(region, &after, &page.resources, next.as_deref())?;
                 Ok((page.resources, next))
             }
         }
@@ -318,5 +346,34 @@ impl ResourcesApi {
             references,
             next_page_token,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_that_repeats_goes_back_or_names_another_region_is_a_bad_answer() {
+        let page = |names: &[&str]| -> Vec<v1::Resource> {
+            names
+                .iter()
+                .map(|n| v1::Resource {
+                    name: (*n).to_owned(),
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let ok = page(&["us/p/b", "us/p/c"]);
+        assert!(moves_forward("us", "us/p/a", &ok, Some("us/p/c")).is_ok());
+        assert!(moves_forward("us", "", &ok, None).is_ok());
+        // An empty page that only moves its position on (a scan budget).
+        assert!(moves_forward("us", "us/p/a", &[], Some("us/p/x")).is_ok());
+        let back = moves_forward("us", "us/p/b", &ok, None).unwrap_err();
+        assert!(back.contains("out of order"), "{back}");
+        assert!(moves_forward("us", "", &page(&["eu/p/a"]), None).is_err());
+        assert!(moves_forward("us", "", &page(&["us/p/b", "us/p/b"]), None).is_err());
+        let stuck = moves_forward("us", "us/p/c", &[], Some("us/p/c")).unwrap_err();
+        assert!(stuck.contains("does not move on"), "{stuck}");
     }
 }
