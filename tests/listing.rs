@@ -265,8 +265,8 @@ async fn a_silent_region_is_given_up_within_the_callers_deadline() {
 /// every tenth, rare for three far apart (RARE).
 fn attributes_of(i: usize) -> Vec<(&'static str, &'static str)> {
     let mut attributes = vec![
-        ("env", if i % 2 == 0 { "staging" } else { "prod" }),
-        ("tier", if i % 10 == 0 { "db" } else { "web" }),
+        ("env", if i.is_multiple_of(2) { "staging" } else { "prod" }),
+        ("tier", if i.is_multiple_of(10) { "db" } else { "web" }),
     ];
     if RARE.contains(&i) {
         attributes.push(("rare", "yes"));
@@ -438,7 +438,7 @@ async fn selectors_page_over_ten_thousand_resources_while_others_come_and_go() {
     assert!(churned.len() > 10, "the churn ran during the walks: {}", churned.len());
     assert!(unreachable.iter().all(Vec::is_empty), "{unreachable:?}");
 
-    let matches = |i: usize| i % 2 == 0 && i % 10 != 0;
+    let matches = |i: usize| i.is_multiple_of(2) && !i.is_multiple_of(10);
     let stable: BTreeSet<String> = (0..10_000).filter(|i| matches(*i)).map(id).collect();
     assert_eq!(stable.len(), 4000);
     check_walk("-l", &by_attribute, &stable, &churned);
