@@ -125,6 +125,18 @@ async fn the_demo_lists_other_regions_references_and_trees_from_its_default_node
         .collect();
     let got: BTreeSet<Vec<String>> = found.into_iter().skip(1).collect();
     assert_eq!(got, expected, "{out}");
+    // The same rows three at a time, each once.
+    let out = demo.cascade_ok(&[
+        "list",
+        "--referencing",
+        "eu-west/network/net1",
+        "--page-size",
+        "3",
+        "--all",
+    ]);
+    let paged: Vec<Vec<String>> = rows(&out).into_iter().skip(1).collect();
+    assert_eq!(paged.len(), expected.len(), "{out}");
+    assert_eq!(paged.into_iter().collect::<BTreeSet<_>>(), expected, "{out}");
     // What p4 points at, asked of eu-west and answered by us-east.
     let out = demo.cascade_ok(&["list", "--referenced-by", "us-east/port/p4"]);
     let got: BTreeSet<Vec<String>> = rows(&out).into_iter().skip(1).collect();
@@ -137,6 +149,16 @@ async fn the_demo_lists_other_regions_references_and_trees_from_its_default_node
         ]),
         "{out}"
     );
+    assert_eq!(got.len(), 3, "network, subnet, security_groups: {out}");
+    let out = demo.cascade_ok(&[
+        "list",
+        "--referenced-by",
+        "us-east/port/p4",
+        "--page-size",
+        "1",
+        "--all",
+    ]);
+    assert_eq!(rows(&out).into_iter().skip(1).collect::<BTreeSet<_>>(), got, "{out}");
 
     // The tree under net1: the subnets, and the us-east ports under both
     // net1 and their subnet, with their states; p4's floating IP below it.
@@ -225,6 +247,20 @@ async fn a_stopped_region_is_named_and_the_others_are_listed_within_the_deadline
         stderr.contains("warning: region ap-south did not answer:") && stderr.contains("the listing is incomplete"),
         "{stderr}"
     );
+    // `-o json`: the items and the unreachable region.
+    let endpoint = cluster.node("eu-west").node.endpoint();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+            .args(["--server", &endpoint, "-o", "json", "list", "--all-regions"])
+            .output()
+            .expect("cascade runs")
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["resources"].as_array().map(Vec::len), Some(10), "{json}");
+    assert_eq!(json["unreachable"][0]["region"], "ap-south", "{json}");
 }
 
 #[tokio::test]
