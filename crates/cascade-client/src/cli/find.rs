@@ -131,7 +131,7 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool) -> Result<i32
             kind: args.kind.clone().unwrap_or_default(),
             state: state as i32,
             page_size: args.page_size,
-            page_token: token,
+            page_token: token.clone(),
             region: args.region.clone().unwrap_or_default(),
             all_regions: args.all_regions,
             name_prefix: args.prefix.clone().unwrap_or_default(),
@@ -145,6 +145,7 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool) -> Result<i32
         for u in page.unreachable {
             unreachable.insert(u.region.clone(), u);
         }
+        moves_on(&token, &page.next_page_token)?;
         token = page.next_page_token;
         if !args.all || token.is_empty() {
             break;
@@ -179,6 +180,17 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool) -> Result<i32
     Ok(if unreachable.is_empty() { 0 } else { 1 })
 }
 
+/// A next token equal to the one just sent would page for ever (`--all`):
+/// the node is at fault, and the command says so instead of looping.
+fn moves_on(sent: &str, next: &str) -> Result<(), ClientError> {
+    if !next.is_empty() && next == sent {
+        return Err(ClientError::Usage(
+            "the node answered the page token it was sent: paging would not end".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
 fn deadline_of(args: &ListArgs) -> Result<Option<Duration>, ClientError> {
     args.timeout
         .map(|s| {
@@ -206,10 +218,11 @@ async fn run_references(
                 name: name.clone(),
                 direction: direction as i32,
                 page_size: args.page_size,
-                page_token: token,
+                page_token: token.clone(),
             })
             .await?;
         references.extend(page.references);
+        moves_on(&token, &page.next_page_token)?;
         token = page.next_page_token;
         if !args.all || token.is_empty() {
             break;
@@ -277,7 +290,7 @@ pub async fn run_tree(client: &Client, args: TreeArgs, json: bool) -> Result<i32
                     name: name.clone(),
                     direction: v1::ReferenceDirection::Referrers as i32,
                     page_size: 0,
-                    page_token: token,
+                    page_token: token.clone(),
                 })
                 .await;
             let page = match page {
@@ -290,6 +303,7 @@ pub async fn run_tree(client: &Client, args: TreeArgs, json: bool) -> Result<i32
                 }
             };
             children.extend(page.references.into_iter().map(|r| (r.referrer, r.field, r.on_delete)));
+            moves_on(&token, &page.next_page_token)?;
             token = page.next_page_token;
             if token.is_empty() || children.len() >= max_nodes {
                 break;
