@@ -3,7 +3,8 @@
 //! Each call decodes its request, forwards it unchanged to the owner when
 //! it names another region's resource (so the owner answers, whichever node
 //! was asked), or calls the [`Node`] method that does the work, and encodes
-//! the answer. ExplainDeletion has one deadline (2 s, or less as the
+//! the answer. List and ListReferences are in `listing.rs` (a listing of
+//! every region fans out and merges). ExplainDeletion has one deadline (2 s, or less as the
 //! client's own leaves), which a forward carries to the owner. Watch
 //! streams the outbox (`stream.rs`: ended with OUT_OF_RANGE when
 //! compaction overtakes it); WatchOperation re-reads the operation
