@@ -742,6 +742,7 @@ async fn list_pages_and_state_filter() {
                     state: state as i32,
                     page_size: 10,
                     page_token: token,
+                    ..Default::default()
                 })
                 .await
                 .unwrap();

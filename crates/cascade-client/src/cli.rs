@@ -11,6 +11,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
 mod admin;
+mod find;
 mod node_config;
 mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
@@ -102,19 +103,16 @@ pub enum Command {
     Create(SpecArgs),
     /// Show a resource (a DELETING one shows its deletion).
     Get { name: String },
-    /// List resources of the node's region.
-    List {
-        #[arg(long)]
-        kind: Option<String>,
-        /// Only resources in this state.
-        #[arg(long, value_parser = ["active", "deleting"])]
-        state: Option<String>,
-        #[arg(long, default_value_t = 100)]
-        page_size: u32,
-        /// Follow pages to the end.
-        #[arg(long)]
-        all: bool,
-    },
+    /// List resources: of the node's region, of another (--region), or
+    /// of every region (--all-regions); by prefix, state or attribute
+    /// selector (-l); or the references into (--referencing) or out of
+    /// (--referenced-by) a resource. Exit status 1 when a region did not
+    /// answer (the listing is incomplete; stderr names it).
+    List(find::ListArgs),
+    /// Draw what a resource owns across regions, as `kubectl tree` does:
+    /// the resource and, recursively, its referrers, each with its state,
+    /// the field and its on_delete policy.
+    Tree(find::TreeArgs),
     /// Replace a resource's attributes, references and finalizers.
     Update {
         #[command(flatten)]
@@ -389,52 +387,8 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                 print!("{}", render::resource_text(&r));
             }
         }
-        Command::List {
-            kind,
-            state,
-            page_size,
-            all,
-        } => {
-            let state = match state.as_deref() {
-                Some("active") => v1::ResourceState::Active,
-                Some("deleting") => v1::ResourceState::Deleting,
-                _ => v1::ResourceState::Unspecified,
-            };
-            let mut token = String::new();
-            let mut items = Vec::new();
-            loop {
-                let page = client
-                    .list(v1::ListRequest {
-                        kind: kind.clone().unwrap_or_default(),
-                        state: state as i32,
-                        page_size,
-                        page_token: token,
-                    })
-                    .await?;
-                items.extend(page.resources);
-                token = page.next_page_token;
-                if !all || token.is_empty() {
-                    break;
-                }
-            }
-            if json {
-                print_json(&serde_json::json!({
-                    "resources": items.iter().map(render::resource_json).collect::<Vec<_>>(),
-                    "next_page_token": token,
-                }));
-            } else {
-                for r in &items {
-                    println!(
-                        "{:<9} {}",
-                        render::resource_json(r)["state"].as_str().unwrap_or(""),
-                        r.name
-                    );
-                }
-                if !token.is_empty() {
-                    println!("(more: --all, or page token {token})");
-                }
-            }
-        }
+        Command::List(list) => return find::run_list(&client, list, json).await,
+        Command::Tree(tree) => return find::run_tree(&client, tree, json).await,
         Command::Update { spec, etag } => {
             let r = client.update(parse_spec(&spec)?, etag.as_deref().unwrap_or("")).await?;
             if json {

@@ -155,6 +155,27 @@ impl Client {
         Ok(self.inner.clone().list(req).await?.into_inner())
     }
 
+    /// A List with a deadline the node keeps to (`grpc-timeout`): a listing
+    /// of every region names the regions that did not answer within it.
+    pub async fn list_within(
+        &self,
+        req: v1::ListRequest,
+        deadline: std::time::Duration,
+    ) -> Result<v1::ListResponse, ClientError> {
+        let mut request = tonic::Request::new(req);
+        request.set_timeout(deadline);
+        Ok(self.inner.clone().list(request).await?.into_inner())
+    }
+
+    /// One page of the references into (REFERRERS) or out of (TARGETS) a
+    /// resource, answered by its owner.
+    pub async fn list_references(
+        &self,
+        req: v1::ListReferencesRequest,
+    ) -> Result<v1::ListReferencesResponse, ClientError> {
+        Ok(self.inner.clone().list_references(req).await?.into_inner())
+    }
+
     pub async fn update(&self, spec: v1::ResourceSpec, etag: &str) -> Result<v1::Resource, ClientError> {
         let req = v1::UpdateRequest {
             resource: Some(spec),

@@ -24,6 +24,10 @@
 //!   `reached`).
 //! - [`request_path`]: a refused reference named as the client's request
 //!   named it, whichever region refused it.
+//! - [`selector`]: a listing's attribute selector (the Kubernetes
+//!   label-selector grammar), parsed and matched.
+//! - [`listing`]: a listing of every region: each region's position and
+//!   one merged page from their answers.
 //! - [`memory`]: an in-memory state for tests and model checking.
 //! - [`error`]: protocol errors with their status class.
 //! - [`limits`]: the size of every field a request carries or a node
@@ -37,6 +41,7 @@ pub mod error;
 pub mod explain;
 pub mod invariants;
 pub mod limits;
+pub mod listing;
 pub mod memory;
 pub mod model;
 pub mod name;
@@ -46,6 +51,7 @@ pub mod plan;
 pub mod protocol;
 pub mod request_path;
 pub mod schema;
+pub mod selector;
 pub mod state;
 
 pub use error::{CoreError, ErrorCode};

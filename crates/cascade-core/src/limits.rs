@@ -51,6 +51,18 @@ pub const MAX_TARGETS_PER_FIELD: usize = 1024;
 pub const MAX_ON_DELETE_BYTES: usize = 16;
 /// Seeds of one `Peer.Plan` call.
 pub const MAX_PLAN_SEEDS: usize = 100_000;
+/// A listing's page token across every region (each region's position:
+/// a region and a name, for at most `MAX_LIST_REGIONS` regions, in
+/// base64).
+pub const MAX_LIST_PAGE_TOKEN_BYTES: usize = 4096;
+/// Regions a listing of every region asks (a cluster with more refuses
+/// `all_regions`: the page token holds each one's position).
+pub const MAX_LIST_REGIONS: usize = 12;
+/// A listing's name prefix (a prefix of an id, the part of a name after
+/// `{region}/{kind}/`).
+pub const MAX_NAME_PREFIX_BYTES: usize = 63;
+/// A listing's attribute selector.
+pub const MAX_SELECTOR_BYTES: usize = 1024;
 
 /// Audit entry fields, stored cut to these with [`cut_stored`]: who, the
 /// action, the target and the outcome (the reason is [`MAX_REASON_BYTES`]).

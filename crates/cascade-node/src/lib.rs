@@ -53,6 +53,7 @@ mod closure_check;
 mod cluster;
 mod explain;
 mod links;
+mod listing;
 mod scrape;
 mod status;
 

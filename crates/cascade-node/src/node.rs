@@ -597,52 +597,6 @@ impl Node {
             .await
     }
 
-    /// A page of this region's resources in name order, of one kind and in
-    /// one state when given, after `after`; with the name to continue after
-    /// when there are more.
-    pub(crate) async fn list(
-        &self,
-        kind: Option<&str>,
-        state_filter: Option<ResourceState>,
-        page_size: usize,
-        after: Option<&ResourceName>,
-    ) -> Result<(Vec<ResourceView>, Option<ResourceName>), Fault> {
-        let mut prefix = format!("{}/", self.region);
-        if let Some(kind) = kind {
-            self.known_kind(kind, "kind", format_args!("unknown kind {}", quote(kind)))?;
-            prefix.push_str(kind);
-            prefix.push('/');
-        }
-        let page_size = match page_size {
-            0 => self.limits.default_page_size,
-            n => n.min(self.limits.max_page_size),
-        };
-        let mut cursor = after.map(|a| a.as_str().as_bytes().to_vec());
-        let mut out: Vec<ResourceView> = Vec::new();
-        let mut owners = BTreeMap::new();
-        loop {
-            let page: Vec<Resource> =
-                self.state()
-                    .scan(Table::Resources, prefix.as_bytes(), cursor.as_deref(), 1024)?;
-            let Some(last) = page.last() else {
-                return Ok((out, None));
-            };
-            cursor = Some(last.name.as_str().as_bytes().to_vec());
-            for r in page {
-                if r.state == ResourceState::Creating || state_filter.is_some_and(|s| s != r.state) {
-                    continue;
-                }
-                if out.len() == page_size {
-                    let next = out.last().map(|v| v.resource.name.clone());
-                    return Ok((out, next));
-                }
-                let mut view = self.view(r)?;
-                self.mark_remote_dangling(&mut view, &mut owners).await;
-                out.push(view);
-            }
-        }
-    }
-
     /// This region's part of an operation, with up to `page_size` outcomes
     /// after `after`. NOT_FOUND when it has no part.
     pub(crate) fn local_operation(

@@ -16,9 +16,9 @@
 
 use cascade_core::limits::{
     quote, MAX_ATTRIBUTES, MAX_ATTRIBUTE_KEY_BYTES, MAX_ATTRIBUTE_VALUE_BYTES, MAX_ETAG_BYTES, MAX_FINALIZERS,
-    MAX_FINALIZER_BYTES, MAX_KIND_BYTES, MAX_LIEN_ID_BYTES, MAX_NAME_BYTES, MAX_ON_DELETE_BYTES, MAX_PAGE_TOKEN_BYTES,
-    MAX_PLAN_SEEDS, MAX_REASON_BYTES, MAX_REF_FIELDS, MAX_REGION_BYTES, MAX_REQUESTED_BY_BYTES, MAX_TARGETS_PER_FIELD,
-    MAX_UID_BYTES,
+    MAX_FINALIZER_BYTES, MAX_KIND_BYTES, MAX_LIEN_ID_BYTES, MAX_LIST_PAGE_TOKEN_BYTES, MAX_NAME_BYTES,
+    MAX_NAME_PREFIX_BYTES, MAX_ON_DELETE_BYTES, MAX_PAGE_TOKEN_BYTES, MAX_PLAN_SEEDS, MAX_REASON_BYTES, MAX_REF_FIELDS,
+    MAX_REGION_BYTES, MAX_REQUESTED_BY_BYTES, MAX_SELECTOR_BYTES, MAX_TARGETS_PER_FIELD, MAX_UID_BYTES,
 };
 use tonic::Status;
 
@@ -161,6 +161,14 @@ bounded! {
     v1::GetRequest => |r| name(&r.name);
     v1::ListRequest => |r| {
         short(&r.kind, MAX_KIND_BYTES, "kind")?;
+        // A listing of every region carries each region's position.
+        short(&r.page_token, MAX_LIST_PAGE_TOKEN_BYTES, "page_token")?;
+        region(&r.region, "region")?;
+        short(&r.name_prefix, MAX_NAME_PREFIX_BYTES, "name_prefix")?;
+        short(&r.attribute_selector, MAX_SELECTOR_BYTES, "attribute_selector")
+    };
+    v1::ListReferencesRequest => |r| {
+        name(&r.name)?;
         page_token(&r.page_token, "page_token")
     };
     v1::UpdateRequest => |r| {

@@ -133,6 +133,11 @@ pub fn limits() -> Vec<Limit> {
         row("request", "lien id", bytes(core_limits::MAX_LIEN_ID_BYTES), ""),
         row("request", "a back-reference's on_delete (peers)", bytes(core_limits::MAX_ON_DELETE_BYTES), ""),
         row("request", "seeds per Peer.Plan call", items(core_limits::MAX_PLAN_SEEDS), ""),
+        row("request", "page token of a List of every region", bytes(core_limits::MAX_LIST_PAGE_TOKEN_BYTES), ""),
+        row("request", "List name prefix", bytes(core_limits::MAX_NAME_PREFIX_BYTES), ""),
+        row("request", "List attribute selector", bytes(core_limits::MAX_SELECTOR_BYTES), ""),
+        row("request", "requirements per attribute selector", items(cascade_core::selector::MAX_SELECTOR_REQUIREMENTS), ""),
+        row("request", "values per in or notin set of an attribute selector", items(cascade_core::selector::MAX_SELECTOR_VALUES), ""),
         // What an error says back.
         row("error", "client input quoted in an error (then its length)", Amount::Chars(core_limits::QUOTED_CHARS as u64), ""),
         row("error", "INVALID_ARGUMENT message", bytes(cascade_proto::status::MAX_INVALID_MESSAGE_BYTES), ""),
@@ -145,6 +150,8 @@ pub fn limits() -> Vec<Limit> {
         row("page", "deletion rows ListDeletions scans per call", items(crate::admin::MAX_SCANNED), ""),
         row("page", "Peer.ListDeleting page (a resync)", Amount::Items(u64::from(crate::api::peer_client::LIST_DELETING_PAGE)), ""),
         row("page", "entries a resync reads from a Peer.ListDeleting listing (more fails it)", items(crate::api::peer_client::MAX_LIST_DELETING_ROWS), ""),
+        row("page", "stored rows one List page examines (a page may hold fewer items than asked, even none)", items(crate::listing::MAX_LIST_SCANNED), ""),
+        row("page", "why a region was given up, kept in a List page token", bytes(cascade_core::listing::MAX_GIVEN_UP_REASON_BYTES), ""),
         row("page", "rows per table in a Peer.Dump (not paged)", items(crate::node::MAX_DUMP_ROWS), ""),
         row("page", "rows per table a metrics scrape or a status reads", items(crate::metrics::SCRAPE_SCAN_LIMIT), ""),
         // What is stored from a caller without refusing it.
@@ -157,6 +164,8 @@ pub fn limits() -> Vec<Limit> {
         // Calls that gather from other regions, and their deadlines.
         row("fan-out", "a call to another region (unless a caller's deadline is shorter)", Amount::Time(PEER_CALL_TIMEOUT), ""),
         row("fan-out", "a request forwarded to its owner", Amount::Time(crate::api::forward::FORWARD_TIMEOUT), ""),
+        row("fan-out", "a List of every region, every region together", Amount::Time(crate::api::listing::LIST_BUDGET), ""),
+        row("fan-out", "regions a List of every region asks (more: refused)", items(core_limits::MAX_LIST_REGIONS), ""),
         row("fan-out", "ExplainDeletion, every region together", Amount::Time(crate::explain::EXPLAIN_BUDGET), ""),
         row("fan-out", "blockers an explanation looks up", items(crate::explain::MAX_BLOCKER_LOOKUPS), ""),
         row("fan-out", "blocker lookups in flight", items(crate::explain::LOOKUP_CONCURRENCY), ""),

@@ -3,7 +3,8 @@
 //! Each call decodes its request, forwards it unchanged to the owner when
 //! it names another region's resource (so the owner answers, whichever node
 //! was asked), or calls the [`Node`] method that does the work, and encodes
-//! the answer. ExplainDeletion has one deadline (2 s, or less as the
+//! the answer. List and ListReferences are in `listing.rs` (a listing of
+//! every region fans out and merges). ExplainDeletion has one deadline (2 s, or less as the
 //! client's own leaves), which a forward carries to the owner. Watch
 //! streams the outbox (`stream.rs`: ended with OUT_OF_RANGE when
 //! compaction overtakes it); WatchOperation re-reads the operation
@@ -52,7 +53,7 @@ pub(crate) struct ResourcesApi {
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// The wire form of a resource as a reader sees it.
-fn present(view: &ResourceView) -> v1::Resource {
+pub(crate) fn present(view: &ResourceView) -> v1::Resource {
     convert::resource(&view.resource, view.record.as_ref(), &view.dangling)
 }
 
@@ -142,7 +143,7 @@ fn outcomes_cursor(token: &str) -> Result<Option<OutcomesCursor>, Status> {
 impl ResourcesApi {
     /// None for a name of this region; the owner's client for a peer's;
     /// INVALID_ARGUMENT naming `field` for a region outside the cluster.
-    fn route(
+    pub(crate) fn route(
         &self,
         name: &ResourceName,
         field: &str,
@@ -299,30 +300,15 @@ impl Resources for ResourcesApi {
 
     async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
         request.get_ref().check_bounds()?;
-        let req = request.into_inner();
-        let state = convert::resource_state_from(
-            v1::ResourceState::try_from(req.state).map_err(|_| invalid_field("state", "unknown state"))?,
-        );
-        let after = if req.page_token.is_empty() {
-            None
-        } else {
-            Some(parse_name(&req.page_token, "page_token")?)
-        };
-        let kind = (!req.kind.is_empty()).then_some(req.kind.as_str());
-        let (views, next) = self
-            .node
-            .list(kind, state, req.page_size as usize, after.as_ref())
-            .await?;
-        let mut resources: Vec<v1::Resource> = views.iter().map(present).collect();
-        let mut next_page_token = next.map(|n| n.to_string()).unwrap_or_default();
-        if fit_page(&mut resources, self.node.limits.page_bytes()) {
-            // The token is the last name the page holds.
-            next_page_token = resources.last().map(|r| r.name.clone()).unwrap_or_default();
-        }
-        Ok(Response::new(v1::ListResponse {
-            resources,
-            next_page_token,
-        }))
+        Ok(Response::new(self.list_resources(request).await?))
+    }
+
+    async fn list_references(
+        &self,
+        request: Request<v1::ListReferencesRequest>,
+    ) -> Result<Response<v1::ListReferencesResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        Ok(Response::new(self.list_references_of(request).await?))
     }
 
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
