@@ -20,7 +20,7 @@ use cascade_client::cli::{ClientArgs, Command as ClientCommand};
 use cascade_node::store::StorageEngine;
 use cascade_node::{ConfigFile, Node, NodeSettings};
 use cascade_tls::DevPki;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
@@ -42,7 +42,7 @@ struct Cli {
 enum Command {
     /// Run a region node.
     Serve(ServeArgs),
-    /// Start a local node with example data and show what to try.
+    /// Start three local region nodes with example data and show what to try.
     Demo(demo::DemoArgs),
     /// Generate a development CA and a certificate per region (mutual TLS).
     ///
@@ -50,6 +50,15 @@ enum Command {
     /// existing ca.pem/ca.key there is reused, so a region can be added
     /// later; existing region certificates are kept unless --force.
     DevCerts(DevCertsArgs),
+    /// Print a shell completion script for `cascade`.
+    ///
+    /// bash: `cascade completions bash > ~/.local/share/bash-completion/completions/cascade`;
+    /// zsh: `cascade completions zsh > "${fpath[1]}/_cascade"`;
+    /// fish: `cascade completions fish > ~/.config/fish/completions/cascade.fish`.
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell).
+        shell: clap_complete::Shell,
+    },
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -217,6 +226,10 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         Command::DevCerts(args) => {
             dev_certs(args)?;
+            Ok(0)
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "cascade", &mut std::io::stdout());
             Ok(0)
         }
         Command::Client(command) => {

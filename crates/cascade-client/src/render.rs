@@ -1,9 +1,117 @@
 //! Output of the CLI: short text for people, JSON (`-o json`) for scripts.
+//!
+//! Text shows instants as a local time with its age (`21:30:05 (3m 12s
+//! ago)`, the date too when not today; `--utc` for UTC) and durations in
+//! their two largest units (`3m 4s`, core's `time_text::duration`, the one
+//! formatter); never epoch milliseconds. JSON keeps every `*_ms` field
+//! and adds next to each instant its RFC 3339 UTC string
+//! (`create_time` beside `create_time_ms`): the stable contract of
+//! docs/json-output.md.
 
 use std::collections::BTreeMap;
 
+use cascade_core::time_text;
+use cascade_core::Timestamp;
 use cascade_proto::v1;
 use serde_json::{json, Value};
+
+/// How text output shows instants: in which time zone (the system's,
+/// which honours `TZ`, or UTC), and against which "now" ages are counted.
+#[derive(Debug, Clone)]
+pub struct TimeDisplay {
+    zone: jiff::tz::TimeZone,
+    utc: bool,
+    now_ms: i64,
+}
+
+impl TimeDisplay {
+    /// Times in UTC when `utc`, else in the system's zone; ages against
+    /// `now_ms` (milliseconds since the epoch).
+    pub fn new(utc: bool, now_ms: i64) -> TimeDisplay {
+        let zone = if utc {
+            jiff::tz::TimeZone::UTC
+        } else {
+            jiff::tz::TimeZone::system()
+        };
+        TimeDisplay { zone, utc, now_ms }
+    }
+
+    /// The same display with ages counted against another now (an
+    /// answer's own time, so that a skewed client clock does not show).
+    pub fn at(&self, now_ms: i64) -> TimeDisplay {
+        TimeDisplay { now_ms, ..self.clone() }
+    }
+
+    /// The wall-clock time of `ms`: `21:30:05`, with the date when it is
+    /// not today, and ` UTC` under `--utc`.
+    pub fn clock(&self, ms: i64) -> String {
+        let Ok(at) = jiff::Timestamp::from_millisecond(ms) else {
+            return "?".to_owned();
+        };
+        let zoned = at.to_zoned(self.zone.clone());
+        let today = jiff::Timestamp::from_millisecond(self.now_ms)
+            .ok()
+            .map(|now| now.to_zoned(self.zone.clone()).date());
+        let mut text = if today == Some(zoned.date()) {
+            zoned.strftime("%H:%M:%S").to_string()
+        } else {
+            zoned.strftime("%Y-%m-%d %H:%M:%S").to_string()
+        };
+        if self.utc {
+            text += " UTC";
+        }
+        text
+    }
+
+    /// `21:30:05 (3m 12s ago)`, `21:30:09 (in 4s)`.
+    pub fn instant(&self, ms: i64) -> String {
+        format!("{} ({})", self.clock(ms), self.relative(ms))
+    }
+
+    /// `3m 12s ago`, `in 4s`.
+    pub fn relative(&self, ms: i64) -> String {
+        time_text::relative(timestamp(ms), timestamp(self.now_ms))
+    }
+}
+
+fn timestamp(ms: i64) -> Timestamp {
+    Timestamp(u64::try_from(ms).unwrap_or(0))
+}
+
+/// An instant for `-o json`: RFC 3339 in UTC, to the millisecond.
+fn rfc3339(ms: i64) -> Value {
+    json!(time_text::rfc3339(timestamp(ms)))
+}
+
+/// An instant that 0 means "none" for: RFC 3339, or null.
+fn rfc3339_or_null(ms: i64) -> Value {
+    if ms > 0 {
+        rfc3339(ms)
+    } else {
+        Value::Null
+    }
+}
+
+/// Rows as a table: every column as wide as its widest cell, two spaces
+/// between, the last column unpadded.
+pub fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out += line.join("  ").trim_end();
+        out.push('\n');
+    }
+    out
+}
 
 fn state_name(state: i32) -> &'static str {
     v1::ResourceState::try_from(state)
@@ -53,19 +161,23 @@ pub fn resource_json(r: &v1::Resource) -> Value {
         "attributes": attributes.into_iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "refs": r.refs.iter().map(|f| (f.field.clone(), json!(f.targets.iter().map(object_ref).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
         "create_time_ms": r.create_time_ms,
+        "create_time": rfc3339(r.create_time_ms),
         "update_time_ms": r.update_time_ms,
+        "update_time": rfc3339(r.update_time_ms),
         "finalizers": r.finalizers,
         "liens": r.liens.iter().map(|l| json!({
             "id": l.id,
             "reason": l.reason,
             "origin": l.origin,
             "create_time_ms": l.create_time_ms,
+            "create_time": rfc3339(l.create_time_ms),
         })).collect::<Vec<_>>(),
     });
     if let Some(d) = &r.deletion {
         let status = deletion_status(Some(d));
         v["deletion"] = json!({
             "deleted_at_ms": d.deleted_at_ms,
+            "deleted_at": rfc3339(d.deleted_at_ms),
             "reason": d.reason,
             "requested_by": d.requested_by,
             "operation_id": d.operation_id,
@@ -77,14 +189,22 @@ pub fn resource_json(r: &v1::Resource) -> Value {
                 "failures": f.failures,
                 "last_reason": f.last_reason,
                 "last_time_ms": f.last_time_ms,
+                "last_time": rfc3339(f.last_time_ms),
                 "next_attempt_ms": f.next_attempt_ms,
+                "next_attempt": rfc3339_or_null(f.next_attempt_ms),
             })).collect::<Vec<_>>(),
+            "forced": d.forced.as_ref().map(|f| json!({
+                "by": f.by,
+                "reason": f.reason,
+                "time_ms": f.time_ms,
+                "time": rfc3339(f.time_ms),
+            })),
         });
     }
     v
 }
 
-pub fn resource_text(r: &v1::Resource) -> String {
+pub fn resource_text(r: &v1::Resource, times: &TimeDisplay) -> String {
     let mut out = format!("{}  {}  uid={} etag={}\n", r.name, state_name(r.state), r.uid, r.etag);
     let mut attributes: Vec<_> = r.attributes.iter().collect();
     attributes.sort();
@@ -113,16 +233,31 @@ pub fn resource_text(r: &v1::Resource) -> String {
     }
     if let Some(d) = &r.deletion {
         out += &format!(
-            "  deleting since {} ms: {} (by {}), operation {}\n",
-            d.deleted_at_ms, d.reason, d.requested_by, d.operation_id
+            "  deleting since {}: {} (by {}), operation {}\n",
+            times.instant(d.deleted_at_ms),
+            d.reason,
+            d.requested_by,
+            d.operation_id
         );
-        if !d.message.is_empty() {
-            out += &format!("  waiting: {}\n", d.message);
+        let status = deletion_status(Some(d));
+        match (status.is_empty(), d.message.is_empty()) {
+            (false, false) => out += &format!("  {status}: {}\n", d.message),
+            (false, true) => out += &format!("  {status}\n"),
+            (true, false) => out += &format!("  waiting: {}\n", d.message),
+            (true, true) => {}
+        }
+        if let Some(f) = &d.forced {
+            out += &format!(
+                "  forced through by {} at {}: {}\n",
+                f.by,
+                times.instant(f.time_ms),
+                f.reason
+            );
         }
         for f in &d.finalizer_failures {
             let next = match f.next_attempt_ms {
                 0 => String::new(),
-                at => format!("; asked again at {at} ms"),
+                at => format!("; asked again at {}", times.instant(at)),
             };
             out += &format!(
                 "  finalizer {} failed {} time(s), last: {}{next}\n",
@@ -144,7 +279,9 @@ pub fn operation_json(op: &v1::Operation) -> Value {
         "requested_by": op.requested_by,
         "progress": {"deleted": p.deleted, "unset": p.unset, "pending": p.pending, "blocked": p.blocked, "failed": p.failed},
         "create_time_ms": op.create_time_ms,
+        "create_time": rfc3339_or_null(op.create_time_ms),
         "end_time_ms": op.end_time_ms,
+        "end_time": rfc3339_or_null(op.end_time_ms),
         "outcomes": op.outcomes.iter().map(|o| {
             let action = v1::OutcomeAction::try_from(o.action)
                 .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
@@ -171,32 +308,44 @@ pub fn progress_text(op: &v1::Operation) -> String {
     )
 }
 
-pub fn operation_text(op: &v1::Operation) -> String {
+pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
     let root = op.root.as_ref().map(|r| r.name.as_str()).unwrap_or("");
-    let mut out = format!(
-        "operation {} on {root}: {}\n  {}\n",
-        op.id,
-        op_state_name(op.state),
-        progress_text(op)
-    );
+    let mut out = format!("operation {} on {root}: {}\n", op.id, op_state_name(op.state));
+    let mut when = Vec::new();
+    if op.create_time_ms > 0 {
+        when.push(format!("started {}", times.instant(op.create_time_ms)));
+    }
+    if op.end_time_ms > 0 {
+        when.push(format!(
+            "ended {}, after {}",
+            times.instant(op.end_time_ms),
+            age(op.end_time_ms.saturating_sub(op.create_time_ms))
+        ));
+    }
+    if !when.is_empty() {
+        out += &format!("  {}\n", when.join("; "));
+    }
+    out += &format!("  {}\n", progress_text(op));
     if !op.unreachable_regions.is_empty() {
         out += &format!(
             "  regions that could not be asked (their part is unknown): {}\n",
             op.unreachable_regions.join(", ")
         );
     }
+    let mut rows = Vec::new();
     for o in &op.outcomes {
         let action = v1::OutcomeAction::try_from(o.action)
             .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
             .unwrap_or_default();
         let name = o.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
         let detail = match (o.field.is_empty(), o.message.is_empty()) {
-            (false, _) => format!(" (field {})", o.field),
-            (true, false) => format!(": {}", o.message),
+            (false, _) => format!("(field {})", o.field),
+            (true, false) => o.message.clone(),
             _ => String::new(),
         };
-        out += &format!("  {action:<8} {name}{detail}\n");
+        rows.push(vec![format!("  {action}"), name.to_owned(), detail]);
     }
+    out += &table(&rows);
     out
 }
 
@@ -265,6 +414,7 @@ pub fn event_json(e: &v1::WatchEvent) -> Value {
         "operation_id": e.operation_id,
         "message": e.message,
         "time_ms": e.time_ms,
+        "time": rfc3339_or_null(e.time_ms),
     })
 }
 
@@ -281,33 +431,78 @@ pub fn deletion_entry_json(e: &v1::DeletionEntry) -> Value {
         "resource": e.resource.as_ref().map(resource_json),
         "attempts": e.attempts,
         "next_attempt_ms": e.next_attempt_ms,
+        "next_attempt": rfc3339_or_null(e.next_attempt_ms),
         "last_error": e.last_error,
         "stuck": e.stuck,
         "age_ms": e.age_ms,
+        "age": age(e.age_ms),
     })
 }
 
-pub fn deletion_entry_text(e: &v1::DeletionEntry) -> String {
+/// The answering node's time of an entry: when it entered DELETING plus
+/// its age (ages and next looks are then read against the node's clock).
+fn entry_now(e: &v1::DeletionEntry) -> Option<i64> {
+    let d = e.resource.as_ref()?.deletion.as_ref()?;
+    Some(d.deleted_at_ms.saturating_add(e.age_ms))
+}
+
+/// `admin deletions`: one row per deletion, aligned.
+pub fn deletions_table(entries: &[v1::DeletionEntry], times: &TimeDisplay) -> String {
+    let mut rows = vec![[
+        "NAME",
+        "STATUS",
+        "STUCK",
+        "AGE",
+        "ATTEMPTS",
+        "NEXT LOOK",
+        "OPERATION",
+        "WAITING ON",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
+    for e in entries {
+        let Some(r) = &e.resource else { continue };
+        let d = r.deletion.as_ref();
+        let times = entry_now(e).map_or_else(|| times.clone(), |now| times.at(now));
+        rows.push(vec![
+            r.name.clone(),
+            deletion_status(d),
+            if e.stuck { "yes" } else { "-" }.to_owned(),
+            age(e.age_ms),
+            e.attempts.to_string(),
+            match e.next_attempt_ms {
+                0 => "-".to_owned(),
+                at => times.relative(at),
+            },
+            d.map(|d| d.operation_id.clone()).unwrap_or_default(),
+            d.map(|d| d.message.clone()).unwrap_or_default(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// One deletion an administrator acted on: `{verb}: NAME is STATUS: why`,
+/// then its operation.
+pub fn deletion_entry_text(verb: &str, e: &v1::DeletionEntry) -> String {
     let Some(r) = &e.resource else {
-        return String::new();
+        return format!("{verb}\n");
     };
-    let status = deletion_status(r.deletion.as_ref());
-    let attempts = match e.attempts {
-        0 => String::new(),
-        n => format!(", {n} attempt(s)"),
+    let d = r.deletion.as_ref();
+    let status = match deletion_status(d) {
+        s if s.is_empty() => "DELETING".to_owned(),
+        s => s,
     };
     let mut out = format!(
-        "{}  {status}{}  deleting for {}{attempts}\n",
+        "{verb}: {} is {status}{}, deleting for {}",
         r.name,
         if e.stuck { " (stuck)" } else { "" },
-        humantime::format_duration(std::time::Duration::from_secs(
-            u64::try_from(e.age_ms / 1000).unwrap_or(0)
-        )),
+        age(e.age_ms)
     );
-    if let Some(d) = &r.deletion {
-        if !d.message.is_empty() {
-            out += &format!("  {}\n", d.message);
-        }
+    if let Some(message) = d.map(|d| d.message.as_str()).filter(|m| !m.is_empty()) {
+        out += &format!(": {message}");
+    }
+    out.push('\n');
+    if let Some(d) = d {
         out += &format!("  operation {} ({}, by {})\n", d.operation_id, d.reason, d.requested_by);
     }
     out
@@ -317,6 +512,7 @@ pub fn audit_json(e: &v1::AuditEntry) -> Value {
     json!({
         "id": e.id,
         "time_ms": e.time_ms,
+        "time": rfc3339(e.time_ms),
         "region": e.region,
         "who": e.who,
         "action": e.action,
@@ -326,26 +522,28 @@ pub fn audit_json(e: &v1::AuditEntry) -> Value {
     })
 }
 
-pub fn audit_text(e: &v1::AuditEntry) -> String {
-    let time = u64::try_from(e.time_ms)
-        .map(|ms| {
-            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
-        })
-        .unwrap_or_default();
-    let target = if e.target.is_empty() {
-        String::new()
-    } else {
-        format!(" {}", e.target)
-    };
-    let reason = if e.reason.is_empty() {
-        String::new()
-    } else {
-        format!(" because {:?}", e.reason)
-    };
-    format!(
-        "{time}  {}  {}{target} by {}{reason}: {}",
-        e.region, e.action, e.who, e.outcome
-    )
+/// `admin audit`: one row per entry, oldest first, aligned; the outcome
+/// (an error message when refused) last.
+pub fn audit_table(entries: &[v1::AuditEntry], times: &TimeDisplay) -> String {
+    let mut rows = vec![["TIME", "REGION", "WHO", "ACTION", "TARGET", "REASON", "OUTCOME"]
+        .map(str::to_owned)
+        .to_vec()];
+    for e in entries {
+        rows.push(vec![
+            times.instant(e.time_ms),
+            e.region.clone(),
+            e.who.clone(),
+            e.action.clone(),
+            e.target.clone(),
+            if e.reason.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{:?}", e.reason)
+            },
+            e.outcome.clone(),
+        ]);
+    }
+    table(&rows)
 }
 
 /// The explanation's deletions as a forest: the children of each name (by
@@ -427,10 +625,12 @@ pub fn explanation_json(e: &v1::DeletionExplanation) -> Value {
                 "region": u.region,
                 "reason": u.reason,
                 "last_contact_ms": u.last_contact_ms,
+                "last_contact": rfc3339_or_null(u.last_contact_ms),
                 "last_heard_ago": last_heard(e, u),
             }))
             .collect::<Vec<_>>(),
         "time_ms": e.time_ms,
+        "time": rfc3339_or_null(e.time_ms),
         "deletions": roots.iter().map(|&i| explained_json(e, i, &children)).collect::<Vec<_>>(),
     })
 }
@@ -552,6 +752,7 @@ pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
                 "link_connected": r.link_connected,
                 "events_behind": r.events_behind,
                 "last_contact_ms": r.last_contact_ms,
+                "last_contact": rfc3339_or_null(r.last_contact_ms),
                 "figures": r.figures.as_ref().map(figures_json),
             })
         })
@@ -559,13 +760,15 @@ pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
     json!({
         "answered_by": s.answered_by,
         "time_ms": s.time_ms,
+        "time": rfc3339_or_null(s.time_ms),
         "regions": regions,
     })
 }
 
-/// A duration in whole seconds, for people (`3m 20s`).
-fn age(ms: i64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(u64::try_from(ms / 1000).unwrap_or(0))).to_string()
+/// A duration for people (`12s`, `3m 4s`, `2h 5m`): core's
+/// `time_text::duration`, which the node's own messages use too.
+pub fn age(ms: i64) -> String {
+    time_text::duration(u64::try_from(ms).unwrap_or(0))
 }
 
 /// One screen: a row per region, then why each unreachable one is.
@@ -621,15 +824,9 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
             }),
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
+    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
     let mut out = format!("cluster status as seen by {}\n\n", s.answered_by);
-    for row in &rows {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        out += line.join("  ").trim_end();
-        out.push('\n');
-    }
+    out += &table(&rows);
     let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
     if !unreachable.is_empty() {
         out.push('\n');
