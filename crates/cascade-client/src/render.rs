@@ -206,6 +206,11 @@ pub fn resource_json(r: &v1::Resource) -> Value {
 
 pub fn resource_text(r: &v1::Resource, times: &TimeDisplay) -> String {
     let mut out = format!("{}  {}  uid={} etag={}\n", r.name, state_name(r.state), r.uid, r.etag);
+    out += &format!("  created {}", times.instant(r.create_time_ms));
+    if r.update_time_ms > r.create_time_ms {
+        out += &format!(", updated {}", times.instant(r.update_time_ms));
+    }
+    out.push('\n');
     let mut attributes: Vec<_> = r.attributes.iter().collect();
     attributes.sort();
     for (k, v) in attributes {
@@ -899,6 +904,28 @@ mod tests {
         assert_eq!(json["unreachable"][0]["last_heard_ago"], "41s");
         assert_eq!(json["unreachable"][0]["last_contact_ms"], 959_000);
         assert_eq!(json["unreachable"][1]["last_heard_ago"], Value::Null);
+    }
+
+    #[test]
+    fn times_read_as_a_clock_and_an_age_with_the_date_when_not_today() {
+        // 2026-11-25T21:30:05Z, seen 3m 12s later, in UTC.
+        let at = 1_795_642_205_000;
+        let times = TimeDisplay::new(true, at + 192_000);
+        assert_eq!(times.instant(at), "21:30:05 UTC (3m 12s ago)");
+        assert_eq!(times.instant(at + 196_000), "21:33:21 UTC (in 4s)");
+        assert_eq!(times.at(at + 86_400_000).clock(at), "2026-11-25 21:30:05 UTC");
+        assert_eq!(age(184_000), "3m 4s");
+        assert_eq!(age(-5), "0s");
+    }
+
+    #[test]
+    fn json_instants_are_the_rfc3339_that_jiff_reads_back() {
+        for ms in [0, 1, 999, 951_782_400_000, 1_795_642_564_985, 4_107_542_399_999] {
+            let text = rfc3339(ms);
+            let parsed: jiff::Timestamp = text.as_str().unwrap_or_default().parse().unwrap();
+            assert_eq!(parsed.as_millisecond(), ms, "{text}");
+        }
+        assert_eq!(rfc3339_or_null(0), Value::Null);
     }
 
     #[test]
