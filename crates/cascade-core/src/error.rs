@@ -285,7 +285,7 @@ fn describe_refusal(name: &ResourceName, blockers: &[Dependent], dependents: &[D
             msg += "; ";
         }
         msg += &format!(
-            "it has dependents that would be deleted, pass cascade to delete them: {}",
+            "it has dependents that would be deleted, pass --cascade (DeleteRequest.cascade) to delete them: {}",
             list(dependents)
         );
     }
