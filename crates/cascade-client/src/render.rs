@@ -10,108 +10,17 @@
 
 use std::collections::BTreeMap;
 
-use cascade_core::time_text;
-use cascade_core::Timestamp;
 use cascade_proto::v1;
 use serde_json::{json, Value};
 
-/// How text output shows instants: in which time zone (the system's,
-/// which honours `TZ`, or UTC), and against which "now" ages are counted.
-#[derive(Debug, Clone)]
-pub struct TimeDisplay {
-    zone: jiff::tz::TimeZone,
-    utc: bool,
-    now_ms: i64,
-}
-
-impl TimeDisplay {
-    /// Times in UTC when `utc`, else in the system's zone; ages against
-    /// `now_ms` (milliseconds since the epoch).
-    pub fn new(utc: bool, now_ms: i64) -> TimeDisplay {
-        let zone = if utc {
-            jiff::tz::TimeZone::UTC
-        } else {
-            jiff::tz::TimeZone::system()
-        };
-        TimeDisplay { zone, utc, now_ms }
-    }
-
-    /// The same display with ages counted against another now (an
-    /// answer's own time, so that a skewed client clock does not show).
-    pub fn at(&self, now_ms: i64) -> TimeDisplay {
-        TimeDisplay { now_ms, ..self.clone() }
-    }
-
-    /// The wall-clock time of `ms`: `21:30:05`, with the date when it is
-    /// not today, and ` UTC` under `--utc`.
-    pub fn clock(&self, ms: i64) -> String {
-        let Ok(at) = jiff::Timestamp::from_millisecond(ms) else {
-            return "?".to_owned();
-        };
-        let zoned = at.to_zoned(self.zone.clone());
-        let today = jiff::Timestamp::from_millisecond(self.now_ms)
-            .ok()
-            .map(|now| now.to_zoned(self.zone.clone()).date());
-        let mut text = if today == Some(zoned.date()) {
-            zoned.strftime("%H:%M:%S").to_string()
-        } else {
-            zoned.strftime("%Y-%m-%d %H:%M:%S").to_string()
-        };
-        if self.utc {
-            text += " UTC";
-        }
-        text
-    }
-
-    /// `21:30:05 (3m 12s ago)`, `21:30:09 (in 4s)`.
-    pub fn instant(&self, ms: i64) -> String {
-        format!("{} ({})", self.clock(ms), self.relative(ms))
-    }
-
-    /// `3m 12s ago`, `in 4s`.
-    pub fn relative(&self, ms: i64) -> String {
-        time_text::relative(timestamp(ms), timestamp(self.now_ms))
-    }
-}
-
-fn timestamp(ms: i64) -> Timestamp {
-    Timestamp(u64::try_from(ms).unwrap_or(0))
-}
-
-/// An instant for `-o json`: RFC 3339 in UTC, to the millisecond.
-fn rfc3339(ms: i64) -> Value {
-    json!(time_text::rfc3339(timestamp(ms)))
-}
-
-/// An instant that 0 means "none" for: RFC 3339, or null.
-fn rfc3339_or_null(ms: i64) -> Value {
-    if ms > 0 {
-        rfc3339(ms)
-    } else {
-        Value::Null
-    }
-}
-
-/// Rows as a table: every column as wide as its widest cell, two spaces
-/// between, the last column unpadded.
-pub fn table(rows: &[Vec<String>]) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        out += line.join("  ").trim_end();
-        out.push('\n');
-    }
-    out
-}
+mod admin;
+mod times;
+pub use admin::{
+    audit_json, audit_table, cluster_status_json, cluster_status_text, deletion_entry_json, deletion_entry_text,
+    deletions_table,
+};
+pub use times::{age, table, TimeDisplay};
+use times::{rfc3339, rfc3339_or_null};
 
 fn state_name(state: i32) -> &'static str {
     v1::ResourceState::try_from(state)
@@ -431,126 +340,6 @@ pub fn event_text(e: &v1::WatchEvent) -> String {
     format!("{:>8} {kind:<16} {name}  {}", e.revision, e.message)
 }
 
-pub fn deletion_entry_json(e: &v1::DeletionEntry) -> Value {
-    json!({
-        "resource": e.resource.as_ref().map(resource_json),
-        "attempts": e.attempts,
-        "next_attempt_ms": e.next_attempt_ms,
-        "next_attempt": rfc3339_or_null(e.next_attempt_ms),
-        "last_error": e.last_error,
-        "stuck": e.stuck,
-        "age_ms": e.age_ms,
-        "age": age(e.age_ms),
-    })
-}
-
-/// The answering node's time of an entry: when it entered DELETING plus
-/// its age (ages and next looks are then read against the node's clock).
-fn entry_now(e: &v1::DeletionEntry) -> Option<i64> {
-    let d = e.resource.as_ref()?.deletion.as_ref()?;
-    Some(d.deleted_at_ms.saturating_add(e.age_ms))
-}
-
-/// `admin deletions`: one row per deletion, aligned.
-pub fn deletions_table(entries: &[v1::DeletionEntry], times: &TimeDisplay) -> String {
-    let mut rows = vec![[
-        "NAME",
-        "STATUS",
-        "STUCK",
-        "AGE",
-        "ATTEMPTS",
-        "NEXT LOOK",
-        "OPERATION",
-        "WAITING ON",
-    ]
-    .map(str::to_owned)
-    .to_vec()];
-    for e in entries {
-        let Some(r) = &e.resource else { continue };
-        let d = r.deletion.as_ref();
-        let times = entry_now(e).map_or_else(|| times.clone(), |now| times.at(now));
-        rows.push(vec![
-            r.name.clone(),
-            deletion_status(d),
-            if e.stuck { "yes" } else { "-" }.to_owned(),
-            age(e.age_ms),
-            e.attempts.to_string(),
-            match e.next_attempt_ms {
-                0 => "-".to_owned(),
-                at => times.relative(at),
-            },
-            d.map(|d| d.operation_id.clone()).unwrap_or_default(),
-            d.map(|d| d.message.clone()).unwrap_or_default(),
-        ]);
-    }
-    table(&rows)
-}
-
-/// One deletion an administrator acted on: `{verb}: NAME is STATUS: why`,
-/// then its operation.
-pub fn deletion_entry_text(verb: &str, e: &v1::DeletionEntry) -> String {
-    let Some(r) = &e.resource else {
-        return format!("{verb}\n");
-    };
-    let d = r.deletion.as_ref();
-    let status = match deletion_status(d) {
-        s if s.is_empty() => "DELETING".to_owned(),
-        s => s,
-    };
-    let mut out = format!(
-        "{verb}: {} is {status}{}, deleting for {}",
-        r.name,
-        if e.stuck { " (stuck)" } else { "" },
-        age(e.age_ms)
-    );
-    if let Some(message) = d.map(|d| d.message.as_str()).filter(|m| !m.is_empty()) {
-        out += &format!(": {message}");
-    }
-    out.push('\n');
-    if let Some(d) = d {
-        out += &format!("  operation {} ({}, by {})\n", d.operation_id, d.reason, d.requested_by);
-    }
-    out
-}
-
-pub fn audit_json(e: &v1::AuditEntry) -> Value {
-    json!({
-        "id": e.id,
-        "time_ms": e.time_ms,
-        "time": rfc3339(e.time_ms),
-        "region": e.region,
-        "who": e.who,
-        "action": e.action,
-        "target": e.target,
-        "reason": e.reason,
-        "outcome": e.outcome,
-    })
-}
-
-/// `admin audit`: one row per entry, oldest first, aligned; the outcome
-/// (an error message when refused) last.
-pub fn audit_table(entries: &[v1::AuditEntry], times: &TimeDisplay) -> String {
-    let mut rows = vec![["TIME", "REGION", "WHO", "ACTION", "TARGET", "REASON", "OUTCOME"]
-        .map(str::to_owned)
-        .to_vec()];
-    for e in entries {
-        rows.push(vec![
-            times.instant(e.time_ms),
-            e.region.clone(),
-            e.who.clone(),
-            e.action.clone(),
-            e.target.clone(),
-            if e.reason.is_empty() {
-                "-".to_owned()
-            } else {
-                format!("{:?}", e.reason)
-            },
-            e.outcome.clone(),
-        ]);
-    }
-    table(&rows)
-}
-
 /// The explanation's deletions as a forest: the children of each name (by
 /// `parent`), and the roots (no parent among them), the operation's root first.
 fn explanation_tree(e: &v1::DeletionExplanation) -> (Vec<usize>, BTreeMap<String, Vec<usize>>) {
@@ -719,127 +508,10 @@ pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
 
 /// A deletion's status as the API names it, without the enum's prefix
 /// (`BLOCKED`); empty without a deletion.
-fn deletion_status(d: Option<&v1::Deletion>) -> String {
+pub(crate) fn deletion_status(d: Option<&v1::Deletion>) -> String {
     d.and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
         .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
         .unwrap_or_default()
-}
-
-fn figures_json(f: &v1::RegionFigures) -> Value {
-    json!({
-        "resources": {
-            "creating": f.resources_creating,
-            "active": f.resources_active,
-            "deleting": f.resources_deleting,
-        },
-        "deletions": {
-            "pending": f.deletions_pending,
-            "blocked": f.deletions_blocked,
-            "waiting": f.deletions_waiting,
-            "failed": f.deletions_failed,
-        },
-        "oldest_deletion_age_ms": f.oldest_deletion_age_ms,
-        "last_revision": f.last_revision,
-        "truncated": f.truncated,
-    })
-}
-
-pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
-    let regions: Vec<Value> = s
-        .regions
-        .iter()
-        .map(|r| {
-            json!({
-                "region": r.region,
-                "address": r.address,
-                "reachable": r.reachable,
-                "error": r.error,
-                "link_connected": r.link_connected,
-                "events_behind": r.events_behind,
-                "last_contact_ms": r.last_contact_ms,
-                "last_contact": rfc3339_or_null(r.last_contact_ms),
-                "figures": r.figures.as_ref().map(figures_json),
-            })
-        })
-        .collect();
-    json!({
-        "answered_by": s.answered_by,
-        "time_ms": s.time_ms,
-        "time": rfc3339_or_null(s.time_ms),
-        "regions": regions,
-    })
-}
-
-/// A duration for people (`12s`, `3m 4s`, `2h 5m`): core's
-/// `time_text::duration`, which the node's own messages use too.
-pub fn age(ms: i64) -> String {
-    time_text::duration(u64::try_from(ms).unwrap_or(0))
-}
-
-/// One screen: a row per region, then why each unreachable one is.
-pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
-    let mut rows = vec![[
-        "REGION",
-        "ADDRESS",
-        "REACHABLE",
-        "LINK",
-        "BEHIND",
-        "LAST CONTACT",
-        "RESOURCES",
-        "PENDING",
-        "BLOCKED",
-        "FAILED",
-        "OLDEST DELETION",
-    ]
-    .map(str::to_owned)];
-    for r in &s.regions {
-        let own = r.region == s.answered_by;
-        let link = match (own, r.link_connected) {
-            (true, _) => "self",
-            (false, true) => "up",
-            (false, false) => "down",
-        };
-        let behind = match r.events_behind {
-            n if n < 0 => "?".to_owned(),
-            n => n.to_string(),
-        };
-        let contact = match r.last_contact_ms {
-            _ if own => "-".to_owned(),
-            0 => "never".to_owned(),
-            ms => format!("{} ago", age(s.time_ms.saturating_sub(ms))),
-        };
-        let dash = || "-".to_owned();
-        let f = r.figures.as_ref();
-        rows.push([
-            r.region.clone(),
-            r.address.clone(),
-            if r.reachable { "yes" } else { "NO" }.to_owned(),
-            link.to_owned(),
-            behind,
-            contact,
-            f.map_or_else(dash, |f| {
-                (f.resources_creating + f.resources_active + f.resources_deleting).to_string()
-            }),
-            f.map_or_else(dash, |f| (f.deletions_pending + f.deletions_waiting).to_string()),
-            f.map_or_else(dash, |f| f.deletions_blocked.to_string()),
-            f.map_or_else(dash, |f| f.deletions_failed.to_string()),
-            f.map_or_else(dash, |f| match f.oldest_deletion_age_ms {
-                0 => "-".to_owned(),
-                ms => age(ms),
-            }),
-        ]);
-    }
-    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
-    let mut out = format!("cluster status as seen by {}\n\n", s.answered_by);
-    out += &table(&rows);
-    let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
-    if !unreachable.is_empty() {
-        out.push('\n');
-        for r in unreachable {
-            out += &format!("{} is unreachable: {}\n", r.region, r.error);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -904,28 +576,6 @@ mod tests {
         assert_eq!(json["unreachable"][0]["last_heard_ago"], "41s");
         assert_eq!(json["unreachable"][0]["last_contact_ms"], 959_000);
         assert_eq!(json["unreachable"][1]["last_heard_ago"], Value::Null);
-    }
-
-    #[test]
-    fn times_read_as_a_clock_and_an_age_with_the_date_when_not_today() {
-        // 2026-11-25T21:30:05Z, seen 3m 12s later, in UTC.
-        let at = 1_795_642_205_000;
-        let times = TimeDisplay::new(true, at + 192_000);
-        assert_eq!(times.instant(at), "21:30:05 UTC (3m 12s ago)");
-        assert_eq!(times.instant(at + 196_000), "21:33:21 UTC (in 4s)");
-        assert_eq!(times.at(at + 86_400_000).clock(at), "2026-11-25 21:30:05 UTC");
-        assert_eq!(age(184_000), "3m 4s");
-        assert_eq!(age(-5), "0s");
-    }
-
-    #[test]
-    fn json_instants_are_the_rfc3339_that_jiff_reads_back() {
-        for ms in [0, 1, 999, 951_782_400_000, 1_795_642_564_985, 4_107_542_399_999] {
-            let text = rfc3339(ms);
-            let parsed: jiff::Timestamp = text.as_str().unwrap_or_default().parse().unwrap();
-            assert_eq!(parsed.as_millisecond(), ms, "{text}");
-        }
-        assert_eq!(rfc3339_or_null(0), Value::Null);
     }
 
     #[test]
