@@ -237,6 +237,9 @@ fn a_cascade_that_would_be_held_is_named_before_it_starts_and_a_stuck_wait_ends(
     let got = demo.cascade_ok(&["get", project]);
     assert!(got.starts_with(&format!("{project}  DELETING")), "{got}");
 
+    // Before this fix --wait followed it until the demo's third attempt
+    // failed the held member (about 7 s; with more attempts, far longer),
+    // then exited 1 without saying what held it.
     let started = Instant::now();
     let out = cascade_within(
         &demo,
@@ -290,21 +293,25 @@ fn created_clock(get: &str) -> u32 {
     parts[0] * 3600 + parts[1] * 60 + parts[2]
 }
 
-/// --utc and TZ=Asia/Kolkata show the same instant 5h30m apart; -o json
-/// carries it as RFC 3339 beside the milliseconds.
+/// In TZ=Asia/Kolkata, `get` and `get --utc` show the same instant 5h30m
+/// apart; -o json carries it as RFC 3339 beside the milliseconds.
 #[test]
 fn times_show_in_the_local_zone_or_utc_and_json_carries_rfc3339() {
     let demo = Demo::start(true);
     let name = "us-east/port/p1";
-    let utc = demo.cascade_ok(&["--utc", "get", name]);
+    let in_kolkata = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cascade"))
+            .args(args)
+            .envs(demo.env())
+            .env("TZ", "Asia/Kolkata")
+            .output()
+            .expect("cascade runs");
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let utc = in_kolkata(&["--utc", "get", name]);
     assert!(utc.contains(" UTC ("), "{utc}");
-    let kolkata = Command::new(env!("CARGO_BIN_EXE_cascade"))
-        .args(["get", name])
-        .envs(demo.env())
-        .env("TZ", "Asia/Kolkata")
-        .output()
-        .expect("cascade runs");
-    let kolkata = String::from_utf8_lossy(&kolkata.stdout).into_owned();
+    let kolkata = in_kolkata(&["get", name]);
     let offset = (created_clock(&kolkata) + 86_400 - created_clock(&utc)) % 86_400;
     assert_eq!(offset, 5 * 3600 + 30 * 60, "UTC:\n{utc}\nAsia/Kolkata:\n{kolkata}");
 

@@ -338,7 +338,7 @@ pub(crate) fn print_json(v: &serde_json::Value) {
 // The CLI is not a node: this reading only labels output and decides
 // nothing (clippy.toml keeps the clock out of the nodes).
 #[allow(clippy::disallowed_methods)]
-fn wall_clock_ms() -> i64 {
+pub(crate) fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

@@ -10,7 +10,7 @@ use cascade_proto::v1;
 use clap::Args;
 use futures::StreamExt;
 
-use super::{print_json, requester};
+use super::{print_json, requester, wall_clock_ms};
 use crate::client::{Client, ClientError};
 use crate::render::{self, TimeDisplay};
 
@@ -22,7 +22,7 @@ pub const EXIT_WOULD_BE_HELD: i32 = 3;
 pub const EXIT_STUCK: i32 = 4;
 
 /// How often `--wait` asks whether a deletion that stopped moving is stuck.
-const STUCK_CHECK_EVERY: Duration = Duration::from_secs(2);
+const STUCK_CHECK_EVERY: Duration = Duration::from_millis(1500);
 /// The deadline of each of those asks (the node answers within 2 s).
 const EXPLAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How many blocked members the refusal names (the rest are counted).
@@ -148,7 +148,8 @@ pub(super) async fn run(
             if json {
                 print_json(&render::operation_json(&full));
             } else {
-                print!("{}", render::operation_text(&full, times));
+                // Ages as of now, not as of when the wait began.
+                print!("{}", render::operation_text(&full, &times.at(wall_clock_ms())));
             }
             Ok(i32::from(full.state == v1::OperationState::Failed as i32))
         }
