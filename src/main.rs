@@ -20,7 +20,7 @@ use cascade_client::cli::{ClientArgs, Command as ClientCommand};
 use cascade_node::store::StorageEngine;
 use cascade_node::{ConfigFile, Node, NodeSettings};
 use cascade_tls::DevPki;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::EnvFilter;
@@ -29,7 +29,14 @@ use tracing_subscriber::EnvFilter;
 #[command(
     name = "cascade",
     version,
-    about = "Multi-region resource store with safe cascading deletion"
+    about = "Multi-region resource store with safe cascading deletion",
+    after_help = "Exit status: 0 success; 1 an error, a failed operation (delete --wait), a stuck \
+                  deletion (explain), a violation (check), an unreachable region (status), a node \
+                  not SERVING (health); 2 a command line that does not parse; 3 delete --cascade \
+                  would leave members held (nothing changed; --allow-blocked starts it); 4 delete \
+                  --wait stopped on a stuck deletion (its explanation is printed).\n\
+                  Times show in the local zone (TZ), or UTC with --utc; -o json is the stable \
+                  contract for scripts (docs/json-output.md)."
 )]
 struct Cli {
     #[command(flatten)]
@@ -42,7 +49,7 @@ struct Cli {
 enum Command {
     /// Run a region node.
     Serve(ServeArgs),
-    /// Start a local node with example data and show what to try.
+    /// Start three local region nodes with example data and show what to try.
     Demo(demo::DemoArgs),
     /// Generate a development CA and a certificate per region (mutual TLS).
     ///
@@ -50,6 +57,15 @@ enum Command {
     /// existing ca.pem/ca.key there is reused, so a region can be added
     /// later; existing region certificates are kept unless --force.
     DevCerts(DevCertsArgs),
+    /// Print a shell completion script for `cascade`.
+    ///
+    /// bash: `cascade completions bash > ~/.local/share/bash-completion/completions/cascade`;
+    /// zsh: `cascade completions zsh > "${fpath[1]}/_cascade"`;
+    /// fish: `cascade completions fish > ~/.config/fish/completions/cascade.fish`.
+    Completions {
+        /// bash, zsh, fish (also elvish, powershell).
+        shell: clap_complete::Shell,
+    },
     #[command(flatten)]
     Client(ClientCommand),
 }
@@ -217,6 +233,10 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         Command::DevCerts(args) => {
             dev_certs(args)?;
+            Ok(0)
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "cascade", &mut std::io::stdout());
             Ok(0)
         }
         Command::Client(command) => {

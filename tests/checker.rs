@@ -183,6 +183,7 @@ async fn the_check_command_fails_on_wrong_nodes_and_needs_no_server() {
     let args = ClientArgs {
         server: "http://127.0.0.1:1".into(),
         output: Output::Json,
+        utc: false,
         tls: Default::default(),
     };
     let check = |regions: Vec<String>| {
@@ -232,6 +233,7 @@ async fn the_check_command_reads_a_node_configuration() {
     let args = ClientArgs {
         server: "http://127.0.0.1:1".into(),
         output: Output::Text,
+        utc: false,
         tls: Default::default(),
     };
     let err = cli::run(

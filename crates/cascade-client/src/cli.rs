@@ -4,19 +4,20 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 
 use cascade_proto::v1;
 use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
 mod admin;
+mod delete;
 mod find;
 mod node_config;
 mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
-use crate::render;
+use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
+pub use delete::{DeleteArgs, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
 pub use node_config::CheckArgs;
 pub use observe::HealthArgs;
@@ -41,6 +42,10 @@ pub struct ClientArgs {
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value = "text")]
     pub output: Output,
+    /// Show times in UTC instead of the local time zone (`TZ`). `-o json`
+    /// is always UTC (RFC 3339).
+    #[arg(long, global = true)]
+    pub utc: bool,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -122,29 +127,12 @@ pub enum Command {
         etag: Option<String>,
     },
     /// Delete a resource (asynchronous: returns an operation).
-    Delete {
-        name: String,
-        /// Also delete the resources that reference it with on_delete = cascade.
-        #[arg(long, conflicts_with = "orphan")]
-        cascade: bool,
-        /// Keep the resources that reference it with on_delete = cascade:
-        /// their reference is cleared instead (even a required one).
-        #[arg(long)]
-        orphan: bool,
-        /// Show what would be deleted, unset or blocked; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Succeed when the resource does not exist.
-        #[arg(long)]
-        allow_missing: bool,
-        #[arg(long)]
-        etag: Option<String>,
-        #[arg(long)]
-        uid: Option<String>,
-        /// Follow the operation to the end, with a progress bar.
-        #[arg(long)]
-        wait: bool,
-    },
+    ///
+    /// Exit status: 0 accepted (or done, with --wait), 1 an error or (with
+    /// --wait) a failed operation, 3 a --cascade that members would be held
+    /// in and no --allow-blocked (nothing changed), 4 (with --wait) a
+    /// deletion stuck on something only a person can free.
+    Delete(DeleteArgs),
     /// Protect a resource against deletion, or lift a protection.
     #[command(subcommand)]
     Lien(LienCommand),
@@ -335,18 +323,30 @@ fn parse_spec(args: &SpecArgs) -> Result<v1::ResourceSpec, ClientError> {
 }
 
 /// Who the CLI says is asking: the login name.
-fn requester() -> String {
+pub(crate) fn requester() -> String {
     std::env::var("USER").unwrap_or_else(|_| "cli".to_owned())
 }
 
-fn print_json(v: &serde_json::Value) {
+pub(crate) fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// The client's wall clock, read once per command: text output counts ages
+/// against it (against the server's own time where an answer carries one).
+// The CLI is not a node: this reading only labels output and decides
+// nothing (clippy.toml keeps the clock out of the nodes).
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Runs one client command. Returns the process exit code for outcomes
 /// that are not errors of the call (a waited-for operation that failed).
 pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError> {
     let json = args.output == Output::Json;
+    let times = TimeDisplay::new(args.utc, wall_clock_ms());
     if let Command::Check(check_args) = &command {
         // Reads every region itself: no --server connection.
         return run_check(check_args, &args.tls, json).await;
@@ -361,7 +361,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         // An empty CASCADE_ADMIN_TOKEN is no token.
         let token = admin.admin_token.clone().filter(|t| !t.is_empty());
         let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
-        return admin::run(&client, admin.command.clone(), json).await;
+        return admin::run(&client, args, admin.command.clone(), json, &times).await;
     }
     if let Command::Status = &command {
         return observe::run_status(args, json).await;
@@ -376,7 +376,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             if json {
                 print_json(&render::resource_json(&r));
             } else {
-                print!("{}", render::resource_text(&r));
+                print!("{}", render::resource_text(&r, &times));
             }
         }
         Command::Get { name } => {
@@ -384,7 +384,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             if json {
                 print_json(&render::resource_json(&r));
             } else {
-                print!("{}", render::resource_text(&r));
+                print!("{}", render::resource_text(&r, &times));
             }
         }
         Command::List(list) => return find::run_list(&client, list, json).await,
@@ -394,7 +394,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             if json {
                 print_json(&render::resource_json(&r));
             } else {
-                print!("{}", render::resource_text(&r));
+                print!("{}", render::resource_text(&r, &times));
             }
         }
         Command::Finalizer(command) => {
@@ -427,7 +427,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             if json {
                 print_json(&render::resource_json(&r));
             } else {
-                print!("{}", render::resource_text(&r));
+                print!("{}", render::resource_text(&r, &times));
             }
         }
         Command::Lien(lien) => {
@@ -456,78 +456,10 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             if json {
                 print_json(&render::resource_json(&r));
             } else {
-                print!("{}", render::resource_text(&r));
+                print!("{}", render::resource_text(&r, &times));
             }
         }
-        Command::Delete {
-            name,
-            cascade,
-            orphan,
-            dry_run,
-            allow_missing,
-            etag,
-            uid,
-            wait,
-        } => {
-            let response = client
-                .delete(v1::DeleteRequest {
-                    name: name.clone(),
-                    cascade,
-                    dry_run,
-                    allow_missing,
-                    etag: etag.unwrap_or_default(),
-                    uid: uid.unwrap_or_default(),
-                    requested_by: requester(),
-                    propagation: if orphan {
-                        v1::PropagationPolicy::Orphan
-                    } else {
-                        v1::PropagationPolicy::Unspecified
-                    } as i32,
-                })
-                .await?;
-            if let Some(plan) = &response.plan {
-                if json {
-                    print_json(&render::plan_json(plan));
-                } else {
-                    print!("{}", render::plan_text(plan));
-                }
-                return Ok(0);
-            }
-            let Some(op) = response.operation else {
-                if json {
-                    print_json(&serde_json::json!({"deleted": false, "reason": "not found (allow_missing)"}));
-                } else {
-                    println!("{name} does not exist; nothing to delete");
-                }
-                return Ok(0);
-            };
-            if !wait {
-                if json {
-                    print_json(&render::operation_json(&op));
-                } else {
-                    let note = if response.already_deleting {
-                        " (already being deleted)"
-                    } else {
-                        ""
-                    };
-                    println!("deletion of {name} accepted{note}: operation {}", op.id);
-                    println!("follow it with: cascade operation {}", op.id);
-                }
-                return Ok(0);
-            }
-            let last = follow(&client, &op.id, json).await?;
-            let full = client.get_operation(&last.id, 1000).await?;
-            if json {
-                print_json(&render::operation_json(&full));
-            } else {
-                print!("{}", render::operation_text(&full));
-            }
-            return Ok(if full.state == v1::OperationState::Failed as i32 {
-                1
-            } else {
-                0
-            });
-        }
+        Command::Delete(delete) => return delete::run(&client, delete, json, &times).await,
         Command::Explain { target } => {
             let req = if target.contains('/') {
                 v1::ExplainDeletionRequest {
@@ -553,7 +485,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             if json {
                 print_json(&render::operation_json(&op));
             } else {
-                print!("{}", render::operation_text(&op));
+                print!("{}", render::operation_text(&op, &times));
             }
         }
         Command::Watch { from, kind, count } => {
@@ -574,39 +506,4 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         }
     }
     Ok(0)
-}
-
-/// Follows an operation to its end, drawing a progress bar on a terminal.
-async fn follow(client: &Client, id: &str, quiet: bool) -> Result<v1::Operation, ClientError> {
-    let bar = if quiet || !std::io::stderr().is_terminal() {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let bar = indicatif::ProgressBar::new(1);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} [{bar:40}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    };
-    let mut stream = client.watch_operation(id).await?;
-    let mut last = None;
-    while let Some(op) = stream.next().await {
-        let op = op?;
-        let p = op.progress.unwrap_or_default();
-        bar.set_length((p.deleted + p.pending + p.failed).max(1));
-        bar.set_position(p.deleted + p.failed);
-        bar.set_message(render::progress_text(&op));
-        let done = op.done;
-        last = Some(op);
-        if done {
-            break;
-        }
-    }
-    bar.finish_and_clear();
-    match last {
-        Some(op) => Ok(op),
-        None => Err(ClientError::Usage(format!(
-            "the watch of operation {id} ended without a report"
-        ))),
-    }
 }

@@ -1,9 +1,26 @@
 //! Output of the CLI: short text for people, JSON (`-o json`) for scripts.
+//!
+//! Text shows instants as a local time with its age (`21:30:05 (3m 12s
+//! ago)`, the date too when not today; `--utc` for UTC) and durations in
+//! their two largest units (`3m 4s`, core's `time_text::duration`, the one
+//! formatter); never epoch milliseconds. JSON keeps every `*_ms` field
+//! and adds next to each instant its RFC 3339 UTC string
+//! (`create_time` beside `create_time_ms`): the stable contract of
+//! docs/json-output.md.
 
 use std::collections::BTreeMap;
 
 use cascade_proto::v1;
 use serde_json::{json, Value};
+
+mod admin;
+mod times;
+pub use admin::{
+    audit_json, audit_table, cluster_status_json, cluster_status_text, deletion_entry_json, deletion_entry_text,
+    deletions_table,
+};
+pub use times::{age, table, TimeDisplay};
+use times::{rfc3339, rfc3339_or_null};
 
 fn state_name(state: i32) -> &'static str {
     v1::ResourceState::try_from(state)
@@ -53,19 +70,23 @@ pub fn resource_json(r: &v1::Resource) -> Value {
         "attributes": attributes.into_iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "refs": r.refs.iter().map(|f| (f.field.clone(), json!(f.targets.iter().map(object_ref).collect::<Vec<_>>()))).collect::<serde_json::Map<_, _>>(),
         "create_time_ms": r.create_time_ms,
+        "create_time": rfc3339(r.create_time_ms),
         "update_time_ms": r.update_time_ms,
+        "update_time": rfc3339(r.update_time_ms),
         "finalizers": r.finalizers,
         "liens": r.liens.iter().map(|l| json!({
             "id": l.id,
             "reason": l.reason,
             "origin": l.origin,
             "create_time_ms": l.create_time_ms,
+            "create_time": rfc3339(l.create_time_ms),
         })).collect::<Vec<_>>(),
     });
     if let Some(d) = &r.deletion {
         let status = deletion_status(Some(d));
         v["deletion"] = json!({
             "deleted_at_ms": d.deleted_at_ms,
+            "deleted_at": rfc3339(d.deleted_at_ms),
             "reason": d.reason,
             "requested_by": d.requested_by,
             "operation_id": d.operation_id,
@@ -77,15 +98,28 @@ pub fn resource_json(r: &v1::Resource) -> Value {
                 "failures": f.failures,
                 "last_reason": f.last_reason,
                 "last_time_ms": f.last_time_ms,
+                "last_time": rfc3339(f.last_time_ms),
                 "next_attempt_ms": f.next_attempt_ms,
+                "next_attempt": rfc3339_or_null(f.next_attempt_ms),
             })).collect::<Vec<_>>(),
+            "forced": d.forced.as_ref().map(|f| json!({
+                "by": f.by,
+                "reason": f.reason,
+                "time_ms": f.time_ms,
+                "time": rfc3339(f.time_ms),
+            })),
         });
     }
     v
 }
 
-pub fn resource_text(r: &v1::Resource) -> String {
+pub fn resource_text(r: &v1::Resource, times: &TimeDisplay) -> String {
     let mut out = format!("{}  {}  uid={} etag={}\n", r.name, state_name(r.state), r.uid, r.etag);
+    out += &format!("  created {}", times.instant(r.create_time_ms));
+    if r.update_time_ms > r.create_time_ms {
+        out += &format!(", updated {}", times.instant(r.update_time_ms));
+    }
+    out.push('\n');
     let mut attributes: Vec<_> = r.attributes.iter().collect();
     attributes.sort();
     for (k, v) in attributes {
@@ -113,16 +147,31 @@ pub fn resource_text(r: &v1::Resource) -> String {
     }
     if let Some(d) = &r.deletion {
         out += &format!(
-            "  deleting since {} ms: {} (by {}), operation {}\n",
-            d.deleted_at_ms, d.reason, d.requested_by, d.operation_id
+            "  deleting since {}: {} (by {}), operation {}\n",
+            times.instant(d.deleted_at_ms),
+            d.reason,
+            d.requested_by,
+            d.operation_id
         );
-        if !d.message.is_empty() {
-            out += &format!("  waiting: {}\n", d.message);
+        let status = deletion_status(Some(d));
+        match (status.is_empty(), d.message.is_empty()) {
+            (false, false) => out += &format!("  {status}: {}\n", d.message),
+            (false, true) => out += &format!("  {status}\n"),
+            (true, false) => out += &format!("  waiting: {}\n", d.message),
+            (true, true) => {}
+        }
+        if let Some(f) = &d.forced {
+            out += &format!(
+                "  forced through by {} at {}: {}\n",
+                f.by,
+                times.instant(f.time_ms),
+                f.reason
+            );
         }
         for f in &d.finalizer_failures {
             let next = match f.next_attempt_ms {
                 0 => String::new(),
-                at => format!("; asked again at {at} ms"),
+                at => format!("; asked again at {}", times.instant(at)),
             };
             out += &format!(
                 "  finalizer {} failed {} time(s), last: {}{next}\n",
@@ -144,7 +193,9 @@ pub fn operation_json(op: &v1::Operation) -> Value {
         "requested_by": op.requested_by,
         "progress": {"deleted": p.deleted, "unset": p.unset, "pending": p.pending, "blocked": p.blocked, "failed": p.failed},
         "create_time_ms": op.create_time_ms,
+        "create_time": rfc3339_or_null(op.create_time_ms),
         "end_time_ms": op.end_time_ms,
+        "end_time": rfc3339_or_null(op.end_time_ms),
         "outcomes": op.outcomes.iter().map(|o| {
             let action = v1::OutcomeAction::try_from(o.action)
                 .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
@@ -171,32 +222,44 @@ pub fn progress_text(op: &v1::Operation) -> String {
     )
 }
 
-pub fn operation_text(op: &v1::Operation) -> String {
+pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
     let root = op.root.as_ref().map(|r| r.name.as_str()).unwrap_or("");
-    let mut out = format!(
-        "operation {} on {root}: {}\n  {}\n",
-        op.id,
-        op_state_name(op.state),
-        progress_text(op)
-    );
+    let mut out = format!("operation {} on {root}: {}\n", op.id, op_state_name(op.state));
+    let mut when = Vec::new();
+    if op.create_time_ms > 0 {
+        when.push(format!("started {}", times.instant(op.create_time_ms)));
+    }
+    if op.end_time_ms > 0 {
+        when.push(format!(
+            "ended {}, after {}",
+            times.instant(op.end_time_ms),
+            age(op.end_time_ms.saturating_sub(op.create_time_ms))
+        ));
+    }
+    if !when.is_empty() {
+        out += &format!("  {}\n", when.join("; "));
+    }
+    out += &format!("  {}\n", progress_text(op));
     if !op.unreachable_regions.is_empty() {
         out += &format!(
             "  regions that could not be asked (their part is unknown): {}\n",
             op.unreachable_regions.join(", ")
         );
     }
+    let mut rows = Vec::new();
     for o in &op.outcomes {
         let action = v1::OutcomeAction::try_from(o.action)
             .map(|a| a.as_str_name().trim_start_matches("OUTCOME_ACTION_").to_owned())
             .unwrap_or_default();
         let name = o.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
         let detail = match (o.field.is_empty(), o.message.is_empty()) {
-            (false, _) => format!(" (field {})", o.field),
-            (true, false) => format!(": {}", o.message),
+            (false, _) => format!("(field {})", o.field),
+            (true, false) => o.message.clone(),
             _ => String::new(),
         };
-        out += &format!("  {action:<8} {name}{detail}\n");
+        rows.push(vec![format!("  {action}"), name.to_owned(), detail]);
     }
+    out += &table(&rows);
     out
 }
 
@@ -265,6 +328,7 @@ pub fn event_json(e: &v1::WatchEvent) -> Value {
         "operation_id": e.operation_id,
         "message": e.message,
         "time_ms": e.time_ms,
+        "time": rfc3339_or_null(e.time_ms),
     })
 }
 
@@ -274,78 +338,6 @@ pub fn event_text(e: &v1::WatchEvent) -> String {
         .unwrap_or_default();
     let name = e.resource.as_ref().map(|r| r.name.as_str()).unwrap_or("");
     format!("{:>8} {kind:<16} {name}  {}", e.revision, e.message)
-}
-
-pub fn deletion_entry_json(e: &v1::DeletionEntry) -> Value {
-    json!({
-        "resource": e.resource.as_ref().map(resource_json),
-        "attempts": e.attempts,
-        "next_attempt_ms": e.next_attempt_ms,
-        "last_error": e.last_error,
-        "stuck": e.stuck,
-        "age_ms": e.age_ms,
-    })
-}
-
-pub fn deletion_entry_text(e: &v1::DeletionEntry) -> String {
-    let Some(r) = &e.resource else {
-        return String::new();
-    };
-    let status = deletion_status(r.deletion.as_ref());
-    let attempts = match e.attempts {
-        0 => String::new(),
-        n => format!(", {n} attempt(s)"),
-    };
-    let mut out = format!(
-        "{}  {status}{}  deleting for {}{attempts}\n",
-        r.name,
-        if e.stuck { " (stuck)" } else { "" },
-        humantime::format_duration(std::time::Duration::from_secs(
-            u64::try_from(e.age_ms / 1000).unwrap_or(0)
-        )),
-    );
-    if let Some(d) = &r.deletion {
-        if !d.message.is_empty() {
-            out += &format!("  {}\n", d.message);
-        }
-        out += &format!("  operation {} ({}, by {})\n", d.operation_id, d.reason, d.requested_by);
-    }
-    out
-}
-
-pub fn audit_json(e: &v1::AuditEntry) -> Value {
-    json!({
-        "id": e.id,
-        "time_ms": e.time_ms,
-        "region": e.region,
-        "who": e.who,
-        "action": e.action,
-        "target": e.target,
-        "reason": e.reason,
-        "outcome": e.outcome,
-    })
-}
-
-pub fn audit_text(e: &v1::AuditEntry) -> String {
-    let time = u64::try_from(e.time_ms)
-        .map(|ms| {
-            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
-        })
-        .unwrap_or_default();
-    let target = if e.target.is_empty() {
-        String::new()
-    } else {
-        format!(" {}", e.target)
-    };
-    let reason = if e.reason.is_empty() {
-        String::new()
-    } else {
-        format!(" because {:?}", e.reason)
-    };
-    format!(
-        "{time}  {}  {}{target} by {}{reason}: {}",
-        e.region, e.action, e.who, e.outcome
-    )
 }
 
 /// The explanation's deletions as a forest: the children of each name (by
@@ -427,10 +419,12 @@ pub fn explanation_json(e: &v1::DeletionExplanation) -> Value {
                 "region": u.region,
                 "reason": u.reason,
                 "last_contact_ms": u.last_contact_ms,
+                "last_contact": rfc3339_or_null(u.last_contact_ms),
                 "last_heard_ago": last_heard(e, u),
             }))
             .collect::<Vec<_>>(),
         "time_ms": e.time_ms,
+        "time": rfc3339_or_null(e.time_ms),
         "deletions": roots.iter().map(|&i| explained_json(e, i, &children)).collect::<Vec<_>>(),
     })
 }
@@ -514,130 +508,10 @@ pub fn explanation_text(e: &v1::DeletionExplanation) -> String {
 
 /// A deletion's status as the API names it, without the enum's prefix
 /// (`BLOCKED`); empty without a deletion.
-fn deletion_status(d: Option<&v1::Deletion>) -> String {
+pub(crate) fn deletion_status(d: Option<&v1::Deletion>) -> String {
     d.and_then(|x| v1::DeletionStatus::try_from(x.status).ok())
         .map(|s| s.as_str_name().trim_start_matches("DELETION_STATUS_").to_owned())
         .unwrap_or_default()
-}
-
-fn figures_json(f: &v1::RegionFigures) -> Value {
-    json!({
-        "resources": {
-            "creating": f.resources_creating,
-            "active": f.resources_active,
-            "deleting": f.resources_deleting,
-        },
-        "deletions": {
-            "pending": f.deletions_pending,
-            "blocked": f.deletions_blocked,
-            "waiting": f.deletions_waiting,
-            "failed": f.deletions_failed,
-        },
-        "oldest_deletion_age_ms": f.oldest_deletion_age_ms,
-        "last_revision": f.last_revision,
-        "truncated": f.truncated,
-    })
-}
-
-pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
-    let regions: Vec<Value> = s
-        .regions
-        .iter()
-        .map(|r| {
-            json!({
-                "region": r.region,
-                "address": r.address,
-                "reachable": r.reachable,
-                "error": r.error,
-                "link_connected": r.link_connected,
-                "events_behind": r.events_behind,
-                "last_contact_ms": r.last_contact_ms,
-                "figures": r.figures.as_ref().map(figures_json),
-            })
-        })
-        .collect();
-    json!({
-        "answered_by": s.answered_by,
-        "time_ms": s.time_ms,
-        "regions": regions,
-    })
-}
-
-/// A duration in whole seconds, for people (`3m 20s`).
-fn age(ms: i64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(u64::try_from(ms / 1000).unwrap_or(0))).to_string()
-}
-
-/// One screen: a row per region, then why each unreachable one is.
-pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
-    let mut rows = vec![[
-        "REGION",
-        "ADDRESS",
-        "REACHABLE",
-        "LINK",
-        "BEHIND",
-        "LAST CONTACT",
-        "RESOURCES",
-        "PENDING",
-        "BLOCKED",
-        "FAILED",
-        "OLDEST DELETION",
-    ]
-    .map(str::to_owned)];
-    for r in &s.regions {
-        let own = r.region == s.answered_by;
-        let link = match (own, r.link_connected) {
-            (true, _) => "self",
-            (false, true) => "up",
-            (false, false) => "down",
-        };
-        let behind = match r.events_behind {
-            n if n < 0 => "?".to_owned(),
-            n => n.to_string(),
-        };
-        let contact = match r.last_contact_ms {
-            _ if own => "-".to_owned(),
-            0 => "never".to_owned(),
-            ms => format!("{} ago", age(s.time_ms.saturating_sub(ms))),
-        };
-        let dash = || "-".to_owned();
-        let f = r.figures.as_ref();
-        rows.push([
-            r.region.clone(),
-            r.address.clone(),
-            if r.reachable { "yes" } else { "NO" }.to_owned(),
-            link.to_owned(),
-            behind,
-            contact,
-            f.map_or_else(dash, |f| {
-                (f.resources_creating + f.resources_active + f.resources_deleting).to_string()
-            }),
-            f.map_or_else(dash, |f| (f.deletions_pending + f.deletions_waiting).to_string()),
-            f.map_or_else(dash, |f| f.deletions_blocked.to_string()),
-            f.map_or_else(dash, |f| f.deletions_failed.to_string()),
-            f.map_or_else(dash, |f| match f.oldest_deletion_age_ms {
-                0 => "-".to_owned(),
-                ms => age(ms),
-            }),
-        ]);
-    }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = format!("cluster status as seen by {}\n\n", s.answered_by);
-    for row in &rows {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        out += line.join("  ").trim_end();
-        out.push('\n');
-    }
-    let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
-    if !unreachable.is_empty() {
-        out.push('\n');
-        for r in unreachable {
-            out += &format!("{} is unreachable: {}\n", r.region, r.error);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -178,7 +178,12 @@ pub enum CoreError {
     },
     /// ForcePurge of a deletion younger than the configured threshold,
     /// without `force`.
-    #[error("{name} has been deleting for {age_ms} ms, less than the {threshold_ms} ms after which a deletion may be force-purged (pass force to override)")]
+    #[error(
+        "{name} has been deleting for {}, less than the {} after which a deletion may be force-purged \
+         (pass --force, ForcePurgeRequest.force, to override)",
+        crate::time_text::duration(*age_ms),
+        crate::time_text::duration(*threshold_ms)
+    )]
     ForceTooEarly {
         /// The resource.
         name: ResourceName,
@@ -280,7 +285,7 @@ fn describe_refusal(name: &ResourceName, blockers: &[Dependent], dependents: &[D
             msg += "; ";
         }
         msg += &format!(
-            "it has dependents that would be deleted, pass cascade to delete them: {}",
+            "it has dependents that would be deleted, pass --cascade (DeleteRequest.cascade) to delete them: {}",
             list(dependents)
         );
     }

@@ -14,8 +14,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::describe_liens;
-use crate::model::{DeletionReason, DeletionRecord, DeletionStatus, Resource};
+use crate::model::{DeletionReason, DeletionRecord, DeletionStatus, Resource, Timestamp};
 use crate::name::ResourceName;
+use crate::time_text;
 
 /// One DELETING resource of the operation, as its region keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,17 +59,19 @@ pub struct Explained {
 
 /// Explains every part: its reasons, whether it is stuck, its parent.
 /// `unreachable` are the regions whose part is missing; a deletion
-/// waiting on one says so.
+/// waiting on one says so. `now` is the explaining node's time: a reason
+/// says how soon, not at which epoch millisecond.
 pub fn explain(
     parts: Vec<Part>,
     blockers: &BTreeMap<ResourceName, BlockerState>,
     unreachable: &BTreeSet<String>,
+    now: Timestamp,
 ) -> Vec<Explained> {
     let deleting: BTreeSet<ResourceName> = parts.iter().map(|p| p.resource.name.clone()).collect();
     let mut out: Vec<Explained> = parts
         .into_iter()
         .map(|part| {
-            let (reasons, stuck) = reasons_of(&part, &deleting, blockers, unreachable);
+            let (reasons, stuck) = reasons_of(&part, &deleting, blockers, unreachable, now);
             let parent = match &part.record.reason {
                 DeletionReason::Cascade { from, field } if deleting.contains(from) => {
                     Some((from.clone(), field.clone()))
@@ -108,6 +111,7 @@ fn reasons_of(
     deleting: &BTreeSet<ResourceName>,
     blockers: &BTreeMap<ResourceName, BlockerState>,
     unreachable: &BTreeSet<String>,
+    now: Timestamp,
 ) -> (Vec<String>, bool) {
     let (resource, record) = (&part.resource, &part.record);
     let mut reasons = Vec::new();
@@ -162,7 +166,8 @@ fn reasons_of(
                 f.failures,
                 f.last_reason,
                 match f.retry_at {
-                    Some(at) => format!("; its controller is asked again at {} ms", at.0),
+                    Some(at) if at > now => format!("; its controller is asked again {}", time_text::relative(at, now)),
+                    Some(_) => "; its controller is due to be asked again".to_owned(),
                     None => String::new(),
                 }
             )),
@@ -239,7 +244,7 @@ mod tests {
         };
         let c = part("ra/c/y", cascade, blocked);
         let states = BTreeMap::from([(ResourceName::parse("rb/d/z").expect("name"), BlockerState::Live)]);
-        let out = explain(vec![c.clone(), a.clone()], &states, &BTreeSet::new());
+        let out = explain(vec![c.clone(), a.clone()], &states, &BTreeSet::new(), Timestamp(0));
         assert_eq!(out[0].part.resource.name.as_str(), "ra/a/x");
         assert!(!out[0].stuck && out[0].parent.is_none());
         assert_eq!(
@@ -255,7 +260,7 @@ mod tests {
         );
         // The same blocker being deleted elsewhere: not stuck.
         let deleting = BTreeMap::from([(ResourceName::parse("rb/d/z").expect("name"), BlockerState::Deleting)]);
-        let out = explain(vec![c, a], &deleting, &BTreeSet::new());
+        let out = explain(vec![c, a], &deleting, &BTreeSet::new(), Timestamp(0));
         assert!(!out[1].stuck, "{:?}", out[1].reasons);
     }
 }

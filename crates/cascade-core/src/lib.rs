@@ -33,6 +33,8 @@
 //! - [`limits`]: the size of every field a request carries or a node
 //!   stores, and [`limits::quote`], how an error quotes client input.
 //! - [`invariants`]: the invariant checker over every region's state.
+//! - [`time_text`]: durations (`3m 4s`) and RFC 3339 instants in the
+//!   messages the core composes.
 
 #![deny(missing_docs)]
 
@@ -53,6 +55,7 @@ pub mod request_path;
 pub mod schema;
 pub mod selector;
 pub mod state;
+pub mod time_text;
 
 pub use error::{CoreError, ErrorCode};
 pub use model::*;

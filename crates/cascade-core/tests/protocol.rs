@@ -359,7 +359,7 @@ fn neutron_network_delete_without_cascade_is_refused_listing_dependents() {
     assert!(dependents
         .iter()
         .all(|d| d.field == "network" && d.on_delete == OnDelete::Cascade));
-    assert!(err.to_string().contains("pass cascade"), "{err}");
+    assert!(err.to_string().contains("pass --cascade"), "{err}");
     assert_eq!(w.state, before, "a refused delete writes nothing");
     w.check();
 }

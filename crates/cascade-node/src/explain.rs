@@ -158,13 +158,14 @@ impl Node {
         }
         let silent: BTreeSet<String> = unreachable.keys().cloned().collect();
         let blockers = self.blocker_states(&parts, &silent, deadline).await?;
+        let now = self.clock.now();
         Ok(Explanation {
             operation: op,
             root,
-            deletions: explain::explain(parts, &blockers, &silent),
+            deletions: explain::explain(parts, &blockers, &silent, now),
             unreachable,
             truncated,
-            made_at: self.clock.now(),
+            made_at: now,
         })
     }
 

@@ -4,9 +4,17 @@
 use cascade_proto::v1;
 use clap::{Args, Subcommand};
 
-use super::print_json;
-use crate::client::{AdminClient, ClientError};
-use crate::render;
+use std::time::Duration;
+
+use super::{print_json, ClientArgs};
+use crate::client::{AdminClient, Client, ClientError};
+use crate::render::{self, TimeDisplay};
+
+/// How long `force-purge` watches the forced deletion for its purge
+/// before it says what the purge still waits for.
+const PURGE_WATCH: Duration = Duration::from_secs(3);
+/// Between two looks at it.
+const PURGE_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// `cascade admin …`.
 #[derive(Debug, Clone, Args)]
@@ -80,7 +88,13 @@ pub enum DeletionStatusArg {
 }
 
 /// `cascade admin …`: pages through a listing up to its limit.
-pub(super) async fn run(client: &AdminClient, command: AdminCommand, json: bool) -> Result<i32, ClientError> {
+pub(super) async fn run(
+    client: &AdminClient,
+    args: &ClientArgs,
+    command: AdminCommand,
+    json: bool,
+    times: &TimeDisplay,
+) -> Result<i32, ClientError> {
     match command {
         AdminCommand::Deletions {
             region,
@@ -122,9 +136,7 @@ pub(super) async fn run(client: &AdminClient, command: AdminCommand, json: bool)
             } else if all.is_empty() {
                 println!("no deletion matches");
             } else {
-                for e in &all {
-                    print!("{}", render::deletion_entry_text(e));
-                }
+                print!("{}", render::deletions_table(&all, times));
             }
         }
         AdminCommand::Retry { name, reason } => {
@@ -132,17 +144,22 @@ pub(super) async fn run(client: &AdminClient, command: AdminCommand, json: bool)
             if json {
                 print_json(&render::deletion_entry_json(&e));
             } else {
-                print!("{}", render::deletion_entry_text(&e));
+                print!("{}", render::deletion_entry_text("retried", &e));
             }
         }
         AdminCommand::ForcePurge { name, reason, force } => {
             let e = client
-                .force_purge(v1::ForcePurgeRequest { name, reason, force })
+                .force_purge(v1::ForcePurgeRequest {
+                    name: name.clone(),
+                    reason,
+                    force,
+                })
                 .await?;
             if json {
                 print_json(&render::deletion_entry_json(&e));
             } else {
-                print!("{}", render::deletion_entry_text(&e));
+                let resources = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
+                print!("{}", purge_text(&resources, &name).await);
             }
         }
         AdminCommand::Audit { region, limit } => {
@@ -167,11 +184,30 @@ pub(super) async fn run(client: &AdminClient, command: AdminCommand, json: bool)
             } else if all.is_empty() {
                 println!("the audit log is empty");
             } else {
-                for e in &all {
-                    println!("{}", render::audit_text(e));
-                }
+                print!("{}", render::audit_table(&all, times));
             }
         }
     }
     Ok(0)
+}
+
+/// What a force purge came to: `purged: NAME` once a Get no longer finds
+/// it (within [`PURGE_WATCH`]), else what its purge still waits for
+/// (`purging: waiting on region ap-south to release 1 reference(s)`).
+async fn purge_text(resources: &Client, name: &str) -> String {
+    let mut waiting = String::new();
+    for _ in 0..PURGE_WATCH.as_millis() / PURGE_LOOK_EVERY.as_millis() {
+        match resources.get(name).await {
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => return format!("purged: {name}\n"),
+            Ok(r) => {
+                waiting = r.deletion.map(|d| d.message).unwrap_or_default();
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(PURGE_LOOK_EVERY).await;
+    }
+    if waiting.is_empty() {
+        waiting = "waiting for its cascade and for the other regions to release it".to_owned();
+    }
+    format!("purging: {name}: {waiting} (forced through; `cascade get {name}` shows it until it is purged)\n")
 }

@@ -457,13 +457,14 @@ impl<'v> Checker<'v> {
                         ViolationKind::Resurrection,
                         region,
                         format!(
-                            "region {region} attached {} → {} (field {}) at {} ms, after the target entered \
-                             DELETING at {} ms",
+                            "region {region} attached {} → {} (field {}) at {}, {} after the target entered \
+                             DELETING at {}",
                             describe(&b.referrer),
                             describe(&b.target),
                             b.field,
-                            b.attached_at.0,
-                            d.deleted_at.0
+                            crate::time_text::rfc3339(b.attached_at),
+                            crate::time_text::duration(b.attached_at.0 - d.deleted_at.0),
+                            crate::time_text::rfc3339(d.deleted_at)
                         ),
                     );
                 }

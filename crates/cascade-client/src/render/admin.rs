@@ -1,0 +1,239 @@
+//! What the operators' commands print: deletion entries (`admin
+//! deletions|retry|force-purge`), the audit log, the cluster status.
+
+use cascade_proto::v1;
+use serde_json::{json, Value};
+
+use super::times::{age, rfc3339, rfc3339_or_null, table, TimeDisplay};
+use super::{deletion_status, resource_json};
+
+pub fn deletion_entry_json(e: &v1::DeletionEntry) -> Value {
+    json!({
+        "resource": e.resource.as_ref().map(resource_json),
+        "attempts": e.attempts,
+        "next_attempt_ms": e.next_attempt_ms,
+        "next_attempt": rfc3339_or_null(e.next_attempt_ms),
+        "last_error": e.last_error,
+        "stuck": e.stuck,
+        "age_ms": e.age_ms,
+        "age": age(e.age_ms),
+    })
+}
+
+/// The answering node's time of an entry: when it entered DELETING plus
+/// its age (ages and next looks are then read against the node's clock).
+fn entry_now(e: &v1::DeletionEntry) -> Option<i64> {
+    let d = e.resource.as_ref()?.deletion.as_ref()?;
+    Some(d.deleted_at_ms.saturating_add(e.age_ms))
+}
+
+/// `admin deletions`: one row per deletion, aligned.
+pub fn deletions_table(entries: &[v1::DeletionEntry], times: &TimeDisplay) -> String {
+    let mut rows = vec![[
+        "NAME",
+        "STATUS",
+        "STUCK",
+        "AGE",
+        "ATTEMPTS",
+        "NEXT LOOK",
+        "OPERATION",
+        "WAITING ON",
+    ]
+    .map(str::to_owned)
+    .to_vec()];
+    for e in entries {
+        let Some(r) = &e.resource else { continue };
+        let d = r.deletion.as_ref();
+        let times = entry_now(e).map_or_else(|| times.clone(), |now| times.at(now));
+        rows.push(vec![
+            r.name.clone(),
+            deletion_status(d),
+            if e.stuck { "yes" } else { "-" }.to_owned(),
+            age(e.age_ms),
+            e.attempts.to_string(),
+            match e.next_attempt_ms {
+                0 => "-".to_owned(),
+                at => times.relative(at),
+            },
+            d.map(|d| d.operation_id.clone()).unwrap_or_default(),
+            d.map(|d| d.message.clone()).unwrap_or_default(),
+        ]);
+    }
+    table(&rows)
+}
+
+/// One deletion an administrator acted on: `{verb}: NAME is STATUS: why`,
+/// then its operation.
+pub fn deletion_entry_text(verb: &str, e: &v1::DeletionEntry) -> String {
+    let Some(r) = &e.resource else {
+        return format!("{verb}\n");
+    };
+    let d = r.deletion.as_ref();
+    let status = match deletion_status(d) {
+        s if s.is_empty() => "DELETING".to_owned(),
+        s => s,
+    };
+    let mut out = format!(
+        "{verb}: {} is {status}{}, deleting for {}",
+        r.name,
+        if e.stuck { " (stuck)" } else { "" },
+        age(e.age_ms)
+    );
+    if let Some(message) = d.map(|d| d.message.as_str()).filter(|m| !m.is_empty()) {
+        out += &format!(": {message}");
+    }
+    out.push('\n');
+    if let Some(d) = d {
+        out += &format!("  operation {} ({}, by {})\n", d.operation_id, d.reason, d.requested_by);
+    }
+    out
+}
+
+pub fn audit_json(e: &v1::AuditEntry) -> Value {
+    json!({
+        "id": e.id,
+        "time_ms": e.time_ms,
+        "time": rfc3339(e.time_ms),
+        "region": e.region,
+        "who": e.who,
+        "action": e.action,
+        "target": e.target,
+        "reason": e.reason,
+        "outcome": e.outcome,
+    })
+}
+
+/// `admin audit`: one row per entry, oldest first, aligned; the outcome
+/// (an error message when refused) last.
+pub fn audit_table(entries: &[v1::AuditEntry], times: &TimeDisplay) -> String {
+    let mut rows = vec![["TIME", "REGION", "WHO", "ACTION", "TARGET", "REASON", "OUTCOME"]
+        .map(str::to_owned)
+        .to_vec()];
+    for e in entries {
+        rows.push(vec![
+            times.instant(e.time_ms),
+            e.region.clone(),
+            e.who.clone(),
+            e.action.clone(),
+            e.target.clone(),
+            if e.reason.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{:?}", e.reason)
+            },
+            e.outcome.clone(),
+        ]);
+    }
+    table(&rows)
+}
+
+fn figures_json(f: &v1::RegionFigures) -> Value {
+    json!({
+        "resources": {
+            "creating": f.resources_creating,
+            "active": f.resources_active,
+            "deleting": f.resources_deleting,
+        },
+        "deletions": {
+            "pending": f.deletions_pending,
+            "blocked": f.deletions_blocked,
+            "waiting": f.deletions_waiting,
+            "failed": f.deletions_failed,
+        },
+        "oldest_deletion_age_ms": f.oldest_deletion_age_ms,
+        "last_revision": f.last_revision,
+        "truncated": f.truncated,
+    })
+}
+
+pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
+    let regions: Vec<Value> = s
+        .regions
+        .iter()
+        .map(|r| {
+            json!({
+                "region": r.region,
+                "address": r.address,
+                "reachable": r.reachable,
+                "error": r.error,
+                "link_connected": r.link_connected,
+                "events_behind": r.events_behind,
+                "last_contact_ms": r.last_contact_ms,
+                "last_contact": rfc3339_or_null(r.last_contact_ms),
+                "figures": r.figures.as_ref().map(figures_json),
+            })
+        })
+        .collect();
+    json!({
+        "answered_by": s.answered_by,
+        "time_ms": s.time_ms,
+        "time": rfc3339_or_null(s.time_ms),
+        "regions": regions,
+    })
+}
+
+/// One screen: a row per region, then why each unreachable one is.
+pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
+    let mut rows = vec![[
+        "REGION",
+        "ADDRESS",
+        "REACHABLE",
+        "LINK",
+        "BEHIND",
+        "LAST CONTACT",
+        "RESOURCES",
+        "PENDING",
+        "BLOCKED",
+        "FAILED",
+        "OLDEST DELETION",
+    ]
+    .map(str::to_owned)];
+    for r in &s.regions {
+        let own = r.region == s.answered_by;
+        let link = match (own, r.link_connected) {
+            (true, _) => "self",
+            (false, true) => "up",
+            (false, false) => "down",
+        };
+        let behind = match r.events_behind {
+            n if n < 0 => "?".to_owned(),
+            n => n.to_string(),
+        };
+        let contact = match r.last_contact_ms {
+            _ if own => "-".to_owned(),
+            0 => "never".to_owned(),
+            ms => format!("{} ago", age(s.time_ms.saturating_sub(ms))),
+        };
+        let dash = || "-".to_owned();
+        let f = r.figures.as_ref();
+        rows.push([
+            r.region.clone(),
+            r.address.clone(),
+            if r.reachable { "yes" } else { "NO" }.to_owned(),
+            link.to_owned(),
+            behind,
+            contact,
+            f.map_or_else(dash, |f| {
+                (f.resources_creating + f.resources_active + f.resources_deleting).to_string()
+            }),
+            f.map_or_else(dash, |f| (f.deletions_pending + f.deletions_waiting).to_string()),
+            f.map_or_else(dash, |f| f.deletions_blocked.to_string()),
+            f.map_or_else(dash, |f| f.deletions_failed.to_string()),
+            f.map_or_else(dash, |f| match f.oldest_deletion_age_ms {
+                0 => "-".to_owned(),
+                ms => age(ms),
+            }),
+        ]);
+    }
+    let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
+    let mut out = format!("cluster status as seen by {}\n\n", s.answered_by);
+    out += &table(&rows);
+    let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
+    if !unreachable.is_empty() {
+        out.push('\n');
+        for r in unreachable {
+            out += &format!("{} is unreachable: {}\n", r.region, r.error);
+        }
+    }
+    out
+}
