@@ -387,7 +387,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                 print!("{}", render::resource_text(&r, &times));
             }
         }
-        Command::List(list) => return find::run_list(&client, list, json).await,
+        Command::List(list) => return find::run_list(&client, list, json, &times).await,
         Command::Tree(tree) => return find::run_tree(&client, tree, json).await,
         Command::Update { spec, etag } => {
             let r = client.update(parse_spec(&spec)?, etag.as_deref().unwrap_or("")).await?;

@@ -20,7 +20,7 @@ pub use admin::{
     deletions_table,
 };
 pub use times::{age, table, TimeDisplay};
-use times::{rfc3339, rfc3339_or_null};
+pub(crate) use times::{rfc3339, rfc3339_or_null};
 
 fn state_name(state: i32) -> &'static str {
     v1::ResourceState::try_from(state)

@@ -28,7 +28,12 @@ pub fn duration(ms: u64) -> String {
 
 /// How far `at` is from `now`: `in 4s`, `3m 2s ago`.
 pub fn relative(at: Timestamp, now: Timestamp) -> String {
-    if at.0 > now.0 {
+    // Under a second either way reads as now: a client's clock read just
+    // before the call it shows is a few milliseconds behind its answer,
+    // and "in 0s" would look like a time in the future.
+    if at.0.abs_diff(now.0) < 1000 {
+        "just now".to_owned()
+    } else if at.0 > now.0 {
         format!("in {}", duration(at.0 - now.0))
     } else {
         format!("{} ago", duration(now.0 - at.0))
@@ -86,6 +91,8 @@ mod tests {
     fn relative_times_say_which_way() {
         assert_eq!(relative(Timestamp(10_000), Timestamp(6_000)), "in 4s");
         assert_eq!(relative(Timestamp(6_000), Timestamp(188_000)), "3m 2s ago");
+        assert_eq!(relative(Timestamp(6_400), Timestamp(6_000)), "just now");
+        assert_eq!(relative(Timestamp(6_000), Timestamp(6_999)), "just now");
     }
 
     #[test]

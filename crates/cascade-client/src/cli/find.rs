@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::print_json;
 use crate::client::{Client, ClientError};
-use crate::render;
+use crate::render::{self, TimeDisplay};
 
 /// `cascade list`.
 #[derive(Debug, Clone, Args)]
@@ -81,36 +81,15 @@ fn state_name(state: i32) -> String {
         .unwrap_or_else(|_| state.to_string())
 }
 
-/// Rows as columns padded to their widest cell (the last one unpadded).
+/// A header row and the rows under it, aligned (render's one table).
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-    }
-    let mut out = String::new();
     let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
-    for row in std::iter::once(&header).chain(rows) {
-        let last = row.len().saturating_sub(1);
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i == last {
-                line += cell;
-            } else {
-                line += &format!("{cell:<width$}  ", width = widths[i]);
-            }
-        }
-        out += line.trim_end();
-        out.push('\n');
-    }
-    out
+    let all: Vec<Vec<String>> = std::iter::once(header).chain(rows.iter().cloned()).collect();
+    render::table(&all)
 }
 
 /// Runs `cascade list`; exit status 1 when a region did not answer.
-pub async fn run_list(client: &Client, args: ListArgs, json: bool) -> Result<i32, ClientError> {
+pub async fn run_list(client: &Client, args: ListArgs, json: bool, times: &TimeDisplay) -> Result<i32, ClientError> {
     if let Some(name) = args.referencing.clone() {
         return run_references(client, &args, name, v1::ReferenceDirection::Referrers, json).await;
     }
@@ -159,14 +138,15 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool) -> Result<i32
                 "region": u.region,
                 "reason": u.reason,
                 "last_contact_ms": u.last_contact_ms,
+                "last_contact": render::rfc3339_or_null(u.last_contact_ms),
             })).collect::<Vec<Value>>(),
         }));
     } else {
         let rows: Vec<Vec<String>> = items
             .iter()
-            .map(|r| vec![r.name.clone(), state_name(r.state)])
+            .map(|r| vec![r.name.clone(), state_name(r.state), times.age_of(r.create_time_ms)])
             .collect();
-        print!("{}", table(&["NAME", "STATE"], &rows));
+        print!("{}", table(&["NAME", "STATE", "AGE"], &rows));
         if !token.is_empty() {
             println!("(more: --all, or --page-token {token})");
         }

@@ -59,6 +59,11 @@ impl TimeDisplay {
         format!("{} ({})", self.clock(ms), self.relative(ms))
     }
 
+    /// How long ago `ms` was (`3m 12s`; `0s` for the future).
+    pub fn age_of(&self, ms: i64) -> String {
+        age(self.now_ms.saturating_sub(ms))
+    }
+
     /// `3m 12s ago`, `in 4s`.
     pub fn relative(&self, ms: i64) -> String {
         time_text::relative(timestamp(ms), timestamp(self.now_ms))
@@ -70,12 +75,12 @@ fn timestamp(ms: i64) -> Timestamp {
 }
 
 /// An instant for `-o json`: RFC 3339 in UTC, to the millisecond.
-pub(super) fn rfc3339(ms: i64) -> Value {
+pub(crate) fn rfc3339(ms: i64) -> Value {
     json!(time_text::rfc3339(timestamp(ms)))
 }
 
 /// An instant that 0 means "none" for: RFC 3339, or null.
-pub(super) fn rfc3339_or_null(ms: i64) -> Value {
+pub(crate) fn rfc3339_or_null(ms: i64) -> Value {
     if ms > 0 {
         rfc3339(ms)
     } else {
