@@ -395,43 +395,9 @@ async fn cascade_status_shows_a_frozen_region_as_unreachable() {
 /// there shows a cascade: what its README tour promises.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_prints_its_metrics_addresses_and_a_scrape_shows_a_cascade() {
-    use std::io::{BufRead, BufReader};
-    let mut demo = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
-        .args(["demo", "--listen", "127.0.0.1:0", "--plaintext"])
-        .env_remove("CASCADE_LOG_FORMAT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("cascade demo starts");
-    let stdout = demo.stdout.take().expect("stdout");
-    let mut printed = Vec::new();
-    // Up to the last line it prints before it waits for Ctrl-C.
-    for line in BufReader::new(stdout).lines() {
-        let line = line.expect("readable");
-        let last = line.contains("Ctrl-C stops the demo");
-        printed.push(line);
-        if last {
-            break;
-        }
-    }
-    let text = printed.join("\n");
-    let after = |heading: &str, region: &str| -> String {
-        let start = printed
-            .iter()
-            .position(|l| l.starts_with(heading))
-            .unwrap_or_else(|| panic!("no {heading:?} in:\n{text}"));
-        printed[start..]
-            .iter()
-            .find_map(|l| l.trim().strip_prefix(region).map(|rest| rest.trim().to_owned()))
-            .unwrap_or_else(|| panic!("no {region} after {heading:?} in:\n{text}"))
-    };
-    let endpoint = after("Cascade demo", "eu-west");
-    let metrics_url = after("Prometheus metrics", "eu-west");
-    let metrics: SocketAddr = metrics_url
-        .strip_prefix("http://")
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .and_then(|addr| addr.parse().ok())
-        .unwrap_or_else(|| panic!("not a metrics URL: {metrics_url}"));
+    let demo = support::demo::Demo::start(true);
+    let endpoint = demo.endpoint("eu-west").to_owned();
+    let metrics = demo.metrics("eu-west");
 
     let before = scrape(metrics).await;
     assert_eq!(sample(&before, "cascade_deletions_accepted_total"), 0.0);
@@ -446,9 +412,6 @@ async fn the_demo_prints_its_metrics_addresses_and_a_scrape_shows_a_cascade() {
     assert!(sample(&after_cascade, r#"cascade_deletions_finished_total{outcome="purged"}"#) >= 1.0);
     assert!(sample(&after_cascade, r#"cascade_resources{state="active"}"#) < active_before);
 
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &demo.id().to_string()])
-        .status();
-    let status = demo.wait().expect("the demo stops");
+    let status = demo.terminate();
     assert!(status.success(), "the demo exited {status}");
 }

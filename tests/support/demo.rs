@@ -131,6 +131,34 @@ impl Demo {
         command.output().expect("cascade runs")
     }
 
+    /// Where `region`'s Prometheus metrics are, as the demo printed it.
+    pub fn metrics(&self, region: &str) -> std::net::SocketAddr {
+        let start = self
+            .printed
+            .lines()
+            .position(|l| l.starts_with("Prometheus metrics"))
+            .unwrap_or_else(|| panic!("no metrics addresses in:\n{}", self.printed));
+        let url = self
+            .printed
+            .lines()
+            .skip(start)
+            .find_map(|l| l.trim().strip_prefix(region).map(|rest| rest.trim().to_owned()))
+            .unwrap_or_else(|| panic!("no metrics address of {region} in:\n{}", self.printed));
+        url.strip_prefix("http://")
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("not a metrics URL: {url}"))
+    }
+
+    /// Stops the demo as Ctrl-C or a service manager would (SIGTERM) and
+    /// waits for it: its exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.child.wait().expect("the demo stops")
+    }
+
     /// [`Demo::cascade`], asserting it exits 0; its stdout.
     pub fn cascade_ok(&self, args: &[&str]) -> String {
         let out = self.cascade(args);
