@@ -31,7 +31,8 @@ use tracing_subscriber::EnvFilter;
     version,
     about = "Multi-region resource store with safe cascading deletion",
     after_help = "Exit status: 0 success; 1 an error, a failed operation (delete --wait), a stuck \
-                  deletion (explain), a violation (check), an unreachable region (status), a node \
+                  deletion (explain), a violation (check), an unreachable region (status, list \
+                  --all-regions), a node \
                   not SERVING (health); 2 a command line that does not parse; 3 delete --cascade \
                   would leave members held (nothing changed; --allow-blocked starts it); 4 delete \
                   --wait stopped on a stuck deletion (its explanation is printed).\n\

@@ -559,6 +559,47 @@ async fn bad_selectors_tokens_and_combinations_are_refused_as_invalid_arguments(
         .await
         .unwrap();
     assert!(!first.next_page_token.is_empty());
+    // A token naming a region this cluster does not have (another
+    // cluster's, or made up) is refused, not asked about.
+    let mut stranger = cascade_proto::page_token::ListPageToken::decode(&first.next_page_token)
+        .expect("a token of this node decodes")
+        .expect("a token");
+    stranger
+        .regions
+        .insert("mars".into(), cascade_core::listing::RegionPosition::Start);
+    let message = refused(
+        eu.list(v1::ListRequest {
+            all_regions: true,
+            page_size: 2,
+            page_token: stranger.encode(),
+            ..Default::default()
+        })
+        .await,
+    );
+    assert!(
+        message.contains("\"mars\", which is not a region of this cluster"),
+        "{message}"
+    );
+    // A position that is not a name of its own region: refused, not a
+    // region given up because it refused the position (why did the walk
+    // end "incomplete" on a tampered token? it was not checked).
+    let mut foreign = cascade_proto::page_token::ListPageToken::decode(&first.next_page_token)
+        .expect("a token of this node decodes")
+        .expect("a token");
+    foreign.regions.insert(
+        "us-east".into(),
+        cascade_core::listing::RegionPosition::After("eu-west/project/p0".into()),
+    );
+    let message = refused(
+        eu.list(v1::ListRequest {
+            all_regions: true,
+            page_size: 2,
+            page_token: foreign.encode(),
+            ..Default::default()
+        })
+        .await,
+    );
+    assert!(message.contains("holds a position of region"), "{message}");
     let message = refused(
         eu.list(v1::ListRequest {
             all_regions: true,

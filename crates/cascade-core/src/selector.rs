@@ -206,8 +206,14 @@ impl Parser {
             if values.len() == MAX_SELECTOR_VALUES {
                 return Err(self.error("at most 64 values in a set"));
             }
-            values.push(self.value());
+            let value = self.value();
             self.skip_spaces();
+            // Kubernetes refuses an empty set (`in ()`): it would select
+            // by the empty value, or, with notin, almost everything.
+            if value.is_empty() && values.is_empty() && self.peek() == Some(')') {
+                return Err(self.error("a value in the set"));
+            }
+            values.push(value);
             if self.eat(')') {
                 return Ok(values);
             }
@@ -324,6 +330,10 @@ mod tests {
         assert_eq!((e.position, e.found.as_str()), (12, "the end"));
         let e = Selector::parse("tier in db").unwrap_err();
         assert_eq!(e.expected, "'(' and a set of values");
+        for empty in ["tier in ()", "tier notin ( )"] {
+            let e = Selector::parse(empty).unwrap_err();
+            assert_eq!(e.expected, "a value in the set", "{empty}");
+        }
         let e = Selector::parse("tier in (a,b").unwrap_err();
         assert_eq!(e.expected, "',' or ')'");
         let e = Selector::parse("tier ! db").unwrap_err();

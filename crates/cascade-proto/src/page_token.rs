@@ -156,7 +156,12 @@ impl ListPageToken {
                 0 => RegionPosition::Start,
                 1 => RegionPosition::After(p.text),
                 2 => RegionPosition::Done,
-                3 => RegionPosition::GaveUp(p.text),
+                // Echoed to the client as the region's reason: kept short
+                // whatever a tampered token holds.
+                3 => RegionPosition::GaveUp(cascade_core::limits::cut_stored(
+                    &p.text,
+                    cascade_core::listing::MAX_GIVEN_UP_REASON_BYTES,
+                )),
                 _ => return Err(PageTokenError::Message),
             };
             regions.insert(p.region, position);

@@ -198,7 +198,7 @@ async fn check_plan(client: &Client, args: &DeleteArgs, json: bool) -> Result<Op
     if json {
         print_json(&serde_json::json!({
             "started": false,
-            "reason": "would_be_held",
+            "reason": if held.is_empty() { "plan_incomplete" } else { "would_be_held" },
             "plan": render::plan_json(&plan),
         }));
         return Ok(Some(EXIT_WOULD_BE_HELD));

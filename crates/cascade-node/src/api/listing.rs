@@ -95,6 +95,8 @@ impl ResourcesApi {
     /// `Resources.List`: this region, another (forwarded), or every region.
     pub(crate) async fn list_resources(&self, request: Request<v1::ListRequest>) -> Result<v1::ListResponse, Status> {
         let budget = budget_within(LIST_BUDGET, request.metadata());
+        // A forward to one region has the caller's deadline, when shorter.
+        let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
         let req = request.into_inner();
         if req.all_regions {
             if !req.region.is_empty() {
@@ -119,7 +121,9 @@ impl ResourcesApi {
             }
             let region = req.region.clone();
             let mut owner = self.node.peers.resources(&region).map_err(crate::api::refused)?;
-            return Ok(call_owner(&region, "List", FORWARD_TIMEOUT, owner.list(req)).await?);
+            let mut forwarded = Request::new(req);
+            forwarded.set_timeout(forward_budget);
+            return Ok(call_owner(&region, "List", forward_budget, owner.list(forwarded)).await?);
         }
         let (resources, next) = self.local_page(&req).await?;
         Ok(v1::ListResponse {
@@ -173,6 +177,29 @@ impl ResourcesApi {
                 }
                 Some(token) => token.regions,
             };
+        // A position the token carries must be a name of its own region:
+        // anything else was not issued by a node (a region asked with it
+        // would refuse it, and be given up instead of the caller told).
+        for (region, position) in &positions {
+            if let RegionPosition::After(after) = position {
+                let name = parse_name(after, "page_token")?;
+                if name.region() != region.as_str() {
+                    return Err(invalid_field(
+                        "page_token",
+                        format!("holds a position of region {} under {}", quote(after), quote(region)),
+                    ));
+                }
+            }
+        }
+        if let Some(stranger) = positions.keys().find(|r| !regions.contains(r)) {
+            return Err(invalid_field(
+                "page_token",
+                format!(
+                    "names region {}, which is not a region of this cluster",
+                    quote(stranger)
+                ),
+            ));
+        }
         for region in &regions {
             positions.entry(region.clone()).or_insert(RegionPosition::Start);
         }
@@ -191,9 +218,13 @@ impl ResourcesApi {
                 let answer = if region == own {
                     match tokio::time::timeout(budget, self.local_page(&one)).await {
                         Ok(page) => page.map_err(PageFailure::Own),
-                        Err(_) => Err(PageFailure::Own(Status::unavailable(format!(
-                            "region {region} did not read its page within {budget:?}"
-                        )))),
+                        // Reading its own page can wait on other regions
+                        // (a remote allow_dangling target's lookup): named
+                        // like any region late within the budget, and the
+                        // others are listed.
+                        Err(_) => Err(PageFailure::Remote(format!(
+                            "did not read its own page within {budget:?}"
+                        ))),
                     }
                 } else {
                     self.remote_page(&region, one, budget)
@@ -293,10 +324,19 @@ impl ResourcesApi {
         &self,
         request: Request<v1::ListReferencesRequest>,
     ) -> Result<v1::ListReferencesResponse, Status> {
+        let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            return Ok(call_owner(&region, "ListReferences", FORWARD_TIMEOUT, owner.list_references(req)).await?);
+            let mut forwarded = Request::new(req);
+            forwarded.set_timeout(forward_budget);
+            return Ok(call_owner(
+                &region,
+                "ListReferences",
+                forward_budget,
+                owner.list_references(forwarded),
+            )
+            .await?);
         }
         let token = ReferencesPageToken::decode(&req.page_token)
             .map_err(|e| invalid_field("page_token", e.to_string()))?
