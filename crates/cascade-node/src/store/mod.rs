@@ -14,6 +14,7 @@
 
 mod disk;
 mod fjall_store;
+mod lease;
 mod memory;
 mod reopen;
 mod sled_store;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 pub(crate) use disk::{from_io, probe_writable};
 pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
 pub use fjall_store::FjallStore;
+pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::MemoryStore;
 pub use sled_store::SledStore;
 pub use tombstones::TombstoneStore;
@@ -175,6 +177,22 @@ pub enum StoreError {
         /// The engine the settings asked for.
         configured: StorageEngine,
     },
+    /// The commit was refused because this node no longer holds the
+    /// region's writer lease at the epoch it writes with: another node took
+    /// it over ([`WriterLease`]). Nothing of the batch landed; the node
+    /// steps down.
+    #[error("this node is no longer the writer of its region (it wrote at epoch {held}, the lease is at {current})")]
+    Fenced {
+        /// The epoch this node held.
+        held: u64,
+        /// The lease's epoch now, when known (0: not known).
+        current: u64,
+    },
+    /// The connection to the database died while a COMMIT was in flight:
+    /// the batch may or may not have landed. The writer steps down, and
+    /// whoever writes next reads the state again from the store.
+    #[error("storage engine: the outcome of a commit is unknown ({0}); stepping down")]
+    CommitOutcomeUnknown(String),
 }
 
 impl StoreError {
