@@ -1039,7 +1039,7 @@ fn run_seed(seed: u64) -> Result<Report, String> {
                 clock: Arc::new(SimClock),
                 seed: Some(seed),
                 connector: Some(sim_connector()),
-                store: None,
+                ..NodeEnv::default()
             };
             let node = Node::open_with(settings(region), env).await?;
             node.serve_incoming(incoming, std::future::pending()).await?;

@@ -96,6 +96,9 @@ pub struct ConfigFile {
     pub tracing: TracingConfig,
     #[serde(default)]
     pub links: LinksConfig,
+    /// `[ha]`: this node among its region's nodes (PostgreSQL only).
+    #[serde(default)]
+    pub ha: crate::ha::HaConfig,
 }
 
 /// `[links]`: how links between regions dial, ping and decide a peer is
@@ -227,6 +230,8 @@ pub enum ConfigError {
     Invalid { field: &'static str, message: String },
     #[error("tls: {0}")]
     Tls(#[from] cascade_tls::TlsError),
+    #[error(transparent)]
+    Ha(#[from] crate::ha::HaConfigError),
 }
 
 impl ConfigFile {
@@ -313,6 +318,9 @@ pub struct NodeSettings {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Dialling, keepalive and silence bounds of the links (`[links]`).
     pub links: LinkTimings,
+    /// This node among its region's nodes, and the writer lease's timing
+    /// (`[ha]`; used with a shared store only).
+    pub ha: crate::ha::HaSettings,
 }
 
 impl NodeSettings {
@@ -334,6 +342,7 @@ impl NodeSettings {
             admin: AdminAccess::default(),
             metrics_listen: None,
             links: LinkTimings::default(),
+            ha: crate::ha::HaSettings::default(),
         }
     }
 
@@ -348,6 +357,7 @@ impl NodeSettings {
         })?;
         let schema = load_schema(file.schema.as_deref())?;
         let mut settings = Self::new(region, Arc::new(schema), file.data_dir.clone());
+        settings.ha = crate::ha::HaSettings::from_config(&file.ha)?;
         if let Some(engine) = &file.storage.engine {
             settings.engine = engine
                 .parse()

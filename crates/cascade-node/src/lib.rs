@@ -76,6 +76,7 @@ pub mod store;
 // regions (its types; its typed calls are implemented in `api/`).
 pub mod clock;
 pub mod entropy;
+pub mod ha;
 mod log_throttle;
 pub mod peers;
 

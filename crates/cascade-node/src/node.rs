@@ -90,6 +90,9 @@ pub struct NodeEnv {
     /// An engine to run on instead of the one `settings` name (tests:
     /// [`crate::store::TombstoneStore`]).
     pub store: Option<Arc<dyn Store>>,
+    /// The writer's lease, when this node is the writer of a region of
+    /// several nodes (`api/roles.rs`): shown by status and the metrics.
+    pub role: Option<crate::ha::WriterRole>,
 }
 
 impl Default for NodeEnv {
@@ -99,6 +102,7 @@ impl Default for NodeEnv {
             seed: None,
             connector: None,
             store: None,
+            role: None,
         }
     }
 }
@@ -163,6 +167,9 @@ pub struct Node {
     /// The address peers and clients reach this node at, when known (for
     /// `Admin.Status`).
     pub(crate) advertised: Mutex<Option<String>>,
+    /// This node's lease, when it is the writer of a region of several
+    /// nodes over one database (None: a single-node region).
+    pub(crate) role: Option<crate::ha::WriterRole>,
     /// The trace context of recent events peers are sent (shared with the writer).
     pub(crate) trace_marks: Arc<TraceMarks>,
     /// The last cluster status and figures, reused for a second.
@@ -247,6 +254,7 @@ impl Node {
             seed,
             connector,
             store,
+            role,
         } = env;
         let region_seed = seed.map(|s| s ^ stable_hash(settings.region.as_str()));
         let ids: Arc<dyn UidSource> = match region_seed {
@@ -350,7 +358,8 @@ impl Node {
             metrics_listener: Mutex::new(metrics_listener),
             metrics_addr,
             committing,
-            advertised: Mutex::new(None),
+            advertised: Mutex::new(role.as_ref().map(|r| r.me.address.clone())),
+            role,
             trace_marks,
             status_cache: StatusCache::default(),
             peer_addresses: settings.peers.iter().map(|(r, a)| (r.to_string(), a.clone())).collect(),
