@@ -98,6 +98,8 @@ pub struct NodeMetrics {
     grpc_requests: IntCounterVec,
     grpc_seconds: HistogramVec,
     watch_overtaken: IntCounterVec,
+    writer_epoch: IntGauge,
+    lease_takeovers: IntGauge,
 }
 
 /// Registers `metric` and hands it back (registration fails only on a
@@ -210,6 +212,14 @@ impl NodeMetrics {
             outbox_floor: registered(&r, build(IntGauge::new(
                 "cascade_outbox_floor_revision",
                 "The oldest revision still in the outbox: compaction removed everything below.",
+            ))),
+            writer_epoch: registered(&r, build(IntGauge::new(
+                "cascade_writer_epoch",
+                "The writer lease's epoch this node writes with (goes up at every takeover in its region; 0: a region of one node, without a lease).",
+            ))),
+            lease_takeovers: registered(&r, build(IntGauge::new(
+                "cascade_lease_takeovers",
+                "Times this process took its region's writer lease since it started (a region of several nodes over PostgreSQL).",
             ))),
             outbox_last: registered(&r, build(IntGauge::new(
                 "cascade_outbox_last_revision",
@@ -436,6 +446,13 @@ impl NodeMetrics {
             warn!(error = %e, "metrics: encoding failed");
         }
         String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// The writer lease this node holds: its epoch, and how many times this
+    /// process took the lease over.
+    pub(crate) fn set_lease(&self, epoch: u64, takeovers: u64) {
+        self.writer_epoch.set(i64::try_from(epoch).unwrap_or(i64::MAX));
+        self.lease_takeovers.set(i64::try_from(takeovers).unwrap_or(i64::MAX));
     }
 
     /// Reads the figures kept in the store.

@@ -287,6 +287,9 @@ impl Node {
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
         let metrics = Arc::new(NodeMetrics::new());
+        if let Some(role) = &role {
+            metrics.set_lease(role.epoch, role.takeovers());
+        }
         // A read of every resource, once: not on a runtime worker (nodes
         // share a process in the demo and tests).
         crate::writer::off_the_workers(store.waits_on_io(), || {

@@ -135,7 +135,14 @@ pub(crate) async fn report_health(health: &tonic_health::server::HealthReporter,
     for service in HEALTH_SERVICES {
         health.set_service_status(service, status).await;
     }
+    // A node that serves a `Node` is its region's writer (a standby
+    // reports NOT_SERVING for it: `api/standby.rs`).
+    health.set_service_status(WRITER_HEALTH_SERVICE, status).await;
 }
+
+/// The health service name that tells a region's writer from its standbys:
+/// SERVING on the writer while it commits, NOT_SERVING on a standby.
+pub const WRITER_HEALTH_SERVICE: &str = "cascade.v1.Writer";
 
 /// gRPC reflection over every service in `proto/`, as `grpc.reflection.v1`.
 pub(crate) fn reflection() -> Result<

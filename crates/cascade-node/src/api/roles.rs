@@ -1,0 +1,376 @@
+//! A `cascade serve` process of a region of several nodes over one
+//! database: a standby until it takes the writer lease, then the writer
+//! until it loses it, then a standby again.
+//!
+//! ```text
+//!            ┌──────── lease expired or released: try_acquire → epoch ───────┐
+//!            │                                                               ▼
+//!   standby: forwards every call to the writer        writer: fence(epoch), Node::open (loads the
+//!   (api/standby.rs), polls the lease                  region's state as a restart does), serves,
+//!            ▲                                         renews every `renew_every`
+//!            └── renew refused or late, a fenced commit, a commit of unknown outcome ──┘
+//! ```
+//!
+//! One listener for the process's whole life: an accept task hands each
+//! connection to whichever server runs now, so a role change never closes
+//! the port (clients and peers see their open calls end, and reconnect).
+//!
+//! Safety is the store's fence, not this loop's timing: a writer that lost
+//! its lease can still try to commit (a step in flight, a pause), and the
+//! commit is refused inside its own transaction. This loop makes a writer
+//! that cannot renew step down before the database would refuse it, and a
+//! standby take over as soon as the lease runs out.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio::time::Instant;
+use tracing::{error, info, warn};
+
+use crate::config::NodeSettings;
+use crate::ha::{HaSettings, WriterRole};
+use crate::log_throttle::Throttle;
+use crate::node::{Node, NodeEnv, NodeError};
+use crate::store::{LeaseHolder, Store, StoreError, WriterLease};
+
+/// The region's store and its lease, as one engine opened them.
+#[derive(Clone)]
+pub struct SharedStore {
+    pub store: Arc<dyn Store>,
+    pub lease: Arc<dyn WriterLease>,
+}
+
+/// A standby forgets a node that has not announced itself for this many
+/// times the lease's time to live (it was stopped or died).
+const FORGET_AFTER_TTLS: u32 = 12;
+
+/// Connections accepted and not yet taken by a server.
+const ACCEPT_BACKLOG: usize = 256;
+
+/// Serves `listener` as a node of a region of several nodes until
+/// `shutdown` resolves: a standby or the writer, as the lease decides. On
+/// shutdown the writer stops its steps, flushes and releases the lease, so
+/// a standby takes over at once instead of after the time to live.
+pub async fn serve_region_node(
+    settings: NodeSettings,
+    shared: SharedStore,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), NodeError> {
+    let bound = listener.local_addr()?;
+    let ha = settings.ha.clone();
+    let me = ha
+        .holder(bound, settings.tls.is_some())
+        .map_err(|e| NodeError::Config(e.to_string()))?;
+    info!(region = %settings.region, node = %me.node, address = %me.address, "serving as a node of a region of several nodes");
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let connections = Connections::accept(listener);
+    let takeovers = Arc::new(AtomicU64::new(0));
+    loop {
+        let Some(epoch) = standby(&settings, &shared, &me, &connections, stop_rx.clone()).await? else {
+            return Ok(());
+        };
+        takeovers.fetch_add(1, Ordering::Relaxed);
+        let role = WriterRole {
+            me: me.clone(),
+            epoch,
+            lease: shared.lease.clone(),
+            takeovers: takeovers.clone(),
+        };
+        match write(&settings, &shared, role, &connections, stop_rx.clone()).await? {
+            Ended::Shutdown => return Ok(()),
+            Ended::SteppedDown(why) => {
+                warn!(region = %settings.region, node = %me.node, epoch, %why, "stepped down: this node is a standby again");
+            }
+        }
+    }
+}
+
+/// Accepted connections, handed to the server of the current role.
+struct Connections {
+    rx: Arc<Mutex<mpsc::Receiver<TcpStream>>>,
+}
+
+impl Connections {
+    fn accept(listener: TcpListener) -> Self {
+        let (tx, rx) = mpsc::channel(ACCEPT_BACKLOG);
+        tokio::spawn(async move {
+            let mut failing = Throttle::new(Duration::from_secs(10));
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        // As `Node::serve`: small writes (events, replies)
+                        // must not wait for a delayed ACK.
+                        let _ = stream.set_nodelay(true);
+                        if tx.send(stream).await.is_err() {
+                            return;
+                        }
+                        failing.reset();
+                    }
+                    Err(e) => {
+                        // Out of file descriptors, mostly: wait a little
+                        // rather than spin.
+                        if let Some(more) = failing.admit() {
+                            warn!(error = %e, suppressed = more.count(), "cannot accept a connection{more}");
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        });
+        Self { rx: Arc::new(Mutex::new(rx)) }
+    }
+
+    /// The connections from now on, until the server that reads them stops
+    /// reading (then the next role's server gets the rest).
+    fn stream(&self) -> impl Stream<Item = Result<TcpStream, std::io::Error>> + Send + 'static {
+        futures::stream::unfold(self.rx.clone(), |rx| async move {
+            let next = rx.lock().await.recv().await;
+            next.map(|stream| (Ok(stream), rx))
+        })
+    }
+}
+
+/// Runs a blocking lease call off the runtime's workers.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .unwrap_or_else(|e| Err(StoreError::Engine(format!("a lease call panicked: {e}"))))
+}
+
+/// Serves as a standby until this node takes the lease (its epoch) or
+/// shuts down (None).
+async fn standby(
+    settings: &NodeSettings,
+    shared: &SharedStore,
+    me: &LeaseHolder,
+    connections: &Connections,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Option<u64>, NodeError> {
+    let ha = &settings.ha;
+    let (writer_tx, writer_rx) = watch::channel::<Option<String>>(None);
+    let (serving_tx, serving_rx) = watch::channel(false);
+    let server = tokio::spawn(crate::api::standby::serve_standby(
+        crate::api::standby::StandbySettings::from_node(settings),
+        connections.stream(),
+        writer_rx,
+        async move {
+            let mut serving_rx = serving_rx;
+            let _ = serving_rx.wait_for(|stop| *stop).await;
+        },
+    ));
+    let mut unreachable = Throttle::new(Duration::from_secs(30));
+    let forget_after = ha.lease_ttl * FORGET_AFTER_TTLS;
+    let taken = loop {
+        if *stop.borrow() {
+            break None;
+        }
+        let attempt = {
+            let (lease, me) = (shared.lease.clone(), me.clone());
+            let ttl = ha.lease_ttl;
+            blocking(move || {
+                lease.announce(&me, forget_after)?;
+                if let Some(epoch) = lease.try_acquire(&me, ttl)? {
+                    return Ok(Err(epoch));
+                }
+                lease.read().map(Ok)
+            })
+            .await
+        };
+        let wait = match attempt {
+            Ok(Err(epoch)) => break Some(epoch),
+            Ok(Ok(record)) => {
+                unreachable.reset();
+                let writer = record
+                    .holder
+                    .filter(|_| !record.expires_in.is_zero())
+                    .map(|h| h.address)
+                    .filter(|address| *address != me.address);
+                writer_tx.send_if_modified(|current| {
+                    let changed = *current != writer;
+                    if changed {
+                        info!(region = %settings.region, writer = writer.as_deref().unwrap_or("none"), "standby: the region's writer");
+                        *current = writer.clone();
+                    }
+                    changed
+                });
+                // Poll again when the lease would expire if not renewed,
+                // but at least every `renew_every`: a takeover then comes
+                // within a few milliseconds of the expiry.
+                (record.expires_in + Duration::from_millis(20)).min(ha.renew_every)
+            }
+            Err(e) => {
+                if let Some(more) = unreachable.admit() {
+                    warn!(region = %settings.region, error = %e, suppressed = more.count(),
+                        "standby: cannot read the writer lease{more}");
+                }
+                ha.renew_every
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.wait_for(|stop| *stop) => {}
+        }
+    };
+    let _ = serving_tx.send(true);
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => warn!(region = %settings.region, error = %e, "the standby server ended with an error"),
+        Err(e) => warn!(region = %settings.region, error = %e, "the standby server panicked"),
+    }
+    Ok(taken)
+}
+
+/// Why the writer's time ended.
+#[derive(Clone)]
+enum Ended {
+    Shutdown,
+    SteppedDown(String),
+}
+
+/// Serves as the writer at `role.epoch` until shutdown or until the lease
+/// is lost.
+async fn write(
+    settings: &NodeSettings,
+    shared: &SharedStore,
+    role: WriterRole,
+    connections: &Connections,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Ended, NodeError> {
+    let ha = settings.ha.clone();
+    let epoch = role.epoch;
+    // The acquire was sent before this instant: the lease runs at least
+    // until `valid_until` of it.
+    let granted_at = Instant::now();
+    shared.lease.fence(epoch);
+    let mut lost = shared.lease.lost();
+    info!(region = %settings.region, node = %role.me.node, epoch, "took the writer lease: loading the region's state");
+    let env = NodeEnv {
+        store: Some(shared.store.clone()),
+        role: Some(role.clone()),
+        ..NodeEnv::default()
+    };
+    let node = match Node::open_with(settings.clone(), env).await {
+        Ok(node) => node,
+        Err(e) => {
+            // Give the lease back for another node to try; this process
+            // exits with the error (its supervisor restarts it).
+            let lease = shared.lease.clone();
+            let _ = blocking(move || lease.release(epoch)).await;
+            return Err(e);
+        }
+    };
+    info!(region = %settings.region, node = %role.me.node, epoch, "serving as the region's writer");
+    let (why_tx, why_rx) = watch::channel::<Option<Ended>>(None);
+    let why_tx = Arc::new(why_tx);
+    let keeper = tokio::spawn(keep_lease(ha.clone(), shared.lease.clone(), epoch, granted_at, why_tx.clone()));
+    let end = {
+        let why_tx = why_tx.clone();
+        let mut why_rx = why_rx.clone();
+        async move {
+            tokio::select! {
+                _ = stop.wait_for(|stop| *stop) => { why_tx.send_if_modified(|w| set_once(w, Ended::Shutdown)); }
+                _ = lost.wait_for(|lost| *lost) => {
+                    why_tx.send_if_modified(|w| set_once(w, Ended::SteppedDown(
+                        "a commit was refused: another node holds the lease, or a commit's outcome is unknown".into())));
+                }
+                _ = why_rx.wait_for(|w| w.is_some()) => {}
+            }
+        }
+    };
+    let served = node.serve_incoming(connections.stream(), end).await;
+    keeper.abort();
+    let ended = why_rx
+        .borrow()
+        .clone()
+        .unwrap_or_else(|| Ended::SteppedDown("the server ended".into()));
+    if let Err(e) = served {
+        error!(region = %settings.region, epoch, error = %e, "the writer's server failed");
+    }
+    // Released after the writer stopped and flushed (serve_incoming does
+    // both): a standby that takes over reads everything this one wrote.
+    // After a step-down the lease is someone else's (release changes
+    // nothing then), or the database is unreachable.
+    let lease = shared.lease.clone();
+    if let Err(e) = blocking(move || lease.release(epoch)).await {
+        warn!(region = %settings.region, epoch, error = %e, "could not release the writer lease: a standby takes over when it expires");
+    }
+    Ok(ended)
+}
+
+fn set_once(slot: &mut Option<Ended>, why: Ended) -> bool {
+    if slot.is_some() {
+        return false;
+    }
+    *slot = Some(why);
+    true
+}
+
+/// Renews the lease every `renew_every`; says why the writer must step
+/// down when a renew is refused or when none succeeded before its own
+/// deadline.
+async fn keep_lease(
+    ha: HaSettings,
+    lease: Arc<dyn WriterLease>,
+    epoch: u64,
+    granted_at: Instant,
+    why: Arc<watch::Sender<Option<Ended>>>,
+) {
+    let mut valid_until = ha.valid_until(granted_at);
+    let mut failing = Throttle::new(Duration::from_secs(10));
+    loop {
+        let next = (Instant::now() + ha.renew_every).min(valid_until);
+        tokio::time::sleep_until(next).await;
+        if Instant::now() >= valid_until {
+            why.send_if_modified(|w| {
+                set_once(
+                    w,
+                    Ended::SteppedDown(format!(
+                        "the lease was not renewed within its time to live ({:?})",
+                        ha.lease_ttl
+                    )),
+                )
+            });
+            return;
+        }
+        let sent_at = Instant::now();
+        let renew = {
+            let lease = lease.clone();
+            let ttl = ha.lease_ttl;
+            tokio::time::timeout_at(valid_until, blocking(move || lease.renew(epoch, ttl))).await
+        };
+        match renew {
+            Ok(Ok(true)) => {
+                valid_until = ha.valid_until(sent_at);
+                failing.reset();
+            }
+            Ok(Ok(false)) => {
+                why.send_if_modified(|w| {
+                    set_once(
+                        w,
+                        Ended::SteppedDown(format!("another node took the lease over (this node held epoch {epoch})")),
+                    )
+                });
+                return;
+            }
+            Ok(Err(e)) => {
+                if let Some(more) = failing.admit() {
+                    warn!(epoch, error = %e, suppressed = more.count(), "cannot renew the writer lease{more}");
+                }
+            }
+            // The deadline passed during the call: the next turn says so.
+            Err(_) => {}
+        }
+    }
+}
