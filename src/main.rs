@@ -100,6 +100,16 @@ struct ServeArgs {
     /// unless given here or as `[tracing] otlp_endpoint` in the config.
     #[arg(long, env = "CASCADE_OTLP_ENDPOINT", value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// This node's name among its region's nodes, when they share a
+    /// PostgreSQL database (`[ha] node_name`; default: its advertised
+    /// address).
+    #[arg(long, env = "CASCADE_NODE_NAME", value_name = "NAME")]
+    node_name: Option<String>,
+    /// Where the region's other nodes and its clients reach this node
+    /// (`[ha] advertise`), e.g. `http://10.0.0.7:50051`; required when it
+    /// listens on a wildcard address and shares a PostgreSQL database.
+    #[arg(long, env = "CASCADE_ADVERTISE", value_name = "URL")]
+    advertise: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -269,6 +279,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
     }
     if args.otlp_endpoint.is_some() {
         file.tracing.otlp_endpoint = args.otlp_endpoint;
+    }
+    if args.node_name.is_some() {
+        file.ha.node_name = args.node_name;
+    }
+    if args.advertise.is_some() {
+        file.ha.advertise = args.advertise;
     }
     if let Some(engine) = args.storage_engine {
         file.storage.engine = Some(engine.to_string());

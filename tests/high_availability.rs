@@ -1,0 +1,356 @@
+//! A region of several `cascade serve` processes over a real PostgreSQL
+//! server: one writer at a time, fenced by the lease's epoch; standbys
+//! forward; a standby takes over when the writer dies, is paused past its
+//! lease, or loses the database, and finishes every accepted deletion.
+//!
+//! PostgreSQL comes from `cascade-testpg` (one server per test binary, a
+//! database per region). Without PostgreSQL on the machine these tests say
+//! they were skipped and pass; CI sets `CASCADE_TEST_PG_REQUIRED` so they
+//! never are there.
+
+// Test code, not a node: poll deadlines and elapsed times are real time.
+#![allow(clippy::disallowed_methods)]
+// Progress and figures go to the terminal (`--nocapture`).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use cascade_client::Client;
+use cascade_proto::v1;
+use support::ha::{health, HaCluster, TEST_LEASE_TTL};
+use support::*;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+const WRITER: &str = cascade_node::WRITER_HEALTH_SERVICE;
+
+/// Each name of an operation's outcomes, paging to the end: a name
+/// reported twice fails.
+async fn outcome_names(client: &Client, id: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut token = String::new();
+    loop {
+        let op = client
+            .raw()
+            .get_operation(v1::GetOperationRequest {
+                id: id.to_owned(),
+                outcomes_page_size: 1000,
+                outcomes_page_token: token,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("GetOperation page: {e:?}"))
+            .into_inner();
+        for o in &op.outcomes {
+            let name = o.resource.as_ref().expect("outcome resource").name.clone();
+            assert!(names.insert(name.clone()), "{name} reported twice");
+        }
+        if op.next_outcomes_page_token.is_empty() {
+            return names;
+        }
+        token = op.next_outcomes_page_token;
+    }
+}
+
+/// Polls until `check` holds, at most `limit`.
+async fn until(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_started_at_the_same_moment_make_exactly_one_writer() {
+    let Some(pg) = cascade_testpg::server() else { return };
+    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| "[deletion]\ntick_ms = 50".into());
+    // Both processes at once: neither waits for the other's first line.
+    let (a, b) = std::thread::scope(|s| {
+        let configs = [cluster.config("eu-west", 0), cluster.config("eu-west", 1)];
+        let [ca, cb] = &configs;
+        let a = s.spawn(move || spawn_server(ca));
+        let b = s.spawn(move || spawn_server(cb));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let region = cluster.regions.iter_mut().find(|r| r.name == "eu-west").unwrap();
+    region.running.insert(0, a);
+    region.running.insert(1, b);
+
+    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
+    let standby = 1 - writer;
+    // It stays that way: two lease periods, polled.
+    let until_then = Instant::now() + TEST_LEASE_TTL * 2;
+    while Instant::now() < until_then {
+        assert_eq!(cluster.writers("eu-west").await, vec![writer]);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The standby is healthy (its writer is reachable) and forwards.
+    assert_eq!(
+        health(&cluster.endpoint("eu-west", standby), "").await,
+        Some(ServingStatus::Serving)
+    );
+    let through_standby = cluster.client("eu-west", standby).await;
+    through_standby
+        .create(spec_in("eu-west/project/p", &[]))
+        .await
+        .expect("a create through the standby");
+    let from_writer = cluster.client("eu-west", writer).await;
+    assert_eq!(
+        state(&from_writer.get("eu-west/project/p").await.unwrap()),
+        v1::ResourceState::Active
+    );
+    // Status, asked of either node, names the writer and its epoch.
+    for node in [writer, standby] {
+        let (code, status) = cascade_status(&cluster.endpoint("eu-west", node)).await;
+        assert_eq!(code, 0, "{status}");
+        let own = &status["regions"][0];
+        let nodes = own["figures"]["nodes"].as_array().unwrap_or_else(|| panic!("{status}"));
+        let writers: Vec<&str> = nodes
+            .iter()
+            .filter(|n| n["role"] == "writer")
+            .map(|n| n["node"].as_str().unwrap())
+            .collect();
+        assert_eq!(writers, vec![format!("eu-west-{writer}").as_str()], "{status}");
+        assert_eq!(nodes.len(), 2, "{status}");
+        assert!(own["figures"]["writer_epoch"].as_u64().unwrap_or(0) >= 1, "{status}");
+    }
+}
+
+/// Ports of each region on the owner's network: 10,000 resources in all,
+/// most of them local to the owner (a local BatchCreate is one step), the
+/// rest imported by the two other regions (each cross-region create
+/// settles in a step of its own).
+const LOCAL_PORTS: usize = 9_000;
+const IMPORTED_PORTS: usize = 500;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_it_once() {
+    let Some(pg) = cascade_testpg::server() else { return };
+    let regions = ["eu-west", "us-east", "ap-south"];
+    let mut cluster = HaCluster::configure(pg, &regions, 2, |region| {
+        // Small steps in the owner's region, so the kill lands mid-cascade.
+        let budget = if region == "eu-west" { 200 } else { 512 };
+        format!("[deletion]\ntick_ms = 50\ncheck_interval_ms = 1000\nbatch_budget = {budget}")
+    });
+    cluster.start_all();
+    let mut writers = Vec::new();
+    for region in regions {
+        writers.push(cluster.wait_writer(region, Duration::from_secs(15)).await);
+    }
+    let owner_writer = writers[0];
+    let owner_standby = 1 - owner_writer;
+    // Clients through the standbys of every region: they forward, and
+    // they outlive the owner's writer.
+    let eu = cluster.client("eu-west", owner_standby).await;
+    eu.batch_create(vec![
+        spec_in("eu-west/project/p", &[]),
+        spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
+    ])
+    .await
+    .unwrap();
+    let t0 = Instant::now();
+    let mut expected: BTreeSet<String> = BTreeSet::from(["eu-west/network/n".to_owned()]);
+    for chunk in (0..LOCAL_PORTS).collect::<Vec<_>>().chunks(1000) {
+        let specs: Vec<_> = chunk
+            .iter()
+            .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
+            .collect();
+        expected.extend(specs.iter().map(|s| s.name.clone()));
+        eu.batch_create(specs).await.unwrap();
+    }
+    for (r, region) in regions.iter().enumerate().skip(1) {
+        let client = cluster.client(region, 1 - writers[r]).await;
+        for chunk in (0..IMPORTED_PORTS).collect::<Vec<_>>().chunks(250) {
+            let specs: Vec<_> = chunk
+                .iter()
+                .map(|i| spec_in(&format!("{region}/port/p{i}"), &[("network", &["eu-west/network/n"])]))
+                .collect();
+            expected.extend(specs.iter().map(|s| s.name.clone()));
+            client.batch_create(specs).await.unwrap();
+        }
+    }
+    assert_eq!(expected.len(), LOCAL_PORTS + 2 * IMPORTED_PORTS + 1);
+    eprintln!("setup of {} resources took {:?}", expected.len(), t0.elapsed());
+
+    let op = eu
+        .delete(delete_req("eu-west/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    // Kill the owner's writer once the cascade is under way, not done.
+    until(Duration::from_secs(60), "the cascade shows progress", async || {
+        let p = eu.get_operation(&op.id, 0).await.map(|o| o.progress.unwrap_or_default());
+        matches!(p, Ok(p) if p.deleted >= 500)
+    })
+    .await;
+    let progress_at_kill = eu.get_operation(&op.id, 0).await.unwrap().progress.unwrap();
+    assert!(
+        (progress_at_kill.deleted as usize) < expected.len(),
+        "the cascade finished before the kill could land: {progress_at_kill:?}"
+    );
+    let killed = Instant::now();
+    cluster.kill("eu-west", owner_writer);
+    let took_over = until(Duration::from_secs(30), "the standby takes over", async || {
+        health(&cluster.endpoint("eu-west", owner_standby), WRITER).await == Some(ServingStatus::Serving)
+    })
+    .await;
+    eprintln!(
+        "killed the writer at {progress_at_kill:?}; the standby served as the writer {took_over:?} later (lease TTL {TEST_LEASE_TTL:?})"
+    );
+    assert!(
+        took_over < TEST_LEASE_TTL + Duration::from_secs(3),
+        "the takeover took {took_over:?}"
+    );
+
+    let done = wait_operation(&eu, &op.id).await;
+    eprintln!("the operation ended {:?} after the kill", killed.elapsed());
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    let p = done.progress.unwrap();
+    assert_eq!(p.deleted as usize, expected.len(), "every resource once: {p:?}");
+    assert_eq!((p.pending, p.blocked, p.failed), (0, 0, 0), "{p:?}");
+    assert_eq!(outcome_names(&eu, &op.id).await, expected, "every outcome reported exactly once");
+
+    wait_quiescent_at(&cluster.endpoints()).await;
+    assert_no_violations_at(&cluster.endpoints()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_lost() {
+    let Some(pg) = cascade_testpg::server() else { return };
+    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
+        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
+    });
+    cluster.start_all();
+    let old = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
+    let standby = 1 - old;
+    let client = cluster.client("eu-west", standby).await;
+    client
+        .batch_create(vec![
+            spec_in("eu-west/project/p", &[]),
+            spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
+        ])
+        .await
+        .unwrap();
+    let ports: Vec<_> = (0..2000)
+        .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
+        .collect();
+    for chunk in ports.chunks(1000) {
+        client.batch_create(chunk.to_vec()).await.unwrap();
+    }
+    let op = client
+        .delete(delete_req("eu-west/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    // SIGSTOP: a GC pause, a stalled VM. It keeps its sockets and its
+    // database sessions, and answers nothing.
+    let old_pid = cluster.pid("eu-west", old);
+    signal(old_pid, "-STOP");
+    let took_over = until(Duration::from_secs(30), "the standby takes over", async || {
+        health(&cluster.endpoint("eu-west", standby), WRITER).await == Some(ServingStatus::Serving)
+    })
+    .await;
+    eprintln!("the standby took over {took_over:?} after the writer was paused");
+    // The new writer makes progress while the old one sleeps.
+    let before = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted;
+    until(Duration::from_secs(30), "the new writer makes progress", async || {
+        client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted > before
+    })
+    .await;
+    signal(old_pid, "-CONT");
+    // Awake, it finds its lease gone: it steps down and becomes a standby
+    // (healthy, forwarding), never a second writer.
+    until(Duration::from_secs(15), "the old writer steps down", async || {
+        health(&cluster.endpoint("eu-west", old), WRITER).await == Some(ServingStatus::NotServing)
+    })
+    .await;
+    assert_eq!(cluster.writers("eu-west").await, vec![standby]);
+
+    let done = wait_operation(&client, &op.id).await;
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    assert_eq!(done.progress.unwrap().deleted, 2001, "every port and the network, once each");
+    assert_eq!(outcome_names(&client, &op.id).await.len(), 2001);
+    wait_quiescent_at(&cluster.endpoints()).await;
+    assert_no_violations_at(&cluster.endpoints()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
+    let Some(pg) = cascade_testpg::server() else { return };
+    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
+        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
+    });
+    cluster.start_all();
+    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
+    let client = cluster.client("eu-west", writer).await;
+    client
+        .batch_create(vec![
+            spec_in("eu-west/project/p", &[]),
+            spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
+        ])
+        .await
+        .unwrap();
+    let ports: Vec<_> = (0..1000)
+        .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
+        .collect();
+    client.batch_create(ports).await.unwrap();
+    let op = client
+        .delete(delete_req("eu-west/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    pg.stop_server();
+    // Meanwhile: every node NOT_SERVING, and a write is refused
+    // UNAVAILABLE (not a hang, not another code).
+    until(Duration::from_secs(20), "both nodes report NOT_SERVING", async || {
+        let mut all = true;
+        for node in 0..2 {
+            all &= health(&cluster.endpoint("eu-west", node), "").await != Some(ServingStatus::Serving);
+        }
+        all
+    })
+    .await;
+    for node in 0..2 {
+        let c = cluster.client("eu-west", node).await;
+        let refused = tokio::time::timeout(Duration::from_secs(10), c.create(spec_in("eu-west/project/q", &[])))
+            .await
+            .expect("answered within 10 s");
+        let e = refused.expect_err("no create while the database is down");
+        assert_eq!(code(&e), Some(tonic::Code::Unavailable), "{e:?}");
+    }
+    pg.start_server();
+    let writer = cluster.wait_writer("eu-west", Duration::from_secs(30)).await;
+    let client = cluster.client("eu-west", writer).await;
+    let done = wait_operation(&client, &op.id).await;
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    assert_eq!(done.progress.unwrap().deleted, 1001);
+    assert_eq!(outcome_names(&client, &op.id).await.len(), 1001);
+    assert_no_violations_at(&cluster.endpoints()).await;
+}
+
+/// Sends a signal with `kill(1)`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill(1) runs");
+    assert!(status.success(), "kill {signal} {pid}: {status}");
+}
