@@ -49,6 +49,10 @@ pub struct SharedStore {
 /// times the lease's time to live (it was stopped or died).
 const FORGET_AFTER_TTLS: u32 = 12;
 
+/// How long a standby that took the lease waits for the calls it was
+/// forwarding to finish before it closes their connections.
+const STANDBY_DRAIN: Duration = Duration::from_millis(500);
+
 /// Connections accepted and not yet taken by a server.
 const ACCEPT_BACKLOG: usize = 256;
 
@@ -224,10 +228,15 @@ async fn standby(
         }
     };
     let _ = serving_tx.send(true);
-    match server.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!(region = %settings.region, error = %e, "the standby server ended with an error"),
-        Err(e) => warn!(region = %settings.region, error = %e, "the standby server panicked"),
+    // Calls the standby is forwarding (a client's Watch, a peer's stream)
+    // may not end on their own: the writer must not wait on them. Their
+    // clients reconnect, to this node as the writer.
+    let mut server = server;
+    match tokio::time::timeout(STANDBY_DRAIN, &mut server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => warn!(region = %settings.region, error = %e, "the standby server ended with an error"),
+        Ok(Err(e)) => warn!(region = %settings.region, error = %e, "the standby server panicked"),
+        Err(_) => server.abort(),
     }
     Ok(taken)
 }
