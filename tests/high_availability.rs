@@ -183,7 +183,10 @@ async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_
         .unwrap();
     // Kill the owner's writer once the cascade is under way, not done.
     until(Duration::from_secs(60), "the cascade shows progress", async || {
-        let p = eu.get_operation(&op.id, 0).await.map(|o| o.progress.unwrap_or_default());
+        let p = eu
+            .get_operation(&op.id, 0)
+            .await
+            .map(|o| o.progress.unwrap_or_default());
         matches!(p, Ok(p) if p.deleted >= 500)
     })
     .await;
@@ -216,7 +219,11 @@ async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_
     let p = done.progress.unwrap();
     assert_eq!(p.deleted as usize, expected.len(), "every resource once: {p:?}");
     assert_eq!((p.pending, p.blocked, p.failed), (0, 0, 0), "{p:?}");
-    assert_eq!(outcome_names(&eu, &op.id).await, expected, "every outcome reported exactly once");
+    assert_eq!(
+        outcome_names(&eu, &op.id).await,
+        expected,
+        "every outcome reported exactly once"
+    );
 
     wait_quiescent_at(&cluster.endpoints()).await;
     assert_no_violations_at(&cluster.endpoints()).await;
@@ -281,7 +288,11 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
         Ok(v1::OperationState::Succeeded),
         "{done:?}"
     );
-    assert_eq!(done.progress.unwrap().deleted, 2001, "every port and the network, once each");
+    assert_eq!(
+        done.progress.unwrap().deleted,
+        2001,
+        "every port and the network, once each"
+    );
     assert_eq!(outcome_names(&client, &op.id).await.len(), 2001);
     wait_quiescent_at(&cluster.endpoints()).await;
     assert_no_violations_at(&cluster.endpoints()).await;

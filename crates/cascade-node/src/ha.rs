@@ -233,7 +233,10 @@ mod tests {
     #[test]
     fn the_lease_renews_well_inside_its_time_to_live() {
         let s = HaSettings::from_config(&HaConfig::default()).unwrap();
-        assert_eq!((s.lease_ttl, s.renew_every), (Duration::from_secs(5), Duration::from_millis(1250)));
+        assert_eq!(
+            (s.lease_ttl, s.renew_every),
+            (Duration::from_secs(5), Duration::from_millis(1250))
+        );
         let s = HaSettings::from_config(&config(Some(10_000), None)).unwrap();
         assert_eq!(s.renew_every, Duration::from_millis(2500));
         let s = HaSettings::from_config(&config(Some(10_000), Some(1_000))).unwrap();
@@ -248,6 +251,8 @@ mod tests {
     }
 
     #[test]
+    // A fixed instant to add to; no time passes.
+    #[allow(clippy::disallowed_methods)]
     fn the_writers_own_deadline_comes_before_the_databases() {
         let s = HaSettings::from_config(&config(Some(5_000), None)).unwrap();
         let sent = Instant::now();
@@ -272,7 +277,10 @@ mod tests {
         })
         .unwrap();
         let me = named.holder("0.0.0.0:50051".parse().unwrap(), false).unwrap();
-        assert_eq!((me.node.as_str(), me.address.as_str()), ("eu-west-0", "http://eu-west-0.cascade:50051"));
+        assert_eq!(
+            (me.node.as_str(), me.address.as_str()),
+            ("eu-west-0", "http://eu-west-0.cascade:50051")
+        );
     }
 
     #[test]
