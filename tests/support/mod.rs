@@ -324,7 +324,9 @@ async fn start_cluster_from(
         settings.check_interval = Duration::from_millis(500);
         for (j, region) in regions.iter().enumerate() {
             if j != i {
-                settings.peers.insert(RegionId::parse(region).unwrap(), peer_addr(i, j));
+                settings
+                    .peers
+                    .insert(RegionId::parse(region).unwrap(), peer_addr(i, j).into());
             }
         }
         if let Some(pki) = pki {
