@@ -207,6 +207,12 @@ impl Cluster {
     /// Starts a stopped region's node again on the same address and data
     /// directory.
     pub async fn restart(&mut self, region: &str) {
+        self.restart_with(region, |_| {}).await;
+    }
+
+    /// Like [`Cluster::restart`], with its settings changed by `tweak`
+    /// (kept for later restarts): an upgrade, say.
+    pub async fn restart_with(&mut self, region: &str, tweak: impl FnOnce(&mut NodeSettings)) {
         let i = self
             .stopped
             .iter()
@@ -217,13 +223,14 @@ impl Cluster {
             TcpListener::bind(addr).await.ok()
         })
         .await;
-        let settings = self
+        let saved = &mut self
             .settings
-            .iter()
+            .iter_mut()
             .find(|(r, _)| *r == region)
             .expect("settings of the region")
-            .1
-            .clone();
+            .1;
+        tweak(saved);
+        let settings = saved.clone();
         let node = RunningNode::start(settings, listener).await.expect("node restarts");
         let client = Client::connect_with(&node.endpoint(), self.client_tls.as_ref())
             .await

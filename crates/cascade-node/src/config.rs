@@ -652,6 +652,42 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_region_is_one_address_or_a_list_of_one_to_sixteen() {
+        let peers = |entry: &str| settings(&format!("region = \"eu-1\"\n[peers]\nus-2 = {entry}\n"));
+        let us2 = RegionId::parse("us-2").unwrap();
+        let addresses = |entry: &str| peers(entry).unwrap().peers[&us2].as_slice().to_vec();
+        assert_eq!(addresses("\"http://a:1\""), ["http://a:1"]);
+        assert_eq!(
+            addresses("[\"http://a:1\", \"http://b:2\"]"),
+            ["http://a:1", "http://b:2"]
+        );
+        assert_eq!(
+            peers("[\"http://a:1\", \"http://b:2\"]").unwrap().peers[&us2].to_string(),
+            "http://a:1, http://b:2"
+        );
+        assert_eq!(
+            err("region = \"eu-1\"\n[peers]\nus-2 = []\n"),
+            "peers: us-2: a region needs at least one address"
+        );
+        let seventeen: Vec<String> = (0..17).map(|i| format!("\"http://n{i}:1\"")).collect();
+        assert_eq!(
+            err(&format!(
+                "region = \"eu-1\"\n[peers]\nus-2 = [{}]\n",
+                seventeen.join(", ")
+            )),
+            "peers: us-2: at most 16 addresses per region, not 17"
+        );
+        assert!(
+            err("region = \"eu-1\"\n[peers]\nus-2 = [\"http://a:1\", \"https://b:2\"]\n")
+                .contains("\"https://b:2\" must start with http://")
+        );
+        assert_eq!(
+            settings("region = \"eu-1\"").unwrap().protocol_version,
+            cascade_proto::PROTOCOL_VERSION
+        );
+    }
+
+    #[test]
     fn admin_access_comes_from_the_file_and_defaults_to_nobody() {
         assert_eq!(settings("region = \"eu-1\"").unwrap().admin, AdminAccess::default());
         let s = settings("region = \"eu-1\"\n[admin]\ntoken = \"0123456789abcdef\"\n").unwrap();

@@ -18,9 +18,10 @@
 //!
 //! Each region is given as one or more addresses (its nodes: a writer and
 //! standbys that forward to it, see [`PeerAddresses`]); its channel dials
-//! them in turn, the one that answered last first, the next one a moment
-//! later if that one has not connected yet ([`NEXT_ADDRESS_AFTER`]), so a
-//! node that is down costs a dial that much, not a call's deadline.
+//! them in turn, the one that answered last first, the next one as soon as
+//! that one fails or a moment later if it has not connected yet
+//! ([`NEXT_ADDRESS_AFTER`]), so a node that is down costs a dial that
+//! much at most, not a call's deadline.
 //!
 //! Every call through a channel announces this node's protocol version
 //! (`cascade_proto::PROTOCOL_VERSION_HEADER`) and records the version the
@@ -51,7 +52,7 @@ use std::time::Duration;
 use cascade_core::{CoreError, RegionId};
 use cascade_proto::{announced_version, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER};
 use cascade_tls::NodeTls;
-use futures::FutureExt;
+use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -353,10 +354,11 @@ impl Peers {
 }
 
 /// Dials a region's addresses in turn, from the one that connected last:
-/// each attempt after the first starts [`NEXT_ADDRESS_AFTER`] after the one
-/// before it (the earlier ones go on), and the first connection wins. A
-/// node that refuses costs nothing but that pause, a silent one no more
-/// either; the whole dial stays within the channel's dial timeout.
+/// the next attempt starts when the one before failed, or
+/// [`NEXT_ADDRESS_AFTER`] after it started if it is still trying (it goes
+/// on meanwhile), and the first connection wins. A node that refuses costs
+/// nothing, a silent one that pause; the whole dial stays within the
+/// channel's dial timeout.
 fn dial_in_turn(connect: PeerConnector, uris: Arc<[Uri]>, answered_last: Arc<AtomicUsize>) -> PeerConnecting {
     if uris.len() == 1 {
         return connect(uris[0].clone());
@@ -364,20 +366,36 @@ fn dial_in_turn(connect: PeerConnector, uris: Arc<[Uri]>, answered_last: Arc<Ato
     Box::pin(async move {
         let n = uris.len();
         let first = answered_last.load(Ordering::Relaxed) % n;
-        let attempts = (0..n).map(|k| {
+        let attempt = |k: usize| {
             let i = (first + k) % n;
-            let (connect, uri) = (connect.clone(), uris[i].clone());
-            async move {
-                if k > 0 {
-                    tokio::time::sleep(NEXT_ADDRESS_AFTER.saturating_mul(k as u32)).await;
+            let connecting = connect(uris[i].clone());
+            async move { connecting.await.map(|io| (i, io)) }
+        };
+        let mut attempts = futures::stream::FuturesUnordered::new();
+        let mut started = 0;
+        let mut last_error = None;
+        loop {
+            if attempts.is_empty() {
+                if started == n {
+                    return Err(last_error.unwrap_or_else(|| std::io::Error::other("no address to dial")));
                 }
-                connect(uri).await.map(|io| (i, io))
+                attempts.push(attempt(started));
+                started += 1;
             }
-            .boxed()
-        });
-        let ((i, io), _) = futures::future::select_ok(attempts).await?;
-        answered_last.store(i, Ordering::Relaxed);
-        Ok(io)
+            tokio::select! {
+                Some(outcome) = attempts.next() => match outcome {
+                    Ok((i, io)) => {
+                        answered_last.store(i, Ordering::Relaxed);
+                        return Ok(io);
+                    }
+                    Err(e) => last_error = Some(e),
+                },
+                () = tokio::time::sleep(NEXT_ADDRESS_AFTER), if started < n => {
+                    attempts.push(attempt(started));
+                    started += 1;
+                }
+            }
+        }
     })
 }
 
