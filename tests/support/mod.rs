@@ -204,14 +204,12 @@ impl Cluster {
         self.stopped.push((region, addr, dir));
     }
 
-    /// Starts a stopped region's node again on the same address and data
-    /// directory.
+    /// Starts a stopped region's node again on the same address and data directory.
     pub async fn restart(&mut self, region: &str) {
         self.restart_with(region, |_| {}).await;
     }
 
-    /// Like [`Cluster::restart`], with its settings changed by `tweak`
-    /// (kept for later restarts): an upgrade, say.
+    /// [`Cluster::restart`] with settings changed by `tweak` (kept): an upgrade, say.
     pub async fn restart_with(&mut self, region: &str, tweak: impl FnOnce(&mut NodeSettings)) {
         let i = self
             .stopped
@@ -223,12 +221,8 @@ impl Cluster {
             TcpListener::bind(addr).await.ok()
         })
         .await;
-        let saved = &mut self
-            .settings
-            .iter_mut()
-            .find(|(r, _)| *r == region)
-            .expect("settings of the region")
-            .1;
+        let saved = self.settings.iter_mut().find(|(r, _)| *r == region);
+        let saved = &mut saved.expect("settings of the region").1;
         tweak(saved);
         let settings = saved.clone();
         let node = RunningNode::start(settings, listener).await.expect("node restarts");

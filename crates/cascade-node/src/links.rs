@@ -208,15 +208,8 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
 /// node made to speak protocol version 1 (a test of mixed versions) skips
 /// DELETION_FORCED, as such a node skips an event type it does not know.
 fn understood(node: &Node, peer: &str, event: &RemoteEvent) -> bool {
-    let forced = event.event_type == EventType::DeletionForced;
-    let label = match event.event_type {
-        EventType::Deleting => "deleting",
-        EventType::DeletionForced => "deletion_forced",
-        EventType::Purged => "purged",
-        _ => "other",
-    };
-    node.metrics.peer_event_received(peer, label);
-    !forced || node.peers.own_version >= cascade_proto::DELETION_FORCED_SINCE
+    node.metrics.peer_event_received(peer, event.event_type);
+    event.event_type != EventType::DeletionForced || node.peers.own_version >= cascade_proto::DELETION_FORCED_SINCE
 }
 
 /// The span a batch of a peer's events is applied in: a child of the

@@ -388,10 +388,17 @@ impl NodeMetrics {
         self.peer_connected.with_label_values(&[peer]).set(i64::from(connected));
     }
 
-    /// The link to `peer` received one of its outbox events, of this type
-    /// (the protocol's name in lower case: `deletion_forced`).
-    pub(crate) fn peer_event_received(&self, peer: &str, event_type: &str) {
-        self.peer_events_received.with_label_values(&[peer, event_type]).inc();
+    /// The link to `peer` received one of its outbox events (labelled with
+    /// the protocol's name of its type in lower case: `deletion_forced`).
+    pub(crate) fn peer_event_received(&self, peer: &str, event_type: cascade_core::model::EventType) {
+        use cascade_core::model::EventType;
+        let label = match event_type {
+            EventType::Deleting => "deleting",
+            EventType::DeletionForced => "deletion_forced",
+            EventType::Purged => "purged",
+            _ => "other",
+        };
+        self.peer_events_received.with_label_values(&[peer, label]).inc();
     }
 
     /// A call to `peer` succeeded at `unix_seconds`.

@@ -206,13 +206,17 @@ impl RunningNode {
     }
 }
 
-/// Adds this node's protocol version to an answer's headers.
+/// Adds this node's protocol version to an answer's headers, unless the
+/// answer already carries one: an answer relayed unchanged (a standby's,
+/// from its writer) speaks for the node that made it, the one that applies
+/// what it is sent.
 fn announce_version<B>(version: u32) -> impl Fn(http::Response<B>) -> http::Response<B> + Clone {
     let value = http::HeaderValue::from(version);
     move |mut response: http::Response<B>| {
         response
             .headers_mut()
-            .insert(cascade_proto::PROTOCOL_VERSION_HEADER, value.clone());
+            .entry(cascade_proto::PROTOCOL_VERSION_HEADER)
+            .or_insert_with(|| value.clone());
         response
     }
 }

@@ -212,9 +212,12 @@ impl tower::Service<http::Request<tonic::body::Body>> for AnnouncingChannel {
     }
 
     fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        // Kept when already set: a call relayed unchanged (a standby
+        // forwarding to its writer) speaks for the node that made it.
         request
             .headers_mut()
-            .insert(PROTOCOL_VERSION_HEADER, self.own_version.clone());
+            .entry(PROTOCOL_VERSION_HEADER)
+            .or_insert_with(|| self.own_version.clone());
         let heard = self.heard.clone();
         let answer = tower::Service::call(&mut self.inner, request);
         Box::pin(async move {
@@ -267,7 +270,10 @@ impl Peers {
             let addr = addresses.as_slice().first().cloned().unwrap_or_default();
             let invalid = |message: String| invalid(&addr, message);
             // The endpoint's own address is only the channel's authority
-            // and scheme; the connector below dials every address.
+            // and scheme; the connector below dials every address (not
+            // tonic's `Channel::balance_list`: it dials with each
+            // endpoint's own connector, without the bound on the TLS
+            // handshake below, and not over a simulation's network).
             let mut endpoint = Endpoint::from_shared(addr.clone()).map_err(|e| invalid(e.to_string()))?;
             if let Some(tls) = tls {
                 endpoint = endpoint
