@@ -424,3 +424,71 @@ fn dial_tcp(uri: Uri) -> PeerConnecting {
         Ok(Box::new(stream) as Box<dyn PeerIo>)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connector over named hosts: `up` connects (an in-memory stream),
+    /// `down` refuses at once, `silent` never answers; every dial is noted.
+    fn connector(dialled: Arc<std::sync::Mutex<Vec<String>>>) -> PeerConnector {
+        Arc::new(move |uri: Uri| {
+            let host = uri.host().unwrap_or_default().to_owned();
+            let dialled = dialled.clone();
+            Box::pin(async move {
+                dialled.lock().unwrap().push(host.clone());
+                match host.as_str() {
+                    "down" => Err(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+                    "silent" => futures::future::pending().await,
+                    _ => Ok(Box::new(tokio::io::duplex(64).0) as Box<dyn PeerIo>),
+                }
+            })
+        })
+    }
+
+    fn uris(hosts: &[&str]) -> Arc<[Uri]> {
+        hosts.iter().map(|h| format!("http://{h}:1").parse().unwrap()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_node_that_refuses_costs_nothing_and_the_one_that_answered_is_dialled_first_next_time() {
+        let dialled = Arc::default();
+        let answered_last = Arc::new(AtomicUsize::new(0));
+        let hosts = uris(&["down", "up"]);
+        let started = crate::clock::monotonic_now();
+        dial_in_turn(connector(Arc::clone(&dialled)), hosts.clone(), answered_last.clone())
+            .await
+            .expect("the second node answers");
+        assert!(started.elapsed() < NEXT_ADDRESS_AFTER, "{:?}", started.elapsed());
+        assert_eq!(*dialled.lock().unwrap(), ["down", "up"]);
+        dialled.lock().unwrap().clear();
+        dial_in_turn(connector(Arc::clone(&dialled)), hosts, answered_last)
+            .await
+            .expect("it answers again");
+        assert_eq!(*dialled.lock().unwrap(), ["up"]);
+    }
+
+    #[tokio::test]
+    async fn a_silent_node_costs_one_pause_and_all_down_is_an_error() {
+        let dialled = Arc::default();
+        let started = crate::clock::monotonic_now();
+        let dial = dial_in_turn(connector(dialled), uris(&["silent", "up"]), Arc::default());
+        dial.await.expect("the second node answers");
+        let took = started.elapsed();
+        assert!(took >= NEXT_ADDRESS_AFTER && took < NEXT_ADDRESS_AFTER * 4, "{took:?}");
+        let refused = dial_in_turn(connector(Arc::default()), uris(&["down", "down"]), Arc::default()).await;
+        assert_eq!(
+            refused.err().map(|e| e.kind()),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
+    }
+
+    #[test]
+    fn a_region_has_one_to_sixteen_addresses() {
+        assert_eq!(PeerAddresses::new(vec![]), Err(PeerAddressesError::Empty));
+        let many = vec!["http://a:1".to_owned(); MAX_PEER_ADDRESSES + 1];
+        assert_eq!(PeerAddresses::new(many), Err(PeerAddressesError::TooMany(17)));
+        let two = PeerAddresses::new(vec!["http://a:1".into(), "http://b:2".into()]).unwrap();
+        assert_eq!(two.to_string(), "http://a:1, http://b:2");
+    }
+}
