@@ -241,7 +241,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         }
         for (j, peer) in DEMO_REGIONS.iter().enumerate() {
             if j != i {
-                settings.peers.insert(RegionId::parse(peer)?, endpoints[j].clone());
+                settings
+                    .peers
+                    .insert(RegionId::parse(peer)?, endpoints[j].clone().into());
             }
         }
         nodes.push(RunningNode::start(settings, listener).await?);

@@ -424,3 +424,164 @@ async fn a_force_purge_unsets_a_blocker_in_another_region_and_finishes_the_casca
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }
+
+/// `cascade_peer_events_received_total` of `region`'s link to `peer`, by type.
+async fn events_received(c: &Cluster, region: &str, peer: &str, event_type: &str) -> f64 {
+    let metrics = scrape(c.node(region).node.metrics_addr().expect("metrics served")).await;
+    metrics
+        .get(&format!(
+            "cascade_peer_events_received_total{{peer=\"{peer}\",type=\"{event_type}\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// `region`'s entry in `cascade status -o json` as `asked` answers it.
+async fn status_of(c: &Cluster, asked: &str, region: &str) -> serde_json::Value {
+    let (code, status) = cascade_status(&c.node(asked).node.endpoint()).await;
+    assert_eq!(code, 0, "{status}");
+    status["regions"]
+        .as_array()
+        .and_then(|regions| regions.iter().find(|r| r["region"] == region))
+        .cloned()
+        .unwrap_or_else(|| panic!("{region} is not in {status}"))
+}
+
+/// Issue 26, mixed versions: rb runs as a node of the protocol before
+/// DELETION_FORCED (version 1), ra as this binary. ra never relies on rb
+/// applying a forced deletion: a force purge that rb's `block` referrer
+/// holds is refused, naming rb and its version; one that only `cascade`
+/// referrers in rb saw goes through and rb is sent DELETING in place of
+/// DELETION_FORCED; both regions stay consistent. `cascade status` shows
+/// each region's versions. rb then restarts as this binary on the same
+/// data (an upgrade), and the same force purge goes through with
+/// DELETION_FORCED: rb's router loses the reference that held it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_of_the_older_protocol_is_never_sent_deletion_forced_and_forcing_waits_for_its_upgrade() {
+    let current = cascade_proto::PROTOCOL_VERSION;
+    let mut c = start_cluster_with(&["ra", "rb"], |s| {
+        s.policy.backoff_base_ms = 50;
+        s.policy.max_attempts = 2;
+        s.admin.token = Some(TOKEN.to_owned());
+        s.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        if s.region.as_str() == "rb" {
+            s.protocol_version = current - 1;
+        }
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    // `net` is held by rb's router (block); `lone` only by rb's port (cascade).
+    let held = |name: &str, project: &str| {
+        let mut spec = spec_in(name, &[("project", &[project])]);
+        spec.finalizers = vec!["dns".into()];
+        spec
+    };
+    a.batch_create(vec![
+        spec_in("ra/project/p1", &[]),
+        held("ra/network/net", "ra/project/p1"),
+        held("ra/network/lone", "ra/project/p1"),
+    ])
+    .await
+    .unwrap();
+    b.batch_create(vec![
+        spec_in("rb/project/p2", &[]),
+        spec_in("rb/port/x", &[("network", &["ra/network/lone"])]),
+        spec_in(
+            "rb/router/r",
+            &[
+                ("project", &["rb/project/p2"]),
+                ("gateway_network", &["ra/network/net"]),
+            ],
+        ),
+    ])
+    .await
+    .unwrap();
+    a.delete(delete_req("ra/project/p1", true)).await.unwrap();
+    // Both stay DELETING: `net` blocked by rb's router, each held by its finalizer.
+    eventually(Duration::from_secs(30), "net's deletion to fail, blocked", || async {
+        let d = a.get("ra/network/net").await.ok()?.deletion?;
+        (d.status == v1::DeletionStatus::Failed as i32).then_some(())
+    })
+    .await;
+    wait_gone(b, "rb/port/x").await;
+    assert!(a.get("ra/network/lone").await.unwrap().deletion.is_some());
+
+    // Each region's versions, as ra sees them: rb heard on the link, and
+    // what each says of itself.
+    let rb = eventually(Duration::from_secs(10), "ra to hear rb's version", || async {
+        let rb = status_of(&c, "ra", "rb").await;
+        (rb["protocol_version"] == current - 1).then_some(rb)
+    })
+    .await;
+    assert_eq!(rb["figures"]["protocol_version"], current - 1, "{rb}");
+    assert_eq!(rb["figures"]["binary_version"], env!("CARGO_PKG_VERSION"), "{rb}");
+    let ra = status_of(&c, "ra", "ra").await;
+    assert_eq!(ra["protocol_version"], current, "{ra}");
+    assert_eq!(ra["figures"]["protocol_version"], current, "{ra}");
+    assert_eq!(status_of(&c, "rb", "ra").await["protocol_version"], current);
+
+    let root = admin(&c, "ra", Some(TOKEN)).await;
+    let force = |name: &str| v1::ForcePurgeRequest {
+        name: name.into(),
+        reason: "decommissioned".into(),
+        force: true,
+    };
+    match root.force_purge(force("ra/network/net")).await {
+        Err(ClientError::Status(s)) => {
+            assert_eq!(s.code(), tonic::Code::FailedPrecondition, "{s:?}");
+            let details = cascade_proto::status::error_details(&s).expect("details");
+            assert_eq!(details.region, "rb", "{s:?}");
+            assert!(
+                s.message().contains("rb/router/r") && s.message().contains("protocol version 1"),
+                "{s:?}"
+            );
+        }
+        other => panic!("a force purge rb's block referrer holds must be refused, got {other:?}"),
+    }
+    let still = a.get("ra/network/net").await.unwrap();
+    assert!(still.deletion.unwrap().forced.is_none(), "not forced");
+
+    // Nothing of rb holds `lone`: forced through, rb is sent DELETING.
+    root.force_purge(force("ra/network/lone")).await.unwrap();
+    wait_gone(a, "ra/network/lone").await;
+    // lone's PURGED comes after its forced event in ra's outbox.
+    eventually(Duration::from_secs(10), "rb to receive lone's PURGED", || async {
+        (events_received(&c, "rb", "ra", "purged").await >= 1.0).then_some(())
+    })
+    .await;
+    assert!(events_received(&c, "rb", "ra", "deleting").await >= 3.0);
+    assert_eq!(
+        events_received(&c, "rb", "ra", "deletion_forced").await,
+        0.0,
+        "ra sent DELETION_FORCED to a node of version 1"
+    );
+    let router = b.get("rb/router/r").await.unwrap();
+    assert_eq!(targets(&router, "gateway_network"), ["ra/network/net"]);
+    assert_no_violations(&c).await;
+
+    // The upgrade: rb again, as this binary, on the same data.
+    c.stop("rb").await;
+    c.restart_with("rb", |s| s.protocol_version = current).await;
+    eventually(Duration::from_secs(10), "ra to hear rb's new version", || async {
+        let rb = status_of(&c, "ra", "rb").await;
+        (rb["protocol_version"] == current && rb["figures"]["protocol_version"] == current).then_some(())
+    })
+    .await;
+    let forced = admin(&c, "ra", Some(TOKEN))
+        .await
+        .force_purge(force("ra/network/net"))
+        .await
+        .unwrap();
+    assert!(forced.resource.unwrap().deletion.unwrap().forced.is_some());
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    wait_gone(a, "ra/network/net").await;
+    let router = b.get("rb/router/r").await.unwrap();
+    assert_eq!(state(&router), v1::ResourceState::Active);
+    assert!(targets(&router, "gateway_network").is_empty(), "{router:?}");
+    assert!(
+        events_received(&c, "rb", "ra", "deletion_forced").await >= 1.0,
+        "the upgraded rb is sent DELETION_FORCED"
+    );
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}

@@ -1,5 +1,8 @@
 //! Cross-region deletion over real gRPC between three region nodes.
 
+// Test code: elapsed times are real time, and are printed (`--nocapture`).
+#![allow(clippy::disallowed_methods, clippy::print_stderr)]
+
 mod support;
 
 use std::time::Duration;
@@ -567,6 +570,65 @@ async fn batch_create_may_reference_an_earlier_cross_region_resource() {
         created.iter().all(|r| state(r) == v1::ResourceState::Active),
         "{created:?}"
     );
+    wait_quiescent(&c).await;
+    assert_no_violations(&c).await;
+}
+
+/// Issue 26: a region given as several addresses (its nodes: a writer and
+/// standbys that forward to it) is reached through whichever answers.
+/// Here each region lists the other as two addresses, the first a node
+/// that is down (nothing listens on its port): the links come up, a
+/// reference across the regions is resolved and attached, a cascade is
+/// forwarded and finishes, without a call waiting on the dead node, and
+/// `cascade status` shows both addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_at_two_addresses_of_which_the_first_is_down_still_links_and_cascades() {
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    }; // closed again here: a node that is down
+    let c = start_cluster_with(&["ra", "rb"], |s| {
+        for addresses in s.peers.values_mut() {
+            let listed = [vec![down.clone()], addresses.as_slice().to_vec()].concat();
+            *addresses = cascade_node::peers::PeerAddresses::new(listed).unwrap();
+        }
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/net", &[("project", &["ra/project/p"])]),
+    ])
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    b.create(spec_in("rb/port/x", &[("network", &["ra/network/net"])]))
+        .await
+        .unwrap();
+    let resolved = started.elapsed();
+    // The dial timeout is 3 s: a create that waited on the dead node first
+    // would take at least that.
+    assert!(resolved < Duration::from_secs(2), "the create took {resolved:?}");
+    b.create(spec_in("rb/port/y", &[("network", &["ra/network/net"])]))
+        .await
+        .unwrap();
+    eprintln!("a create resolving its reference in ra took {resolved:?}");
+
+    // rb's client deletes ra's network: forwarded to ra, cascaded to rb.
+    let op = delete_and_wait(b, "ra/network/net", true).await;
+    assert_eq!(op.state, v1::OperationState::Succeeded as i32, "{op:?}");
+    for name in ["rb/port/x", "rb/port/y"] {
+        wait_gone(b, name).await;
+    }
+    let (code, status) = cascade_status(&c.node("ra").node.endpoint()).await;
+    assert_eq!(code, 0, "{status}");
+    let rb = status["regions"]
+        .as_array()
+        .and_then(|regions| regions.iter().find(|r| r["region"] == "rb"))
+        .unwrap_or_else(|| panic!("rb is not in {status}"));
+    let listed = format!("{down}, {}", c.node("rb").node.endpoint());
+    assert_eq!(rb["address"], listed.as_str(), "{status}");
+    assert_eq!(rb["link_connected"], true, "{status}");
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }

@@ -867,7 +867,7 @@ async fn an_owner_that_accepts_connections_but_never_answers_is_unavailable() {
     let c = start_cluster_with(&["eu-west"], |s| {
         s.peers.insert(
             cascade_core::RegionId::parse("us-east").unwrap(),
-            format!("http://{addr}"),
+            format!("http://{addr}").into(),
         );
     })
     .await;

@@ -31,14 +31,19 @@ async fn proxied_cluster(regions: &[&str]) -> (Cluster, Proxies) {
     let made = proxies.clone();
     let cluster = start_cluster_tls_with(regions, &pki, move |settings| {
         let from = settings.region.to_string();
-        for (peer, addr) in settings.peers.iter_mut() {
-            let upstream: std::net::SocketAddr = addr.trim_start_matches("https://").parse().expect("a peer address");
-            let proxy =
-                tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(FaultProxy::start(upstream)));
-            *addr = format!("https://{}", proxy.addr());
-            made.lock()
-                .unwrap()
-                .push((from.clone(), peer.to_string(), Arc::new(proxy)));
+        for (peer, addresses) in settings.peers.iter_mut() {
+            *addresses = addresses.clone().map(|addr| {
+                let upstream: std::net::SocketAddr =
+                    addr.trim_start_matches("https://").parse().expect("a peer address");
+                let proxy = tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(FaultProxy::start(upstream))
+                });
+                let proxied = format!("https://{}", proxy.addr());
+                made.lock()
+                    .unwrap()
+                    .push((from.clone(), peer.to_string(), Arc::new(proxy)));
+                proxied
+            });
         }
     })
     .await;

@@ -190,8 +190,10 @@ fn settings(region: &str) -> NodeSettings {
     // retry for about 25 s after a partition heals).
     s.links.keepalive_timeout = SIM_KEEPALIVE_TIMEOUT;
     for peer in REGIONS.iter().filter(|p| **p != region) {
-        s.peers
-            .insert(RegionId::parse(peer).expect("peer"), format!("http://{peer}:{PORT}"));
+        s.peers.insert(
+            RegionId::parse(peer).expect("peer"),
+            format!("http://{peer}:{PORT}").into(),
+        );
     }
     s
 }

@@ -204,9 +204,13 @@ impl Cluster {
         self.stopped.push((region, addr, dir));
     }
 
-    /// Starts a stopped region's node again on the same address and data
-    /// directory.
+    /// Starts a stopped region's node again on the same address and data directory.
     pub async fn restart(&mut self, region: &str) {
+        self.restart_with(region, |_| {}).await;
+    }
+
+    /// [`Cluster::restart`] with settings changed by `tweak` (kept): an upgrade, say.
+    pub async fn restart_with(&mut self, region: &str, tweak: impl FnOnce(&mut NodeSettings)) {
         let i = self
             .stopped
             .iter()
@@ -217,13 +221,10 @@ impl Cluster {
             TcpListener::bind(addr).await.ok()
         })
         .await;
-        let settings = self
-            .settings
-            .iter()
-            .find(|(r, _)| *r == region)
-            .expect("settings of the region")
-            .1
-            .clone();
+        let saved = self.settings.iter_mut().find(|(r, _)| *r == region);
+        let saved = &mut saved.expect("settings of the region").1;
+        tweak(saved);
+        let settings = saved.clone();
         let node = RunningNode::start(settings, listener).await.expect("node restarts");
         let client = Client::connect_with(&node.endpoint(), self.client_tls.as_ref())
             .await
@@ -324,7 +325,9 @@ async fn start_cluster_from(
         settings.check_interval = Duration::from_millis(500);
         for (j, region) in regions.iter().enumerate() {
             if j != i {
-                settings.peers.insert(RegionId::parse(region).unwrap(), peer_addr(i, j));
+                settings
+                    .peers
+                    .insert(RegionId::parse(region).unwrap(), peer_addr(i, j).into());
             }
         }
         if let Some(pki) = pki {

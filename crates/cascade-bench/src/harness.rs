@@ -113,7 +113,7 @@ impl Cluster {
             };
             settings.peers = peers
                 .iter()
-                .map(|&j| Ok((RegionId::parse(&spec.regions[j])?, endpoints[j].clone())))
+                .map(|&j| Ok((RegionId::parse(&spec.regions[j])?, endpoints[j].clone().into())))
                 .collect::<Result<BTreeMap<_, _>>>()?;
             let node = Node::open(settings).await?;
             let stats = node.write_stats();

@@ -192,6 +192,26 @@ pub enum CoreError {
         /// The configured threshold.
         threshold_ms: u64,
     },
+    /// ForcePurge of a deletion that a `block` referrer in another region
+    /// holds, while that region speaks a protocol version that does not
+    /// apply a forced deletion (or has not said which it speaks): it would
+    /// keep the reference, and the forced deletion would wait for it for
+    /// ever. The node decides this; the protocol never sees versions.
+    #[error(
+        "{name} cannot be forced through now: {referrer} holds it (block) in region {region}, which {why}; \
+         upgrade that region and force again, or remove the reference"
+    )]
+    ForceNeedsNewerRegion {
+        /// The resource.
+        name: ResourceName,
+        /// The region that would not apply it.
+        region: String,
+        /// One of its `block` referrers (or, past the rows read, "one of
+        /// the N+ block referrers").
+        referrer: String,
+        /// Which version it speaks ("speaks protocol version 1, ...").
+        why: String,
+    },
     /// A step was asked to act on a resource another region owns (the node
     /// forwards such requests; the core only acts on its own region).
     #[error("{name} belongs to region {region}, this node serves {local}")]
@@ -316,6 +336,7 @@ impl CoreError {
             | CoreError::Liened { .. }
             | CoreError::NoSuchDeletion { .. }
             | CoreError::ForceTooEarly { .. }
+            | CoreError::ForceNeedsNewerRegion { .. }
             | CoreError::CreateAborted { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,

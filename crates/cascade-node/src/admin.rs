@@ -131,11 +131,72 @@ impl Node {
         force: bool,
     ) -> Result<DeletionEntry, Fault> {
         let min_age_ms = self.admin.force_purge_after_ms;
+        let checked = name.clone();
+        crate::writer::off_the_workers(self.store.waits_on_io(), || self.regions_apply_forcing(&checked))?;
         let (resource, record) = self
             .writer
             .apply(move |s, c, ids| protocol::force_purge(s, c, ids, &name, req, min_age_ms, force))
             .await?;
         self.entry_after_action(resource, record)
+    }
+
+    /// A forced deletion makes the `block` referrers in every region lose
+    /// the reference, through the DELETION_FORCED event, which only
+    /// importers from protocol version 2 apply (`cascade_proto::
+    /// PROTOCOL_VERSION`); an older one skips it, so its `block` referrers
+    /// would hold the deletion for ever. Refused, naming the region, while
+    /// a region that holds a `block` referrer of `name` has not announced
+    /// version 2 (a region not heard from counts as the oldest). Nothing
+    /// can attach to a DELETING resource, so the rows read here are all
+    /// there will be. Anything else (a name that does not parse, a
+    /// resource that is not DELETING) is left to the step to refuse.
+    fn regions_apply_forcing(&self, name: &str) -> Result<(), Fault> {
+        /// Enough `block` rows to name a holder; past that many, a region
+        /// that could hold one is refused without reading further.
+        const READ_AT_MOST: usize = 10_000;
+        let Ok(name) = cascade_core::ResourceName::parse(name) else {
+            return Ok(());
+        };
+        let state = self.state();
+        let Some(resource) = state.resource(&name)? else {
+            return Ok(());
+        };
+        if resource.state != cascade_core::model::ResourceState::Deleting {
+            return Ok(());
+        }
+        let needed = cascade_proto::DELETION_FORCED_SINCE;
+        let why = |region: &str| match self.peers.version_of(region) {
+            Some(v) => format!("speaks protocol version {v}, before {needed}: it does not apply a forced deletion"),
+            None => format!(
+                "has not announced its protocol version yet (it counts as version 1, before {needed}: \
+                 it would not apply a forced deletion)"
+            ),
+        };
+        let rows = state.blocking_backrefs(resource.uid, READ_AT_MOST)?;
+        let holder = rows.iter().find(|b| {
+            let region = b.referrer.name.region();
+            region != self.region.as_str() && !self.peers.speaks_at_least(region, needed)
+        });
+        if let Some(b) = holder {
+            let region = b.referrer.name.region().to_owned();
+            return Err(Fault::Refused(cascade_core::CoreError::ForceNeedsNewerRegion {
+                name,
+                why: why(&region),
+                region,
+                referrer: b.referrer.name.to_string(),
+            }));
+        }
+        if rows.len() >= READ_AT_MOST {
+            if let Some(region) = self.peers.regions().find(|r| !self.peers.speaks_at_least(r, needed)) {
+                return Err(Fault::Refused(cascade_core::CoreError::ForceNeedsNewerRegion {
+                    why: why(region),
+                    region: region.to_owned(),
+                    referrer: format!("one of its {READ_AT_MOST}+ block referrers (not all read)"),
+                    name,
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// The entry an action answers with: its resource and record as the

@@ -10,6 +10,7 @@
 //!
 //! [peers]             # the other regions of the cluster
 //! us-east = "http://127.0.0.1:50052"
+//! ap-south = ["http://10.0.0.7:50051", "http://10.0.0.8:50051"]  # a region's nodes (at most 16)
 //!
 //! [deletion]          # all optional
 //! batch_budget = 512
@@ -65,7 +66,7 @@ use cascade_core::schema::EXAMPLE_SCHEMA;
 use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
-use crate::peers::{LinkTimings, WATCH_HEARTBEAT};
+use crate::peers::{LinkTimings, PeerAddresses, WATCH_HEARTBEAT};
 use crate::store::StorageEngine;
 use cascade_tls::{NodeTls, TlsFiles};
 
@@ -80,9 +81,10 @@ pub struct ConfigFile {
     /// Where Prometheus metrics are served (`http://ADDR/metrics`); none:
     /// not served.
     pub metrics_listen: Option<String>,
-    /// Region → gRPC address of the node that owns it.
+    /// Region → gRPC address of its node, or the list of its nodes'
+    /// addresses (a writer and its standbys: any that answers will do).
     #[serde(default)]
-    pub peers: BTreeMap<String, String>,
+    pub peers: BTreeMap<String, PeerEntry>,
     #[serde(default)]
     pub deletion: DeletionConfig,
     #[serde(default)]
@@ -99,6 +101,31 @@ pub struct ConfigFile {
     /// `[ha]`: this node among its region's nodes (PostgreSQL only).
     #[serde(default)]
     pub ha: crate::ha::HaConfig,
+}
+
+/// A region's entry in `[peers]`: one address, or a list of its nodes'.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PeerEntry {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl PeerEntry {
+    /// The addresses, in the order written.
+    pub fn addresses(&self) -> Vec<String> {
+        match self {
+            PeerEntry::One(addr) => vec![addr.clone()],
+            PeerEntry::Several(list) => list.clone(),
+        }
+    }
+}
+
+/// An entry written as one address equals that address.
+impl PartialEq<String> for PeerEntry {
+    fn eq(&self, other: &String) -> bool {
+        matches!(self, PeerEntry::One(addr) if addr == other)
+    }
 }
 
 /// `[links]`: how links between regions dial, ping and decide a peer is
@@ -300,8 +327,8 @@ pub struct NodeSettings {
     pub policy: Policy,
     pub tick: Duration,
     pub limits: ApiLimits,
-    /// Other regions and their addresses.
-    pub peers: BTreeMap<RegionId, String>,
+    /// Other regions and their nodes' addresses.
+    pub peers: BTreeMap<RegionId, PeerAddresses>,
     /// How long a cross-region back-reference of a waiting deletion may go
     /// unreleased before the owner asks the importer whether it still stands.
     pub check_interval: Duration,
@@ -321,6 +348,12 @@ pub struct NodeSettings {
     /// This node among its region's nodes, and the writer lease's timing
     /// (`[ha]`; used with a shared store only).
     pub ha: crate::ha::HaSettings,
+    /// The node-to-node protocol version this node announces and behaves
+    /// as: `cascade_proto::PROTOCOL_VERSION`, unless a test of mixed
+    /// versions makes it an older node (version 1 does not apply
+    /// DELETION_FORCED). Not in the config file.
+    #[doc(hidden)]
+    pub protocol_version: u32,
 }
 
 impl NodeSettings {
@@ -343,6 +376,7 @@ impl NodeSettings {
             metrics_listen: None,
             links: LinkTimings::default(),
             ha: crate::ha::HaSettings::default(),
+            protocol_version: cascade_proto::PROTOCOL_VERSION,
         }
     }
 
@@ -451,7 +485,7 @@ impl NodeSettings {
             force_purge_after_ms: file.admin.force_purge_after_ms.unwrap_or(DEFAULT_FORCE_PURGE_AFTER_MS),
         };
         let scheme = if settings.tls.is_some() { "https://" } else { "http://" };
-        for (region, addr) in &file.peers {
+        for (region, entry) in &file.peers {
             let id = RegionId::parse(region).map_err(|e| ConfigError::Invalid {
                 field: "peers",
                 message: e.to_string(),
@@ -462,18 +496,28 @@ impl NodeSettings {
                     message: format!("{region} is this node's own region"),
                 });
             }
-            if !addr.starts_with(scheme) {
-                let why = if settings.tls.is_some() {
-                    "[tls] is on"
-                } else {
-                    "[tls] is off; https:// peers need it"
-                };
-                return Err(ConfigError::Invalid {
-                    field: "peers",
-                    message: format!("{region}: address {addr:?} must start with {scheme} ({why})"),
-                });
+            let addresses = entry.addresses();
+            for addr in &addresses {
+                if !addr.starts_with(scheme) {
+                    let why = if settings.tls.is_some() {
+                        "[tls] is on"
+                    } else {
+                        "[tls] is off; https:// peers need it"
+                    };
+                    return Err(ConfigError::Invalid {
+                        field: "peers",
+                        message: format!(
+                            "{region}: address {} must start with {scheme} ({why})",
+                            cascade_core::limits::quote(addr)
+                        ),
+                    });
+                }
             }
-            settings.peers.insert(id, addr.clone());
+            let addresses = PeerAddresses::new(addresses).map_err(|e| ConfigError::Invalid {
+                field: "peers",
+                message: format!("{region}: {e}"),
+            })?;
+            settings.peers.insert(id, addresses);
         }
         Ok(settings)
     }
@@ -615,6 +659,42 @@ mod tests {
             "limits.default_page_size: 20 exceeds max_page_size 10"
         );
         assert!(err("region = \"eu-1\"\n[limits]\nmax_pages = 10").contains("unknown field"));
+    }
+
+    #[test]
+    fn a_peer_region_is_one_address_or_a_list_of_one_to_sixteen() {
+        let peers = |entry: &str| settings(&format!("region = \"eu-1\"\n[peers]\nus-2 = {entry}\n"));
+        let us2 = RegionId::parse("us-2").unwrap();
+        let addresses = |entry: &str| peers(entry).unwrap().peers[&us2].as_slice().to_vec();
+        assert_eq!(addresses("\"http://a:1\""), ["http://a:1"]);
+        assert_eq!(
+            addresses("[\"http://a:1\", \"http://b:2\"]"),
+            ["http://a:1", "http://b:2"]
+        );
+        assert_eq!(
+            peers("[\"http://a:1\", \"http://b:2\"]").unwrap().peers[&us2].to_string(),
+            "http://a:1, http://b:2"
+        );
+        assert_eq!(
+            err("region = \"eu-1\"\n[peers]\nus-2 = []\n"),
+            "peers: us-2: a region needs at least one address"
+        );
+        let seventeen: Vec<String> = (0..17).map(|i| format!("\"http://n{i}:1\"")).collect();
+        assert_eq!(
+            err(&format!(
+                "region = \"eu-1\"\n[peers]\nus-2 = [{}]\n",
+                seventeen.join(", ")
+            )),
+            "peers: us-2: at most 16 addresses per region, not 17"
+        );
+        assert!(
+            err("region = \"eu-1\"\n[peers]\nus-2 = [\"http://a:1\", \"https://b:2\"]\n")
+                .contains("\"https://b:2\" must start with http://")
+        );
+        assert_eq!(
+            settings("region = \"eu-1\"").unwrap().protocol_version,
+            cascade_proto::PROTOCOL_VERSION
+        );
     }
 
     #[test]

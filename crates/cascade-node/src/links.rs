@@ -23,7 +23,7 @@ use std::time::Duration;
 // runtime) controls.
 use tokio::time::Instant;
 
-use cascade_core::model::RemoteEvent;
+use cascade_core::model::{EventType, RemoteEvent};
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::Timestamp;
 use futures::{FutureExt, StreamExt};
@@ -182,7 +182,11 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
             }
         }
         contact(node, peer);
-        let watched: Vec<WatchedEvent> = batch.into_iter().flatten().collect();
+        let watched: Vec<WatchedEvent> = batch
+            .into_iter()
+            .flatten()
+            .filter(|w| understood(node, peer, &w.event))
+            .collect();
         if watched.is_empty() {
             continue; // heartbeats only
         }
@@ -198,6 +202,14 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
             return format!("applying events: {e}");
         }
     }
+}
+
+/// Counts a received event by type, and whether this node applies it: a
+/// node made to speak protocol version 1 (a test of mixed versions) skips
+/// DELETION_FORCED, as such a node skips an event type it does not know.
+fn understood(node: &Node, peer: &str, event: &RemoteEvent) -> bool {
+    node.metrics.peer_event_received(peer, event.event_type);
+    event.event_type != EventType::DeletionForced || node.peers.own_version >= cascade_proto::DELETION_FORCED_SINCE
 }
 
 /// The span a batch of a peer's events is applied in: a child of the

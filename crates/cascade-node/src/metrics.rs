@@ -95,6 +95,7 @@ pub struct NodeMetrics {
     peer_events_behind: IntGaugeVec,
     peer_last_contact: GaugeVec,
     peer_pending_releases: IntGaugeVec,
+    peer_events_received: IntCounterVec,
     grpc_requests: IntCounterVec,
     grpc_seconds: HistogramVec,
     watch_overtaken: IntCounterVec,
@@ -253,6 +254,13 @@ impl NodeMetrics {
                 ),
                 &["peer"],
             ))),
+            peer_events_received: registered(&r, build(IntCounterVec::new(
+                Opts::new(
+                    "cascade_peer_events_received_total",
+                    "Events of the peer's outbox this node's link received, by type (deleting, deletion_forced, purged), whether it applied them or not.",
+                ),
+                &["peer", "type"],
+            ))),
             grpc_requests: registered(&r, build(IntCounterVec::new(
                 Opts::new(
                     "cascade_grpc_server_requests_total",
@@ -388,6 +396,19 @@ impl NodeMetrics {
     /// The link to `peer` is following its outbox (or not).
     pub(crate) fn peer_connected(&self, peer: &str, connected: bool) {
         self.peer_connected.with_label_values(&[peer]).set(i64::from(connected));
+    }
+
+    /// The link to `peer` received one of its outbox events (labelled with
+    /// the protocol's name of its type in lower case: `deletion_forced`).
+    pub(crate) fn peer_event_received(&self, peer: &str, event_type: cascade_core::model::EventType) {
+        use cascade_core::model::EventType;
+        let label = match event_type {
+            EventType::Deleting => "deleting",
+            EventType::DeletionForced => "deletion_forced",
+            EventType::Purged => "purged",
+            _ => "other",
+        };
+        self.peer_events_received.with_label_values(&[peer, label]).inc();
     }
 
     /// A call to `peer` succeeded at `unix_seconds`.

@@ -174,7 +174,7 @@ pub struct Node {
     pub(crate) trace_marks: Arc<TraceMarks>,
     /// The last cluster status and figures, reused for a second.
     pub(crate) status_cache: StatusCache,
-    /// Peer region → its address, as configured.
+    /// Peer region → its nodes' addresses, as configured (joined by ", ").
     pub(crate) peer_addresses: BTreeMap<String, String>,
 }
 
@@ -284,6 +284,7 @@ impl Node {
             connector,
             settings.links,
             settings.limits.max_message_bytes,
+            settings.protocol_version,
         )
         .map_err(|e| NodeError::Config(e.to_string()))?;
         let metrics = Arc::new(NodeMetrics::new());
@@ -365,7 +366,11 @@ impl Node {
             role,
             trace_marks,
             status_cache: StatusCache::default(),
-            peer_addresses: settings.peers.iter().map(|(r, a)| (r.to_string(), a.clone())).collect(),
+            peer_addresses: settings
+                .peers
+                .iter()
+                .map(|(r, a)| (r.to_string(), a.to_string()))
+                .collect(),
         })
     }
 

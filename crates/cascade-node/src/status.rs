@@ -1,7 +1,9 @@
 //! `Admin.GetClusterStatus` (`cascade status`), as [`Node`] methods on
 //! plain types: this region's own figures, every peer's (asked over
 //! `Peer.RegionFigures`, concurrently, each within [`STATUS_DEADLINE`]),
-//! and this node's view of its link to each.
+//! and this node's view of its link to each, with the protocol version it
+//! last heard each announce (the figures say what each says of itself:
+//! its protocol and binary versions).
 //!
 //! A peer that does not answer is listed unreachable with the reason; the
 //! status itself never fails because of it: it is what an operator looks
@@ -72,6 +74,8 @@ impl Node {
             oldest_deletion_age_ms: i64::try_from(summary.oldest_age_ms).unwrap_or(i64::MAX),
             last_revision: state.next_revision_stored()?.saturating_sub(1),
             truncated: summary.truncated,
+            protocol_version: self.peers.own_version,
+            binary_version: env!("CARGO_PKG_VERSION").to_owned(),
         })
     }
 
@@ -97,6 +101,7 @@ impl Node {
             events_behind: 0,
             last_contact_ms: self.clock.now().0 as i64,
             figures: Some(self.region_figures()?),
+            protocol_version: self.peers.own_version,
         };
         let asked = self.peers.regions().map(|region| async move {
             let answer = self.peers.region_figures(region, STATUS_DEADLINE).await;
@@ -123,6 +128,8 @@ impl Node {
                     .last_contact(region)
                     .map_or(0, |seconds| (seconds * 1000.0) as i64),
                 figures,
+                // After the call for its figures: what its answer announced.
+                protocol_version: self.peers.version_of(region).unwrap_or(0),
             });
         }
         Ok(regions)

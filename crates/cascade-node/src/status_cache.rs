@@ -30,4 +30,7 @@ pub(crate) struct RegionStatus {
     pub events_behind: i64,
     pub last_contact_ms: i64,
     pub figures: Option<RegionFigures>,
+    /// The protocol version this node last heard the region announce (0:
+    /// none yet); this node's own for its own region.
+    pub protocol_version: u32,
 }

@@ -38,5 +38,43 @@ pub use status::{error_details, status_from_core};
 /// Encoded `FileDescriptorSet` of the API, for the gRPC reflection service.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cascade_descriptor.bin"));
 
+/// The version of the node-to-node protocol this binary speaks, announced
+/// to every other node in the gRPC metadata [`PROTOCOL_VERSION_HEADER`] of
+/// each peer call and answer, and in `RegionFigures.protocol_version`.
+///
+/// - **1**: every binary from before versions were announced (a node that
+///   announces nothing, or has not been heard from yet, counts as 1). The
+///   seed protocol: Lookup, Attach, Release, Watch of DELETING and PURGED
+///   events, CheckBackrefs, OperationPart, ListDeleting, Dump, Ack, Plan,
+///   KeepsAnotherTarget, ExplainPart, RegionFigures. Some of these binaries
+///   apply `EVENT_TYPE_DELETION_FORCED` and `DeletingEntry.forced`, older
+///   ones skip an event type they do not know; a node cannot tell them
+///   apart, so it assumes the older.
+/// - **2**: announces its version (this header, `RegionFigures` fields 11
+///   and 12, `RegionStatus` field 9), and applies
+///   `EVENT_TYPE_DELETION_FORCED` (its `block` referrers lose the
+///   reference) and `DeletingEntry.forced`. An owner sends a watcher
+///   DELETION_FORCED only from version 2 (an older one is sent DELETING in
+///   its place), and forces a deletion through only while every region
+///   holding a `block` referrer of it speaks version 2.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest protocol version: what a peer that announced nothing counts as.
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
+
+/// The first protocol version whose importers apply `DELETION_FORCED`.
+pub const DELETION_FORCED_SINCE: u32 = 2;
+
+/// The gRPC metadata key (lower case, as HTTP/2 sends it) that carries the
+/// sender's [`PROTOCOL_VERSION`] on peer calls and on every answer.
+pub const PROTOCOL_VERSION_HEADER: &str = "cascade-protocol-version";
+
+/// The protocol version a header value announces; None when it is absent
+/// or not a positive number (then the sender counts as the oldest).
+pub fn announced_version(value: Option<&[u8]>) -> Option<u32> {
+    let text = std::str::from_utf8(value?).ok()?;
+    text.trim().parse::<u32>().ok().filter(|v| *v > 0)
+}
+
 /// Largest gRPC message a node or client accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;

@@ -156,6 +156,11 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             field: "force".into(),
             ..with(ErrorReason::TooEarly)
         },
+        CoreError::ForceNeedsNewerRegion { name, region, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            region: region.clone(),
+            ..with(ErrorReason::Refused)
+        },
         CoreError::RemoteReference { field, target } => v1::ErrorDetails {
             field: field.clone(),
             resource: named(target, ""),

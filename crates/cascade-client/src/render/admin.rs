@@ -143,6 +143,8 @@ fn figures_json(f: &v1::RegionFigures) -> Value {
         "oldest_deletion_age_ms": f.oldest_deletion_age_ms,
         "last_revision": f.last_revision,
         "truncated": f.truncated,
+        "protocol_version": f.protocol_version,
+        "binary_version": f.binary_version,
     })
 }
 
@@ -161,6 +163,7 @@ pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
                 "last_contact_ms": r.last_contact_ms,
                 "last_contact": rfc3339_or_null(r.last_contact_ms),
                 "figures": r.figures.as_ref().map(figures_json),
+                "protocol_version": r.protocol_version,
             })
         })
         .collect();
@@ -170,6 +173,19 @@ pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
         "time": rfc3339_or_null(s.time_ms),
         "regions": regions,
     })
+}
+
+/// The PROTOCOL column: the version the answering node last heard on the
+/// link (`heard`, 0: none yet), and what the region says of itself when
+/// it answered (`says`, 0: a node that says none, version 1) when the two
+/// differ (the region was upgraded or rolled back since).
+fn protocol_text(heard: u32, says: Option<u32>) -> String {
+    match (heard, says.filter(|s| *s > 0)) {
+        (0, Some(says)) => says.to_string(),
+        (0, None) => "?".to_owned(),
+        (heard, Some(says)) if says != heard => format!("{heard} (says {says})"),
+        (heard, _) => heard.to_string(),
+    }
 }
 
 /// One screen: a row per region, then why each unreachable one is.
@@ -186,6 +202,8 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
         "BLOCKED",
         "FAILED",
         "OLDEST DELETION",
+        "PROTOCOL",
+        "BINARY",
     ]
     .map(str::to_owned)];
     for r in &s.regions {
@@ -222,6 +240,11 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
             f.map_or_else(dash, |f| match f.oldest_deletion_age_ms {
                 0 => "-".to_owned(),
                 ms => age(ms),
+            }),
+            protocol_text(r.protocol_version, f.map(|f| f.protocol_version)),
+            f.map_or_else(dash, |f| match f.binary_version.as_str() {
+                "" => "?".to_owned(),
+                v => v.to_owned(),
             }),
         ]);
     }

@@ -456,6 +456,7 @@ fn region_status(r: RegionStatus) -> v1::RegionStatus {
         events_behind: r.events_behind,
         last_contact_ms: r.last_contact_ms,
         figures: r.figures.map(region_figures),
+        protocol_version: r.protocol_version,
     }
 }
 
@@ -472,5 +473,7 @@ pub(crate) fn region_figures(f: RegionFigures) -> v1::RegionFigures {
         oldest_deletion_age_ms: f.oldest_deletion_age_ms,
         last_revision: f.last_revision,
         truncated: f.truncated,
+        protocol_version: f.protocol_version,
+        binary_version: f.binary_version,
     }
 }

@@ -1,10 +1,17 @@
 //! `cascade.v1.Peer`, what other regions' nodes call on this one: an
 //! adapter around [`Node`] that also decides who may call what (with mutual
 //! TLS, a region acts only as itself).
+//!
+//! Versions: a watcher's call says which protocol version it speaks
+//! (metadata `cascade-protocol-version`, none: version 1); its Watch and
+//! Ack note it as the version that region last announced, and a watcher
+//! older than `cascade_proto::DELETION_FORCED_SINCE` is sent DELETING in
+//! place of DELETION_FORCED (it would skip an event type it does not know).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use cascade_core::model::EventType;
 use cascade_core::{peer, BackRefKey, RegionId, ResourceName, Uid};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
@@ -41,6 +48,31 @@ fn not_found(name: &ResourceName, reason: ErrorReason, uid: &str) -> Status {
         ..Default::default()
     };
     with_details(tonic::Code::NotFound, format!("{name} not found"), &details)
+}
+
+/// The protocol version a call announced in its metadata; a caller that
+/// announces none is a node before versions were announced: the oldest.
+fn caller_version<T>(request: &Request<T>) -> u32 {
+    cascade_proto::announced_version(
+        request
+            .metadata()
+            .get(cascade_proto::PROTOCOL_VERSION_HEADER)
+            .map(|v| v.as_bytes()),
+    )
+    .unwrap_or(cascade_proto::OLDEST_PROTOCOL_VERSION)
+}
+
+/// The event type a watcher of protocol `version` is sent for `event_type`:
+/// DELETION_FORCED only from the version that applies it; before, DELETING
+/// (which such a watcher applies, or skips as a replay), since it would
+/// skip an event type it does not know, and the owner does not rely on it
+/// (a force purge waits for every region holding a `block` referrer to
+/// speak that version: `admin.rs`).
+fn event_type_for(version: u32, event_type: EventType) -> EventType {
+    match event_type {
+        EventType::DeletionForced if version < cascade_proto::DELETION_FORCED_SINCE => EventType::Deleting,
+        other => other,
+    }
 }
 
 fn from_region(raw: &str) -> Result<RegionId, Status> {
@@ -210,6 +242,8 @@ impl Peer for PeerApi {
         request.get_ref().check_bounds()?;
         let watcher = from_region(&request.get_ref().region)?;
         self.authorize_as(&request, &watcher, "Watch")?;
+        let version = caller_version(&request);
+        self.node.peers.heard_from(watcher.as_str(), version);
         let req = request.into_inner();
         let span = info_span!("peer_watch", region = %self.node.region, watcher = %watcher, from = req.from_revision);
         let node = self.node.clone();
@@ -223,7 +257,7 @@ impl Peer for PeerApi {
             move |e| v1::PeerEvent {
                 traceparent: node.trace_marks.of(e.revision).unwrap_or_default(),
                 revision: e.revision,
-                r#type: convert::event_type(e.event_type) as i32,
+                r#type: convert::event_type(event_type_for(version, e.event_type)) as i32,
                 resource: Some(convert::object_ref(&e.resource)),
                 operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
                 no_cascade: e.no_cascade,
@@ -296,6 +330,7 @@ impl Peer for PeerApi {
         let region = from_region(&request.get_ref().region)?;
         // An acknowledgement lets the owner compact its outbox: only the watcher itself may give it.
         self.authorize_as(&request, &region, "Ack")?;
+        self.node.peers.heard_from(region.as_str(), caller_version(&request));
         let first_retained = self.node.record_ack(&region, request.into_inner().revision)?;
         Ok(Response::new(v1::AckResponse { first_retained }))
     }

@@ -33,14 +33,13 @@ use cascade_proto::v1::{self, ErrorReason};
 use cascade_proto::{convert, error_details};
 use futures::{Stream, StreamExt};
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tonic::{Code, Response, Status};
 
 use crate::api::forward::{call_owner, relayed_status};
 use crate::api::trace_propagation::InjectTraceContext;
 use crate::peers::{
-    ExplainPart, LookupAnswer, Peers, RegionFigures, RelayedCode, RemoteError, WatchEnd, WatchedEvent,
-    PEER_CALL_TIMEOUT,
+    AnnouncingChannel, ExplainPart, LookupAnswer, Peers, RegionFigures, RelayedCode, RemoteError, WatchEnd,
+    WatchedEvent, PEER_CALL_TIMEOUT,
 };
 
 /// Entries asked for per `Peer.ListDeleting` page (the owner's default
@@ -56,8 +55,9 @@ pub(crate) const LIST_DELETING_PAGE: u32 = 1_000;
 /// resync reading, and its memory growing, for ever.
 pub(crate) const MAX_LIST_DELETING_ROWS: usize = crate::node::MAX_DUMP_ROWS;
 
-/// A channel to a peer whose calls carry the caller's trace context.
-pub(crate) type PeerChannel = InterceptedService<Channel, InjectTraceContext>;
+/// A channel to a peer whose calls carry the caller's trace context (and,
+/// as every call through the port, this node's protocol version).
+pub(crate) type PeerChannel = InterceptedService<AnnouncingChannel, InjectTraceContext>;
 
 fn ended(s: &Status) -> WatchEnd {
     if s.code() == Code::OutOfRange {
@@ -449,7 +449,9 @@ impl Peers {
         region: &str,
         from: &RegionId,
     ) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
-        read_deleting_pages(region, MAX_LIST_DELETING_ROWS, |page_token| {
+        // A node made to speak version 1 reads no `forced`, as such a node did not.
+        let reads_forced = self.own_version >= cascade_proto::DELETION_FORCED_SINCE;
+        read_deleting_pages(region, MAX_LIST_DELETING_ROWS, reads_forced, |page_token| {
             let req = v1::ListDeletingRequest {
                 region: from.to_string(),
                 page_size: LIST_DELETING_PAGE,
@@ -504,6 +506,7 @@ impl Peers {
 async fn read_deleting_pages<F, Fut>(
     region: &str,
     max_rows: usize,
+    reads_forced: bool,
     mut fetch: F,
 ) -> Result<(Vec<RemoteDeleting>, u64), RemoteError>
 where
@@ -537,7 +540,7 @@ where
                 target: convert::ref_target(d.resource, "resource").ok()?,
                 operation: OperationId::parse(&d.operation_id).ok()?,
                 no_cascade: d.no_cascade,
-                forced: d.forced,
+                forced: d.forced && reads_forced,
             })
         }));
         if listing.next_page_token.is_empty() {
@@ -592,6 +595,8 @@ fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
         oldest_deletion_age_ms: f.oldest_deletion_age_ms,
         last_revision: f.last_revision,
         truncated: f.truncated,
+        protocol_version: f.protocol_version,
+        binary_version: f.binary_version,
     }
 }
 
@@ -644,7 +649,7 @@ mod tests {
         }
 
         async fn read(&self, max_rows: usize) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
-            read_deleting_pages("ra", max_rows, |token| {
+            read_deleting_pages("ra", max_rows, true, |token| {
                 self.asked.borrow_mut().push(token);
                 let next = self.pages.borrow_mut().pop_front();
                 let asked = self.asked.borrow().len();

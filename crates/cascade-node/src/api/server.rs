@@ -118,6 +118,12 @@ impl Node {
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::wire_errors::rewrite::<tonic::body::Body>,
             ))
+            // Every answer says which protocol version this node speaks
+            // (`cascade_proto::PROTOCOL_VERSION_HEADER`): the calling node
+            // remembers it (`peers/mod.rs`).
+            .layer(tower::util::MapResponseLayer::new(announce_version(
+                node.peers.own_version,
+            )))
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_v1alpha)
@@ -197,5 +203,20 @@ impl RunningNode {
             Ok(r) => r,
             Err(e) => Err(NodeError::Io(std::io::Error::other(e.to_string()))),
         }
+    }
+}
+
+/// Adds this node's protocol version to an answer's headers, unless the
+/// answer already carries one: an answer relayed unchanged (a standby's,
+/// from its writer) speaks for the node that made it, the one that applies
+/// what it is sent.
+fn announce_version<B>(version: u32) -> impl Fn(http::Response<B>) -> http::Response<B> + Clone {
+    let value = http::HeaderValue::from(version);
+    move |mut response: http::Response<B>| {
+        response
+            .headers_mut()
+            .entry(cascade_proto::PROTOCOL_VERSION_HEADER)
+            .or_insert_with(|| value.clone());
+        response
     }
 }

@@ -60,4 +60,9 @@ pub(crate) struct RegionFigures {
     pub oldest_deletion_age_ms: i64,
     pub last_revision: u64,
     pub truncated: bool,
+    /// The protocol version the region says it speaks (0: it says none,
+    /// a node before version 2).
+    pub protocol_version: u32,
+    /// Its binary's version (empty: it says none).
+    pub binary_version: String,
 }
