@@ -631,6 +631,95 @@ fn the_compose_file_runs_three_regions_of_two_nodes_over_postgres_with_mutual_tl
     assert_eq!(databases, REGIONS.len(), "a database per region");
 }
 
+/// What kustomize itself renders from each overlay, when `kubectl` is on
+/// this machine (without it the test says so and checks nothing: the
+/// test above reads the same manifests by hand, adding the labels as
+/// kustomize does, and this one holds that reading to kustomize's own).
+#[test]
+fn the_rendered_overlays_run_two_nodes_of_their_region_when_kubectl_is_here() {
+    if std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_err()
+    {
+        eprintln!("kubectl is not installed: the overlays were not rendered");
+        return;
+    }
+    for region in REGIONS {
+        let overlay = root().join("deploy/kubernetes/overlays").join(region);
+        let out = std::process::Command::new("kubectl")
+            .arg("kustomize")
+            .arg(&overlay)
+            .output()
+            .expect("run kubectl kustomize");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{region}: kubectl kustomize: {stderr}");
+        let docs = YamlLoader::load_from_str(&String::from_utf8_lossy(&out.stdout)).expect("rendered YAML");
+        let kinds: Vec<&str> = docs.iter().map(|d| str_of(&d["kind"], "kind")).collect();
+        let mut sorted = kinds.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"],
+            "{region}: what is applied"
+        );
+        let one = |kind: &str| &docs[kinds.iter().position(|k| *k == kind).expect("rendered")];
+        let (deployment, budget, service, config) = (
+            one("Deployment"),
+            one("PodDisruptionBudget"),
+            one("Service"),
+            one("ConfigMap"),
+        );
+        assert_eq!(deployment["spec"]["replicas"].as_i64(), Some(2), "{region}");
+        assert_eq!(budget["spec"]["minAvailable"].as_i64(), Some(1), "{region}");
+        let selector = string_map(&deployment["spec"]["selector"]["matchLabels"], "selector");
+        assert_eq!(selector.get("cascade.dev/region").map(String::as_str), Some(region));
+        let template = &deployment["spec"]["template"];
+        let pod_labels = string_map(&template["metadata"]["labels"], "pod labels");
+        assert!(
+            selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+            "{region}: {selector:?} selects {pod_labels:?}"
+        );
+        let pod = &template["spec"];
+        let term = &list(
+            &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"],
+            "anti-affinity",
+        )[0]["podAffinityTerm"];
+        for (what, other) in [
+            ("budget", &budget["spec"]["selector"]["matchLabels"]),
+            ("Service", &service["spec"]["selector"]),
+            ("anti-affinity", &term["labelSelector"]["matchLabels"]),
+        ] {
+            assert_eq!(
+                string_map(other, what),
+                selector,
+                "{region}: the {what} selects the region's pods"
+            );
+        }
+        let container = &list(&pod["containers"], "containers")[0];
+        let (_, password) = env_var(container, "CASCADE_PG_PASSWORD");
+        assert_eq!(
+            password["valueFrom"]["secretKeyRef"]["name"].as_str(),
+            Some(format!("cascade-postgres-{region}").as_str())
+        );
+        let tls = named(&pod["volumes"], "tls", "volumes");
+        assert_eq!(
+            tls["secret"]["secretName"].as_str(),
+            Some(format!("cascade-tls-{region}").as_str())
+        );
+        let mounted = named(&pod["volumes"], "config", "volumes");
+        assert_eq!(
+            mounted["configMap"]["name"], config["metadata"]["name"],
+            "{region}: the config"
+        );
+        assert_eq!(
+            config["data"]["node.toml"].as_str(),
+            Some(read(&overlay.join("node.toml")).as_str()),
+            "{region}: its node.toml"
+        );
+    }
+}
+
 /// Every node.toml of the compose file and of the Kubernetes overlays.
 fn deployed_configs() -> Vec<PathBuf> {
     REGIONS
