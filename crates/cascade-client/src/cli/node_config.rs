@@ -34,9 +34,28 @@ pub(super) struct NodeConfig {
     pub(super) listen: Option<String>,
     pub(super) schema: Option<std::path::PathBuf>,
     #[serde(default)]
-    pub(super) peers: BTreeMap<String, String>,
+    pub(super) peers: BTreeMap<String, PeerAddress>,
     /// The node's identity: with it the checker calls the Peer API as that region.
     pub(super) tls: Option<NodeTlsFiles>,
+}
+
+/// A region in `[peers]`: its address, or the addresses of its nodes (any
+/// of them answers for the region: a standby forwards to its writer).
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub(super) enum PeerAddress {
+    One(String),
+    Nodes(Vec<String>),
+}
+
+impl PeerAddress {
+    /// The address the checker dials: the first of the region's nodes.
+    fn first(self) -> Option<String> {
+        match self {
+            PeerAddress::One(address) => Some(address),
+            PeerAddress::Nodes(nodes) => nodes.into_iter().next(),
+        }
+    }
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -104,7 +123,9 @@ fn check_targets(args: &CheckArgs, tls_args: &TlsArgs) -> Result<CheckTargets, C
         }
         regions.insert(region, endpoint);
         for (peer, endpoint) in config.peers {
-            regions.insert(peer, endpoint);
+            if let Some(endpoint) = endpoint.first() {
+                regions.insert(peer, endpoint);
+            }
         }
         if schema_path.is_none() {
             schema_path = config.schema;
