@@ -81,6 +81,7 @@ pub mod peers;
 
 pub use api::limits::{limits, Amount, Limit};
 pub use api::server::RunningNode;
+pub use api::standby::{serve_standby, StandbySettings, WRITER_HEALTH_SERVICE};
 pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};
 pub use writer::{WriteStats, WriteStatsSnapshot};

@@ -11,6 +11,10 @@
 //!   with these services, health, reflection and the tower layers below,
 //!   and stopping it; [`RunningNode`](server::RunningNode) for in-process
 //!   nodes.
+//! - [`standby`]: what a standby node of a region serves instead of a
+//!   [`Node`]: every call forwarded unchanged to the region's writer, and
+//!   health of its own; [`relay`]: the caller's region a standby passes on
+//!   under mutual TLS, and when the writer believes it.
 //! - [`peer_client`]: the other direction, this node's typed calls on other
 //!   regions' Peer services: the methods of the port `crate::peers::Peers`
 //!   that speak protobuf, an inherent impl kept here at the edge.
@@ -38,8 +42,10 @@ pub(crate) mod limits;
 pub(crate) mod listing;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
+pub(crate) mod relay;
 pub(crate) mod resources;
 pub(crate) mod server;
+pub(crate) mod standby;
 pub(crate) mod stream;
 pub(crate) mod trace_propagation;
 pub(crate) mod wire_errors;
