@@ -488,6 +488,22 @@ async fn a_standby_is_serving_while_its_writer_answers_and_follows_the_writer_it
         .await
         .expect("the writer's resource through the standby");
 
+    // A standby named as the writer (a lease row naming a process that is
+    // now a standby): no loop, UNAVAILABLE at once.
+    standby.writer.send_replace(Some(standby.endpoint.clone()));
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(5), client.get("ra/project/p"))
+        .await
+        .expect("an answer within 5 s, not a loop")
+        .unwrap_err();
+    assert_eq!(code(&err), Some(tonic::Code::Unavailable), "{err}");
+    assert!(err.to_string().contains("a standby was named as the writer"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+
     // Another writer: calls go there.
     standby.writer.send_replace(Some(other.node("ra").node.endpoint()));
     let err = client.get("ra/project/p").await.unwrap_err();

@@ -18,7 +18,11 @@
 //!   certificate and accepts only a writer whose certificate names this
 //!   region. No writer known: UNAVAILABLE "region R has no writer right
 //!   now; retry". A writer that cannot be reached: UNAVAILABLE naming its
-//!   address, at once (a refused dial) or after the dial timeout.
+//!   address, at once (a refused dial) or after the dial timeout. A call
+//!   another standby forwarded ([`FORWARDED_BY_STANDBY`]) is not forwarded
+//!   again: UNAVAILABLE, not a loop, while a standby is named the writer.
+//!   A writer that hangs after accepting a call is bounded by the caller's
+//!   deadline, else by the HTTP/2 keepalive of the channel.
 //! - **Who the caller is** survives the hop under mutual TLS: the writer
 //!   sees this node's certificate, so the standby says which region the
 //!   caller's verified certificate names ([`RELAYED_REGION`], see
@@ -75,6 +79,13 @@ pub const WRITER_HEALTH_SERVICE: &str = "cascade.v1.Writer";
 /// stream to the writer while it lasts.
 pub const MAX_STREAMS_PER_CONNECTION: u32 = 200;
 
+/// Metadata a standby adds to every call it forwards. A standby that
+/// receives a call carrying it does not forward it again: the address it
+/// was given for the writer is a standby's (a lease row that still names a
+/// process restarted as a standby, until it expires), and forwarding would
+/// go round in a loop.
+pub(crate) const FORWARDED_BY_STANDBY: &str = "cascade-forwarded-by-standby";
+
 /// How often a standby asks its writer's health by default.
 pub const DEFAULT_WRITER_CHECK_EVERY: Duration = Duration::from_secs(1);
 
@@ -115,6 +126,9 @@ impl StandbySettings {
 /// `settings.region` until `shutdown` resolves: every gRPC call but health
 /// forwarded unchanged to the writer whose address `writer` holds (`None`:
 /// no writer known), health as the module doc says.
+///
+/// A caller's client certificate is read as tonic offers it, on TCP
+/// connections (`TcpIncoming`, or any stream of `TcpStream`s).
 pub async fn serve_standby<I, IO, IE>(
     settings: StandbySettings,
     incoming: I,
@@ -265,6 +279,14 @@ impl Proxy {
             }
         };
         let (mut parts, body) = request.into_parts();
+        if parts.headers.contains_key(FORWARDED_BY_STANDBY) {
+            return answer(Status::unavailable(format!(
+                "region {region} has no writer right now (a standby was named as the writer); retry"
+            )));
+        }
+        parts
+            .headers
+            .insert(FORWARDED_BY_STANDBY, http::HeaderValue::from_static("1"));
         let certificates = parts
             .extensions
             .get::<TlsConnectInfo<TcpConnectInfo>>()
@@ -350,6 +372,8 @@ async fn follow_writer_health(proxy: Proxy, health: tonic_health::server::Health
     let mut writer = proxy.0.route.writer.clone();
     let mut reported = false;
     let region = proxy.0.route.region.clone();
+    // A writer that comes and goes would say so every few seconds.
+    let down_logged = Throttle::default();
     loop {
         let serving = proxy.writer_serving(every).await;
         if serving != reported {
@@ -357,8 +381,9 @@ async fn follow_writer_health(proxy: Proxy, health: tonic_health::server::Health
             let address = writer.borrow().clone().unwrap_or_default();
             if serving {
                 info!(region = %region, writer = %address, "standby SERVING: its writer answers");
-            } else {
-                warn!(region = %region, writer = %address, "standby NOT_SERVING: its writer does not answer");
+            } else if let Some(more) = down_logged.admit() {
+                warn!(region = %region, writer = %address, suppressed = more.count(),
+                    "standby NOT_SERVING: its writer does not answer{more}");
             }
             reported = serving;
         }
