@@ -21,6 +21,9 @@ use support::*;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 const REGIONS: [&str; 3] = ["ra", "rb", "rc"];
 
@@ -328,6 +331,13 @@ async fn a_standby_forwards_calls_and_streams_to_its_writer() {
     let client = cascade_client::Client::connect_with(&standby.endpoint, Some(&pki.client()))
         .await
         .expect("a client with the CA connects to the standby");
+    wait_health(
+        &standby.endpoint,
+        Some(&pki.client()),
+        ServingStatus::Serving,
+        Duration::from_secs(5),
+    )
+    .await;
 
     // A watch opened through the standby before anything is committed.
     let mut events = client.watch(0, "").await.expect("watch through the standby");
@@ -451,6 +461,30 @@ async fn a_standby_is_serving_while_its_writer_answers_and_follows_the_writer_it
         .create(spec_in("ra/project/p", &[]))
         .await
         .expect("create through the standby");
+    // Reflection is the writer's, over a stream both ways: each question
+    // is answered before the next is sent.
+    let channel = connect_channel(&standby.endpoint, None, None).await.unwrap();
+    let (ask, questions) = tokio::sync::mpsc::channel(1);
+    let mut answers = ServerReflectionClient::new(channel)
+        .server_reflection_info(tokio_stream::wrappers::ReceiverStream::new(questions))
+        .await
+        .expect("reflection through the standby")
+        .into_inner();
+    for _ in 0..2 {
+        ask.send(ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        })
+        .await
+        .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), answers.message())
+            .await
+            .expect("an answer to each question as it is asked")
+            .expect("reflection answers")
+            .expect("one answer");
+        assert!(format!("{answer:?}").contains("cascade.v1.Resources"), "{answer:?}");
+    }
+    drop(ask);
     // A message over the standby's limit is not forwarded (the writer's limit is larger).
     let mut large = spec_in("ra/project/large", &[]);
     large.attributes.insert("note".into(), "x".repeat(80 * 1024));
@@ -644,5 +678,55 @@ async fn a_standby_relays_the_callers_region_and_administrator_and_nobody_can_fo
             .expect_err("a forged identity is no administrator");
         assert_eq!(status.code(), tonic::Code::PermissionDenied, "{endpoint}: {status:?}");
     }
+    standby.stop().await;
+}
+
+/// A writer that accepts but does not answer (a paused process, a
+/// partition that holds every byte): the standby is NOT_SERVING within a
+/// check or two, and a call ends at its own deadline instead of hanging;
+/// once the writer answers again, SERVING. Plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_of_a_frozen_writer_is_not_serving_and_its_calls_end_at_their_deadline() {
+    let c = start_cluster(&["ra"]).await;
+    let proxy = support::fault_proxy::FaultProxy::start(c.node("ra").node.addr).await;
+    let standby = Standby::start(standby_settings("ra", None), Some(proxy.uri())).await;
+    wait_health(&standby.endpoint, None, ServingStatus::Serving, Duration::from_secs(5)).await;
+    let client = cascade_client::Client::connect(&standby.endpoint).await.unwrap();
+    client
+        .create(spec_in("ra/project/p", &[]))
+        .await
+        .expect("create through the standby");
+
+    proxy.set(support::fault_proxy::Fault::Hold);
+    let took = wait_health(
+        &standby.endpoint,
+        None,
+        ServingStatus::NotServing,
+        Duration::from_secs(5),
+    )
+    .await;
+    let mut request = tonic::Request::new(v1::GetRequest {
+        name: "ra/project/p".into(),
+    });
+    request.set_timeout(Duration::from_millis(500));
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(5), client.raw().get(request))
+        .await
+        .expect("the call ends at its deadline, not later")
+        .unwrap_err();
+    let call_took = started.elapsed();
+    assert!(
+        matches!(err.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled),
+        "{err:?}"
+    );
+    println!("writer frozen: NOT_SERVING in {took:?}, a call with a 500 ms deadline ended in {call_took:?}");
+
+    proxy.set(support::fault_proxy::Fault::Pass);
+    let took = wait_health(&standby.endpoint, None, ServingStatus::Serving, Duration::from_secs(10)).await;
+    println!("writer answers again: SERVING in {took:?}");
+    client
+        .get("ra/project/p")
+        .await
+        .expect("a get through the standby again");
     standby.stop().await;
 }
