@@ -332,6 +332,10 @@ impl Proxy {
                 let length = oversized.get().copied().unwrap_or_default();
                 answer(too_large(length, state))
             }
+            Err(e) if caller_deadline_passed(&e) => answer(Status::deadline_exceeded(format!(
+                "the caller's deadline passed before region {region}'s writer at {} answered",
+                quote(&route.address)
+            ))),
             Err(e) => {
                 let why = error_chain(&e);
                 if let Some(more) = state.unreachable_logged.admit() {
@@ -443,6 +447,22 @@ fn too_large(length: usize, state: &ProxyState) -> Status {
         "a message of {length} bytes is over this node's limit of {} bytes",
         state.route.max_message_bytes
     ))
+}
+
+/// Whether the channel gave up on the caller's own `grpc-timeout` (tonic's
+/// channel honours it too, racing this server's own timer) rather than on
+/// reaching the writer (a dial that failed or timed out is a `ConnectError`).
+fn caller_deadline_passed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut timed_out = false;
+    let mut cause = Some(e);
+    while let Some(error) = cause {
+        if error.is::<tonic::ConnectError>() {
+            return false;
+        }
+        timed_out |= error.is::<tonic::TimeoutExpired>();
+        cause = error.source();
+    }
+    timed_out
 }
 
 /// A transport error with its causes (tonic's own text is "transport error").
@@ -624,6 +644,32 @@ mod tests {
         m.extend_from_slice(&length.to_be_bytes());
         m.extend(std::iter::repeat_n(7u8, length as usize));
         m
+    }
+
+    /// An error that wraps another, as tonic's transport error does.
+    #[derive(Debug)]
+    struct Wrapped(Box<dyn std::error::Error + Send + Sync>);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("transport error")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.0)
+        }
+    }
+
+    #[test]
+    fn the_callers_deadline_is_told_from_a_dial_that_timed_out() {
+        let deadline = Wrapped(Box::new(tonic::TimeoutExpired(())));
+        assert!(caller_deadline_passed(&deadline));
+        let dial = Wrapped(Box::new(tonic::ConnectError(Box::new(tonic::TimeoutExpired(())))));
+        assert!(!caller_deadline_passed(&dial));
+        let refused = Wrapped(Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)));
+        assert!(!caller_deadline_passed(&refused));
     }
 
     #[test]
