@@ -153,7 +153,7 @@ where
         .set_service_status(WRITER_HEALTH_SERVICE, tonic_health::ServingStatus::NotServing)
         .await;
     crate::api::report_health(&health, false).await;
-    let health_task = tokio::spawn(follow_writer_health(proxy.clone(), health, settings.writer_check_every));
+    let health_proxy = proxy.clone();
 
     let forward = tower::service_fn(move |request: http::Request<axum::body::Body>| {
         let proxy = proxy.clone();
@@ -169,6 +169,8 @@ where
     if let Some(tls) = &settings.tls {
         builder = builder.tls_config(tls.server_config())?;
     }
+    // Only once nothing before the server can fail: the task runs until the server ends.
+    let health_task = tokio::spawn(follow_writer_health(health_proxy, health, settings.writer_check_every));
     let shutdown = async move {
         shutdown.await;
         // Forwarded streams end now, or the graceful stop would wait on
