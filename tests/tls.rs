@@ -684,7 +684,8 @@ async fn a_standby_relays_the_callers_region_and_administrator_and_nobody_can_fo
 /// A writer that accepts but does not answer (a paused process, a
 /// partition that holds every byte): the standby is NOT_SERVING within a
 /// check or two, and a call ends at its own deadline instead of hanging;
-/// once the writer answers again, SERVING. Plain text.
+/// once the writer answers again, SERVING. A connection to the writer cut
+/// mid-stream ends a forwarded watch with UNAVAILABLE. Plain text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_of_a_frozen_writer_is_not_serving_and_its_calls_end_at_their_deadline() {
     let c = start_cluster(&["ra"]).await;
@@ -731,5 +732,24 @@ async fn a_standby_of_a_frozen_writer_is_not_serving_and_its_calls_end_at_their_
         .get("ra/project/p")
         .await
         .expect("a get through the standby again");
+
+    // The connection to the writer cut mid-stream (a killed writer): the
+    // forwarded watch ends with UNAVAILABLE, which a watcher resumes from.
+    let mut watch = client.watch(0, "").await.expect("a watch through the standby");
+    watch.message().await.expect("the first event").expect("an event");
+    proxy.reset_all();
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match watch.message().await {
+                Ok(Some(_)) => continue,
+                other => break other,
+            }
+        }
+    })
+    .await
+    .expect("the watch ends within 5 s of the cut");
+    let status = ended.expect_err("the watch ends with a status");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("went away mid-answer"), "{status:?}");
     standby.stop().await;
 }

@@ -40,7 +40,9 @@
 //! - **Stopping** (the process is about to become the writer, or exits):
 //!   calls waiting on the writer and forwarded streams end at once with
 //!   UNAVAILABLE, which clients retry and watchers resume from their
-//!   revision, so the connections close and the listener is free.
+//!   revision, so the connections close and the listener is free. So do
+//!   forwarded streams whose connection to the writer fails (a writer
+//!   killed mid-stream).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -579,8 +581,8 @@ impl http_body::Body for LimitedRequest {
 
 pin_project_lite::pin_project! {
     /// The writer's response body on its way back: ends with UNAVAILABLE
-    /// when the standby stops, with RESOURCE_EXHAUSTED at a message over
-    /// the limit.
+    /// when the standby stops or the connection to the writer fails, with
+    /// RESOURCE_EXHAUSTED at a message over the limit.
     struct LimitedResponse {
         #[pin]
         inner: tonic::body::Body,
@@ -620,6 +622,19 @@ impl http_body::Body for LimitedResponse {
                     Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))))
                 }
             },
+            Poll::Ready(Some(Err(lost))) => {
+                // The writer's own statuses come in trailers; an error here is
+                // the connection to it failing mid-answer (a writer killed or
+                // cut off): UNAVAILABLE, which clients retry and watchers
+                // resume from, not the reset tonic would pass on.
+                *this.ended = true;
+                let status = Status::unavailable(format!(
+                    "the writer of region {} went away mid-answer ({}); retry (a watch resumes from its last revision)",
+                    this.region,
+                    lost.message()
+                ));
+                Poll::Ready(Some(Ok(Frame::trailers(trailers(&status)))))
+            }
             other => other,
         }
     }
