@@ -82,7 +82,8 @@ pub mod peers;
 
 pub use api::limits::{limits, Amount, Limit};
 pub use api::server::RunningNode;
-pub use api::WRITER_HEALTH_SERVICE;
+pub use api::roles::{serve_region_node, SharedStore};
+pub use api::standby::{serve_standby, StandbySettings, WRITER_HEALTH_SERVICE};
 pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};
 pub use writer::{WriteStats, WriteStatsSnapshot};

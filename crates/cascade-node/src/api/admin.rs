@@ -9,7 +9,8 @@
 //! with the caller's token, and, for a certificate identity, with the
 //! identity this node verified in [`FORWARDED_FOR`]: the owner sees the
 //! forwarding region's certificate, and trusts that header only from a
-//! certified region of its cluster.
+//! certified region of its cluster or a node of its own region (a standby,
+//! which forwards every call to its writer: `api/standby.rs`).
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use tracing::{info, info_span, warn, Instrument};
 
 use crate::admin::{DeletionEntry, DeletionFilter};
 use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
 use crate::node::Node;
 use crate::peers::RegionFigures;
@@ -85,10 +87,20 @@ impl AdminApi {
             }
         }
         let chain = request.peer_certs();
-        let names = chain
+        // Who the TLS caller is: a call a standby of this region relayed
+        // (`api/relay.rs`) shows the standby's certificate, which is no
+        // administrator's, only the region and the identity it vouches for.
+        let relayed = chain
             .as_deref()
-            .map(|c| cascade_tls::certificate_dns_names(c))
-            .unwrap_or_default();
+            .and_then(|c| cascade_tls::peer_region(c).ok())
+            .map(|certified| relayed_caller(metadata, &certified, &self.node.region));
+        let names = match relayed {
+            Some(Relayed::For(_) | Relayed::Anonymous | Relayed::Unreadable(_)) => Vec::new(),
+            _ => chain
+                .as_deref()
+                .map(|c| cascade_tls::certificate_dns_names(c))
+                .unwrap_or_default(),
+        };
         if let Some(name) = names.iter().find(|n| access.identities.contains(n)) {
             if let Ok(v) = name.parse() {
                 forward.insert(FORWARDED_FOR, v);
@@ -99,19 +111,27 @@ impl AdminApi {
             });
         }
         // A call another node of the cluster forwarded for an administrator
-        // it verified (only over mutual TLS: the header alone proves nothing).
-        let forwarder = chain
-            .as_deref()
-            .and_then(|c| cascade_tls::peer_region(c).ok())
-            .filter(|r| self.node.peers.knows(r.as_str()));
+        // it verified (only over mutual TLS: the header alone proves
+        // nothing): a region of the cluster, a node of this region, or a
+        // standby of this region relaying either or vouching itself.
+        let own = &self.node.region;
+        let of_cluster = |r: &RegionId| r == own || self.node.peers.knows(r.as_str());
+        let forwarder = match &relayed {
+            Some(Relayed::Direct(region)) if of_cluster(region) => Some(region.to_string()),
+            Some(Relayed::For(region)) if of_cluster(region) => {
+                Some(format!("{region}, relayed by a standby of {own}"))
+            }
+            Some(Relayed::Anonymous) => Some(format!("a standby of {own}")),
+            _ => None,
+        };
         let vouched = metadata.get(FORWARDED_FOR).and_then(|v| v.to_str().ok());
-        if let (Some(region), Some(identity)) = (&forwarder, vouched) {
+        if let (Some(forwarder), Some(identity)) = (&forwarder, vouched) {
             if access.identities.iter().any(|i| i == identity) {
                 if let Some(v) = metadata.get(FORWARDED_FOR) {
                     forward.insert(FORWARDED_FOR, v.clone());
                 }
                 return Ok(Administrator {
-                    who: format!("{identity} (through {region})"),
+                    who: format!("{identity} (through {forwarder})"),
                     forward,
                 });
             }

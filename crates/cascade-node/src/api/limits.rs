@@ -202,6 +202,9 @@ pub fn limits() -> Vec<Limit> {
         row("link", "heartbeat of an idle peer watch", Amount::Time(WATCH_HEARTBEAT), ""),
         row("link", "first reconnect delay (doubling, with jitter)", Amount::Time(crate::links::RECONNECT_BASE), ""),
         row("link", "longest reconnect delay", Amount::Time(crate::links::RECONNECT_CAP), ""),
+        // A standby in front of its region's writer.
+        row("link", "calls at once on one connection to a standby", Amount::Items(u64::from(super::standby::MAX_STREAMS_PER_CONNECTION)), ""),
+        row("link", "a standby asks its writer's health (each ask bounded as long)", Amount::Time(super::standby::DEFAULT_WRITER_CHECK_EVERY), ""),
         // The store.
         row("store", "engine cache", Amount::Bytes(crate::store::DEFAULT_CACHE_BYTES), "[storage] cache_mb"),
         row("store", "first retry of a refused commit (doubling)", Amount::Time(crate::writer::FIRST_RETRY), ""),

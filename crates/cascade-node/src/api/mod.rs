@@ -11,6 +11,10 @@
 //!   with these services, health, reflection and the tower layers below,
 //!   and stopping it; [`RunningNode`](server::RunningNode) for in-process
 //!   nodes.
+//! - [`standby`]: what a standby node of a region serves instead of a
+//!   [`Node`]: every call forwarded unchanged to the region's writer, and
+//!   health of its own; [`relay`]: the caller's region a standby passes on
+//!   under mutual TLS, and when the writer believes it.
 //! - [`peer_client`]: the other direction, this node's typed calls on other
 //!   regions' Peer services: the methods of the port `crate::peers::Peers`
 //!   that speak protobuf, an inherent impl kept here at the edge.
@@ -38,8 +42,11 @@ pub(crate) mod limits;
 pub(crate) mod listing;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
+pub(crate) mod relay;
 pub(crate) mod resources;
+pub(crate) mod roles;
 pub(crate) mod server;
+pub(crate) mod standby;
 pub(crate) mod stream;
 pub(crate) mod trace_propagation;
 pub(crate) mod wire_errors;
@@ -137,12 +144,8 @@ pub(crate) async fn report_health(health: &tonic_health::server::HealthReporter,
     }
     // A node that serves a `Node` is its region's writer (a standby
     // reports NOT_SERVING for it: `api/standby.rs`).
-    health.set_service_status(WRITER_HEALTH_SERVICE, status).await;
+    health.set_service_status(standby::WRITER_HEALTH_SERVICE, status).await;
 }
-
-/// The health service name that tells a region's writer from its standbys:
-/// SERVING on the writer while it commits, NOT_SERVING on a standby.
-pub const WRITER_HEALTH_SERVICE: &str = "cascade.v1.Writer";
 
 /// gRPC reflection over every service in `proto/`, as `grpc.reflection.v1`.
 pub(crate) fn reflection() -> Result<

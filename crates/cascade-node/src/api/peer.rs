@@ -20,6 +20,7 @@ use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
 
+use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::stream::{outbox_stream, with_heartbeats};
 use crate::api::{parse_name, parse_operation_id};
 use crate::node::{LocalLookup, Node};
@@ -97,6 +98,9 @@ enum Caller {
 impl PeerApi {
     /// With mutual TLS on, every Peer call needs a client certificate that
     /// names a region (the CA already verified the chain at the handshake).
+    /// A call a standby of this region relayed is from the region the
+    /// standby read from its caller's certificate (`api/relay.rs`); that
+    /// header counts from a node of this region only.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         if !self.node.peer_auth {
             return Ok(Caller::Unauthenticated);
@@ -104,9 +108,19 @@ impl PeerApi {
         let chain = request.peer_certs().ok_or_else(|| {
             Status::unauthenticated("peer calls need a client certificate of a cascade region (mutual TLS)")
         })?;
-        match cascade_tls::peer_region(&chain) {
-            Ok(region) => Ok(Caller::Region(region)),
-            Err(why) => Err(Status::unauthenticated(format!("client certificate {why}"))),
+        let certified = cascade_tls::peer_region(&chain)
+            .map_err(|why| Status::unauthenticated(format!("client certificate {why}")))?;
+        match relayed_caller(request.metadata(), &certified, &self.node.region) {
+            Relayed::Direct(region) | Relayed::For(region) => Ok(Caller::Region(region)),
+            Relayed::Anonymous => Err(Status::unauthenticated(format!(
+                "peer calls need a client certificate of a cascade region (mutual TLS); the standby of {} \
+                 that relayed this call was shown none",
+                self.node.region
+            ))),
+            Relayed::Unreadable(quoted) => Err(Status::unauthenticated(format!(
+                "a node of {} relayed this call for {quoted}, which is not a region",
+                self.node.region
+            ))),
         }
     }
 

@@ -108,7 +108,7 @@ impl Connections {
     fn accept(listener: TcpListener) -> Self {
         let (tx, rx) = mpsc::channel(ACCEPT_BACKLOG);
         tokio::spawn(async move {
-            let mut failing = Throttle::new(Duration::from_secs(10));
+            let failing = Throttle::new(Duration::from_secs(10));
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
@@ -166,7 +166,7 @@ async fn standby(
     let (writer_tx, writer_rx) = watch::channel::<Option<String>>(None);
     let (serving_tx, serving_rx) = watch::channel(false);
     let server = tokio::spawn(crate::api::standby::serve_standby(
-        crate::api::standby::StandbySettings::from_node(settings),
+        crate::api::standby::StandbySettings::of_node(settings),
         connections.stream(),
         writer_rx,
         async move {
@@ -174,7 +174,7 @@ async fn standby(
             let _ = serving_rx.wait_for(|stop| *stop).await;
         },
     ));
-    let mut unreachable = Throttle::new(Duration::from_secs(30));
+    let unreachable = Throttle::new(Duration::from_secs(30));
     let forget_after = ha.lease_ttl * FORGET_AFTER_TTLS;
     let taken = loop {
         if *stop.borrow() {
@@ -337,7 +337,7 @@ async fn keep_lease(
     why: Arc<watch::Sender<Option<Ended>>>,
 ) {
     let mut valid_until = ha.valid_until(granted_at);
-    let mut failing = Throttle::new(Duration::from_secs(10));
+    let failing = Throttle::new(Duration::from_secs(10));
     loop {
         let next = (Instant::now() + ha.renew_every).min(valid_until);
         tokio::time::sleep_until(next).await;
