@@ -21,7 +21,7 @@ use cascade_core::model::ResourceState;
 use crate::error::Fault;
 use crate::metrics::{DeletionSummary, SCRAPE_SCAN_LIMIT};
 use crate::node::Node;
-use crate::peers::RegionFigures;
+use crate::peers::{RegionFigures, RegionNode, MAX_REGION_NODES};
 use crate::status_cache::RegionStatus;
 
 /// How long a peer has to give its figures before it is listed
@@ -76,7 +76,48 @@ impl Node {
             truncated: summary.truncated,
             protocol_version: self.peers.own_version,
             binary_version: env!("CARGO_PKG_VERSION").to_owned(),
+            nodes: self.region_nodes(),
+            writer_epoch: self.role.as_ref().map_or(0, |r| r.epoch),
         })
+    }
+
+    /// The region's nodes as they announced themselves, this one (the
+    /// writer) marked; empty for a region of one node. A members read
+    /// that fails leaves the list with this node alone: the status is
+    /// what an operator reads when the database is in trouble.
+    fn region_nodes(&self) -> Vec<RegionNode> {
+        let Some(role) = &self.role else {
+            return Vec::new();
+        };
+        let me = RegionNode {
+            node: role.me.node.clone(),
+            address: role.me.address.clone(),
+            writer: true,
+            binary_version: role.me.version.clone(),
+            last_seen_ms: 0,
+        };
+        let members = match role.lease.members() {
+            Ok(members) => members,
+            Err(e) => {
+                tracing::warn!(region = %self.region, error = %e, "cannot read the region's nodes");
+                return vec![me];
+            }
+        };
+        let mut nodes: Vec<RegionNode> = members
+            .into_iter()
+            .filter(|m| m.node.node != role.me.node)
+            .take(MAX_REGION_NODES - 1)
+            .map(|m| RegionNode {
+                node: m.node.node,
+                address: m.node.address,
+                writer: false,
+                binary_version: m.node.version,
+                last_seen_ms: i64::try_from(m.last_seen.as_millis()).unwrap_or(i64::MAX),
+            })
+            .collect();
+        nodes.push(me);
+        nodes.sort_by(|a, b| a.node.cmp(&b.node));
+        nodes
     }
 
     /// Every region of the cluster, this one first (reused for a second).

@@ -145,6 +145,14 @@ fn figures_json(f: &v1::RegionFigures) -> Value {
         "truncated": f.truncated,
         "protocol_version": f.protocol_version,
         "binary_version": f.binary_version,
+        "writer_epoch": f.writer_epoch,
+        "nodes": f.nodes.iter().map(|n| json!({
+            "node": n.node,
+            "address": n.address,
+            "role": n.role,
+            "binary_version": n.binary_version,
+            "last_seen_ms": n.last_seen_ms,
+        })).collect::<Vec<Value>>(),
     })
 }
 
@@ -169,6 +177,7 @@ pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
         .collect();
     json!({
         "answered_by": s.answered_by,
+        "answered_by_node": s.answered_by_node,
         "time_ms": s.time_ms,
         "time": rfc3339_or_null(s.time_ms),
         "regions": regions,
@@ -186,6 +195,32 @@ fn protocol_text(heard: u32, says: Option<u32>) -> String {
         (heard, Some(says)) if says != heard => format!("{heard} (says {says})"),
         (heard, _) => heard.to_string(),
     }
+}
+
+/// The nodes of the regions that have several (over PostgreSQL), a row
+/// each: which one writes, at what epoch, and when each standby last said
+/// it was up. Empty when no region has several nodes.
+fn region_nodes_text(s: &v1::ClusterStatus) -> String {
+    let mut rows = vec![["REGION", "NODE", "ROLE", "EPOCH", "ADDRESS", "BINARY", "SEEN"].map(str::to_owned).to_vec()];
+    for r in &s.regions {
+        let Some(f) = r.figures.as_ref() else { continue };
+        for n in &f.nodes {
+            let writer = n.role == "writer";
+            rows.push(vec![
+                r.region.clone(),
+                n.node.clone(),
+                n.role.clone(),
+                if writer { f.writer_epoch.to_string() } else { "-".to_owned() },
+                n.address.clone(),
+                n.binary_version.clone(),
+                if writer { "-".to_owned() } else { format!("{} ago", age(n.last_seen_ms)) },
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    format!("\n{}", table(&rows))
 }
 
 /// One screen: a row per region, then why each unreachable one is.
@@ -249,8 +284,12 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
         ]);
     }
     let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
-    let mut out = format!("cluster status as seen by {}\n\n", s.answered_by);
+    let mut out = match s.answered_by_node.as_str() {
+        "" => format!("cluster status as seen by {}\n\n", s.answered_by),
+        node => format!("cluster status as seen by {} (node {node})\n\n", s.answered_by),
+    };
     out += &table(&rows);
+    out += &region_nodes_text(s);
     let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
     if !unreachable.is_empty() {
         out.push('\n');

@@ -460,6 +460,7 @@ impl Admin for AdminApi {
         let regions = self.node.cluster_status().await?;
         Ok(Response::new(v1::ClusterStatus {
             answered_by: self.node.region.to_string(),
+            answered_by_node: self.node.role.as_ref().map(|r| r.me.node.clone()).unwrap_or_default(),
             regions: regions.into_iter().map(region_status).collect(),
             time_ms: self.node.clock.now().0 as i64,
         }))
@@ -495,5 +496,17 @@ pub(crate) fn region_figures(f: RegionFigures) -> v1::RegionFigures {
         truncated: f.truncated,
         protocol_version: f.protocol_version,
         binary_version: f.binary_version,
+        nodes: f
+            .nodes
+            .into_iter()
+            .map(|n| v1::RegionNode {
+                role: if n.writer { "writer" } else { "standby" }.to_owned(),
+                node: n.node,
+                address: n.address,
+                binary_version: n.binary_version,
+                last_seen_ms: n.last_seen_ms,
+            })
+            .collect(),
+        writer_epoch: f.writer_epoch,
     }
 }

@@ -38,8 +38,8 @@ use tonic::{Code, Response, Status};
 use crate::api::forward::{call_owner, relayed_status};
 use crate::api::trace_propagation::InjectTraceContext;
 use crate::peers::{
-    AnnouncingChannel, ExplainPart, LookupAnswer, Peers, RegionFigures, RelayedCode, RemoteError, WatchEnd,
-    WatchedEvent, PEER_CALL_TIMEOUT,
+    AnnouncingChannel, ExplainPart, LookupAnswer, Peers, RegionFigures, RegionNode, RelayedCode, RemoteError, WatchEnd,
+    WatchedEvent, MAX_REGION_NODES, PEER_CALL_TIMEOUT,
 };
 
 /// Entries asked for per `Peer.ListDeleting` page (the owner's default
@@ -597,6 +597,19 @@ fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
         truncated: f.truncated,
         protocol_version: f.protocol_version,
         binary_version: f.binary_version,
+        nodes: f
+            .nodes
+            .into_iter()
+            .take(MAX_REGION_NODES)
+            .map(|n| RegionNode {
+                writer: n.role == "writer",
+                node: n.node,
+                address: n.address,
+                binary_version: n.binary_version,
+                last_seen_ms: n.last_seen_ms,
+            })
+            .collect(),
+        writer_epoch: f.writer_epoch,
     }
 }
 

@@ -65,4 +65,20 @@ pub(crate) struct RegionFigures {
     pub protocol_version: u32,
     /// Its binary's version (empty: it says none).
     pub binary_version: String,
+    /// Its nodes, when it is a region of several nodes (by name).
+    pub nodes: Vec<RegionNode>,
+    /// The epoch its writer commits with (0: no lease).
+    pub writer_epoch: u64,
+}
+
+/// One node of a region of several nodes, as the region's writer reads
+/// the members rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RegionNode {
+    pub node: String,
+    pub address: String,
+    /// It holds the lease (the node that answered).
+    pub writer: bool,
+    pub binary_version: String,
+    pub last_seen_ms: i64,
 }

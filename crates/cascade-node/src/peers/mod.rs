@@ -38,7 +38,10 @@
 mod answers;
 mod remote_error;
 
-pub(crate) use answers::{ExplainPart, LookupAnswer, RegionFigures, WatchEnd, WatchedEvent};
+/// The most nodes of one region a status lists (the rest are left out).
+pub(crate) const MAX_REGION_NODES: usize = 32;
+
+pub(crate) use answers::{ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, WatchedEvent};
 pub(crate) use remote_error::{RelayedCode, RelayedStatus, RemoteError};
 
 use std::collections::BTreeMap;
