@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use cascade_client::cli::{ClientArgs, Command as ClientCommand};
-use cascade_node::store::StorageEngine;
-use cascade_node::{ConfigFile, Node, NodeSettings};
+use cascade_node::store::{open_postgres, PostgresSettings, StorageEngine};
+use cascade_node::{serve_region_node as serve_region_node_on, ConfigFile, Node, NodeSettings, SharedStore};
 use cascade_tls::DevPki;
 use clap::{CommandFactory, Parser, Subcommand};
 use opentelemetry_otlp::WithExportConfig;
@@ -309,10 +309,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
 }
 
 async fn serve_node(file: ConfigFile) -> Result<()> {
+    let settings = NodeSettings::from_file(&file)?;
+    if let Some(postgres) = settings.postgres.clone() {
+        return serve_region_node(&file, settings, postgres).await;
+    }
     if file.data_dir.is_none() {
         anyhow::bail!("data_dir: is required (in the config file, --data-dir or CASCADE_DATA_DIR)");
     }
-    let settings = NodeSettings::from_file(&file)?;
     // The same findings as `cascade schema check` (an error already
     // refused the schema when the settings were read).
     for warning in settings.schema.check().lines() {
@@ -338,6 +341,40 @@ async fn serve_node(file: ConfigFile) -> Result<()> {
         println!("metrics on http://{addr}/metrics");
     }
     node.serve(listener, shutdown).await?;
+    Ok(())
+}
+
+/// A node of a region whose nodes share one PostgreSQL database: a
+/// standby that forwards to the region's writer, or the writer (see
+/// `cascade_node::serve_region_node`).
+async fn serve_region_node(file: &ConfigFile, settings: NodeSettings, postgres: PostgresSettings) -> Result<()> {
+    for warning in settings.schema.check().lines() {
+        tracing::warn!(%warning, "schema check");
+    }
+    // Before listening: a wrong URL or password, an unreachable database,
+    // or one of another region, cluster or newer version is an error at
+    // start, before anyone is told the node's address.
+    let (region, cluster) = (settings.region.clone(), settings.cluster.clone());
+    let store = tokio::task::spawn_blocking(move || open_postgres(&postgres, &region, &cluster))
+        .await
+        .context("opening the PostgreSQL store")??;
+    let listen: SocketAddr = file
+        .listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:50051")
+        .parse()
+        .context("listen: expected an address like 127.0.0.1:50051")?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let shutdown = shutdown_signal();
+    // Scripts and tests read the bound address (port 0 picks one) from this line.
+    println!("listening on {}", listener.local_addr()?);
+    let shared = SharedStore {
+        store: store.clone(),
+        lease: store,
+    };
+    serve_region_node_on(settings, shared, listener, shutdown).await?;
     Ok(())
 }
 
