@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! region = "eu-1"
+//! cluster = "cascade"                      # optional: the cluster's name, recorded in a shared store
 //! listen = "127.0.0.1:50051"
 //! data_dir = "data/eu-1"
 //! schema = "deploy/schemas/neutron.toml"   # optional: the embedded example
@@ -27,8 +28,12 @@
 //! default_page_size = 100
 //!
 //! [storage]           # optional
-//! engine = "sled"     # or "fjall"; a data_dir keeps the engine that created it
+//! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
 //! cache_mb = 64       # the engine's cache: most of a node's resident memory
+//! # postgres only (a region of several nodes over one database):
+//! url = "postgres://cascade@db.example:5432/cascade"   # or key=value; no password in it
+//! password_file = "/run/secrets/pg-password"   # else the env CASCADE_PG_PASSWORD
+//! schema = "cascade"  # the PostgreSQL schema holding this region's tables
 //!
 //! [admin]             # who may call cascade.v1.Admin; none: nobody
 //! token = "…"                          # sent as `authorization: Bearer …`
@@ -66,7 +71,7 @@ use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
 use crate::peers::{LinkTimings, WATCH_HEARTBEAT};
-use crate::store::StorageEngine;
+use crate::store::{check_schema_name, PostgresSettings, StorageEngine, DEFAULT_SCHEMA};
 use cascade_tls::{NodeTls, TlsFiles};
 
 /// The file as written. Every field may also come from a flag or the environment.
@@ -74,6 +79,9 @@ use cascade_tls::{NodeTls, TlsFiles};
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     pub region: Option<String>,
+    /// The cluster's name (default `cascade`): a shared store records it
+    /// with the region, and refuses a node of another cluster.
+    pub cluster: Option<String>,
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub schema: Option<PathBuf>,
@@ -184,9 +192,25 @@ pub struct StorageConfig {
     /// resolved so that the error names the key. Ignored without a
     /// `data_dir` (the in-memory store).
     pub engine: Option<String>,
-    /// The engine's cache in MiB (default 64).
+    /// The engine's cache in MiB (default 64); postgres: the read cache.
     pub cache_mb: Option<u64>,
+    /// postgres: `postgres://user@host:port/database` or a libpq
+    /// `key=value` string, without a password.
+    pub url: Option<String>,
+    /// postgres: a file holding the password (its first line); else the
+    /// environment's `CASCADE_PG_PASSWORD`.
+    pub password_file: Option<PathBuf>,
+    /// postgres: the PostgreSQL schema of this region's tables (default
+    /// `cascade`).
+    pub schema: Option<String>,
 }
+
+/// The environment variable a PostgreSQL password may come from when
+/// `[storage] password_file` is not set.
+pub const PG_PASSWORD_ENV: &str = "CASCADE_PG_PASSWORD";
+
+/// The cluster's name unless the file names one.
+pub const DEFAULT_CLUSTER: &str = "cascade";
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -292,6 +316,11 @@ pub struct NodeSettings {
     pub engine: StorageEngine,
     /// The engine's cache, in bytes.
     pub cache_bytes: u64,
+    /// Where the postgres engine connects (Some exactly when `engine` is
+    /// postgres).
+    pub postgres: Option<PostgresSettings>,
+    /// The cluster's name (`cluster`, default `cascade`).
+    pub cluster: String,
     pub policy: Policy,
     pub tick: Duration,
     pub limits: ApiLimits,
@@ -324,6 +353,8 @@ impl NodeSettings {
             data_dir,
             engine: StorageEngine::default(),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+            postgres: None,
+            cluster: DEFAULT_CLUSTER.to_owned(),
             policy: Policy::default(),
             tick: DEFAULT_TICK,
             limits: ApiLimits::default(),
@@ -366,6 +397,15 @@ impl NodeSettings {
             }
             settings.cache_bytes = mb * 1024 * 1024;
         }
+        if let Some(cluster) = &file.cluster {
+            settings.cluster = check_cluster_name(cluster)?;
+        }
+        settings.postgres = postgres_settings(
+            &file.storage,
+            settings.engine,
+            settings.cache_bytes,
+            std::env::var(PG_PASSWORD_ENV).ok(),
+        )?;
         let d = &file.deletion;
         if let Some(v) = d.batch_budget {
             if v == 0 {
@@ -558,6 +598,85 @@ fn apply_links(c: &LinksConfig, t: &mut LinkTimings) -> Result<(), ConfigError> 
     Ok(())
 }
 
+/// The cluster's name: 1 to 63 of `[a-z0-9-]`, as it is recorded in a
+/// shared store and compared at every start.
+fn check_cluster_name(name: &str) -> Result<String, ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(name.to_owned())
+    } else {
+        Err(ConfigError::Invalid {
+            field: "cluster",
+            message: format!(
+                "{} is no cluster name: 1 to 63 lower-case letters, digits and -",
+                cascade_core::limits::quote(name)
+            ),
+        })
+    }
+}
+
+/// `[storage]`'s postgres keys: required with `engine = "postgres"` (the
+/// url), refused with another engine (they would be silently unused).
+/// The password comes from `password_file`, else from `env_password`
+/// (`CASCADE_PG_PASSWORD`); it is never part of an error.
+fn postgres_settings(
+    storage: &StorageConfig,
+    engine: StorageEngine,
+    cache_bytes: u64,
+    env_password: Option<String>,
+) -> Result<Option<PostgresSettings>, ConfigError> {
+    if engine != StorageEngine::Postgres {
+        let set = [
+            ("storage.url", storage.url.is_some()),
+            ("storage.password_file", storage.password_file.is_some()),
+            ("storage.schema", storage.schema.is_some()),
+        ];
+        if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
+            return Err(ConfigError::Invalid {
+                field,
+                message: format!("is only used with engine = \"postgres\" (the engine is {engine})"),
+            });
+        }
+        return Ok(None);
+    }
+    let url = storage.url.clone().ok_or(ConfigError::Invalid {
+        field: "storage.url",
+        message: "is required with engine = \"postgres\" (postgres://user@host:port/database)".into(),
+    })?;
+    let password = match &storage.password_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+                field: "storage.password_file",
+                message: format!("cannot read {}: {e}", path.display()),
+            })?;
+            let password = text.lines().next().unwrap_or("").to_owned();
+            if password.is_empty() {
+                return Err(ConfigError::Invalid {
+                    field: "storage.password_file",
+                    message: format!("{} is empty: its first line is the password", path.display()),
+                });
+            }
+            Some(password)
+        }
+        None => env_password.filter(|p| !p.is_empty()),
+    };
+    let schema = storage.schema.clone().unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+    check_schema_name(&schema).map_err(|message| ConfigError::Invalid {
+        field: "storage.schema",
+        message,
+    })?;
+    Ok(Some(PostgresSettings {
+        url,
+        password,
+        schema,
+        cache_bytes,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,13 +746,13 @@ mod tests {
             settings("region = \"eu-1\"\n[storage]\n").unwrap().engine,
             StorageEngine::Sled
         );
-        for engine in StorageEngine::ALL {
+        for engine in StorageEngine::ALL.into_iter().filter(|e| e.embedded()) {
             let text = format!("region = \"eu-1\"\ndata_dir = \"d\"\n[storage]\nengine = \"{engine}\"\n");
             assert_eq!(settings(&text).unwrap().engine, engine);
         }
         assert_eq!(
             err("region = \"eu-1\"\n[storage]\nengine = \"rocksdb\""),
-            "storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall)"
+            "storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall, postgres)"
         );
         assert!(err("region = \"eu-1\"\n[storage]\nengine = \"FJALL\"").starts_with("storage.engine: "));
         assert!(err("region = \"eu-1\"\n[storage]\nengine = 1").contains("invalid type"));
@@ -645,6 +764,88 @@ mod tests {
             "storage.cache_mb: 1 is outside 4..=1048576"
         );
         assert!(err("region = \"eu-1\"\n[storage]\nengin = \"fjall\"").contains("unknown field `engin`"));
+    }
+
+    #[test]
+    fn postgres_needs_a_url_and_takes_its_password_from_a_file_or_the_environment() {
+        let storage =
+            |text: &str| ConfigFile::parse(&format!("region = \"eu-1\"\n[storage]\n{text}"), Path::new("n.toml"));
+        let resolve = |text: &str, env: Option<&str>| {
+            let file = storage(text).unwrap();
+            let engine = file.storage.engine.as_deref().unwrap_or("sled").parse().unwrap();
+            postgres_settings(&file.storage, engine, 1 << 20, env.map(str::to_owned))
+        };
+        let message = |r: Result<Option<PostgresSettings>, ConfigError>| r.expect_err("refused").to_string();
+
+        let pg = resolve(
+            "engine = \"postgres\"\nurl = \"postgres://c@db:5432/x\"",
+            Some("from-env"),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (
+                pg.url.as_str(),
+                pg.password.as_deref(),
+                pg.schema.as_str(),
+                pg.cache_bytes
+            ),
+            ("postgres://c@db:5432/x", Some("from-env"), "cascade", 1 << 20)
+        );
+        assert!(!format!("{pg:?}").contains("from-env"), "Debug hides the password");
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "from-file\n").unwrap();
+        let text = format!(
+            "engine = \"postgres\"\nurl = \"host=db user=c\"\npassword_file = {:?}\nschema = \"eu_1\"",
+            file.display()
+        );
+        let pg = resolve(&text, Some("from-env")).unwrap().unwrap();
+        assert_eq!(
+            (pg.password.as_deref(), pg.schema.as_str()),
+            (Some("from-file"), "eu_1")
+        );
+
+        assert_eq!(
+            message(resolve("engine = \"postgres\"", None)),
+            "storage.url: is required with engine = \"postgres\" (postgres://user@host:port/database)"
+        );
+        assert_eq!(
+            message(resolve("url = \"postgres://c@db/x\"", None)),
+            "storage.url: is only used with engine = \"postgres\" (the engine is sled)"
+        );
+        assert!(message(resolve("engine = \"fjall\"\nschema = \"s\"", None)).starts_with("storage.schema: "));
+        assert!(message(resolve(
+            "engine = \"postgres\"\nurl = \"postgres://c@db/x\"\nschema = \"Eu-1\"",
+            None
+        ))
+        .starts_with("storage.schema: \"Eu-1\" is no schema name"));
+        let missing = dir.path().join("missing");
+        let text = format!(
+            "engine = \"postgres\"\nurl = \"postgres://c@db/x\"\npassword_file = {:?}",
+            missing.display()
+        );
+        assert!(message(resolve(&text, None)).starts_with("storage.password_file: cannot read "));
+        std::fs::write(&file, "\n").unwrap();
+        let text = format!(
+            "engine = \"postgres\"\nurl = \"postgres://c@db/x\"\npassword_file = {:?}",
+            file.display()
+        );
+        assert!(message(resolve(&text, None)).contains("is empty"));
+    }
+
+    #[test]
+    fn the_cluster_name_defaults_to_cascade_and_is_checked() {
+        assert_eq!(settings("region = \"eu-1\"").unwrap().cluster, "cascade");
+        assert_eq!(
+            settings("region = \"eu-1\"\ncluster = \"prod-2\"").unwrap().cluster,
+            "prod-2"
+        );
+        assert_eq!(
+            err("region = \"eu-1\"\ncluster = \"Prod 2\""),
+            "cluster: \"Prod 2\" is no cluster name: 1 to 63 lower-case letters, digits and -"
+        );
     }
 
     fn tls_section(dir: &Path, region: &str) -> String {

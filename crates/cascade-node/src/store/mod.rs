@@ -7,8 +7,10 @@
 //! multi-table batches), so engines can be measured against each other
 //! without touching the protocol.
 //!
-//! Engines: [`SledStore`] (the default), [`FjallStore`] and, for tests and
-//! the simulation, [`MemoryStore`]. [`open_store`] opens the one a node's
+//! Engines: [`SledStore`] (the default), [`FjallStore`],
+//! [`PostgresStore`] (a region of several nodes over one database, one
+//! fenced writer: [`open_postgres`]) and, for tests and the simulation,
+//! [`MemoryStore`]. [`open_store`] opens the embedded one a node's
 //! settings name; a data directory records its engine in an `ENGINE` file,
 //! so it is never opened by the other one.
 
@@ -16,6 +18,7 @@ mod disk;
 mod fjall_store;
 mod lease;
 mod memory;
+mod postgres;
 mod reopen;
 mod sled_store;
 mod tombstones;
@@ -30,6 +33,9 @@ pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
 pub use fjall_store::FjallStore;
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::MemoryStore;
+pub use postgres::{
+    check_schema_name, open_postgres, PostgresSettings, PostgresStore, DEFAULT_SCHEMA, MAX_MEMBERS, SCHEMA_VERSION,
+};
 pub use sled_store::SledStore;
 pub use tombstones::TombstoneStore;
 
@@ -193,6 +199,11 @@ pub enum StoreError {
     /// whoever writes next reads the state again from the store.
     #[error("storage engine: the outcome of a commit is unknown ({0}); stepping down")]
     CommitOutcomeUnknown(String),
+    /// A commit to a shared store by a node that never took the writer
+    /// lease ([`WriterLease::fence`] was never called): refused without
+    /// asking the database.
+    #[error("this node does not hold its region's writer lease: a shared store commits only after the lease is taken and the store fenced")]
+    NotFenced,
 }
 
 impl StoreError {
@@ -210,6 +221,11 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 
 pub trait Store: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The values of `keys` (None: absent), in their order: one round trip
+    /// on an engine over a network instead of one per key.
+    fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        keys.iter().map(|key| self.get(table, key)).collect()
+    }
     /// Entries whose key starts with `prefix`, in key order, strictly after
     /// `after` when given, at most `limit`.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError>;
@@ -258,11 +274,21 @@ pub enum StorageEngine {
     /// fjall 3, an LSM tree: one keyspace per table, a batch is one
     /// cross-keyspace write batch.
     Fjall,
+    /// PostgreSQL, shared by the region's nodes: a table per table, a
+    /// batch is one transaction fenced by the writer lease's epoch. Opened
+    /// by [`open_postgres`] (it needs `[storage] url`), not [`open_store`].
+    Postgres,
 }
 
 impl StorageEngine {
     /// Every engine, in the order error messages list them.
-    pub const ALL: [StorageEngine; 2] = [StorageEngine::Sled, StorageEngine::Fjall];
+    pub const ALL: [StorageEngine; 3] = [StorageEngine::Sled, StorageEngine::Fjall, StorageEngine::Postgres];
+
+    /// Whether the engine keeps its data in `data_dir` (not a database
+    /// server).
+    pub fn embedded(self) -> bool {
+        !matches!(self, StorageEngine::Postgres)
+    }
 
     /// The name in the config file, on the command line and in the
     /// data directory's `ENGINE` file.
@@ -270,6 +296,7 @@ impl StorageEngine {
         match self {
             StorageEngine::Sled => "sled",
             StorageEngine::Fjall => "fjall",
+            StorageEngine::Postgres => "postgres",
         }
     }
 }
@@ -282,7 +309,7 @@ impl fmt::Display for StorageEngine {
 
 /// A name that is no [`StorageEngine`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown storage engine {0:?} (expected one of: sled, fjall)")]
+#[error("unknown storage engine {0:?} (expected one of: sled, fjall, postgres)")]
 pub struct UnknownEngine(pub String);
 
 impl FromStr for StorageEngine {
@@ -323,6 +350,9 @@ pub fn open_store_with_cache(
     dir: Option<&Path>,
     cache_bytes: u64,
 ) -> Result<Arc<dyn Store>, StoreError> {
+    if engine == StorageEngine::Postgres {
+        return Err(needs_open_postgres());
+    }
     let Some(dir) = dir else {
         return Ok(Arc::new(MemoryStore::default()));
     };
@@ -340,6 +370,7 @@ pub fn open_store_with_cache(
     let store: Arc<dyn Store> = match engine {
         StorageEngine::Sled => Arc::new(SledStore::open_with_cache(dir, cache_bytes)?),
         StorageEngine::Fjall => Arc::new(FjallStore::open_with_cache(dir, cache_bytes)?),
+        StorageEngine::Postgres => return Err(needs_open_postgres()),
     };
     // After the engine opened: a marker must not claim a directory that no
     // engine could open. A crash before it is written leaves the engine's
@@ -352,6 +383,12 @@ pub fn open_store_with_cache(
         write_marker(dir, engine)?;
     }
     Ok(store)
+}
+
+fn needs_open_postgres() -> StoreError {
+    StoreError::Engine(
+        "the postgres engine needs its connection settings ([storage] url): open it with open_postgres".into(),
+    )
 }
 
 fn io_error(doing: &str, path: &Path, e: std::io::Error) -> StoreError {
@@ -416,7 +453,7 @@ fn write_marker(dir: &Path, engine: StorageEngine) -> Result<(), StoreError> {
 mod tests {
     use super::*;
 
-    fn put(ops: &[(Table, &[u8], &[u8])]) -> Batch {
+    pub(super) fn put(ops: &[(Table, &[u8], &[u8])]) -> Batch {
         let mut b = Batch::default();
         for (t, k, v) in ops {
             b.put(*t, k.to_vec(), v.to_vec());
@@ -430,7 +467,7 @@ mod tests {
 
     /// What every engine must do, on a fresh store. One function over
     /// `&dyn Store`, so the engines are held to the same assertions.
-    fn conformance(store: &dyn Store) {
+    pub(super) fn conformance(store: &dyn Store) {
         use Table::*;
         let s = |t, p: &[u8], a: Option<&[u8]>, l| store.scan(t, p, a, l).unwrap();
 
@@ -573,7 +610,7 @@ mod tests {
     /// not (its iterators read each key as of when they reach it, so a
     /// scan racing a commit can return keys of two batches); its point
     /// reads are atomic.
-    fn batches_are_atomic_to_readers(store: Arc<dyn Store>, scans_are_snapshots: bool) {
+    pub(super) fn batches_are_atomic_to_readers(store: Arc<dyn Store>, scans_are_snapshots: bool) {
         const BATCHES: u64 = 200;
         let writer = {
             let store = store.clone();
@@ -621,7 +658,7 @@ mod tests {
     }
 
     /// Committed and flushed batches survive dropping and reopening.
-    fn survives_reopen(open: impl Fn() -> Arc<dyn Store>) {
+    pub(super) fn survives_reopen(open: impl Fn() -> Arc<dyn Store>) {
         let big = vec![0x5au8; 1 << 20];
         {
             let store = open();
@@ -686,13 +723,13 @@ mod tests {
         let e = "Fjall".parse::<StorageEngine>().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown storage engine \"Fjall\" (expected one of: sled, fjall)"
+            "unknown storage engine \"Fjall\" (expected one of: sled, fjall, postgres)"
         );
     }
 
     #[test]
     fn open_store_without_a_directory_is_in_memory() {
-        for e in StorageEngine::ALL {
+        for e in StorageEngine::ALL.into_iter().filter(|e| e.embedded()) {
             let store = open_store(e, None).unwrap();
             store.commit(put(&[(Table::Meta, b"k", b"v")])).unwrap();
             assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
@@ -743,7 +780,7 @@ mod tests {
     #[test]
     fn a_data_dir_in_use_is_refused() {
         let root = tempfile::tempdir().unwrap();
-        for engine in StorageEngine::ALL {
+        for engine in StorageEngine::ALL.into_iter().filter(|e| e.embedded()) {
             let dir = root.path().join(engine.name());
             let _open = open_store(engine, Some(&dir)).unwrap();
             let err = open_store(engine, Some(&dir)).err().expect("opened twice").to_string();
