@@ -202,7 +202,7 @@ fn a_commit_in_flight_lands_before_a_takeover_never_after() {
     let (a, b) = (open(&db), open(&db));
     assert_eq!(a.try_acquire(&node("a"), Duration::from_millis(200)).unwrap(), Some(1));
     a.fence(1);
-    a.pause_after_fence(Some(Duration::from_millis(700)));
+    a.pause_after_fence(Some(Duration::from_millis(1200)));
     let committing = {
         let a = a.clone();
         std::thread::spawn(move || a.commit(put_meta("inflight", "a")))
@@ -211,7 +211,7 @@ fn a_commit_in_flight_lands_before_a_takeover_never_after() {
     eventually("a's commit holds its transaction open", || {
         let sleeping = db
             .superuser_sql(
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(0.7)%' AND pid <> pg_backend_pid()",
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.2)%' AND pid <> pg_backend_pid()",
             )
             .unwrap();
         (sleeping == "1").then_some(())
