@@ -192,9 +192,9 @@ impl Default for AdminAccess {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
-    /// `sled` (the default) or `fjall`, checked when the settings are
-    /// resolved so that the error names the key. Ignored without a
-    /// `data_dir` (the in-memory store).
+    /// `sled` (the default), `fjall` or `postgres`, checked when the
+    /// settings are resolved so that the error names the key. sled and
+    /// fjall are ignored without a `data_dir` (the in-memory store).
     pub engine: Option<String>,
     /// The engine's cache in MiB (default 64); postgres: the read cache.
     pub cache_mb: Option<u64>,

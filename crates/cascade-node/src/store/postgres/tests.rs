@@ -507,7 +507,7 @@ fn a_connection_lost_during_a_commit_is_an_unknown_outcome() {
 }
 
 /// What the store costs on this machine (a debug build, loopback): a
-/// commit of 500 writes, 10,000 point gets from the database and from the
+/// commit of 500 writes and of one, 10,000 point gets from the database and from the
 /// cache, `get_many` of 1,000 keys, a scan of 1,000 rows; and sled's
 /// figures for the same, for the ratio. Run with
 /// `cargo test -p cascade-node --lib measure_postgres -- --ignored --nocapture`.
@@ -532,6 +532,11 @@ fn measure_postgres_store() {
             store.commit(batch).unwrap();
         }
         let commit = start.elapsed() / 20;
+        let start = Instant::now();
+        for i in 0..100u32 {
+            store.commit(put(&[(Table::Meta, &i.to_be_bytes(), b"1")])).unwrap();
+        }
+        let single = start.elapsed() / 100;
         if name == "postgres" {
             pg.fence(pg.try_acquire(&node("a"), LONG).unwrap().unwrap());
         }
@@ -560,7 +565,7 @@ fn measure_postgres_store() {
         }
         let scan = start.elapsed() / 20;
         println!(
-            "{name}: commit of 500 writes {commit:?}; 10,000 gets {cold:?} (first), {warm:?} (again); \
+            "{name}: commit of 500 writes {commit:?}, of 1 write {single:?}; 10,000 gets {cold:?} (first), {warm:?} (again); \
              get_many of 1,000 {many:?}; scan of 1,000 {scan:?}"
         );
     }
