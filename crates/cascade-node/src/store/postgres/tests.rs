@@ -570,3 +570,32 @@ fn measure_postgres_store() {
         );
     }
 }
+
+/// The writer's session is bounded (a paused or stuck writer cannot hold
+/// the lease row's share lock for long), and so are the readers'.
+#[test]
+fn every_session_has_its_timeouts() {
+    let Some(db) = fresh_database("sessions") else { return };
+    let store = open(&db);
+    let show = |writer: bool| {
+        let shared = store.shared.clone();
+        store
+            .run(async move {
+                let pool = if writer { &shared.writer } else { &shared.readers };
+                let client = pool.get().await.unwrap();
+                let mut shown = Vec::new();
+                for setting in [
+                    "statement_timeout",
+                    "lock_timeout",
+                    "idle_in_transaction_session_timeout",
+                ] {
+                    let row = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
+                    shown.push(row.get::<_, String>(0));
+                }
+                Ok(shown)
+            })
+            .unwrap()
+    };
+    assert_eq!(show(true), ["4s", "1s", "2s"]);
+    assert_eq!(show(false), ["10s", "1s", "2s"]);
+}
