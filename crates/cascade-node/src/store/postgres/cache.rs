@@ -130,3 +130,73 @@ impl ReadCache {
         self.state.read().unwrap_or_else(PoisonError::into_inner).entries.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(cache: &ReadCache, key: &[u8]) -> Option<Cached> {
+        match cache.lookup(Table::Meta, key) {
+            Lookup::Hit(value) => Some(value),
+            Lookup::Miss(_) => None,
+        }
+    }
+
+    fn generation(cache: &ReadCache, key: &[u8]) -> u64 {
+        match cache.lookup(Table::Meta, key) {
+            Lookup::Miss(generation) => generation,
+            Lookup::Hit(_) => panic!("cached"),
+        }
+    }
+
+    fn landed(cache: &ReadCache, key: &[u8], value: Option<&[u8]>) {
+        cache.commit_ended(Some(std::iter::once((Table::Meta, key, value))));
+    }
+
+    #[test]
+    fn a_read_begun_before_a_commit_never_overwrites_what_it_wrote() {
+        let cache = ReadCache::new(1 << 20);
+        let before = generation(&cache, b"k");
+        cache.commit_started();
+        // While the commit is in flight the cache is bypassed.
+        assert!(hit(&cache, b"k").is_none());
+        landed(&cache, b"k", Some(b"new"));
+        // The old read comes back with the old value: not kept.
+        cache.remember(before, Table::Meta, b"k".to_vec(), Some(b"old".to_vec()));
+        assert_eq!(hit(&cache, b"k"), Some(Some(b"new".to_vec())));
+        // A read begun after the commit is kept, absent keys too.
+        let after = generation(&cache, b"gone");
+        cache.remember(after, Table::Meta, b"gone".to_vec(), None);
+        assert_eq!(hit(&cache, b"gone"), Some(None));
+    }
+
+    #[test]
+    fn a_failed_commit_or_a_fence_drops_everything() {
+        let cache = ReadCache::new(1 << 20);
+        landed(&cache, b"k", Some(b"v"));
+        let stale = generation(&cache, b"other");
+        cache.commit_started();
+        cache.commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+        assert!(hit(&cache, b"k").is_none(), "a commit that may have landed");
+        cache.remember(stale, Table::Meta, b"other".to_vec(), None);
+        assert!(hit(&cache, b"other").is_none());
+        landed(&cache, b"k", Some(b"v"));
+        let before_fence = generation(&cache, b"other");
+        cache.clear();
+        assert!(hit(&cache, b"k").is_none());
+        cache.remember(before_fence, Table::Meta, b"other".to_vec(), None);
+        assert!(hit(&cache, b"other").is_none(), "a read begun before the fence");
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_bytes() {
+        let cache = ReadCache::new(64 * 1024);
+        for i in 0..10_000u32 {
+            let g = generation(&cache, &i.to_be_bytes());
+            cache.remember(g, Table::Meta, i.to_be_bytes().to_vec(), Some(vec![0; 100]));
+        }
+        let state = cache.state.read().unwrap();
+        assert!(state.entries.weight() <= 64 * 1024, "{}", state.entries.weight());
+        assert!(state.entries.len() > 100, "{}", state.entries.len());
+    }
+}
