@@ -283,6 +283,15 @@ fn open_store_without_a_directory_is_in_memory() {
         store.commit(put(&[(Table::Meta, b"k", b"v")])).unwrap();
         assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
     }
+    // postgres is opened by open_postgres, with its connection settings.
+    let data_dir = tempfile::tempdir().unwrap();
+    for dir in [None, Some(data_dir.path())] {
+        match open_store(StorageEngine::Postgres, dir) {
+            Ok(_) => panic!("postgres opened without its connection settings"),
+            Err(e) => assert!(e.to_string().contains("open it with open_postgres"), "{e}"),
+        }
+    }
+    assert!(!data_dir.path().join(ENGINE_MARKER).exists());
 }
 
 fn wrong_engine(dir: &Path, engine: StorageEngine) -> (StorageEngine, String) {
