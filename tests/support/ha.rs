@@ -36,7 +36,7 @@ impl HaCluster {
     /// Writes the configs; starts nothing. `extra(region)` is appended to
     /// each of the region's configs (a `[deletion]` table, say).
     pub fn configure(
-        pg: &'static cascade_testpg::TestPostgres,
+        pg: &'static cascade_testpg::TestServer,
         regions: &[&str],
         nodes: usize,
         extra: impl Fn(&str) -> String,
@@ -53,9 +53,9 @@ impl HaCluster {
             })
             .collect();
         let password_file = dir.path().join("pg-password");
-        std::fs::write(&password_file, pg.password()).unwrap();
         for region in &regions {
             let db = pg.fresh_database(&region.name);
+            std::fs::write(&password_file, db.password()).unwrap();
             for (i, port) in region.ports.iter().enumerate() {
                 let mut text = format!(
                     "region = \"{}\"\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\nengine = \"postgres\"\n\
@@ -87,11 +87,17 @@ impl HaCluster {
     }
 
     fn region(&self, region: &str) -> &HaRegion {
-        self.regions.iter().find(|r| r.name == region).expect("a region of the cluster")
+        self.regions
+            .iter()
+            .find(|r| r.name == region)
+            .expect("a region of the cluster")
     }
 
     fn region_mut(&mut self, region: &str) -> &mut HaRegion {
-        self.regions.iter_mut().find(|r| r.name == region).expect("a region of the cluster")
+        self.regions
+            .iter_mut()
+            .find(|r| r.name == region)
+            .expect("a region of the cluster")
     }
 
     /// Starts every node of every region.
@@ -136,7 +142,9 @@ impl HaCluster {
     }
 
     pub async fn client(&self, region: &str, node: usize) -> Client {
-        Client::connect(&self.endpoint(region, node)).await.expect("client connects")
+        Client::connect(&self.endpoint(region, node))
+            .await
+            .expect("client connects")
     }
 
     /// The nodes of `region` that say they are its writer now.

@@ -10,6 +10,7 @@
 
 pub mod demo;
 pub mod fault_proxy;
+pub mod ha;
 mod operating;
 
 // Not every test binary uses them (this module is compiled into each).

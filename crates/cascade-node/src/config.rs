@@ -3,6 +3,7 @@
 //!
 //! ```toml
 //! region = "eu-1"
+//! cluster = "cascade"                      # optional: the cluster's name, recorded in a shared store
 //! listen = "127.0.0.1:50051"
 //! data_dir = "data/eu-1"
 //! schema = "deploy/schemas/neutron.toml"   # optional: the embedded example
@@ -28,8 +29,12 @@
 //! default_page_size = 100
 //!
 //! [storage]           # optional
-//! engine = "sled"     # or "fjall"; a data_dir keeps the engine that created it
+//! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
 //! cache_mb = 64       # the engine's cache: most of a node's resident memory
+//! # postgres only (a region of several nodes over one database):
+//! url = "postgres://cascade@db.example:5432/cascade"   # or key=value; no password in it
+//! password_file = "/run/secrets/pg-password"   # else the env CASCADE_PG_PASSWORD
+//! schema = "cascade"  # the PostgreSQL schema holding this region's tables
 //!
 //! [admin]             # who may call cascade.v1.Admin; none: nobody
 //! token = "…"                          # sent as `authorization: Bearer …`
@@ -67,14 +72,21 @@ use cascade_core::{Policy, RegionId, Schema};
 use serde::Deserialize;
 
 use crate::peers::{LinkTimings, PeerAddresses, WATCH_HEARTBEAT};
-use crate::store::StorageEngine;
+use crate::store::{PostgresSettings, StorageEngine};
+
+mod storage;
 use cascade_tls::{NodeTls, TlsFiles};
+use storage::{check_cluster_name, postgres_settings};
+pub use storage::{DEFAULT_CLUSTER, PG_PASSWORD_ENV};
 
 /// The file as written. Every field may also come from a flag or the environment.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     pub region: Option<String>,
+    /// The cluster's name (default `cascade`): a shared store records it
+    /// with the region, and refuses a node of another cluster.
+    pub cluster: Option<String>,
     pub listen: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub schema: Option<PathBuf>,
@@ -210,12 +222,21 @@ impl Default for AdminAccess {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageConfig {
-    /// `sled` (the default) or `fjall`, checked when the settings are
-    /// resolved so that the error names the key. Ignored without a
-    /// `data_dir` (the in-memory store).
+    /// `sled` (the default), `fjall` or `postgres`, checked when the
+    /// settings are resolved so that the error names the key. sled and
+    /// fjall are ignored without a `data_dir` (the in-memory store).
     pub engine: Option<String>,
-    /// The engine's cache in MiB (default 64).
+    /// The engine's cache in MiB (default 64); postgres: the read cache.
     pub cache_mb: Option<u64>,
+    /// postgres: `postgres://user@host:port/database` or a libpq
+    /// `key=value` string, without a password.
+    pub url: Option<String>,
+    /// postgres: a file holding the password (its first line); else the
+    /// environment's `CASCADE_PG_PASSWORD`.
+    pub password_file: Option<PathBuf>,
+    /// postgres: the PostgreSQL schema of this region's tables (default
+    /// `cascade`).
+    pub schema: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -324,6 +345,11 @@ pub struct NodeSettings {
     pub engine: StorageEngine,
     /// The engine's cache, in bytes.
     pub cache_bytes: u64,
+    /// Where the postgres engine connects (Some exactly when `engine` is
+    /// postgres).
+    pub postgres: Option<PostgresSettings>,
+    /// The cluster's name (`cluster`, default `cascade`).
+    pub cluster: String,
     pub policy: Policy,
     pub tick: Duration,
     pub limits: ApiLimits,
@@ -365,6 +391,8 @@ impl NodeSettings {
             data_dir,
             engine: StorageEngine::default(),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+            postgres: None,
+            cluster: DEFAULT_CLUSTER.to_owned(),
             policy: Policy::default(),
             tick: DEFAULT_TICK,
             limits: ApiLimits::default(),
@@ -410,6 +438,15 @@ impl NodeSettings {
             }
             settings.cache_bytes = mb * 1024 * 1024;
         }
+        if let Some(cluster) = &file.cluster {
+            settings.cluster = check_cluster_name(cluster)?;
+        }
+        settings.postgres = postgres_settings(
+            &file.storage,
+            settings.engine,
+            settings.cache_bytes,
+            std::env::var(PG_PASSWORD_ENV).ok(),
+        )?;
         let d = &file.deletion;
         if let Some(v) = d.batch_budget {
             if v == 0 {
@@ -717,13 +754,13 @@ mod tests {
             settings("region = \"eu-1\"\n[storage]\n").unwrap().engine,
             StorageEngine::Sled
         );
-        for engine in StorageEngine::ALL {
+        for engine in StorageEngine::ALL.into_iter().filter(|e| e.embedded()) {
             let text = format!("region = \"eu-1\"\ndata_dir = \"d\"\n[storage]\nengine = \"{engine}\"\n");
             assert_eq!(settings(&text).unwrap().engine, engine);
         }
         assert_eq!(
             err("region = \"eu-1\"\n[storage]\nengine = \"rocksdb\""),
-            "storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall)"
+            "storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall, postgres)"
         );
         assert!(err("region = \"eu-1\"\n[storage]\nengine = \"FJALL\"").starts_with("storage.engine: "));
         assert!(err("region = \"eu-1\"\n[storage]\nengine = 1").contains("invalid type"));
@@ -735,6 +772,19 @@ mod tests {
             "storage.cache_mb: 1 is outside 4..=1048576"
         );
         assert!(err("region = \"eu-1\"\n[storage]\nengin = \"fjall\"").contains("unknown field `engin`"));
+    }
+
+    #[test]
+    fn the_cluster_name_defaults_to_cascade_and_is_checked() {
+        assert_eq!(settings("region = \"eu-1\"").unwrap().cluster, "cascade");
+        assert_eq!(
+            settings("region = \"eu-1\"\ncluster = \"prod-2\"").unwrap().cluster,
+            "prod-2"
+        );
+        assert_eq!(
+            err("region = \"eu-1\"\ncluster = \"Prod 2\""),
+            "cluster: \"Prod 2\" is no cluster name: 1 to 63 lower-case letters, digits and -"
+        );
     }
 
     fn tls_section(dir: &Path, region: &str) -> String {

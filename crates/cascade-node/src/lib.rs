@@ -81,8 +81,8 @@ mod log_throttle;
 pub mod peers;
 
 pub use api::limits::{limits, Amount, Limit};
-pub use api::server::RunningNode;
 pub use api::roles::{serve_region_node, SharedStore};
+pub use api::server::RunningNode;
 pub use api::standby::{serve_standby, StandbySettings, WRITER_HEALTH_SERVICE};
 pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};

@@ -201,7 +201,9 @@ fn protocol_text(heard: u32, says: Option<u32>) -> String {
 /// each: which one writes, at what epoch, and when each standby last said
 /// it was up. Empty when no region has several nodes.
 fn region_nodes_text(s: &v1::ClusterStatus) -> String {
-    let mut rows = vec![["REGION", "NODE", "ROLE", "EPOCH", "ADDRESS", "BINARY", "SEEN"].map(str::to_owned).to_vec()];
+    let mut rows = vec![["REGION", "NODE", "ROLE", "EPOCH", "ADDRESS", "BINARY", "SEEN"]
+        .map(str::to_owned)
+        .to_vec()];
     for r in &s.regions {
         let Some(f) = r.figures.as_ref() else { continue };
         for n in &f.nodes {
@@ -210,10 +212,18 @@ fn region_nodes_text(s: &v1::ClusterStatus) -> String {
                 r.region.clone(),
                 n.node.clone(),
                 n.role.clone(),
-                if writer { f.writer_epoch.to_string() } else { "-".to_owned() },
+                if writer {
+                    f.writer_epoch.to_string()
+                } else {
+                    "-".to_owned()
+                },
                 n.address.clone(),
                 n.binary_version.clone(),
-                if writer { "-".to_owned() } else { format!("{} ago", age(n.last_seen_ms)) },
+                if writer {
+                    "-".to_owned()
+                } else {
+                    format!("{} ago", age(n.last_seen_ms))
+                },
             ]);
         }
     }

@@ -131,7 +131,9 @@ impl Connections {
                 }
             }
         });
-        Self { rx: Arc::new(Mutex::new(rx)) }
+        Self {
+            rx: Arc::new(Mutex::new(rx)),
+        }
     }
 
     /// The connections from now on, until the server that reads them stops
@@ -283,7 +285,13 @@ async fn write(
     info!(region = %settings.region, node = %role.me.node, epoch, "serving as the region's writer");
     let (why_tx, why_rx) = watch::channel::<Option<Ended>>(None);
     let why_tx = Arc::new(why_tx);
-    let keeper = tokio::spawn(keep_lease(ha.clone(), shared.lease.clone(), epoch, granted_at, why_tx.clone()));
+    let keeper = tokio::spawn(keep_lease(
+        ha.clone(),
+        shared.lease.clone(),
+        epoch,
+        granted_at,
+        why_tx.clone(),
+    ));
     let end = {
         let why_tx = why_tx.clone();
         let mut why_rx = why_rx.clone();
@@ -368,7 +376,9 @@ async fn keep_lease(
                 why.send_if_modified(|w| {
                     set_once(
                         w,
-                        Ended::SteppedDown(format!("another node took the lease over (this node held epoch {epoch})")),
+                        Ended::SteppedDown(format!(
+                            "another node took the lease over (this node held epoch {epoch})"
+                        )),
                     )
                 });
                 return;

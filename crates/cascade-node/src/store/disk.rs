@@ -25,6 +25,11 @@ pub enum DiskCondition {
     /// its log, seconds on a big database, and the caller is often a
     /// runtime worker); it clears when the reopen ends.
     Reopening,
+    /// The database server does not answer (connection refused, reset or
+    /// timed out; the server shutting down or restarting), or a statement
+    /// ran out of time: the store's connections are made again once it
+    /// answers.
+    DatabaseUnreachable,
 }
 
 impl fmt::Display for DiskCondition {
@@ -34,6 +39,7 @@ impl fmt::Display for DiskCondition {
             DiskCondition::ReadOnly => "read-only file system",
             DiskCondition::Refusing => "engine refusing writes after a failed one",
             DiskCondition::Reopening => "engine being reopened",
+            DiskCondition::DatabaseUnreachable => "database unreachable",
         })
     }
 }

@@ -7,8 +7,10 @@
 //! multi-table batches), so engines can be measured against each other
 //! without touching the protocol.
 //!
-//! Engines: [`SledStore`] (the default), [`FjallStore`] and, for tests and
-//! the simulation, [`MemoryStore`]. [`open_store`] opens the one a node's
+//! Engines: [`SledStore`] (the default), [`FjallStore`],
+//! [`PostgresStore`] (a region of several nodes over one database, one
+//! fenced writer: [`open_postgres`]) and, for tests and the simulation,
+//! [`MemoryStore`]. [`open_store`] opens the embedded one a node's
 //! settings name; a data directory records its engine in an `ENGINE` file,
 //! so it is never opened by the other one.
 
@@ -16,6 +18,7 @@ mod disk;
 mod fjall_store;
 mod lease;
 mod memory;
+mod postgres;
 mod reopen;
 mod sled_store;
 mod tombstones;
@@ -30,6 +33,9 @@ pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
 pub use fjall_store::FjallStore;
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::MemoryStore;
+pub use postgres::{
+    check_schema_name, open_postgres, PostgresSettings, PostgresStore, DEFAULT_SCHEMA, MAX_MEMBERS, SCHEMA_VERSION,
+};
 pub use sled_store::SledStore;
 pub use tombstones::TombstoneStore;
 
@@ -193,6 +199,11 @@ pub enum StoreError {
     /// whoever writes next reads the state again from the store.
     #[error("storage engine: the outcome of a commit is unknown ({0}); stepping down")]
     CommitOutcomeUnknown(String),
+    /// A commit to a shared store by a node that never took the writer
+    /// lease ([`WriterLease::fence`] was never called): refused without
+    /// asking the database.
+    #[error("this node does not hold its region's writer lease: a shared store commits only after the lease is taken and the store fenced")]
+    NotFenced,
 }
 
 impl StoreError {
@@ -210,6 +221,11 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 
 pub trait Store: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// The values of `keys` (None: absent), in their order: one round trip
+    /// on an engine over a network instead of one per key.
+    fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        keys.iter().map(|key| self.get(table, key)).collect()
+    }
     /// Entries whose key starts with `prefix`, in key order, strictly after
     /// `after` when given, at most `limit`.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError>;
@@ -258,11 +274,21 @@ pub enum StorageEngine {
     /// fjall 3, an LSM tree: one keyspace per table, a batch is one
     /// cross-keyspace write batch.
     Fjall,
+    /// PostgreSQL, shared by the region's nodes: a table per table, a
+    /// batch is one transaction fenced by the writer lease's epoch. Opened
+    /// by [`open_postgres`] (it needs `[storage] url`), not [`open_store`].
+    Postgres,
 }
 
 impl StorageEngine {
     /// Every engine, in the order error messages list them.
-    pub const ALL: [StorageEngine; 2] = [StorageEngine::Sled, StorageEngine::Fjall];
+    pub const ALL: [StorageEngine; 3] = [StorageEngine::Sled, StorageEngine::Fjall, StorageEngine::Postgres];
+
+    /// Whether the engine keeps its data in `data_dir` (not a database
+    /// server).
+    pub fn embedded(self) -> bool {
+        !matches!(self, StorageEngine::Postgres)
+    }
 
     /// The name in the config file, on the command line and in the
     /// data directory's `ENGINE` file.
@@ -270,6 +296,7 @@ impl StorageEngine {
         match self {
             StorageEngine::Sled => "sled",
             StorageEngine::Fjall => "fjall",
+            StorageEngine::Postgres => "postgres",
         }
     }
 }
@@ -282,7 +309,7 @@ impl fmt::Display for StorageEngine {
 
 /// A name that is no [`StorageEngine`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown storage engine {0:?} (expected one of: sled, fjall)")]
+#[error("unknown storage engine {0:?} (expected one of: sled, fjall, postgres)")]
 pub struct UnknownEngine(pub String);
 
 impl FromStr for StorageEngine {
@@ -323,6 +350,9 @@ pub fn open_store_with_cache(
     dir: Option<&Path>,
     cache_bytes: u64,
 ) -> Result<Arc<dyn Store>, StoreError> {
+    if engine == StorageEngine::Postgres {
+        return Err(needs_open_postgres());
+    }
     let Some(dir) = dir else {
         return Ok(Arc::new(MemoryStore::default()));
     };
@@ -340,6 +370,7 @@ pub fn open_store_with_cache(
     let store: Arc<dyn Store> = match engine {
         StorageEngine::Sled => Arc::new(SledStore::open_with_cache(dir, cache_bytes)?),
         StorageEngine::Fjall => Arc::new(FjallStore::open_with_cache(dir, cache_bytes)?),
+        StorageEngine::Postgres => return Err(needs_open_postgres()),
     };
     // After the engine opened: a marker must not claim a directory that no
     // engine could open. A crash before it is written leaves the engine's
@@ -352,6 +383,12 @@ pub fn open_store_with_cache(
         write_marker(dir, engine)?;
     }
     Ok(store)
+}
+
+fn needs_open_postgres() -> StoreError {
+    StoreError::Engine(
+        "the postgres engine needs its connection settings ([storage] url): open it with open_postgres".into(),
+    )
 }
 
 fn io_error(doing: &str, path: &Path, e: std::io::Error) -> StoreError {
@@ -413,370 +450,4 @@ fn write_marker(dir: &Path, engine: StorageEngine) -> Result<(), StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn put(ops: &[(Table, &[u8], &[u8])]) -> Batch {
-        let mut b = Batch::default();
-        for (t, k, v) in ops {
-            b.put(*t, k.to_vec(), v.to_vec());
-        }
-        b
-    }
-
-    fn keys(entries: &[Entry]) -> Vec<&[u8]> {
-        entries.iter().map(|(k, _)| k.as_slice()).collect()
-    }
-
-    /// What every engine must do, on a fresh store. One function over
-    /// `&dyn Store`, so the engines are held to the same assertions.
-    fn conformance(store: &dyn Store) {
-        use Table::*;
-        let s = |t, p: &[u8], a: Option<&[u8]>, l| store.scan(t, p, a, l).unwrap();
-
-        // Empty batches and empty tables.
-        store.commit(Batch::default()).unwrap();
-        assert!(s(Resources, b"", None, 10).is_empty());
-        assert_eq!(store.get(Resources, b"a").unwrap(), None);
-
-        // Prefix boundaries: a key equal to the prefix is in it; a shorter
-        // key, a key just before and a key just after are not.
-        store
-            .commit(put(&[
-                (Resources, b"a/w/zz", b"before"),
-                (Resources, b"a/x", b"shorter"),
-                (Resources, b"a/x/", b"equal"),
-                (Resources, b"a/x/1", b"1"),
-                (Resources, b"a/x/2", b"2"),
-                (Resources, b"a/x/3", b"3"),
-                (Resources, b"a/x0", b"after"),
-                (Resources, b"a/y/1", b"y"),
-            ]))
-            .unwrap();
-        let all: Vec<&[u8]> = vec![b"a/x/", b"a/x/1", b"a/x/2", b"a/x/3"];
-        assert_eq!(keys(&s(Resources, b"a/x/", None, 100)), all);
-        assert_eq!(
-            s(Resources, b"a/x/", None, 100)[1],
-            (b"a/x/1".to_vec(), b"1".to_vec()),
-            "values come with their keys"
-        );
-        // `after` before the prefix, equal to it, inside, at the last key, beyond.
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"a/w/zz"), 100)), all);
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b""), 100)), all);
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"a/x/"), 100)), all[1..]);
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"a/x/1"), 100)), all[2..]);
-        assert_eq!(
-            keys(&s(Resources, b"a/x/", Some(b"a/x/15"), 100)),
-            all[2..],
-            "an `after` that is no key"
-        );
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"a/x/3"), 100)), Vec::<&[u8]>::new());
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"a/x0"), 100)), Vec::<&[u8]>::new());
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"b"), 100)), Vec::<&[u8]>::new());
-        // `limit` 0, 1, some, exactly all, more than all.
-        assert!(s(Resources, b"a/x/", None, 0).is_empty());
-        assert!(s(Resources, b"a/x/", Some(b"a/x/1"), 0).is_empty());
-        assert_eq!(keys(&s(Resources, b"a/x/", None, 1)), all[..1]);
-        assert_eq!(keys(&s(Resources, b"a/x/", Some(b"a/x/1"), 1)), all[2..3]);
-        assert_eq!(keys(&s(Resources, b"a/x/", None, 3)), all[..3]);
-        assert_eq!(keys(&s(Resources, b"a/x/", None, 4)), all);
-        assert_eq!(
-            keys(&s(Resources, b"", None, usize::MAX)).len(),
-            8,
-            "the empty prefix is the table"
-        );
-        assert_eq!(keys(&s(Resources, b"", Some(b"a/x0"), 100)), vec![b"a/y/1".as_slice()]);
-        assert_eq!(keys(&s(Resources, b"zzz", None, 100)), Vec::<&[u8]>::new());
-
-        // Prefixes of 0xff bytes: no "next prefix" to stop at, the table's end is.
-        store
-            .commit(put(&[
-                (Outbox, &[0xfe, 0xff], b"a"),
-                (Outbox, &[0xff], b"b"),
-                (Outbox, &[0xff, 0x00], b"c"),
-                (Outbox, &[0xff, 0xff], b"d"),
-                (Outbox, &[0xff, 0xff, 0x00], b"e"),
-                (Outbox, &[0xff, 0xff, 0xff], b"f"),
-            ]))
-            .unwrap();
-        let ff: Vec<&[u8]> = vec![&[0xff, 0xff], &[0xff, 0xff, 0x00], &[0xff, 0xff, 0xff]];
-        assert_eq!(keys(&s(Outbox, &[0xff, 0xff], None, 100)), ff);
-        assert_eq!(keys(&s(Outbox, &[0xff, 0xff], Some(&[0xff, 0xff, 0x00]), 100)), ff[2..]);
-        assert_eq!(
-            keys(&s(Outbox, &[0xff, 0xff], Some(&[0xff, 0xff, 0xff]), 100)),
-            Vec::<&[u8]>::new()
-        );
-        assert_eq!(keys(&s(Outbox, &[0xff], None, 100)).len(), 5);
-        let first_two: Vec<&[u8]> = vec![&[0xff], &[0xff, 0x00]];
-        assert_eq!(keys(&s(Outbox, &[0xff], Some(&[0xfe]), 2)), first_two);
-
-        // Every table is its own key space: one key, a value per table.
-        let mut b = Batch::default();
-        for t in Table::ALL {
-            b.put(t, b"shared".to_vec(), t.name().as_bytes().to_vec());
-        }
-        store.commit(b).unwrap();
-        for t in Table::ALL {
-            assert_eq!(store.get(t, b"shared").unwrap(), Some(t.name().as_bytes().to_vec()));
-            let in_t = s(t, b"shared", None, 100);
-            assert_eq!(
-                in_t,
-                vec![(b"shared".to_vec(), t.name().as_bytes().to_vec())],
-                "{}",
-                t.name()
-            );
-        }
-        let mut b = Batch::default();
-        b.remove(Cursors, b"shared".to_vec());
-        store.commit(b).unwrap();
-        assert_eq!(store.get(Cursors, b"shared").unwrap(), None);
-        assert_eq!(store.get(Meta, b"shared").unwrap(), Some(b"meta".to_vec()));
-        assert_eq!(
-            store.get(PendingAttach, b"shared").unwrap(),
-            Some(b"pending_attach".to_vec())
-        );
-
-        // Removing a missing key is no error and changes nothing.
-        let mut b = Batch::default();
-        b.remove(Resources, b"a/x/missing".to_vec());
-        b.remove(Deletions, b"never".to_vec());
-        store.commit(b).unwrap();
-        assert_eq!(keys(&s(Resources, b"a/x/", None, 100)), all);
-
-        // A batch applies in order: the last write of a key wins.
-        let mut b = Batch::default();
-        b.put(Meta, b"twice".to_vec(), b"first".to_vec());
-        b.put(Meta, b"twice".to_vec(), b"second".to_vec());
-        b.put(Meta, b"gone".to_vec(), b"x".to_vec());
-        b.remove(Meta, b"gone".to_vec());
-        b.remove(Resources, b"a/x/2".to_vec());
-        b.put(Resources, b"a/x/2".to_vec(), b"back".to_vec());
-        store.commit(b).unwrap();
-        assert_eq!(store.get(Meta, b"twice").unwrap(), Some(b"second".to_vec()));
-        assert_eq!(store.get(Meta, b"gone").unwrap(), None);
-        assert_eq!(store.get(Resources, b"a/x/2").unwrap(), Some(b"back".to_vec()));
-
-        // Large values.
-        let big = vec![0xa5u8; 1 << 20];
-        store.commit(put(&[(Operations, b"big", &big)])).unwrap();
-        assert_eq!(store.get(Operations, b"big").unwrap().as_deref(), Some(big.as_slice()));
-        assert_eq!(s(Operations, b"big", None, 1), vec![(b"big".to_vec(), big)]);
-        store.flush().unwrap();
-    }
-
-    /// A batch over several tables, seen by a concurrent reader: all of it
-    /// or none of it. Batch n writes n into Resources first and into Outbox
-    /// last, with many writes between; a reader reads Resources, then Outbox:
-    /// with atomic batches the later read can never be older.
-    ///
-    /// `scans_are_snapshots`: a scan also sees one batch whole. sled's does
-    /// not (its iterators read each key as of when they reach it, so a
-    /// scan racing a commit can return keys of two batches); its point
-    /// reads are atomic.
-    fn batches_are_atomic_to_readers(store: Arc<dyn Store>, scans_are_snapshots: bool) {
-        const BATCHES: u64 = 200;
-        let writer = {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                for n in 1..=BATCHES {
-                    let mut b = Batch::default();
-                    b.put(Table::Resources, b"n".to_vec(), n.to_be_bytes().to_vec());
-                    for i in 0..200u32 {
-                        b.put(Table::Backrefs, i.to_be_bytes().to_vec(), n.to_be_bytes().to_vec());
-                    }
-                    b.put(Table::Outbox, b"n".to_vec(), n.to_be_bytes().to_vec());
-                    store.commit(b).unwrap();
-                }
-            })
-        };
-        let read = |t| {
-            store
-                .get(t, b"n")
-                .unwrap()
-                .map_or(0, |v| u64::from_be_bytes(v.as_slice().try_into().unwrap()))
-        };
-        let mut checks = 0;
-        loop {
-            let first = read(Table::Resources);
-            let last = read(Table::Outbox);
-            assert!(
-                last >= first,
-                "saw batch {first} in resources but only {last} in outbox"
-            );
-            let page = store.scan(Table::Backrefs, b"", None, 1000).unwrap();
-            let scanned = read(Table::Outbox);
-            if let Some((_, v)) = page.first().filter(|_| scans_are_snapshots) {
-                let n = u64::from_be_bytes(v.as_slice().try_into().unwrap());
-                assert!(page.iter().all(|(_, w)| w == v), "a scan saw two batches at once");
-                assert_eq!(page.len(), 200, "a scan saw part of batch {n}");
-                assert!(scanned >= n, "scanned batch {n}, then read outbox at {scanned}");
-            }
-            checks += 1;
-            if first == BATCHES {
-                break;
-            }
-        }
-        writer.join().unwrap();
-        assert!(checks > 1);
-    }
-
-    /// Committed and flushed batches survive dropping and reopening.
-    fn survives_reopen(open: impl Fn() -> Arc<dyn Store>) {
-        let big = vec![0x5au8; 1 << 20];
-        {
-            let store = open();
-            for n in 0u32..50 {
-                let mut b = Batch::default();
-                for t in [Table::Resources, Table::UidIndex, Table::Outbox] {
-                    b.put(t, n.to_be_bytes().to_vec(), format!("{}-{n}", t.name()).into_bytes());
-                }
-                if n > 0 {
-                    b.remove(Table::Meta, (n - 1).to_be_bytes().to_vec());
-                }
-                b.put(Table::Meta, n.to_be_bytes().to_vec(), b"latest".to_vec());
-                store.commit(b).unwrap();
-            }
-            store.commit(put(&[(Table::Operations, b"big", &big)])).unwrap();
-            store.flush().unwrap();
-        }
-        let store = open();
-        for t in [Table::Resources, Table::UidIndex, Table::Outbox] {
-            let got = store.scan(t, b"", None, 1000).unwrap();
-            let want: Vec<Entry> = (0u32..50)
-                .map(|n| (n.to_be_bytes().to_vec(), format!("{}-{n}", t.name()).into_bytes()))
-                .collect();
-            assert_eq!(got, want, "{}", t.name());
-        }
-        assert_eq!(
-            store.scan(Table::Meta, b"", None, 10).unwrap(),
-            vec![(49u32.to_be_bytes().to_vec(), b"latest".to_vec())]
-        );
-        assert_eq!(store.get(Table::Operations, b"big").unwrap(), Some(big));
-    }
-
-    #[test]
-    fn memory_store_conforms() {
-        conformance(&MemoryStore::default());
-        batches_are_atomic_to_readers(Arc::new(MemoryStore::default()), true);
-    }
-
-    #[test]
-    fn sled_store_conforms_and_survives_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        conformance(&SledStore::open(&dir.path().join("a")).unwrap());
-        batches_are_atomic_to_readers(Arc::new(SledStore::open(&dir.path().join("b")).unwrap()), false);
-        survives_reopen(|| Arc::new(SledStore::open(&dir.path().join("c")).unwrap()));
-    }
-
-    #[test]
-    fn fjall_store_conforms_and_survives_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        conformance(&FjallStore::open(&dir.path().join("a")).unwrap());
-        batches_are_atomic_to_readers(Arc::new(FjallStore::open(&dir.path().join("b")).unwrap()), true);
-        survives_reopen(|| Arc::new(FjallStore::open(&dir.path().join("c")).unwrap()));
-    }
-
-    #[test]
-    fn engine_names_round_trip_and_sled_is_the_default() {
-        assert_eq!(StorageEngine::default(), StorageEngine::Sled);
-        for e in StorageEngine::ALL {
-            assert_eq!(e.to_string().parse::<StorageEngine>(), Ok(e));
-        }
-        assert_eq!("fjall".parse(), Ok(StorageEngine::Fjall));
-        let e = "Fjall".parse::<StorageEngine>().unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "unknown storage engine \"Fjall\" (expected one of: sled, fjall)"
-        );
-    }
-
-    #[test]
-    fn open_store_without_a_directory_is_in_memory() {
-        for e in StorageEngine::ALL {
-            let store = open_store(e, None).unwrap();
-            store.commit(put(&[(Table::Meta, b"k", b"v")])).unwrap();
-            assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
-        }
-    }
-
-    fn wrong_engine(dir: &Path, engine: StorageEngine) -> (StorageEngine, String) {
-        match open_store(engine, Some(dir)) {
-            Ok(_) => panic!("{} opened with {engine}", dir.display()),
-            Err(e @ StoreError::WrongEngine { found, configured, .. }) => {
-                assert_eq!(configured, engine);
-                (found, e.to_string())
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    #[test]
-    fn a_data_dir_remembers_its_engine() {
-        use StorageEngine::*;
-        let root = tempfile::tempdir().unwrap();
-        for (engine, other) in [(Sled, Fjall), (Fjall, Sled)] {
-            let dir = root.path().join(engine.name()).join("nested");
-            {
-                let store = open_store(engine, Some(&dir)).unwrap();
-                store.commit(put(&[(Table::Meta, b"k", b"v")])).unwrap();
-                store.flush().unwrap();
-            }
-            let marker = std::fs::read_to_string(dir.join(ENGINE_MARKER)).unwrap();
-            assert_eq!(marker, format!("{engine}\n"));
-            let (found, message) = wrong_engine(&dir, other);
-            assert_eq!(found, engine);
-            assert_eq!(
-                message,
-                format!(
-                    "data_dir {} holds a {engine} database, but the storage engine is {other}: \
-                     set `[storage] engine = \"{engine}\"` (or --storage-engine {engine}) to open it, \
-                     or use a fresh data_dir for {other}",
-                    dir.display()
-                )
-            );
-            // The refusal touched nothing: the right engine still reads it.
-            let store = open_store(engine, Some(&dir)).unwrap();
-            assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
-        }
-    }
-
-    #[test]
-    fn a_data_dir_in_use_is_refused() {
-        let root = tempfile::tempdir().unwrap();
-        for engine in StorageEngine::ALL {
-            let dir = root.path().join(engine.name());
-            let _open = open_store(engine, Some(&dir)).unwrap();
-            let err = open_store(engine, Some(&dir)).err().expect("opened twice").to_string();
-            assert!(err.contains(&dir.display().to_string()), "{engine}: {err}");
-        }
-    }
-
-    #[test]
-    fn a_data_dir_without_a_marker_is_known_by_its_files() {
-        use StorageEngine::*;
-        let root = tempfile::tempdir().unwrap();
-        // Written before markers existed (sled), or the process died between
-        // the engine creating its files and the marker (either engine).
-        let sled_dir = root.path().join("sled");
-        drop(SledStore::open(&sled_dir).unwrap());
-        let fjall_dir = root.path().join("fjall");
-        drop(FjallStore::open(&fjall_dir).unwrap());
-        for (dir, engine, other) in [(&sled_dir, Sled, Fjall), (&fjall_dir, Fjall, Sled)] {
-            assert!(!dir.join(ENGINE_MARKER).exists());
-            assert_eq!(wrong_engine(dir, other).0, engine);
-            drop(open_store(engine, Some(dir)).unwrap());
-            assert_eq!(
-                std::fs::read_to_string(dir.join(ENGINE_MARKER)).unwrap(),
-                format!("{engine}\n"),
-                "the marker is written on the first open"
-            );
-        }
-        // A marker that names no engine is an error that says what the file is.
-        std::fs::write(sled_dir.join(ENGINE_MARKER), "rocksdb\n").unwrap();
-        let err = open_store(Sled, Some(&sled_dir)).err().unwrap().to_string();
-        assert!(
-            err.contains("unknown storage engine \"rocksdb\"") && err.contains("names the engine that wrote"),
-            "{err}"
-        );
-    }
-}
+mod tests;

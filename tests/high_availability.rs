@@ -68,11 +68,10 @@ async fn two_nodes_started_at_the_same_moment_make_exactly_one_writer() {
     let Some(pg) = cascade_testpg::server() else { return };
     let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| "[deletion]\ntick_ms = 50".into());
     // Both processes at once: neither waits for the other's first line.
+    let (ca, cb) = (cluster.config("eu-west", 0), cluster.config("eu-west", 1));
     let (a, b) = std::thread::scope(|s| {
-        let configs = [cluster.config("eu-west", 0), cluster.config("eu-west", 1)];
-        let [ca, cb] = &configs;
-        let a = s.spawn(move || spawn_server(ca));
-        let b = s.spawn(move || spawn_server(cb));
+        let a = s.spawn(|| spawn_server(&ca));
+        let b = s.spawn(|| spawn_server(&cb));
         (a.join().unwrap(), b.join().unwrap())
     });
     let region = cluster.regions.iter_mut().find(|r| r.name == "eu-west").unwrap();
@@ -300,7 +299,10 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
-    let Some(pg) = cascade_testpg::server() else { return };
+    // A server of this test's own: it stops it.
+    let Some(pg) = cascade_testpg::TestServer::start() else {
+        return;
+    };
     let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
         "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
     });

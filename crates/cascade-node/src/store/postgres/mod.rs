@@ -1,0 +1,302 @@
+//! The PostgreSQL engine: a region's tables in one PostgreSQL schema,
+//! shared by the region's nodes, of which only the holder of the writer
+//! lease commits ([`WriterLease`], every commit fenced by its epoch).
+//!
+//! - `settings.rs`: where it connects, its sessions' timeouts, what its
+//!   errors say (never the password) and which may clear;
+//! - `migrate.rs`: the schema, its versions, and whose it is (region and
+//!   cluster, recorded on first start);
+//! - `commit.rs`: reads, and a batch as one pipelined transaction, fenced
+//!   first;
+//! - `lease.rs`: the lease row and the fence state;
+//! - `cache.rs`: the write-through read cache, dropped at every fence.
+//!
+//! The [`Store`] trait is synchronous and called from runtime workers,
+//! from `block_in_place`, from plain threads and from current-thread
+//! runtimes, so the store owns a small runtime of its own (two threads)
+//! that drives the driver's connections, and blocks its caller on the
+//! answer: never `Handle::current().block_on`, which panics on a worker
+//! and deadlocks a current-thread runtime.
+
+mod cache;
+mod commit;
+mod lease;
+mod migrate;
+mod settings;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use cascade_core::RegionId;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+#[cfg(doc)]
+use super::WriterLease;
+use super::{Batch, Entry, Store, StoreError, Table};
+use cache::{Lookup, ReadCache};
+pub use lease::MAX_MEMBERS;
+pub use migrate::SCHEMA_VERSION;
+pub use settings::{check_schema_name, PostgresSettings, DEFAULT_SCHEMA};
+use settings::{
+    connection_config, open_error, with_session, Target, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, POOL_TIMEOUT,
+    READ_POOL_SIZE, READ_STATEMENT_TIMEOUT, WRITER_STATEMENT_TIMEOUT,
+};
+
+/// What the store's futures share (they run on its runtime, so they own
+/// their handles).
+pub(crate) struct Shared {
+    /// One connection: the writer's session, with its timeouts. A pool of
+    /// one, so a connection that died is made again at the next commit
+    /// (keeping the store's epoch: the next commit's fence is what makes
+    /// that safe).
+    writer: Pool,
+    /// Reads and the lease's statements.
+    readers: Pool,
+    target: Target,
+    schema: String,
+    region: String,
+    sql: commit::Statements,
+}
+
+/// A region's store on PostgreSQL. Open it with [`open_postgres`].
+pub struct PostgresStore {
+    shared: Arc<Shared>,
+    cache: ReadCache,
+    fence: lease::Fence,
+    lost: tokio::sync::watch::Sender<bool>,
+    /// Tests only: hold every commit's transaction this long after its
+    /// fence (a slow batch, holding the lease row's share lock).
+    #[cfg(test)]
+    pause_after_fence: Mutex<Option<std::time::Duration>>,
+    /// Last, so that it is dropped after everything that may use it.
+    runtime: PrivateRuntime,
+}
+
+/// The store's own runtime, shut down without waiting when the store goes
+/// (which may be on a runtime worker, where waiting is not allowed).
+struct PrivateRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for PrivateRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Opens the region's store on PostgreSQL: connects (an unreachable server,
+/// a wrong password, a missing database are errors naming the server,
+/// database and user, never the password), creates or migrates the
+/// schema under an advisory lock, and refuses a schema of another region
+/// or cluster, or of a newer version than this binary knows.
+pub fn open_postgres(
+    settings: &PostgresSettings,
+    region: &RegionId,
+    cluster: &str,
+) -> Result<Arc<PostgresStore>, StoreError> {
+    check_schema_name(&settings.schema).map_err(|e| StoreError::Engine(format!("storage.schema: {e}")))?;
+    let (config, target) = connection_config(settings)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("cascade-postgres")
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Engine(format!("cannot start the PostgreSQL store's runtime: {e}")))?;
+    let pool = |config: tokio_postgres::Config, size: usize| {
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        Pool::builder(manager)
+            .max_size(size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(POOL_TIMEOUT))
+            .create_timeout(Some(POOL_TIMEOUT))
+            .recycle_timeout(Some(POOL_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::Engine(format!("{target}: cannot make a connection pool: {e}")))
+    };
+    let writer = pool(
+        with_session(
+            &config,
+            &[
+                ("statement_timeout", WRITER_STATEMENT_TIMEOUT),
+                ("lock_timeout", LOCK_TIMEOUT),
+                ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT),
+            ],
+        ),
+        1,
+    )?;
+    let readers = pool(
+        with_session(
+            &config,
+            &[
+                ("statement_timeout", READ_STATEMENT_TIMEOUT),
+                ("lock_timeout", LOCK_TIMEOUT),
+                ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT),
+            ],
+        ),
+        READ_POOL_SIZE,
+    )?;
+    let shared = Arc::new(Shared {
+        writer,
+        readers,
+        target: target.clone(),
+        schema: settings.schema.clone(),
+        region: region.to_string(),
+        sql: commit::Statements::new(&settings.schema),
+    });
+    let store = PostgresStore {
+        shared: shared.clone(),
+        cache: ReadCache::new(settings.cache_bytes),
+        fence: Mutex::default(),
+        lost: tokio::sync::watch::channel(false).0,
+        #[cfg(test)]
+        pause_after_fence: Mutex::new(None),
+        runtime: PrivateRuntime(Some(runtime)),
+    };
+    let (region, cluster) = (region.to_string(), cluster.to_owned());
+    store.run(async move {
+        let mut client = shared.writer.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => open_error(&e, &shared.target),
+            deadpool_postgres::PoolError::Timeout(_) => StoreError::Engine(format!(
+                "cannot connect to {}: no connection within {POOL_TIMEOUT:?} \
+                 (is the server up, and the host and port in storage.url right?)",
+                shared.target
+            )),
+            other => StoreError::Engine(format!("cannot connect to {}: {other}", shared.target)),
+        })?;
+        migrate::migrate(&mut client, &shared.schema, &region, &cluster, &shared.target).await
+    })?;
+    Ok(Arc::new(store))
+}
+
+impl PostgresStore {
+    /// Runs `future` on the store's runtime and blocks the caller (any
+    /// thread, a runtime worker included) until it is done.
+    fn run<T, F>(&self, future: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let Some(runtime) = &self.runtime.0 else {
+            return Err(StoreError::Engine("the PostgreSQL store is closed".into()));
+        };
+        let task = runtime.spawn(future);
+        futures::executor::block_on(task)
+            .map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))?
+    }
+
+    /// The schema holding the region's tables.
+    pub fn schema(&self) -> &str {
+        &self.shared.schema
+    }
+
+    #[cfg(test)]
+    fn pause_after_fence(&self, pause: Option<std::time::Duration>) {
+        *self
+            .pause_after_fence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = pause;
+    }
+}
+
+impl Store for PostgresStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let generation = match self.cache.lookup(table, key) {
+            Lookup::Hit(value) => return Ok(value),
+            Lookup::Miss(generation) => generation,
+        };
+        let value = self.run(commit::get(self.shared.clone(), table, key.to_vec()))?;
+        self.cache.remember(generation, table, key.to_vec(), value.clone());
+        Ok(value)
+    }
+
+    fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        let mut values = Vec::with_capacity(keys.len());
+        let mut missed = Vec::new();
+        for key in keys {
+            match self.cache.lookup(table, key) {
+                Lookup::Hit(value) => values.push(value),
+                Lookup::Miss(generation) => {
+                    missed.push((values.len(), generation));
+                    values.push(None);
+                }
+            }
+        }
+        if missed.is_empty() {
+            return Ok(values);
+        }
+        let asked: Vec<Vec<u8>> = missed.iter().map(|(i, _)| keys[*i].clone()).collect();
+        let found: std::collections::HashMap<Vec<u8>, Vec<u8>> = self
+            .run(commit::get_many(self.shared.clone(), table, asked))?
+            .into_iter()
+            .collect();
+        for (i, generation) in missed {
+            let value = found.get(&keys[i]).cloned();
+            self.cache.remember(generation, table, keys[i].clone(), value.clone());
+            values[i] = value;
+        }
+        Ok(values)
+    }
+
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (start, end) = commit::scan_bounds(prefix, after);
+        self.run(commit::scan(self.shared.clone(), table, start, end, limit))
+    }
+
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        // Refused without a round trip when never fenced, or lost since.
+        let epoch = self.epoch_to_commit()?;
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let writes = commit::collapse(batch.ops);
+        #[cfg(test)]
+        let pause = *self
+            .pause_after_fence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        #[cfg(not(test))]
+        let pause = None;
+        self.cache.commit_started();
+        let shared = self.shared.clone();
+        let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, pause).await) });
+        match ran {
+            Ok((writes, Ok(()))) => {
+                self.cache.commit_ended(Some(
+                    writes
+                        .iter()
+                        .flat_map(|(table, rows)| rows.iter().map(|(k, v)| (*table, k.as_slice(), v.as_deref()))),
+                ));
+                Ok(())
+            }
+            Ok((_, Err(e))) | Err(e) => {
+                self.cache
+                    .commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+                self.commit_failed(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// A COMMIT that returned is durable (the server's `synchronous_commit`).
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Nothing to reopen: the pools make their connections again. The
+    /// writer retries only once the server answers.
+    fn reopen(&self) -> Result<(), StoreError> {
+        self.run(commit::ping(self.shared.clone()))
+    }
+}
