@@ -142,9 +142,6 @@ pub(crate) async fn report_health(health: &tonic_health::server::HealthReporter,
     for service in HEALTH_SERVICES {
         health.set_service_status(service, status).await;
     }
-    // A node that serves a `Node` is its region's writer (a standby
-    // reports NOT_SERVING for it: `api/standby.rs`).
-    health.set_service_status(standby::WRITER_HEALTH_SERVICE, status).await;
 }
 
 /// gRPC reflection over every service in `proto/`, as `grpc.reflection.v1`.

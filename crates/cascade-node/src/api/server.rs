@@ -69,6 +69,16 @@ impl Node {
             loop {
                 let serving = *committing.borrow_and_update();
                 crate::api::report_health(&health, serving).await;
+                // A node that serves a `Node` is its region's writer (a
+                // standby reports NOT_SERVING for it: `api/standby.rs`).
+                let writer = if serving {
+                    tonic_health::ServingStatus::Serving
+                } else {
+                    tonic_health::ServingStatus::NotServing
+                };
+                health
+                    .set_service_status(crate::api::standby::WRITER_HEALTH_SERVICE, writer)
+                    .await;
                 if committing.changed().await.is_err() {
                     break;
                 }
