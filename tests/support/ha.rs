@@ -160,13 +160,21 @@ impl HaCluster {
         writers
     }
 
-    /// Waits until exactly one node of `region` writes, and says which.
+    /// Waits until exactly one node of `region` writes and every other
+    /// running node of it is a healthy standby (it knows the writer and
+    /// reaches it), and says which one writes.
     pub async fn wait_writer(&self, region: &str, limit: Duration) -> usize {
         let deadline = Instant::now() + limit;
         loop {
             let writers = self.writers(region).await;
             if let [one] = writers.as_slice() {
-                return *one;
+                let mut ready = true;
+                for &i in self.region(region).running.keys() {
+                    ready &= health(&self.endpoint(region, i), "").await == Some(ServingStatus::Serving);
+                }
+                if ready {
+                    return *one;
+                }
             }
             assert!(
                 Instant::now() < deadline,
