@@ -207,6 +207,14 @@ async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_
         took_over < TEST_LEASE_TTL + Duration::from_secs(3),
         "the takeover took {took_over:?}"
     );
+    // The failover time the README quotes: from the SIGKILL to the first
+    // deletion the new writer commits.
+    let resumed_at = eu.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted;
+    until(Duration::from_secs(30), "the new writer commits", async || {
+        eu.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted > resumed_at
+    })
+    .await;
+    eprintln!("failover: the new writer's first commit {:?} after the SIGKILL", killed.elapsed());
 
     let done = wait_operation(&eu, &op.id).await;
     eprintln!("the operation ended {:?} after the kill", killed.elapsed());
