@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch, Mutex};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use crate::clock::monotonic_now;
 use crate::config::NodeSettings;
 use crate::ha::{HaSettings, WriterRole};
 use crate::log_throttle::Throttle;
@@ -263,7 +264,7 @@ async fn write(
     let epoch = role.epoch;
     // The acquire was sent before this instant: the lease runs at least
     // until `valid_until` of it.
-    let granted_at = Instant::now();
+    let granted_at = monotonic_now();
     shared.lease.fence(epoch);
     let mut lost = shared.lease.lost();
     info!(region = %settings.region, node = %role.me.node, epoch, "took the writer lease: loading the region's state");
@@ -347,9 +348,9 @@ async fn keep_lease(
     let mut valid_until = ha.valid_until(granted_at);
     let failing = Throttle::new(Duration::from_secs(10));
     loop {
-        let next = (Instant::now() + ha.renew_every).min(valid_until);
+        let next = (monotonic_now() + ha.renew_every).min(valid_until);
         tokio::time::sleep_until(next).await;
-        if Instant::now() >= valid_until {
+        if monotonic_now() >= valid_until {
             why.send_if_modified(|w| {
                 set_once(
                     w,
@@ -361,7 +362,7 @@ async fn keep_lease(
             });
             return;
         }
-        let sent_at = Instant::now();
+        let sent_at = monotonic_now();
         let renew = {
             let lease = lease.clone();
             let ttl = ha.lease_ttl;
