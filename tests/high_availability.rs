@@ -375,3 +375,58 @@ fn signal(pid: u32, signal: &str) {
         .expect("kill(1) runs");
     assert!(status.success(), "kill {signal} {pid}: {status}");
 }
+
+/// The README's failover figure with the default lease (5 s): from the
+/// SIGKILL of a region's writer to the first deletion its standby commits.
+/// A measurement, not a check of speed: run it with `cargo test --release
+/// --test high_availability failover_time -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for the README; prints the figures"]
+async fn failover_time_with_the_default_lease() {
+    let Some(pg) = cascade_testpg::server() else { return };
+    for round in 0..3 {
+        let mut cluster = HaCluster::configure_with_ttl(pg, &["eu-west"], 2, None, |_| {
+            "[deletion]\ntick_ms = 50\nbatch_budget = 20".into()
+        });
+        cluster.start_all();
+        let writer = cluster.wait_writer("eu-west", Duration::from_secs(30)).await;
+        let standby = 1 - writer;
+        let client = cluster.client("eu-west", standby).await;
+        client
+            .batch_create(vec![
+                spec_in("eu-west/project/p", &[]),
+                spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
+            ])
+            .await
+            .unwrap();
+        let ports: Vec<_> = (0..1000)
+            .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
+            .collect();
+        client.batch_create(ports).await.unwrap();
+        let op = client
+            .delete(delete_req("eu-west/network/n", true))
+            .await
+            .unwrap()
+            .operation
+            .unwrap();
+        until(Duration::from_secs(30), "the cascade starts", async || {
+            client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted >= 40
+        })
+        .await;
+        let killed = Instant::now();
+        cluster.kill("eu-west", writer);
+        let serving = until(Duration::from_secs(30), "the standby takes over", async || {
+            health(&cluster.endpoint("eu-west", standby), WRITER).await == Some(ServingStatus::Serving)
+        })
+        .await;
+        let resumed_at = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted;
+        until(Duration::from_secs(30), "the new writer commits", async || {
+            client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted > resumed_at
+        })
+        .await;
+        println!(
+            "round {round}: SIGKILL → standby serving as the writer {serving:?}, → its first commit {:?}",
+            killed.elapsed()
+        );
+    }
+}

@@ -41,6 +41,18 @@ impl HaCluster {
         nodes: usize,
         extra: impl Fn(&str) -> String,
     ) -> Self {
+        Self::configure_with_ttl(pg, regions, nodes, Some(TEST_LEASE_TTL), extra)
+    }
+
+    /// [`HaCluster::configure`] with the lease's time to live `ttl` (None:
+    /// the node's default).
+    pub fn configure_with_ttl(
+        pg: &'static cascade_testpg::TestServer,
+        regions: &[&str],
+        nodes: usize,
+        ttl: Option<Duration>,
+        extra: impl Fn(&str) -> String,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let ports = free_ports(regions.len() * nodes);
         let regions: Vec<HaRegion> = regions
@@ -59,12 +71,12 @@ impl HaCluster {
             for (i, port) in region.ports.iter().enumerate() {
                 let mut text = format!(
                     "region = \"{}\"\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\nengine = \"postgres\"\n\
-                     url = \"{}\"\npassword_file = \"{}\"\n\n[ha]\nnode_name = \"{}-{i}\"\nlease_ttl_ms = {}\n\n[peers]\n",
+                     url = \"{}\"\npassword_file = \"{}\"\n\n[ha]\nnode_name = \"{}-{i}\"\n{}\n[peers]\n",
                     region.name,
                     db.url(),
                     password_file.display(),
                     region.name,
-                    TEST_LEASE_TTL.as_millis(),
+                    ttl.map_or_else(String::new, |t| format!("lease_ttl_ms = {}\n", t.as_millis())),
                 );
                 for peer in regions.iter().filter(|p| p.name != region.name) {
                     let addresses: Vec<String> =
