@@ -5,14 +5,15 @@
 //! by the database's clock. Every commit checks the epoch inside its own
 //! transaction, first, under a share lock of the lease row
 //! (crates/cascade-node/src/store/lease.rs; the SQL in
-//! shared/research/ha-postgres.md §1):
+//! shared/research/ha-postgres.md §1, as the PostgreSQL store runs it):
 //!
 //! ```sql
 //! -- acquire
 //! UPDATE lease SET epoch = epoch + 1, holder = $me, expires_at = clock_timestamp() + $ttl
-//!  WHERE region = $1 AND (expires_at < clock_timestamp() OR holder = $me) RETURNING epoch;
+//!  WHERE region = $1 AND (expires_at <= clock_timestamp() OR holder = $me) RETURNING epoch;
 //! -- renew: 0 rows, step down
-//! UPDATE lease SET expires_at = clock_timestamp() + $ttl WHERE region = $1 AND epoch = $e;
+//! UPDATE lease SET expires_at = clock_timestamp() + $ttl
+//!  WHERE region = $1 AND epoch = $e AND holder IS NOT NULL;
 //! -- release
 //! UPDATE lease SET holder = NULL, expires_at = '-infinity' WHERE region = $1 AND epoch = $e;
 //! -- every commit, READ COMMITTED
@@ -75,7 +76,12 @@
 //! refused, commits at two epochs). [`Fence`] has three wrong ways to
 //! fence (a fence without the share lock; check-then-act; the node's local
 //! deadline alone), which the checker must find violating safety: that the
-//! model catches a fence done wrong is what says it would catch ours.
+//! model catches a fence done wrong is what says it would catch ours. The
+//! shortest counterexamples are two: a node that stepped down at its
+//! deadline takes its own lease back (`holder = $me`) while its older
+//! commit is still in flight, which then lands at the old epoch; and a
+//! writer slow between its check and its COMMIT while another node takes
+//! over after expiry (Kleppmann's paused lock holder).
 //!
 //! # Bounds
 //!
@@ -84,9 +90,14 @@
 //! idle timeout), so the clock runs without bound. No epoch above
 //! [`LeaseConfig::max_epoch`] is granted, no commit begins once
 //! [`LeaseConfig::max_commits`] are in the log, and at most
-//! [`LeaseConfig::crashes`] crashes happen in a run. Not modelled: clock
-//! drift between a node and the database, the database's own failure and
-//! failover (one database, always durable), more than one region.
+//! [`LeaseConfig::crashes`] crashes happen in a run. The nodes are
+//! interchangeable ([`Representative`]: the depth-first search visits one
+//! numbering of each state). Not modelled: clock drift between a node and
+//! the database, the database's own failure and failover (one database,
+//! always durable), more than one region, what the committed batches
+//! contain (the store's conformance tests and the real-node tests check
+//! that), and liveness under fairness (the witnesses only show that
+//! takeovers and refusals are reachable).
 
 use stateright::{Model, Property, Representative};
 
@@ -176,14 +187,11 @@ impl LeaseConfig {
         }
     }
 
-    /// The deeper check (an ignored test): three nodes, three takeovers, a
-    /// crash, three commits.
+    /// The deeper check (an ignored test): three nodes and three takeovers.
     pub fn deep() -> Self {
         Self {
             nodes: 3,
             max_epoch: 3,
-            max_commits: 3,
-            crashes: 1,
             ..Self::two_nodes()
         }
     }
@@ -199,7 +207,7 @@ impl LeaseConfig {
 pub struct LeaseRow {
     pub epoch: Epoch,
     pub holder: Option<usize>,
-    /// `expires_at − now()`; None once `expires_at < now()` (or
+    /// `expires_at − now()`; None once `expires_at <= now()` (or
     /// `-infinity`: never taken, or released).
     pub expires_in: Option<Tick>,
 }
@@ -449,7 +457,7 @@ impl LeaseModel {
     }
 
     fn tick(&self, s: &mut LeaseState) {
-        s.db.lease.expires_in = s.db.lease.expires_in.and_then(|t| t.checked_sub(1));
+        s.db.lease.expires_in = s.db.lease.expires_in.and_then(|t| t.checked_sub(1)).filter(|t| *t > 0);
         for n in &mut s.nodes {
             match &mut n.role {
                 Role::Follower => {}
@@ -559,7 +567,7 @@ impl LeaseModel {
                 }
             }
             Update::Renew { node, epoch } => {
-                let held = s.db.lease.epoch == epoch;
+                let held = s.db.lease.epoch == epoch && s.db.lease.holder.is_some();
                 if held {
                     s.db.lease.expires_in = Some(self.config.ttl);
                 }
