@@ -370,6 +370,7 @@ pub struct LeaseState {
 
 /// The nodes are interchangeable: a state and the same state with its nodes
 /// renumbered are one (symmetry reduction of the depth-first search).
+/// Every field that names a node is renumbered here.
 impl Representative for LeaseState {
     fn representative(&self) -> Self {
         let mut order: Vec<usize> = (0..self.nodes.len()).collect();
@@ -397,6 +398,7 @@ impl Representative for LeaseState {
         s.db.lease.holder = self.db.lease.holder.map(|i| renumbered[i]);
         for c in &mut s.db.log {
             c.node = renumbered[c.node];
+            c.lease_holder = c.lease_holder.map(|i| renumbered[i]);
         }
         s
     }
@@ -864,6 +866,53 @@ mod tests {
     #[ignore = "deeper bounds (3.9 million states, 2½ minutes in a debug build): cargo test -p cascade-model --lib lease -- --ignored"]
     fn deep() {
         fenced_in_the_commit_is_safe(LeaseConfig::deep());
+    }
+
+    /// Nodes 0 and 1 exchanged, every field that names a node included.
+    fn exchanged(s: &LeaseState) -> LeaseState {
+        let other = |i: usize| [1, 0, 2][i];
+        let mut t = s.clone();
+        t.nodes.swap(0, 1);
+        t.db.sessions.swap(0, 1);
+        t.db.lease.holder = s.db.lease.holder.map(other);
+        for c in &mut t.db.log {
+            c.node = other(c.node);
+            c.lease_holder = c.lease_holder.map(other);
+        }
+        t
+    }
+
+    #[test]
+    fn renumbered_nodes_are_one_state() {
+        // A stale writer's commit landed under the other node's lease
+        // (reachable without the fence), so the log names both nodes.
+        let model = LeaseModel::new(LeaseConfig::two_nodes().with_fence(Fence::WithoutShareLock));
+        let mut s = model.init_states().remove(0);
+        for action in [
+            LeaseAction::SendAcquire(1),
+            LeaseAction::RunUpdate(Update::Acquire { node: 1 }),
+            LeaseAction::Tick,
+            LeaseAction::BeginAndFence(1),
+            LeaseAction::StepDown(1),
+            LeaseAction::SendAcquire(0),
+            LeaseAction::RunUpdate(Update::Acquire { node: 0 }),
+            LeaseAction::Commit(1),
+            LeaseAction::SendRenew(0),
+        ] {
+            s = model
+                .next_state(&s, action.clone())
+                .unwrap_or_else(|| panic!("{action:?} applies"));
+        }
+        assert_eq!(s.db.log[0].node, 1);
+        assert_eq!(s.db.log[0].lease_holder, Some(0));
+        let t = exchanged(&s);
+        assert_ne!(s, t);
+        assert_eq!(s.representative(), t.representative());
+        // The representative is the same state renumbered: it still says
+        // that a node committed under the other's lease.
+        let r = s.representative();
+        assert!(r.db.log.iter().all(|c| c.lease_holder.is_some_and(|h| h != c.node)));
+        assert!(!LeaseModel::no_commit_over_another_writer(&r));
     }
 
     /// The checker finds a commit landing at a stale epoch when the fence
