@@ -49,6 +49,9 @@
 //! Size: about 1,300 lines in one file: one stateright `Model`, whose state,
 //! actions and properties share private types; it reads top to bottom (the
 //! world, the actions, the properties).
+//!
+//! [`lease`] is a second, separate model: one region's writer lease row in
+//! PostgreSQL and its nodes, with the fence every commit runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -66,6 +69,8 @@ use cascade_core::{
     ResourceName, ResourceState, SequentialIds, Timestamp, Uid,
 };
 use stateright::{Model, Property};
+
+pub mod lease;
 
 /// The properties that must hold in every state (what a depth-bounded search can check).
 pub const ALWAYS: [&str; 6] = [
