@@ -1,5 +1,9 @@
 //! A model of one region's writer lease and the fence inside every commit.
 //!
+//! Size: one model, its actions, properties and mutants, and the tests
+//! that run them: split, the model's steps and the SQL they mirror would
+//! be read in separate files.
+//!
 //! A region of several nodes over one PostgreSQL database has one writer:
 //! the holder of a lease row whose epoch goes up at every takeover, expiry
 //! by the database's clock. Every commit checks the epoch inside its own
