@@ -115,7 +115,28 @@ async fn two_nodes_started_at_the_same_moment_make_exactly_one_writer() {
         assert_eq!(writers, vec![format!("eu-west-{writer}").as_str()], "{status}");
         assert_eq!(nodes.len(), 2, "{status}");
         assert!(own["figures"]["writer_epoch"].as_u64().unwrap_or(0) >= 1, "{status}");
+        assert_eq!(status["answered_by_node"], format!("eu-west-{writer}"), "{status}");
     }
+    // The text: the nodes table under the regions' one.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+        .args(["--server", &cluster.endpoint("eu-west", standby), "status"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("cluster status as seen by eu-west (node eu-west-{writer})\n")),
+        "{text}"
+    );
+    let row = |node: usize| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(format!("eu-west-{node}").as_str()))
+            .unwrap_or_else(|| panic!("no row of eu-west-{node}: {text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row(writer)[2..4], ["writer".to_owned(), "1".to_owned()], "{text}");
+    assert_eq!(row(standby)[2..4], ["standby".to_owned(), "-".to_owned()], "{text}");
 }
 
 /// Ports of each region on the owner's network: 10,000 resources in all,
@@ -214,7 +235,10 @@ async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_
         eu.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted > resumed_at
     })
     .await;
-    eprintln!("failover: the new writer's first commit {:?} after the SIGKILL", killed.elapsed());
+    eprintln!(
+        "failover: the new writer's first commit {:?} after the SIGKILL",
+        killed.elapsed()
+    );
 
     let done = wait_operation(&eu, &op.id).await;
     eprintln!("the operation ended {:?} after the kill", killed.elapsed());

@@ -219,10 +219,11 @@ fn region_nodes_text(s: &v1::ClusterStatus) -> String {
                 },
                 n.address.clone(),
                 n.binary_version.clone(),
-                if writer {
-                    "-".to_owned()
-                } else {
-                    format!("{} ago", age(n.last_seen_ms))
+                match n.last_seen_ms {
+                    _ if writer => "-".to_owned(),
+                    // As `relative` reads it: "0s ago" would look odd.
+                    ms if ms < 1000 => "just now".to_owned(),
+                    ms => format!("{} ago", age(ms)),
                 },
             ]);
         }
