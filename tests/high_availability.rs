@@ -454,3 +454,80 @@ async fn failover_time_with_the_default_lease() {
         );
     }
 }
+
+/// What an operator sees when a node's database setting is wrong: the node
+/// exits at start, before it prints an address, with an error that names
+/// what is wrong and never the password.
+#[test]
+fn a_node_whose_database_setting_is_wrong_refuses_to_start_naming_it() {
+    let Some(pg) = cascade_testpg::server() else { return };
+    let db = pg.fresh_database("bad_input");
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |region: &str, url: &str, password: &str| {
+        let config = dir.path().join("node.toml");
+        std::fs::write(dir.path().join("pg-password"), password).unwrap();
+        std::fs::write(
+            &config,
+            format!(
+                "region = \"{region}\"\nlisten = \"127.0.0.1:0\"\n[storage]\nengine = \"postgres\"\n\
+                 url = \"{url}\"\npassword_file = \"{}\"\n",
+                dir.path().join("pg-password").display()
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("CASCADE_LOG", "error")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(!out.status.success(), "{stdout}{stderr}");
+        assert!(!stdout.contains("listening on"), "it listened first: {stdout}");
+        assert!(!stderr.contains(password) || password.is_empty(), "{stderr}");
+        stderr
+    };
+    let wrong = serve("eu-west", &db.url(), "not-the-password-4711");
+    assert!(
+        wrong.contains("password authentication failed for user \"cascade\""),
+        "{wrong}"
+    );
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let down = serve(
+        "eu-west",
+        &format!("postgres://cascade@127.0.0.1:{closed}/{}", db.name()),
+        db.password(),
+    );
+    assert!(
+        down.contains(&format!("cannot connect to PostgreSQL at 127.0.0.1:{closed}")),
+        "{down}"
+    );
+    // eu-west's database, given to a node of us-east.
+    let first = serve("eu-west", "postgres://", db.password());
+    assert!(first.contains("storage.url"), "{first}");
+    let eu_config = dir.path().join("eu.toml");
+    std::fs::write(dir.path().join("pg-password"), db.password()).unwrap();
+    std::fs::write(
+        &eu_config,
+        format!(
+            "region = \"eu-west\"\nlisten = \"127.0.0.1:0\"\n[storage]\nengine = \"postgres\"\nurl = \"{}\"\n\
+             password_file = \"{}\"\n",
+            db.url(),
+            dir.path().join("pg-password").display()
+        ),
+    )
+    .unwrap();
+    drop(spawn_server(&eu_config));
+    let other = serve("us-east", &db.url(), db.password());
+    assert!(
+        other.contains("belongs to region \"eu-west\"") && other.contains("not to this node's region \"us-east\""),
+        "{other}"
+    );
+}
