@@ -370,10 +370,7 @@ async fn serve_region_node(file: &ConfigFile, settings: NodeSettings, postgres: 
     let shutdown = shutdown_signal();
     // Scripts and tests read the bound address (port 0 picks one) from this line.
     println!("listening on {}", listener.local_addr()?);
-    let shared = SharedStore {
-        store: store.clone(),
-        lease: store,
-    };
+    let shared = SharedStore { store };
     serve_region_node_on(settings, shared, listener, shutdown).await?;
     Ok(())
 }

@@ -260,13 +260,13 @@ fn serve_takes_the_engine_from_the_file_the_flag_and_the_environment() {
     let (path, _) = config("bad-file", "rocksdb");
     let e = refusal(&path, &[], &[]);
     assert!(
-        e.contains("storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall)"),
+        e.contains("storage.engine: unknown storage engine \"rocksdb\" (expected one of: sled, fjall, postgres)"),
         "{e}"
     );
     let (path, _) = config("bad-flag", "");
     let e = refusal(&path, &["--storage-engine", "rocks"], &[]);
     assert!(
-        e.contains("--storage-engine") && e.contains("expected one of: sled, fjall"),
+        e.contains("--storage-engine") && e.contains("expected one of: sled, fjall, postgres"),
         "{e}"
     );
 

@@ -224,15 +224,25 @@ async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_
     eprintln!(
         "killed the writer at {progress_at_kill:?}; the standby served as the writer {took_over:?} later (lease TTL {TEST_LEASE_TTL:?})"
     );
+    // Generous: it includes loading 10,001 resources in a debug build on
+    // a loaded machine; the README's figure comes from a measurement.
     assert!(
-        took_over < TEST_LEASE_TTL + Duration::from_secs(3),
+        took_over < TEST_LEASE_TTL + Duration::from_secs(20),
         "the takeover took {took_over:?}"
     );
     // The failover time the README quotes: from the SIGKILL to the first
     // deletion the new writer commits.
-    let resumed_at = eu.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted;
+    // Through a client whose connection the former standby may just have
+    // closed: a call may fail once, and is asked again.
+    let deleted = async || eu.get_operation(&op.id, 0).await.ok().and_then(|o| o.progress).map(|p| p.deleted);
+    let mut resumed_at = None;
+    until(Duration::from_secs(30), "the new writer answers", async || {
+        resumed_at = deleted().await;
+        resumed_at.is_some()
+    })
+    .await;
     until(Duration::from_secs(30), "the new writer commits", async || {
-        eu.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted > resumed_at
+        deleted().await > resumed_at
     })
     .await;
     eprintln!(
@@ -298,10 +308,24 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
     })
     .await;
     eprintln!("the standby took over {took_over:?} after the writer was paused");
-    // The new writer makes progress while the old one sleeps.
-    let before = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted;
+    // The new writer makes progress while the old one sleeps (through a
+    // client whose connection the takeover may have closed: asked again).
+    let deleted = async || {
+        client
+            .get_operation(&op.id, 0)
+            .await
+            .ok()
+            .and_then(|o| o.progress)
+            .map(|p| p.deleted)
+    };
+    let mut before = None;
+    until(Duration::from_secs(30), "the new writer answers", async || {
+        before = deleted().await;
+        before.is_some()
+    })
+    .await;
     until(Duration::from_secs(30), "the new writer makes progress", async || {
-        client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted > before
+        deleted().await > before
     })
     .await;
     signal(old_pid, "-CONT");
@@ -358,6 +382,8 @@ async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
         .unwrap()
         .operation
         .unwrap();
+    let before = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap();
+    assert!(before.deleted < 1001, "the cascade finished before the database stopped: {before:?}");
     pg.stop_server();
     // Meanwhile: every node NOT_SERVING, and a write is refused
     // UNAVAILABLE (not a hang, not another code).
@@ -402,8 +428,9 @@ fn signal(pid: u32, signal: &str) {
 
 /// The README's failover figure with the default lease (5 s): from the
 /// SIGKILL of a region's writer to the first deletion its standby commits.
-/// A measurement, not a check of speed: run it with `cargo test --release
-/// --test high_availability failover_time -- --ignored --nocapture`.
+/// A measurement, not a check of speed: run it with `cargo test --test
+/// high_availability failover_time -- --ignored --nocapture` (the time is
+/// the lease's, not the CPU's: a debug build measures the same).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement for the README; prints the figures"]
 async fn failover_time_with_the_default_lease() {

@@ -37,13 +37,19 @@ use crate::config::NodeSettings;
 use crate::ha::{HaSettings, WriterRole};
 use crate::log_throttle::Throttle;
 use crate::node::{Node, NodeEnv, NodeError};
-use crate::store::{LeaseHolder, Store, StoreError, WriterLease};
+use crate::store::{LeaseHolder, PostgresStore, StoreError, WriterLease};
 
-/// The region's store and its lease, as one engine opened them.
+/// The region's store and its lease: one PostgreSQL store for the
+/// process's life, fenced anew at every takeover.
 #[derive(Clone)]
 pub struct SharedStore {
-    pub store: Arc<dyn Store>,
-    pub lease: Arc<dyn WriterLease>,
+    pub store: Arc<PostgresStore>,
+}
+
+impl SharedStore {
+    fn lease(&self) -> Arc<dyn WriterLease> {
+        self.store.clone()
+    }
 }
 
 /// A standby forgets a node that has not announced itself for this many
@@ -81,17 +87,17 @@ pub async fn serve_region_node(
     let connections = Connections::accept(listener);
     let takeovers = Arc::new(AtomicU64::new(0));
     loop {
-        let Some(epoch) = standby(&settings, &shared, &me, &connections, stop_rx.clone()).await? else {
+        let Some((epoch, asked_at)) = standby(&settings, &shared, &me, &connections, stop_rx.clone()).await? else {
             return Ok(());
         };
         takeovers.fetch_add(1, Ordering::Relaxed);
         let role = WriterRole {
             me: me.clone(),
             epoch,
-            lease: shared.lease.clone(),
+            lease: shared.lease(),
             takeovers: takeovers.clone(),
         };
-        match write(&settings, &shared, role, &connections, stop_rx.clone()).await? {
+        match write(&settings, &shared, role, asked_at, &connections, stop_rx.clone()).await? {
             Ended::Shutdown => return Ok(()),
             Ended::SteppedDown(why) => {
                 warn!(region = %settings.region, node = %me.node, epoch, %why, "stepped down: this node is a standby again");
@@ -156,15 +162,15 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(StoreError::Engine(format!("a lease call panicked: {e}"))))
 }
 
-/// Serves as a standby until this node takes the lease (its epoch) or
-/// shuts down (None).
+/// Serves as a standby until this node takes the lease (its epoch, and
+/// when the request that took it was sent) or shuts down (None).
 async fn standby(
     settings: &NodeSettings,
     shared: &SharedStore,
     me: &LeaseHolder,
     connections: &Connections,
     mut stop: watch::Receiver<bool>,
-) -> Result<Option<u64>, NodeError> {
+) -> Result<Option<(u64, Instant)>, NodeError> {
     let ha = &settings.ha;
     let (writer_tx, writer_rx) = watch::channel::<Option<String>>(None);
     let (serving_tx, serving_rx) = watch::channel(false);
@@ -183,20 +189,27 @@ async fn standby(
         if *stop.borrow() {
             break None;
         }
+        // Before the request: the lease runs at least until
+        // `valid_until` of this instant, whatever the request's latency.
+        let asked_at = monotonic_now();
         let attempt = {
-            let (lease, me) = (shared.lease.clone(), me.clone());
+            let (lease, me, region) = (shared.lease(), me.clone(), settings.region.clone());
             let ttl = ha.lease_ttl;
             blocking(move || {
-                lease.announce(&me, forget_after)?;
                 if let Some(epoch) = lease.try_acquire(&me, ttl)? {
                     return Ok(Err(epoch));
+                }
+                // For status only: a failed announce must not keep this
+                // node from taking over.
+                if let Err(e) = lease.announce(&me, forget_after) {
+                    tracing::debug!(%region, error = %e, "standby: could not announce itself");
                 }
                 lease.read().map(Ok)
             })
             .await
         };
         let wait = match attempt {
-            Ok(Err(epoch)) => break Some(epoch),
+            Ok(Err(epoch)) => break Some((epoch, asked_at)),
             Ok(Ok(record)) => {
                 unreachable.reset();
                 let writer = record
@@ -231,6 +244,12 @@ async fn standby(
         }
     };
     let _ = serving_tx.send(true);
+    // Taken just as the node was told to stop: give it back at once, so a
+    // standby need not wait out the time to live.
+    if let (Some((epoch, _)), true) = (taken, *stop.borrow()) {
+        release(settings, &shared.lease(), epoch).await;
+        return Ok(None);
+    }
     // Calls the standby is forwarding (a client's Watch, a peer's stream)
     // may not end on their own: the writer must not wait on them. Their
     // clients reconnect, to this node as the writer.
@@ -251,48 +270,60 @@ enum Ended {
     SteppedDown(String),
 }
 
-/// Serves as the writer at `role.epoch` until shutdown or until the lease
-/// is lost.
+/// Serves as the writer at `role.epoch` (taken by a request sent at
+/// `asked_at`) until shutdown or until the lease is lost.
 async fn write(
     settings: &NodeSettings,
     shared: &SharedStore,
     role: WriterRole,
+    asked_at: Instant,
     connections: &Connections,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Ended, NodeError> {
     let ha = settings.ha.clone();
     let epoch = role.epoch;
-    // The acquire was sent before this instant: the lease runs at least
-    // until `valid_until` of it.
-    let granted_at = monotonic_now();
-    shared.lease.fence(epoch);
-    let mut lost = shared.lease.lost();
+    let lease = shared.lease();
+    lease.fence(epoch);
+    let mut lost = lease.lost();
+    // Renewed from now on, also while the region's state loads: a large
+    // region takes longer to load than the lease lives.
+    let (why_tx, why_rx) = watch::channel::<Option<Ended>>(None);
+    let why_tx = Arc::new(why_tx);
+    let keeper = tokio::spawn(keep_lease(ha.clone(), lease.clone(), epoch, asked_at, why_tx.clone()));
     info!(region = %settings.region, node = %role.me.node, epoch, "took the writer lease: loading the region's state");
     let env = NodeEnv {
-        store: Some(shared.store.clone()),
+        // Bound to this epoch: a step of an earlier writer of this process
+        // that still runs cannot commit at it.
+        store: Some(shared.store.at_epoch(epoch)),
         role: Some(role.clone()),
         ..NodeEnv::default()
     };
     let node = match Node::open_with(settings.clone(), env).await {
         Ok(node) => node,
         Err(e) => {
-            // Give the lease back for another node to try; this process
-            // exits with the error (its supervisor restarts it).
-            let lease = shared.lease.clone();
-            let _ = blocking(move || lease.release(epoch)).await;
-            return Err(e);
+            keeper.abort();
+            release(settings, &lease, epoch).await;
+            // A database that went away while the state loaded: a standby
+            // again, to try later. Anything else (a corrupt record) is
+            // this process's end: its supervisor restarts it, and says why.
+            return match e {
+                NodeError::Store(e) if e.may_clear() => {
+                    tokio::time::sleep(ha.renew_every).await;
+                    Ok(Ended::SteppedDown(format!("could not load the region's state: {e}")))
+                }
+                e => Err(e),
+            };
         }
     };
+    // The lease may have been lost while the state loaded.
+    if why_rx.borrow().is_some() || *lost.borrow() {
+        node.writer.stop().await;
+        keeper.abort();
+        release(settings, &lease, epoch).await;
+        let why = why_rx.borrow().clone();
+        return Ok(why.unwrap_or_else(|| Ended::SteppedDown("the lease was lost while the state loaded".into())));
+    }
     info!(region = %settings.region, node = %role.me.node, epoch, "serving as the region's writer");
-    let (why_tx, why_rx) = watch::channel::<Option<Ended>>(None);
-    let why_tx = Arc::new(why_tx);
-    let keeper = tokio::spawn(keep_lease(
-        ha.clone(),
-        shared.lease.clone(),
-        epoch,
-        granted_at,
-        why_tx.clone(),
-    ));
     let end = {
         let why_tx = why_tx.clone();
         let mut why_rx = why_rx.clone();
@@ -320,11 +351,16 @@ async fn write(
     // both): a standby that takes over reads everything this one wrote.
     // After a step-down the lease is someone else's (release changes
     // nothing then), or the database is unreachable.
-    let lease = shared.lease.clone();
+    release(settings, &lease, epoch).await;
+    Ok(ended)
+}
+
+/// Gives the lease held at `epoch` back (nothing if it moved on).
+async fn release(settings: &NodeSettings, lease: &Arc<dyn WriterLease>, epoch: u64) {
+    let lease = lease.clone();
     if let Err(e) = blocking(move || lease.release(epoch)).await {
         warn!(region = %settings.region, epoch, error = %e, "could not release the writer lease: a standby takes over when it expires");
     }
-    Ok(ended)
 }
 
 fn set_once(slot: &mut Option<Ended>, why: Ended) -> bool {
@@ -342,10 +378,10 @@ async fn keep_lease(
     ha: HaSettings,
     lease: Arc<dyn WriterLease>,
     epoch: u64,
-    granted_at: Instant,
+    asked_at: Instant,
     why: Arc<watch::Sender<Option<Ended>>>,
 ) {
-    let mut valid_until = ha.valid_until(granted_at);
+    let mut valid_until = ha.valid_until(asked_at);
     let failing = Throttle::new(Duration::from_secs(10));
     loop {
         let next = (monotonic_now() + ha.renew_every).min(valid_until);

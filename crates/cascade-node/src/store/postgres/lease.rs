@@ -72,15 +72,23 @@ impl PostgresStore {
         self.fence_state().epoch_to_commit()
     }
 
-    /// A commit failed: a fenced one or one of unknown outcome stops every
-    /// later commit until the next fence, and says so through `lost()`.
-    pub(super) fn commit_failed(&self, e: &StoreError) {
+    /// A commit sent at `epoch` failed: a fenced one or one of unknown
+    /// outcome stops every later commit until the next fence, and says so
+    /// through `lost()`. A failure of a commit of an earlier epoch that
+    /// arrives after a newer fence says nothing of the newer one: ignored.
+    pub(super) fn commit_failed(&self, e: &StoreError, epoch: u64) {
         let lost = match e {
             StoreError::Fenced { current, .. } => Lost::Fenced { current: *current },
             StoreError::CommitOutcomeUnknown(_) => Lost::OutcomeUnknown,
             _ => return,
         };
-        self.fence_state().lost.get_or_insert(lost);
+        let mut state = self.fence_state();
+        if state.epoch != Some(epoch) {
+            return;
+        }
+        state.lost.get_or_insert(lost);
+        // Under the fence's lock: a `fence` of a newer epoch cannot clear
+        // it between the two.
         self.lost.send_replace(true);
     }
 
@@ -250,8 +258,10 @@ impl WriterLease for PostgresStore {
             };
             // Another node may have written since this one last did.
             self.cache.clear();
+            // Under the lock, as `commit_failed` sends true: a failure of
+            // the new epoch is never hidden by this reset.
+            self.lost.send_replace(false);
         }
-        self.lost.send_replace(false);
     }
 
     fn lost(&self) -> tokio::sync::watch::Receiver<bool> {

@@ -207,6 +207,94 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Commits `batch` fenced with the epoch the store holds now, which
+    /// must be `expected` when given: a `Node` of an earlier epoch (a step
+    /// still running after its writer stepped down, [`EpochStore`]) never
+    /// commits at a later epoch this process took since. The epoch is
+    /// read once: the database's fence checks that same value.
+    fn commit_at(&self, expected: Option<u64>, batch: Batch) -> Result<(), StoreError> {
+        // Refused without a round trip when never fenced, or lost since.
+        let epoch = self.epoch_to_commit()?;
+        if let Some(held) = expected.filter(|held| *held != epoch) {
+            return Err(StoreError::Fenced { held, current: epoch });
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let writes = commit::collapse(batch.ops);
+        #[cfg(test)]
+        let pause = *self
+            .pause_after_fence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        #[cfg(not(test))]
+        let pause = None;
+        self.cache.commit_started();
+        let shared = self.shared.clone();
+        let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, pause).await) });
+        match ran {
+            Ok((writes, Ok(()))) => {
+                self.cache.commit_ended(Some(
+                    writes
+                        .iter()
+                        .flat_map(|(table, rows)| rows.iter().map(|(k, v)| (*table, k.as_slice(), v.as_deref()))),
+                ));
+                Ok(())
+            }
+            Ok((_, Err(e))) | Err(e) => {
+                self.cache
+                    .commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+                self.commit_failed(&e, epoch);
+                Err(e)
+            }
+        }
+    }
+
+    /// This store as the writer of `epoch` sees it: the same reads, and
+    /// commits only at that epoch (see [`EpochStore`]).
+    pub fn at_epoch(self: &Arc<Self>, epoch: u64) -> Arc<dyn Store> {
+        Arc::new(EpochStore {
+            store: self.clone(),
+            epoch,
+        })
+    }
+}
+
+/// A [`PostgresStore`] bound to one epoch of the writer lease: what one
+/// writer's `Node` runs on. The process keeps one store for its life and
+/// fences it anew at every takeover; a step of the `Node` of an earlier
+/// epoch that is still running (its stop timed out) must not commit at
+/// the new epoch, which the database's fence alone would let through.
+struct EpochStore {
+    store: Arc<PostgresStore>,
+    epoch: u64,
+}
+
+impl Store for EpochStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(table, key)
+    }
+    fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        self.store.get_many(table, keys)
+    }
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        self.store.scan(table, prefix, after, limit)
+    }
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        self.store.commit_at(Some(self.epoch), batch)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.store.flush()
+    }
+    fn waits_on_io(&self) -> bool {
+        self.store.waits_on_io()
+    }
+    fn reopen(&self) -> Result<(), StoreError> {
+        self.store.reopen()
+    }
+}
+
 impl Store for PostgresStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let generation = match self.cache.lookup(table, key) {
@@ -255,38 +343,7 @@ impl Store for PostgresStore {
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
-        // Refused without a round trip when never fenced, or lost since.
-        let epoch = self.epoch_to_commit()?;
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let writes = commit::collapse(batch.ops);
-        #[cfg(test)]
-        let pause = *self
-            .pause_after_fence
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        #[cfg(not(test))]
-        let pause = None;
-        self.cache.commit_started();
-        let shared = self.shared.clone();
-        let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, pause).await) });
-        match ran {
-            Ok((writes, Ok(()))) => {
-                self.cache.commit_ended(Some(
-                    writes
-                        .iter()
-                        .flat_map(|(table, rows)| rows.iter().map(|(k, v)| (*table, k.as_slice(), v.as_deref()))),
-                ));
-                Ok(())
-            }
-            Ok((_, Err(e))) | Err(e) => {
-                self.cache
-                    .commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
-                self.commit_failed(&e);
-                Err(e)
-            }
-        }
+        self.commit_at(None, batch)
     }
 
     /// A COMMIT that returned is durable (the server's `synchronous_commit`).
