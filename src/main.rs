@@ -321,20 +321,7 @@ async fn serve_node(file: ConfigFile) -> Result<()> {
     for warning in settings.schema.check().lines() {
         tracing::warn!(%warning, "schema check");
     }
-    let listen: SocketAddr = file
-        .listen
-        .as_deref()
-        .unwrap_or("127.0.0.1:50051")
-        .parse()
-        .context("listen: expected an address like 127.0.0.1:50051")?;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    // Before anyone can learn the address: a SIGTERM from then on stops the
-    // node gracefully (tests/operating.rs sends one right after "serving").
-    let shutdown = shutdown_signal();
-    // Scripts and tests read the bound address (port 0 picks one) from this line.
-    println!("listening on {}", listener.local_addr()?);
+    let (listener, shutdown) = listen(&file).await?;
     let node = Node::open(settings).await?;
     if let Some(addr) = node.metrics_addr() {
         // Scripts and tests read the metrics address from this line.
@@ -358,6 +345,15 @@ async fn serve_region_node(file: &ConfigFile, settings: NodeSettings, postgres: 
     let store = tokio::task::spawn_blocking(move || open_postgres(&postgres, &region, &cluster))
         .await
         .context("opening the PostgreSQL store")??;
+    let (listener, shutdown) = listen(file).await?;
+    let shared = SharedStore { store };
+    serve_region_node_on(settings, shared, listener, shutdown).await?;
+    Ok(())
+}
+
+/// Binds the node's `listen` address and prints it, with the shutdown
+/// signal installed first.
+async fn listen(file: &ConfigFile) -> Result<(tokio::net::TcpListener, impl std::future::Future<Output = ()>)> {
     let listen: SocketAddr = file
         .listen
         .as_deref()
@@ -367,12 +363,12 @@ async fn serve_region_node(file: &ConfigFile, settings: NodeSettings, postgres: 
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    // Before anyone can learn the address: a SIGTERM from then on stops the
+    // node gracefully (tests/operating.rs sends one right after "serving").
     let shutdown = shutdown_signal();
     // Scripts and tests read the bound address (port 0 picks one) from this line.
     println!("listening on {}", listener.local_addr()?);
-    let shared = SharedStore { store };
-    serve_region_node_on(settings, shared, listener, shutdown).await?;
-    Ok(())
+    Ok((listener, shutdown))
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT). The handlers are installed when

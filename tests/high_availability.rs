@@ -53,6 +53,31 @@ async fn outcome_names(client: &Client, id: &str) -> BTreeSet<String> {
     }
 }
 
+/// eu-west's network `n` (in its project `p`) and `ports` ports on it,
+/// created through `client`, then the network deleted with cascade: the
+/// operation.
+async fn cascade_of_ports(client: &Client, ports: usize) -> v1::Operation {
+    client
+        .batch_create(vec![
+            spec_in("eu-west/project/p", &[]),
+            spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
+        ])
+        .await
+        .unwrap();
+    let specs: Vec<_> = (0..ports)
+        .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
+        .collect();
+    for chunk in specs.chunks(1000) {
+        client.batch_create(chunk.to_vec()).await.unwrap();
+    }
+    client
+        .delete(delete_req("eu-west/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap()
+}
+
 /// Polls until `check` holds, at most `limit`.
 async fn until(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
     let start = Instant::now();
@@ -234,7 +259,13 @@ async fn the_owners_writer_killed_mid_cascade_a_standby_takes_over_and_finishes_
     // deletion the new writer commits.
     // Through a client whose connection the former standby may just have
     // closed: a call may fail once, and is asked again.
-    let deleted = async || eu.get_operation(&op.id, 0).await.ok().and_then(|o| o.progress).map(|p| p.deleted);
+    let deleted = async || {
+        eu.get_operation(&op.id, 0)
+            .await
+            .ok()
+            .and_then(|o| o.progress)
+            .map(|p| p.deleted)
+    };
     let mut resumed_at = None;
     until(Duration::from_secs(30), "the new writer answers", async || {
         resumed_at = deleted().await;
@@ -280,25 +311,7 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
     let old = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
     let standby = 1 - old;
     let client = cluster.client("eu-west", standby).await;
-    client
-        .batch_create(vec![
-            spec_in("eu-west/project/p", &[]),
-            spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
-        ])
-        .await
-        .unwrap();
-    let ports: Vec<_> = (0..2000)
-        .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
-        .collect();
-    for chunk in ports.chunks(1000) {
-        client.batch_create(chunk.to_vec()).await.unwrap();
-    }
-    let op = client
-        .delete(delete_req("eu-west/network/n", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
+    let op = cascade_of_ports(&client, 2000).await;
     // SIGSTOP: a GC pause, a stalled VM. It keeps its sockets and its
     // database sessions, and answers nothing.
     let old_pid = cluster.pid("eu-west", old);
@@ -365,25 +378,12 @@ async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
     cluster.start_all();
     let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
     let client = cluster.client("eu-west", writer).await;
-    client
-        .batch_create(vec![
-            spec_in("eu-west/project/p", &[]),
-            spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
-        ])
-        .await
-        .unwrap();
-    let ports: Vec<_> = (0..1000)
-        .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
-        .collect();
-    client.batch_create(ports).await.unwrap();
-    let op = client
-        .delete(delete_req("eu-west/network/n", true))
-        .await
-        .unwrap()
-        .operation
-        .unwrap();
+    let op = cascade_of_ports(&client, 1000).await;
     let before = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap();
-    assert!(before.deleted < 1001, "the cascade finished before the database stopped: {before:?}");
+    assert!(
+        before.deleted < 1001,
+        "the cascade finished before the database stopped: {before:?}"
+    );
     pg.stop_server();
     // Meanwhile: every node NOT_SERVING, and a write is refused
     // UNAVAILABLE (not a hang, not another code).
@@ -443,23 +443,7 @@ async fn failover_time_with_the_default_lease() {
         let writer = cluster.wait_writer("eu-west", Duration::from_secs(30)).await;
         let standby = 1 - writer;
         let client = cluster.client("eu-west", standby).await;
-        client
-            .batch_create(vec![
-                spec_in("eu-west/project/p", &[]),
-                spec_in("eu-west/network/n", &[("project", &["eu-west/project/p"])]),
-            ])
-            .await
-            .unwrap();
-        let ports: Vec<_> = (0..1000)
-            .map(|i| spec_in(&format!("eu-west/port/p{i}"), &[("network", &["eu-west/network/n"])]))
-            .collect();
-        client.batch_create(ports).await.unwrap();
-        let op = client
-            .delete(delete_req("eu-west/network/n", true))
-            .await
-            .unwrap()
-            .operation
-            .unwrap();
+        let op = cascade_of_ports(&client, 1000).await;
         until(Duration::from_secs(30), "the cascade starts", async || {
             client.get_operation(&op.id, 0).await.unwrap().progress.unwrap().deleted >= 40
         })
