@@ -100,6 +100,9 @@ struct Cli {
     /// Scenarios to run: p1 (with its baseline), p2, p3, p4, p5 (default: all).
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
+    /// P1 shapes to run: flat, tree, unset (default: all three).
+    #[arg(long, value_delimiter = ',')]
+    shapes: Option<Vec<String>>,
     /// Sizes for P1, P2 and P5, replacing the defaults (a list: 10000,100000).
     #[arg(long, value_delimiter = ',')]
     n: Option<Vec<u64>>,
@@ -172,7 +175,13 @@ fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
     s
 }
 
-fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario], pg: Option<&postgres::PgTarget>) -> Vec<RowSpec> {
+fn plan(
+    cli: &Cli,
+    engines: &[Engine],
+    scenarios: &[Scenario],
+    shapes: &[Shape],
+    pg: Option<&postgres::PgTarget>,
+) -> Vec<RowSpec> {
     let s = sizes(cli.quick, cli.n.as_deref());
     let base = |scenario, engine, n, regions| RowSpec {
         scenario,
@@ -191,13 +200,14 @@ fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario], pg: Option<&postg
         for &engine in engines {
             match scenario {
                 Scenario::P1 => {
-                    for &n in &s.p1_flat {
+                    let flat = if shapes.contains(&Shape::Flat) { &s.p1_flat[..] } else { &[] };
+                    for &n in flat {
                         out.push(RowSpec {
                             shape: Some(Shape::Flat),
                             ..base(scenario, engine, n, 1)
                         });
                     }
-                    for shape in [Shape::Tree, Shape::Unset] {
+                    for shape in [Shape::Tree, Shape::Unset].into_iter().filter(|s| shapes.contains(s)) {
                         for &n in &s.p1_shapes {
                             out.push(RowSpec {
                                 shape: Some(shape),
@@ -321,7 +331,14 @@ fn parent(cli: &Cli) -> Result<()> {
             .collect::<std::result::Result<_, _>>()?,
         None => Scenario::SELECTABLE.to_vec(),
     };
-    let plan = plan(cli, &engines, &scenarios, pg.as_ref());
+    let shapes: Vec<Shape> = match &cli.shapes {
+        Some(list) => list
+            .iter()
+            .map(|s| Shape::parse(s))
+            .collect::<std::result::Result<_, _>>()?,
+        None => Shape::ALL.to_vec(),
+    };
+    let plan = plan(cli, &engines, &scenarios, &shapes, pg.as_ref());
     let out = cli.out.clone().unwrap_or_else(default_out);
     let mut rows = Vec::new();
     let total = plan.len();

@@ -149,6 +149,8 @@ pub struct StoreProfile {
     /// Point reads that took longer than [`MISS_NS`]: the cache missed
     /// and the read went to the server.
     slow_gets: AtomicU64,
+    /// Per table (`Table::ALL`'s order): server reads (slow gets) and scans.
+    by_table: [(AtomicU64, AtomicU64); Table::ALL.len()],
 }
 
 /// A point read slower than this went to the server (a cache hit is a
@@ -168,6 +170,12 @@ pub struct ProfileSnapshot {
     pub scan_ns: u64,
     pub commits: u64,
     pub commit_ns: u64,
+    /// Per table: (server reads, scans).
+    pub by_table: [(u64, u64); Table::ALL.len()],
+}
+
+fn table_index(table: Table) -> usize {
+    Table::ALL.iter().position(|&t| t == table).unwrap_or(0)
 }
 
 impl StoreProfile {
@@ -184,6 +192,7 @@ impl StoreProfile {
             scan_ns: l(&self.scan_ns),
             commits: l(&self.commits),
             commit_ns: l(&self.commit_ns),
+            by_table: std::array::from_fn(|i| (l(&self.by_table[i].0), l(&self.by_table[i].1))),
         }
     }
 }
@@ -201,6 +210,12 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns.saturating_sub(b.scan_ns),
             commits: self.commits.saturating_sub(b.commits),
             commit_ns: self.commit_ns.saturating_sub(b.commit_ns),
+            by_table: std::array::from_fn(|i| {
+                (
+                    self.by_table[i].0.saturating_sub(b.by_table[i].0),
+                    self.by_table[i].1.saturating_sub(b.by_table[i].1),
+                )
+            }),
         }
     }
 
@@ -216,13 +231,14 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns + b.scan_ns,
             commits: self.commits + b.commits,
             commit_ns: self.commit_ns + b.commit_ns,
+            by_table: std::array::from_fn(|i| (self.by_table[i].0 + b.by_table[i].0, self.by_table[i].1 + b.by_table[i].1)),
         }
     }
 
     /// One line: calls per deleted resource and the share of `wall_s`
     /// each kind of call took.
     pub fn describe(&self, deleted: u64, wall_s: f64) -> String {
-        let per = |x: u64| round2(x as f64 / deleted.max(1) as f64);
+        let per = |x: u64| round3(x as f64 / deleted.max(1) as f64);
         let share = |ns: u64| (ns as f64 / 1e9 / wall_s.max(1e-9) * 100.0).round();
         format!(
             "per deleted: {} gets ({} to the server, {}% of wall), {} get_many of {} keys ({}%), \
@@ -237,6 +253,26 @@ impl ProfileSnapshot {
             share(self.scan_ns),
             per(self.commits),
             share(self.commit_ns),
+        ) + &self.describe_tables(deleted)
+    }
+
+    /// `; server reads per deleted: table x, …; scans: table y, …` (the
+    /// tables above 0.01 per deleted resource).
+    fn describe_tables(&self, deleted: u64) -> String {
+        let list = |pick: fn(&(u64, u64)) -> u64| {
+            Table::ALL
+                .iter()
+                .zip(&self.by_table)
+                .map(|(t, c)| (t.name(), round2(pick(c) as f64 / deleted.max(1) as f64)))
+                .filter(|(_, v)| *v >= 0.01)
+                .map(|(t, v)| format!("{t} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "; server reads per deleted by table: {}; scans: {}",
+            list(|c| c.0),
+            list(|c| c.1)
         )
     }
 }
@@ -272,6 +308,7 @@ impl Store for ProfiledStore {
         let (out, took) = timed(&p.gets, &p.get_ns, || self.inner.get(table, key));
         if took > MISS_NS {
             p.slow_gets.fetch_add(1, Ordering::Relaxed);
+            p.by_table[table_index(table)].0.fetch_add(1, Ordering::Relaxed);
         }
         out
     }
@@ -290,6 +327,7 @@ impl Store for ProfiledStore {
         limit: usize,
     ) -> std::result::Result<Vec<Entry>, StoreError> {
         let p = &self.profile;
+        p.by_table[table_index(table)].1.fetch_add(1, Ordering::Relaxed);
         timed(&p.scans, &p.scan_ns, || self.inner.scan(table, prefix, after, limit)).0
     }
 

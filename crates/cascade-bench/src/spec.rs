@@ -97,6 +97,15 @@ pub enum Shape {
 }
 
 impl Shape {
+    pub const ALL: [Shape; 3] = [Shape::Flat, Shape::Tree, Shape::Unset];
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| format!("unknown shape {s:?} (flat, tree, unset)"))
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Shape::Flat => "flat",
