@@ -200,7 +200,11 @@ fn plan(
         for &engine in engines {
             match scenario {
                 Scenario::P1 => {
-                    let flat = if shapes.contains(&Shape::Flat) { &s.p1_flat[..] } else { &[] };
+                    let flat = if shapes.contains(&Shape::Flat) {
+                        &s.p1_flat[..]
+                    } else {
+                        &[]
+                    };
                     for &n in flat {
                         out.push(RowSpec {
                             shape: Some(Shape::Flat),

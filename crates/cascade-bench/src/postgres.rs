@@ -33,6 +33,9 @@ const CLUSTER: &str = "cascade-bench";
 /// it; nothing else competes for it either).
 const LEASE_TTL: Duration = Duration::from_secs(6 * 3600);
 
+/// How long the bench's own connection may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The database every row of a run uses (no password: that travels in
 /// [`PASSWORD_ENV`], never on a command line).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -79,7 +82,13 @@ pub fn schema_name(what: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let clean: String = what
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .take(30)
         .collect();
     format!(
@@ -115,6 +124,9 @@ async fn connect(target: &PgTarget) -> Result<tokio_postgres::Client> {
     if let Some(p) = password() {
         config.password(p);
     }
+    config.connect_timeout(CONNECT_TIMEOUT);
+    // A bound on every statement (a 1M native row's populate is the longest).
+    config.options("-c statement_timeout=600000");
     let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         let _ = connection.await;
@@ -129,7 +141,9 @@ pub async fn drop_schemas(target: &PgTarget, schemas: &[String]) -> Result<()> {
     }
     let client = connect(target).await?;
     for s in schemas {
-        client.batch_execute(&format!("DROP SCHEMA IF EXISTS {s} CASCADE")).await?;
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {s} CASCADE"))
+            .await?;
     }
     Ok(())
 }
@@ -231,7 +245,12 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns + b.scan_ns,
             commits: self.commits + b.commits,
             commit_ns: self.commit_ns + b.commit_ns,
-            by_table: std::array::from_fn(|i| (self.by_table[i].0 + b.by_table[i].0, self.by_table[i].1 + b.by_table[i].1)),
+            by_table: std::array::from_fn(|i| {
+                (
+                    self.by_table[i].0 + b.by_table[i].0,
+                    self.by_table[i].1 + b.by_table[i].1,
+                )
+            }),
         }
     }
 
@@ -411,7 +430,9 @@ pub async fn native(spec: &RowSpec, target: &PgTarget) -> Result<Row> {
         client.batch_execute("ANALYZE").await?;
         row.populate_s = Some(round3(populate.elapsed().as_secs_f64()));
         let started = Instant::now();
-        let deleted_roots = client.execute(&format!("DELETE FROM {s}.root WHERE id = 0"), &[]).await?;
+        let deleted_roots = client
+            .execute(&format!("DELETE FROM {s}.root WHERE id = 0"), &[])
+            .await?;
         let wall = started.elapsed().as_secs_f64();
         if deleted_roots != 1 {
             return Err(format!("the native DELETE removed {deleted_roots} roots, not 1").into());
@@ -450,7 +471,11 @@ pub async fn native(spec: &RowSpec, target: &PgTarget) -> Result<Row> {
         row.note = Some(format!(
             "PostgreSQL's ON DELETE CASCADE (one DELETE, autocommit); VACUUM after it {:.3} s{}",
             vacuum_s,
-            if target.throwaway { "; throwaway server, fsync=off" } else { "" }
+            if target.throwaway {
+                "; throwaway server, fsync=off"
+            } else {
+                ""
+            }
         ));
         Ok::<_, crate::harness::Error>(())
     }
@@ -458,7 +483,6 @@ pub async fn native(spec: &RowSpec, target: &PgTarget) -> Result<Row> {
     let dropped = client.batch_execute(&format!("DROP SCHEMA {s} CASCADE")).await;
     result?;
     dropped?;
-    row.peak_rss_mb = None;
     row.tick_ms = None;
     Ok(row)
 }

@@ -86,7 +86,11 @@ pub fn table(rows: &[Row]) -> String {
     for r in rows {
         if let Some(profile) = &r.store_profile {
             let shape = r.shape.as_deref().unwrap_or("-");
-            let _ = writeln!(out, "store calls: {} {shape} {} n={}: {profile}", r.scenario, r.engine, r.n);
+            let _ = writeln!(
+                out,
+                "store calls: {} {shape} {} n={}: {profile}",
+                r.scenario, r.engine, r.n
+            );
         }
         if let Some(v) = r.vacuum_s {
             let shape = r.shape.as_deref().unwrap_or("-");

@@ -77,7 +77,10 @@ async fn p1_smoke_fjall() {
 /// (the test passes, cascade-testpg says why on stderr) without PostgreSQL.
 fn pg_target(hint: &str) -> Option<PgTarget> {
     let db = cascade_testpg::fresh_database(hint)?;
-    std::env::set_var(crate::postgres::PASSWORD_ENV, db.password());
+    // Once, before any test of this binary reads it (every database has
+    // the same role and password).
+    static PASSWORD_SET: std::sync::Once = std::sync::Once::new();
+    PASSWORD_SET.call_once(|| std::env::set_var(crate::postgres::PASSWORD_ENV, db.password()));
     Some(PgTarget {
         url: db.url(),
         throwaway: true,
@@ -119,7 +122,9 @@ async fn cascade_testpg_schemas(target: &PgTarget) -> Vec<String> {
 /// closure (the unset shape's floating IPs stay, their port cleared).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_rows_delete_the_p1_closure_of_each_shape() {
-    let Some(target) = pg_target("bench_native") else { return };
+    let Some(target) = pg_target("bench_native") else {
+        return;
+    };
     let n = 300;
     for (shape, deleted, unset) in [
         (Shape::Flat, n + 1, None),
