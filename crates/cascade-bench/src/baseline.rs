@@ -3,11 +3,15 @@
 //! value bytes, in as many batches, each committed and flushed as the
 //! node's writer does.
 
+use std::sync::Arc;
 use std::time::Instant;
+
+use cascade_core::RegionId;
 
 use cascade_node::store::{Batch, FjallStore, MemoryStore, SledStore, Store, Table};
 
 use crate::harness::{self, ms, percentile, round3, Result};
+use crate::postgres;
 use crate::spec::{Engine, Row, RowSpec};
 
 /// The tables a deletion writes; the baseline's keys go round-robin over them.
@@ -35,12 +39,17 @@ fn table(i: u64) -> Table {
     TABLES[(i % TABLES.len() as u64) as usize]
 }
 
-fn open(engine: Engine, dir: &std::path::Path) -> Result<Box<dyn Store>> {
-    Ok(match engine {
-        Engine::Memory => Box::new(MemoryStore::default()),
+fn open(spec: &RowSpec, dir: &std::path::Path, schema: &str) -> Result<Arc<dyn Store>> {
+    Ok(match spec.engine {
+        Engine::Memory => Arc::new(MemoryStore::default()),
         // As a node opens them (the same cache).
-        Engine::Sled => Box::new(SledStore::open(dir)?),
-        Engine::Fjall => Box::new(FjallStore::open(dir)?),
+        Engine::Sled => Arc::new(SledStore::open(dir)?),
+        Engine::Fjall => Arc::new(FjallStore::open(dir)?),
+        // As the bench's nodes open it: a schema of its own, fenced.
+        Engine::Postgres => {
+            let target = spec.postgres.as_ref().ok_or("engine postgres without a database")?;
+            postgres::open_region(target, &RegionId::parse("baseline")?, schema)?
+        }
     })
 }
 
@@ -49,10 +58,15 @@ fn open(engine: Engine, dir: &std::path::Path) -> Result<Box<dyn Store>> {
 /// the P1 row's mean size, as a deletion's steps mix them; the store stays
 /// small, as the node's does while it deletes.
 pub fn run(spec: &RowSpec) -> Result<Row> {
+    run_in(spec, &postgres::schema_name("baseline"))
+}
+
+/// [`run`], on postgres in schema `schema` (which the caller drops).
+pub fn run_in(spec: &RowSpec, schema: &str) -> Result<Row> {
     let mut row = Row::for_spec(spec);
     let figures = spec.baseline_of.ok_or("baseline without the P1 row's figures")?;
     let dir = tempfile::Builder::new().prefix("cascade-bench-baseline-").tempdir()?;
-    let store = open(spec.engine, dir.path())?;
+    let store = open(spec, dir.path(), schema)?;
     let key_writes = figures.key_writes.max(2);
     let puts = key_writes.div_ceil(2);
     let removes = key_writes - puts;

@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
-use cascade_node::{Node, NodeSettings, WriteStats, WriteStatsSnapshot};
+use cascade_node::{Node, NodeEnv, NodeSettings, WriteStats, WriteStatsSnapshot};
 use cascade_proto::v1;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use cascade_node::store::StorageEngine;
 
+use crate::postgres::{self, PgTarget, ProfileSnapshot, ProfiledStore, StoreProfile};
 use crate::spec::Engine;
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -34,11 +35,18 @@ pub fn engine_settings(engine: Engine, settings: &mut NodeSettings, dir: &Path) 
             settings.data_dir = Some(dir.to_owned());
             settings.engine = StorageEngine::Fjall;
         }
+        // The store is opened and fenced by `Cluster::start` and handed to
+        // the node (`NodeEnv::store`): no directory.
+        Engine::Postgres => {
+            settings.data_dir = None;
+            settings.engine = StorageEngine::Postgres;
+        }
     }
     Ok(())
 }
 
-/// Whether this build can run a node on `engine`.
+/// Whether this build can run a node on `engine` (postgres: whether a
+/// server was found is `postgres::resolve`'s to say).
 pub fn engine_available(engine: Engine) -> Result<()> {
     let mut settings = NodeSettings::new(
         RegionId::parse("probe")?,
@@ -53,6 +61,9 @@ pub struct Member {
     pub endpoint: String,
     pub client: Client,
     pub stats: Arc<WriteStats>,
+    /// Postgres: the calls its store made (None on the other engines,
+    /// which are not wrapped, so their figures stay as they were).
+    pub store_profile: Option<Arc<StoreProfile>>,
     /// Peers in its settings (each has one watch stream to this node's).
     pub peers: usize,
     shutdown: Option<oneshot::Sender<()>>,
@@ -62,6 +73,8 @@ pub struct Member {
 /// Nodes started together, with the directory their engines write to.
 pub struct Cluster {
     pub members: Vec<Member>,
+    /// Postgres: the database and the regions' schemas, dropped by `stop`.
+    postgres: Option<(PgTarget, Vec<String>)>,
     _dir: tempfile::TempDir,
 }
 
@@ -72,17 +85,20 @@ pub struct ClusterSpec<'a> {
     /// Region index → indexes of its peers. None: everyone.
     pub peers_of: Option<&'a dyn Fn(usize) -> Vec<usize>>,
     pub tick: Duration,
+    /// The database of engine postgres.
+    pub postgres: Option<&'a PgTarget>,
 }
 
 impl<'a> ClusterSpec<'a> {
     /// A cluster of `regions` as a row asks for it (engine, tick),
     /// every node a peer of every other.
-    pub fn for_row(row: &crate::spec::RowSpec, regions: &'a [String]) -> Self {
+    pub fn for_row(row: &'a crate::spec::RowSpec, regions: &'a [String]) -> Self {
         Self {
             engine: row.engine,
             regions,
             peers_of: None,
             tick: Duration::from_millis(row.tick_ms),
+            postgres: row.postgres.as_ref(),
         }
     }
 }
@@ -102,6 +118,7 @@ impl Cluster {
             .map(|l| Ok(format!("http://{}", l.local_addr()?)))
             .collect::<Result<Vec<_>>>()?;
         let mut members = Vec::new();
+        let mut schemas = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
             let region = &spec.regions[i];
             let mut settings = NodeSettings::new(RegionId::parse(region)?, schema.clone(), None);
@@ -115,7 +132,23 @@ impl Cluster {
                 .iter()
                 .map(|&j| Ok((RegionId::parse(&spec.regions[j])?, endpoints[j].clone().into())))
                 .collect::<Result<BTreeMap<_, _>>>()?;
-            let node = Node::open(settings).await?;
+            let (node, store_profile) = if spec.engine == Engine::Postgres {
+                let target = spec.postgres.ok_or("engine postgres without a database")?;
+                let schema = postgres::schema_name(region);
+                schemas.push(schema.clone());
+                let region_id = settings.region.clone();
+                // Opening connects and migrates: off the runtime's workers.
+                let store = tokio::task::block_in_place(|| postgres::open_region(target, &region_id, &schema))?;
+                let profiled = Arc::new(ProfiledStore::new(store));
+                let profile = profiled.profile.clone();
+                let env = NodeEnv {
+                    store: Some(profiled),
+                    ..NodeEnv::default()
+                };
+                (Node::open_with(settings, env).await?, Some(profile))
+            } else {
+                (Node::open(settings).await?, None)
+            };
             let stats = node.write_stats();
             let (tx, rx) = oneshot::channel::<()>();
             let shutdown = async {
@@ -126,12 +159,31 @@ impl Cluster {
                 endpoint: endpoints[i].clone(),
                 client: Client::connect(&endpoints[i]).await?,
                 stats,
+                store_profile,
                 peers: peers.len(),
                 shutdown: Some(tx),
                 task,
             });
         }
-        Ok(Self { members, _dir: dir })
+        let postgres = spec.postgres.map(|t| (t.clone(), schemas));
+        Ok(Self {
+            members,
+            postgres,
+            _dir: dir,
+        })
+    }
+
+    /// The store calls of every node, summed (zero off postgres).
+    pub fn store_profile(&self) -> ProfileSnapshot {
+        self.members
+            .iter()
+            .filter_map(|m| m.store_profile.as_ref())
+            .fold(ProfileSnapshot::default(), |sum, p| sum.plus(p.snapshot()))
+    }
+
+    /// Whether the nodes run on postgres (their store calls are counted).
+    pub fn profiled(&self) -> bool {
+        self.members.iter().any(|m| m.store_profile.is_some())
     }
 
     pub fn client(&self, i: usize) -> &Client {
@@ -177,6 +229,11 @@ impl Cluster {
         }
         for m in self.members.drain(..) {
             let _ = tokio::time::timeout(Duration::from_secs(30), m.task).await;
+        }
+        if let Some((target, schemas)) = self.postgres.take() {
+            if let Err(e) = postgres::drop_schemas(&target, &schemas).await {
+                eprintln!("cascade-bench: could not drop the rows' schemas {schemas:?}: {e}");
+            }
         }
     }
 }

@@ -169,6 +169,7 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
     let writer_client = Client::connect(&member.endpoint).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let before = cluster.stats();
+    let profile_before = cluster.store_profile();
     let writes = tokio::spawn(concurrent_writes(writer_client, region, stop.clone()));
     let started = Instant::now();
     let answer = client
@@ -187,6 +188,11 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
         .wait_quiet(Duration::from_millis(500), Duration::from_secs(60))
         .await;
     let d = harness::delta(after, before);
+    if cluster.profiled() {
+        let calls = cluster.store_profile().minus(profile_before);
+        let deleted = op.progress.as_ref().map_or(0, |p| p.deleted);
+        row.store_profile = Some(calls.describe(deleted, wall));
+    }
     let creates = latencies.len() as u64;
     let key_writes = d.key_writes.saturating_sub(creates * per_create.key_writes / PROBES);
     let value_bytes = d.value_bytes.saturating_sub(creates * per_create.value_bytes / PROBES);

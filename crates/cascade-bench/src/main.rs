@@ -9,7 +9,10 @@
 //! hidden `row` subcommand), so its peak RSS (`VmHWM`) is its own. In the
 //! child, nodes are in-process: `Node::open`, then `Node::serve` on a
 //! listener bound to `127.0.0.1:0`; clients talk real gRPC to them; the
-//! engines write to a temporary directory (memory: none). Writes are
+//! engines write to a temporary directory (memory: none; postgres: a
+//! schema per region in the database of `--postgres-url`, else of a
+//! throwaway server the parent starts, each store fenced as its region's
+//! writer and handed to `Node::open_with`, see `postgres.rs`). Writes are
 //! counted by each node's `WriteStats`. The parent prints a table and the
 //! issue's targets, and writes the rows to `target/bench/results.json`
 //! after each one (a run stopped halfway keeps what it measured).
@@ -31,6 +34,12 @@
 //!   doing the same number of key writes with the same value bytes in the
 //!   same number of batches, commit and flush each; the P1 row gets
 //!   `p1_over_baseline` = its wall time over the baseline's.
+//! - **Native** (after each P1 row on postgres): PostgreSQL's own `ON
+//!   DELETE CASCADE` of the same shape and size on the same server (a
+//!   parent row and `n` child rows with a foreign key; the tree's three
+//!   levels; `SET NULL` for the unset shape), populated with
+//!   `generate_series`: the time of the `DELETE` of the parent, and apart
+//!   the `VACUUM` after it; the P1 row gets `p1_over_native`.
 //! - **P2, cross-region cascade**: a network in `r0` and `n` ports
 //!   referencing it spread over five regions; Delete with cascade; the
 //!   aggregate rate is deleted resources (all regions) per second.
@@ -58,6 +67,7 @@ mod baseline;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod harness;
 mod local;
+mod postgres;
 mod remote;
 mod report;
 mod spec;
@@ -90,12 +100,20 @@ struct Cli {
     /// Scenarios to run: p1 (with its baseline), p2, p3, p4, p5 (default: all).
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
+    /// P1 shapes to run: flat, tree, unset (default: all three).
+    #[arg(long, value_delimiter = ',')]
+    shapes: Option<Vec<String>>,
     /// Sizes for P1, P2 and P5, replacing the defaults (a list: 10000,100000).
     #[arg(long, value_delimiter = ',')]
     n: Option<Vec<u64>>,
     /// The nodes' writer and link tick in ms (`NodeSettings::tick`).
     #[arg(long, default_value_t = 200)]
     tick_ms: u64,
+    /// Engine postgres on this server (`postgres://user@host:port/db` or a
+    /// libpq key=value string, no password: CASCADE_PG_PASSWORD); default: a
+    /// throwaway server started by cascade-testpg (fsync=off).
+    #[arg(long)]
+    postgres_url: Option<String>,
     /// Where to write the rows (default: <target dir>/bench/results.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -157,7 +175,13 @@ fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
     s
 }
 
-fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario]) -> Vec<RowSpec> {
+fn plan(
+    cli: &Cli,
+    engines: &[Engine],
+    scenarios: &[Scenario],
+    shapes: &[Shape],
+    pg: Option<&postgres::PgTarget>,
+) -> Vec<RowSpec> {
     let s = sizes(cli.quick, cli.n.as_deref());
     let base = |scenario, engine, n, regions| RowSpec {
         scenario,
@@ -169,19 +193,25 @@ fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario]) -> Vec<RowSpec> {
         baseline_of: None,
         deleted: None,
         tick_ms: cli.tick_ms,
+        postgres: pg.cloned(),
     };
     let mut out = Vec::new();
     for &scenario in scenarios {
         for &engine in engines {
             match scenario {
                 Scenario::P1 => {
-                    for &n in &s.p1_flat {
+                    let flat = if shapes.contains(&Shape::Flat) {
+                        &s.p1_flat[..]
+                    } else {
+                        &[]
+                    };
+                    for &n in flat {
                         out.push(RowSpec {
                             shape: Some(Shape::Flat),
                             ..base(scenario, engine, n, 1)
                         });
                     }
-                    for shape in [Shape::Tree, Shape::Unset] {
+                    for shape in [Shape::Tree, Shape::Unset].into_iter().filter(|s| shapes.contains(s)) {
                         for &n in &s.p1_shapes {
                             out.push(RowSpec {
                                 shape: Some(shape),
@@ -197,7 +227,7 @@ fn plan(cli: &Cli, engines: &[Engine], scenarios: &[Scenario]) -> Vec<RowSpec> {
                 })),
                 Scenario::P4 => out.push(base(scenario, engine, 0, 1)),
                 Scenario::P5 => out.extend(s.p5.iter().map(|&n| base(scenario, engine, n, 2))),
-                Scenario::Baseline => {}
+                Scenario::Baseline | Scenario::Native => {}
             }
         }
     }
@@ -258,7 +288,8 @@ fn describe(spec: &RowSpec) -> String {
 
 fn parent(cli: &Cli) -> Result<()> {
     let all_started = Instant::now();
-    let engines: Vec<Engine> = match &cli.engines {
+    let asked = cli.engines.is_some();
+    let mut engines: Vec<Engine> = match &cli.engines {
         Some(list) => list
             .iter()
             .map(|e| Engine::parse(e))
@@ -274,6 +305,29 @@ fn parent(cli: &Cli) -> Result<()> {
             })
             .collect(),
     };
+    // The server postgres rows run on, found once for the whole run (a
+    // throwaway one lives as long as this process).
+    let pg = if engines.contains(&Engine::Postgres) {
+        match postgres::resolve(cli.postgres_url.as_deref()) {
+            Ok(target) => {
+                let kind = if target.throwaway {
+                    "a throwaway server (fsync=off)"
+                } else {
+                    "--postgres-url"
+                };
+                eprintln!("engine postgres: {kind}, {}", target.url);
+                Some(target)
+            }
+            Err(why) if asked => return Err(format!("engine postgres: {why}").into()),
+            Err(why) => {
+                eprintln!("skipping engine postgres: {why}");
+                engines.retain(|&e| e != Engine::Postgres);
+                None
+            }
+        }
+    } else {
+        None
+    };
     let scenarios: Vec<Scenario> = match &cli.scenarios {
         Some(list) => list
             .iter()
@@ -281,7 +335,14 @@ fn parent(cli: &Cli) -> Result<()> {
             .collect::<std::result::Result<_, _>>()?,
         None => Scenario::SELECTABLE.to_vec(),
     };
-    let plan = plan(cli, &engines, &scenarios);
+    let shapes: Vec<Shape> = match &cli.shapes {
+        Some(list) => list
+            .iter()
+            .map(|s| Shape::parse(s))
+            .collect::<std::result::Result<_, _>>()?,
+        None => Shape::ALL.to_vec(),
+    };
+    let plan = plan(cli, &engines, &scenarios, &shapes, pg.as_ref());
     let out = cli.out.clone().unwrap_or_else(default_out);
     let mut rows = Vec::new();
     let total = plan.len();
@@ -312,8 +373,20 @@ fn parent(cli: &Cli) -> Result<()> {
             if let (Some(p1), Some(bw)) = (row.wall_s, base.wall_s) {
                 row.p1_over_baseline = Some(harness::round2(p1 / bw.max(1e-9)));
             }
+            let native = (spec.engine == Engine::Postgres).then(|| {
+                let n = RowSpec {
+                    scenario: Scenario::Native,
+                    ..spec.clone()
+                };
+                eprintln!("[{}/{total}] {} ...", i + 1, describe(&n));
+                run_child(&n)
+            });
+            if let (Some(p1), Some(nw)) = (row.wall_s, native.as_ref().and_then(|n| n.wall_s)) {
+                row.p1_over_native = Some(harness::round2(p1 / nw.max(1e-9)));
+            }
             rows.push(row);
             rows.push(base);
+            rows.extend(native);
         } else {
             rows.push(row);
         }
@@ -342,7 +415,19 @@ fn parent(cli: &Cli) -> Result<()> {
 async fn measure(spec: &RowSpec) -> Result<Row> {
     match spec.scenario {
         Scenario::P1 => local::p1(spec).await,
-        Scenario::Baseline => baseline::run(spec),
+        Scenario::Baseline => match &spec.postgres {
+            Some(target) if spec.engine == Engine::Postgres => {
+                let schema = postgres::schema_name("baseline");
+                let row = tokio::task::block_in_place(|| baseline::run_in(spec, &schema));
+                postgres::drop_schemas(target, &[schema]).await?;
+                row
+            }
+            _ => baseline::run(spec),
+        },
+        Scenario::Native => {
+            let target = spec.postgres.as_ref().ok_or("a native row without a database")?;
+            postgres::native(spec, target).await
+        }
         Scenario::P2 => remote::p2(spec).await,
         Scenario::P3 => remote::p3(spec).await,
         Scenario::P4 => local::p4(spec).await,

@@ -35,6 +35,7 @@ pub fn table(rows: &[Row]) -> String {
         "peak_mb",
         "after_mb",
         "p1/base",
+        "p1/native",
     ];
     let mut lines: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
     for r in rows {
@@ -54,6 +55,7 @@ pub fn table(rows: &[Row]) -> String {
             num(r.peak_rss_mb.or(r.rss_idle_mb)),
             num(r.rss_after_mb.or(r.rss_idle_mb.filter(|_| r.scenario == "p4"))),
             num(r.p1_over_baseline),
+            num(r.p1_over_native),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())
@@ -79,6 +81,20 @@ pub fn table(rows: &[Row]) -> String {
                 "{}",
                 "-".repeat(widths.iter().sum::<usize>() + 2 * (widths.len() - 1))
             );
+        }
+    }
+    for r in rows {
+        if let Some(profile) = &r.store_profile {
+            let shape = r.shape.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "store calls: {} {shape} {} n={}: {profile}",
+                r.scenario, r.engine, r.n
+            );
+        }
+        if let Some(v) = r.vacuum_s {
+            let shape = r.shape.as_deref().unwrap_or("-");
+            let _ = writeln!(out, "native {shape} n={}: VACUUM after the DELETE {v:.3} s", r.n);
         }
     }
     for r in rows {
@@ -207,6 +223,22 @@ fn checks(rows: &[Row]) -> Vec<Check> {
                 true,
             );
         }
+        if e == "postgres" {
+            if let Some(r) = flat(rows, e).max_by_key(|r| r.n) {
+                if let Some(v) = r.rate_per_s {
+                    let native = r
+                        .p1_over_native
+                        .map(|x| format!(", {x:.1}x the native ON DELETE CASCADE's time"))
+                        .unwrap_or_default();
+                    add(
+                        "P1 flat on postgres: 1M dependents at >= 50k deleted/s",
+                        format!("{v:.0}/s at n={}{native}", r.n),
+                        v >= 50_000.0,
+                        r.n >= 1_000_000,
+                    );
+                }
+            }
+        }
         let at = |n| flat(rows, e).find(|r| r.n == n).and_then(|r| r.wall_s);
         if let (Some(m), Some(h)) = (at(1_000_000), at(100_000)) {
             add(
@@ -228,7 +260,7 @@ pub fn targets(rows: &[Row]) -> String {
     for c in checks {
         let _ = writeln!(
             out,
-            "{:<w$}  {:<6}  {:<4}  {}",
+            "{:<w$}  {:<8}  {:<4}  {}",
             c.target, c.engine, c.verdict, c.measured
         );
     }

@@ -12,16 +12,20 @@ pub enum Engine {
     Memory,
     Sled,
     Fjall,
+    /// PostgreSQL (`--postgres-url`, else a throwaway server): one schema
+    /// per region, the store fenced as the region's writer.
+    Postgres,
 }
 
 impl Engine {
-    pub const ALL: [Engine; 3] = [Engine::Memory, Engine::Sled, Engine::Fjall];
+    pub const ALL: [Engine; 4] = [Engine::Memory, Engine::Sled, Engine::Fjall, Engine::Postgres];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Engine::Memory => "memory",
             Engine::Sled => "sled",
             Engine::Fjall => "fjall",
+            Engine::Postgres => "postgres",
         }
     }
 
@@ -29,7 +33,7 @@ impl Engine {
         Self::ALL
             .into_iter()
             .find(|e| e.as_str() == s)
-            .ok_or_else(|| format!("unknown engine {s:?} (memory, sled, fjall)"))
+            .ok_or_else(|| format!("unknown engine {s:?} (memory, sled, fjall, postgres)"))
     }
 }
 
@@ -40,12 +44,14 @@ impl fmt::Display for Engine {
 }
 
 /// The scenarios of the issue. `Baseline` runs after each P1 row, with
-/// that row's write figures.
+/// that row's write figures; `Native` after each P1 row on postgres
+/// (PostgreSQL's own `ON DELETE CASCADE` of the same shape and size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scenario {
     P1,
     Baseline,
+    Native,
     P2,
     P3,
     P4,
@@ -59,6 +65,7 @@ impl Scenario {
         match self {
             Scenario::P1 => "p1",
             Scenario::Baseline => "baseline",
+            Scenario::Native => "native",
             Scenario::P2 => "p2",
             Scenario::P3 => "p3",
             Scenario::P4 => "p4",
@@ -90,6 +97,15 @@ pub enum Shape {
 }
 
 impl Shape {
+    pub const ALL: [Shape; 3] = [Shape::Flat, Shape::Tree, Shape::Unset];
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| format!("unknown shape {s:?} (flat, tree, unset)"))
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Shape::Flat => "flat",
@@ -125,6 +141,9 @@ pub struct RowSpec {
     pub deleted: Option<u64>,
     /// The nodes' writer tick (`NodeSettings::tick`).
     pub tick_ms: u64,
+    /// The PostgreSQL database of the run (engine postgres, native rows).
+    #[serde(default)]
+    pub postgres: Option<crate::postgres::PgTarget>,
 }
 
 /// What a row reports. The first ten fields are always present (null when
@@ -189,6 +208,17 @@ pub struct Row {
     /// P1 wall time over its baseline's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p1_over_baseline: Option<f64>,
+    /// P1 on postgres: its wall time over the native row's (PostgreSQL's
+    /// own `ON DELETE CASCADE` of the same rows, its DELETE alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p1_over_native: Option<f64>,
+    /// Native rows: the VACUUM after the DELETE, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vacuum_s: Option<f64>,
+    /// P1 on postgres: store calls per deleted resource and their share of
+    /// the wall time (`postgres::ProfiledStore`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_profile: Option<String>,
     /// P3: samples taken, peer watch streams open, the import streams of the topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,

@@ -1,6 +1,9 @@
 //! Smoke test: the in-process P1 (and its baseline) on a small closure
 //! gives sane figures on each engine. No timing assertions.
 
+// Test code: the PostgreSQL password goes to the children through the
+// environment, as in the bench itself.
+use crate::postgres::PgTarget;
 use crate::spec::{Engine, RowSpec, Scenario, Shape, WriteFigures};
 
 fn p1_spec(engine: Engine, n: u64) -> RowSpec {
@@ -14,12 +17,16 @@ fn p1_spec(engine: Engine, n: u64) -> RowSpec {
         baseline_of: None,
         deleted: None,
         tick_ms: 50,
+        postgres: None,
     }
 }
 
 async fn smoke(engine: Engine) {
-    let n = 200;
-    let spec = p1_spec(engine, n);
+    smoke_with(p1_spec(engine, 200)).await;
+}
+
+async fn smoke_with(spec: RowSpec) -> crate::spec::Row {
+    let (n, engine) = (spec.n, spec.engine);
     let row = crate::local::p1(&spec).await.expect("p1 runs");
     assert_eq!(row.error, None);
     assert_eq!(row.operation_state.as_deref(), Some("SUCCEEDED"), "{row:?}");
@@ -41,9 +48,14 @@ async fn smoke(engine: Engine) {
         deleted: row.deleted,
         ..spec
     };
-    let b = crate::baseline::run(&base).expect("baseline runs");
+    let schema = crate::postgres::schema_name("baseline");
+    let b = crate::baseline::run_in(&base, &schema).expect("baseline runs");
+    if let Some(target) = &base.postgres {
+        crate::postgres::drop_schemas(target, &[schema]).await.expect("drop");
+    }
     assert_eq!(b.key_writes, row.key_writes, "{b:?}");
     assert!(b.wall_s.is_some(), "{b:?}");
+    row
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,6 +71,80 @@ async fn p1_smoke_sled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p1_smoke_fjall() {
     smoke(Engine::Fjall).await;
+}
+
+/// A database of the shared throwaway server as the bench's target; None
+/// (the test passes, cascade-testpg says why on stderr) without PostgreSQL.
+fn pg_target(hint: &str) -> Option<PgTarget> {
+    let db = cascade_testpg::fresh_database(hint)?;
+    // Once, before any test of this binary reads it (every database has
+    // the same role and password).
+    static PASSWORD_SET: std::sync::Once = std::sync::Once::new();
+    PASSWORD_SET.call_once(|| std::env::set_var(crate::postgres::PASSWORD_ENV, db.password()));
+    Some(PgTarget {
+        url: db.url(),
+        throwaway: true,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p1_smoke_postgres() {
+    let Some(target) = pg_target("bench_p1") else { return };
+    let spec = RowSpec {
+        postgres: Some(target.clone()),
+        ..p1_spec(Engine::Postgres, 200)
+    };
+    let row = smoke_with(spec).await;
+    // The store's calls were counted, per deleted resource.
+    let profile = row.store_profile.expect("postgres rows carry their store calls");
+    assert!(profile.starts_with("per deleted: "), "{profile}");
+    assert!(!profile.contains(" 0 commits"), "{profile}");
+    // Every schema the rows made was dropped.
+    let left = cascade_testpg_schemas(&target).await;
+    assert_eq!(left, Vec::<String>::new(), "schemas left behind");
+}
+
+async fn cascade_testpg_schemas(target: &PgTarget) -> Vec<String> {
+    let mut config: tokio_postgres::Config = target.url.parse().expect("url");
+    config.password(cascade_testpg::PASSWORD);
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+        .query("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'bench\\_%'", &[])
+        .await
+        .expect("schemas")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// The native row deletes what P1 deletes for each shape: the root and its
+/// closure (the unset shape's floating IPs stay, their port cleared).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_rows_delete_the_p1_closure_of_each_shape() {
+    let Some(target) = pg_target("bench_native") else {
+        return;
+    };
+    let n = 300;
+    for (shape, deleted, unset) in [
+        (Shape::Flat, n + 1, None),
+        (Shape::Tree, n + 1, None),
+        (Shape::Unset, n / 2 + 1, Some(n / 2)),
+    ] {
+        let spec = RowSpec {
+            scenario: Scenario::Native,
+            shape: Some(shape),
+            postgres: Some(target.clone()),
+            ..p1_spec(Engine::Postgres, n)
+        };
+        let row = crate::postgres::native(&spec, &target).await.expect("native runs");
+        assert_eq!(row.scenario, "native");
+        assert_eq!(row.deleted, Some(deleted), "{shape:?}: {row:?}");
+        assert_eq!(row.unset, unset, "{shape:?}: {row:?}");
+        assert!(row.wall_s.is_some_and(|w| w > 0.0), "{row:?}");
+        assert!(row.vacuum_s.is_some(), "{row:?}");
+    }
+    assert_eq!(cascade_testpg_schemas(&target).await, Vec::<String>::new());
 }
 
 #[test]
