@@ -96,16 +96,31 @@ impl PostgresStore {
         self.fence.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Runs a lease statement that must be answered (one that gave up on
+    /// a row lock counts as the database not answering).
+    fn lease_rows(
+        &self,
+        sql: String,
+        doing: &'static str,
+        params: Params,
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        self.run(lease_statement(self.shared.clone(), sql, doing, params))
+            .and_then(|answer| answered(answer, &self.shared))
+    }
+
     fn lease_sql(&self, sql: &str) -> String {
         sql.replace("{s}", &self.shared.schema)
     }
 }
 
+/// A lease statement's parameters.
+type Params = Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>>;
+
 async fn lease_statement(
     shared: Arc<Shared>,
     sql: String,
     doing: &'static str,
-    params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>>,
+    params: Params,
 ) -> Result<Option<Vec<tokio_postgres::Row>>, StoreError> {
     let target = &shared.target;
     let client = shared.readers.get().await.map_err(|e| pool_error(e, target))?;
@@ -147,7 +162,7 @@ impl WriterLease for PostgresStore {
              holder_pid = pg_backend_pid(), expires_at = clock_timestamp() + $5::bigint * interval '1 millisecond' \
              WHERE region = $1 AND (expires_at <= clock_timestamp() OR holder = $2) RETURNING epoch",
         );
-        let params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> = vec![
+        let params: Params = vec![
             Box::new(self.shared.region.clone()),
             Box::new(me.node.clone()),
             Box::new(me.address.clone()),
@@ -172,19 +187,12 @@ impl WriterLease for PostgresStore {
             "UPDATE {s}.lease SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
              WHERE region = $1 AND epoch = $2 AND holder IS NOT NULL RETURNING epoch",
         );
-        let params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> = vec![
+        let params: Params = vec![
             Box::new(self.shared.region.clone()),
             Box::new(i64::try_from(epoch).unwrap_or(i64::MAX)),
             Box::new(ms(ttl)),
         ];
-        let rows = self
-            .run(lease_statement(
-                self.shared.clone(),
-                sql,
-                "cannot renew the lease",
-                params,
-            ))
-            .and_then(|answer| answered(answer, &self.shared))?;
+        let rows = self.lease_rows(sql, "cannot renew the lease", params)?;
         Ok(!rows.is_empty())
     }
 
@@ -193,18 +201,11 @@ impl WriterLease for PostgresStore {
             "UPDATE {s}.lease SET holder = NULL, holder_pid = NULL, expires_at = '-infinity' \
              WHERE region = $1 AND epoch = $2 RETURNING epoch",
         );
-        let params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> = vec![
+        let params: Params = vec![
             Box::new(self.shared.region.clone()),
             Box::new(i64::try_from(epoch).unwrap_or(i64::MAX)),
         ];
-        self.run(lease_statement(
-            self.shared.clone(),
-            sql,
-            "cannot release the lease",
-            params,
-        ))
-        .and_then(|answer| answered(answer, &self.shared))
-        .map(drop)
+        self.lease_rows(sql, "cannot release the lease", params).map(drop)
     }
 
     fn read(&self) -> Result<LeaseRecord, StoreError> {
@@ -214,16 +215,8 @@ impl WriterLease for PostgresStore {
                   THEN (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint ELSE 0 END \
              FROM {s}.lease WHERE region = $1",
         );
-        let params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> =
-            vec![Box::new(self.shared.region.clone())];
-        let rows = self
-            .run(lease_statement(
-                self.shared.clone(),
-                sql,
-                "cannot read the lease",
-                params,
-            ))
-            .and_then(|answer| answered(answer, &self.shared))?;
+        let params: Params = vec![Box::new(self.shared.region.clone())];
+        let rows = self.lease_rows(sql, "cannot read the lease", params)?;
         let Some(row) = rows.first() else {
             return Err(StoreError::Engine(format!(
                 "{}: the lease row of region {:?} is missing from schema {:?}",
@@ -278,21 +271,14 @@ impl WriterLease for PostgresStore {
              SET address = EXCLUDED.address, version = EXCLUDED.version, seen_at = EXCLUDED.seen_at \
              RETURNING node",
         );
-        let params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> = vec![
+        let params: Params = vec![
             Box::new(self.shared.region.clone()),
             Box::new(me.node.clone()),
             Box::new(me.address.clone()),
             Box::new(me.version.clone()),
             Box::new(ms(forget_after)),
         ];
-        self.run(lease_statement(
-            self.shared.clone(),
-            sql,
-            "cannot announce this node",
-            params,
-        ))
-        .and_then(|answer| answered(answer, &self.shared))
-        .map(drop)
+        self.lease_rows(sql, "cannot announce this node", params).map(drop)
     }
 
     fn members(&self) -> Result<Vec<RegionMember>, StoreError> {
@@ -301,16 +287,8 @@ impl WriterLease for PostgresStore {
              greatest((extract(epoch FROM clock_timestamp() - seen_at) * 1000)::bigint, 0) \
              FROM {{s}}.members WHERE region = $1 ORDER BY node LIMIT {MAX_MEMBERS}"
         ));
-        let params: Vec<Box<dyn tokio_postgres::types::ToSql + Send + Sync>> =
-            vec![Box::new(self.shared.region.clone())];
-        let rows = self
-            .run(lease_statement(
-                self.shared.clone(),
-                sql,
-                "cannot list the members",
-                params,
-            ))
-            .and_then(|answer| answered(answer, &self.shared))?;
+        let params: Params = vec![Box::new(self.shared.region.clone())];
+        let rows = self.lease_rows(sql, "cannot list the members", params)?;
         rows.iter()
             .map(|row| {
                 Ok(RegionMember {
