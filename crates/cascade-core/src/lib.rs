@@ -5,6 +5,7 @@
 //!
 //! # Layout
 //!
+//! - [`auth`]: principals, verbs and the policy engine the core asks.
 //! - [`name`]: region ids, resource names `{region}/{kind}/{id}`, uids.
 //! - [`schema`]: kinds and their references with `on_delete` behaviour, loaded from TOML.
 //! - [`model`]: the records a node keeps (resources, back-references,
@@ -38,6 +39,7 @@
 
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod closure;
 pub mod error;
 pub mod explain;

@@ -534,7 +534,7 @@ impl EventType {
 /// One administrative action, or one refused attempt at one (the Admin
 /// API's audit log). Written in the step that acts, so an action and its
 /// record commit together.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
     /// Minted by the shell (a UUID v7: the log's order is the ids' order).
     pub id: Uid,
@@ -551,6 +551,24 @@ pub struct AuditEntry {
     pub reason: String,
     /// `ok`, or the error it was refused with.
     pub outcome: String,
+    /// The principal's groups when it was decided.
+    #[serde(default)]
+    pub groups: Vec<String>,
+    /// How the principal proved who it is (`certificate`, `jwt`, `token`,
+    /// `unauthenticated`; [`crate::auth::Via::as_str`]).
+    #[serde(default)]
+    pub via: String,
+    /// The node of this region that wrote it.
+    #[serde(default)]
+    pub node: String,
+    /// The region the call came through: this one for a direct call, the
+    /// forwarding or originating region for a vouched one.
+    #[serde(default)]
+    pub through: String,
+    /// The policy rule that allowed or refused it (`authentication off`
+    /// when nobody is asked).
+    #[serde(default)]
+    pub rule: String,
 }
 
 /// An outbox entry. Committed in the same transaction as the change it

@@ -213,7 +213,7 @@ impl From<ResourceName> for String {
 }
 
 /// The identity of one incarnation of a resource (UUID v7, minted by the node).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Uid(pub Uuid);
 

@@ -74,7 +74,9 @@ use serde::Deserialize;
 use crate::peers::{LinkTimings, PeerAddresses, WATCH_HEARTBEAT};
 use crate::store::{PostgresSettings, StorageEngine};
 
+mod auth;
 mod storage;
+pub use auth::{AuditConfig, AuthConfig, JwtConfig, RateConfig};
 use cascade_tls::{NodeTls, TlsFiles};
 use storage::{check_cluster_name, postgres_settings};
 pub use storage::{DEFAULT_CLUSTER, PG_PASSWORD_ENV};
@@ -113,6 +115,11 @@ pub struct ConfigFile {
     /// `[ha]`: this node among its region's nodes (PostgreSQL only).
     #[serde(default)]
     pub ha: crate::ha::HaConfig,
+    /// `[auth]`: client identities and the policy (`config/auth.rs`).
+    pub auth: Option<AuthConfig>,
+    /// `[audit]`: what the audit log keeps.
+    #[serde(default)]
+    pub audit: AuditConfig,
 }
 
 /// A region's entry in `[peers]`: one address, or a list of its nodes'.
@@ -380,6 +387,11 @@ pub struct NodeSettings {
     /// DELETION_FORCED). Not in the config file.
     #[doc(hidden)]
     pub protocol_version: u32,
+    /// Who callers are and what they may do (`[auth]`; off by default in
+    /// code, chosen explicitly in a file).
+    pub auth: crate::auth::AuthSettings,
+    /// What the audit log keeps (`[audit]`).
+    pub audit: crate::auth::AuditSettings,
 }
 
 impl NodeSettings {
@@ -405,6 +417,8 @@ impl NodeSettings {
             links: LinkTimings::default(),
             ha: crate::ha::HaSettings::default(),
             protocol_version: cascade_proto::PROTOCOL_VERSION,
+            auth: crate::auth::AuthSettings::default(),
+            audit: crate::auth::AuditSettings::default(),
         }
     }
 
@@ -521,6 +535,8 @@ impl NodeSettings {
             identities: file.admin.identities.clone(),
             force_purge_after_ms: file.admin.force_purge_after_ms.unwrap_or(DEFAULT_FORCE_PURGE_AFTER_MS),
         };
+        settings.auth = auth::auth_settings(file.auth.as_ref(), settings.tls.is_some())?.unwrap_or_default();
+        settings.audit = auth::audit_settings(&file.audit)?;
         let scheme = if settings.tls.is_some() { "https://" } else { "http://" };
         for (region, entry) in &file.peers {
             let id = RegionId::parse(region).map_err(|e| ConfigError::Invalid {

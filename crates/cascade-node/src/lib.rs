@@ -74,6 +74,7 @@ pub mod store;
 
 // Floor 5: injected time and randomness, and the port for calls to other
 // regions (its types; its typed calls are implemented in `api/`).
+pub mod auth;
 pub mod clock;
 pub mod entropy;
 pub mod ha;

@@ -144,6 +144,16 @@ pub struct Node {
     pub(crate) tls: Option<NodeTls>,
     /// Who may call the Admin service.
     pub(crate) admin: AdminAccess,
+    // Issue 27 lands in steps: what reads these follows.
+    #[allow(dead_code)]
+    /// How callers are authenticated (`[auth]`).
+    pub(crate) auth: crate::auth::AuthSettings,
+    /// What each principal may do: the policy in force (`auth/`).
+    #[allow(dead_code)]
+    pub(crate) authorizer: Arc<dyn cascade_core::auth::Authorize>,
+    /// What the audit log keeps (`[audit]`).
+    #[allow(dead_code)]
+    pub(crate) audit: crate::auth::AuditSettings,
     /// How often peer links send releases and look at their streams.
     pub(crate) link_tick: Duration,
     /// How often an owner asks each peer which back-references still stand.
@@ -315,6 +325,7 @@ impl Node {
             StoreState { store: store.as_ref() }.next_revision_stored()?,
         ));
         let release_hints = Arc::new(ReleaseHints::default());
+        let authorizer = crate::auth::build_authorizer(&settings.auth).map_err(|e| NodeError::Config(e.to_string()))?;
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -331,6 +342,7 @@ impl Node {
             committing: committing.clone(),
             trace_marks: trace_marks.clone(),
             published: published.clone(),
+            authorizer: authorizer.clone(),
         })
         .await?;
         Ok(Self {
@@ -352,6 +364,9 @@ impl Node {
             closure_checks,
             tls: settings.tls,
             admin: settings.admin,
+            auth: settings.auth,
+            authorizer,
+            audit: settings.audit,
             link_tick: settings.tick,
             check_interval: settings.check_interval,
             link_timings: settings.links,

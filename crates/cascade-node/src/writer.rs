@@ -71,6 +71,11 @@ pub struct WriterContext {
     /// How far streams may read the outbox: moved after each flush, and
     /// after a reopen (`outbox.rs`).
     pub published: Arc<crate::outbox::Published>,
+    // Issue 27 lands in steps: what reads these follows.
+    #[allow(dead_code)]
+    /// The policy a cascade asks about each member it would change (the
+    /// same the API asks; `auth/`).
+    pub authorizer: Arc<dyn cascade_core::auth::Authorize>,
 }
 
 /// Operations to check for a finished cross-region closure. In memory: a

@@ -78,3 +78,14 @@ pub fn announced_version(value: Option<&[u8]>) -> Option<u32> {
 
 /// Largest gRPC message a node or client accepts or sends.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A [`v1::Principal`] as the bytes of the `cascade-principal-bin`
+/// metadata a node vouches for a caller with.
+pub fn principal_to_bytes(principal: &v1::Principal) -> Vec<u8> {
+    prost::Message::encode_to_vec(principal)
+}
+
+/// The [`v1::Principal`] in `cascade-principal-bin` metadata's bytes.
+pub fn principal_from_bytes(bytes: &[u8]) -> Result<v1::Principal, prost::DecodeError> {
+    <v1::Principal as prost::Message>::decode(bytes)
+}

@@ -230,6 +230,7 @@ fn audit<S: StateRead + ?Sized>(
         target: cut_stored(&req.target, MAX_AUDIT_TARGET_BYTES),
         reason: cut_stored(&req.reason, MAX_ADMIN_REASON),
         outcome: cut_stored(&outcome, MAX_AUDIT_OUTCOME_BYTES),
+        ..AuditEntry::default()
     });
 }
 

@@ -42,6 +42,7 @@ pub(crate) mod limits;
 pub(crate) mod listing;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
+pub(crate) mod principal;
 pub(crate) mod relay;
 pub(crate) mod resources;
 pub(crate) mod roles;

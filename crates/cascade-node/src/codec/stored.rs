@@ -1235,6 +1235,7 @@ impl TryFrom<AuditEntry<'_>> for model::AuditEntry {
             target: string(e.target),
             reason: string(e.reason),
             outcome: string(e.outcome),
+            ..model::AuditEntry::default()
         })
     }
 }

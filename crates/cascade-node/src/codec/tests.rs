@@ -337,6 +337,7 @@ fn audit_entry() -> impl Strategy<Value = AuditEntry> {
             target,
             reason,
             outcome,
+            ..AuditEntry::default()
         },
     )
 }
