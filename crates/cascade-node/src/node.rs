@@ -240,6 +240,34 @@ pub(crate) enum LocalLookup {
 }
 
 impl Node {
+    /// May `principal` do `verb` to `target` under this region's policy in
+    /// force? The decision (with the rule that allowed it) for the audit
+    /// log, or [`Fault::Denied`] naming the member and the missing verb.
+    /// In memory and cheap: callers ask before the writer's step, never in it.
+    #[allow(dead_code)] // issue 27 lands in steps: the handlers that ask follow
+    pub(crate) fn authorize(
+        &self,
+        principal: &cascade_core::auth::Principal,
+        verb: cascade_core::auth::Verb,
+        target: cascade_core::auth::Target<'_>,
+    ) -> Result<cascade_core::auth::Decision, Fault> {
+        let decision = self.authorizer.decide(principal, verb, target);
+        if decision.allowed {
+            return Ok(decision);
+        }
+        let (region, name) = match target {
+            cascade_core::auth::Target::Resource(name) => (name.region().to_string(), name.to_string()),
+            cascade_core::auth::Target::Region { region, .. } => (region.to_string(), String::new()),
+        };
+        Err(Fault::Denied(crate::error::Denied::one(
+            &principal.id,
+            &region,
+            &name,
+            verb,
+            &decision.rule,
+        )))
+    }
+
     /// Opens a node with the real clock, randomness and network.
     pub async fn open(settings: NodeSettings) -> Result<Self, NodeError> {
         Self::open_with(settings, NodeEnv::default()).await

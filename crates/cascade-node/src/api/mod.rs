@@ -72,6 +72,8 @@ impl From<Fault> for Status {
             Fault::Storage(e) => storage_unavailable(e),
             Fault::Writer(e) => storage_unavailable(e),
             Fault::Remote(e) => forward::status_of(e),
+            denied @ Fault::Denied(_) => Status::permission_denied(denied.to_string()),
+            limited @ Fault::RateLimited { .. } => Status::resource_exhausted(limited.to_string()),
         }
     }
 }

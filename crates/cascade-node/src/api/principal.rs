@@ -64,8 +64,11 @@ pub(crate) fn vouched(metadata: &MetadataMap) -> Result<Option<Principal>, &'sta
         return Ok(None);
     };
     let bytes = value.to_bytes().map_err(|_| "the vouched principal is not base64")?;
-    let wire = cascade_proto::principal_from_bytes(bytes.as_ref()).map_err(|_| "the vouched principal does not decode")?;
-    from_wire(wire).map(Some).ok_or("the vouched principal names no known means")
+    let wire =
+        cascade_proto::principal_from_bytes(bytes.as_ref()).map_err(|_| "the vouched principal does not decode")?;
+    from_wire(wire)
+        .map(Some)
+        .ok_or("the vouched principal names no known means")
 }
 
 #[cfg(test)]

@@ -96,7 +96,10 @@ pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Opti
         Some(other) => {
             return Err(invalid(
                 "auth.mode",
-                format!("{} is no mode: \"required\" or \"none\"", cascade_core::limits::quote(other)),
+                format!(
+                    "{} is no mode: \"required\" or \"none\"",
+                    cascade_core::limits::quote(other)
+                ),
             ))
         }
         None => return Err(invalid("auth.mode", "is required: \"required\" or \"none\"")),
@@ -107,9 +110,18 @@ pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Opti
     let jwt = match &file.jwt {
         None => None,
         Some(j) => Some(JwtSettings {
-            jwks_file: j.jwks_file.clone().ok_or_else(|| invalid("auth.jwt.jwks_file", "is required"))?,
-            issuer: j.issuer.clone().ok_or_else(|| invalid("auth.jwt.issuer", "is required"))?,
-            audience: j.audience.clone().ok_or_else(|| invalid("auth.jwt.audience", "is required"))?,
+            jwks_file: j
+                .jwks_file
+                .clone()
+                .ok_or_else(|| invalid("auth.jwt.jwks_file", "is required"))?,
+            issuer: j
+                .issuer
+                .clone()
+                .ok_or_else(|| invalid("auth.jwt.issuer", "is required"))?,
+            audience: j
+                .audience
+                .clone()
+                .ok_or_else(|| invalid("auth.jwt.audience", "is required"))?,
             groups_claim: j.groups_claim.clone().unwrap_or_else(|| "groups".to_owned()),
             leeway: j.leeway_ms.map(Duration::from_millis).unwrap_or(DEFAULT_JWT_LEEWAY),
         }),
@@ -117,7 +129,9 @@ pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Opti
     let rate = match &file.rate {
         None => None,
         Some(r) => {
-            let per_second = r.per_second.ok_or_else(|| invalid("auth.rate.per_second", "is required"))?;
+            let per_second = r
+                .per_second
+                .ok_or_else(|| invalid("auth.rate.per_second", "is required"))?;
             if !(per_second.is_finite() && per_second > 0.0) {
                 return Err(invalid("auth.rate.per_second", "must be a positive number"));
             }
@@ -158,7 +172,10 @@ pub(super) fn audit_settings(file: &AuditConfig) -> Result<AuditSettings, Config
         settings.retain = humantime::parse_duration(text).map_err(|e| {
             invalid(
                 "audit.retain",
-                format!("{}: {e} (a duration such as 90d or 12h)", cascade_core::limits::quote(text)),
+                format!(
+                    "{}: {e} (a duration such as 90d or 12h)",
+                    cascade_core::limits::quote(text)
+                ),
             )
         })?;
     }

@@ -1,0 +1,1 @@
+//! Issue 27: the audit part (tests land with it).

@@ -1,0 +1,1 @@
+//! Issue 27: the authentication part (tests land with it).

@@ -1,0 +1,1 @@
+//! Issue 27: the closure part (tests land with it).

@@ -1,0 +1,1 @@
+//! Issue 27: the policy part (tests land with it).
