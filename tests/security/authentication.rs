@@ -154,7 +154,7 @@ impl Secured {
         };
         let endpoint = self.cluster.node(region).node.endpoint();
         ResourcesClient::new(
-            cascade_client::connect_channel(&endpoint, Some(&tls), None)
+            cascade_client::client::connect_channel(&endpoint, Some(&tls), None)
                 .await
                 .unwrap(),
         )
@@ -203,7 +203,7 @@ async fn every_bad_credential_is_unauthenticated_and_changes_nothing() {
     let s = secured().await;
     let mut client = s.client("eu-west", None).await;
     client
-        .create(with_bearer(create("network/kept"), CI_TOKEN))
+        .create(with_bearer(create("project/kept"), CI_TOKEN))
         .await
         .expect("the CI token creates");
     let now = now_s();
@@ -269,28 +269,28 @@ async fn every_bad_credential_is_unauthenticated_and_changes_nothing() {
         ),
     ];
     for (what, bearer, says) in &cases {
-        let why = unauthenticated(client.delete(with_bearer(delete("network/kept"), bearer)).await, what);
+        let why = unauthenticated(client.delete(with_bearer(delete("project/kept"), bearer)).await, what);
         assert!(why.contains(says), "{what}: {why}");
         assert!(
             !why.contains(bearer.as_str()),
             "{what}: the credential is repeated: {why}"
         );
-        unauthenticated(client.create(with_bearer(create("network/new"), bearer)).await, what);
+        unauthenticated(client.create(with_bearer(create("project/new"), bearer)).await, what);
     }
-    let mut none = Request::new(delete("network/kept"));
+    let mut none = Request::new(delete("project/kept"));
     none.metadata_mut()
         .insert("authorization", "Basic YWxpY2U6cHc=".parse().unwrap());
     assert!(unauthenticated(client.delete(none).await, "basic").contains("not `Bearer"));
-    assert!(unauthenticated(client.delete(delete("network/kept")).await, "no credentials").contains("no credentials"));
-    // Nothing changed: the network is there, the new one is not.
+    assert!(unauthenticated(client.delete(delete("project/kept")).await, "no credentials").contains("no credentials"));
+    // Nothing changed: the project is there, the new one is not.
     let kept = client
-        .get(with_bearer(get("network/kept"), CI_TOKEN))
+        .get(with_bearer(get("project/kept"), CI_TOKEN))
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(kept.name, full("network/kept"));
+    assert_eq!(kept.name, full("project/kept"));
     assert_eq!(kept.state(), v1::ResourceState::Active);
-    let absent = client.get(with_bearer(get("network/new"), CI_TOKEN)).await.unwrap_err();
+    let absent = client.get(with_bearer(get("project/new"), CI_TOKEN)).await.unwrap_err();
     assert_eq!(absent.code(), Code::NotFound);
 }
 
@@ -299,12 +299,12 @@ async fn a_token_a_jwt_and_a_certificate_each_authenticate_also_through_another_
     let s = secured().await;
     let mut plain = s.client("eu-west", None).await;
     plain
-        .create(with_bearer(create("network/by-token"), CI_TOKEN))
+        .create(with_bearer(create("project/by-token"), CI_TOKEN))
         .await
         .expect("a static token");
     plain
         .create(with_bearer(
-            create("network/by-jwt"),
+            create("project/by-jwt"),
             &s.key.sign("k1", &claims("alice@example.com")),
         ))
         .await
@@ -313,15 +313,15 @@ async fn a_token_a_jwt_and_a_certificate_each_authenticate_also_through_another_
         .client("eu-west", Some(s.pki.issue_client("alice.example").unwrap()))
         .await;
     alice
-        .create(create("network/by-cert"))
+        .create(create("project/by-cert"))
         .await
         .expect("a client certificate");
     // A us-east name asked of eu-west: forwarded, eu-west vouching for the
     // caller it authenticated, which us-east believes from eu-west's
     // region certificate.
-    let remote = "us-east/network/far";
+    let remote = "us-east/project/far";
     let mut forwarded = v1::CreateRequest {
-        resource: Some(spec("network/far", &[])),
+        resource: Some(spec("project/far", &[])),
         ..Default::default()
     };
     forwarded.resource.as_mut().unwrap().name = remote.to_owned();
@@ -348,20 +348,20 @@ async fn regions_are_not_principals_and_only_regions_vouch() {
     let s = secured().await;
     let mut client = s.client("eu-west", None).await;
     client
-        .create(with_bearer(create("network/kept"), CI_TOKEN))
+        .create(with_bearer(create("project/kept"), CI_TOKEN))
         .await
         .unwrap();
     for sub in ["us-east", "us-east.cascade", "eu-west"] {
         let jwt = s.key.sign("k1", &claims(sub));
-        let why = unauthenticated(client.delete(with_bearer(delete("network/kept"), &jwt)).await, sub);
+        let why = unauthenticated(client.delete(with_bearer(delete("project/kept"), &jwt)).await, sub);
         assert!(why.contains("region's identity"), "{sub}: {why}");
     }
     // A client certificate whose name is a region id of the cluster.
     let mut posing = s.client("eu-west", Some(s.pki.issue_client("us-east").unwrap())).await;
-    assert!(unauthenticated(posing.delete(delete("network/kept")).await, "cert us-east").contains("region's identity"));
+    assert!(unauthenticated(posing.delete(delete("project/kept")).await, "cert us-east").contains("region's identity"));
     // A region's own certificate, vouching for nobody.
     let mut region = s.client("eu-west", Some(s.pki.regions["us-east"].clone())).await;
-    assert!(unauthenticated(region.delete(delete("network/kept")).await, "region cert").contains("vouching header"));
+    assert!(unauthenticated(region.delete(delete("project/kept")).await, "region cert").contains("vouching header"));
     // A client forging the vouching header, with a token or a certificate.
     let forged = |mut request: Request<v1::DeleteRequest>| {
         // v1::Principal {id: "root", groups: ["admins"], via: "certificate"}.
@@ -377,7 +377,7 @@ async fn regions_are_not_principals_and_only_regions_vouch() {
     };
     let why = unauthenticated(
         client
-            .delete(forged(with_bearer(delete("network/kept"), CI_TOKEN)))
+            .delete(forged(with_bearer(delete("project/kept"), CI_TOKEN)))
             .await,
         "forged with a token",
     );
@@ -386,11 +386,11 @@ async fn regions_are_not_principals_and_only_regions_vouch() {
         .client("eu-west", Some(s.pki.issue_client("alice.example").unwrap()))
         .await;
     unauthenticated(
-        alice.delete(forged(Request::new(delete("network/kept")))).await,
+        alice.delete(forged(Request::new(delete("project/kept")))).await,
         "forged with a certificate",
     );
     let kept = client
-        .get(with_bearer(get("network/kept"), CI_TOKEN))
+        .get(with_bearer(get("project/kept"), CI_TOKEN))
         .await
         .unwrap()
         .into_inner();
@@ -402,7 +402,7 @@ async fn a_certificate_of_another_ca_changes_nothing() {
     let s = secured().await;
     let mut client = s.client("eu-west", None).await;
     client
-        .create(with_bearer(create("network/kept"), CI_TOKEN))
+        .create(with_bearer(create("project/kept"), CI_TOKEN))
         .await
         .unwrap();
     let stranger = DevPki::generate(&[]).unwrap().issue_client("alice.example").unwrap();
@@ -414,16 +414,16 @@ async fn a_certificate_of_another_ca_changes_nothing() {
     // The handshake verifies client certificates against the cluster's CA:
     // a stranger's is refused there, before any call (see the report of
     // issue 27: UNAUTHENTICATED for it needs a verifier of our own).
-    let refused = match cascade_client::connect_channel(&endpoint, Some(&tls), None).await {
+    let refused = match cascade_client::client::connect_channel(&endpoint, Some(&tls), None).await {
         Err(_) => true,
         Ok(channel) => {
-            let answer = ResourcesClient::new(channel).delete(delete("network/kept")).await;
+            let answer = ResourcesClient::new(channel).delete(delete("project/kept")).await;
             answer.is_err()
         }
     };
     assert!(refused, "a certificate of another CA was accepted");
     let kept = client
-        .get(with_bearer(get("network/kept"), CI_TOKEN))
+        .get(with_bearer(get("project/kept"), CI_TOKEN))
         .await
         .unwrap()
         .into_inner();
@@ -438,7 +438,7 @@ async fn random_headers_get_unauthenticated_or_a_normal_answer() {
     let s = secured().await;
     let mut client = s.client("eu-west", None).await;
     client
-        .create(with_bearer(create("network/kept"), CI_TOKEN))
+        .create(with_bearer(create("project/kept"), CI_TOKEN))
         .await
         .unwrap();
     let header = (
@@ -458,9 +458,9 @@ async fn random_headers_get_unauthenticated_or_a_normal_answer() {
     for _ in 0..96 {
         let (headers, with_token) = case.new_tree(&mut runner).unwrap().current();
         let mut request = if with_token {
-            with_bearer(get("network/kept"), CI_TOKEN)
+            with_bearer(get("project/kept"), CI_TOKEN)
         } else {
-            Request::new(get("network/kept"))
+            Request::new(get("project/kept"))
         };
         for (name, text, bytes) in &headers {
             if name.ends_with("-bin") {
@@ -483,7 +483,7 @@ async fn random_headers_get_unauthenticated_or_a_normal_answer() {
         match client.get(request).await {
             Ok(found) => {
                 assert!(with_token && !vouched, "{headers:?}: answered without a token");
-                assert_eq!(found.into_inner().name, full("network/kept"));
+                assert_eq!(found.into_inner().name, full("project/kept"));
                 answered.0 += 1;
             }
             Err(status) => {
@@ -496,7 +496,7 @@ async fn random_headers_get_unauthenticated_or_a_normal_answer() {
     // Both kinds of answer were seen.
     assert!(answered.0 > 0 && answered.1 > 0, "{answered:?}");
     // Still serving.
-    client.get(with_bearer(get("network/kept"), CI_TOKEN)).await.unwrap();
+    client.get(with_bearer(get("project/kept"), CI_TOKEN)).await.unwrap();
 }
 
 /// `[auth.rate]`: a principal's mutating calls beyond its burst are
@@ -510,11 +510,11 @@ async fn mutating_calls_beyond_a_principals_rate_are_resource_exhausted_with_a_r
     }))
     .await;
     let mut client = s.client("eu-west", None).await;
-    for name in ["network/a", "network/b"] {
+    for name in ["project/a", "project/b"] {
         client.create(with_bearer(create(name), CI_TOKEN)).await.unwrap();
     }
     let limited = client
-        .create(with_bearer(create("network/c"), CI_TOKEN))
+        .create(with_bearer(create("project/c"), CI_TOKEN))
         .await
         .unwrap_err();
     assert_eq!(limited.code(), Code::ResourceExhausted, "{limited:?}");
@@ -529,7 +529,7 @@ async fn mutating_calls_beyond_a_principals_rate_are_resource_exhausted_with_a_r
     // google.rpc.Status with a RetryInfo in the details.
     assert!(!limited.details().is_empty());
     // Reads are not limited, nor is another principal.
-    client.get(with_bearer(get("network/a"), CI_TOKEN)).await.unwrap();
+    client.get(with_bearer(get("project/a"), CI_TOKEN)).await.unwrap();
     let jwt = s.key.sign("k1", &claims("alice@example.com"));
-    client.create(with_bearer(create("network/c"), &jwt)).await.unwrap();
+    client.create(with_bearer(create("project/c"), &jwt)).await.unwrap();
 }
