@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use cascade_client::cli::{ClientArgs, Command as ClientCommand};
+use cascade_node::auth::AuthMode;
 use cascade_node::store::{open_postgres, PostgresSettings, StorageEngine};
 use cascade_node::{serve_region_node as serve_region_node_on, ConfigFile, Node, NodeSettings, SharedStore};
 use cascade_tls::DevPki;
@@ -110,6 +111,12 @@ struct ServeArgs {
     /// listens on a wildcard address and shares a PostgreSQL database.
     #[arg(long, env = "CASCADE_ADVERTISE", value_name = "URL")]
     advertise: Option<String>,
+    /// `[auth] mode`: `none` runs without authentication (anyone who can
+    /// reach the node may create and delete anything), for a node started
+    /// without a config file or one whose file has no `[auth]`; a config
+    /// file's `[auth]` is where `required` and its means are set.
+    #[arg(long = "auth", env = "CASCADE_AUTH", value_name = "MODE")]
+    auth_mode: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -286,6 +293,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if args.advertise.is_some() {
         file.ha.advertise = args.advertise;
     }
+    if let Some(mode) = args.auth_mode {
+        file.auth.get_or_insert_with(Default::default).mode = Some(mode);
+    }
     if let Some(engine) = args.storage_engine {
         file.storage.engine = Some(engine.to_string());
     }
@@ -310,6 +320,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
 
 async fn serve_node(file: ConfigFile) -> Result<()> {
     let settings = NodeSettings::from_file(&file)?;
+    if settings.auth.mode == AuthMode::Off {
+        tracing::warn!(
+            region = %settings.region,
+            "authentication is off ([auth] mode = \"none\"): anyone who can reach this node may create and \
+             delete anything; set mode = \"required\" (README \"Security\") unless the network alone is trusted"
+        );
+    }
     if let Some(postgres) = settings.postgres.clone() {
         return serve_region_node(&file, settings, postgres).await;
     }

@@ -185,6 +185,7 @@ async fn the_check_command_fails_on_wrong_nodes_and_needs_no_server() {
         output: Output::Json,
         utc: false,
         tls: Default::default(),
+        token: None,
     };
     let check = |regions: Vec<String>| {
         Command::Check(CheckArgs {
@@ -235,6 +236,7 @@ async fn the_check_command_reads_a_node_configuration() {
         output: Output::Text,
         utc: false,
         tls: Default::default(),
+        token: None,
     };
     let err = cli::run(
         &args,

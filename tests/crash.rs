@@ -34,7 +34,7 @@ async fn sigkill_mid_cascade_then_restart_finishes_the_deletion(engine: StorageE
     std::fs::write(
         &config,
         format!(
-            "region = \"{REGION}\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[deletion]\n# small steps, so the kill lands mid-cascade\nbatch_budget = 40\ntick_ms = 50\n\n[storage]\nengine = \"{engine}\"\n",
+            "region = \"{REGION}\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[auth]\nmode = \"none\"\n\n[deletion]\n# small steps, so the kill lands mid-cascade\nbatch_budget = 40\ntick_ms = 50\n\n[storage]\nengine = \"{engine}\"\n",
             data_dir.display()
         ),
     )

@@ -104,7 +104,7 @@ impl NodeOnTmpfs {
             &config,
             format!(
                 "region = \"{REGION}\"\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n\
-                 [deletion]\ntick_ms = 50\nbatch_budget = 10\n\n[storage]\nengine = \"{engine}\"\ncache_mb = 16\n",
+                 [auth]\nmode = \"none\"\n\n[deletion]\ntick_ms = 50\nbatch_budget = 10\n\n[storage]\nengine = \"{engine}\"\ncache_mb = 16\n",
                 mount.join("data").display()
             ),
         )

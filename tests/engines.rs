@@ -230,7 +230,7 @@ fn serve_takes_the_engine_from_the_file_the_flag_and_the_environment() {
             format!("\n[storage]\nengine = \"{engine}\"\n")
         };
         let text = format!(
-            "region = \"{REGION}\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n{storage}",
+            "region = \"{REGION}\"\nlisten = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n[auth]\nmode = \"none\"\n{storage}",
             data.display()
         );
         std::fs::write(&path, text).unwrap();

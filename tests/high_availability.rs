@@ -480,7 +480,7 @@ fn a_node_whose_database_setting_is_wrong_refuses_to_start_naming_it() {
         std::fs::write(
             &config,
             format!(
-                "region = \"{region}\"\nlisten = \"127.0.0.1:0\"\n[storage]\nengine = \"postgres\"\n\
+                "region = \"{region}\"\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[storage]\nengine = \"postgres\"\n\
                  url = \"{url}\"\npassword_file = \"{}\"\n",
                 dir.path().join("pg-password").display()
             ),
@@ -528,7 +528,7 @@ fn a_node_whose_database_setting_is_wrong_refuses_to_start_naming_it() {
     std::fs::write(
         &eu_config,
         format!(
-            "region = \"eu-west\"\nlisten = \"127.0.0.1:0\"\n[storage]\nengine = \"postgres\"\nurl = \"{}\"\n\
+            "region = \"eu-west\"\nlisten = \"127.0.0.1:0\"\n[auth]\nmode = \"none\"\n[storage]\nengine = \"postgres\"\nurl = \"{}\"\n\
              password_file = \"{}\"\n",
             db.url(),
             dir.path().join("pg-password").display()

@@ -525,7 +525,7 @@ async fn random_specs_naming_unknown_regions_never_fail_internally() {
 #[tokio::test]
 async fn limits_set_in_the_configuration_file_are_enforced() {
     let file = cascade_node::ConfigFile::parse(
-        "region = \"eu-west\"\n[limits]\nmax_message_bytes = 65536\nmax_batch = 5\nmax_page_size = 3\ndefault_page_size = 2\n",
+        "region = \"eu-west\"\n[auth]\nmode = \"none\"\n[limits]\nmax_message_bytes = 65536\nmax_batch = 5\nmax_page_size = 3\ndefault_page_size = 2\n",
         std::path::Path::new("limits.toml"),
     )
     .unwrap();

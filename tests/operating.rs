@@ -87,12 +87,21 @@ async fn reflection_v1_and_v1alpha_list_the_services() {
 fn serve_logs(env: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cascade"));
-    cmd.args(["serve", "--region", "eu-west", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path().join("data"))
-        .env_remove("CASCADE_LOG_FORMAT")
-        .env("CASCADE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "serve",
+        "--auth",
+        "none",
+        "--region",
+        "eu-west",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+    ])
+    .arg(dir.path().join("data"))
+    .env_remove("CASCADE_LOG_FORMAT")
+    .env("CASCADE_LOG", "info")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -573,7 +573,7 @@ fn stderr(out: &Output) -> String {
 /// `cascade serve` with these extra arguments must exit non-zero at once,
 /// saying `needle`.
 async fn serve_refuses(extra: &[&str], needle: &str) {
-    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    let mut args = vec!["serve", "--auth", "none", "--listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     let out = run_cascade(&args).await;
     let err = stderr(&out);
@@ -655,6 +655,8 @@ async fn serve_refuses_a_bad_schema_or_configuration() {
     // An unparsable listen address (the listen flag given last wins).
     let out = run_cascade(&[
         "serve",
+        "--auth",
+        "none",
         "--region",
         "eu-west",
         "--data-dir",

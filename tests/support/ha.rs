@@ -70,7 +70,7 @@ impl HaCluster {
             std::fs::write(&password_file, db.password()).unwrap();
             for (i, port) in region.ports.iter().enumerate() {
                 let mut text = format!(
-                    "region = \"{}\"\nlisten = \"127.0.0.1:{port}\"\n\n[storage]\nengine = \"postgres\"\n\
+                    "region = \"{}\"\nlisten = \"127.0.0.1:{port}\"\n\n[auth]\nmode = \"none\"\n\n[storage]\nengine = \"postgres\"\n\
                      url = \"{}\"\npassword_file = \"{}\"\n\n[ha]\nnode_name = \"{}-{i}\"\n{}\n[peers]\n",
                     region.name,
                     db.url(),

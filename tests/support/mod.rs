@@ -675,7 +675,7 @@ impl ProcCluster {
         let regions: Vec<(String, u16)> = regions.iter().map(|r| r.to_string()).zip(ports).collect();
         for (region, port) in &regions {
             let mut text = format!(
-                "region = \"{region}\"\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n[peers]\n",
+                "region = \"{region}\"\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n[auth]\nmode = \"none\"\n\n[peers]\n",
                 dir.path().join(region).display()
             );
             for (peer, peer_port) in regions.iter().filter(|(p, _)| p != region) {

@@ -10,6 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
 mod admin;
+mod auth;
 mod delete;
 mod find;
 mod node_config;
@@ -48,6 +49,33 @@ pub struct ClientArgs {
     pub utc: bool,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// A bearer credential (a static token of the node's tokens file, or a
+    /// JWT) sent with every call, for nodes with `[auth] mode = "required"`.
+    /// A client certificate (--cert/--key) is the other way.
+    #[arg(
+        long,
+        global = true,
+        env = "CASCADE_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+}
+
+impl ClientArgs {
+    /// The caller's bearer credential, if any (an empty `CASCADE_TOKEN` is none).
+    pub fn bearer(&self) -> Option<&str> {
+        self.token.as_deref().filter(|t| !t.is_empty())
+    }
+
+    /// A Resources client of `--server` with these TLS settings and credentials.
+    pub async fn resources_client(&self) -> Result<Client, ClientError> {
+        let client = Client::connect_with(&self.server, self.tls.load()?.as_ref()).await?;
+        match self.bearer() {
+            Some(token) => client.with_token(token),
+            None => Ok(client),
+        }
+    }
 }
 
 /// TLS for `https://` nodes.
@@ -178,6 +206,9 @@ pub enum Command {
     /// Check a schema file without running it (does not use --server).
     #[command(subcommand)]
     Schema(SchemaCommand),
+    /// Credentials for nodes with `[auth] mode = "required"`.
+    #[command(subcommand)]
+    Auth(auth::AuthCommand),
     /// Check the cross-region invariants of a whole cluster (at quiescence).
     ///
     /// Reads every region's `Peer.Dump`; exits 1 when it finds a violation.
@@ -354,21 +385,34 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     if let Command::Schema(SchemaCommand::Check { file }) = &command {
         return run_schema_check(file, json);
     }
+    if let Command::Auth(command) = &command {
+        return auth::run(command);
+    }
     if let Command::Health(health) = &command {
         return observe::run_health(health, args, json).await;
     }
     if let Command::Admin(admin) = &command {
-        // An empty CASCADE_ADMIN_TOKEN is no token.
-        let token = admin.admin_token.clone().filter(|t| !t.is_empty());
+        // An empty CASCADE_ADMIN_TOKEN is no token; without one, the
+        // caller's credential (`--token`, `[auth] mode = "required"`).
+        let token = admin
+            .admin_token
+            .clone()
+            .filter(|t| !t.is_empty())
+            .or_else(|| args.bearer().map(str::to_owned));
         let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
         return admin::run(&client, args, admin.command.clone(), json, &times).await;
     }
     if let Command::Status = &command {
         return observe::run_status(args, json).await;
     }
-    let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
+    let client = args.resources_client().await?;
     match command {
-        Command::Check(_) | Command::Schema(_) | Command::Admin(_) | Command::Status | Command::Health(_) => {
+        Command::Check(_)
+        | Command::Schema(_)
+        | Command::Auth(_)
+        | Command::Admin(_)
+        | Command::Status
+        | Command::Health(_) => {
             unreachable!("handled above")
         }
         Command::Create(spec) => {

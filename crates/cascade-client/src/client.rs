@@ -60,6 +60,15 @@ pub fn describe_status(s: &Status) -> String {
 #[derive(Clone)]
 pub struct Client {
     inner: ResourcesClient<Channel>,
+    /// `authorization: Bearer …` for every call (`--token`, `CASCADE_TOKEN`).
+    bearer: Option<tonic::metadata::AsciiMetadataValue>,
+}
+
+/// `Bearer <token>` as a header value: a token is printable ASCII.
+fn bearer_value(token: &str) -> Result<tonic::metadata::AsciiMetadataValue, ClientError> {
+    format!("Bearer {token}")
+        .parse()
+        .map_err(|_| ClientError::Usage("a token must be printable ASCII, without line breaks".into()))
 }
 
 /// Opens a channel to `addr`. `https://` needs `tls` (the cluster's CA);
@@ -128,7 +137,26 @@ impl Client {
             inner: ResourcesClient::new(channel)
                 .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES),
+            bearer: None,
         })
+    }
+
+    /// The same client sending `token` (a static token or a JWT) as
+    /// `authorization: Bearer …` on every call: how a caller authenticates
+    /// to a node with `[auth] mode = "required"` (a client certificate, in
+    /// the TLS settings, is the other way).
+    pub fn with_token(mut self, token: &str) -> Result<Self, ClientError> {
+        self.bearer = Some(bearer_value(token)?);
+        Ok(self)
+    }
+
+    /// `message` with this client's credentials.
+    fn authorized<M>(&self, message: M) -> tonic::Request<M> {
+        let mut request = tonic::Request::new(message);
+        if let Some(bearer) = &self.bearer {
+            request.metadata_mut().insert("authorization", bearer.clone());
+        }
+        request
     }
 
     /// The generated client, for calls this wrapper does not cover.
@@ -138,21 +166,27 @@ impl Client {
 
     pub async fn create(&self, spec: v1::ResourceSpec) -> Result<v1::Resource, ClientError> {
         let req = v1::CreateRequest { resource: Some(spec) };
-        Ok(self.inner.clone().create(req).await?.into_inner())
+        Ok(self.inner.clone().create(self.authorized(req)).await?.into_inner())
     }
 
     pub async fn batch_create(&self, specs: Vec<v1::ResourceSpec>) -> Result<Vec<v1::Resource>, ClientError> {
         let req = v1::BatchCreateRequest { resources: specs };
-        Ok(self.inner.clone().batch_create(req).await?.into_inner().resources)
+        Ok(self
+            .inner
+            .clone()
+            .batch_create(self.authorized(req))
+            .await?
+            .into_inner()
+            .resources)
     }
 
     pub async fn get(&self, name: &str) -> Result<v1::Resource, ClientError> {
         let req = v1::GetRequest { name: name.to_owned() };
-        Ok(self.inner.clone().get(req).await?.into_inner())
+        Ok(self.inner.clone().get(self.authorized(req)).await?.into_inner())
     }
 
     pub async fn list(&self, req: v1::ListRequest) -> Result<v1::ListResponse, ClientError> {
-        Ok(self.inner.clone().list(req).await?.into_inner())
+        Ok(self.inner.clone().list(self.authorized(req)).await?.into_inner())
     }
 
     /// A List with a deadline the node keeps to (`grpc-timeout`): a listing
@@ -162,7 +196,7 @@ impl Client {
         req: v1::ListRequest,
         deadline: std::time::Duration,
     ) -> Result<v1::ListResponse, ClientError> {
-        let mut request = tonic::Request::new(req);
+        let mut request = self.authorized(req);
         request.set_timeout(deadline);
         Ok(self.inner.clone().list(request).await?.into_inner())
     }
@@ -173,7 +207,12 @@ impl Client {
         &self,
         req: v1::ListReferencesRequest,
     ) -> Result<v1::ListReferencesResponse, ClientError> {
-        Ok(self.inner.clone().list_references(req).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .list_references(self.authorized(req))
+            .await?
+            .into_inner())
     }
 
     pub async fn update(&self, spec: v1::ResourceSpec, etag: &str) -> Result<v1::Resource, ClientError> {
@@ -181,37 +220,52 @@ impl Client {
             resource: Some(spec),
             etag: etag.to_owned(),
         };
-        Ok(self.inner.clone().update(req).await?.into_inner())
+        Ok(self.inner.clone().update(self.authorized(req)).await?.into_inner())
     }
 
     pub async fn delete(&self, req: v1::DeleteRequest) -> Result<v1::DeleteResponse, ClientError> {
-        Ok(self.inner.clone().delete(req).await?.into_inner())
+        Ok(self.inner.clone().delete(self.authorized(req)).await?.into_inner())
     }
 
     pub async fn add_lien(&self, req: v1::AddLienRequest) -> Result<v1::Resource, ClientError> {
-        Ok(self.inner.clone().add_lien(req).await?.into_inner())
+        Ok(self.inner.clone().add_lien(self.authorized(req)).await?.into_inner())
     }
 
     pub async fn remove_lien(&self, req: v1::RemoveLienRequest) -> Result<v1::Resource, ClientError> {
-        Ok(self.inner.clone().remove_lien(req).await?.into_inner())
+        Ok(self.inner.clone().remove_lien(self.authorized(req)).await?.into_inner())
     }
 
     pub async fn remove_finalizer(&self, req: v1::RemoveFinalizerRequest) -> Result<v1::Resource, ClientError> {
-        Ok(self.inner.clone().remove_finalizer(req).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .remove_finalizer(self.authorized(req))
+            .await?
+            .into_inner())
     }
 
     pub async fn report_finalizer_failure(
         &self,
         req: v1::ReportFinalizerFailureRequest,
     ) -> Result<v1::Resource, ClientError> {
-        Ok(self.inner.clone().report_finalizer_failure(req).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .report_finalizer_failure(self.authorized(req))
+            .await?
+            .into_inner())
     }
 
     pub async fn explain_deletion(
         &self,
         req: v1::ExplainDeletionRequest,
     ) -> Result<v1::DeletionExplanation, ClientError> {
-        Ok(self.inner.clone().explain_deletion(req).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .explain_deletion(self.authorized(req))
+            .await?
+            .into_inner())
     }
 
     pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
@@ -220,12 +274,22 @@ impl Client {
             outcomes_page_size: outcomes,
             outcomes_page_token: String::new(),
         };
-        Ok(self.inner.clone().get_operation(req).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .get_operation(self.authorized(req))
+            .await?
+            .into_inner())
     }
 
     pub async fn watch_operation(&self, id: &str) -> Result<Streaming<v1::Operation>, ClientError> {
         let req = v1::WatchOperationRequest { id: id.to_owned() };
-        Ok(self.inner.clone().watch_operation(req).await?.into_inner())
+        Ok(self
+            .inner
+            .clone()
+            .watch_operation(self.authorized(req))
+            .await?
+            .into_inner())
     }
 
     pub async fn watch(&self, from_revision: u64, kind: &str) -> Result<Streaming<v1::WatchEvent>, ClientError> {
@@ -233,7 +297,7 @@ impl Client {
             from_revision,
             kind: kind.to_owned(),
         };
-        Ok(self.inner.clone().watch(req).await?.into_inner())
+        Ok(self.inner.clone().watch(self.authorized(req)).await?.into_inner())
     }
 }
 
@@ -261,10 +325,7 @@ impl AdminClient {
     fn request<M>(&self, message: M) -> Result<tonic::Request<M>, ClientError> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = &self.token {
-            let value = format!("Bearer {token}")
-                .parse()
-                .map_err(|_| ClientError::Usage("the admin token must be printable ASCII".into()))?;
-            request.metadata_mut().insert("authorization", value);
+            request.metadata_mut().insert("authorization", bearer_value(token)?);
         }
         Ok(request)
     }

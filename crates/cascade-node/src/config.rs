@@ -535,7 +535,11 @@ impl NodeSettings {
             identities: file.admin.identities.clone(),
             force_purge_after_ms: file.admin.force_purge_after_ms.unwrap_or(DEFAULT_FORCE_PURGE_AFTER_MS),
         };
-        settings.auth = auth::auth_settings(file.auth.as_ref(), settings.tls.is_some())?.unwrap_or_default();
+        settings.auth = auth::auth_settings(
+            file.auth.as_ref(),
+            settings.tls.is_some(),
+            file.admin.token.is_some() || !file.admin.identities.is_empty(),
+        )?;
         settings.audit = auth::audit_settings(&file.audit)?;
         let scheme = if settings.tls.is_some() { "https://" } else { "http://" };
         for (region, entry) in &file.peers {

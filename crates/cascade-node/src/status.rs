@@ -78,6 +78,7 @@ impl Node {
             binary_version: env!("CARGO_PKG_VERSION").to_owned(),
             nodes: self.region_nodes(),
             writer_epoch: self.role.as_ref().map_or(0, |r| r.epoch),
+            authentication: self.auth.describe(),
         })
     }
 

@@ -244,6 +244,31 @@ pub fn certificate_dns_names(chain: &[impl AsRef<[u8]>]) -> Vec<String> {
         .collect()
 }
 
+/// A leaf certificate's subject alternative names a client identity may be:
+/// DNS names and URIs (SPIFFE ids).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubjectAltNames {
+    pub dns: Vec<String>,
+    pub uris: Vec<String>,
+}
+
+/// The DNS and URI subject alternative names of a DER certificate.
+pub fn subject_alt_names(der: &[u8]) -> Result<SubjectAltNames, String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("is not X.509: {e}"))?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| format!("has unreadable subject alternative names: {e}"))?;
+    let mut names = SubjectAltNames::default();
+    for name in san.iter().flat_map(|san| san.value.general_names.iter()) {
+        match name {
+            x509_parser::extensions::GeneralName::DNSName(dns) => names.dns.push((*dns).to_owned()),
+            x509_parser::extensions::GeneralName::URI(uri) => names.uris.push((*uri).to_owned()),
+            _ => {}
+        }
+    }
+    Ok(names)
+}
+
 fn region_of_certificate(der: &[u8]) -> Result<RegionId, String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| format!("not an X.509 certificate: {e}"))?;
     let san = cert

@@ -158,7 +158,7 @@ pub(super) async fn run(
             if json {
                 print_json(&render::deletion_entry_json(&e));
             } else {
-                let resources = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
+                let resources = args.resources_client().await?;
                 print!("{}", purge_text(&resources, &name).await);
             }
         }

@@ -29,7 +29,8 @@ const STATUS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 pub(super) async fn run_status(args: &ClientArgs, json: bool) -> Result<i32, ClientError> {
     let tls = args.tls.load()?;
     let asked = async {
-        let client = AdminClient::connect_with(&args.server, tls.as_ref(), None).await?;
+        let token = args.bearer().map(str::to_owned);
+        let client = AdminClient::connect_with(&args.server, tls.as_ref(), token).await?;
         client.cluster_status().await
     };
     // A node that takes the connection and answers nothing (frozen) must

@@ -146,6 +146,7 @@ fn figures_json(f: &v1::RegionFigures) -> Value {
         "protocol_version": f.protocol_version,
         "binary_version": f.binary_version,
         "writer_epoch": f.writer_epoch,
+        "authentication": f.authentication,
         "nodes": f.nodes.iter().map(|n| json!({
             "node": n.node,
             "address": n.address,
@@ -301,6 +302,21 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
     };
     out += &table(&rows);
     out += &region_nodes_text(s);
+    // A region that asks nobody who they are is worth a line of its own.
+    let open: Vec<&str> = s
+        .regions
+        .iter()
+        .filter(|r| r.figures.as_ref().is_some_and(|f| f.authentication == "none"))
+        .map(|r| r.region.as_str())
+        .collect();
+    if !open.is_empty() {
+        out.push('\n');
+        for region in open {
+            out += &format!(
+                "WARNING: {region} has authentication off ([auth] mode = \"none\"): anyone who can reach it may create and delete anything\n"
+            );
+        }
+    }
     let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
     if !unreachable.is_empty() {
         out.push('\n');
@@ -309,4 +325,43 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(name: &str, authentication: &str) -> v1::RegionStatus {
+        v1::RegionStatus {
+            region: name.to_owned(),
+            reachable: true,
+            figures: Some(v1::RegionFigures {
+                authentication: authentication.to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn status_warns_of_every_region_without_authentication() {
+        let status = v1::ClusterStatus {
+            answered_by: "eu-west".to_owned(),
+            regions: vec![
+                region("eu-west", "required: certificate, token"),
+                region("us-east", "none"),
+                // A node from before issue 27 says nothing: no warning.
+                region("ap-south", ""),
+            ],
+            ..Default::default()
+        };
+        let text = cluster_status_text(&status);
+        let warnings: Vec<&str> = text.lines().filter(|l| l.starts_with("WARNING:")).collect();
+        assert_eq!(
+            warnings,
+            ["WARNING: us-east has authentication off ([auth] mode = \"none\"): anyone who can reach it may create and delete anything"]
+        );
+        let json = cluster_status_json(&status);
+        assert_eq!(json["regions"][1]["figures"]["authentication"], "none");
+    }
 }

@@ -1,7 +1,7 @@
 //! `cascade.v1.Admin`, the operators' API: an adapter around the [`Node`]
 //! methods of `admin.rs`, behind one gate.
 //!
-//! The gate: a caller is an administrator when it sends the configured
+//! The gate, with `[auth] mode = "none"`: a caller is an administrator when it sends the configured
 //! token (`authorization: Bearer …`), or, with mutual TLS, presents a
 //! client certificate whose DNS name `[admin] identities` lists. Anyone
 //! else is refused PERMISSION_DENIED; the refusal is logged and written to
@@ -68,6 +68,16 @@ struct Administrator {
 impl AdminApi {
     /// The gate (see the module doc). A refusal is logged and audited.
     async fn authenticate<T>(&self, request: &Request<T>, action: &str, target: &str) -> Result<Administrator, Status> {
+        // With `[auth] mode = "required"` the authentication layer
+        // (`api/authn.rs`) already knows the caller, and a forwarded call
+        // vouches for them (`crate::peers::carrying`); what they may do is
+        // the policy's (the admin.* verbs), `[admin]` is refused at start.
+        if self.node.auth.mode == crate::auth::AuthMode::Required {
+            return Ok(Administrator {
+                who: crate::api::principal::caller(request).id,
+                forward: MetadataMap::new(),
+            });
+        }
         let access = &self.node.admin;
         let metadata = request.metadata();
         let bearer = metadata
@@ -508,5 +518,6 @@ pub(crate) fn region_figures(f: RegionFigures) -> v1::RegionFigures {
             })
             .collect(),
         writer_epoch: f.writer_epoch,
+        authentication: f.authentication,
     }
 }

@@ -23,7 +23,7 @@ use crate::peers::{LinkTimings, PEER_CALL_TIMEOUT, WATCH_HEARTBEAT};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
     /// What it belongs to: `request`, `error`, `page`, `stored`, `fan-out`,
-    /// `stream`, `deletion`, `link`, `store`, `schema`.
+    /// `stream`, `deletion`, `link`, `store`, `schema`, `auth`.
     pub area: &'static str,
     /// What is limited, in the table's words.
     pub what: &'static str,
@@ -214,6 +214,13 @@ pub fn limits() -> Vec<Limit> {
         // The schema.
         row("schema", "kinds", items(cascade_core::schema::MAX_KINDS), ""),
         row("schema", "reference fields per kind", items(cascade_core::schema::MAX_REFS_PER_KIND), ""),
+        // Authentication ([auth] mode = "required").
+        row("auth", "a bearer credential (token or JWT)", bytes(crate::auth::identity::MAX_BEARER_BYTES), ""),
+        row("auth", "a tokens file; a JWKS file", Amount::Bytes(crate::auth::identity::MAX_AUTH_FILE_BYTES), ""),
+        row("auth", "tokens per tokens file; keys per JWKS file", items(crate::auth::identity::MAX_AUTH_FILE_ENTRIES), ""),
+        row("auth", "principal id (token principal, JWT sub, certificate SAN); group name", bytes(crate::auth::identity::MAX_PRINCIPAL_ID_BYTES), ""),
+        row("auth", "groups per principal", items(crate::auth::identity::MAX_GROUPS), ""),
+        row("auth", "principals whose rate buckets are kept (least recently seen evicted)", items(crate::auth::rate::MAX_TRACKED_PRINCIPALS), ""),
     ]
 }
 

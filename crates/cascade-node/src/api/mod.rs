@@ -36,6 +36,7 @@
 //! whichever node answers.
 
 pub(crate) mod admin;
+pub(crate) mod authn;
 pub(crate) mod forward;
 pub(crate) mod grpc_metrics;
 pub(crate) mod limits;
@@ -73,9 +74,31 @@ impl From<Fault> for Status {
             Fault::Writer(e) => storage_unavailable(e),
             Fault::Remote(e) => forward::status_of(e),
             denied @ Fault::Denied(_) => Status::permission_denied(denied.to_string()),
-            limited @ Fault::RateLimited { .. } => Status::resource_exhausted(limited.to_string()),
+            Fault::RateLimited { principal, retry_after } => rate_limited(&principal, retry_after),
         }
     }
+}
+
+/// RESOURCE_EXHAUSTED for a principal over its rate, saying when to retry
+/// twice over: a `google.rpc.RetryInfo` in the details (the standard rich
+/// error model, `tonic-types`) and the `grpc-retry-pushback-ms` trailer
+/// gRPC's own retry policy honours.
+fn rate_limited(principal: &str, retry_after: std::time::Duration) -> Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    let message = Fault::RateLimited {
+        principal: principal.to_owned(),
+        retry_after,
+    }
+    .to_string();
+    let mut status = Status::with_error_details(
+        tonic::Code::ResourceExhausted,
+        message,
+        ErrorDetails::with_retry_info(Some(retry_after)),
+    );
+    if let Ok(ms) = retry_after.as_millis().to_string().parse() {
+        status.metadata_mut().insert("grpc-retry-pushback-ms", ms);
+    }
+    status
 }
 
 /// A core refusal as a status (for `map_err`).

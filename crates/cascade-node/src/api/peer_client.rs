@@ -610,6 +610,7 @@ fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
             })
             .collect(),
         writer_epoch: f.writer_epoch,
+        authentication: cascade_core::limits::cut_stored(&f.authentication, 64),
     }
 }
 

@@ -9,9 +9,6 @@
 //! [`PRINCIPAL_HEADER`]; the receiving node believes it only from a peer
 //! that presented a region certificate of the cluster (`api/authn.rs`).
 
-// Issue 27 lands in steps: the layer and the handlers that use these follow.
-#![allow(dead_code)]
-
 use cascade_core::auth::{Principal, Via};
 use cascade_proto::v1;
 use tonic::metadata::{BinaryMetadataValue, MetadataMap};
@@ -55,6 +52,15 @@ pub(crate) fn from_wire(wire: v1::Principal) -> Option<Principal> {
 pub(crate) fn vouch(metadata: &mut MetadataMap, principal: &Principal) {
     let bytes = cascade_proto::principal_to_bytes(&to_wire(principal));
     metadata.insert_bin(PRINCIPAL_HEADER, BinaryMetadataValue::from_bytes(&bytes));
+}
+
+/// The header that vouches for `principal` on calls this node makes for it
+/// (`crate::peers::carrying`).
+pub(crate) fn vouch_value(principal: &Principal) -> Option<(http::HeaderName, http::HeaderValue)> {
+    let mut metadata = MetadataMap::new();
+    vouch(&mut metadata, principal);
+    let value = metadata.into_headers().remove(PRINCIPAL_HEADER)?;
+    Some((http::HeaderName::from_static(PRINCIPAL_HEADER), value))
 }
 
 /// What an incoming call's [`PRINCIPAL_HEADER`] says, without judging

@@ -62,6 +62,9 @@ impl Node {
         let node = Arc::new(self);
         let (health, health_service) = tonic_health::server::health_reporter();
         let services = crate::api::services(&node);
+        // Resources and Admin behind the authentication layer (a pass-through
+        // with `[auth] mode = "none"`); Peer keeps its region certificate check.
+        let gate = crate::api::authn::Gate::new(&node)?;
         // Health follows the writer: NOT_SERVING while commits fail.
         // Subscribed before the first report, so no change is missed.
         let mut committing = node.committing.subscribe();
@@ -137,9 +140,9 @@ impl Node {
             .add_service(health_service)
             .add_service(reflection)
             .add_service(reflection_v1alpha)
-            .add_service(services.resources)
+            .add_service(gate.guard(services.resources))
             .add_service(services.peer)
-            .add_service(services.admin)
+            .add_service(gate.guard(services.admin))
             .serve_with_incoming_shutdown(incoming, shutdown)
             .await;
         // Also when the connections ended on their own: the metrics

@@ -29,6 +29,11 @@
 //!   `api/relay.rs`) and which administrator it verified ([`FORWARDED_FOR`],
 //!   as a forwarding region does), after removing whatever the caller sent
 //!   under those names, so that nobody can forge them through a standby.
+//! - **With `[auth] mode = "required"`** the standby authenticates the
+//!   callers of Resources and Admin as a writer would (`api/authn.rs`),
+//!   refuses the rest UNAUTHENTICATED, and vouches for the principal it
+//!   found (`cascade-principal-bin`, replacing whatever the caller sent),
+//!   which the writer believes from a node of its own region.
 //! - **Health is the standby's own**: `""` and the `cascade.v1.*` services
 //!   are SERVING while the writer answers its own health check as SERVING
 //!   (asked every [`StandbySettings::writer_check_every`], within as long),
@@ -65,7 +70,11 @@ use tower::ServiceExt;
 use tracing::{info, warn};
 
 use crate::api::admin::FORWARDED_FOR;
+use crate::api::authn::{is_guarded, Authenticator};
+use crate::api::principal::PRINCIPAL_HEADER;
 use crate::api::relay::RELAYED_REGION;
+use crate::auth::AuthSettings;
+use crate::clock::SystemClock;
 use crate::config::NodeSettings;
 use crate::log_throttle::Throttle;
 use crate::node::NodeError;
@@ -107,6 +116,11 @@ pub struct StandbySettings {
     pub admin_identities: Vec<String>,
     /// How often the writer's health is asked (and the bound on each ask).
     pub writer_check_every: Duration,
+    /// `[auth]`: with `required`, the standby authenticates the callers of
+    /// Resources and Admin itself and vouches for them to its writer.
+    pub auth: AuthSettings,
+    /// The cluster's other regions (a certificate of one vouches).
+    pub peer_regions: Vec<String>,
 }
 
 impl StandbySettings {
@@ -119,6 +133,8 @@ impl StandbySettings {
             links: settings.links,
             admin_identities: settings.admin.identities.clone(),
             writer_check_every: DEFAULT_WRITER_CHECK_EVERY,
+            auth: settings.auth.clone(),
+            peer_regions: settings.peers.keys().map(|r| r.to_string()).collect(),
         }
     }
 }
@@ -144,10 +160,20 @@ where
 {
     info!(region = %settings.region, tls = settings.tls.is_some(), "serving as a standby");
     let (stop, stopping) = watch::channel(false);
+    let peers = settings.peer_regions.clone();
+    let authenticator = Authenticator::load(
+        &settings.auth,
+        Arc::new(SystemClock),
+        settings.region.clone(),
+        settings.tls.is_some(),
+        Box::new(move |r| peers.iter().any(|p| p == r)),
+    )?;
     let proxy = Proxy(Arc::new(ProxyState {
         route: WriterRoute::new(&settings, writer),
         stopping,
         unreachable_logged: Throttle::default(),
+        authenticator,
+        refusals_logged: Throttle::default(),
     }));
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -270,6 +296,10 @@ struct ProxyState {
     stopping: watch::Receiver<bool>,
     /// Every call fails the same way while the writer is down: one line a window.
     unreachable_logged: Throttle,
+    /// `[auth] mode = "required"`: who calls Resources and Admin.
+    authenticator: Option<Authenticator>,
+    /// Anyone can be refused, as often as they like: one line a window.
+    refusals_logged: Throttle,
 }
 
 impl Proxy {
@@ -300,6 +330,27 @@ impl Proxy {
         parts
             .headers
             .insert(FORWARDED_BY_STANDBY, http::HeaderValue::from_static("1"));
+        if let Some(authenticator) = &state.authenticator {
+            if is_guarded(parts.uri.path()) {
+                // The writer sees this standby's certificate: the caller
+                // travels as the principal this standby vouches for.
+                match authenticator.authenticate(&parts.headers, &parts.extensions) {
+                    Ok(principal) => {
+                        parts.headers.remove(PRINCIPAL_HEADER);
+                        if let Some((name, value)) = authenticator.carried(&principal, &parts.headers) {
+                            parts.headers.insert(name, value);
+                        }
+                    }
+                    Err(refusal) => {
+                        if let Some(more) = state.refusals_logged.admit() {
+                            warn!(region = %region, method = parts.uri.path(), reason = %refusal,
+                                suppressed = more.count(), "a standby refused an unauthenticated call{more}");
+                        }
+                        return answer(Status::unauthenticated(refusal.to_string()));
+                    }
+                }
+            }
+        }
         let certificates = parts
             .extensions
             .get::<TlsConnectInfo<TcpConnectInfo>>()

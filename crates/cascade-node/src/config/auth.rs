@@ -5,7 +5,6 @@
 //! [auth]
 //! mode = "required"               # or "none": nobody is asked (must be chosen explicitly)
 //! client_certificates = true      # with [tls]: a client certificate's SAN is the principal
-//! client_ca = "certs/clients.pem" # optional: a CA for client certificates besides [tls] ca
 //! tokens_file = "auth/tokens.toml"
 //! policy_file = "auth/policy.cedar"
 //!
@@ -86,10 +85,23 @@ fn invalid(field: &'static str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-/// `[auth]` resolved. A file without `[auth]` resolves to `None`: the
-/// caller decides whether that is allowed.
-pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Option<AuthSettings>, ConfigError> {
-    let Some(file) = file else { return Ok(None) };
+/// What a file without `[auth]` is told: the two choices, by name.
+pub const AUTH_REQUIRED_MESSAGE: &str = "is required in a config file: add [auth] with mode = \"required\" \
+     (every call authenticated and authorized by policy_file; see README \"Security\") or mode = \"none\" \
+     (nobody is asked: anyone who can reach the node may create and delete anything)";
+
+/// `[auth]` resolved. A config file must have `[auth]` (no authentication
+/// is a choice made explicitly, never a default); `admin_gate` says the
+/// file configures `[admin] token` or `identities`, which `required`
+/// replaces and so refuses.
+pub(super) fn auth_settings(
+    file: Option<&AuthConfig>,
+    tls: bool,
+    admin_gate: bool,
+) -> Result<AuthSettings, ConfigError> {
+    let Some(file) = file else {
+        return Err(invalid("auth", AUTH_REQUIRED_MESSAGE));
+    };
     let mode = match file.mode.as_deref() {
         Some("required") => AuthMode::Required,
         Some("none") => AuthMode::Off,
@@ -104,6 +116,16 @@ pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Opti
         }
         None => return Err(invalid("auth.mode", "is required: \"required\" or \"none\"")),
     };
+    if file.client_ca.is_some() {
+        // The handshake verifies every client certificate against one set of
+        // roots, and the Peer service takes a verified certificate naming a
+        // region for that region: a client CA's certificates could pose as
+        // regions until the layer verifies client chains on its own.
+        return Err(invalid(
+            "auth.client_ca",
+            "is not supported yet: client certificates must be of the cluster's CA ([tls] ca)",
+        ));
+    }
     if file.client_certificates && !tls {
         return Err(invalid("auth.client_certificates", "needs [tls]"));
     }
@@ -150,8 +172,16 @@ pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Opti
         jwt,
         policy_file: file.policy_file.clone(),
         rate,
+        allow_all_for_tests: false,
     };
     if mode == AuthMode::Required {
+        if admin_gate {
+            return Err(invalid(
+                "admin",
+                "token and identities are refused with [auth] mode = \"required\": \
+                 use tokens_file/client certificates and the policy (admin.* verbs)",
+            ));
+        }
         if settings.policy_file.is_none() {
             return Err(invalid("auth.policy_file", "is required with mode = \"required\""));
         }
@@ -162,7 +192,7 @@ pub(super) fn auth_settings(file: Option<&AuthConfig>, tls: bool) -> Result<Opti
             ));
         }
     }
-    Ok(Some(settings))
+    Ok(settings)
 }
 
 /// `[audit]` resolved.

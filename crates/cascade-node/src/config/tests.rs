@@ -1,8 +1,15 @@
 use super::*;
 use cascade_tls::DevPki;
 
+/// A config file's settings; `[auth] mode = "none"` added when the text
+/// has no `[auth]` (mandatory in files), so each test says only its part.
 fn settings(text: &str) -> Result<NodeSettings, ConfigError> {
-    NodeSettings::from_file(&ConfigFile::parse(text, Path::new("node.toml"))?)
+    let text = if text.contains("[auth]") {
+        text.to_owned()
+    } else {
+        format!("{text}\n[auth]\nmode = \"none\"\n")
+    };
+    NodeSettings::from_file(&ConfigFile::parse(&text, Path::new("node.toml"))?)
 }
 
 fn err(text: &str) -> String {
@@ -171,4 +178,42 @@ fn tls_needs_the_certificate_of_this_region_and_https_peers() {
 
     let missing = format!("region = \"eu-1\"\n{}", tls_section(&dir.path().join("nope"), "eu-1"));
     assert!(err(&missing).contains("cannot read"), "{}", err(&missing));
+}
+
+#[test]
+fn a_config_file_without_auth_is_refused_naming_both_choices() {
+    let file = ConfigFile::parse("region = \"eu-1\"\n", Path::new("node.toml")).unwrap();
+    let refusal = match NodeSettings::from_file(&file) {
+        Ok(_) => panic!("a file without [auth] was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refusal.starts_with("auth: is required") && refusal.contains("\"required\"") && refusal.contains("\"none\""),
+        "{refusal}"
+    );
+    let off = settings("region = \"eu-1\"\n[auth]\nmode = \"none\"\n").unwrap();
+    assert_eq!(off.auth.mode, crate::auth::AuthMode::Off);
+    assert!(err("region = \"eu-1\"\n[auth]\n").starts_with("auth.mode: is required"));
+    assert!(err("region = \"eu-1\"\n[auth]\nmode = \"maybe\"\n").contains("\"maybe\" is no mode"));
+}
+
+#[test]
+fn required_authentication_refuses_the_admin_token_and_needs_a_means_and_a_policy() {
+    let required =
+        "region = \"eu-1\"\n[auth]\nmode = \"required\"\ntokens_file = \"t.toml\"\npolicy_file = \"p.cedar\"\n";
+    let s = settings(required).unwrap();
+    assert_eq!(s.auth.mode, crate::auth::AuthMode::Required);
+    let with_token = format!("{required}[admin]\ntoken = \"0123456789abcdef0123\"\n");
+    let refusal = err(&with_token);
+    assert!(
+        refusal.starts_with("admin: ") && refusal.contains("tokens_file"),
+        "{refusal}"
+    );
+    assert!(
+        err("region = \"eu-1\"\n[auth]\nmode = \"required\"\npolicy_file = \"p.cedar\"\n").contains("needs a means")
+    );
+    assert!(
+        err("region = \"eu-1\"\n[auth]\nmode = \"required\"\ntokens_file = \"t.toml\"\n")
+            .starts_with("auth.policy_file")
+    );
 }

@@ -69,6 +69,8 @@ pub(crate) struct RegionFigures {
     pub nodes: Vec<RegionNode>,
     /// The epoch its writer commits with (0: no lease).
     pub writer_epoch: u64,
+    /// "none" or "required: " and its means (empty: it says nothing).
+    pub authentication: String,
 }
 
 /// One node of a region of several nodes, as the region's writer reads

@@ -195,6 +195,22 @@ pub struct Peers {
     pub(crate) own_version: u32,
 }
 
+tokio::task_local! {
+    /// Headers every call made on a peer's channel carries while a client's
+    /// call is being handled: the caller this node vouches for (set by the
+    /// wire edge's authentication layer, `api/authn.rs`).
+    static CARRIED: (http::HeaderName, http::HeaderValue);
+}
+
+/// Runs `work` with every call it makes on a peer's channel carrying
+/// `header` (the vouched caller); `None` carries nothing.
+pub(crate) async fn carrying<F: Future>(header: Option<(http::HeaderName, http::HeaderValue)>, work: F) -> F::Output {
+    match header {
+        Some(header) => CARRIED.scope(header, work).await,
+        None => work.await,
+    }
+}
+
 /// A channel to a region's nodes that announces this node's protocol
 /// version on every call and records the version every answer announces.
 #[derive(Clone)]
@@ -221,6 +237,11 @@ impl tower::Service<http::Request<tonic::body::Body>> for AnnouncingChannel {
             .headers_mut()
             .entry(PROTOCOL_VERSION_HEADER)
             .or_insert_with(|| self.own_version.clone());
+        // Replacing whatever a relayed request brought: only this node's
+        // own authentication layer decides whom it vouches for.
+        if let Ok((name, value)) = CARRIED.try_with(Clone::clone) {
+            request.headers_mut().insert(name, value);
+        }
         let heard = self.heard.clone();
         let answer = tower::Service::call(&mut self.inner, request);
         Box::pin(async move {
