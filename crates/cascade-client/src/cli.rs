@@ -10,6 +10,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use futures::StreamExt;
 
 mod admin;
+mod auth;
 mod delete;
 mod find;
 mod node_config;
@@ -17,6 +18,7 @@ mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
+pub use auth::{AuthArgs, AuthCommand, CanIArgs};
 pub use delete::{DeleteArgs, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
 pub use node_config::CheckArgs;
@@ -141,6 +143,8 @@ pub enum Command {
     Finalizer(FinalizerCommand),
     /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
     Admin(AdminArgs),
+    /// Questions about the authorization policy: `cascade auth can-i VERB NAME`.
+    Auth(AuthArgs),
     /// Ask a node's gRPC health (`grpc.health.v1.Health/Check`) as a load
     /// balancer or a Kubernetes probe does. Prints SERVING or NOT_SERVING
     /// (the node cannot commit); exits 0 only when SERVING, 1 otherwise
@@ -363,12 +367,20 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
         return admin::run(&client, args, admin.command.clone(), json, &times).await;
     }
+    if let Command::Auth(auth) = &command {
+        return Ok(auth::run(args, auth, json).await);
+    }
     if let Command::Status = &command {
         return observe::run_status(args, json).await;
     }
     let client = Client::connect_with(&args.server, args.tls.load()?.as_ref()).await?;
     match command {
-        Command::Check(_) | Command::Schema(_) | Command::Admin(_) | Command::Status | Command::Health(_) => {
+        Command::Check(_)
+        | Command::Schema(_)
+        | Command::Admin(_)
+        | Command::Auth(_)
+        | Command::Status
+        | Command::Health(_) => {
             unreachable!("handled above")
         }
         Command::Create(spec) => {
