@@ -305,6 +305,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // keyspace at every open, and at every reopen after a full disk) say
     // nothing an operator acts on; their warnings and errors still show.
     let provider = init_tracing("info,fjall=warn,lsm_tree=warn", otlp)?;
+    // SIGHUP reads the policy file again (`[auth] policy_file`), as a
+    // change of the file does on its own within a second.
+    cascade_node::auth::policy::reload_on_sighup();
     let served = serve_node(file).await;
     if let Some(provider) = provider {
         // The spans still in the exporter's batch. A blocking call whose

@@ -50,6 +50,8 @@
 //!   streams in this process.
 //! - **P4, memory**: the RSS of a process with one idle node. P1's rows
 //!   carry the RSS during (peak) and after a cascade.
+//! - **Decision** (`cascade-bench decision`): one authorization decision
+//!   of the Cedar policy engine, in process (`decision.rs`).
 //! - **P5, cross-region BatchCreate**: `n` ports in `r1` referencing a
 //!   network in `r0`, batches of 1,000 from two callers; references/s.
 
@@ -60,6 +62,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod baseline;
+mod decision;
 
 /// glibc's malloc was about a third of the writer's CPU in a 1M cascade
 /// (`perf record`, docs/BENCHMARKS.md); mimalloc is the process-wide allocator.
@@ -126,6 +129,15 @@ enum Cmd {
     /// Measures one row (JSON RowSpec) and prints it: what the parent runs.
     #[command(hide = true)]
     Row { spec: String },
+    /// The cost of one authorization decision (issue 27): p50/p99 over
+    /// `--decisions` decisions with the example policy and with it plus
+    /// `--rules` rules, in process; rows also go to bench/decision.json.
+    Decision {
+        #[arg(long, default_value_t = 100_000)]
+        decisions: usize,
+        #[arg(long, default_value_t = 1_000)]
+        rules: usize,
+    },
 }
 
 /// `CARGO_TARGET_DIR` when set, else the workspace's `target/`.
@@ -460,6 +472,19 @@ fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
         Some(Cmd::Row { spec }) => child(spec),
+        Some(Cmd::Decision { decisions, rules }) => decision::run(*decisions, *rules).and_then(|rows| {
+            let out = cli
+                .out
+                .clone()
+                .unwrap_or_else(default_out)
+                .with_file_name("decision.json");
+            if let Some(dir) = out.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(&out, serde_json::to_string_pretty(&rows)?)?;
+            eprintln!("wrote {}", out.display());
+            Ok(())
+        }),
         None => parent(&cli),
     };
     if let Err(e) = result {

@@ -18,6 +18,7 @@ mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
+pub use auth::{AuthArgs, AuthCommand, CanIArgs};
 pub use delete::{DeleteArgs, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
 pub use node_config::CheckArgs;
@@ -169,6 +170,10 @@ pub enum Command {
     Finalizer(FinalizerCommand),
     /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
     Admin(AdminArgs),
+    /// Credentials for nodes with `[auth] mode = "required"` (`cascade auth
+    /// hash-token`), and questions about the policy (`cascade auth can-i
+    /// VERB NAME`).
+    Auth(AuthArgs),
     /// Ask a node's gRPC health (`grpc.health.v1.Health/Check`) as a load
     /// balancer or a Kubernetes probe does. Prints SERVING or NOT_SERVING
     /// (the node cannot commit); exits 0 only when SERVING, 1 otherwise
@@ -206,9 +211,6 @@ pub enum Command {
     /// Check a schema file without running it (does not use --server).
     #[command(subcommand)]
     Schema(SchemaCommand),
-    /// Credentials for nodes with `[auth] mode = "required"`.
-    #[command(subcommand)]
-    Auth(auth::AuthCommand),
     /// Check the cross-region invariants of a whole cluster (at quiescence).
     ///
     /// Reads every region's `Peer.Dump`; exits 1 when it finds a violation.
@@ -385,9 +387,6 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     if let Command::Schema(SchemaCommand::Check { file }) = &command {
         return run_schema_check(file, json);
     }
-    if let Command::Auth(command) = &command {
-        return auth::run(command);
-    }
     if let Command::Health(health) = &command {
         return observe::run_health(health, args, json).await;
     }
@@ -401,6 +400,9 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             .or_else(|| args.bearer().map(str::to_owned));
         let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
         return admin::run(&client, args, admin.command.clone(), json, &times).await;
+    }
+    if let Command::Auth(auth) = &command {
+        return auth::run(args, auth, json).await;
     }
     if let Command::Status = &command {
         return observe::run_status(args, json).await;

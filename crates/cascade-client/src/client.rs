@@ -359,6 +359,12 @@ impl AdminClient {
         Ok(self.inner.clone().list_audit(self.request(req)?).await?.into_inner())
     }
 
+    /// May the caller (or another principal) do a verb to a resource
+    /// (`cascade auth can-i`)? The owner's live policy answers.
+    pub async fn can_i(&self, req: v1::CanIRequest) -> Result<v1::CanIResponse, ClientError> {
+        Ok(self.inner.clone().can_i(self.request(req)?).await?.into_inner())
+    }
+
     /// Every region as the node sees it (open to every client: no token needed).
     pub async fn cluster_status(&self) -> Result<v1::ClusterStatus, ClientError> {
         Ok(self

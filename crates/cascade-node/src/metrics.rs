@@ -123,6 +123,11 @@ fn build<M>(made: prometheus::Result<M>) -> M {
 }
 
 impl NodeMetrics {
+    /// The registry, for metrics a lower module keeps itself (the policy's, `auth/policy.rs`).
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The node's metrics, registered, all at zero.
     pub fn new() -> Self {
         let r = Registry::new();

@@ -144,13 +144,11 @@ pub struct Node {
     pub(crate) tls: Option<NodeTls>,
     /// Who may call the Admin service.
     pub(crate) admin: AdminAccess,
-    // Issue 27 lands in steps: what reads these follows.
-    #[allow(dead_code)]
     /// How callers are authenticated (`[auth]`).
     pub(crate) auth: crate::auth::AuthSettings,
     /// What each principal may do: the policy in force (`auth/`).
-    #[allow(dead_code)]
     pub(crate) authorizer: Arc<dyn cascade_core::auth::Authorize>,
+    // Issue 27 lands in steps: what reads this follows.
     /// What the audit log keeps (`[audit]`).
     #[allow(dead_code)]
     pub(crate) audit: crate::auth::AuditSettings,
@@ -244,7 +242,6 @@ impl Node {
     /// force? The decision (with the rule that allowed it) for the audit
     /// log, or [`Fault::Denied`] naming the member and the missing verb.
     /// In memory and cheap: callers ask before the writer's step, never in it.
-    #[allow(dead_code)] // issue 27 lands in steps: the handlers that ask follow
     pub(crate) fn authorize(
         &self,
         principal: &cascade_core::auth::Principal,
@@ -353,7 +350,8 @@ impl Node {
             StoreState { store: store.as_ref() }.next_revision_stored()?,
         ));
         let release_hints = Arc::new(ReleaseHints::default());
-        let authorizer = crate::auth::build_authorizer(&settings.auth).map_err(|e| NodeError::Config(e.to_string()))?;
+        let authorizer = crate::auth::build_authorizer(&settings.auth, metrics.registry())
+            .map_err(|e| NodeError::Config(e.to_string()))?;
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),

@@ -15,8 +15,8 @@
 //! fails it.
 
 use cascade_core::limits::{
-    quote, MAX_ATTRIBUTES, MAX_ATTRIBUTE_KEY_BYTES, MAX_ATTRIBUTE_VALUE_BYTES, MAX_ETAG_BYTES, MAX_FINALIZERS,
-    MAX_FINALIZER_BYTES, MAX_KIND_BYTES, MAX_LIEN_ID_BYTES, MAX_LIST_PAGE_TOKEN_BYTES, MAX_NAME_BYTES,
+    quote, MAX_ATTRIBUTES, MAX_ATTRIBUTE_KEY_BYTES, MAX_ATTRIBUTE_VALUE_BYTES, MAX_AUDIT_WHO_BYTES, MAX_ETAG_BYTES,
+    MAX_FINALIZERS, MAX_FINALIZER_BYTES, MAX_KIND_BYTES, MAX_LIEN_ID_BYTES, MAX_LIST_PAGE_TOKEN_BYTES, MAX_NAME_BYTES,
     MAX_NAME_PREFIX_BYTES, MAX_ON_DELETE_BYTES, MAX_PAGE_TOKEN_BYTES, MAX_PLAN_SEEDS, MAX_REASON_BYTES, MAX_REF_FIELDS,
     MAX_REGION_BYTES, MAX_REQUESTED_BY_BYTES, MAX_SELECTOR_BYTES, MAX_TARGETS_PER_FIELD, MAX_UID_BYTES,
 };
@@ -24,6 +24,11 @@ use tonic::Status;
 
 use crate::status::invalid_field;
 use crate::v1;
+
+/// The longest verb name (`admin.retry_deletion` is 20 bytes).
+const MAX_CAN_I_VERB_BYTES: usize = 32;
+/// The most groups `cascade auth can-i --group` may name.
+const MAX_CAN_I_GROUPS: usize = 64;
 
 /// A request whose every field is within its limit, or INVALID_ARGUMENT
 /// naming the first one that is not.
@@ -233,6 +238,16 @@ bounded! {
         page_token(&r.page_token, "page_token")
     };
     v1::GetClusterStatusRequest => |_r| Ok(());
+    v1::CanIRequest => |r| {
+        short(&r.verb, MAX_CAN_I_VERB_BYTES, "verb")?;
+        name(&r.name)?;
+        short(&r.as_principal, MAX_AUDIT_WHO_BYTES, "as_principal")?;
+        items(r.as_groups.len(), MAX_CAN_I_GROUPS, || "as_groups".to_owned())?;
+        for (i, g) in r.as_groups.iter().enumerate() {
+            text(g, MAX_AUDIT_WHO_BYTES, || format!("as_groups[{i}]"))?;
+        }
+        region(&r.region, "region")
+    };
 
     // cascade.v1.Peer
     v1::LookupRequest => |r| name(&r.name);

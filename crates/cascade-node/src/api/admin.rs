@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::limits::{cut_stored, quote, MAX_AUDIT_TARGET_BYTES};
 use cascade_core::model::AuditEntry;
 use cascade_core::protocol::AdminRequest;
@@ -29,8 +30,10 @@ use tracing::{info, info_span, warn, Instrument};
 
 use crate::admin::{DeletionEntry, DeletionFilter};
 use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::principal::{caller, vouch};
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
+use crate::auth::AuthMode;
 use crate::node::Node;
 use crate::peers::RegionFigures;
 use crate::status_cache::RegionStatus;
@@ -216,6 +219,25 @@ impl AdminApi {
         budget.1 <= AUDITED_REFUSALS_PER_SECOND
     }
 
+    /// Under `[auth] mode = "required"`, may the caller do the Admin `verb`
+    /// on this region? Asked where the call is answered (a forwarded call
+    /// is decided by its owner), after the gate. With authentication off
+    /// the gate alone decides, as before.
+    fn authorize_admin(&self, principal: &Principal, verb: Verb) -> Result<(), Status> {
+        if self.node.auth.mode != AuthMode::Required {
+            return Ok(());
+        }
+        self.node.authorize(
+            principal,
+            verb,
+            Target::Region {
+                region: &self.node.region,
+                kind: None,
+            },
+        )?;
+        Ok(())
+    }
+
     /// None for this node's region (or none named); the region to forward to otherwise.
     fn other_region(&self, raw: &str, field: &str) -> Result<Option<String>, Status> {
         if raw.is_empty() || raw == self.node.region.as_str() {
@@ -314,6 +336,7 @@ impl Admin for AdminApi {
     ) -> Result<Response<v1::ListDeletionsResponse>, Status> {
         let target = request.get_ref().region.clone();
         let admin = self.authenticate(&request, "ListDeletions", &target).await?;
+        let principal = caller(&request);
         let req = request.into_inner();
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
@@ -323,6 +346,7 @@ impl Admin for AdminApi {
                 call_owner(&region, "ListDeletions", FORWARD_TIMEOUT, call).await?,
             ));
         }
+        self.authorize_admin(&principal, Verb::AdminListDeletions)?;
         let status = match v1::DeletionStatus::try_from(req.status) {
             Ok(v1::DeletionStatus::Unspecified) => None,
             Ok(v1::DeletionStatus::Pending) => Some("PENDING"),
@@ -364,6 +388,7 @@ impl Admin for AdminApi {
     ) -> Result<Response<v1::DeletionEntry>, Status> {
         let target = request.get_ref().name.clone();
         let admin = self.authenticate(&request, "RetryDeletion", &target).await?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -382,6 +407,9 @@ impl Admin for AdminApi {
                 call_owner(region, "RetryDeletion", FORWARD_TIMEOUT, call).await?,
             ));
         }
+        if let Err(denied) = self.authorize_admin(&principal, Verb::AdminRetryDeletion) {
+            return Err(self.audited_status(audit, denied).await);
+        }
         let span = info_span!("retry_deletion", region = %self.node.region, name = %name, who = %admin.who);
         match self.node.retry_deletion(req.name, audit.clone()).instrument(span).await {
             Ok(entry) => {
@@ -398,6 +426,7 @@ impl Admin for AdminApi {
     ) -> Result<Response<v1::DeletionEntry>, Status> {
         let target = request.get_ref().name.clone();
         let admin = self.authenticate(&request, "ForcePurge", &target).await?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -415,6 +444,9 @@ impl Admin for AdminApi {
             return Ok(Response::new(
                 call_owner(region, "ForcePurge", FORWARD_TIMEOUT, call).await?,
             ));
+        }
+        if let Err(denied) = self.authorize_admin(&principal, Verb::AdminForcePurge) {
+            return Err(self.audited_status(audit, denied).await);
         }
         let span =
             info_span!("force_purge", region = %self.node.region, name = %name, who = %admin.who, force = req.force);
@@ -439,6 +471,7 @@ impl Admin for AdminApi {
     ) -> Result<Response<v1::ListAuditResponse>, Status> {
         let target = request.get_ref().region.clone();
         let admin = self.authenticate(&request, "ListAudit", &target).await?;
+        let principal = caller(&request);
         let req = request.into_inner();
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
@@ -448,6 +481,7 @@ impl Admin for AdminApi {
                 call_owner(&region, "ListAudit", FORWARD_TIMEOUT, call).await?,
             ));
         }
+        self.authorize_admin(&principal, Verb::AdminListAudit)?;
         let after = page_token(&req.page_token, "page_token")?;
         let (entries, next) = self.node.list_audit(req.page_size as usize, after)?;
         let mut entries: Vec<v1::AuditEntry> = entries.into_iter().map(|e| audit_entry(e, &self.node.region)).collect();
@@ -462,17 +496,93 @@ impl Admin for AdminApi {
         }))
     }
 
-    /// Open to every client (see admin.proto): it reads counts only.
+    /// Open to every client with authentication off (see admin.proto): it
+    /// reads counts only. Under `[auth] mode = "required"`, to those the
+    /// policy allows admin.cluster_status.
     async fn get_cluster_status(
         &self,
-        _request: Request<v1::GetClusterStatusRequest>,
+        request: Request<v1::GetClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatus>, Status> {
+        self.authorize_admin(&caller(&request), Verb::AdminClusterStatus)?;
         let regions = self.node.cluster_status().await?;
         Ok(Response::new(v1::ClusterStatus {
             answered_by: self.node.region.to_string(),
             answered_by_node: self.node.role.as_ref().map(|r| r.me.node.clone()).unwrap_or_default(),
             regions: regions.into_iter().map(region_status).collect(),
             time_ms: self.node.clock.now().0 as i64,
+        }))
+    }
+
+    /// Open to every caller (it answers about the caller, from the policy
+    /// alone); about another principal only to one allowed
+    /// admin.impersonate. The region owning `name` (or `region`) answers.
+    async fn can_i(&self, request: Request<v1::CanIRequest>) -> Result<Response<v1::CanIResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        let principal = caller(&request);
+        let req = request.into_inner();
+        let verb = Verb::parse(&req.verb).ok_or_else(|| {
+            let known: Vec<&str> = Verb::ALL.iter().map(|v| v.as_str()).collect();
+            invalid_field(
+                "verb",
+                format!("{} is not a verb (one of: {})", quote(&req.verb), known.join(", ")),
+            )
+        })?;
+        let name = if req.name.is_empty() {
+            None
+        } else {
+            Some(parse_name(&req.name, "name")?)
+        };
+        let owner = match &name {
+            Some(name) => self
+                .node
+                .owner_region(name, "name")
+                .map_err(refused)?
+                .map(str::to_owned),
+            None => self.other_region(&req.region, "region")?,
+        };
+        if let Some(region) = owner {
+            // The owner answers from its own policy, for the caller this
+            // node authenticated.
+            let mut client = self.node.peers.admin(&region).map_err(refused)?;
+            let mut forwarded = Request::new(req);
+            vouch(forwarded.metadata_mut(), &principal);
+            let call = client.can_i(forwarded);
+            return Ok(Response::new(call_owner(&region, "CanI", FORWARD_TIMEOUT, call).await?));
+        }
+        let subject = if req.as_principal.is_empty() && req.as_groups.is_empty() {
+            principal
+        } else {
+            self.node.authorize(
+                &principal,
+                Verb::AdminImpersonate,
+                Target::Region {
+                    region: &self.node.region,
+                    kind: None,
+                },
+            )?;
+            Principal {
+                id: if req.as_principal.is_empty() {
+                    principal.id.clone()
+                } else {
+                    req.as_principal
+                },
+                groups: req.as_groups,
+                via: principal.via,
+            }
+        };
+        let target = match &name {
+            Some(name) => Target::Resource(name),
+            None => Target::Region {
+                region: &self.node.region,
+                kind: None,
+            },
+        };
+        let decision = self.node.authorizer.decide(&subject, verb, target);
+        Ok(Response::new(v1::CanIResponse {
+            allowed: decision.allowed,
+            rule: decision.rule,
+            principal: subject.id,
+            region: self.node.region.to_string(),
         }))
     }
 }

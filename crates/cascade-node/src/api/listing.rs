@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::limits::{quote, MAX_LIST_REGIONS};
 use cascade_core::listing::{merge_pages, RegionAnswer, RegionPosition};
 use cascade_core::selector::Selector;
@@ -29,6 +30,7 @@ use tonic::{Request, Status};
 
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::parse_name;
+use crate::api::principal::caller;
 use crate::api::resources::{present, ResourcesApi};
 use crate::listing::{ListQuery, ReferencesFrom, ReferencesPage};
 
@@ -97,6 +99,7 @@ impl ResourcesApi {
         let budget = budget_within(LIST_BUDGET, request.metadata());
         // A forward to one region has the caller's deadline, when shorter.
         let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let principal = caller(&request);
         let req = request.into_inner();
         if req.all_regions {
             if !req.region.is_empty() {
@@ -105,7 +108,7 @@ impl ResourcesApi {
                     "name one region or ask for all_regions, not both",
                 ));
             }
-            return self.list_every_region(req, budget).await;
+            return self.list_every_region(&principal, req, budget).await;
         }
         if !req.region.is_empty() && req.region != self.node.region.as_str() {
             if !self.node.peers.knows(&req.region) {
@@ -125,12 +128,25 @@ impl ResourcesApi {
             forwarded.set_timeout(forward_budget);
             return Ok(call_owner(&region, "List", forward_budget, owner.list(forwarded)).await?);
         }
+        self.authorize_listing(&principal, &req)?;
         let (resources, next) = self.local_page(&req).await?;
         Ok(v1::ListResponse {
             resources,
             next_page_token: next.unwrap_or_default(),
             unreachable: Vec::new(),
         })
+    }
+
+    /// `list` on this region, of the kind the listing names (every kind: `""`).
+    fn authorize_listing(&self, principal: &Principal, req: &v1::ListRequest) -> Result<(), Status> {
+        self.authorize(
+            principal,
+            Verb::List,
+            Target::Region {
+                region: &self.node.region,
+                kind: (!req.kind.is_empty()).then_some(req.kind.as_str()),
+            },
+        )
     }
 
     /// One page of this region, cut to the byte budget, with its own token
@@ -153,7 +169,12 @@ impl ResourcesApi {
     }
 
     /// Every region's next page at once, merged (module doc).
-    async fn list_every_region(&self, req: v1::ListRequest, budget: Duration) -> Result<v1::ListResponse, Status> {
+    async fn list_every_region(
+        &self,
+        principal: &Principal,
+        req: v1::ListRequest,
+        budget: Duration,
+    ) -> Result<v1::ListResponse, Status> {
         let own = self.node.region.as_str().to_owned();
         let mut regions: Vec<String> = self.node.peers.regions().map(str::to_owned).collect();
         regions.push(own.clone());
@@ -216,6 +237,19 @@ impl ResourcesApi {
             let own = own.clone();
             async move {
                 let answer = if region == own {
+                    // Each region decides on its own listing: one that
+                    // refuses is listed (as another region's refusal is),
+                    // and the others are.
+                    if let Err(denied) = self.authorize_listing(principal, &one) {
+                        return (
+                            region,
+                            Err(PageFailure::Remote(format!(
+                                "answered {:?}: {}",
+                                denied.code(),
+                                cascade_core::limits::cut_stored(denied.message(), 200)
+                            ))),
+                        );
+                    }
                     match tokio::time::timeout(budget, self.local_page(&one)).await {
                         Ok(page) => page.map_err(PageFailure::Own),
                         // Reading its own page can wait on other regions
@@ -325,6 +359,7 @@ impl ResourcesApi {
         request: Request<v1::ListReferencesRequest>,
     ) -> Result<v1::ListReferencesResponse, Status> {
         let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -338,6 +373,7 @@ impl ResourcesApi {
             )
             .await?);
         }
+        self.authorize(&principal, Verb::List, Target::Resource(&name))?;
         let token = ReferencesPageToken::decode(&req.page_token)
             .map_err(|e| invalid_field("page_token", e.to_string()))?
             .unwrap_or_default();

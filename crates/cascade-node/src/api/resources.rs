@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::limits::quote;
 use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
@@ -33,9 +34,11 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::principal::caller;
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
 use crate::cluster::OPERATION_READ_TIMEOUT;
+use crate::error::{Denied, Fault};
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
 
 /// The whole cross-region part of a dry run (every round of `Peer.Plan`):
@@ -155,6 +158,36 @@ impl ResourcesApi {
         Ok(Some((region.to_owned(), owner)))
     }
 
+    /// May `principal` do `verb` to `target` under this region's policy?
+    /// Asked where this node is the owner (a call forwarded to another
+    /// region is decided there) and before anything changes:
+    /// PERMISSION_DENIED naming the verb and the member otherwise.
+    pub(crate) fn authorize(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Result<(), Status> {
+        self.node.authorize(principal, verb, target)?;
+        Ok(())
+    }
+
+    /// `get` on what an operation read shows: its root, or this region
+    /// when the read names none.
+    fn authorize_operation_read(
+        &self,
+        principal: &Principal,
+        verb: Verb,
+        root: Option<&ResourceName>,
+    ) -> Result<(), Status> {
+        match root {
+            Some(root) => self.authorize(principal, verb, Target::Resource(root)),
+            None => self.authorize(
+                principal,
+                verb,
+                Target::Region {
+                    region: &self.node.region,
+                    kind: None,
+                },
+            ),
+        }
+    }
+
     /// Decodes a spec, naming a bad target uid as the core names targets
     /// (`refs.network.uid`, `refs.ports[0].uid`).
     fn decode_spec(&self, spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
@@ -188,6 +221,7 @@ impl Resources for ResourcesApi {
         request: Request<v1::ExplainDeletionRequest>,
     ) -> Result<Response<v1::DeletionExplanation>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         // One deadline for the whole explanation, forwarded or not.
         let budget = budget_within(EXPLAIN_BUDGET, request.metadata());
         let req = request.into_inner();
@@ -204,13 +238,17 @@ impl Resources for ResourcesApi {
                         call_owner(&region, "ExplainDeletion", budget, owner.explain_deletion(forwarded)).await?;
                     return Ok(Response::new(answer));
                 }
+                self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
                 let span = info_span!("explain_deletion", region = %self.node.region, name = %name);
                 self.node.explain_resource(&name, budget).instrument(span).await?
             }
             (true, false) => {
                 let op = parse_operation_id(&req.operation_id, "operation_id")?;
                 let span = info_span!("explain_deletion", region = %self.node.region, operation = %op);
-                self.node.explain(op, budget).instrument(span).await?
+                let explanation = self.node.explain(op, budget).instrument(span).await?;
+                // Read first: the operation names its root.
+                self.authorize_operation_read(&principal, Verb::Get, explanation.root.as_ref().map(|r| &r.name))?;
+                explanation
             }
             _ => {
                 return Err(invalid_field(
@@ -224,15 +262,18 @@ impl Resources for ResourcesApi {
 
     async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let raw = request.into_inner();
         let spec = raw
             .resource
             .clone()
             .ok_or_else(|| invalid_field("resource", "is required"))?;
-        if let Some((region, mut owner)) = self.route(&parse_name(&spec.name, "name")?, "name")? {
+        let name = parse_name(&spec.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
             let created = call_owner(&region, "Create", FORWARD_TIMEOUT, owner.create(raw)).await?;
             return Ok(Response::new(created));
         }
+        self.authorize(&principal, Verb::Create, Target::Resource(&name))?;
         let spec = self.decode_spec(spec, "")?;
         let mut created = self.node.create(vec![spec]).await?;
         let r = created
@@ -246,18 +287,18 @@ impl Resources for ResourcesApi {
         request: Request<v1::BatchCreateRequest>,
     ) -> Result<Response<v1::BatchCreateResponse>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let specs = request.into_inner().resources;
         let max = self.node.limits.max_batch_create;
         if specs.is_empty() || specs.len() > max {
             return Err(invalid_field("resources", format!("must hold 1 to {max} resources")));
         }
         let mut regions = BTreeSet::new();
+        let mut names = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
-            regions.insert(
-                parse_name(&spec.name, &format!("resources[{i}].name"))?
-                    .region()
-                    .to_owned(),
-            );
+            let name = parse_name(&spec.name, &format!("resources[{i}].name"))?;
+            regions.insert(name.region().to_owned());
+            names.push(name);
         }
         if regions.len() > 1 {
             return Err(invalid_field(
@@ -274,6 +315,20 @@ impl Resources for ResourcesApi {
                 return Ok(Response::new(created));
             }
         }
+        // One transaction: refused whole when any resource is, naming each.
+        let mut denied: Option<Denied> = None;
+        for name in &names {
+            if let Err(Fault::Denied(one)) = self.node.authorize(&principal, Verb::Create, Target::Resource(name)) {
+                match &mut denied {
+                    None => denied = Some(one),
+                    Some(all) if all.members.len() < Denied::MAX_MEMBERS => all.members.extend(one.members),
+                    Some(all) => all.more += 1,
+                }
+            }
+        }
+        if let Some(denied) = denied {
+            return Err(Fault::Denied(denied).into());
+        }
         let specs = specs
             .into_iter()
             .enumerate()
@@ -289,12 +344,14 @@ impl Resources for ResourcesApi {
 
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let found = call_owner(&region, "Get", FORWARD_TIMEOUT, owner.get(raw)).await?;
             return Ok(Response::new(found));
         }
+        self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
         Ok(Response::new(present(&self.node.get(&name).await?)))
     }
 
@@ -313,15 +370,18 @@ impl Resources for ResourcesApi {
 
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let spec = req
             .resource
             .clone()
             .ok_or_else(|| invalid_field("resource", "is required"))?;
-        if let Some((region, mut owner)) = self.route(&parse_name(&spec.name, "name")?, "name")? {
+        let name = parse_name(&spec.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
             let updated = call_owner(&region, "Update", FORWARD_TIMEOUT, owner.update(req)).await?;
             return Ok(Response::new(updated));
         }
+        self.authorize(&principal, Verb::Update, Target::Resource(&name))?;
         let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self.node.update(spec, etag).await?;
@@ -364,12 +424,14 @@ impl Resources for ResourcesApi {
 
     async fn add_lien(&self, request: Request<v1::AddLienRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let answer = call_owner(&region, "AddLien", FORWARD_TIMEOUT, owner.add_lien(req)).await?;
             return Ok(Response::new(answer));
         }
+        self.authorize(&principal, Verb::Lien, Target::Resource(&name))?;
         let span = info_span!("add_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let lien = AddLien {
             name: req.name,
@@ -388,12 +450,14 @@ impl Resources for ResourcesApi {
 
     async fn remove_lien(&self, request: Request<v1::RemoveLienRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let answer = call_owner(&region, "RemoveLien", FORWARD_TIMEOUT, owner.remove_lien(req)).await?;
             return Ok(Response::new(answer));
         }
+        self.authorize(&principal, Verb::Lien, Target::Resource(&name))?;
         let span = info_span!("remove_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self
@@ -409,12 +473,14 @@ impl Resources for ResourcesApi {
         request: Request<v1::RemoveFinalizerRequest>,
     ) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let answer = call_owner(&region, "RemoveFinalizer", FORWARD_TIMEOUT, owner.remove_finalizer(req)).await?;
             return Ok(Response::new(answer));
         }
+        self.authorize(&principal, Verb::Finalize, Target::Resource(&name))?;
         let req = convert::remove_finalizer_request(req)?;
         let span = info_span!("remove_finalizer", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
         let r = self.node.remove_finalizer(req).instrument(span).await?;
@@ -426,6 +492,7 @@ impl Resources for ResourcesApi {
         request: Request<v1::ReportFinalizerFailureRequest>,
     ) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -438,6 +505,7 @@ impl Resources for ResourcesApi {
             .await?;
             return Ok(Response::new(answer));
         }
+        self.authorize(&principal, Verb::Finalize, Target::Resource(&name))?;
         let req = convert::finalizer_failure_request(req)?;
         let span = info_span!("report_finalizer_failure", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
         let r = self.node.report_finalizer_failure(req).instrument(span).await?;
@@ -453,16 +521,20 @@ impl Resources for ResourcesApi {
         // deadline when it leaves less (the probe round and the page's reads
         // may take one each).
         let read_timeout = budget_within(2 * OPERATION_READ_TIMEOUT, request.metadata()) / 2;
+        let principal = caller(&request);
         let req = request.into_inner();
         let id = parse_operation_id(&req.id, "id")?;
         let page_size = match req.outcomes_page_size {
             0 => self.node.limits.default_page_size,
             n => n as usize,
         };
-        Ok(Response::new(
-            self.operation(id, page_size, &req.outcomes_page_token, read_timeout)
-                .await?,
-        ))
+        let operation = self
+            .operation(id, page_size, &req.outcomes_page_token, read_timeout)
+            .await?;
+        // Read first: the operation names its root (shown only if allowed).
+        let root = operation.root.as_ref().and_then(|r| ResourceName::parse(&r.name).ok());
+        self.authorize_operation_read(&principal, Verb::Get, root.as_ref())?;
+        Ok(Response::new(operation))
     }
 
     type WatchOperationStream = BoxStream<v1::Operation>;
@@ -472,12 +544,14 @@ impl Resources for ResourcesApi {
         request: Request<v1::WatchOperationRequest>,
     ) -> Result<Response<Self::WatchOperationStream>, Status> {
         request.get_ref().check_bounds()?;
+        let principal = caller(&request);
         let id = parse_operation_id(&request.into_inner().id, "id")?;
         let node = self.node.clone();
         // Subscribe before the first read so no local change falls in between;
         // other regions' parts are polled.
         let mut events = node.events.subscribe();
         let first = node.operation(id, 0, None).await?;
+        self.authorize_operation_read(&principal, Verb::Watch, Some(&first.operation.root.name))?;
         let (tx, rx) = mpsc::channel(16);
         let mut stop = node.shutting_down.subscribe();
         let poll = if node.peers.regions().next().is_some() {
@@ -542,12 +616,21 @@ impl Resources for ResourcesApi {
         let watcher = Watcher::Client {
             addr: request.remote_addr(),
         };
+        let principal = caller(&request);
         let req = request.into_inner();
         if !req.kind.is_empty() {
             self.node
                 .known_kind(&req.kind, "kind", format_args!("unknown kind {}", quote(&req.kind)))
                 .map_err(refused)?;
         }
+        self.authorize(
+            &principal,
+            Verb::Watch,
+            Target::Region {
+                region: &self.node.region,
+                kind: (!req.kind.is_empty()).then_some(req.kind.as_str()),
+            },
+        )?;
         let kind = (!req.kind.is_empty()).then_some(req.kind);
         let span = info_span!("watch", region = %self.node.region, from = req.from_revision);
         let stream = outbox_stream(

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use cascade_core::auth::{AllowAll, Authorize};
 
+pub mod policy;
+
 /// Whether callers are authenticated at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AuthMode {
@@ -138,22 +140,30 @@ impl Default for AuditSettings {
 /// Why the node cannot start with its `[auth]` settings.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    #[error("[auth] policy_file: {0}")]
-    Policy(String),
+    #[error("[auth] policy_file {0}")]
+    Policy(#[from] policy::PolicyError),
     #[error("[auth] mode = \"required\" needs policy_file")]
     NoPolicy,
 }
 
 /// The authorizer a node starts with: everybody may do everything with
-/// authentication off, the policy file's decisions otherwise.
-pub fn build_authorizer(settings: &AuthSettings) -> Result<Arc<dyn Authorize>, AuthError> {
+/// authentication off, the policy file's decisions otherwise (read and
+/// validated now: a broken file is an error naming its line; then watched
+/// for changes while the authorizer lives). Its metrics go to `registry`.
+pub fn build_authorizer(
+    settings: &AuthSettings,
+    registry: &prometheus::Registry,
+) -> Result<Arc<dyn Authorize>, AuthError> {
     match settings.mode {
         AuthMode::Off => Ok(Arc::new(AllowAll)),
         AuthMode::Required if settings.allow_all_for_tests => Ok(Arc::new(AllowAll)),
         AuthMode::Required => {
-            // The Cedar policy engine lands in `policy.rs` (issue 27, helper "policy").
-            let _ = settings.policy_file.as_ref().ok_or(AuthError::NoPolicy)?;
-            Err(AuthError::Policy("the policy engine is not built yet".to_owned()))
+            let path = settings.policy_file.as_ref().ok_or(AuthError::NoPolicy)?;
+            let authorizer = Arc::new(policy::PolicyAuthorizer::load(path, registry)?);
+            tracing::info!(path = %path.display(), policies = authorizer.policies_in_force(),
+                "policy loaded: {} policies in force", authorizer.policies_in_force());
+            policy::watch_policy_file(Arc::downgrade(&authorizer));
+            Ok(authorizer)
         }
     }
 }
