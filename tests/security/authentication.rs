@@ -172,7 +172,6 @@ fn with_bearer<M>(message: M, bearer: &str) -> Request<M> {
 fn create(name: &str) -> v1::CreateRequest {
     v1::CreateRequest {
         resource: Some(spec(name, &[])),
-        ..Default::default()
     }
 }
 
@@ -181,10 +180,7 @@ fn delete(name: &str) -> v1::DeleteRequest {
 }
 
 fn get(name: &str) -> v1::GetRequest {
-    v1::GetRequest {
-        name: full(name),
-        ..Default::default()
-    }
+    v1::GetRequest { name: full(name) }
 }
 
 /// A call refused UNAUTHENTICATED, with its message.
@@ -320,11 +316,8 @@ async fn a_token_a_jwt_and_a_certificate_each_authenticate_also_through_another_
     // caller it authenticated, which us-east believes from eu-west's
     // region certificate.
     let remote = "us-east/project/far";
-    let mut forwarded = v1::CreateRequest {
-        resource: Some(spec("project/far", &[])),
-        ..Default::default()
-    };
-    forwarded.resource.as_mut().unwrap().name = remote.to_owned();
+    // `spec` names the resource with the region it is given.
+    let forwarded = create(remote);
     plain
         .create(with_bearer(forwarded, CI_TOKEN))
         .await
@@ -334,7 +327,6 @@ async fn a_token_a_jwt_and_a_certificate_each_authenticate_also_through_another_
         .get(with_bearer(
             v1::GetRequest {
                 name: remote.to_owned(),
-                ..Default::default()
             },
             CI_TOKEN,
         ))
