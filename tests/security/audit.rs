@@ -164,14 +164,14 @@ async fn filters_return_exactly_the_matching_entries_across_pages() {
     })
     .await;
     let c = &n.client;
-    for i in 0..12 {
+    for i in 0..12u32 {
         let created = c.create(project(&format!("p{i}"))).await.expect("create");
-        if i % 3 == 0 {
+        if i.is_multiple_of(3) {
             let mut changed = project(&format!("p{i}"));
             changed.attributes.insert("tier".into(), "gold".into());
             c.update(changed, &created.etag).await.expect("update");
         }
-        if i % 4 == 0 {
+        if i.is_multiple_of(4) {
             delete_and_wait(c, &format!("project/p{i}"), false).await;
         }
         if i == 5 {
@@ -192,7 +192,11 @@ async fn filters_return_exactly_the_matching_entries_across_pages() {
     }
     let admin = admin_of(&n).await;
     let log = audit_log(&admin, v1::ListAuditRequest::default(), 1000).await;
-    assert_eq!(log.len(), 12 + 4 + 3 + 1, "creates, updates, deletes, the refusal: {log:#?}");
+    assert_eq!(
+        log.len(),
+        12 + 4 + 3 + 1,
+        "creates, updates, deletes, the refusal: {log:#?}"
+    );
     let ids = |entries: &[v1::AuditEntry]| entries.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
     let expect =
         |keep: &dyn Fn(&v1::AuditEntry) -> bool| ids(&log.iter().filter(|e| keep(e)).cloned().collect::<Vec<_>>());

@@ -465,9 +465,9 @@ mod tests {
         AuditEntry {
             id: Uid(uuid::Builder::from_unix_timestamp_millis(ms, &[i as u8; 10]).into_uuid()),
             time: Timestamp(ms),
-            who: if i % 2 == 0 { "alice" } else { "bob" }.to_owned(),
-            action: if i % 3 == 0 { "delete" } else { "create" }.to_owned(),
-            target: if i % 3 == 0 {
+            who: if i.is_multiple_of(2) { "alice" } else { "bob" }.to_owned(),
+            action: if i.is_multiple_of(3) { "delete" } else { "create" }.to_owned(),
+            target: if i.is_multiple_of(3) {
                 "eu-west/network/n"
             } else {
                 "eu-west/port/p"
@@ -516,12 +516,12 @@ mod tests {
             principal: Some("alice".into()),
             ..AuditFilter::default()
         };
-        assert_eq!(all_pages(&store, &alice, 7).0, expect(&|i| i % 2 == 0));
+        assert_eq!(all_pages(&store, &alice, 7).0, expect(&|i| i.is_multiple_of(2)));
         let network = AuditFilter {
             resource: Some("eu-west/network/n".into()),
             ..AuditFilter::default()
         };
-        assert_eq!(all_pages(&store, &network, 5).0, expect(&|i| i % 3 == 0));
+        assert_eq!(all_pages(&store, &network, 5).0, expect(&|i| i.is_multiple_of(3)));
         let deletes_by_bob = AuditFilter {
             principal: Some("bob".into()),
             action: Some("delete".into()),
