@@ -42,10 +42,18 @@ pub async fn retention(spec_: &RowSpec) -> Result<Row> {
     row.rate_per_s = Some((spec_.n as f64 / on.wall_s).round());
     row.audit_off_p50_ms = off.p50_ms;
     row.audit_off_p99_ms = off.p99_ms;
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |x| format!("{x:.1}"));
     row.note = Some(format!(
-        "max_entries {kept}: small Creates p50/p99 {:?}/{:?} ms with pruning, {:?}/{:?} ms without ({} and {} creates); \
+        "max_entries {kept}: small Creates p50/p99 {}/{} ms with pruning, {}/{} ms without ({} and {} creates); \
          the load took {:.2} s and {:.2} s",
-        on.p50_ms, on.p99_ms, off.p50_ms, off.p99_ms, on.writes, off.writes, on.wall_s, off.wall_s
+        ms(on.p50_ms),
+        ms(on.p99_ms),
+        ms(off.p50_ms),
+        ms(off.p99_ms),
+        on.writes,
+        off.writes,
+        on.wall_s,
+        off.wall_s
     ));
     Ok(row)
 }
