@@ -222,6 +222,7 @@ async fn an_administrator_finds_and_retries_a_failed_deletion_and_the_audit_log_
                 region: "ra".into(),
                 page_size: 1,
                 page_token: token,
+                ..Default::default()
             })
             .await
             .unwrap();

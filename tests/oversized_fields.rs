@@ -488,6 +488,8 @@ async fn outcomes_and_audit_pages_over_the_byte_budget_end_early_and_continue() 
             .list_audit(v1::ListAuditRequest {
                 page_size: 1000,
                 page_token: token,
+                // The creates and the cascade above are audited too.
+                action: "ForcePurge (force)".into(),
                 ..Default::default()
             })
             .await

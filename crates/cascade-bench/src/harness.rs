@@ -87,6 +87,8 @@ pub struct ClusterSpec<'a> {
     pub tick: Duration,
     /// The database of engine postgres.
     pub postgres: Option<&'a PgTarget>,
+    /// `[audit] max_entries` of every node (None: the default).
+    pub audit_max_entries: Option<u64>,
 }
 
 impl<'a> ClusterSpec<'a> {
@@ -99,6 +101,7 @@ impl<'a> ClusterSpec<'a> {
             peers_of: None,
             tick: Duration::from_millis(row.tick_ms),
             postgres: row.postgres.as_ref(),
+            audit_max_entries: None,
         }
     }
 }
@@ -124,6 +127,9 @@ impl Cluster {
             let mut settings = NodeSettings::new(RegionId::parse(region)?, schema.clone(), None);
             engine_settings(spec.engine, &mut settings, &dir.path().join(region))?;
             settings.tick = spec.tick;
+            if let Some(max) = spec.audit_max_entries {
+                settings.audit.max_entries = max;
+            }
             let peers = match spec.peers_of {
                 Some(f) => f(i),
                 None => (0..spec.regions.len()).filter(|&j| j != i).collect(),

@@ -61,6 +61,7 @@
 // Its report is its output.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod audit;
 mod baseline;
 mod decision;
 
@@ -100,7 +101,7 @@ struct Cli {
     /// Engines to run (default: every engine this build has).
     #[arg(long, value_delimiter = ',')]
     engines: Option<Vec<String>>,
-    /// Scenarios to run: p1 (with its baseline), p2, p3, p4, p5 (default: all).
+    /// Scenarios to run: p1 (with its baseline), p2, p3, p4, p5, audit (default: all).
     #[arg(long, value_delimiter = ',')]
     scenarios: Option<Vec<String>>,
     /// P1 shapes to run: flat, tree, unset (default: all three).
@@ -158,6 +159,7 @@ struct Sizes {
     p2: Vec<u64>,
     p3: Vec<(usize, usize)>,
     p5: Vec<u64>,
+    audit: Vec<u64>,
 }
 
 fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
@@ -168,6 +170,7 @@ fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
             p2: vec![5_000],
             p3: vec![(10, 200)],
             p5: vec![5_000],
+            audit: vec![10_000],
         }
     } else {
         Sizes {
@@ -176,6 +179,7 @@ fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
             p2: vec![1_000_000],
             p3: vec![(10, 2_000), (50, 2_000)],
             p5: vec![100_000],
+            audit: vec![200_000],
         }
     };
     if let Some(n) = n {
@@ -183,6 +187,7 @@ fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
         s.p1_shapes = n.to_vec();
         s.p2 = n.to_vec();
         s.p5 = n.to_vec();
+        s.audit = n.to_vec();
     }
     s
 }
@@ -239,6 +244,7 @@ fn plan(
                 })),
                 Scenario::P4 => out.push(base(scenario, engine, 0, 1)),
                 Scenario::P5 => out.extend(s.p5.iter().map(|&n| base(scenario, engine, n, 2))),
+                Scenario::Audit => out.extend(s.audit.iter().map(|&n| base(scenario, engine, n, 1))),
                 Scenario::Baseline | Scenario::Native => {}
             }
         }
@@ -444,6 +450,7 @@ async fn measure(spec: &RowSpec) -> Result<Row> {
         Scenario::P3 => remote::p3(spec).await,
         Scenario::P4 => local::p4(spec).await,
         Scenario::P5 => remote::p5(spec).await,
+        Scenario::Audit => audit::retention(spec).await,
     }
 }
 

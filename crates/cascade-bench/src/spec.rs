@@ -56,10 +56,20 @@ pub enum Scenario {
     P3,
     P4,
     P5,
+    /// The audit log's retention under a P1-like load: the writer's
+    /// latency with pruning off and on (`audit.rs`).
+    Audit,
 }
 
 impl Scenario {
-    pub const SELECTABLE: [Scenario; 5] = [Scenario::P1, Scenario::P2, Scenario::P3, Scenario::P4, Scenario::P5];
+    pub const SELECTABLE: [Scenario; 6] = [
+        Scenario::P1,
+        Scenario::P2,
+        Scenario::P3,
+        Scenario::P4,
+        Scenario::P5,
+        Scenario::Audit,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -70,6 +80,7 @@ impl Scenario {
             Scenario::P3 => "p3",
             Scenario::P4 => "p4",
             Scenario::P5 => "p5",
+            Scenario::Audit => "audit",
         }
     }
 
@@ -77,7 +88,7 @@ impl Scenario {
         Self::SELECTABLE
             .into_iter()
             .find(|e| e.as_str() == s)
-            .ok_or_else(|| format!("unknown scenario {s:?} (p1, p2, p3, p4, p5; p1 brings its baseline)"))
+            .ok_or_else(|| format!("unknown scenario {s:?} (p1, p2, p3, p4, p5, audit; p1 brings its baseline)"))
     }
 }
 
@@ -230,6 +241,12 @@ pub struct Row {
     pub max_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tick_ms: Option<u64>,
+    /// Audit rows: the small Creates' p50 and p99 with pruning off (the
+    /// row's `p50_ms` and `p99_ms` are with pruning on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_off_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_off_p99_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The row could not be measured: why.

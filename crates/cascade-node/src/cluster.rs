@@ -338,14 +338,20 @@ impl Node {
     /// answers ALREADY_EXISTS (a Get returns it), refused and removed
     /// leaves the name free, and owners that cannot be asked make this
     /// create UNAVAILABLE naming their region.
-    pub(crate) async fn create(&self, mut specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Fault> {
+    /// Each resource created is audited for `audit`, in the step that
+    /// commits it (CREATING or ACTIVE).
+    pub(crate) async fn create(
+        &self,
+        mut specs: Vec<ResourceSpec>,
+        audit: crate::audit::AuditContext,
+    ) -> Result<Vec<Resource>, Fault> {
         self.resolve_remote(&mut specs, &BTreeMap::new()).await?;
         // Kept to name a refused reference in the request's terms.
         let refused = self.located(&specs);
         let mut rounds = specs.len() + 1;
         let created = loop {
             rounds -= 1;
-            match self.writer.create(specs.clone()).await {
+            match self.writer.create(specs.clone(), Some(audit.clone())).await {
                 Err(Fault::Refused(CoreError::CreateUnsettled { name, uid })) if rounds > 0 => {
                     debug!(region = %self.region, %name, %uid, "an earlier create of the name is unsettled; settling it first");
                     self.finish_unsettled(&specs, &name, uid).await?;
@@ -462,14 +468,20 @@ impl Node {
     /// Updates a resource of this region. New cross-region references are
     /// committed first (with a durable intent) and then attached; an owner
     /// that refuses gets its reference taken back and the call fails.
-    pub(crate) async fn update(&self, mut spec: ResourceSpec, etag: Option<String>) -> Result<Resource, Fault> {
+    /// Audited for `audit` in the step that commits it.
+    pub(crate) async fn update(
+        &self,
+        mut spec: ResourceSpec,
+        etag: Option<String>,
+        audit: crate::audit::AuditContext,
+    ) -> Result<Resource, Fault> {
         let held = match ResourceName::parse(&spec.name) {
             Ok(name) => self.state().get_resource(&name)?.map(|r| r.refs).unwrap_or_default(),
             Err(_) => BTreeMap::new(), // the core reports it
         };
         self.resolve_remote(std::slice::from_mut(&mut spec), &held).await?;
         let refused = self.located(std::slice::from_ref(&spec));
-        let updated = self.writer.update(spec, etag).await.map_err(&refused)?;
+        let updated = self.writer.update(spec, etag, Some(audit)).await.map_err(&refused)?;
         match self.attach_pending(&updated).await? {
             Ok(r) => Ok(r),
             Err(e @ CoreError::RegionUnavailable { .. }) => {
@@ -495,6 +507,7 @@ impl Node {
         &self,
         mut req: DeleteRequest,
         budget: std::time::Duration,
+        audit: crate::audit::AuditContext,
     ) -> Result<(DeleteOutcome, Vec<String>), Fault> {
         // An orphan delete refuses for no `cascade` referrer: nothing to ask.
         if !req.cascade && !req.orphan {
@@ -502,7 +515,9 @@ impl Node {
             req.remote_kept = self.remote_kept(&name).await?;
         }
         let cascade = req.cascade && !req.orphan;
-        match self.writer.delete(req).await? {
+        // A deletion that starts is audited (`delete`, `cascade` or
+        // `orphan`) in its step; a dry run changes nothing and is not.
+        match self.writer.delete(req, Some(audit)).await? {
             DeleteOutcome::DryRun(plan) => {
                 let (plan, unreachable) = self.plan_everywhere(plan, cascade, budget).await;
                 Ok((DeleteOutcome::DryRun(plan), unreachable))

@@ -14,7 +14,9 @@
 //!   and the event's (a resource's liens, written only when it has one, so
 //!   every other resource keeps version 1's bytes), and the deletion
 //!   record's (its finalizer failures, written only when a controller
-//!   reported one). A record
+//!   reported one), and the audit entry's (the principal's groups, how it
+//!   proved itself, the node, the region it came through and the rule:
+//!   every entry a node of issue 27 writes). A record
 //!   is decoded by its own version byte, so a store holding both opens
 //!   without a migration.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
@@ -36,7 +38,9 @@ use postcard::ser_flavors::Size;
 use serde::de::DeserializeOwned;
 
 use crate::store::{Batch, Store, StoreError, Table};
+pub use audit_log::AuditPruned;
 
+mod audit_log;
 pub mod stored;
 #[cfg(test)]
 mod tests;
@@ -50,7 +54,6 @@ static UNDECODED_ROWS: crate::log_throttle::Throttle =
 const GENERATION: &[u8] = b"generation";
 /// The first revision still in the outbox (everything below was compacted).
 const OUTBOX_FLOOR: &[u8] = b"outbox_floor";
-
 /// Pending releases are grouped by the owner region they go to.
 pub fn release_key(region: &str, k: &BackRefKey) -> Vec<u8> {
     let mut out = release_prefix(region);
@@ -180,7 +183,6 @@ records! {
     Outcome => Outcome,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
-    AuditEntry => AuditEntry,
 }
 
 /// A record whose version 2 only appends a field that is usually empty:
@@ -214,6 +216,9 @@ records_with_an_optional_second_layout! {
     Event => Event, EventV2, |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
     DeletionRecord => DeletionRecord, DeletionRecordV2, |d| !d.finalizer_failures.is_empty() || d.forced.is_some();
     RemoteDeletion => RemoteDeletion, RemoteDeletionV2, |r| r.forced;
+    AuditEntry => AuditEntry, AuditEntryV2, |e| {
+        !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
+    };
 }
 
 /// Written as version 2 (with the walk); version 1 still read.
@@ -725,6 +730,18 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
     }
     for entry in &w.audit {
         b.put(Table::Audit, entry.id.as_bytes().to_vec(), entry.encode(Table::Audit)?);
+    }
+    if !w.audit.is_empty() {
+        // The count moves in the batch that adds the entries; until the
+        // first retention step counted the table, there is none to move.
+        if let Some(count) = state.audit_count()? {
+            let count = count + w.audit.len() as u64;
+            b.put(
+                Table::Meta,
+                audit_log::AUDIT_ENTRIES.to_vec(),
+                count.to_be_bytes().to_vec(),
+            );
+        }
     }
     Ok(b)
 }

@@ -79,6 +79,8 @@ pub mod clock;
 pub mod entropy;
 pub mod ha;
 mod log_throttle;
+// The audit log's vocabulary (contexts, refusal budget, retention): core types only.
+mod audit;
 pub mod peers;
 
 pub use api::limits::{limits, Amount, Limit};

@@ -90,6 +90,8 @@ pub struct NodeMetrics {
     scan_truncated: IntGaugeVec,
     outbox_events: IntGauge,
     outbox_floor: IntGauge,
+    audit_entries: IntGauge,
+    audit_pruned: IntCounter,
     outbox_last: IntGauge,
     peer_connected: IntGaugeVec,
     peer_events_behind: IntGaugeVec,
@@ -218,6 +220,14 @@ impl NodeMetrics {
             outbox_floor: registered(&r, build(IntGauge::new(
                 "cascade_outbox_floor_revision",
                 "The oldest revision still in the outbox: compaction removed everything below.",
+            ))),
+            audit_entries: registered(&r, build(IntGauge::new(
+                "cascade_audit_entries",
+                "Entries this region's audit log holds (-1 until the first retention step counted a log from before the count was kept).",
+            ))),
+            audit_pruned: registered(&r, build(IntCounter::new(
+                "cascade_audit_pruned_total",
+                "Audit entries retention removed ([audit] retain and max_entries).",
             ))),
             writer_epoch: registered(&r, build(IntGauge::new(
                 "cascade_writer_epoch",
@@ -393,6 +403,11 @@ impl NodeMetrics {
         self.writer_commit_failures.inc();
     }
 
+    /// A retention step removed `n` audit entries.
+    pub(crate) fn audit_pruned(&self, n: usize) {
+        self.audit_pruned.inc_by(n as u64);
+    }
+
     /// The writer reopened the storage engine to heal it.
     pub(crate) fn store_reopened(&self) {
         self.store_reopens.inc();
@@ -504,6 +519,9 @@ impl NodeMetrics {
         self.outbox_last.set(last as i64);
         self.outbox_floor.set(floor as i64);
         self.outbox_events.set(next.saturating_sub(floor) as i64);
+        let audited = state.audit_count()?;
+        self.audit_entries
+            .set(audited.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX)));
         let (mut outbox_truncated, mut releases_truncated) = (false, false);
         for peer in node.peer_regions() {
             let behind = match node.peer_events_behind(peer, SCRAPE_SCAN_LIMIT)? {

@@ -30,6 +30,7 @@ use cascade_core::{BackRef, BackRefKey, CoreError, Ctx, OperationId, RegionId, R
 use tokio::sync::{broadcast, watch};
 use tracing::info;
 
+use crate::audit::{AuditContext, Change, RefusalBudget};
 use crate::clock::{Clock, SystemClock};
 use crate::codec::StoreState;
 use crate::config::{AdminAccess, ApiLimits, NodeSettings};
@@ -148,10 +149,16 @@ pub struct Node {
     pub(crate) auth: crate::auth::AuthSettings,
     /// What each principal may do: the policy in force (`auth/`).
     pub(crate) authorizer: Arc<dyn cascade_core::auth::Authorize>,
-    // Issue 27 lands in steps: what reads this follows.
-    /// What the audit log keeps (`[audit]`).
+    /// What the audit log keeps (`[audit]`); the writer prunes by it
+    /// (`WriterContext::audit_retention`, given when the node opens).
     #[allow(dead_code)]
     pub(crate) audit: crate::auth::AuditSettings,
+    /// Refusals audited this second, for every service of the node
+    /// ([`crate::audit::AUDITED_REFUSALS_PER_SECOND`]).
+    pub(crate) refusals_audited: RefusalBudget,
+    /// Audit entries cannot be written while the store refuses commits:
+    /// one line a window, with the count.
+    pub(crate) audit_failed: crate::log_throttle::Throttle,
     /// How often peer links send releases and look at their streams.
     pub(crate) link_tick: Duration,
     /// How often an owner asks each peer which back-references still stand.
@@ -184,6 +191,14 @@ pub struct Node {
     pub(crate) status_cache: StatusCache,
     /// Peer region → its nodes' addresses, as configured (joined by ", ").
     pub(crate) peer_addresses: BTreeMap<String, String>,
+}
+
+/// The audit log's line for one resource a step changed.
+fn changed(action: &'static str, r: &Resource) -> Vec<Change> {
+    vec![Change {
+        action,
+        target: r.name.to_string(),
+    }]
 }
 
 /// A resource as a reader sees it: with its deletion record (DELETING) and
@@ -369,6 +384,10 @@ impl Node {
             trace_marks: trace_marks.clone(),
             published: published.clone(),
             authorizer: authorizer.clone(),
+            audit_retention: crate::audit::Retention {
+                retain: Some(settings.audit.retain),
+                max_entries: Some(settings.audit.max_entries),
+            },
         })
         .await?;
         Ok(Self {
@@ -393,6 +412,8 @@ impl Node {
             auth: settings.auth,
             authorizer,
             audit: settings.audit,
+            refusals_audited: RefusalBudget::default(),
+            audit_failed: crate::log_throttle::Throttle::default(),
             link_tick: settings.tick,
             check_interval: settings.check_interval,
             link_timings: settings.links,
@@ -627,31 +648,65 @@ impl Node {
         }
     }
 
-    /// Places a lien on a resource of this region (see `protocol::lien`).
-    pub(crate) async fn add_lien(&self, req: cascade_core::protocol::AddLien) -> Result<Resource, Fault> {
+    /// Places a lien on a resource of this region (see `protocol::lien`);
+    /// audited for `audit` in the same step.
+    pub(crate) async fn add_lien(
+        &self,
+        req: cascade_core::protocol::AddLien,
+        audit: AuditContext,
+    ) -> Result<Resource, Fault> {
         self.writer
-            .apply(move |s, c, _| cascade_core::protocol::add_lien(s, c, req))
+            .apply_audited(
+                move |s, c, _| cascade_core::protocol::add_lien(s, c, req),
+                audit,
+                |r: &Resource| changed("add_lien", r),
+            )
             .await
     }
 
-    /// Removes a lien from a resource of this region; a deletion it held goes on.
-    pub(crate) async fn remove_lien(&self, name: String, id: String, etag: Option<String>) -> Result<Resource, Fault> {
+    /// Removes a lien from a resource of this region; a deletion it held
+    /// goes on. Audited for `audit` in the same step.
+    pub(crate) async fn remove_lien(
+        &self,
+        name: String,
+        id: String,
+        etag: Option<String>,
+        audit: AuditContext,
+    ) -> Result<Resource, Fault> {
         self.writer
-            .apply(move |s, c, _| cascade_core::protocol::remove_lien(s, c, &name, &id, etag.as_deref()))
+            .apply_audited(
+                move |s, c, _| cascade_core::protocol::remove_lien(s, c, &name, &id, etag.as_deref()),
+                audit,
+                |r: &Resource| changed("remove_lien", r),
+            )
             .await
     }
 
-    /// A finalizer controller's cleanup is done (see `protocol::finalizer`).
-    pub(crate) async fn remove_finalizer(&self, req: FinalizerReport) -> Result<Resource, Fault> {
+    /// A finalizer controller's cleanup is done (see `protocol::finalizer`);
+    /// audited for `audit` in the same step.
+    pub(crate) async fn remove_finalizer(&self, req: FinalizerReport, audit: AuditContext) -> Result<Resource, Fault> {
         self.writer
-            .apply(move |s, c, _| cascade_core::protocol::remove_finalizer(s, c, req))
+            .apply_audited(
+                move |s, c, _| cascade_core::protocol::remove_finalizer(s, c, req),
+                audit,
+                |r: &Resource| changed("remove_finalizer", r),
+            )
             .await
     }
 
-    /// A finalizer controller's cleanup failed (see `protocol::finalizer`).
-    pub(crate) async fn report_finalizer_failure(&self, req: FinalizerReport) -> Result<Resource, Fault> {
+    /// A finalizer controller's cleanup failed (see `protocol::finalizer`);
+    /// audited for `audit` in the same step.
+    pub(crate) async fn report_finalizer_failure(
+        &self,
+        req: FinalizerReport,
+        audit: AuditContext,
+    ) -> Result<Resource, Fault> {
         self.writer
-            .apply(move |s, c, _| cascade_core::protocol::report_finalizer_failure(s, c, req))
+            .apply_audited(
+                move |s, c, _| cascade_core::protocol::report_finalizer_failure(s, c, req),
+                audit,
+                |r: &Resource| changed("report_finalizer_failure", r),
+            )
             .await
     }
 

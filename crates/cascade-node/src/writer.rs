@@ -12,9 +12,11 @@
 //! before its events are published, so a client or watcher never sees a
 //! revision that a crash could take back.
 
+mod audited;
 mod healing;
 mod publish;
 mod release_hints;
+mod supervisor;
 mod write_stats;
 
 use std::sync::{Arc, RwLock};
@@ -23,10 +25,11 @@ use std::time::Duration;
 use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec, WorkReport};
 use cascade_core::state::WriteSet;
 use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource, Schema};
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::broadcast;
 use tracing::{debug, error, info, info_span, warn};
 
+use crate::audit::{AuditContext, Retention};
 use crate::clock::Clock;
 use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
@@ -37,6 +40,7 @@ use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
+use supervisor::{Supervisor, SupervisorMsg};
 pub use write_stats::{WriteStats, WriteStatsSnapshot};
 
 /// What the writer needs; shared by every incarnation of the actor.
@@ -71,6 +75,9 @@ pub struct WriterContext {
     /// How far streams may read the outbox: moved after each flush, and
     /// after a reopen (`outbox.rs`).
     pub published: Arc<crate::outbox::Published>,
+    /// What the audit log keeps (`[audit] retain`, `max_entries`): the
+    /// writer prunes it a bounded step a tick (`writer/audited.rs`).
+    pub audit_retention: Retention,
     // Issue 27 lands in steps: what reads these follows.
     #[allow(dead_code)]
     /// The policy a cascade asks about each member it would change (the
@@ -83,10 +90,27 @@ pub struct WriterContext {
 /// `Policy::closure_check_ms`, which reports it again (also after a restart).
 pub type ClosureChecks = Arc<std::sync::Mutex<std::collections::BTreeSet<cascade_core::OperationId>>>;
 
+/// A client's change carries who it is audited for (None: a step nobody
+/// asked for by name, such as settling a create, which is not audited);
+/// the writer appends one audit entry per change to the step's writes, so
+/// the change and its entry commit in one batch.
 pub enum WriterMsg {
-    Create(Vec<ResourceSpec>, RpcReplyPort<Result<Vec<Resource>, CoreError>>),
-    Update(ResourceSpec, Option<String>, RpcReplyPort<Result<Resource, CoreError>>),
-    Delete(DeleteRequest, RpcReplyPort<Result<DeleteOutcome, CoreError>>),
+    Create(
+        Vec<ResourceSpec>,
+        Option<AuditContext>,
+        RpcReplyPort<Result<Vec<Resource>, CoreError>>,
+    ),
+    Update(
+        ResourceSpec,
+        Option<String>,
+        Option<AuditContext>,
+        RpcReplyPort<Result<Resource, CoreError>>,
+    ),
+    Delete(
+        DeleteRequest,
+        Option<AuditContext>,
+        RpcReplyPort<Result<DeleteOutcome, CoreError>>,
+    ),
     /// Run one batch of due deletion work. At most one is in the mailbox
     /// at a time (`WriterState::work_queued`): a client's write queued
     /// behind it waits for one step, not for a backlog of them.
@@ -96,6 +120,10 @@ pub enum WriterMsg {
     Tick,
     /// Any other protocol step; the closure runs it and sends the reply.
     Apply(ApplyFn),
+    /// One more retention step of the audit log, queued by the last one
+    /// when it stopped at its limit (`writer/audited.rs`). At most one is
+    /// in the mailbox: client writes queued meanwhile go first.
+    PruneAudit,
     /// A message sent from within `span` (the caller's): the step's span
     /// is its child, so a step belongs to the trace of the call that asked
     /// for it (`WriterHandle` wraps every call).
@@ -125,6 +153,10 @@ pub struct WriterState {
     /// While commits fail: since when, how often, when to retry and
     /// whether to reopen the engine first (`writer/healing.rs`).
     healing: healing::Healing,
+    /// A `PruneAudit` is already in the mailbox.
+    prune_queued: bool,
+    /// Audit retention fails on every tick while the store refuses commits.
+    prune_failed: crate::log_throttle::Throttle,
 }
 
 /// The meta key the writer's health probe writes (see
@@ -404,21 +436,7 @@ impl WriterState {
         myself: &ActorRef<WriterMsg>,
         step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError>,
     ) -> Result<T, CoreError> {
-        let WriterState { ctx: wctx, ids, .. } = self;
-        let state = StoreState {
-            store: wctx.store.as_ref(),
-        };
-        let ctx = Ctx {
-            schema: &wctx.schema,
-            region: &wctx.region,
-            now: wctx.clock.now(),
-            policy: &wctx.policy,
-        };
-        let step = step(&state, ctx, ids)?;
-        if self.commit(step.writes)? {
-            self.kick(myself);
-        }
-        Ok(step.value)
+        self.run_audited(myself, step, None, |_| Vec::new())
     }
 
     fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
@@ -454,6 +472,8 @@ impl Actor for Writer {
             ticker: Some(ticker),
             work_failed: crate::log_throttle::Throttle::default(),
             healing: healing::Healing::default(),
+            prune_queued: false,
+            prune_failed: crate::log_throttle::Throttle::default(),
         };
         if !*state.ctx.committing.borrow() {
             // Restarted by the supervisor while commits were failing.
@@ -489,14 +509,20 @@ impl Actor for Writer {
             WriterMsg::Delete(..) => "delete",
             WriterMsg::Work => "deletion_work",
             WriterMsg::Apply(_) => "apply",
+            WriterMsg::PruneAudit => "audit_retention",
             WriterMsg::Tick | WriterMsg::Traced(..) => "tick",
         };
         match msg {
-            WriterMsg::Create(specs, reply) => {
+            WriterMsg::Create(specs, audit, reply) => {
                 let span = info_span!(parent: &caller, "create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
-                    state.run(&myself, |s, c, ids| protocol::create(s, c, ids, specs))
+                    state.run_audited(
+                        &myself,
+                        |s, c, ids| protocol::create(s, c, ids, specs),
+                        audit.as_ref(),
+                        audited::created,
+                    )
                 });
                 match &result {
                     Ok(created) => {
@@ -508,19 +534,30 @@ impl Actor for Writer {
                 }
                 let _ = reply.send(result);
             }
-            WriterMsg::Update(spec, etag, reply) => {
+            WriterMsg::Update(spec, etag, audit, reply) => {
                 let span = info_span!(parent: &caller, "update", %region, name = %spec.name);
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
-                    state.run(&myself, |s, c, _| protocol::update(s, c, spec, etag.as_deref()))
+                    state.run_audited(
+                        &myself,
+                        |s, c, _| protocol::update(s, c, spec, etag.as_deref()),
+                        audit.as_ref(),
+                        audited::updated,
+                    )
                 });
                 let _ = reply.send(result);
             }
-            WriterMsg::Delete(req, reply) => {
+            WriterMsg::Delete(req, audit, reply) => {
                 let span = info_span!(parent: &caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
                 let result = off_the_workers(state.ctx.store.waits_on_io(), || {
-                    state.run(&myself, |s, c, ids| protocol::delete(s, c, ids, req))
+                    let started = audited::deletion_started(&req);
+                    state.run_audited(
+                        &myself,
+                        |s, c, ids| protocol::delete(s, c, ids, req),
+                        audit.as_ref(),
+                        started,
+                    )
                 });
                 match &result {
                     Ok(DeleteOutcome::Accepted(op)) => {
@@ -539,6 +576,12 @@ impl Actor for Writer {
             }
             // Unwrapped above; a message traced twice is not sent.
             WriterMsg::Traced(..) => {}
+            WriterMsg::PruneAudit => {
+                state.prune_queued = false;
+                let span = info_span!("audit_retention", %region);
+                let _g = span.enter();
+                off_the_workers(state.ctx.store.waits_on_io(), || state.retain_audit(&myself));
+            }
             WriterMsg::Tick => {
                 // While commits fail, work steps would only fail again:
                 // the tick retries the store instead, and work resumes
@@ -547,7 +590,8 @@ impl Actor for Writer {
                     off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
                 }
                 if !state.healing.failing() {
-                    state.kick(&myself)
+                    state.kick(&myself);
+                    state.retain_audit(&myself);
                 }
             }
             WriterMsg::Work => {
@@ -608,89 +652,6 @@ pub(crate) fn off_the_workers<R>(waits_on_io: bool, step: impl FnOnce() -> R) ->
     }
 }
 
-/// Restarts the writer when it fails (a panic in a step) and repoints the handle.
-struct Supervisor;
-
-struct SupervisorState {
-    ctx: WriterContext,
-    current: Arc<RwLock<ActorRef<WriterMsg>>>,
-    /// Set when the node shuts down, so a stopping writer is not restarted.
-    stopping: bool,
-}
-
-pub enum SupervisorMsg {
-    Stop,
-}
-
-impl Actor for Supervisor {
-    type Msg = SupervisorMsg;
-    type State = SupervisorState;
-    type Arguments = (
-        WriterContext,
-        tokio::sync::oneshot::Sender<Arc<RwLock<ActorRef<WriterMsg>>>>,
-    );
-
-    async fn pre_start(
-        &self,
-        myself: ActorRef<SupervisorMsg>,
-        (ctx, ready): Self::Arguments,
-    ) -> Result<SupervisorState, ActorProcessingErr> {
-        let (writer, _) = Actor::spawn_linked(None, Writer, ctx.clone(), myself.get_cell()).await?;
-        let current = Arc::new(RwLock::new(writer));
-        let _ = ready.send(current.clone());
-        Ok(SupervisorState {
-            ctx,
-            current,
-            stopping: false,
-        })
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<SupervisorMsg>,
-        msg: SupervisorMsg,
-        state: &mut SupervisorState,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            SupervisorMsg::Stop => {
-                state.stopping = true;
-                let writer = state.current.read().map(|w| w.clone()).ok();
-                if let Some(w) = writer {
-                    w.stop(None);
-                }
-                myself.stop(None);
-            }
-        }
-        Ok(())
-    }
-
-    async fn handle_supervisor_evt(
-        &self,
-        myself: ActorRef<SupervisorMsg>,
-        evt: SupervisionEvent,
-        state: &mut SupervisorState,
-    ) -> Result<(), ActorProcessingErr> {
-        match evt {
-            SupervisionEvent::ActorFailed(_, err) if !state.stopping => {
-                error!(region = %state.ctx.region, error = %err, "writer failed; restarting it");
-                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
-                if let Ok(mut cur) = state.current.write() {
-                    *cur = writer;
-                }
-            }
-            SupervisionEvent::ActorTerminated(_, _, _) if !state.stopping => {
-                warn!(region = %state.ctx.region, "writer stopped unexpectedly; restarting it");
-                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
-                if let Ok(mut cur) = state.current.write() {
-                    *cur = writer;
-                }
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
 /// The node's way to the writer. Survives writer restarts. Every call
 /// answers the step's value, or a [`Fault`]: the protocol refused
 /// (`Refused`), or the writer did not answer (`Writer`).
@@ -743,16 +704,23 @@ impl WriterHandle {
         }
     }
 
-    pub async fn create(&self, specs: Vec<ResourceSpec>) -> Result<Vec<Resource>, Fault> {
-        self.call(|r| WriterMsg::Create(specs, r)).await
+    /// Creates, audited for `audit` when given (one entry per resource).
+    pub async fn create(&self, specs: Vec<ResourceSpec>, audit: Option<AuditContext>) -> Result<Vec<Resource>, Fault> {
+        self.call(|r| WriterMsg::Create(specs, audit, r)).await
     }
 
-    pub async fn update(&self, spec: ResourceSpec, etag: Option<String>) -> Result<Resource, Fault> {
-        self.call(|r| WriterMsg::Update(spec, etag, r)).await
+    pub async fn update(
+        &self,
+        spec: ResourceSpec,
+        etag: Option<String>,
+        audit: Option<AuditContext>,
+    ) -> Result<Resource, Fault> {
+        self.call(|r| WriterMsg::Update(spec, etag, audit, r)).await
     }
 
-    pub async fn delete(&self, req: DeleteRequest) -> Result<DeleteOutcome, Fault> {
-        self.call(|r| WriterMsg::Delete(req, r)).await
+    /// Deletes; a deletion that starts is audited for `audit` when given.
+    pub async fn delete(&self, req: DeleteRequest, audit: Option<AuditContext>) -> Result<DeleteOutcome, Fault> {
+        self.call(|r| WriterMsg::Delete(req, audit, r)).await
     }
 
     /// Runs any protocol step in the writer, committing its writes.

@@ -138,30 +138,30 @@ pub async fn run(client_args: &ClientArgs, args: &AuthArgs, json: bool) -> Resul
 }
 
 fn hash_token(principal: &str, groups: &[String]) -> Result<i32, ClientError> {
-            let mut input = String::new();
-            std::io::stdin()
-                .take(MAX_TOKEN_BYTES as u64 + 1)
-                .read_to_string(&mut input)
-                .map_err(|e| ClientError::Usage(format!("reading the token from stdin: {e}")))?;
-            let token = input.trim();
-            if token.len() > MAX_TOKEN_BYTES {
-                return Err(ClientError::Usage(format!(
-                    "a token is at most {MAX_TOKEN_BYTES} bytes"
-                )));
-            }
-            let (token, generated) = if token.is_empty() {
-                let mut bytes = [0u8; RANDOM_TOKEN_BYTES];
-                ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-                    .map_err(|_| ClientError::Usage("no randomness for a new token".into()))?;
-                (hex(&bytes), true)
-            } else {
-                (token.to_owned(), false)
-            };
-            #[allow(clippy::print_stdout)]
-            {
-                print!("{}", token_entry(&token, principal, groups, generated));
-            }
-            Ok(0)
+    let mut input = String::new();
+    std::io::stdin()
+        .take(MAX_TOKEN_BYTES as u64 + 1)
+        .read_to_string(&mut input)
+        .map_err(|e| ClientError::Usage(format!("reading the token from stdin: {e}")))?;
+    let token = input.trim();
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(ClientError::Usage(format!(
+            "a token is at most {MAX_TOKEN_BYTES} bytes"
+        )));
+    }
+    let (token, generated) = if token.is_empty() {
+        let mut bytes = [0u8; RANDOM_TOKEN_BYTES];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+            .map_err(|_| ClientError::Usage("no randomness for a new token".into()))?;
+        (hex(&bytes), true)
+    } else {
+        (token.to_owned(), false)
+    };
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", token_entry(&token, principal, groups, generated));
+    }
+    Ok(0)
 }
 
 async fn ask(client_args: &ClientArgs, args: &CanIArgs) -> Result<v1::CanIResponse, ClientError> {
@@ -169,7 +169,8 @@ async fn ask(client_args: &ClientArgs, args: &CanIArgs) -> Result<v1::CanIRespon
         &client_args.server,
         client_args.tls.load()?.as_ref(),
         client_args.bearer().map(str::to_owned),
-    ).await?;
+    )
+    .await?;
     client.can_i(can_i_request(args)).await
 }
 

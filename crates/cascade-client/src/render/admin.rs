@@ -100,6 +100,11 @@ pub fn audit_json(e: &v1::AuditEntry) -> Value {
         "target": e.target,
         "reason": e.reason,
         "outcome": e.outcome,
+        "groups": e.groups,
+        "via": e.via,
+        "node": e.node,
+        "through": e.through,
+        "rule": e.rule,
     })
 }
 

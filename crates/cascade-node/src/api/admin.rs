@@ -28,11 +28,12 @@ use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::{info, info_span, warn, Instrument};
 
-use crate::admin::{DeletionEntry, DeletionFilter};
+use crate::admin::{AuditFilter, DeletionEntry, DeletionFilter, Refusal};
 use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, vouch};
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
+use crate::audit::AuditContext;
 use crate::auth::AuthMode;
 use crate::node::Node;
 use crate::peers::RegionFigures;
@@ -42,19 +43,10 @@ use crate::status_cache::RegionStatus;
 /// from the client's certificate.
 pub(crate) const FORWARDED_FOR: &str = "cascade-admin-for";
 
-/// Refused calls written to the audit log per second, at most: each is a
-/// commit of the node's one writer, and anyone can make them. Beyond this
-/// they are only logged (with how many were left out).
-pub(crate) const AUDITED_REFUSALS_PER_SECOND: u32 = 10;
-
-/// The operators' API over one node.
+/// The operators' API over one node. Refusals are audited through
+/// [`Node::audit_refusal`] (rate-limited for the whole node).
 pub(crate) struct AdminApi {
     pub(crate) node: Arc<Node>,
-    /// (second, refusals audited in it).
-    pub(crate) audited_refusals: std::sync::Mutex<(u64, u32)>,
-    /// Audit entries cannot be written while the store refuses commits:
-    /// one line a window, with the count.
-    pub(crate) audit_failed: crate::log_throttle::Throttle,
     /// Anyone can be refused, as often as they like: one line a window.
     pub(crate) refusals_logged: crate::log_throttle::Throttle,
 }
@@ -64,6 +56,10 @@ pub(crate) struct AdminApi {
 struct Administrator {
     /// For the audit log: the certificate name, or "token".
     who: String,
+    /// How they proved it, for the audit log: `token` or `certificate`.
+    via: &'static str,
+    /// The region that forwarded the call for them (None: a direct call).
+    through: Option<String>,
     /// The headers a forwarded call carries.
     forward: MetadataMap,
 }
@@ -76,8 +72,11 @@ impl AdminApi {
         // vouches for them (`crate::peers::carrying`); what they may do is
         // the policy's (the admin.* verbs), `[admin]` is refused at start.
         if self.node.auth.mode == crate::auth::AuthMode::Required {
+            let principal = crate::api::principal::caller(request);
             return Ok(Administrator {
-                who: crate::api::principal::caller(request).id,
+                who: principal.id,
+                via: principal.via.as_str(),
+                through: None,
                 forward: MetadataMap::new(),
             });
         }
@@ -95,6 +94,8 @@ impl AdminApi {
                 }
                 return Ok(Administrator {
                     who: "token".to_owned(),
+                    via: "token",
+                    through: None,
                     forward,
                 });
             }
@@ -120,6 +121,8 @@ impl AdminApi {
             }
             return Ok(Administrator {
                 who: name.clone(),
+                via: "certificate",
+                through: None,
                 forward,
             });
         }
@@ -143,8 +146,14 @@ impl AdminApi {
                 if let Some(v) = metadata.get(FORWARDED_FOR) {
                     forward.insert(FORWARDED_FOR, v.clone());
                 }
+                let through = match &relayed {
+                    Some(Relayed::Direct(region) | Relayed::For(region)) => Some(region.to_string()),
+                    _ => None,
+                };
                 return Ok(Administrator {
                     who: format!("{identity} (through {forwarder})"),
+                    via: "certificate",
+                    through,
                     forward,
                 });
             }
@@ -174,49 +183,43 @@ impl AdminApi {
         let status = Status::permission_denied(format!("{action}: {presented} is not an administrator: {configured}"));
         // The audit entry is cut by the core; the log line likewise.
         let target = cut_stored(target, MAX_AUDIT_TARGET_BYTES);
-        let audited = self.audit_refusal_allowed();
+        let mut context = self.node.audit_context(&caller(request), "[admin] gate", None);
+        context.who = presented.clone();
+        let refusal = Refusal {
+            context,
+            action: action.to_owned(),
+            target: target.clone(),
+            outcome: format!("PERMISSION_DENIED: {}", status.message()),
+        };
+        let audited = self.node.audit_refusal(refusal).await;
         if let Some(more) = self.refusals_logged.admit() {
             warn!(region = %self.node.region, action, target = %target, caller = %presented, audited,
                 suppressed = more.count(), "refused an Admin call{more}");
         }
-        if audited {
-            let req = AdminRequest {
-                who: presented,
-                action: action.to_owned(),
-                target,
-                reason: String::new(),
-            };
-            match self
-                .node
-                .audit(req, format!("PERMISSION_DENIED: {}", status.message()))
-                .await
-            {
-                Ok(_) => {
-                    self.audit_failed.reset();
-                }
-                Err(e) => {
-                    if let Some(more) = self.audit_failed.admit() {
-                        warn!(region = %self.node.region, error = %e, suppressed = more.count(), "could not write the refusal to the audit log{more}");
-                    }
-                }
-            }
-        }
         Err(status)
     }
 
-    /// Whether this refusal may still be written to the audit log this
-    /// second (see [`AUDITED_REFUSALS_PER_SECOND`]).
-    fn audit_refusal_allowed(&self) -> bool {
-        let second = self.node.clock.now().0 / 1000;
-        let mut budget = self
-            .audited_refusals
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if budget.0 != second {
-            *budget = (second, 0);
+    /// The audit context of an administrator's call: the principal the
+    /// authentication layer found (anonymous while it is off), how the
+    /// `[admin]` gate knew them, the region that forwarded it, and the rule
+    /// of the decision for `verb` on this region.
+    fn admin_context<T>(&self, request: &Request<T>, admin: &Administrator, verb: Verb) -> AuditContext {
+        let principal = caller(request);
+        let region = &self.node.region;
+        // The rule for the log only: whether the caller may is decided by
+        // `authorize_admin` where the call is answered (and audited when
+        // refused there).
+        let decision = self
+            .node
+            .authorizer
+            .decide(&principal, verb, Target::Region { region, kind: None });
+        let mut context = self
+            .node
+            .audit_context(&principal, &decision.rule, admin.through.as_deref());
+        if principal.is_anonymous() {
+            context.via = admin.via.to_owned();
         }
-        budget.1 += 1;
-        budget.1 <= AUDITED_REFUSALS_PER_SECOND
+        context
     }
 
     /// Under `[auth] mode = "required"`, may the caller do the Admin `verb`
@@ -269,23 +272,23 @@ impl AdminApi {
 
     /// An administrator's action the node refused: audited with the status
     /// the caller gets.
-    async fn audited_refusal(&self, audit: AdminRequest, fault: crate::error::Fault) -> Status {
-        self.audited_status(audit, Status::from(fault)).await
+    async fn audited_refusal(&self, audit: AdminRequest, context: AuditContext, fault: crate::error::Fault) -> Status {
+        self.audited_status(audit, context, Status::from(fault)).await
     }
 
     /// A refusal of an administrator's action, audited (the core cuts
     /// every field of the entry to its limit).
-    async fn audited_status(&self, audit: AdminRequest, status: Status) -> Status {
+    async fn audited_status(&self, audit: AdminRequest, context: AuditContext, status: Status) -> Status {
         match self
             .node
-            .audit(audit, format!("{:?}: {}", status.code(), status.message()))
+            .audit(audit, format!("{:?}: {}", status.code(), status.message()), context)
             .await
         {
             Ok(_) => {
-                self.audit_failed.reset();
+                self.node.audit_failed.reset();
             }
             Err(e) => {
-                if let Some(more) = self.audit_failed.admit() {
+                if let Some(more) = self.node.audit_failed.admit() {
                     warn!(region = %self.node.region, error = %e, suppressed = more.count(), "could not write the audit log{more}");
                 }
             }
@@ -315,6 +318,30 @@ fn page_token(raw: &str, field: &str) -> Result<Option<Uid>, Status> {
         .map_err(|_| invalid_field(field, "not a token this API issued"))
 }
 
+/// The filters of a ListAudit request (empty strings and zeros: none).
+fn audit_filter(req: &v1::ListAuditRequest) -> Result<AuditFilter, Status> {
+    let text = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let time = |ms: i64, field: &str| match ms {
+        0 => Ok(None),
+        ms => u64::try_from(ms)
+            .map(Some)
+            .map_err(|_| invalid_field(field, "milliseconds since the epoch, not negative")),
+    };
+    let filter = AuditFilter {
+        principal: text(&req.principal),
+        resource: text(&req.resource),
+        action: text(&req.action),
+        since_ms: time(req.since_ms, "since_ms")?,
+        until_ms: time(req.until_ms, "until_ms")?,
+    };
+    if let (Some(since), Some(until)) = (filter.since_ms, filter.until_ms) {
+        if until < since {
+            return Err(invalid_field("until_ms", format!("{until} is before since_ms {since}")));
+        }
+    }
+    Ok(filter)
+}
+
 fn audit_entry(e: AuditEntry, region: &RegionId) -> v1::AuditEntry {
     v1::AuditEntry {
         id: e.id.to_string(),
@@ -325,6 +352,11 @@ fn audit_entry(e: AuditEntry, region: &RegionId) -> v1::AuditEntry {
         reason: e.reason,
         outcome: e.outcome,
         region: region.to_string(),
+        groups: e.groups,
+        via: e.via,
+        node: e.node,
+        through: e.through,
+        rule: e.rule,
     }
 }
 
@@ -389,6 +421,7 @@ impl Admin for AdminApi {
         let target = request.get_ref().name.clone();
         let admin = self.authenticate(&request, "RetryDeletion", &target).await?;
         let principal = caller(&request);
+        let context = self.admin_context(&request, &admin, Verb::AdminRetryDeletion);
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -397,7 +430,7 @@ impl Admin for AdminApi {
             reason: req.reason.clone(),
         };
         if let Err(refused) = req.check_bounds() {
-            return Err(self.audited_status(audit, refused).await);
+            return Err(self.audited_status(audit, context, refused).await);
         }
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
@@ -408,15 +441,20 @@ impl Admin for AdminApi {
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminRetryDeletion) {
-            return Err(self.audited_status(audit, denied).await);
+            return Err(self.audited_status(audit, context.clone(), denied).await);
         }
         let span = info_span!("retry_deletion", region = %self.node.region, name = %name, who = %admin.who);
-        match self.node.retry_deletion(req.name, audit.clone()).instrument(span).await {
+        match self
+            .node
+            .retry_deletion(req.name, audit.clone(), context.clone())
+            .instrument(span)
+            .await
+        {
             Ok(entry) => {
                 info!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who, "deletion retried");
                 Ok(Response::new(self.present(entry)?))
             }
-            Err(e) => Err(self.audited_refusal(audit, e).await),
+            Err(e) => Err(self.audited_refusal(audit, context, e).await),
         }
     }
 
@@ -427,6 +465,7 @@ impl Admin for AdminApi {
         let target = request.get_ref().name.clone();
         let admin = self.authenticate(&request, "ForcePurge", &target).await?;
         let principal = caller(&request);
+        let context = self.admin_context(&request, &admin, Verb::AdminForcePurge);
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -435,7 +474,7 @@ impl Admin for AdminApi {
             reason: req.reason.clone(),
         };
         if let Err(refused) = req.check_bounds() {
-            return Err(self.audited_status(audit, refused).await);
+            return Err(self.audited_status(audit, context, refused).await);
         }
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
@@ -446,13 +485,13 @@ impl Admin for AdminApi {
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminForcePurge) {
-            return Err(self.audited_status(audit, denied).await);
+            return Err(self.audited_status(audit, context.clone(), denied).await);
         }
         let span =
             info_span!("force_purge", region = %self.node.region, name = %name, who = %admin.who, force = req.force);
         match self
             .node
-            .force_purge(req.name, audit.clone(), req.force)
+            .force_purge(req.name, audit.clone(), req.force, context.clone())
             .instrument(span)
             .await
         {
@@ -461,7 +500,7 @@ impl Admin for AdminApi {
                     reason = %audit.reason, "deletion forced through by an administrator");
                 Ok(Response::new(self.present(entry)?))
             }
-            Err(e) => Err(self.audited_refusal(audit, e).await),
+            Err(e) => Err(self.audited_refusal(audit, context, e).await),
         }
     }
 
@@ -483,7 +522,8 @@ impl Admin for AdminApi {
         }
         self.authorize_admin(&principal, Verb::AdminListAudit)?;
         let after = page_token(&req.page_token, "page_token")?;
-        let (entries, next) = self.node.list_audit(req.page_size as usize, after)?;
+        let filter = audit_filter(&req)?;
+        let (entries, next) = self.node.list_audit(&filter, req.page_size as usize, after)?;
         let mut entries: Vec<v1::AuditEntry> = entries.into_iter().map(|e| audit_entry(e, &self.node.region)).collect();
         let mut next_page_token = next.map(|u| u.to_string()).unwrap_or_default();
         if fit_page(&mut entries, self.node.limits.page_bytes()) {

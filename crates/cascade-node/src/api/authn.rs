@@ -19,17 +19,16 @@
 //! calls this node makes for it ([`crate::peers::carrying`]): a
 //! request forwarded to another region's node, or a standby's to its
 //! writer, carries it vouched. Refusals are logged (throttled) and
-//! audited (at most [`crate::api::admin::AUDITED_REFUSALS_PER_SECOND`]).
+//! audited (at most [`crate::audit::AUDITED_REFUSALS_PER_SECOND`] a second).
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use cascade_core::auth::Principal;
 use cascade_core::limits::{cut_stored, quote, MAX_AUDIT_TARGET_BYTES};
-use cascade_core::protocol::AdminRequest;
 use cascade_core::RegionId;
 use tonic::body::Body;
 use tonic::metadata::MetadataMap;
@@ -38,7 +37,7 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tonic::Status;
 use tracing::warn;
 
-use crate::api::admin::AUDITED_REFUSALS_PER_SECOND;
+use crate::admin::Refusal;
 use crate::api::principal::{vouch_value, vouched, PRINCIPAL_HEADER};
 use crate::auth::identity::{refuse_region_identity, AuthnError, Identities};
 use crate::auth::rate::RateLimiter;
@@ -177,10 +176,7 @@ pub(crate) struct Gate {
     authenticator: Option<Authenticator>,
     /// `[auth.rate]`: mutating calls per principal.
     rate: Option<RateLimiter>,
-    /// (second, refusals audited in it).
-    audited: Mutex<(u64, u32)>,
     refusals_logged: Throttle,
-    audit_failed: Throttle,
 }
 
 impl Gate {
@@ -199,9 +195,7 @@ impl Gate {
             node: node.clone(),
             authenticator,
             rate: node.auth.rate.map(RateLimiter::new),
-            audited: Mutex::new((0, 0)),
             refusals_logged: Throttle::default(),
-            audit_failed: Throttle::default(),
         }))
     }
 
@@ -213,50 +207,27 @@ impl Gate {
         }
     }
 
-    /// Logs (throttled) and audits (bounded) a refused call: the one place
-    /// the layer's refusals are written down.
+    /// Logs (throttled) and audits (bounded: `Node::audit_refusal`) a
+    /// refused call: the one place the layer's refusals are written down.
     async fn refused(&self, method: &str, status: &Status) {
-        let presented = describe_presented(status);
-        let audited = self.audit_allowed();
-        if let Some(more) = self.refusals_logged.admit() {
-            warn!(region = %self.node.region, method, reason = %status.message(), audited,
-                suppressed = more.count(), "refused an unauthenticated call{more}");
-        }
-        if !audited {
-            return;
-        }
-        let request = AdminRequest {
-            who: presented,
-            action: method.rsplit('/').next().unwrap_or(method).to_owned(),
-            target: cut_stored(method, MAX_AUDIT_TARGET_BYTES),
-            reason: String::new(),
-        };
         let code = match status.code() {
             tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             _ => "UNAUTHENTICATED",
         };
-        let outcome = format!("{code}: {}", status.message());
-        match self.node.audit(request, outcome).await {
-            Ok(()) => {
-                self.audit_failed.reset();
-            }
-            Err(e) => {
-                if let Some(more) = self.audit_failed.admit() {
-                    warn!(region = %self.node.region, error = %e, suppressed = more.count(),
-                        "could not write the refusal to the audit log{more}");
-                }
-            }
+        let mut context = self.node.audit_context(&Principal::anonymous(), "", None);
+        context.who = describe_presented(status);
+        context.via = String::new();
+        let refusal = Refusal {
+            context,
+            action: method.rsplit('/').next().unwrap_or(method).to_owned(),
+            target: cut_stored(method, MAX_AUDIT_TARGET_BYTES),
+            outcome: format!("{code}: {}", status.message()),
+        };
+        let audited = self.node.audit_refusal(refusal).await;
+        if let Some(more) = self.refusals_logged.admit() {
+            warn!(region = %self.node.region, method, reason = %status.message(), audited,
+                suppressed = more.count(), "refused an unauthenticated call{more}");
         }
-    }
-
-    fn audit_allowed(&self) -> bool {
-        let second = self.node.clock.now().0 / 1000;
-        let mut budget = self.audited.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if budget.0 != second {
-            *budget = (second, 0);
-        }
-        budget.1 += 1;
-        budget.1 <= AUDITED_REFUSALS_PER_SECOND
     }
 }
 

@@ -160,7 +160,7 @@ pub fn limits() -> Vec<Limit> {
         row("stored", "audit entry: target", bytes(core_limits::MAX_AUDIT_TARGET_BYTES), ""),
         row("stored", "audit entry: reason", bytes(core_limits::MAX_REASON_BYTES), ""),
         row("stored", "audit entry: outcome", bytes(core_limits::MAX_AUDIT_OUTCOME_BYTES), ""),
-        row("stored", "refused Admin calls audited", Amount::PerSecond(u64::from(crate::api::admin::AUDITED_REFUSALS_PER_SECOND)), ""),
+        row("stored", "refused calls audited", Amount::PerSecond(u64::from(crate::audit::AUDITED_REFUSALS_PER_SECOND)), ""),
         // Calls that gather from other regions, and their deadlines.
         row("fan-out", "a call to another region (unless a caller's deadline is shorter)", Amount::Time(PEER_CALL_TIMEOUT), ""),
         row("fan-out", "a request forwarded to its owner", Amount::Time(crate::api::forward::FORWARD_TIMEOUT), ""),

@@ -138,8 +138,6 @@ pub(crate) fn services(node: &Arc<Node>) -> Services {
         .max_encoding_message_size(max_message),
         admin: AdminServer::new(admin::AdminApi {
             node: node.clone(),
-            audited_refusals: std::sync::Mutex::new((0, 0)),
-            audit_failed: crate::log_throttle::Throttle::default(),
             refusals_logged: crate::log_throttle::Throttle::default(),
         })
         .max_decoding_message_size(max_message)

@@ -33,10 +33,12 @@ use tokio::sync::{broadcast, mpsc};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
+use crate::admin::Refusal;
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::principal::caller;
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
+use crate::audit::AuditContext;
 use crate::cluster::OPERATION_READ_TIMEOUT;
 use crate::error::{Denied, Fault};
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
@@ -199,6 +201,38 @@ impl ResourcesApi {
         convert::resource_spec_with(spec, field, &many)
     }
 
+    /// The audit context of a change `principal` asks for: `verb` on
+    /// `name` is decided by the policy in force (`Node::authorize`), whose
+    /// rule the audit entry of the change records. A refusal is audited in
+    /// its own step (rate-limited: `Node::audit_refusal`) and answered
+    /// PERMISSION_DENIED naming the resource and the verb.
+    async fn audited(
+        &self,
+        principal: &Principal,
+        verb: Verb,
+        name: &ResourceName,
+        action: &str,
+    ) -> Result<AuditContext, Status> {
+        match self.node.authorize(principal, verb, Target::Resource(name)) {
+            Ok(decision) => Ok(self.node.audit_context(principal, &decision.rule, None)),
+            Err(fault) => {
+                let rule = match &fault {
+                    Fault::Denied(denied) => denied.members.first().map(|m| m.rule.clone()).unwrap_or_default(),
+                    _ => String::new(),
+                };
+                let status = Status::from(fault);
+                let refusal = Refusal {
+                    context: self.node.audit_context(principal, &rule, None),
+                    action: action.to_owned(),
+                    target: name.to_string(),
+                    outcome: format!("{:?}: {}", status.code(), status.message()),
+                };
+                self.node.audit_refusal(refusal).await;
+                Err(status)
+            }
+        }
+    }
+
     async fn operation(
         &self,
         id: cascade_core::OperationId,
@@ -273,9 +307,10 @@ impl Resources for ResourcesApi {
             let created = call_owner(&region, "Create", FORWARD_TIMEOUT, owner.create(raw)).await?;
             return Ok(Response::new(created));
         }
-        self.authorize(&principal, Verb::Create, Target::Resource(&name))?;
+        let name = parse_name(&spec.name, "name")?;
+        let audit = self.audited(&principal, Verb::Create, &name, "create").await?;
         let spec = self.decode_spec(spec, "")?;
-        let mut created = self.node.create(vec![spec]).await?;
+        let mut created = self.node.create(vec![spec], audit).await?;
         let r = created
             .pop()
             .ok_or_else(|| Status::internal("create returned nothing"))?;
@@ -327,14 +362,36 @@ impl Resources for ResourcesApi {
             }
         }
         if let Some(denied) = denied {
-            return Err(Fault::Denied(denied).into());
+            let first = denied
+                .members
+                .first()
+                .map(|m| (m.name.clone(), m.rule.clone()))
+                .unwrap_or_default();
+            let status = Status::from(Fault::Denied(denied));
+            let refusal = Refusal {
+                context: self.node.audit_context(&principal, &first.1, None),
+                action: "create".to_owned(),
+                target: first.0,
+                outcome: format!("{:?}: {}", status.code(), status.message()),
+            };
+            self.node.audit_refusal(refusal).await;
+            return Err(status);
         }
+        // Each resource is decided on its own; the batch is audited (one
+        // entry per resource) with the first one's rule.
+        let mut audit = None;
+        for (i, spec) in specs.iter().enumerate() {
+            let name = parse_name(&spec.name, &format!("resources[{i}].name"))?;
+            let context = self.audited(&principal, Verb::Create, &name, "create").await?;
+            audit.get_or_insert(context);
+        }
+        let audit = audit.ok_or_else(|| invalid_field("resources", "must hold 1 or more resources"))?;
         let specs = specs
             .into_iter()
             .enumerate()
             .map(|(i, s)| self.decode_spec(s, &format!("resources[{i}]")))
             .collect::<Result<Vec<_>, _>>()?;
-        let created = self.node.create(specs).await?;
+        let created = self.node.create(specs, audit).await?;
         let resources = created
             .into_iter()
             .map(|r| self.node.view(r).map(|v| present(&v)))
@@ -381,10 +438,11 @@ impl Resources for ResourcesApi {
             let updated = call_owner(&region, "Update", FORWARD_TIMEOUT, owner.update(req)).await?;
             return Ok(Response::new(updated));
         }
-        self.authorize(&principal, Verb::Update, Target::Resource(&name))?;
+        let name = parse_name(&spec.name, "name")?;
+        let audit = self.audited(&principal, Verb::Update, &name, "update").await?;
         let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
-        let r = self.node.update(spec, etag).await?;
+        let r = self.node.update(spec, etag, audit).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -393,12 +451,24 @@ impl Resources for ResourcesApi {
         // A dry run asks other regions for their parts: all of it within
         // this, or the caller's own deadline when that is shorter.
         let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
+        let principal = caller(&request);
         let raw = request.into_inner();
-        if let Some((region, mut owner)) = self.route(&parse_name(&raw.name, "name")?, "name")? {
+        let name = parse_name(&raw.name, "name")?;
+        if let Some((region, mut owner)) = self.route(&name, "name")? {
             let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
             return Ok(Response::new(answer));
         }
-        let (outcome, unreachable) = self.node.delete(convert::delete_request(raw)?, budget).await?;
+        let req = convert::delete_request(raw)?;
+        let (verb, action) = match (req.orphan, req.cascade) {
+            (true, _) => (Verb::Orphan, "orphan"),
+            (false, true) => (Verb::Cascade, "cascade"),
+            (false, false) => (Verb::Delete, "delete"),
+        };
+        let audit = self
+            .audited(&principal, verb, &name, action)
+            .await?
+            .noting(req.requested_by.clone());
+        let (outcome, unreachable) = self.node.delete(req, budget, audit).await?;
         let response = match outcome {
             DeleteOutcome::Accepted(op) => v1::DeleteResponse {
                 operation: Some(convert::operation(&op, &[], String::new())),
@@ -431,7 +501,7 @@ impl Resources for ResourcesApi {
             let answer = call_owner(&region, "AddLien", FORWARD_TIMEOUT, owner.add_lien(req)).await?;
             return Ok(Response::new(answer));
         }
-        self.authorize(&principal, Verb::Lien, Target::Resource(&name))?;
+        let audit = self.audited(&principal, Verb::Lien, &name, "add_lien").await?;
         let span = info_span!("add_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let lien = AddLien {
             name: req.name,
@@ -444,7 +514,8 @@ impl Resources for ResourcesApi {
             },
             etag: (!req.etag.is_empty()).then_some(req.etag),
         };
-        let r = self.node.add_lien(lien).instrument(span).await?;
+        let audit = audit.noting(lien.requested_by.clone());
+        let r = self.node.add_lien(lien, audit).instrument(span).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -457,12 +528,12 @@ impl Resources for ResourcesApi {
             let answer = call_owner(&region, "RemoveLien", FORWARD_TIMEOUT, owner.remove_lien(req)).await?;
             return Ok(Response::new(answer));
         }
-        self.authorize(&principal, Verb::Lien, Target::Resource(&name))?;
+        let audit = self.audited(&principal, Verb::Lien, &name, "remove_lien").await?;
         let span = info_span!("remove_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self
             .node
-            .remove_lien(req.name, req.lien_id, etag)
+            .remove_lien(req.name, req.lien_id, etag, audit)
             .instrument(span)
             .await?;
         Ok(Response::new(present(&self.node.view(r)?)))
@@ -480,10 +551,12 @@ impl Resources for ResourcesApi {
             let answer = call_owner(&region, "RemoveFinalizer", FORWARD_TIMEOUT, owner.remove_finalizer(req)).await?;
             return Ok(Response::new(answer));
         }
-        self.authorize(&principal, Verb::Finalize, Target::Resource(&name))?;
+        let audit = self
+            .audited(&principal, Verb::Finalize, &name, "remove_finalizer")
+            .await?;
         let req = convert::remove_finalizer_request(req)?;
         let span = info_span!("remove_finalizer", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
-        let r = self.node.remove_finalizer(req).instrument(span).await?;
+        let r = self.node.remove_finalizer(req, audit).instrument(span).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -505,10 +578,12 @@ impl Resources for ResourcesApi {
             .await?;
             return Ok(Response::new(answer));
         }
-        self.authorize(&principal, Verb::Finalize, Target::Resource(&name))?;
+        let audit = self
+            .audited(&principal, Verb::Finalize, &name, "report_finalizer_failure")
+            .await?;
         let req = convert::finalizer_failure_request(req)?;
         let span = info_span!("report_finalizer_failure", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
-        let r = self.node.report_finalizer_failure(req).instrument(span).await?;
+        let r = self.node.report_finalizer_failure(req, audit).instrument(span).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 

@@ -1193,7 +1193,9 @@ impl TryFrom<PendingRelease<'_>> for model::PendingRelease {
     }
 }
 
-/// [`model::AuditEntry`].
+/// [`model::AuditEntry`], version 1: an administrator's action, before
+/// the principal's groups, how it proved itself, the node, the region it
+/// came through and the rule were kept (read as empty).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct AuditEntry<'a> {
     pub id: Id,
@@ -1236,6 +1238,76 @@ impl TryFrom<AuditEntry<'_>> for model::AuditEntry {
             reason: string(e.reason),
             outcome: string(e.outcome),
             ..model::AuditEntry::default()
+        })
+    }
+}
+
+/// [`model::AuditEntry`], version 2: version 1's fields, then the
+/// principal's groups, how it proved itself (`via`), the node that wrote
+/// it, the region the call came through and the deciding rule (issue 27).
+/// Written whenever one of these is set (every entry a node of this
+/// version writes); an entry without them keeps version 1's bytes.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditEntryV2<'a> {
+    pub id: Id,
+    pub time: u64,
+    #[serde(borrow)]
+    pub who: Cow<'a, str>,
+    #[serde(borrow)]
+    pub action: Cow<'a, str>,
+    #[serde(borrow)]
+    pub target: Cow<'a, str>,
+    #[serde(borrow)]
+    pub reason: Cow<'a, str>,
+    #[serde(borrow)]
+    pub outcome: Cow<'a, str>,
+    #[serde(borrow)]
+    pub groups: Cow<'a, [String]>,
+    #[serde(borrow)]
+    pub via: Cow<'a, str>,
+    #[serde(borrow)]
+    pub node: Cow<'a, str>,
+    #[serde(borrow)]
+    pub through: Cow<'a, str>,
+    #[serde(borrow)]
+    pub rule: Cow<'a, str>,
+}
+
+impl<'a> From<&'a model::AuditEntry> for AuditEntryV2<'a> {
+    fn from(e: &'a model::AuditEntry) -> Self {
+        AuditEntryV2 {
+            id: *e.id.as_bytes(),
+            time: e.time.0,
+            who: Cow::Borrowed(e.who.as_str()),
+            action: Cow::Borrowed(e.action.as_str()),
+            target: Cow::Borrowed(e.target.as_str()),
+            reason: Cow::Borrowed(e.reason.as_str()),
+            outcome: Cow::Borrowed(e.outcome.as_str()),
+            groups: Cow::Borrowed(e.groups.as_slice()),
+            via: Cow::Borrowed(e.via.as_str()),
+            node: Cow::Borrowed(e.node.as_str()),
+            through: Cow::Borrowed(e.through.as_str()),
+            rule: Cow::Borrowed(e.rule.as_str()),
+        }
+    }
+}
+
+impl TryFrom<AuditEntryV2<'_>> for model::AuditEntry {
+    type Error = NameError;
+    fn try_from(e: AuditEntryV2<'_>) -> Result<Self, NameError> {
+        Ok(model::AuditEntry {
+            id: uid(e.id),
+            time: Timestamp(e.time),
+            who: string(e.who),
+            action: string(e.action),
+            target: string(e.target),
+            reason: string(e.reason),
+            outcome: string(e.outcome),
+            groups: strings(e.groups),
+            via: string(e.via),
+            node: string(e.node),
+            through: string(e.through),
+            rule: string(e.rule),
         })
     }
 }

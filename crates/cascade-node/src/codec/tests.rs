@@ -327,9 +327,14 @@ fn pending_attach() -> impl Strategy<Value = PendingAttach> {
     (target(), prop::collection::vec(backref_key(), 0..3)).prop_map(|(resource, keys)| PendingAttach { resource, keys })
 }
 
+/// Half of them with no field of version 2 set (written as version 1).
 fn audit_entry() -> impl Strategy<Value = AuditEntry> {
-    (uid(), ts(), text(), text(), text(), text(), text()).prop_map(
-        |(id, time, who, action, target, reason, outcome)| AuditEntry {
+    let second = prop_oneof![
+        Just((Vec::new(), String::new(), String::new(), String::new(), String::new())),
+        (strings(), text(), text(), text(), text()),
+    ];
+    ((uid(), ts(), text(), text(), text(), text(), text()), second).prop_map(
+        |((id, time, who, action, target, reason, outcome), (groups, via, node, through, rule))| AuditEntry {
             id,
             time,
             who,
@@ -337,9 +342,18 @@ fn audit_entry() -> impl Strategy<Value = AuditEntry> {
             target,
             reason,
             outcome,
-            ..AuditEntry::default()
+            groups,
+            via,
+            node,
+            through,
+            rule,
         },
     )
+}
+
+/// Whether an audit entry needs version 2 (one of its fields is set).
+fn audit_second_layout(e: &AuditEntry) -> bool {
+    !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
 }
 
 fn pending_release() -> impl Strategy<Value = PendingRelease> {
@@ -422,7 +436,7 @@ proptest! {
     fn pending_releases_round_trip(v in pending_release()) { both_ways(Table::PendingReleases, &v)?; }
 
     #[test]
-    fn audit_entries_round_trip(v in audit_entry()) { both_ways(Table::Audit, &v)?; }
+    fn audit_entries_round_trip(v in audit_entry()) { both_ways_as(Table::Audit, &v, audit_second_layout(&v))?; }
 
     /// Cutting a value short, or adding to its end, is corruption, never a
     /// different record.
@@ -561,6 +575,75 @@ const PINNED_BACKREF: &str = concat!(
     "03",                                     // generation: varint
     "8080b3c19c33",                           // attached_at: varint of 1_760_000_000_000
 );
+
+/// An audit entry's version 2 appends the principal's groups, `via`, the
+/// node, the region it came through and the rule to version 1's fields.
+#[test]
+fn audit_entry_version_2_bytes_are_pinned() {
+    let bytes = typical_audit_entry().encode(Table::Audit).expect("encodes");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_AUDIT_ENTRY_V2);
+}
+
+fn typical_audit_entry() -> AuditEntry {
+    AuditEntry {
+        id: uid_n(1),
+        time: Timestamp(1000),
+        who: "alice".into(),
+        action: "create".into(),
+        target: "eu-west/network/n-1".into(),
+        reason: String::new(),
+        outcome: "ok".into(),
+        groups: vec!["ops".into()],
+        via: "jwt".into(),
+        node: "n0".into(),
+        through: "eu-west".into(),
+        rule: "r1".into(),
+    }
+}
+
+const PINNED_AUDIT_ENTRY_V2: &str = concat!(
+    "02",                                     // the version byte
+    "01010101010101010101010101010101",       // id: 16 bytes, no length
+    "e807",                                   // time: varint of 1000
+    "05616c696365",                           // who: "alice"
+    "06637265617465",                         // action: "create"
+    "13",                                     // target: 19 bytes,
+    "65752d776573742f6e6574776f726b2f6e2d31", //   "eu-west/network/n-1"
+    "00",                                     // reason: empty
+    "026f6b",                                 // outcome: "ok"
+    "01036f7073",                             // groups: one, "ops"
+    "036a7774",                               // via: "jwt"
+    "026e30",                                 // node: "n0"
+    "0765752d77657374",                       // through: "eu-west"
+    "027231",                                 // rule: "r1"
+);
+
+/// An audit entry written before issue 27 (version 1: id, time, who,
+/// action, target, reason, outcome) still reads, with the new fields
+/// empty; one that has none of them keeps version 1's bytes.
+#[test]
+fn a_version_1_audit_entry_reads_with_the_new_fields_empty() {
+    let full = typical_audit_entry();
+    let old = AuditEntry {
+        groups: Vec::new(),
+        via: String::new(),
+        node: String::new(),
+        through: String::new(),
+        rule: String::new(),
+        ..full.clone()
+    };
+    let v1 = super::stored::AuditEntry::from(&full);
+    let mut bytes = vec![VERSION_POSTCARD_V1];
+    bytes.extend(postcard::to_allocvec(&v1).expect("encodes"));
+    let read: AuditEntry = decode(Table::Audit, &bytes).expect("version 1 reads");
+    assert_eq!(read, old);
+    assert_eq!(
+        old.encode(Table::Audit).expect("encodes"),
+        bytes,
+        "no new field: version 1's bytes"
+    );
+}
 
 #[test]
 fn an_unknown_version_byte_is_corruption_of_its_table() {

@@ -1,0 +1,147 @@
+//! The writer's side of the audit log: a client's change and its audit
+//! entry commit in one batch (`run_audited`), and retention prunes the log
+//! in bounded steps between other writes (`retain_audit`).
+
+use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest};
+use cascade_core::{CoreError, Ctx, IdSource, Resource};
+use ractor::ActorRef;
+use tracing::{debug, warn};
+
+use super::{WriterHandle, WriterMsg, WriterState};
+use crate::audit::{AuditContext, Change};
+use crate::codec::StoreState;
+use crate::error::Fault;
+
+impl WriterState {
+    /// Runs a step and, when it is audited, appends to its writes one
+    /// entry per change `changes` reads from its value (and stamps the
+    /// context's details on the entries the core wrote: an Admin action's),
+    /// so the change and its audit entry commit in one batch. A step the
+    /// core refuses writes nothing, its entry neither.
+    pub(super) fn run_audited<T>(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError>,
+        audit: Option<&AuditContext>,
+        changes: impl FnOnce(&T) -> Vec<Change>,
+    ) -> Result<T, CoreError> {
+        let WriterState { ctx: wctx, ids, .. } = self;
+        let state = StoreState {
+            store: wctx.store.as_ref(),
+        };
+        let ctx = Ctx {
+            schema: &wctx.schema,
+            region: &wctx.region,
+            now: wctx.clock.now(),
+            policy: &wctx.policy,
+        };
+        let now = ctx.now;
+        let mut step = step(&state, ctx, ids)?;
+        if let Some(audit) = audit {
+            for entry in step.writes.audit.iter_mut().filter(|e| e.node.is_empty()) {
+                audit.stamp(entry);
+            }
+            for change in changes(&step.value) {
+                let id = cascade_core::Uid(ids.next_uuid());
+                step.writes
+                    .audit
+                    .push(audit.entry(id, now, change.action, &change.target, "ok"));
+            }
+        }
+        if self.commit(step.writes)? {
+            self.kick(myself);
+        }
+        Ok(step.value)
+    }
+
+    /// One retention step of the audit log (`[audit] retain`,
+    /// `max_entries`): at most [`crate::audit::PRUNE_STEP_KEYS`] of the
+    /// oldest entries removed in one batch with the count. Run on every
+    /// tick; a step that stopped at its limit queues one `PruneAudit`, so
+    /// the next step runs after whatever the mailbox already holds (a
+    /// client's write waits behind one bounded step at most).
+    pub(super) fn retain_audit(&mut self, myself: &ActorRef<WriterMsg>) {
+        let retention = self.ctx.audit_retention;
+        let cutoff = retention.cutoff(self.ctx.clock.now());
+        let pruned = StoreState {
+            store: self.ctx.store.as_ref(),
+        }
+        .prune_audit(cutoff, retention.max_entries, crate::audit::PRUNE_STEP_KEYS);
+        match pruned {
+            Ok(pruned) => {
+                self.prune_failed.reset();
+                self.ctx.metrics.audit_pruned(pruned.removed);
+                if pruned.removed > 0 {
+                    debug!(region = %self.ctx.region, removed = pruned.removed, entries = pruned.entries, "audit log pruned");
+                }
+                if pruned.more && !self.prune_queued && myself.cast(WriterMsg::PruneAudit).is_ok() {
+                    self.prune_queued = true;
+                }
+            }
+            Err(e) => {
+                if let Some(more) = self.prune_failed.admit() {
+                    warn!(region = %self.ctx.region, error = %e, suppressed = more.count(), "audit log retention failed{more}");
+                }
+            }
+        }
+    }
+}
+
+/// Each resource a create made, for the audit log. (A `&Vec`: it reads
+/// the create step's value, which is one.)
+#[allow(clippy::ptr_arg)]
+pub(super) fn created(created: &Vec<Resource>) -> Vec<Change> {
+    created
+        .iter()
+        .map(|r| Change {
+            action: "create",
+            target: r.name.to_string(),
+        })
+        .collect()
+}
+
+/// The resource an update changed.
+pub(super) fn updated(updated: &Resource) -> Vec<Change> {
+    vec![Change {
+        action: "update",
+        target: updated.name.to_string(),
+    }]
+}
+
+/// What a delete changed: a deletion that started, named `cascade`,
+/// `orphan` or `delete` as it was asked for; a dry run, a resource already
+/// DELETING or absent changed nothing.
+pub(super) fn deletion_started(req: &DeleteRequest) -> impl FnOnce(&DeleteOutcome) -> Vec<Change> {
+    let action = if req.orphan {
+        "orphan"
+    } else if req.cascade {
+        "cascade"
+    } else {
+        "delete"
+    };
+    let target = req.name.clone();
+    move |outcome| match outcome {
+        DeleteOutcome::Accepted(_) => vec![Change { action, target }],
+        _ => Vec::new(),
+    }
+}
+
+impl WriterHandle {
+    /// Runs a protocol step audited for `audit`: one entry per change
+    /// `changes` reads from the step's value, in the step's batch.
+    pub async fn apply_audited<T, F, C>(&self, step: F, audit: AuditContext, changes: C) -> Result<T, Fault>
+    where
+        T: Send + 'static,
+        F: FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError> + Send + 'static,
+        C: FnOnce(&T) -> Vec<Change> + Send + 'static,
+    {
+        self.call(|reply| {
+            WriterMsg::Apply(Box::new(
+                move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
+                    let _ = reply.send(state.run_audited(myself, step, Some(&audit), changes));
+                },
+            ))
+        })
+        .await
+    }
+}
