@@ -64,6 +64,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         region: &region,
         now: Timestamp(now),
         policy: &policy,
+        authorizer: &cascade_core::auth::AllowAll,
     };
 
     let started = Instant::now();
@@ -98,6 +99,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         requested_by: "bench".into(),
         orphan: false,
         remote_kept: Default::default(),
+        principal: Default::default(),
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
     let mut key_writes = step.writes.key_writes();

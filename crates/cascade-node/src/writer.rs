@@ -413,6 +413,7 @@ impl WriterState {
             region: &wctx.region,
             now: wctx.clock.now(),
             policy: &wctx.policy,
+            authorizer: &*wctx.authorizer,
         };
         let step = step(&state, ctx, ids)?;
         if self.commit(step.writes)? {

@@ -333,12 +333,16 @@ impl Resources for ResourcesApi {
         // A dry run asks other regions for their parts: all of it within
         // this, or the caller's own deadline when that is shorter.
         let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
+        let principal = crate::api::principal::caller(&request);
         let raw = request.into_inner();
         if let Some((region, mut owner)) = self.route(&parse_name(&raw.name, "name")?, "name")? {
             let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
             return Ok(Response::new(answer));
         }
-        let (outcome, unreachable) = self.node.delete(convert::delete_request(raw)?, budget).await?;
+        let mut req = convert::delete_request(raw)?;
+        // Stored with the deletion: the cascade acts for it in every region.
+        req.principal = principal;
+        let (outcome, unreachable) = self.node.delete(req, budget).await?;
         let response = match outcome {
             DeleteOutcome::Accepted(op) => v1::DeleteResponse {
                 operation: Some(convert::operation(&op, &[], String::new())),

@@ -183,6 +183,7 @@ fn deletion() -> impl Strategy<Value = DeletionRecord> {
                     status,
                     finalizer_failures,
                     forced,
+                    principal: Default::default(),
                 }
             },
         )
@@ -225,6 +226,7 @@ fn operation() -> impl Strategy<Value = Operation> {
                 reached: reached.into_iter().collect::<BTreeSet<_>>(),
                 changes,
                 closure_confirmed,
+                principal: Default::default(),
             },
         )
 }
@@ -306,6 +308,7 @@ fn event() -> impl Strategy<Value = Event> {
                 time,
                 no_cascade,
                 cause,
+                principal: Default::default(),
             },
         )
 }
@@ -319,6 +322,7 @@ fn remote_deletion() -> impl Strategy<Value = RemoteDeletion> {
             seen_at,
             purged,
             no_cascade,
+            principal: Default::default(),
         },
     )
 }
@@ -491,6 +495,7 @@ fn typical_event() -> Event {
             from: ResourceName::parse("eu-west/network/n-1").expect("name"),
             field: "network".into(),
         }),
+        principal: Default::default(),
     }
 }
 
