@@ -560,14 +560,23 @@ impl Node {
         budget: std::time::Duration,
     ) -> Result<(), Fault> {
         let cascade = req.cascade && !req.orphan;
-        let dry_run = DeleteRequest {
-            dry_run: true,
-            ..req.clone()
-        };
-        let DeleteOutcome::DryRun(plan) = self.writer.delete(dry_run).await? else {
-            // Missing (allow_missing) or already deleting: nothing changes.
+        let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
+        // Read outside the writer (nothing is decided on its path): a root
+        // that is missing, not this uid, or already leaving is the delete's
+        // own answer to give.
+        let root = self
+            .state()
+            .get_resource(&name)?
+            .filter(|r| r.state == ResourceState::Active)
+            .filter(|r| req.uid.is_none_or(|uid| uid == r.uid));
+        let Some(root) = root else {
             return Ok(());
         };
+        let seeds = vec![RefTarget {
+            name: root.name.clone(),
+            uid: root.uid,
+        }];
+        let plan = self.plan_part(seeds, cascade, &req.principal)?;
         let (mut plan, unreachable) = self.plan_everywhere(plan, cascade, &req.principal, budget).await;
         if let Some(region) = unreachable.first() {
             return Err(CoreError::RegionUnavailable {
