@@ -110,6 +110,12 @@ pub fn explain(
 /// make (`protocol::process_work` writes them, this module reads them).
 pub const REFUSED_BY_POLICY: &str = "refused by policy: ";
 
+/// The parts of a BLOCKED reason that are changes the deletion's principal
+/// may not make (each starts with [`REFUSED_BY_POLICY`]).
+pub(crate) fn policy_refusals(reason: &str) -> impl Iterator<Item = &str> {
+    reason.split("; ").filter(|p| p.starts_with(REFUSED_BY_POLICY))
+}
+
 fn reasons_of(
     part: &Part,
     deleting: &BTreeSet<ResourceName>,
@@ -138,7 +144,7 @@ fn reasons_of(
             // The cascade's principal may not make a change this deletion
             // needs (see `protocol::process_work`): only a policy that
             // allows it, or an administrator, frees it.
-            for refusal in reason.split("; ").filter(|p| p.starts_with(REFUSED_BY_POLICY)) {
+            for refusal in policy_refusals(reason) {
                 stuck = true;
                 reasons.push(format!(
                     "{refusal}: held until the policy allows it, or an administrator retries or force-purges it"

@@ -33,6 +33,11 @@
 //! (UNAVAILABLE when the owner cannot be asked). Merging the regions' parts
 //! of a dry run or of an operation is the core's ([`PlanDriver`],
 //! [`OperationAssembler`]); here they are only driven.
+//!
+//! Size: one file on purpose: a delete's closure check (issue 27) is the
+//! dry run's drive over the regions (`plan_everywhere`) with a principal,
+//! and the delete that runs it; split from them, each half would be read
+//! only with the other open.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -188,7 +188,7 @@ impl<'v> Checker<'v> {
             DeletionStatus::Failed { error } => !error.is_empty(),
             // A change its principal may not make holds it until a person
             // acts (the policy, or an administrator): explained by itself.
-            DeletionStatus::Blocked { reason, .. } if refusals(reason).next().is_some() => true,
+            DeletionStatus::Blocked { reason, .. } if crate::explain::policy_refusals(reason).next().is_some() => true,
             DeletionStatus::Blocked { blockers, reason } => {
                 !reason.is_empty()
                     && (!blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty())
@@ -215,7 +215,9 @@ impl<'v> Checker<'v> {
             .filter(|v| v.region.as_str() == target.name.region())
             .filter_map(|v| v.deletions.get(&target.uid))
             .any(|d| match &d.status {
-                DeletionStatus::Blocked { reason, .. } => refusals(reason).any(|p| p.contains(&needle)),
+                DeletionStatus::Blocked { reason, .. } => {
+                    crate::explain::policy_refusals(reason).any(|p| p.contains(&needle))
+                }
                 _ => false,
             })
     }
@@ -792,12 +794,4 @@ impl<'v> Checker<'v> {
             );
         }
     }
-}
-
-/// The parts of a BLOCKED reason that are changes the deletion's principal
-/// may not make (`crate::explain::REFUSED_BY_POLICY`).
-fn refusals(reason: &str) -> impl Iterator<Item = &str> {
-    reason
-        .split("; ")
-        .filter(|p| p.starts_with(crate::explain::REFUSED_BY_POLICY))
 }
