@@ -40,7 +40,36 @@ fn spec(name: &str, refs: &[(&str, &str)]) -> ResourceSpec {
     }
 }
 
+/// A policy that allows everything but is not `AllowAll`, so the closure
+/// check walks the closure and decides every member (a policy engine's
+/// own cost per decision is measured apart: this is the walk's).
+/// It counts its decisions: the members the check decided.
+#[derive(Default)]
+struct AllowsEveryMember {
+    decisions: std::sync::atomic::AtomicUsize,
+}
+
+impl cascade_core::auth::Authorize for AllowsEveryMember {
+    fn decide(
+        &self,
+        _: &cascade_core::auth::Principal,
+        _: cascade_core::auth::Verb,
+        _: cascade_core::auth::Target<'_>,
+    ) -> cascade_core::auth::Decision {
+        self.decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cascade_core::auth::Decision::allow("bench: allow every member")
+    }
+}
+
+/// Runs of the closure check whose median is reported.
+const CLOSURE_CHECK_RUNS: usize = 5;
+
 struct Figures {
+    /// Median time of the closure check (the delete's dry run for a
+    /// principal under a policy that may refuse, this region's part).
+    closure_check_secs: f64,
+    /// Members that check walked and decided.
+    closure_checked: usize,
     create_secs: f64,
     delete_secs: f64,
     deleted: u64,
@@ -64,6 +93,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         region: &region,
         now: Timestamp(now),
         policy: &policy,
+        authorizer: &cascade_core::auth::AllowAll,
     };
 
     let started = Instant::now();
@@ -87,6 +117,40 @@ fn run(store: &dyn Store, n: usize) -> Figures {
     }
     let create_secs = started.elapsed().as_secs_f64();
 
+    // The closure check before the delete: the region's walk of the whole
+    // closure, every member decided (nothing written).
+    let mut check_times = Vec::new();
+    let mut closure_checked = 0;
+    for _ in 0..CLOSURE_CHECK_RUNS {
+        let allows_every_member = AllowsEveryMember::default();
+        let checked_ctx = Ctx {
+            authorizer: &allows_every_member,
+            ..ctx(clock)
+        };
+        let check = DeleteRequest {
+            name: "bench/network/n".into(),
+            cascade: true,
+            dry_run: true,
+            requested_by: "bench".into(),
+            principal: cascade_core::auth::Principal {
+                id: "bench".into(),
+                groups: Vec::new(),
+                via: cascade_core::auth::Via::Token,
+            },
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let step = protocol::delete(&state, checked_ctx, &mut ids, check).expect("closure check");
+        check_times.push(started.elapsed().as_secs_f64());
+        let protocol::DeleteOutcome::DryRun(plan) = step.value else {
+            panic!("a dry run answers a plan");
+        };
+        assert!(plan.denied.is_empty(), "every member is allowed");
+        closure_checked = allows_every_member.decisions.load(std::sync::atomic::Ordering::Relaxed);
+    }
+    check_times.sort_by(f64::total_cmp);
+    let closure_check_secs = check_times[check_times.len() / 2];
+
     let started = Instant::now();
     let delete = DeleteRequest {
         name: "bench/network/n".into(),
@@ -98,6 +162,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         requested_by: "bench".into(),
         orphan: false,
         remote_kept: Default::default(),
+        principal: Default::default(),
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
     let mut key_writes = step.writes.key_writes();
@@ -117,6 +182,8 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         }
     }
     Figures {
+        closure_check_secs,
+        closure_checked,
         create_secs,
         delete_secs: started.elapsed().as_secs_f64(),
         deleted,
@@ -126,6 +193,12 @@ fn run(store: &dyn Store, n: usize) -> Figures {
 }
 
 fn report(engine: &str, f: &Figures) {
+    println!(
+        "{engine:<7} closure check (p50 of {CLOSURE_CHECK_RUNS}) {:>8.1} ms for {} members, {:.2} µs per member",
+        f.closure_check_secs * 1e3,
+        f.closure_checked,
+        f.closure_check_secs * 1e6 / f.closure_checked.max(1) as f64,
+    );
     println!(
         "{engine:<7} create {:>7.2}s | cascade delete {:>7.2}s, {:>6} deleted, {:>8.0} deleted/s, {:>5} steps, {:.1} key writes per deleted resource",
         f.create_secs,

@@ -270,6 +270,8 @@ pub fn plan_json(p: &v1::Plan) -> Value {
         "blocked": p.blocked.iter().map(|b| json!({"resource": b.resource.as_ref().map(object_ref), "blocker": b.blocker.as_ref().map(blocker)})).collect::<Vec<_>>(),
         "truncated": p.truncated,
         "unreachable_regions": p.unreachable_regions,
+        "denied": p.denied.iter().map(|d| json!({"region": d.region, "name": d.name, "verb": d.verb, "rule": d.rule})).collect::<Vec<_>>(),
+        "denied_more": p.denied_more,
     })
 }
 
@@ -303,6 +305,19 @@ pub fn plan_text(p: &v1::Plan) -> String {
                 ": stuck until the blocker is deleted or changed"
             }
         );
+    }
+    // What the caller may not change: the delete itself would be refused.
+    for d in &p.denied {
+        out += &format!(
+            "  denied  {} (region {}): may not {} (rule {})\n",
+            d.name, d.region, d.verb, d.rule
+        );
+    }
+    if p.denied_more > 0 {
+        out += &format!("  denied  ... and {} more\n", p.denied_more);
+    }
+    if !p.denied.is_empty() {
+        out += "  (the delete would be refused: PERMISSION_DENIED, nothing changed)\n";
     }
     if p.truncated {
         out += "  (plan truncated)\n";
@@ -589,5 +604,35 @@ mod tests {
             "{text}"
         );
         assert_eq!(explanation_json(&e)["unreachable"][1]["region"], "us-east");
+    }
+
+    #[test]
+    fn a_dry_run_lists_the_members_the_caller_may_not_change() {
+        let plan = v1::Plan {
+            deleted: vec![v1::ObjectRef {
+                name: "ra/network/n".into(),
+                ..Default::default()
+            }],
+            denied: vec![v1::DeniedMember {
+                region: "rb".into(),
+                name: "rb/port/p1".into(),
+                verb: "delete".into(),
+                rule: "default deny".into(),
+            }],
+            denied_more: 2,
+            ..Default::default()
+        };
+        let text = plan_text(&plan);
+        assert!(
+            text.contains("denied  rb/port/p1 (region rb): may not delete (rule default deny)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("and 2 more") && text.contains("PERMISSION_DENIED"),
+            "{text}"
+        );
+        let json = plan_json(&plan);
+        assert_eq!(json["denied"][0]["name"], "rb/port/p1");
+        assert_eq!(json["denied_more"], 2);
     }
 }

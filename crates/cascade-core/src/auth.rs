@@ -78,6 +78,14 @@ impl Principal {
     }
 }
 
+/// The anonymous principal: what a record written before principals were
+/// stored, or a request without one, acts for.
+impl Default for Principal {
+    fn default() -> Self {
+        Principal::anonymous()
+    }
+}
+
 impl std::fmt::Display for Principal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} ({})", self.id, self.via.as_str())
@@ -232,6 +240,14 @@ impl Decision {
 pub trait Authorize: Send + Sync {
     /// May `principal` do `verb` to `target`?
     fn decide(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Decision;
+
+    /// Whether every decision is an allow whatever is asked (authentication
+    /// off): callers then skip what exists only to find refusals (the
+    /// closure check's walk, the cascade's per-member checks and their
+    /// audit entries), so a node without authentication pays nothing.
+    fn allows_everything(&self) -> bool {
+        false
+    }
 }
 
 /// Everybody may do everything: a node with authentication off, and tests.
@@ -244,6 +260,10 @@ pub const AUTHENTICATION_OFF: &str = "authentication off";
 impl Authorize for AllowAll {
     fn decide(&self, _: &Principal, _: Verb, _: Target<'_>) -> Decision {
         Decision::allow(AUTHENTICATION_OFF)
+    }
+
+    fn allows_everything(&self) -> bool {
+        true
     }
 }
 

@@ -106,6 +106,16 @@ pub fn explain(
     out
 }
 
+/// How a BLOCKED reason starts each change the deletion's principal may not
+/// make (`protocol::process_work` writes them, this module reads them).
+pub const REFUSED_BY_POLICY: &str = "refused by policy: ";
+
+/// The parts of a BLOCKED reason that are changes the deletion's principal
+/// may not make (each starts with [`REFUSED_BY_POLICY`]).
+pub(crate) fn policy_refusals(reason: &str) -> impl Iterator<Item = &str> {
+    reason.split("; ").filter(|p| p.starts_with(REFUSED_BY_POLICY))
+}
+
 fn reasons_of(
     part: &Part,
     deleting: &BTreeSet<ResourceName>,
@@ -127,7 +137,19 @@ fn reasons_of(
                 "FAILED: {error} (an administrator retries or force-purges it; what held it going away also finishes it)"
             ));
         }
-        DeletionStatus::Blocked { blockers: held_by, .. } => {
+        DeletionStatus::Blocked {
+            blockers: held_by,
+            reason,
+        } => {
+            // The cascade's principal may not make a change this deletion
+            // needs (see `protocol::process_work`): only a policy that
+            // allows it, or an administrator, frees it.
+            for refusal in policy_refusals(reason) {
+                stuck = true;
+                reasons.push(format!(
+                    "{refusal}: held until the policy allows it, or an administrator retries or force-purges it"
+                ));
+            }
             for b in held_by {
                 let state = if deleting.contains(&b.referrer) {
                     "being deleted by this same operation"
@@ -220,6 +242,7 @@ mod tests {
                 status,
                 finalizer_failures: Vec::new(),
                 forced: None,
+                principal: Default::default(),
             },
         }
     }

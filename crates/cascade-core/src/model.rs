@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::Principal;
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::schema::OnDelete;
 
@@ -255,6 +256,13 @@ pub struct DeletionRecord {
     /// finalizers or liens (dropped).
     #[serde(default)]
     pub forced: Option<ForcedPurge>,
+    /// Who the deletion acts for: the caller of the delete that started
+    /// its operation (vouched by the root's region when a cascade reached
+    /// it from there). Every member the cascade changes is authorized for
+    /// this principal, under this region's policy. Records written before
+    /// principals were stored read as [`Principal::anonymous`].
+    #[serde(default = "Principal::anonymous")]
+    pub principal: Principal,
 }
 
 /// Who forced a deletion through, when, and why (seed 000: an admin
@@ -353,6 +361,10 @@ pub struct Operation {
     /// root may be purged.
     #[serde(default)]
     pub closure_confirmed: bool,
+    /// The caller of the delete (in another region's part, as the root's
+    /// region vouched for it): the principal its cascade acts for.
+    #[serde(default = "Principal::anonymous")]
+    pub principal: Principal,
 }
 
 /// What an operation did, or is doing, to one resource of its closure.
@@ -602,6 +614,11 @@ pub struct Event {
     /// place its reason is kept). None on other events.
     #[serde(default)]
     pub cause: Option<DeletionReason>,
+    /// On a DELETING or DELETION_FORCED event: the principal the deletion
+    /// acts for (its operation's), which importers' cascades act for in
+    /// turn. Anonymous on other events.
+    #[serde(default = "Principal::anonymous")]
+    pub principal: Principal,
 }
 
 /// A resource of another region that this node saw enter DELETING (from the
@@ -630,6 +647,11 @@ pub struct RemoteDeletion {
     /// local `block` referrers lose the reference too, instead of holding it.
     #[serde(default)]
     pub forced: bool,
+    /// The principal the owner's deletion acts for (from its DELETING
+    /// event): this region's cascade of its own referrers acts for it,
+    /// under this region's policy.
+    #[serde(default = "Principal::anonymous")]
+    pub principal: Principal,
 }
 
 /// References committed here whose owners have not confirmed the attach
@@ -667,4 +689,6 @@ pub struct RemoteEvent {
     pub operation: Option<OperationId>,
     /// See [`Event::no_cascade`].
     pub no_cascade: bool,
+    /// See [`Event::principal`].
+    pub principal: Principal,
 }

@@ -339,6 +339,7 @@ mod tests {
             reached: ["rb", "rc"].map(String::from).into(),
             changes: 0,
             closure_confirmed: false,
+            principal: Default::default(),
         }
     }
 

@@ -20,6 +20,11 @@
 //! resources the closure does not delete anywhere. The same merge serves
 //! the node (over `Peer.Plan`) and the multi-region property tests (over
 //! in-memory regions), which check that the dry run equals the real run.
+//!
+//! With the caller's principal the same walk is the closure check: every
+//! region lists the members of its part its own policy refuses
+//! (`Plan::denied`), and the merge keeps them all (bounded), so a delete is
+//! refused before anything changes anywhere.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -152,6 +157,24 @@ impl PlanDriver {
         }
         merged.unset = unset;
         merged.blocked = blocked;
+        // Each region decided on its own members. A referrer some part
+        // would unset but another's deletes needs `delete`, which the part
+        // that deletes it decided: its `update` denial is dropped.
+        let mut denied_seen = BTreeSet::new();
+        for part in &parts {
+            merged.denied_more += part.denied_more;
+            for d in &part.denied {
+                let superseded = d.verb == crate::auth::Verb::Update && deleted_names.contains(&d.resource);
+                if superseded || !denied_seen.insert((d.resource.clone(), d.verb)) {
+                    continue;
+                }
+                if merged.denied.len() < crate::protocol::MAX_DENIED_LISTED {
+                    merged.denied.push(d.clone());
+                } else {
+                    merged.denied_more += 1;
+                }
+            }
+        }
         merged
     }
 }

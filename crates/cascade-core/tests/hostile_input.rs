@@ -245,6 +245,7 @@ fn a_chain_of_a_thousand_cascading_kinds_loads_and_cascades() {
         requested_by: "hostile".into(),
         orphan: false,
         remote_kept: Default::default(),
+        principal: Default::default(),
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the whole chain is purged");
@@ -347,6 +348,7 @@ fn cycles_of_kinds_load_and_unwind() {
         requested_by: "hostile".into(),
         orphan: false,
         remote_kept: Default::default(),
+        principal: Default::default(),
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the cycle unwinds completely");
@@ -393,6 +395,7 @@ impl Core {
             region: &self.region,
             now: Timestamp(1_000_000),
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         }
     }
 
@@ -403,6 +406,7 @@ impl Core {
             region: &self.region,
             now: Timestamp(1_000_000),
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         };
         let step = protocol::create(&self.state, ctx, &mut self.ids, vec![spec])
             .unwrap_or_else(|e| panic!("create {name}: {e}"));
@@ -415,6 +419,7 @@ impl Core {
             region: &self.region,
             now: Timestamp(1_000_000),
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         };
         let step = protocol::delete(&self.state, ctx, &mut self.ids, req).expect("delete accepted");
         self.state.apply(step.writes);
@@ -555,6 +560,7 @@ fn any_req() -> impl Strategy<Value = Req> {
                     requested_by,
                     orphan: false,
                     remote_kept: Default::default(),
+                    principal: Default::default(),
                 })
             }
         ),
@@ -629,6 +635,7 @@ fn run_requests(reqs: Vec<Req>) {
             region: &w.region,
             now: Timestamp(1_000_000),
             policy: &w.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         };
         let result = match req.clone() {
             Req::Create(specs) => protocol::create(&w.state, ctx, &mut w.ids, specs).map(|s| s.writes),

@@ -496,6 +496,7 @@ fn ctx<'a>(schema: &'a Schema, policy: &'a Policy, region: &'a RegionId, now: Ti
         region,
         now,
         policy,
+        authorizer: &cascade_core::auth::AllowAll,
     }
 }
 
@@ -683,6 +684,7 @@ impl World {
                             status: DeletionStatus::Pending,
                             finalizer_failures: Vec::new(),
                             forced: None,
+                            principal: Default::default(),
                         };
                         self.check_entered(region, &record)?;
                         self.entered.insert(e.resource.uid, Entered { operation });
@@ -1155,6 +1157,7 @@ impl World {
             requested_by: "proptest".to_owned(),
             orphan: false,
             remote_kept: remote_kept.clone(),
+            principal: Default::default(),
         };
         let Region { id, state, ids } = &mut self.regions[r];
         let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now), ids, req) {
@@ -1290,6 +1293,7 @@ impl World {
                 resource: e.resource.clone(),
                 operation: e.operation,
                 no_cascade: e.no_cascade,
+                principal: e.principal.clone(),
             })
             .collect()
     }
@@ -1542,7 +1546,7 @@ impl World {
                     .iter()
                     .position(|x| *x == region)
                     .ok_or_else(|| format!("dry run handed seeds to unknown region {region}"))?;
-                let part = peer::plan_from(&self.regions[r].state, self.ctx(r), seeds.clone(), cascade)
+                let part = peer::plan_from(&self.regions[r].state, self.ctx(r), seeds.clone(), cascade, None)
                     .map_err(|e| format!("plan_from at {region}: {e}"))?;
                 driver.answer(&region, seeds, Some(part));
                 if !asked.insert(region) {

@@ -63,6 +63,7 @@ fn del(name: &str, cascade: bool) -> DeleteRequest {
         requested_by: "tester".to_owned(),
         orphan: false,
         remote_kept: Default::default(),
+        principal: Default::default(),
     }
 }
 
@@ -73,8 +74,41 @@ macro_rules! ctx {
             region: &$w.region,
             now: $w.now,
             policy: &$w.policy,
+            authorizer: &$w.authorizer,
         }
     };
+}
+
+/// A policy for the tests: everything is allowed but the `(verb, name)`
+/// pairs in `denied`. It is not `AllowAll`, so every scenario runs the
+/// cascade's per-member checks and audit entries (allowed, by default).
+#[derive(Default)]
+struct DenySet {
+    denied: BTreeSet<(auth::Verb, String)>,
+}
+
+impl DenySet {
+    const DENY_RULE: &'static str = "test deny-set";
+    const ALLOW_RULE: &'static str = "test allow";
+}
+
+impl auth::Authorize for DenySet {
+    fn decide(&self, _: &auth::Principal, verb: auth::Verb, target: auth::Target<'_>) -> auth::Decision {
+        match target {
+            auth::Target::Resource(name) if self.denied.contains(&(verb, name.to_string())) => {
+                auth::Decision::deny(Self::DENY_RULE)
+            }
+            _ => auth::Decision::allow(Self::ALLOW_RULE),
+        }
+    }
+}
+
+fn alice() -> auth::Principal {
+    auth::Principal {
+        id: "alice".to_owned(),
+        groups: vec!["net-admins".to_owned()],
+        via: auth::Via::Token,
+    }
 }
 
 struct World {
@@ -84,6 +118,7 @@ struct World {
     ids: SequentialIds,
     policy: Policy,
     now: Timestamp,
+    authorizer: DenySet,
 }
 
 impl World {
@@ -95,6 +130,7 @@ impl World {
             ids: SequentialIds::default(),
             policy: Policy::default(),
             now: Timestamp(1_000_000),
+            authorizer: DenySet::default(),
         }
     }
 
@@ -2314,4 +2350,168 @@ fn the_last_finalizer_failure_reported_mid_walk_fails_the_deletion_only_after_it
     assert!(error.contains("down 2"), "{error}");
     assert_eq!(w.op(op.id).progress.unset, 10);
     w.check();
+}
+
+// Issue 27: a cascade acts for its caller's principal, member by member.
+
+/// Alice may delete the network but not one of its subnets: the cascade
+/// deletes everything else, holds that subnet BLOCKED with a reason naming
+/// her, the verb and the rule (DELETING, so the network is not held by its
+/// reference), keeps the root until it is done, and nothing dangles. Every
+/// member it changed is audited for her. An administrator's force purge
+/// finishes it.
+#[test]
+fn a_member_its_principal_may_not_delete_is_held_blocked_while_the_rest_finishes() {
+    let mut w = World::neutron();
+    w.create(&n("project", "p"), &[]);
+    w.create(&n("network", "net"), &[("project", &[&n("project", "p")])]);
+    w.create(&n("subnet", "s1"), &[("network", &[&n("network", "net")])]);
+    w.create(&n("subnet", "s2"), &[("network", &[&n("network", "net")])]);
+    w.create(
+        &n("port", "p1"),
+        &[("network", &[&n("network", "net")]), ("subnet", &[&n("subnet", "s1")])],
+    );
+    w.authorizer.denied.insert((auth::Verb::Delete, n("subnet", "s2")));
+    let mut req = del(&n("network", "net"), true);
+    req.principal = alice();
+    let DeleteOutcome::Accepted(op) = w.delete_req(req).expect("delete") else {
+        panic!("accepted");
+    };
+    w.run_until_quiet();
+    assert!(w.get(&n("subnet", "s1")).is_none(), "s1 is deleted");
+    assert!(w.get(&n("port", "p1")).is_none(), "p1 is deleted");
+    let held = w.record(&n("subnet", "s2"));
+    let DeletionStatus::Blocked { reason, .. } = &held.status else {
+        panic!("s2 is held BLOCKED, got {:?}", held.status);
+    };
+    assert!(
+        reason.contains("alice may not delete r1/subnet/s2") && reason.contains(DenySet::DENY_RULE),
+        "{reason}"
+    );
+    assert_eq!(held.principal, alice(), "the cascaded member keeps the principal");
+    assert_eq!(w.get(&n("subnet", "s2")).unwrap().state, ResourceState::Deleting);
+    assert_eq!(
+        w.get(&n("network", "net")).unwrap().state,
+        ResourceState::Deleting,
+        "the root goes last"
+    );
+    assert_eq!(w.op(op.id).progress.blocked, 1);
+    w.check();
+    let audited: BTreeSet<(String, String, String)> = w
+        .state
+        .audit
+        .iter()
+        .map(|e| (e.who.clone(), e.action.clone(), e.target.clone()))
+        .collect();
+    for member in [n("subnet", "s1"), n("port", "p1")] {
+        assert!(
+            audited.contains(&("alice".to_owned(), "cascade".to_owned(), member.clone())),
+            "{member} audited: {audited:?}"
+        );
+    }
+    assert!(
+        w.state.audit.iter().all(|e| e.target != n("subnet", "s2")),
+        "the refused member is not audited as changed"
+    );
+    assert!(w
+        .state
+        .audit
+        .iter()
+        .all(|e| e.rule == DenySet::ALLOW_RULE && e.via == "token"));
+    // The refusal stands at every look until someone acts.
+    w.advance_to_next_due();
+    w.run_until_quiet();
+    assert!(matches!(
+        w.record(&n("subnet", "s2")).status,
+        DeletionStatus::Blocked { .. }
+    ));
+    force(&mut w, &n("subnet", "s2"), "alice's cascade, approved", 0, true).expect("force");
+    w.run_until_quiet();
+    assert!(w.get(&n("subnet", "s2")).is_none(), "forced through");
+    assert!(w.get(&n("network", "net")).is_none(), "the root follows");
+    assert_eq!(w.op(op.id).state, OperationState::Succeeded);
+    w.check();
+}
+
+/// Alice may delete a security group but not update the port that lists
+/// it: the port keeps its reference (its row stays, so nothing dangles)
+/// and the group is held BLOCKED naming the port and the verb; once the
+/// policy allows it the next look finishes the deletion.
+#[test]
+fn a_referrer_its_principal_may_not_update_keeps_its_reference_and_holds_the_target() {
+    let mut w = World::neutron();
+    w.create(&n("project", "p"), &[]);
+    w.create(&n("network", "net"), &[("project", &[&n("project", "p")])]);
+    w.create(&n("security_group", "sg"), &[("project", &[&n("project", "p")])]);
+    w.create(
+        &n("port", "port"),
+        &[
+            ("network", &[&n("network", "net")]),
+            ("security_groups", &[&n("security_group", "sg")]),
+        ],
+    );
+    w.authorizer.denied.insert((auth::Verb::Update, n("port", "port")));
+    let mut req = del(&n("security_group", "sg"), false);
+    req.principal = alice();
+    w.delete_req(req).expect("delete");
+    w.run_until_quiet();
+    assert_eq!(
+        targets(&w.active(&n("port", "port")), "security_groups"),
+        vec![n("security_group", "sg")]
+    );
+    let DeletionStatus::Blocked { reason, .. } = w.record(&n("security_group", "sg")).status else {
+        panic!("sg is held BLOCKED");
+    };
+    assert!(reason.contains("alice may not update r1/port/port"), "{reason}");
+    w.check();
+    w.authorizer.denied.clear();
+    w.advance_to_next_due();
+    w.run_until_quiet();
+    assert!(w.get(&n("security_group", "sg")).is_none());
+    assert!(targets(&w.active(&n("port", "port")), "security_groups").is_empty());
+    assert!(w
+        .state
+        .audit
+        .iter()
+        .any(|e| e.action == "unset" && e.target == n("port", "port") && e.who == "alice"));
+    w.check();
+}
+
+/// The dry run for a principal lists what it may not change (the members
+/// it would delete: `delete`; the referrers it would unset: `update`), and
+/// nothing else; for a principal refused nothing it lists nothing.
+#[test]
+fn the_dry_run_lists_the_members_its_principal_may_not_change() {
+    let mut w = World::neutron();
+    w.create(&n("project", "p"), &[]);
+    w.create(&n("network", "net"), &[("project", &[&n("project", "p")])]);
+    w.create(&n("subnet", "s1"), &[("network", &[&n("network", "net")])]);
+    w.create(&n("security_group", "sg"), &[("project", &[&n("project", "p")])]);
+    w.create(&n("port", "kept"), &[("network", &[&n("network", "net")])]);
+    let mut req = del(&n("network", "net"), true);
+    req.dry_run = true;
+    req.principal = alice();
+    let DeleteOutcome::DryRun(plan) = w.delete_req(req.clone()).unwrap() else {
+        panic!("dry run");
+    };
+    assert!(plan.denied.is_empty(), "{:?}", plan.denied);
+    w.authorizer.denied.insert((auth::Verb::Delete, n("subnet", "s1")));
+    w.authorizer.denied.insert((auth::Verb::Delete, n("port", "kept")));
+    w.authorizer
+        .denied
+        .insert((auth::Verb::Delete, n("security_group", "sg")));
+    let DeleteOutcome::DryRun(plan) = w.delete_req(req).unwrap() else {
+        panic!("dry run");
+    };
+    let denied: BTreeSet<(String, auth::Verb)> = plan.denied.iter().map(|d| (d.resource.to_string(), d.verb)).collect();
+    assert_eq!(
+        denied,
+        BTreeSet::from([
+            (n("subnet", "s1"), auth::Verb::Delete),
+            (n("port", "kept"), auth::Verb::Delete),
+        ]),
+        "sg is outside the closure"
+    );
+    assert!(plan.denied.iter().all(|d| d.rule == DenySet::DENY_RULE));
+    assert_eq!(plan.denied_more, 0);
 }

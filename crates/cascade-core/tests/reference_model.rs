@@ -366,6 +366,7 @@ impl Real {
             region: &self.region,
             now: self.now,
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         }
     }
 
@@ -392,6 +393,7 @@ impl Real {
             region: &self.region,
             now: self.now,
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         };
         let step = protocol::create(&self.state, ctx, &mut self.ids, vec![spec])?;
         self.state.apply(step.writes);
@@ -409,12 +411,14 @@ impl Real {
             requested_by: "model".to_owned(),
             orphan: false,
             remote_kept: Default::default(),
+            principal: Default::default(),
         };
         let ctx = Ctx {
             schema: &self.schema,
             region: &self.region,
             now: self.now,
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         };
         let step = protocol::delete(&self.state, ctx, &mut self.ids, req)?;
         self.state.apply(step.writes);

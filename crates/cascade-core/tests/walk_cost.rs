@@ -125,6 +125,7 @@ macro_rules! ctx {
             region: &$r.region,
             now: $r.now,
             policy: &$r.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         }
     };
 }
@@ -199,6 +200,7 @@ impl Region {
             requested_by: "walk-cost test".to_owned(),
             orphan: false,
             remote_kept: Default::default(),
+            principal: Default::default(),
         };
         let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req).expect("the delete is accepted");
         self.state.apply(step.writes);
@@ -378,6 +380,7 @@ fn an_importers_walk_of_a_remote_deletion_resumes_too() {
         resource: target.clone(),
         operation: Some(OperationId(uuid::Uuid::from_u128(0x0fe4))),
         no_cascade: false,
+        principal: Default::default(),
     };
     let step = peer::apply_remote_events(&importer.state, importer.ctx(), "r1", vec![event]).expect("applies");
     importer.state.apply(step.writes);

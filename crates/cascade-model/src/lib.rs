@@ -385,6 +385,7 @@ impl Setup {
             region: &self.region_ids[region],
             now: self.now,
             policy: &self.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         }
     }
 
@@ -532,6 +533,7 @@ impl CascadeModel {
             region: &self.region_ids[region],
             now: s.regions[region].now,
             policy: &self.config.policy,
+            authorizer: &cascade_core::auth::AllowAll,
         }
     }
 
@@ -549,6 +551,7 @@ impl CascadeModel {
                 resource: e.resource.clone(),
                 operation: e.operation,
                 no_cascade: e.no_cascade,
+                principal: e.principal.clone(),
             })
             .collect()
     }
@@ -729,6 +732,7 @@ fn user_delete(name: &str) -> DeleteRequest {
         requested_by: "model".to_owned(),
         orphan: false,
         remote_kept: Default::default(),
+        principal: Default::default(),
     }
 }
 

@@ -33,14 +33,20 @@
 //! (UNAVAILABLE when the owner cannot be asked). Merging the regions' parts
 //! of a dry run or of an operation is the core's ([`PlanDriver`],
 //! [`OperationAssembler`]); here they are only driven.
+//!
+//! Size: one file on purpose: a delete's closure check (issue 27) is the
+//! dry run's drive over the regions (`plan_everywhere`) with a principal,
+//! and the delete that runs it; split from them, each half would be read
+//! only with the other open.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::model::{Resource, ResourceState};
 use cascade_core::operation_view::{OperationAssembler, OperationPage, OperationView, OutcomesCursor, PartAnswer};
 use cascade_core::peer::{self, PeerBackRef};
 use cascade_core::plan::PlanDriver;
-use cascade_core::protocol::{DeleteOutcome, DeleteRequest, Plan, ResourceSpec, Step};
+use cascade_core::protocol::{DeleteOutcome, DeleteRequest, Plan, PlannedDenial, ResourceSpec, Step};
 use cascade_core::request_path::{locate_refusal, reference_path};
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Uid};
@@ -503,6 +509,10 @@ impl Node {
     /// completed with every region's part; the regions that could not be
     /// asked come back with it). A delete without cascade first asks the
     /// regions of remote list owners whether they keep another target.
+    ///
+    /// Under a policy that may refuse, the delete is first checked over its
+    /// whole closure (see [`Self::check_closure`]) and refused, with
+    /// nothing written, when its principal may not change a member.
     pub(crate) async fn delete(
         &self,
         mut req: DeleteRequest,
@@ -515,27 +525,130 @@ impl Node {
             req.remote_kept = self.remote_kept(&name).await?;
         }
         let cascade = req.cascade && !req.orphan;
+        let principal = req.principal.clone();
+        let root_denied = self.root_denials(&req)?;
+        if !req.dry_run && !self.authorizer.allows_everything() {
+            self.check_closure(&req, root_denied.clone(), budget).await?;
+        }
         // A deletion that starts is audited (`delete`, `cascade` or
         // `orphan`) in its step; a dry run changes nothing and is not.
         match self.writer.delete(req, Some(audit)).await? {
             DeleteOutcome::DryRun(plan) => {
-                let (plan, unreachable) = self.plan_everywhere(plan, cascade, budget).await;
+                let (mut plan, unreachable) = self.plan_everywhere(plan, cascade, &principal, budget).await;
+                prepend_denials(&mut plan, root_denied);
                 Ok((DeleteOutcome::DryRun(plan), unreachable))
             }
             other => Ok((other, Vec::new())),
         }
     }
 
-    /// This region's part of a dry run started elsewhere.
-    pub(crate) fn plan_part(&self, seeds: Vec<RefTarget>, cascade: bool) -> Result<Plan, Fault> {
-        Ok(peer::plan_from(&self.state(), self.read_ctx(), seeds, cascade)?)
+    /// The verbs the root needs beyond `delete` (which the closure check
+    /// decides with every member): `cascade` with a cascade, `orphan` with
+    /// an orphan delete. Refusals, not errors, so that the check and the
+    /// dry run list them with the members.
+    fn root_denials(&self, req: &DeleteRequest) -> Result<Vec<PlannedDenial>, Fault> {
+        if self.authorizer.allows_everything() {
+            return Ok(Vec::new());
+        }
+        let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
+        let verbs = [(req.cascade, Verb::Cascade), (req.orphan, Verb::Orphan)];
+        Ok(verbs
+            .into_iter()
+            .filter(|(asked, _)| *asked)
+            .filter_map(|(_, verb)| {
+                let decision = self.authorizer.decide(&req.principal, verb, Target::Resource(&name));
+                (!decision.allowed).then(|| PlannedDenial {
+                    resource: name.clone(),
+                    verb,
+                    rule: decision.rule,
+                })
+            })
+            .collect())
+    }
+
+    /// The closure check: the delete's dry run for its principal, every
+    /// region deciding on its own members (`Plan::denied`), before anything
+    /// is written. Any refusal (the root's own verbs included) is
+    /// [`Fault::Denied`] listing the members; a region that cannot be asked
+    /// is UNAVAILABLE (its members were not checked). A member refused
+    /// after this check, by a policy changed meanwhile, is held BLOCKED by
+    /// the cascade itself (`cascade_core::protocol::process_work`).
+    async fn check_closure(
+        &self,
+        req: &DeleteRequest,
+        root_denied: Vec<PlannedDenial>,
+        budget: std::time::Duration,
+    ) -> Result<(), Fault> {
+        let cascade = req.cascade && !req.orphan;
+        let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
+        // Read outside the writer (nothing is decided on its path): a root
+        // that is missing, not this uid, or already leaving is the delete's
+        // own answer to give.
+        let root = self
+            .state()
+            .get_resource(&name)?
+            .filter(|r| r.state == ResourceState::Active)
+            .filter(|r| req.uid.is_none_or(|uid| uid == r.uid));
+        let Some(root) = root else {
+            return Ok(());
+        };
+        let seeds = vec![RefTarget {
+            name: root.name.clone(),
+            uid: root.uid,
+        }];
+        let plan = self.plan_part(seeds, cascade, &req.principal)?;
+        let (mut plan, unreachable) = self.plan_everywhere(plan, cascade, &req.principal, budget).await;
+        if let Some(region) = unreachable.first() {
+            return Err(CoreError::RegionUnavailable {
+                region: region.clone(),
+                reason: "its members of the closure could not be checked against its policy".to_owned(),
+            }
+            .into());
+        }
+        prepend_denials(&mut plan, root_denied);
+        if plan.denied.is_empty() {
+            return Ok(());
+        }
+        Err(Fault::Denied(crate::error::Denied {
+            principal: req.principal.id.clone(),
+            members: plan
+                .denied
+                .iter()
+                .take(crate::error::Denied::MAX_MEMBERS)
+                .map(|d| crate::error::DeniedMember {
+                    region: d.resource.region().to_owned(),
+                    name: d.resource.to_string(),
+                    verb: d.verb,
+                    rule: d.rule.clone(),
+                })
+                .collect(),
+            more: plan.denied_more + plan.denied.len().saturating_sub(crate::error::Denied::MAX_MEMBERS) as u64,
+        }))
+    }
+
+    /// This region's part of a dry run started elsewhere, with the members
+    /// `principal` may not change under this region's policy.
+    pub(crate) fn plan_part(&self, seeds: Vec<RefTarget>, cascade: bool, principal: &Principal) -> Result<Plan, Fault> {
+        Ok(peer::plan_from(
+            &self.state(),
+            self.read_ctx(),
+            seeds,
+            cascade,
+            Some(principal),
+        )?)
     }
 
     /// Completes a local dry run with every region's part: regions are
     /// re-planned from every seed they were handed until nothing grows
     /// (see `cascade_core::plan`), then the parts are merged. Also returns
     /// the regions that could not be asked.
-    async fn plan_everywhere(&self, plan: Plan, cascade: bool, budget: std::time::Duration) -> (Plan, Vec<String>) {
+    async fn plan_everywhere(
+        &self,
+        plan: Plan,
+        cascade: bool,
+        principal: &Principal,
+        budget: std::time::Duration,
+    ) -> (Plan, Vec<String>) {
         let Some(root) = plan.deleted.first().cloned() else {
             return (plan, Vec::new());
         };
@@ -551,11 +664,11 @@ impl Node {
             let left = deadline.saturating_duration_since(crate::clock::monotonic_now());
             let parts = futures::future::join_all(round.iter().map(|(region, seeds)| async move {
                 if region == self.region.as_str() {
-                    self.plan_part(seeds.clone(), cascade).ok()
+                    self.plan_part(seeds.clone(), cascade, principal).ok()
                 } else if left.is_zero() {
                     None
                 } else {
-                    self.peers.plan(region, seeds, cascade, left).await
+                    self.peers.plan(region, seeds, cascade, principal, left).await
                 }
             }))
             .await;
@@ -757,4 +870,20 @@ fn by_uid<S: StateRead + ?Sized>(s: &S, uid: Uid) -> Result<Option<Resource>, ca
         return Ok(None);
     };
     Ok(s.resource(&name)?.filter(|r| r.uid == uid))
+}
+
+/// The root's own refusals first, then the members', within the bound a
+/// plan lists (the rest counted).
+fn prepend_denials(plan: &mut Plan, root: Vec<PlannedDenial>) {
+    if root.is_empty() {
+        return;
+    }
+    let mut denied = root;
+    denied.append(&mut plan.denied);
+    let most = cascade_core::protocol::MAX_DENIED_LISTED;
+    if denied.len() > most {
+        plan.denied_more += (denied.len() - most) as u64;
+        denied.truncate(most);
+    }
+    plan.denied = denied;
 }

@@ -97,6 +97,15 @@ pub const VERSION_POSTCARD_V1: u8 = 0x01;
 /// other record is written as version 1.
 pub const VERSION_POSTCARD_V2: u8 = 0x02;
 
+/// The first byte of a value whose body is postcard 1 of the third layout
+/// of its [`stored`] type: the principal a deletion acts for, appended to
+/// the deletion record ([`stored::DeletionRecordV3`]), the event
+/// ([`stored::EventV3`]) and the tombstone ([`stored::RemoteDeletionV3`])
+/// (the operation's, [`stored::OperationV2`], is its second layout).
+/// Written only for a principal other than the anonymous one; every
+/// earlier layout reads back as anonymous.
+pub const VERSION_POSTCARD_V3: u8 = 0x03;
+
 /// A core record the store keeps as a value, through its storage type in
 /// [`stored`]. Implemented for exactly the records the tables hold;
 /// [`StoreState::scan`] and [`StoreState::all`] decode any of them.
@@ -179,7 +188,6 @@ macro_rules! records {
 records! {
     ResourceName => ResourceName,
     BackRef => BackRef,
-    Operation => Operation,
     Outcome => Outcome,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
@@ -213,12 +221,53 @@ macro_rules! records_with_an_optional_second_layout {
 
 records_with_an_optional_second_layout! {
     Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
-    Event => Event, EventV2, |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
-    DeletionRecord => DeletionRecord, DeletionRecordV2, |d| !d.finalizer_failures.is_empty() || d.forced.is_some();
-    RemoteDeletion => RemoteDeletion, RemoteDeletionV2, |r| r.forced;
+    Operation => Operation, OperationV2, |o| stored::names_a_principal(&o.principal);
     AuditEntry => AuditEntry, AuditEntryV2, |e| {
         !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
     };
+}
+
+/// A record whose versions 2 and 3 each append a field that is usually
+/// empty: written in the earliest layout that holds what it has to say
+/// (version 3 only for a principal other than the anonymous one, so a node
+/// without authentication writes the bytes it always wrote).
+macro_rules! records_with_optional_later_layouts {
+    ($($core:ty => $one:ident, $two:ident, $three:ident, $needs_two:expr, $needs_three:expr);* $(;)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                let needs_two: fn(&$core) -> bool = $needs_two;
+                let needs_three: fn(&$core) -> bool = $needs_three;
+                if needs_three(self) {
+                    encode_stored(table, VERSION_POSTCARD_V3, &stored::$three::from(self))
+                } else if needs_two(self) {
+                    encode_stored(table, VERSION_POSTCARD_V2, &stored::$two::from(self))
+                } else {
+                    encode_stored(table, VERSION_POSTCARD_V1, &stored::$one::from(self))
+                }
+            }
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                let decoded = match version {
+                    VERSION_POSTCARD_V1 => decode_stored::<stored::$one<'_>>(body)?.try_into(),
+                    VERSION_POSTCARD_V2 => decode_stored::<stored::$two<'_>>(body)?.try_into(),
+                    VERSION_POSTCARD_V3 => decode_stored::<stored::$three<'_>>(body)?.try_into(),
+                    _ => return Err(format!("no layout of version {version} (this node knows 1 to 3)")),
+                };
+                decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+            }
+        }
+    )*};
+}
+
+records_with_optional_later_layouts! {
+    Event => Event, EventV2, EventV3,
+        |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty()),
+        |e| stored::names_a_principal(&e.principal);
+    DeletionRecord => DeletionRecord, DeletionRecordV2, DeletionRecordV3,
+        |d| !d.finalizer_failures.is_empty() || d.forced.is_some(),
+        |d| stored::names_a_principal(&d.principal);
+    RemoteDeletion => RemoteDeletion, RemoteDeletionV2, RemoteDeletionV3,
+        |r| r.forced,
+        |r| stored::names_a_principal(&r.principal);
 }
 
 /// Written as version 2 (with the walk); version 1 still read.
@@ -242,7 +291,7 @@ fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
         message,
     };
     match bytes.first() {
-        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2)) => {
+        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3)) => {
             T::decode_body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))
         }
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),

@@ -94,6 +94,11 @@ pub struct NodeEnv {
     /// The writer's lease, when this node is the writer of a region of
     /// several nodes (`api/roles.rs`): shown by status and the metrics.
     pub role: Option<crate::ha::WriterRole>,
+    /// Tests only: decide with this instead of the policy `settings.auth`
+    /// names (a deny-set in `tests/security/closure.rs`, before a policy
+    /// file is what a test writes).
+    #[doc(hidden)]
+    pub authorizer: Option<Arc<dyn cascade_core::auth::Authorize>>,
 }
 
 impl Default for NodeEnv {
@@ -104,6 +109,7 @@ impl Default for NodeEnv {
             connector: None,
             store: None,
             role: None,
+            authorizer: None,
         }
     }
 }
@@ -305,6 +311,7 @@ impl Node {
             connector,
             store,
             role,
+            authorizer,
         } = env;
         let region_seed = seed.map(|s| s ^ stable_hash(settings.region.as_str()));
         let ids: Arc<dyn UidSource> = match region_seed {
@@ -365,8 +372,11 @@ impl Node {
             StoreState { store: store.as_ref() }.next_revision_stored()?,
         ));
         let release_hints = Arc::new(ReleaseHints::default());
-        let authorizer = crate::auth::build_authorizer(&settings.auth, metrics.registry())
-            .map_err(|e| NodeError::Config(e.to_string()))?;
+        let authorizer = match authorizer {
+            Some(authorizer) => authorizer,
+            None => crate::auth::build_authorizer(&settings.auth, metrics.registry())
+                .map_err(|e| NodeError::Config(e.to_string()))?,
+        };
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -462,6 +472,7 @@ impl Node {
             region: &self.region,
             now: self.clock.now(),
             policy: &self.policy,
+            authorizer: &*self.authorizer,
         }
     }
 
@@ -806,6 +817,7 @@ impl Node {
                         target: d.target,
                         operation: d.operation,
                         no_cascade,
+                        principal: d.principal,
                     });
                     if deleting.len() == page_size {
                         return Ok(DeletingPage {

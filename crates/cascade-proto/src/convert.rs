@@ -145,6 +145,8 @@ pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
         },
         // Filled in by the node from the referrers' regions.
         remote_kept: Default::default(),
+        // Filled in by the node's handler from who called.
+        principal: cascade_core::auth::Principal::anonymous(),
     })
 }
 
@@ -433,6 +435,7 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
             reached: op.reached_regions.iter().cloned().collect(),
             changes: op.changes,
             closure_confirmed: false,
+            principal: Default::default(),
         },
         outcomes,
         next,
@@ -471,6 +474,18 @@ pub fn plan(p: &Plan) -> v1::Plan {
             })
             .collect(),
         unreachable_regions: Vec::new(),
+        denied: p.denied.iter().map(denied_member).collect(),
+        denied_more: p.denied_more,
+    }
+}
+
+/// The wire form of a member the closure check refused.
+pub fn denied_member(d: &cascade_core::protocol::PlannedDenial) -> v1::DeniedMember {
+    v1::DeniedMember {
+        region: d.resource.region().to_owned(),
+        name: d.resource.to_string(),
+        verb: d.verb.as_str().to_owned(),
+        rule: d.rule.clone(),
     }
 }
 
@@ -563,6 +578,19 @@ pub fn plan_from(p: v1::Plan) -> Result<Plan, Status> {
         let target = ref_target(seed.target, "remote_seeds.target")?;
         out.remote_seeds.entry(seed.region).or_default().push(target);
     }
+    for d in p.denied {
+        out.denied.push(cascade_core::protocol::PlannedDenial {
+            resource: cascade_core::ResourceName::parse(&d.name).map_err(|e| invalid_field("denied.name", e))?,
+            verb: cascade_core::auth::Verb::parse(&d.verb).ok_or_else(|| {
+                invalid_field(
+                    "denied.verb",
+                    format!("unknown verb {}", cascade_core::limits::quote(&d.verb)),
+                )
+            })?,
+            rule: d.rule,
+        });
+    }
+    out.denied_more = p.denied_more;
     Ok(out)
 }
 
@@ -687,6 +715,7 @@ fn deletion_record_from(target: RefTarget, d: &v1::Deletion, field: &str) -> Res
             reason: f.reason.clone(),
             time: timestamp_from(f.time_ms),
         }),
+        principal: Default::default(),
     })
 }
 
@@ -879,6 +908,7 @@ mod tests {
             },
             finalizer_failures: Vec::new(),
             forced: None,
+            principal: Default::default(),
         };
         let row = BackRef {
             target: net.clone(),

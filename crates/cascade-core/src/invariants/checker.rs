@@ -186,6 +186,9 @@ impl<'v> Checker<'v> {
     fn explained_alone(&self, resource: &Resource, record: &DeletionRecord) -> bool {
         match &record.status {
             DeletionStatus::Failed { error } => !error.is_empty(),
+            // A change its principal may not make holds it until a person
+            // acts (the policy, or an administrator): explained by itself.
+            DeletionStatus::Blocked { reason, .. } if crate::explain::policy_refusals(reason).next().is_some() => true,
             DeletionStatus::Blocked { blockers, reason } => {
                 !reason.is_empty()
                     && (!blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty())
@@ -200,6 +203,23 @@ impl<'v> Checker<'v> {
             }
             DeletionStatus::Pending | DeletionStatus::Waiting { .. } => false,
         }
+    }
+
+    /// Whether `target`'s deletion is held because its principal may not
+    /// update `referrer` (see `protocol::process_work`): the referrer keeps
+    /// its reference, and its row, on purpose.
+    fn held_by_refusal_of(&self, target: &Resource, referrer: &ResourceName) -> bool {
+        let needle = format!(" may not update {referrer} ");
+        self.views
+            .iter()
+            .filter(|v| v.region.as_str() == target.name.region())
+            .filter_map(|v| v.deletions.get(&target.uid))
+            .any(|d| match &d.status {
+                DeletionStatus::Blocked { reason, .. } => {
+                    crate::explain::policy_refusals(reason).any(|p| p.contains(&needle))
+                }
+                _ => false,
+            })
     }
 
     /// Operations with a member that explains why they cannot finish.
@@ -369,7 +389,10 @@ impl<'v> Checker<'v> {
                 }
                 if self.quiescent() {
                     if let Some(target) = target {
-                        if target.state == ResourceState::Deleting && on_delete != OnDelete::Block {
+                        if target.state == ResourceState::Deleting
+                            && on_delete != OnDelete::Block
+                            && !self.held_by_refusal_of(target, &r.name)
+                        {
                             self.push(
                                 ViolationKind::Resurrection,
                                 region,

@@ -86,6 +86,7 @@ fn deleting(s: &mut MemoryState, target: (&str, u128), reason: DeletionReason, s
             status,
             finalizer_failures: Vec::new(),
             forced: None,
+            principal: Default::default(),
         },
     );
     settle_operation(s, target);
@@ -126,6 +127,7 @@ fn settle_operation(s: &mut MemoryState, root: (&str, u128)) {
             reached: BTreeSet::new(),
             changes: 0,
             closure_confirmed: false,
+            principal: Default::default(),
         },
     );
 }
@@ -303,6 +305,7 @@ fn resurrection_revived_remote_deletion() {
             purged: false,
             no_cascade: false,
             forced: false,
+            principal: Default::default(),
         },
     );
     let r = check(&s);
@@ -364,6 +367,7 @@ fn stale_remote_deletion() {
             purged: false,
             no_cascade: false,
             forced: false,
+            principal: Default::default(),
         },
     );
     only(&check(&s), ViolationKind::StaleRemoteDeletion);
@@ -603,6 +607,7 @@ fn event_order() {
         time: Timestamp(1),
         no_cascade: false,
         cause: None,
+        principal: Default::default(),
     };
     s[0].events = vec![event(1), event(2)];
     s[0].next_revision = 3;

@@ -85,6 +85,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                     purged: false,
                     no_cascade: e.no_cascade,
                     forced: false,
+                    principal: e.principal,
                 });
                 started.push(uid);
                 tx.put_work(WorkItem::due_now(e.resource, ctx.now));
@@ -92,7 +93,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
             }
             EventType::DeletionForced => {
                 let Some(operation) = e.operation else { continue };
-                if force_tombstone(&mut tx, ctx, e.resource, operation, e.no_cascade)? {
+                if force_tombstone(&mut tx, ctx, e.resource, operation, e.no_cascade, e.principal)? {
                     started.push(uid);
                     applied += 1;
                 }
@@ -148,6 +149,7 @@ fn force_tombstone<S: StateRead + ?Sized>(
     target: RefTarget,
     operation: OperationId,
     no_cascade: bool,
+    principal: crate::auth::Principal,
 ) -> Result<bool, CoreError> {
     let tombstone = match tx.remote_deletion(target.uid)? {
         Some(t) if t.forced => return Ok(false),
@@ -159,6 +161,7 @@ fn force_tombstone<S: StateRead + ?Sized>(
             purged: false,
             no_cascade,
             forced: true,
+            principal,
         },
     };
     tx.put_remote_deletion(tombstone);
@@ -178,6 +181,11 @@ pub struct RemoteDeleting {
     pub no_cascade: bool,
     /// See [`RemoteDeletion::forced`].
     pub forced: bool,
+    /// See [`RemoteDeletion::principal`]. The resync listing does not carry
+    /// it: a deletion learnt from a resync acts for the anonymous principal
+    /// (under a policy that refuses it, its members here are held BLOCKED
+    /// until an administrator retries or forces them).
+    pub principal: crate::auth::Principal,
 }
 
 /// Importer: the owner compacted its outbox past this node's cursor. The
@@ -207,6 +215,7 @@ pub fn resync<S: StateRead + ?Sized>(
         operation,
         no_cascade,
         forced,
+        principal,
     } in deleting
     {
         if target.name.region() != from_region {
@@ -215,7 +224,7 @@ pub fn resync<S: StateRead + ?Sized>(
         if forced {
             // A forced deletion whose DELETION_FORCED event was compacted
             // away: the same as applying it.
-            added += usize::from(force_tombstone(&mut tx, ctx, target, operation, no_cascade)?);
+            added += usize::from(force_tombstone(&mut tx, ctx, target, operation, no_cascade, principal)?);
             continue;
         }
         if tx.remote_deletion(target.uid)?.is_some() {
@@ -228,6 +237,7 @@ pub fn resync<S: StateRead + ?Sized>(
             purged: false,
             no_cascade,
             forced: false,
+            principal,
         });
         tx.put_work(WorkItem::due_now(target, ctx.now));
         added += 1;

@@ -91,8 +91,9 @@ pub fn plan_from<S: StateRead + ?Sized>(
     ctx: Ctx<'_>,
     seeds: Vec<RefTarget>,
     cascade: bool,
+    principal: Option<&crate::auth::Principal>,
 ) -> Result<Plan, CoreError> {
-    protocol::plan_closure(&Tx::new(state), ctx, seeds, cascade)
+    protocol::plan_closure(&Tx::new(state), ctx, seeds, cascade, principal)
 }
 
 fn is_remote(ctx: Ctx<'_>, name: &ResourceName) -> bool {

@@ -23,6 +23,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
         region: &region,
         now: Timestamp(10),
         policy: &policy,
+        authorizer: &crate::auth::AllowAll,
     };
     let mut ids = SequentialIds::default();
     let mut state = MemoryState::default();
@@ -41,6 +42,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
                 resource: t.clone(),
                 operation: Some(op),
                 no_cascade: false,
+                principal: Default::default(),
             }],
         )
         .unwrap()
@@ -56,6 +58,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
         operation: op,
         no_cascade: false,
         forced: false,
+        principal: Default::default(),
     }];
     let step = resync(&state, ctx, "ra", listing, 40).unwrap();
     assert_eq!(step.value, 1);
@@ -86,6 +89,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
             resource: still_deleting.clone(),
             operation: Some(op),
             no_cascade: false,
+            principal: Default::default(),
         }],
     )
     .unwrap();
@@ -118,6 +122,7 @@ impl Region {
             region: &self.region,
             now: Timestamp(self.now),
             policy: &self.policy,
+            authorizer: &crate::auth::AllowAll,
         }
     }
     fn create(&mut self, name: &str, refs: &[(&str, &RefTarget)]) -> Resource {
@@ -127,6 +132,7 @@ impl Region {
             region: &self.region,
             now: Timestamp(self.now),
             policy: &self.policy,
+            authorizer: &crate::auth::AllowAll,
         };
         let step = crate::protocol::create(&self.state, ctx, &mut self.ids, vec![spec]).unwrap();
         let r = step.value[0].clone();
@@ -197,6 +203,7 @@ fn purged_in_the_same_batch_as_deleting_still_cascades_local_referrers() {
             resource: net.clone(),
             operation: Some(op),
             no_cascade: false,
+            principal: Default::default(),
         })
         .to_vec();
     let step = apply_remote_events(&rb.state, rb.ctx(), "ra", events).unwrap();
@@ -233,6 +240,7 @@ fn purged_after_the_walk_drops_the_tombstone_though_a_block_row_remains() {
         resource: net.clone(),
         operation: Some(op),
         no_cascade: false,
+        principal: Default::default(),
     };
     let step = apply_remote_events(&rb.state, rb.ctx(), "ra", vec![event(1, EventType::Deleting)]).unwrap();
     rb.state.apply(step.writes);

@@ -7,6 +7,7 @@
 //! together, whichever path (a delete, the work loop, a peer's message)
 //! changed them.
 
+use crate::auth::Principal;
 use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
@@ -27,6 +28,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
     reason: DeletionReason,
     operation: OperationId,
     requested_by: &str,
+    principal: &Principal,
 ) -> Result<(), CoreError> {
     release_outgoing(tx, ctx, &resource)?;
     resource.state = ResourceState::Deleting;
@@ -54,6 +56,7 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         status: DeletionStatus::Pending,
         finalizer_failures: Vec::new(),
         forced: None,
+        principal: principal.clone(),
     });
     let was_unset = counted_as_unset(tx, operation, &target.name)?;
     queue_pending(tx, ctx, operation, target);
@@ -209,6 +212,7 @@ pub(super) fn hold<S: StateRead + ?Sized>(
     mut record: DeletionRecord,
     mut work: WorkItem,
     blockers: Vec<Blocker>,
+    refusals: &[String],
 ) -> Result<bool, CoreError> {
     if let DeletionStatus::Failed { .. } = record.status {
         // Woken while failed and still unable to finish: stays failed.
@@ -252,8 +256,8 @@ pub(super) fn hold<S: StateRead + ?Sized>(
             None => {}
         }
     }
-    let reason = hold_reason(resource, &record, &blockers);
-    let held_by_finalizers_only = blockers.is_empty() && resource.liens.is_empty();
+    let reason = hold_reason(resource, &record, &blockers, refusals);
+    let held_by_finalizers_only = blockers.is_empty() && resource.liens.is_empty() && refusals.is_empty();
     let changed = match &record.status {
         DeletionStatus::Blocked {
             blockers: old,
@@ -291,10 +295,16 @@ pub(super) fn hold<S: StateRead + ?Sized>(
     Ok(!held_by_finalizers_only)
 }
 
-/// Why a deletion is held, for a human: its blockers, its finalizers (with
-/// the failures their controllers reported), its liens.
-pub(super) fn hold_reason(resource: &Resource, record: &DeletionRecord, blockers: &[Blocker]) -> String {
-    let mut parts = Vec::new();
+/// Why a deletion is held, for a human: the changes its principal may not
+/// make (see `work.rs`), its blockers, its finalizers (with the failures
+/// their controllers reported), its liens.
+pub(super) fn hold_reason(
+    resource: &Resource,
+    record: &DeletionRecord,
+    blockers: &[Blocker],
+    refusals: &[String],
+) -> String {
+    let mut parts: Vec<String> = refusals.to_vec();
     if !blockers.is_empty() {
         parts.push(describe_blockers(blockers));
     }
@@ -553,13 +563,14 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
     message: &str,
     cause: Option<DeletionReason>,
 ) -> Result<Resource, CoreError> {
-    // Importers must know whether a deletion allows a cascade: they apply
-    // it to their own referrers (see `apply_to_referrer`).
-    let no_cascade = match operation {
-        Some(id) if matches!(event_type, EventType::Deleting | EventType::DeletionForced) => {
-            tx.operation(id)?.is_some_and(|op| !op.cascade)
-        }
-        _ => false,
+    // Importers must know whether a deletion allows a cascade, and whom it
+    // acts for: they apply it to their own referrers (see
+    // `apply_to_referrer`), authorized for that principal.
+    let (no_cascade, principal) = match operation {
+        Some(id) if matches!(event_type, EventType::Deleting | EventType::DeletionForced) => tx
+            .operation(id)?
+            .map_or((false, Principal::anonymous()), |op| (!op.cascade, op.principal)),
+        _ => (false, Principal::anonymous()),
     };
     resource.revision = tx.peek_revision()?;
     tx.put_resource(resource.clone());
@@ -573,6 +584,7 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
         time: ctx.now,
         no_cascade,
         cause,
+        principal,
     })?;
     Ok(resource)
 }
@@ -597,6 +609,7 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
         time: ctx.now,
         no_cascade: false,
         cause,
+        principal: Principal::anonymous(),
     })?;
     Ok(())
 }

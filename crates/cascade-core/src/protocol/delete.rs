@@ -13,6 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use crate::auth::{Principal, Target, Verb};
 use crate::error::{CoreError, Dependent};
 use crate::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, Operation, OperationState, Progress, RefTarget, Resource,
@@ -25,7 +26,10 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 use super::bookkeeping::enter_deleting;
 use super::lien::check_liens;
 use super::validate::{check_etag, local_name};
-use super::{is_remote, target_of, Ctx, DeleteOutcome, DeleteRequest, Plan, PlannedBlock, PlannedUnset, Step};
+use super::{
+    is_remote, target_of, Ctx, DeleteOutcome, DeleteRequest, Plan, PlannedBlock, PlannedDenial, PlannedUnset, Step,
+    CLOSURE_TOO_LARGE, MAX_DENIED_LISTED,
+};
 
 /// Accepts (or plans) the deletion of one resource.
 pub fn delete<S: StateRead + ?Sized>(
@@ -84,7 +88,7 @@ pub fn delete<S: StateRead + ?Sized>(
     let cascade = req.cascade && !req.orphan;
     check_preconditions(&tx, ctx, &resource, req.cascade || req.orphan, &req.remote_kept)?;
     if req.dry_run {
-        let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], cascade)?;
+        let plan = plan_closure(&tx, ctx, vec![target_of(&resource)], cascade, Some(&req.principal))?;
         return Ok(Step {
             value: DeleteOutcome::DryRun(plan),
             writes: WriteSet::default(),
@@ -105,6 +109,7 @@ pub fn delete<S: StateRead + ?Sized>(
         reached: BTreeSet::new(),
         changes: 0,
         closure_confirmed: false,
+        principal: req.principal.clone(),
     };
     tx.put_operation(op.clone());
     enter_deleting(
@@ -114,6 +119,7 @@ pub fn delete<S: StateRead + ?Sized>(
         DeletionReason::Requested,
         op.id,
         &req.requested_by,
+        &req.principal,
     )?;
     let op = tx.operation(op.id)?.unwrap_or(op);
     Ok(Step {
@@ -225,12 +231,29 @@ pub(crate) fn keeps_live_other_target<S: StateRead + ?Sized>(
 /// or (for another region's plan) its deleted resources that this region's
 /// resources reference. Referrers in other regions are not followed here:
 /// they become `remote_seeds` for their region's own plan.
+///
+/// With a `principal`, under a policy that may refuse, it is also the
+/// closure check: every member of this region the delete would change is
+/// decided under this region's policy (`delete` for one it deletes, seeds
+/// of this region included; `update` for a referrer it unsets or orphans),
+/// and the refusals are listed in `Plan::denied`. The check walks up to
+/// `Policy::max_closure_check` resources (a larger closure is a denial,
+/// [`super::CLOSURE_TOO_LARGE`]); the plan still lists at most
+/// `Policy::max_plan` deleted resources.
 pub(crate) fn plan_closure<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     ctx: Ctx<'_>,
     seeds: Vec<RefTarget>,
     cascade: bool,
+    principal: Option<&Principal>,
 ) -> Result<Plan, CoreError> {
+    let checked = principal.filter(|_| !ctx.authorizer.allows_everything());
+    let limit = if checked.is_some() {
+        ctx.policy.max_closure_check.max(ctx.policy.max_plan)
+    } else {
+        ctx.policy.max_plan
+    };
+    let mut stopped_at: Option<RefTarget> = None;
     let mut deleted: BTreeMap<Uid, RefTarget> = BTreeMap::new();
     let mut order = Vec::new();
     let mut remote_seeds: BTreeMap<String, BTreeSet<RefTarget>> = BTreeMap::new();
@@ -281,8 +304,9 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
                         // Without cascade nothing is deleted: the referrer
                         // loses the element, as an `unset` one would.
                         if *n >= len && cascade {
-                            if deleted.len() >= ctx.policy.max_plan {
+                            if deleted.len() >= limit {
                                 truncated = true;
+                                stopped_at.get_or_insert_with(|| b.referrer.clone());
                                 continue;
                             }
                             deleted.insert(q.uid, b.referrer.clone());
@@ -296,11 +320,19 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
             }
         }
     }
-    let unset = unset
+    let unset: Vec<PlannedUnset> = unset
         .into_iter()
         .filter(|((uid, _), _)| !deleted.contains_key(uid))
         .map(|((_, field), resource)| PlannedUnset { resource, field })
         .collect();
+    let (denied, denied_more) = match checked {
+        Some(principal) => denials(ctx, principal, &order, &unset, stopped_at),
+        None => (Vec::new(), 0),
+    };
+    if order.len() > ctx.policy.max_plan {
+        order.truncate(ctx.policy.max_plan);
+        truncated = true;
+    }
     let mut blocked = Vec::new();
     for (resource, b) in blocks {
         if deleted.contains_key(&b.referrer.uid) {
@@ -323,9 +355,54 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
         unset,
         blocked,
         truncated,
+        denied,
+        denied_more,
         remote_seeds: remote_seeds
             .into_iter()
             .map(|(region, targets)| (region, targets.into_iter().collect()))
             .collect(),
     })
+}
+
+/// The closure check of one region's part: what `principal` may not do to
+/// the members of this region the delete changes (deleted: `delete`;
+/// unset or orphaned: `update`), in walk order, at most
+/// [`MAX_DENIED_LISTED`] listed and the rest counted. A walk that stopped
+/// at its bound (`stopped_at`) is a denial of its own: the rest of the
+/// closure was not checked.
+fn denials(
+    ctx: Ctx<'_>,
+    principal: &Principal,
+    deleted: &[RefTarget],
+    unset: &[PlannedUnset],
+    stopped_at: Option<RefTarget>,
+) -> (Vec<PlannedDenial>, u64) {
+    let mut denied = Vec::new();
+    let mut more = 0u64;
+    let mut note = |resource: &RefTarget, verb: Verb, rule: String| {
+        if denied.len() < MAX_DENIED_LISTED {
+            denied.push(PlannedDenial {
+                resource: resource.name.clone(),
+                verb,
+                rule,
+            });
+        } else {
+            more += 1;
+        }
+    };
+    let changes = deleted
+        .iter()
+        .filter(|d| !is_remote(ctx, &d.name))
+        .map(|d| (d, Verb::Delete))
+        .chain(unset.iter().map(|u| (&u.resource, Verb::Update)));
+    for (member, verb) in changes {
+        let decision = ctx.authorizer.decide(principal, verb, Target::Resource(&member.name));
+        if !decision.allowed {
+            note(member, verb, decision.rule);
+        }
+    }
+    if let Some(member) = stopped_at {
+        note(&member, Verb::Delete, CLOSURE_TOO_LARGE.to_owned());
+    }
+    (denied, more)
 }

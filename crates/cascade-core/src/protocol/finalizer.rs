@@ -151,7 +151,7 @@ pub fn report_finalizer_failure<S: StateRead + ?Sized>(
         DeletionStatus::Blocked { blockers, .. } => blockers.clone(),
         _ => Vec::new(),
     };
-    let reason = hold_reason(&resource, &record, &blockers);
+    let reason = hold_reason(&resource, &record, &blockers, &[]);
     mark_blocked(&mut tx, ctx, &resource, &mut record, blockers, reason)?;
     tx.put_deletion(record);
     // The work loop asks the controller again when the backoff elapses

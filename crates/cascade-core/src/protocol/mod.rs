@@ -56,6 +56,7 @@ mod work;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::auth::{Authorize, Principal, Verb};
 use crate::model::{BackRefKey, Blocker, Operation, RefTarget, Resource, Timestamp};
 use crate::name::{OperationId, RegionId, ResourceName, Uid};
 use crate::schema::Schema;
@@ -97,7 +98,20 @@ pub struct Policy {
     pub closure_check_ms: u64,
     /// Resources a dry run walks before it reports a truncated plan.
     pub max_plan: usize,
+    /// Resources the closure check (a dry run for the caller's principal,
+    /// under a policy that may refuse) walks in one region. The check must
+    /// see every member, so it walks further than a listed dry run; a
+    /// closure larger than this is refused (a [`PlannedDenial`] with the
+    /// rule [`CLOSURE_TOO_LARGE`]), never half-checked.
+    pub max_closure_check: usize,
 }
+
+/// The rule of the denial a closure check reports when the closure is
+/// larger than `Policy::max_closure_check`: not every member was checked.
+pub const CLOSURE_TOO_LARGE: &str = "closure larger than max_closure_check: not checked";
+
+/// The most denials a plan lists; the rest are counted (`Plan::denied_more`).
+pub const MAX_DENIED_LISTED: usize = 100;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -110,6 +124,7 @@ impl Default for Policy {
             max_listed: 50,
             closure_check_ms: 1_000,
             max_plan: 10_000,
+            max_closure_check: 250_000,
         }
     }
 }
@@ -127,7 +142,7 @@ impl Policy {
 }
 
 /// What a step needs to know about its surroundings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Ctx<'a> {
     /// The kinds and their reference fields.
     pub schema: &'a Schema,
@@ -137,6 +152,24 @@ pub struct Ctx<'a> {
     pub now: Timestamp,
     /// The tunables.
     pub policy: &'a Policy,
+    /// This region's policy: before a cascade changes a member for a
+    /// deletion's principal it asks whether that principal may (`delete`
+    /// the member, or `update` a referrer that loses a reference); a
+    /// refusal holds the member instead (see `work.rs`). Deciding is an
+    /// in-memory call, cheap and deterministic for the policy in force.
+    /// [`AllowAll`](crate::auth::AllowAll) when authentication is off.
+    pub authorizer: &'a dyn Authorize,
+}
+
+impl std::fmt::Debug for Ctx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("schema", &self.schema)
+            .field("region", &self.region)
+            .field("now", &self.now)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The result of one step: the answer and the writes to commit.
@@ -200,6 +233,11 @@ pub struct DeleteRequest {
     /// A remote `cascade` referrer not in this set counts as a dependent
     /// that would be deleted, so the check errs on refusing.
     pub remote_kept: BTreeSet<BackRefKey>,
+    /// Who asked, as the node authenticated them (anonymous when
+    /// authentication is off): stored with the operation and the deletion
+    /// record and carried on its events, so every member the cascade
+    /// changes, in every region, is authorized for this principal.
+    pub principal: Principal,
 }
 
 /// A planned change to a referrer that survives.
@@ -235,6 +273,26 @@ pub struct Plan {
     /// Region → deleted resources referenced from there: that region's own
     /// plan, started from these, continues the closure.
     pub remote_seeds: BTreeMap<String, Vec<RefTarget>>,
+    /// Members of the closure the delete's principal may not change under
+    /// the policy of their region (empty under a policy that allows
+    /// everything: nobody was asked), at most [`MAX_DENIED_LISTED`].
+    pub denied: Vec<PlannedDenial>,
+    /// Denials beyond `denied`.
+    pub denied_more: u64,
+}
+
+/// A member of a closure that the delete's principal may not change: the
+/// delete is refused before anything changes (PERMISSION_DENIED), and a
+/// dry run lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedDenial {
+    /// The member (its region is the one that decided).
+    pub resource: ResourceName,
+    /// The verb the principal lacks: `delete` for a member the cascade
+    /// deletes, `update` for a referrer it unsets or orphans.
+    pub verb: Verb,
+    /// The rule that refused it.
+    pub rule: String,
 }
 
 /// The answer to a delete that was not refused.

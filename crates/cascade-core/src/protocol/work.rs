@@ -7,10 +7,11 @@
 
 use std::collections::BTreeSet;
 
+use crate::auth::{Principal, Target, Verb};
 use crate::error::CoreError;
 use crate::model::{
-    BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState, Outcome,
-    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, Walk, WorkItem,
+    AuditEntry, BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState,
+    Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, Walk, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
@@ -118,11 +119,25 @@ fn step_deletion<S: StateRead + ?Sized>(
         target: &target,
         operation: record.operation,
         requested_by: &record.requested_by,
+        principal: &record.principal,
         no_cascade,
         forced: record.forced.is_some(),
     };
+    // The member itself first: a deletion its principal may no longer make
+    // (the policy changed since it started, or the cascade reached a member
+    // the principal may not delete) is held BLOCKED with the reason, before
+    // its walk changes anything; a policy that allows it again, a retry or
+    // an administrator's force (which acts on the administrator's authority)
+    // lets it go on.
+    if let Some(refusal) = refusal(ctx, &deletion, Verb::Delete, &resource.name) {
+        if hold(tx, ctx, &resource, record, work, Vec::new(), &[refusal])? {
+            report.retried += 1;
+        }
+        return Ok(true);
+    }
+    let mut refusals = Vec::new();
     if !work.walk.finished {
-        if !resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report)? {
+        if !resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)? {
             tx.put_work(work);
             return Ok(false);
         }
@@ -138,7 +153,8 @@ fn step_deletion<S: StateRead + ?Sized>(
     let (blockers, waiting) = if counted_remote_only {
         (Vec::new(), work.walk.remote.clone())
     } else {
-        let Some((counted, blockers)) = full_pass(tx, ctx, &deletion, budget, report)? else {
+        refusals.clear();
+        let Some((counted, blockers)) = full_pass(tx, ctx, &deletion, budget, report, &mut refusals)? else {
             tx.put_work(work);
             return Ok(false);
         };
@@ -147,8 +163,8 @@ fn step_deletion<S: StateRead + ?Sized>(
         work.walk.recount_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
         (blockers, work.walk.remote.clone())
     };
-    if !blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty() {
-        if hold(tx, ctx, &resource, record, work, blockers)? {
+    if !blockers.is_empty() || !refusals.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty() {
+        if hold(tx, ctx, &resource, record, work, blockers, &refusals)? {
             report.retried += 1;
         }
         return Ok(true);
@@ -220,8 +236,10 @@ fn step_deletion<S: StateRead + ?Sized>(
 
 /// Resumes the walk of a deletion's back-references where the last step
 /// left it: acts on the local `cascade`, `unset` and `allow_dangling` rows
-/// (each removes its row) and counts the rows that stay. Returns false
-/// when the budget ran out first (`walk` then holds the position).
+/// (each removes its row) and counts the rows that stay. A referrer the
+/// deletion's principal may not update keeps its row, counted as blocking,
+/// its refusal in `refusals`. Returns false when the budget ran out first
+/// (`walk` then holds the position).
 fn resume_walk<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -229,6 +247,7 @@ fn resume_walk<S: StateRead + ?Sized>(
     walk: &mut Walk,
     budget: &mut usize,
     report: &mut WorkReport,
+    refusals: &mut Vec<String>,
 ) -> Result<bool, CoreError> {
     let mut pages = BackRefPages::resume(deletion.target.uid, walk.after.take());
     let finished = loop {
@@ -247,7 +266,10 @@ fn resume_walk<S: StateRead + ?Sized>(
                 }
                 OnDelete::Block if deletion.forced => {
                     *budget = budget.saturating_sub(1);
-                    apply_to_referrer(tx, ctx, deletion, b, report)?;
+                    if let Some(refused) = apply_to_referrer(tx, ctx, deletion, b, report)? {
+                        walk.blocking += 1;
+                        refusals.push(refused);
+                    }
                 }
                 OnDelete::Block => walk.blocking += 1,
                 OnDelete::AllowDangling => tx.remove_backref(b.key()),
@@ -256,7 +278,10 @@ fn resume_walk<S: StateRead + ?Sized>(
                 }
                 OnDelete::Cascade | OnDelete::Unset => {
                     *budget = budget.saturating_sub(1);
-                    apply_to_referrer(tx, ctx, deletion, b, report)?;
+                    if let Some(refused) = apply_to_referrer(tx, ctx, deletion, b, report)? {
+                        walk.blocking += 1;
+                        refusals.push(refused);
+                    }
                 }
             }
         }
@@ -278,9 +303,10 @@ fn full_pass<S: StateRead + ?Sized>(
     deletion: &Applied<'_>,
     budget: &mut usize,
     report: &mut WorkReport,
+    refusals: &mut Vec<String>,
 ) -> Result<Option<(Walk, Vec<Blocker>)>, CoreError> {
     let mut counted = Walk::default();
-    if !resume_walk(tx, ctx, deletion, &mut counted, budget, report)? {
+    if !resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals)? {
         return Ok(None);
     }
     let mut blockers = Vec::new();
@@ -396,6 +422,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     };
     let requested_by = format!("region {}", tombstone.target.name.region());
+    let mut refusals = Vec::new();
     // Resumed where the last step stopped, like the owner's walk (`Walk`):
     // the rows acted on so far are removed, tombstones in an LSM engine.
     let mut pages = BackRefPages::resume(uid, work.walk.after.take());
@@ -421,12 +448,27 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     target: &tombstone.target,
                     operation: tombstone.operation,
                     requested_by: &requested_by,
+                    principal: &tombstone.principal,
                     no_cascade: tombstone.no_cascade,
                     forced: tombstone.forced,
                 };
-                apply_to_referrer(tx, ctx, &deletion, b, report)?;
+                if let Some(refused) = apply_to_referrer(tx, ctx, &deletion, b, report)? {
+                    refusals.push(refused);
+                }
             }
         }
+    }
+    if !refusals.is_empty() {
+        // Referrers the principal may not update keep their rows, so the
+        // owner's deletion waits for this region's release (nothing
+        // dangles); the walk looks again with backoff (a policy that
+        // allows it then, or the owner's force, lets it finish).
+        work.attempts = work.attempts.saturating_add(1);
+        work.walk = Walk::default();
+        work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff(work.attempts));
+        work.last_error = Some(refusals.join("; "));
+        tx.put_work(work);
+        return Ok(true);
     }
     tx.remove_work(uid);
     if tombstone.purged {
@@ -483,6 +525,8 @@ struct Applied<'a> {
     target: &'a RefTarget,
     operation: OperationId,
     requested_by: &'a str,
+    /// Whom it acts for: every change to a member is authorized for it.
+    principal: &'a Principal,
     /// The request did not allow a cascade (`cascade = false`).
     no_cascade: bool,
     /// An administrator forced it through: `block` referrers lose the
@@ -498,58 +542,93 @@ struct Applied<'a> {
 /// owner's last two owners can still race, across regions especially, and
 /// then the referrer survives, emptied, rather than being deleted by an
 /// operation that did not allow it: invariant 3).
+///
+/// The change is authorized for the deletion's principal first, under this
+/// region's policy: a referrer it deletes needs `delete`, one it unsets or
+/// orphans `update`. A referrer it may not delete still enters DELETING
+/// (so the target is not held by it), and its own step holds it BLOCKED
+/// with the refusal before anything else of it changes (see
+/// [`step_deletion`]). A referrer it may not update is left as it is, its
+/// row in place: the refusal is returned and holds the target instead.
 fn apply_to_referrer<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     deletion: &Applied<'_>,
     b: BackRef,
     report: &mut WorkReport,
-) -> Result<(), CoreError> {
+) -> Result<Option<String>, CoreError> {
     let Applied {
         target,
         operation,
         requested_by,
+        principal,
         no_cascade,
         forced: _,
     } = *deletion;
+    let checked = !deletion.forced && !ctx.authorizer.allows_everything();
+    let mut delete_refused = false;
+    if checked {
+        if let Some(referrer) = tx.resource_by_uid(b.referrer.uid)? {
+            let holds: Vec<Uid> = referrer
+                .refs
+                .get(&b.field)
+                .map(|ts| ts.iter().map(|t| t.uid).collect())
+                .unwrap_or_default();
+            if referrer.state == ResourceState::Active && holds.contains(&target.uid) {
+                let emptied = holds.iter().all(|&u| u == target.uid);
+                let deletes = b.on_delete == OnDelete::Cascade && emptied && !no_cascade;
+                let verb = if deletes { Verb::Delete } else { Verb::Update };
+                if let Some(refused) = refusal(ctx, deletion, verb, &referrer.name) {
+                    if !deletes {
+                        return Ok(Some(refused));
+                    }
+                    delete_refused = true;
+                }
+            }
+        }
+    }
     release_ref(tx, ctx, &b)?;
     let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
-        return Ok(()); // the referrer is gone: the back-reference was stale
+        return Ok(None); // the referrer is gone: the back-reference was stale
     };
     if referrer.state == ResourceState::Creating {
         // Its create has not been confirmed yet: the create fails instead.
         abort_creating(tx, ctx, referrer)?;
-        return Ok(());
+        return Ok(None);
     }
     if referrer.state != ResourceState::Active {
-        return Ok(());
+        return Ok(None);
     }
     let Some(targets) = referrer.refs.get_mut(&b.field) else {
-        return Ok(());
+        return Ok(None);
     };
     let before = targets.len();
     targets.retain(|t| t.uid != target.uid);
     if targets.len() == before {
-        return Ok(());
+        return Ok(None);
     }
     let emptied = targets.is_empty();
     if emptied {
         referrer.refs.remove(&b.field);
     }
-    ensure_operation_part(tx, ctx, operation, target, !no_cascade)?;
+    ensure_operation_part(tx, ctx, operation, target, !no_cascade, principal)?;
     if b.on_delete == OnDelete::Cascade && emptied && !no_cascade {
         let reason = DeletionReason::Cascade {
             from: target.name.clone(),
             field: b.field.clone(),
         };
         report.cascaded += 1;
-        if is_unreferenced_leaf(tx, &referrer)? {
+        if checked && !delete_refused {
+            audit_change(tx, ctx, deletion, &referrer.name, "cascade", Verb::Delete);
+        }
+        if !delete_refused && is_unreferenced_leaf(tx, &referrer)? {
             purge_leaf(tx, ctx, referrer, &reason, operation)?;
             report.purged += 1;
         } else {
-            enter_deleting(tx, ctx, referrer, reason, operation, requested_by)?;
+            // Refused: DELETING, and its own step holds it BLOCKED.
+            enter_deleting(tx, ctx, referrer, reason, operation, requested_by, principal)?;
         }
-        return Ok(());
+        return Ok(None);
     }
     referrer.update_time = ctx.now;
     let message = if b.on_delete == OnDelete::Cascade && emptied {
@@ -571,7 +650,94 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     );
     update_operation(tx, operation, |p| p.unset += 1)?;
     report.unset += 1;
-    Ok(())
+    if checked {
+        let action = if b.on_delete == OnDelete::Cascade {
+            "orphan"
+        } else {
+            "unset"
+        };
+        audit_change(tx, ctx, deletion, &referrer.name, action, Verb::Update);
+    }
+    Ok(None)
+}
+
+/// Why the deletion's principal may not `verb` the member `name` under this
+/// region's policy, for a human (the BLOCKED reason `cascade explain`
+/// shows); None when it may, when nobody is asked (a policy that allows
+/// everything) or when an administrator forced the deletion through.
+fn refusal(ctx: Ctx<'_>, deletion: &Applied<'_>, verb: Verb, name: &crate::name::ResourceName) -> Option<String> {
+    if deletion.forced || ctx.authorizer.allows_everything() {
+        return None;
+    }
+    let decision = ctx.authorizer.decide(deletion.principal, verb, Target::Resource(name));
+    (!decision.allowed).then(|| {
+        format!(
+            "{}{} may not {verb} {name} (rule {:?})",
+            crate::explain::REFUSED_BY_POLICY,
+            deletion.principal.id,
+            decision.rule
+        )
+    })
+}
+
+/// The audit entry of a change the cascade made to a member for the
+/// deletion's principal, in the step that made it: who (the principal),
+/// the action (`cascade`, `unset`, `orphan`), the member, the rule that
+/// allowed it. Its id is derived from the step's time, the member and the
+/// deletion (the core mints no ids in a work step), time-ordered like the
+/// shell's UUID v7 ids, and distinct per member and action.
+fn audit_change<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    deletion: &Applied<'_>,
+    member: &crate::name::ResourceName,
+    action: &str,
+    verb: Verb,
+) {
+    use crate::limits::{cut_stored, MAX_AUDIT_ACTION_BYTES, MAX_AUDIT_TARGET_BYTES, MAX_AUDIT_WHO_BYTES};
+    let rule = ctx
+        .authorizer
+        .decide(deletion.principal, verb, Target::Resource(member))
+        .rule;
+    let principal = deletion.principal;
+    tx.put_audit(AuditEntry {
+        id: audit_id(ctx.now, deletion.target.uid, member, action),
+        time: ctx.now,
+        who: cut_stored(&principal.id, MAX_AUDIT_WHO_BYTES),
+        action: cut_stored(action, MAX_AUDIT_ACTION_BYTES),
+        target: cut_stored(member.as_str(), MAX_AUDIT_TARGET_BYTES),
+        reason: format!(
+            "operation {}: cascade from {}",
+            deletion.operation, deletion.target.name
+        ),
+        outcome: "ok".to_owned(),
+        groups: principal.groups.clone(),
+        via: principal.via.as_str().to_owned(),
+        node: String::new(),
+        through: deletion.target.name.region().to_owned(),
+        rule,
+    });
+}
+
+/// A UUID v7 layout: the step's milliseconds, then bits of a hash of the
+/// deletion's target, the member and the action (FNV-1a: stable across
+/// builds, unlike std's hasher).
+fn audit_id(now: Timestamp, target: Uid, member: &crate::name::ResourceName, action: &str) -> Uid {
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in target
+        .as_bytes()
+        .iter()
+        .chain(member.as_str().as_bytes())
+        .chain(action.as_bytes())
+    {
+        hash ^= u128::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    let mut bytes = hash.to_be_bytes();
+    bytes[..6].copy_from_slice(&now.0.to_be_bytes()[2..]);
+    bytes[6] = 0x70 | (bytes[6] & 0x0f);
+    bytes[8] = 0x80 | (bytes[8] & 0x3f);
+    Uid(uuid::Uuid::from_bytes(bytes))
 }
 
 /// A cascade that reaches this region from another one reports into the
@@ -582,6 +748,7 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
     operation: OperationId,
     root: &RefTarget,
     cascade: bool,
+    principal: &Principal,
 ) -> Result<(), CoreError> {
     if tx.operation(operation)?.is_none() {
         tx.put_operation(Operation {
@@ -596,6 +763,7 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
             reached: BTreeSet::new(),
             changes: 0,
             closure_confirmed: false,
+            principal: principal.clone(),
         });
     }
     Ok(())

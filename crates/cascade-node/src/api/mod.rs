@@ -73,7 +73,7 @@ impl From<Fault> for Status {
             Fault::Storage(e) => storage_unavailable(e),
             Fault::Writer(e) => storage_unavailable(e),
             Fault::Remote(e) => forward::status_of(e),
-            denied @ Fault::Denied(_) => Status::permission_denied(denied.to_string()),
+            Fault::Denied(denied) => denied_status(&denied),
             Fault::RateLimited { principal, retry_after } => rate_limited(&principal, retry_after),
         }
     }
@@ -99,6 +99,29 @@ fn rate_limited(principal: &str, retry_after: std::time::Duration) -> Status {
         status.metadata_mut().insert("grpc-retry-pushback-ms", ms);
     }
     status
+}
+
+/// PERMISSION_DENIED with the refused members machine-readable too, as a
+/// refused delete's blockers are: `ErrorDetails` with reason `DENIED`,
+/// `denied` (region, name, verb, rule each) and `more`.
+fn denied_status(denied: &crate::error::Denied) -> Status {
+    use cascade_proto::v1;
+    let details = v1::ErrorDetails {
+        reason: v1::ErrorReason::Denied as i32,
+        more: denied.more,
+        denied: denied
+            .members
+            .iter()
+            .map(|m| v1::DeniedMember {
+                region: m.region.clone(),
+                name: m.name.clone(),
+                verb: m.verb.as_str().to_owned(),
+                rule: m.rule.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    cascade_proto::status::with_details(tonic::Code::PermissionDenied, denied.to_string(), &details)
 }
 
 /// A core refusal as a status (for `map_err`).

@@ -276,6 +276,10 @@ impl Peer for PeerApi {
                 operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
                 no_cascade: e.no_cascade,
                 heartbeat: false,
+                // Vouched by this region to importers (the stream is
+                // region-certified); anonymous is left out.
+                principal: (e.principal != cascade_core::auth::Principal::anonymous())
+                    .then(|| crate::api::principal::to_wire(&e.principal)),
             },
             span,
         );
@@ -305,7 +309,14 @@ impl Peer for PeerApi {
             .into_iter()
             .map(|s| convert::ref_target(Some(s), "seeds"))
             .collect::<Result<Vec<_>, _>>()?;
-        let plan = self.node.plan_part(seeds, req.cascade)?;
+        // Vouched by the asking region (only a certified region gets here):
+        // this region decides on its own members for that principal.
+        let principal = match req.principal {
+            Some(wire) => crate::api::principal::from_wire(wire)
+                .ok_or_else(|| cascade_proto::status::invalid_field("principal.via", "names no known means"))?,
+            None => cascade_core::auth::Principal::anonymous(),
+        };
+        let plan = self.node.plan_part(seeds, req.cascade, &principal)?;
         Ok(Response::new(convert::plan(&plan)))
     }
 

@@ -288,11 +288,13 @@ impl Peers {
         region: &str,
         seeds: &[RefTarget],
         cascade: bool,
+        principal: &cascade_core::auth::Principal,
         deadline: Duration,
     ) -> Option<Plan> {
         let req = v1::PeerPlanRequest {
             seeds: seeds.iter().map(convert::object_ref).collect(),
             cascade,
+            principal: Some(crate::api::principal::to_wire(principal)),
         };
         let answer = self
             .call(region, "Plan", deadline, |mut c| async move { c.plan(req).await })
@@ -541,6 +543,8 @@ where
                 operation: OperationId::parse(&d.operation_id).ok()?,
                 no_cascade: d.no_cascade,
                 forced: d.forced && reads_forced,
+                // The listing does not carry it (see `RemoteDeleting`).
+                principal: cascade_core::auth::Principal::anonymous(),
             })
         }));
         if listing.next_page_token.is_empty() {
@@ -577,6 +581,12 @@ fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
             resource,
             operation: OperationId::parse(&e.operation_id).ok(),
             no_cascade: e.no_cascade,
+            // An unreadable principal acts as the anonymous one, whom a
+            // policy may refuse (the member is then held, not changed).
+            principal: e
+                .principal
+                .and_then(crate::api::principal::from_wire)
+                .unwrap_or_else(cascade_core::auth::Principal::anonymous),
         },
         traceparent: Some(e.traceparent).filter(|t| !t.is_empty()),
     })

@@ -458,7 +458,7 @@ impl Resources for ResourcesApi {
             let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
             return Ok(Response::new(answer));
         }
-        let req = convert::delete_request(raw)?;
+        let mut req = convert::delete_request(raw)?;
         let (verb, action) = match (req.orphan, req.cascade) {
             (true, _) => (Verb::Orphan, "orphan"),
             (false, true) => (Verb::Cascade, "cascade"),
@@ -468,6 +468,8 @@ impl Resources for ResourcesApi {
             .audited(&principal, verb, &name, action)
             .await?
             .noting(req.requested_by.clone());
+        // Stored with the deletion: the cascade acts for it in every region.
+        req.principal = principal;
         let (outcome, unreachable) = self.node.delete(req, budget, audit).await?;
         let response = match outcome {
             DeleteOutcome::Accepted(op) => v1::DeleteResponse {

@@ -316,6 +316,7 @@ mod tests {
                     time: Timestamp(incarnation),
                     no_cascade: false,
                     cause: None,
+                    principal: Default::default(),
                 });
             }
             writes.next_revision = Some(first + n);

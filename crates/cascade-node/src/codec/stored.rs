@@ -551,6 +551,7 @@ impl TryFrom<DeletionRecord<'_>> for model::DeletionRecord {
             status: d.status.try_into()?,
             finalizer_failures: Vec::new(),
             forced: None,
+            principal: cascade_core::auth::Principal::anonymous(),
         })
     }
 }
@@ -753,6 +754,7 @@ impl TryFrom<Operation<'_>> for model::Operation {
             reached: o.reached.into_owned(),
             changes: o.changes,
             closure_confirmed: o.closure_confirmed,
+            principal: cascade_core::auth::Principal::anonymous(),
         })
     }
 }
@@ -1038,6 +1040,7 @@ impl TryFrom<Event<'_>> for model::Event {
             time: Timestamp(e.time),
             no_cascade: e.no_cascade,
             cause: e.cause.map(model::DeletionReason::try_from).transpose()?,
+            principal: cascade_core::auth::Principal::anonymous(),
         })
     }
 }
@@ -1106,6 +1109,7 @@ impl TryFrom<RemoteDeletion<'_>> for model::RemoteDeletion {
             purged: r.purged,
             no_cascade: r.no_cascade,
             forced: false,
+            principal: cascade_core::auth::Principal::anonymous(),
         })
     }
 }
@@ -1309,5 +1313,180 @@ impl TryFrom<AuditEntryV2<'_>> for model::AuditEntry {
             through: string(e.through),
             rule: string(e.rule),
         })
+    }
+}
+
+/// [`cascade_core::auth::Via`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Via {
+    Certificate,
+    Jwt,
+    Token,
+    Unauthenticated,
+}
+
+/// [`cascade_core::auth::Principal`]: who a deletion acts for.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Principal<'a> {
+    #[serde(borrow)]
+    pub id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub groups: Cow<'a, [String]>,
+    pub via: Via,
+}
+
+impl<'a> From<&'a cascade_core::auth::Principal> for Principal<'a> {
+    fn from(p: &'a cascade_core::auth::Principal) -> Self {
+        use cascade_core::auth::Via as Core;
+        Principal {
+            id: Cow::Borrowed(p.id.as_str()),
+            groups: Cow::Borrowed(p.groups.as_slice()),
+            via: match p.via {
+                Core::Certificate => Via::Certificate,
+                Core::Jwt => Via::Jwt,
+                Core::Token => Via::Token,
+                Core::Unauthenticated => Via::Unauthenticated,
+            },
+        }
+    }
+}
+
+impl From<Principal<'_>> for cascade_core::auth::Principal {
+    fn from(p: Principal<'_>) -> Self {
+        use cascade_core::auth::Via as Core;
+        cascade_core::auth::Principal {
+            id: string(p.id),
+            groups: strings(p.groups),
+            via: match p.via {
+                Via::Certificate => Core::Certificate,
+                Via::Jwt => Core::Jwt,
+                Via::Token => Core::Token,
+                Via::Unauthenticated => Core::Unauthenticated,
+            },
+        }
+    }
+}
+
+/// Whether a record must store its principal: any but the anonymous one
+/// (what every earlier layout reads back as), so a node without
+/// authentication keeps writing the bytes it always wrote.
+pub fn names_a_principal(p: &cascade_core::auth::Principal) -> bool {
+    *p != cascade_core::auth::Principal::anonymous()
+}
+
+/// [`model::DeletionRecord`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+/// version 2's fields, then the principal the deletion acts for. Written
+/// only when that is not the anonymous principal; versions 1 and 2 read
+/// back as anonymous.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DeletionRecordV3<'a> {
+    #[serde(borrow)]
+    pub v2: DeletionRecordV2<'a>,
+    #[serde(borrow)]
+    pub principal: Principal<'a>,
+}
+
+impl<'a> From<&'a model::DeletionRecord> for DeletionRecordV3<'a> {
+    fn from(d: &'a model::DeletionRecord) -> Self {
+        DeletionRecordV3 {
+            v2: DeletionRecordV2::from(d),
+            principal: (&d.principal).into(),
+        }
+    }
+}
+
+impl TryFrom<DeletionRecordV3<'_>> for model::DeletionRecord {
+    type Error = NameError;
+    fn try_from(d: DeletionRecordV3<'_>) -> Result<Self, NameError> {
+        let mut record = model::DeletionRecord::try_from(d.v2)?;
+        record.principal = d.principal.into();
+        Ok(record)
+    }
+}
+
+/// [`model::Operation`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1's fields, then the principal its cascade acts for. Written
+/// only when that is not the anonymous principal.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OperationV2<'a> {
+    #[serde(borrow)]
+    pub v1: Operation<'a>,
+    #[serde(borrow)]
+    pub principal: Principal<'a>,
+}
+
+impl<'a> From<&'a model::Operation> for OperationV2<'a> {
+    fn from(o: &'a model::Operation) -> Self {
+        OperationV2 {
+            v1: Operation::from(o),
+            principal: (&o.principal).into(),
+        }
+    }
+}
+
+impl TryFrom<OperationV2<'_>> for model::Operation {
+    type Error = NameError;
+    fn try_from(o: OperationV2<'_>) -> Result<Self, NameError> {
+        let mut operation = model::Operation::try_from(o.v1)?;
+        operation.principal = o.principal.into();
+        Ok(operation)
+    }
+}
+
+/// [`model::Event`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+/// version 2's fields, then the principal a DELETING or DELETION_FORCED
+/// event carries to importers. Written only when that is not anonymous.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventV3<'a> {
+    #[serde(borrow)]
+    pub v2: EventV2<'a>,
+    #[serde(borrow)]
+    pub principal: Principal<'a>,
+}
+
+impl<'a> From<&'a model::Event> for EventV3<'a> {
+    fn from(e: &'a model::Event) -> Self {
+        EventV3 {
+            v2: EventV2::from(e),
+            principal: (&e.principal).into(),
+        }
+    }
+}
+
+impl TryFrom<EventV3<'_>> for model::Event {
+    type Error = NameError;
+    fn try_from(e: EventV3<'_>) -> Result<Self, NameError> {
+        let mut event = model::Event::try_from(e.v2)?;
+        event.principal = e.principal.into();
+        Ok(event)
+    }
+}
+
+/// [`model::RemoteDeletion`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+/// version 2's fields, then the principal the owner's deletion acts for.
+/// Written only when that is not anonymous.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RemoteDeletionV3<'a> {
+    #[serde(borrow)]
+    pub v2: RemoteDeletionV2<'a>,
+    #[serde(borrow)]
+    pub principal: Principal<'a>,
+}
+
+impl<'a> From<&'a model::RemoteDeletion> for RemoteDeletionV3<'a> {
+    fn from(r: &'a model::RemoteDeletion) -> Self {
+        RemoteDeletionV3 {
+            v2: RemoteDeletionV2::from(r),
+            principal: (&r.principal).into(),
+        }
+    }
+}
+
+impl TryFrom<RemoteDeletionV3<'_>> for model::RemoteDeletion {
+    type Error = NameError;
+    fn try_from(r: RemoteDeletionV3<'_>) -> Result<Self, NameError> {
+        let mut tombstone = model::RemoteDeletion::try_from(r.v2)?;
+        tombstone.principal = r.principal.into();
+        Ok(tombstone)
     }
 }

@@ -13,8 +13,9 @@ use cascade_core::{OnDelete, OperationId, ResourceName, Uid};
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::{decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2};
+use super::{decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3};
 use crate::store::{Batch, MemoryStore, Store, StoreError, Table};
+use cascade_core::auth::{Principal, Via};
 
 // ---- strategies over the core's records ----
 
@@ -183,6 +184,7 @@ fn deletion() -> impl Strategy<Value = DeletionRecord> {
                     status,
                     finalizer_failures,
                     forced,
+                    principal: Principal::anonymous(),
                 }
             },
         )
@@ -225,6 +227,7 @@ fn operation() -> impl Strategy<Value = Operation> {
                 reached: reached.into_iter().collect::<BTreeSet<_>>(),
                 changes,
                 closure_confirmed,
+                principal: Default::default(),
             },
         )
 }
@@ -306,6 +309,7 @@ fn event() -> impl Strategy<Value = Event> {
                 time,
                 no_cascade,
                 cause,
+                principal: Principal::anonymous(),
             },
         )
 }
@@ -319,8 +323,24 @@ fn remote_deletion() -> impl Strategy<Value = RemoteDeletion> {
             seen_at,
             purged,
             no_cascade,
+            principal: Principal::anonymous(),
         },
     )
+}
+
+/// The anonymous principal (what a node without authentication stores,
+/// in the earlier layouts) half the time, any other the rest.
+fn principal() -> impl Strategy<Value = Principal> {
+    let via = prop_oneof![
+        Just(Via::Certificate),
+        Just(Via::Jwt),
+        Just(Via::Token),
+        Just(Via::Unauthenticated),
+    ];
+    prop_oneof![
+        Just(Principal::anonymous()),
+        (text(), strings(), via).prop_map(|(id, groups, via)| Principal { id, groups, via }),
+    ]
 }
 
 fn pending_attach() -> impl Strategy<Value = PendingAttach> {
@@ -378,12 +398,22 @@ fn both_ways_as<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(
     v: &T,
     second_layout: bool,
 ) -> Result<(), TestCaseError> {
-    let bytes = v.encode(table).expect("encodes");
     let version = if second_layout {
         VERSION_POSTCARD_V2
     } else {
         VERSION_POSTCARD_V1
     };
+    both_ways_in(table, v, version)
+}
+
+/// [`both_ways_as`] for a record of three layouts: `version` is the one it
+/// must be written in.
+fn both_ways_in<T: Record + serde::Serialize + PartialEq + std::fmt::Debug>(
+    table: Table,
+    v: &T,
+    version: u8,
+) -> Result<(), TestCaseError> {
+    let bytes = v.encode(table).expect("encodes");
     prop_assert_eq!(bytes.first(), Some(&version));
     prop_assert_eq!(bytes.len(), bytes.capacity(), "one exact allocation");
     let back: T = decode(table, &bytes).expect("decodes");
@@ -407,12 +437,23 @@ proptest! {
     fn backrefs_round_trip(v in backref()) { both_ways(Table::Backrefs, &v)?; }
 
     #[test]
-    fn deletions_round_trip(v in deletion()) {
-        both_ways_as(Table::Deletions, &v, !v.finalizer_failures.is_empty() || v.forced.is_some())?;
+    fn deletions_round_trip(v in deletion(), p in principal()) {
+        let v = DeletionRecord { principal: p, ..v };
+        let version = if v.principal != Principal::anonymous() {
+            VERSION_POSTCARD_V3
+        } else if !v.finalizer_failures.is_empty() || v.forced.is_some() {
+            VERSION_POSTCARD_V2
+        } else {
+            VERSION_POSTCARD_V1
+        };
+        both_ways_in(Table::Deletions, &v, version)?;
     }
 
     #[test]
-    fn operations_round_trip(v in operation()) { both_ways(Table::Operations, &v)?; }
+    fn operations_round_trip(v in operation(), p in principal()) {
+        let v = Operation { principal: p, ..v };
+        both_ways_as(Table::Operations, &v, v.principal != Principal::anonymous())?;
+    }
 
     #[test]
     fn outcomes_round_trip(v in outcome()) { both_ways(Table::Outcomes, &v)?; }
@@ -421,13 +462,31 @@ proptest! {
     fn work_items_round_trip(v in work()) { both_ways(Table::RetryQueue, &v)?; }
 
     #[test]
-    fn events_round_trip(v in event()) {
+    fn events_round_trip(v in event(), p in principal()) {
+        let v = Event { principal: p, ..v };
         let liens = v.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty());
-        both_ways_as(Table::Outbox, &v, liens)?;
+        let version = if v.principal != Principal::anonymous() {
+            VERSION_POSTCARD_V3
+        } else if liens {
+            VERSION_POSTCARD_V2
+        } else {
+            VERSION_POSTCARD_V1
+        };
+        both_ways_in(Table::Outbox, &v, version)?;
     }
 
     #[test]
-    fn remote_deletions_round_trip(v in remote_deletion()) { both_ways_as(Table::RemoteDeletions, &v, v.forced)?; }
+    fn remote_deletions_round_trip(v in remote_deletion(), p in principal()) {
+        let v = RemoteDeletion { principal: p, ..v };
+        let version = if v.principal != Principal::anonymous() {
+            VERSION_POSTCARD_V3
+        } else if v.forced {
+            VERSION_POSTCARD_V2
+        } else {
+            VERSION_POSTCARD_V1
+        };
+        both_ways_in(Table::RemoteDeletions, &v, version)?;
+    }
 
     #[test]
     fn pending_attaches_round_trip(v in pending_attach()) { both_ways(Table::PendingAttach, &v)?; }
@@ -505,6 +564,7 @@ fn typical_event() -> Event {
             from: ResourceName::parse("eu-west/network/n-1").expect("name"),
             field: "network".into(),
         }),
+        principal: Default::default(),
     }
 }
 

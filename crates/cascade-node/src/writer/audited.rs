@@ -34,6 +34,7 @@ impl WriterState {
             region: &wctx.region,
             now: wctx.clock.now(),
             policy: &wctx.policy,
+            authorizer: &*wctx.authorizer,
         };
         let now = ctx.now;
         let mut step = step(&state, ctx, ids)?;
