@@ -154,6 +154,9 @@ pub(super) struct Prefetched {
     pub(super) occupied: Vec<(Table, Vec<u8>)>,
 }
 
+/// Per table, prefixes to probe and the ends of their ranges (in order).
+pub(super) type PrefixRanges = Vec<(Table, Vec<Vec<u8>>, Vec<Vec<u8>>)>;
+
 /// A read's future, as a prefetch's pipeline holds them.
 type PendingRows<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a>>;
@@ -165,7 +168,7 @@ type PendingRows<'a> =
 pub(super) async fn prefetch(
     shared: Arc<Shared>,
     keys: Vec<(Table, Vec<Vec<u8>>)>,
-    prefixes: Vec<(Table, Vec<Vec<u8>>, Vec<Vec<u8>>)>,
+    prefixes: PrefixRanges,
 ) -> Result<Prefetched, StoreError> {
     let target = &shared.target;
     let failed = |e: tokio_postgres::Error| classify(&e, "cannot read ahead", target);

@@ -360,7 +360,7 @@ impl Store for PostgresStore {
             })
             .filter(|(_, keys)| !keys.is_empty())
             .collect();
-        let prefixes: Vec<(Table, Vec<Vec<u8>>, Vec<Vec<u8>>)> = reads
+        let prefixes: commit::PrefixRanges = reads
             .prefixes
             .iter()
             .map(|(table, prefixes)| {
