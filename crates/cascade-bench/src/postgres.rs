@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use cascade_core::RegionId;
 use cascade_node::store::{
-    open_postgres, Batch, Entry, LeaseHolder, PostgresSettings, PostgresStore, Store, StoreError, Table, WriterLease,
+    open_postgres, Batch, Entry, LeaseHolder, PostgresSettings, PostgresStore, Prefetch, Store, StoreError, Table,
+    WriterLease,
 };
 use serde::{Deserialize, Serialize};
 
@@ -160,6 +161,8 @@ pub struct StoreProfile {
     scan_ns: AtomicU64,
     commits: AtomicU64,
     commit_ns: AtomicU64,
+    prefetches: AtomicU64,
+    prefetch_ns: AtomicU64,
     /// Point reads that took longer than [`MISS_NS`]: the cache missed
     /// and the read went to the server.
     slow_gets: AtomicU64,
@@ -184,6 +187,8 @@ pub struct ProfileSnapshot {
     pub scan_ns: u64,
     pub commits: u64,
     pub commit_ns: u64,
+    pub prefetches: u64,
+    pub prefetch_ns: u64,
     /// Per table: (server reads, scans).
     pub by_table: [(u64, u64); Table::ALL.len()],
 }
@@ -206,6 +211,8 @@ impl StoreProfile {
             scan_ns: l(&self.scan_ns),
             commits: l(&self.commits),
             commit_ns: l(&self.commit_ns),
+            prefetches: l(&self.prefetches),
+            prefetch_ns: l(&self.prefetch_ns),
             by_table: std::array::from_fn(|i| (l(&self.by_table[i].0), l(&self.by_table[i].1))),
         }
     }
@@ -224,6 +231,8 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns.saturating_sub(b.scan_ns),
             commits: self.commits.saturating_sub(b.commits),
             commit_ns: self.commit_ns.saturating_sub(b.commit_ns),
+            prefetches: self.prefetches.saturating_sub(b.prefetches),
+            prefetch_ns: self.prefetch_ns.saturating_sub(b.prefetch_ns),
             by_table: std::array::from_fn(|i| {
                 (
                     self.by_table[i].0.saturating_sub(b.by_table[i].0),
@@ -245,6 +254,8 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns + b.scan_ns,
             commits: self.commits + b.commits,
             commit_ns: self.commit_ns + b.commit_ns,
+            prefetches: self.prefetches + b.prefetches,
+            prefetch_ns: self.prefetch_ns + b.prefetch_ns,
             by_table: std::array::from_fn(|i| {
                 (
                     self.by_table[i].0 + b.by_table[i].0,
@@ -261,7 +272,7 @@ impl ProfileSnapshot {
         let share = |ns: u64| (ns as f64 / 1e9 / wall_s.max(1e-9) * 100.0).round();
         format!(
             "per deleted: {} gets ({} to the server, {}% of wall), {} get_many of {} keys ({}%), \
-             {} scans ({}%), {} commits ({}%)",
+             {} scans ({}%), {} prefetches ({}%), {} commits ({}%)",
             per(self.gets),
             per(self.slow_gets),
             share(self.get_ns),
@@ -270,6 +281,8 @@ impl ProfileSnapshot {
             share(self.get_many_ns),
             per(self.scans),
             share(self.scan_ns),
+            per(self.prefetches),
+            share(self.prefetch_ns),
             per(self.commits),
             share(self.commit_ns),
         ) + &self.describe_tables(deleted)
@@ -348,6 +361,15 @@ impl Store for ProfiledStore {
         let p = &self.profile;
         p.by_table[table_index(table)].1.fetch_add(1, Ordering::Relaxed);
         timed(&p.scans, &p.scan_ns, || self.inner.scan(table, prefix, after, limit)).0
+    }
+
+    fn prefetch(&self, reads: &Prefetch) -> std::result::Result<(), StoreError> {
+        let p = &self.profile;
+        timed(&p.prefetches, &p.prefetch_ns, || self.inner.prefetch(reads)).0
+    }
+
+    fn prefetches(&self) -> bool {
+        self.inner.prefetches()
     }
 
     fn commit(&self, batch: Batch) -> std::result::Result<(), StoreError> {

@@ -37,7 +37,7 @@ use cascade_core::{OperationId, ResourceName, Uid};
 use postcard::ser_flavors::Size;
 use serde::de::DeserializeOwned;
 
-use crate::store::{Batch, Store, StoreError, Table};
+use crate::store::{Batch, Entry, Prefetch, Store, StoreError, Table};
 pub use audit_log::AuditPruned;
 
 mod audit_log;
@@ -366,6 +366,41 @@ impl StoreState<'_> {
         Ok((rows, last))
     }
 
+    /// Reads ahead, in one go, what a deletion's walk reads of each
+    /// referrer on a page of `target`'s back-references
+    /// (`protocol/work.rs`, `apply_to_referrer`): the referrer by uid and
+    /// by name, whether anything refers to it, its pending attach, its
+    /// outcome in the deletion's operation, its deletion record and queue
+    /// entry, and the page's rows in the blocking index (`encode_writes`
+    /// reads it for every back-reference it removes). On a store over a
+    /// network these are otherwise a round trip each, one after another,
+    /// nearly all for keys that do not exist. A hint: a failure is left to
+    /// the reads that follow, which report it.
+    fn prefetch_referrers(&self, target: Uid, page: &[Entry], rows: &[BackRef]) {
+        let mut reads = Prefetch::default();
+        // The operation the outcomes are of, when the target is DELETING.
+        let operation = match self.get_deletion(target) {
+            Ok(deletion) => deletion.map(|d| d.operation),
+            Err(_) => None,
+        };
+        for ((key, _), row) in page.iter().zip(rows) {
+            let referrer = &row.referrer;
+            reads.key(Table::BlockingBackrefs, key.clone());
+            reads.key(Table::UidIndex, referrer.uid.as_bytes().to_vec());
+            reads.key(Table::Resources, referrer.name.as_str().as_bytes().to_vec());
+            reads.key(Table::PendingAttach, referrer.uid.as_bytes().to_vec());
+            reads.key(Table::Deletions, referrer.uid.as_bytes().to_vec());
+            reads.key(Table::RetryQueue, referrer.uid.as_bytes().to_vec());
+            if let Some(operation) = operation {
+                reads.key(Table::Outcomes, outcome_key(operation, &referrer.name));
+            }
+            reads.prefix(Table::Backrefs, referrer.uid.as_bytes().to_vec());
+        }
+        if let Err(e) = self.store.prefetch(&reads) {
+            tracing::debug!(error = %e, "a read-ahead of a back-reference page failed; its reads go one by one");
+        }
+    }
+
     pub fn get_resource(&self, name: &ResourceName) -> Result<Option<Resource>, StoreError> {
         self.get(Table::Resources, name.as_str().as_bytes())
     }
@@ -611,8 +646,21 @@ impl StateRead for StoreState<'_> {
     }
     fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError> {
         let after = after.map(backref_key);
-        self.scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
-            .map_err(storage)
+        let page = self
+            .store
+            .scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
+            .map_err(storage)?;
+        let rows = page
+            .iter()
+            .map(|(_, v)| decode::<BackRef>(Table::Backrefs, v))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(storage)?;
+        // A page of a walk (not a check that any row exists, limit 1):
+        // what acting on each referrer reads.
+        if limit > 1 && !rows.is_empty() && self.store.prefetches() {
+            self.prefetch_referrers(target, &page, &rows);
+        }
+        Ok(rows)
     }
     fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError> {
         self.get(Table::Backrefs, &backref_key(key)).map_err(storage)

@@ -219,12 +219,46 @@ impl StoreError {
 /// One key-value pair as stored.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// Reads a caller is about to make, named ahead ([`Store::prefetch`]).
+#[derive(Debug, Default, Clone)]
+pub struct Prefetch {
+    /// Keys it will get, per table.
+    pub keys: std::collections::BTreeMap<Table, Vec<Vec<u8>>>,
+    /// Prefixes it will scan, per table: whether each holds any row.
+    pub prefixes: std::collections::BTreeMap<Table, Vec<Vec<u8>>>,
+}
+
+impl Prefetch {
+    pub fn key(&mut self, table: Table, key: Vec<u8>) {
+        self.keys.entry(table).or_default().push(key);
+    }
+
+    pub fn prefix(&mut self, table: Table, prefix: Vec<u8>) {
+        self.prefixes.entry(table).or_default().push(prefix);
+    }
+}
+
 pub trait Store: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// The values of `keys` (None: absent), in their order: one round trip
     /// on an engine over a network instead of one per key.
     fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         keys.iter().map(|key| self.get(table, key)).collect()
+    }
+    /// Reads `reads` ahead, all together, so that the gets and the prefix
+    /// scans that follow do not wait one by one: on an engine whose every
+    /// read is a round trip (postgres: one pipelined round trip for all of
+    /// them, the answers kept in its cache, absent keys and empty prefixes
+    /// included). A hint: the reads that follow are right whether it ran or
+    /// not, so the default does nothing, as an engine on local disk gains
+    /// nothing from it.
+    fn prefetch(&self, _reads: &Prefetch) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Whether [`Store::prefetch`] does anything: a caller builds the
+    /// reads only for a store that uses them.
+    fn prefetches(&self) -> bool {
+        false
     }
     /// Entries whose key starts with `prefix`, in key order, strictly after
     /// `after` when given, at most `limit`.

@@ -1,14 +1,18 @@
 //! The PostgreSQL store's write-through read cache: point lookups, found
-//! and not found, bounded in bytes.
+//! and not found, and prefixes known to hold no row, bounded in bytes.
 //!
 //! Why: the core reads key by key, and over a network each read is a
 //! round trip (tens of µs on loopback, more across hosts); a cascade reads
 //! the same few rows (its operation, counters, the targets it walks) over
-//! and over. Why it is coherent: only the fenced writer's process reads
-//! and writes the region's tables (standbys read the lease and members
-//! rows only), so every change to them goes through this store's commits,
-//! which write through. At every `fence` (a new epoch; another node may
-//! have written in between) the cache is dropped.
+//! and over, and, for every resource it purges, keys and back-reference
+//! prefixes that do not exist (the store prefetches those a page ahead,
+//! `Store::prefetch`, and keeps the answers here). Why it is coherent:
+//! only the fenced writer's process reads and writes the region's tables
+//! (standbys read the lease and members rows only), so every change to
+//! them goes through this store's commits, which write through: a put
+//! into a prefix known empty forgets that prefix. At every `fence` (a new
+//! epoch; another node may have written in between) the cache is dropped,
+//! absences and empty prefixes with the rest.
 //!
 //! Reads and commits race (the conformance test reads while a thread
 //! commits), so: a commit marks the cache busy before its COMMIT and
@@ -18,6 +22,7 @@
 //! began (a generation count), so an older value never overwrites a newer
 //! one.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{PoisonError, RwLock};
 
 use quick_cache::unsync::Cache;
@@ -28,6 +33,15 @@ use crate::store::Table;
 /// A cached lookup: the value, or None for a key known to be absent.
 type Cached = Option<Vec<u8>>;
 
+/// What the cache holds an entry for.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Slot {
+    /// A key: its value (or its absence) is the entry's.
+    Key(Table, Vec<u8>),
+    /// A prefix no row of the table starts with (the entry is None).
+    EmptyPrefix(Table, Vec<u8>),
+}
+
 /// Bytes an entry costs beyond its key and value (map slot, vectors'
 /// headers): a rough figure, so that many absent keys still count.
 const ENTRY_OVERHEAD: u64 = 64;
@@ -35,17 +49,46 @@ const ENTRY_OVERHEAD: u64 = 64;
 #[derive(Clone, Default)]
 struct ByteWeighter;
 
-impl Weighter<(Table, Vec<u8>), Cached> for ByteWeighter {
-    fn weight(&self, key: &(Table, Vec<u8>), value: &Cached) -> u64 {
-        ENTRY_OVERHEAD + key.1.len() as u64 + value.as_ref().map_or(0, |v| v.len() as u64)
+impl Weighter<Slot, Cached> for ByteWeighter {
+    fn weight(&self, slot: &Slot, value: &Cached) -> u64 {
+        let key = match slot {
+            Slot::Key(_, key) | Slot::EmptyPrefix(_, key) => key.len() as u64,
+        };
+        ENTRY_OVERHEAD + key + value.as_ref().map_or(0, |v| v.len() as u64)
     }
 }
 
 struct State {
-    entries: Cache<(Table, Vec<u8>), Cached, ByteWeighter>,
+    entries: Cache<Slot, Cached, ByteWeighter>,
+    /// The lengths of the empty prefixes remembered per table since the
+    /// last clear (a few: a uid's 16 bytes), so that a put checks only the
+    /// prefixes of its key that may be cached.
+    prefix_lengths: BTreeMap<Table, BTreeSet<usize>>,
     /// Odd while a commit is in flight; changes at every commit's start
     /// and end and at every clear.
     generation: u64,
+}
+
+impl State {
+    fn empty_prefix_of(&self, table: Table, key: &[u8]) -> bool {
+        self.prefix_lengths.get(&table).is_some_and(|lengths| {
+            lengths.iter().take_while(|len| **len <= key.len()).any(|len| {
+                self.entries
+                    .get(&Slot::EmptyPrefix(table, key[..*len].to_vec()))
+                    .is_some()
+            })
+        })
+    }
+
+    /// A row `key` landed: no prefix of it is empty any more.
+    fn forget_prefixes_of(&mut self, table: Table, key: &[u8]) {
+        let Some(lengths) = self.prefix_lengths.get(&table) else {
+            return;
+        };
+        for len in lengths.iter().take_while(|len| **len <= key.len()) {
+            self.entries.remove(&Slot::EmptyPrefix(table, key[..*len].to_vec()));
+        }
+    }
 }
 
 /// The cache. A zero capacity keeps nothing (every lookup a miss).
@@ -62,6 +105,16 @@ pub(super) enum Lookup {
     Miss(u64),
 }
 
+/// What a lookup of a prefix found.
+pub(super) enum PrefixLookup {
+    /// No row starts with it, as of the last commit.
+    Empty,
+    /// Not known: scan the database, then
+    /// [`ReadCache::remember_empty_prefix`] with this generation if the
+    /// scan of the whole prefix found nothing.
+    Miss(u64),
+}
+
 impl ReadCache {
     pub(super) fn new(capacity_bytes: u64) -> Self {
         // An estimate of the entries it will hold, for its tables only.
@@ -69,6 +122,7 @@ impl ReadCache {
         Self {
             state: RwLock::new(State {
                 entries: Cache::with_weighter(estimated_items, capacity_bytes, ByteWeighter),
+                prefix_lengths: BTreeMap::new(),
                 generation: 0,
             }),
         }
@@ -80,10 +134,32 @@ impl ReadCache {
             // A commit in flight: the database may be ahead of the cache.
             return Lookup::Miss(state.generation);
         }
-        match state.entries.get(&(table, key.to_vec())) {
+        match state.entries.get(&Slot::Key(table, key.to_vec())) {
             Some(value) => Lookup::Hit(value.clone()),
+            // A key under an empty prefix is absent.
+            None if state.empty_prefix_of(table, key) => Lookup::Hit(None),
             None => Lookup::Miss(state.generation),
         }
+    }
+
+    /// Whether `prefix` (or a prefix of it) is known to hold no row.
+    pub(super) fn lookup_prefix(&self, table: Table, prefix: &[u8]) -> PrefixLookup {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        if state.generation & 1 == 1 {
+            return PrefixLookup::Miss(state.generation);
+        }
+        if state.empty_prefix_of(table, prefix) {
+            PrefixLookup::Empty
+        } else {
+            PrefixLookup::Miss(state.generation)
+        }
+    }
+
+    /// The generation a read of the database that starts now passes to
+    /// [`ReadCache::remember`] (odd, so nothing is kept, while a commit is
+    /// in flight).
+    pub(super) fn generation(&self) -> u64 {
+        self.state.read().unwrap_or_else(PoisonError::into_inner).generation
     }
 
     /// Keeps what a read of the database found, unless a commit started
@@ -91,7 +167,18 @@ impl ReadCache {
     pub(super) fn remember(&self, generation: u64, table: Table, key: Vec<u8>, value: Cached) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         if state.generation == generation && generation & 1 == 0 {
-            state.entries.insert((table, key), value);
+            state.entries.insert(Slot::Key(table, key), value);
+        }
+    }
+
+    /// Keeps that a read of the database begun at `generation` found no
+    /// row starting with `prefix`, on the same terms as
+    /// [`ReadCache::remember`].
+    pub(super) fn remember_empty_prefix(&self, generation: u64, table: Table, prefix: Vec<u8>) {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        if state.generation == generation && generation & 1 == 0 {
+            state.prefix_lengths.entry(table).or_default().insert(prefix.len());
+            state.entries.insert(Slot::EmptyPrefix(table, prefix), None);
         }
     }
 
@@ -108,10 +195,15 @@ impl ReadCache {
         match writes {
             Some(writes) => {
                 for (table, key, value) in writes {
-                    state.entries.insert((table, key.to_vec()), value.map(<[u8]>::to_vec));
+                    if value.is_some() {
+                        state.forget_prefixes_of(table, key);
+                    }
+                    state
+                        .entries
+                        .insert(Slot::Key(table, key.to_vec()), value.map(<[u8]>::to_vec));
                 }
             }
-            None => state.entries.clear(),
+            None => state.clear(),
         }
         state.generation = (state.generation | 1).wrapping_add(1);
     }
@@ -119,7 +211,7 @@ impl ReadCache {
     /// Drops everything (a new epoch: another node may have written).
     pub(super) fn clear(&self) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        state.entries.clear();
+        state.clear();
         // Different from every read begun before, and as odd or even as
         // it was (a commit in flight stays in flight).
         state.generation = state.generation.wrapping_add(2);
@@ -128,6 +220,13 @@ impl ReadCache {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.state.read().unwrap_or_else(PoisonError::into_inner).entries.len()
+    }
+}
+
+impl State {
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.prefix_lengths.clear();
     }
 }
 
@@ -188,12 +287,72 @@ mod tests {
         assert!(hit(&cache, b"other").is_none(), "a read begun before the fence");
     }
 
+    fn empty(cache: &ReadCache, prefix: &[u8]) -> bool {
+        matches!(cache.lookup_prefix(Table::Meta, prefix), PrefixLookup::Empty)
+    }
+
+    #[test]
+    fn an_empty_prefix_answers_its_keys_until_a_put_into_it_lands() {
+        let cache = ReadCache::new(1 << 20);
+        let g = cache.generation();
+        cache.remember_empty_prefix(g, Table::Meta, b"p/".to_vec());
+        assert!(empty(&cache, b"p/"));
+        assert!(empty(&cache, b"p/x/"), "a longer prefix");
+        assert!(!empty(&cache, b"p"), "a shorter one is not known");
+        assert!(!empty(&cache, b"q/"));
+        assert_eq!(hit(&cache, b"p/k"), Some(None), "a key under it is absent");
+        assert!(!matches!(
+            cache.lookup_prefix(Table::Outbox, b"p/"),
+            PrefixLookup::Empty
+        ));
+        // A removal keeps it empty; a put of another table's key too.
+        cache.commit_ended(Some(
+            [
+                (Table::Meta, b"p/gone".as_slice(), None),
+                (Table::Outbox, b"p/k".as_slice(), Some(b"v".as_slice())),
+            ]
+            .into_iter(),
+        ));
+        assert!(empty(&cache, b"p/"));
+        landed(&cache, b"p/k", Some(b"v"));
+        assert!(!empty(&cache, b"p/"), "a row landed in it");
+        assert_eq!(hit(&cache, b"p/k"), Some(Some(b"v".to_vec())));
+        assert!(hit(&cache, b"p/other").is_none(), "no longer known absent");
+    }
+
+    #[test]
+    fn an_empty_prefix_read_before_a_commit_or_a_fence_is_not_kept() {
+        let cache = ReadCache::new(1 << 20);
+        let before_commit = cache.generation();
+        cache.commit_started();
+        assert!(!empty(&cache, b"p/"));
+        landed(&cache, b"p/k", Some(b"v"));
+        cache.remember_empty_prefix(before_commit, Table::Meta, b"p/".to_vec());
+        assert!(!empty(&cache, b"p/"), "the scan began before the row landed");
+        let g = cache.generation();
+        cache.remember_empty_prefix(g, Table::Meta, b"q/".to_vec());
+        assert!(empty(&cache, b"q/"));
+        // A fence (another writer may have put rows into it) or a commit
+        // that may have landed forgets it.
+        cache.clear();
+        assert!(!empty(&cache, b"q/"));
+        assert!(hit(&cache, b"q/k").is_none());
+        let g = cache.generation();
+        cache.remember_empty_prefix(g, Table::Meta, b"q/".to_vec());
+        cache.commit_started();
+        cache.commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+        assert!(!empty(&cache, b"q/"));
+    }
+
     #[test]
     fn the_cache_holds_at_most_its_bytes() {
         let cache = ReadCache::new(64 * 1024);
         for i in 0..10_000u32 {
             let g = generation(&cache, &i.to_be_bytes());
             cache.remember(g, Table::Meta, i.to_be_bytes().to_vec(), Some(vec![0; 100]));
+        }
+        for i in 0..10_000u32 {
+            cache.remember_empty_prefix(cache.generation(), Table::Backrefs, i.to_be_bytes().to_vec());
         }
         let state = cache.state.read().unwrap();
         assert!(state.entries.weight() <= 64 * 1024, "{}", state.entries.weight());

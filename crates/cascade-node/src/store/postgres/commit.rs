@@ -47,6 +47,7 @@ const KEYS_PER_READ: usize = 1000;
 pub(super) struct Statements {
     get: Vec<String>,
     get_many: Vec<String>,
+    occupied_prefixes: Vec<String>,
     scan_bounded: Vec<String>,
     scan_open: Vec<String>,
     delete: Vec<String>,
@@ -64,6 +65,13 @@ impl Statements {
         Self {
             get: per_table(&|t| format!("SELECT v FROM {t} WHERE k = $1")),
             get_many: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k = ANY($1::bytea[])")),
+            // Each prefix as its range [lo, hi): an index probe per prefix.
+            occupied_prefixes: per_table(&|t| {
+                format!(
+                    "SELECT q.lo FROM unnest($1::bytea[], $2::bytea[]) AS q(lo, hi) \
+                     WHERE EXISTS (SELECT 1 FROM {t} WHERE k >= q.lo AND k < q.hi)"
+                )
+            }),
             scan_bounded: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k >= $1 AND k < $2 ORDER BY k LIMIT $3")),
             scan_open: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k >= $1 ORDER BY k LIMIT $2")),
             delete: per_table(&|t| format!("DELETE FROM {t} WHERE k = ANY($1::bytea[])")),
@@ -133,6 +141,88 @@ pub(super) async fn get_many(shared: Arc<Shared>, table: Table, keys: Vec<Vec<u8
     for chunk in keys.chunks(KEYS_PER_READ) {
         for row in client.query(&statement, &[&chunk]).await.map_err(failed)? {
             found.push(entry(table, &row)?);
+        }
+    }
+    Ok(found)
+}
+
+/// What a prefetch found: the rows of the keys asked that exist, and the
+/// prefixes asked that hold a row (the others hold none).
+#[derive(Default)]
+pub(super) struct Prefetched {
+    pub(super) rows: Vec<(Table, Entry)>,
+    pub(super) occupied: Vec<(Table, Vec<u8>)>,
+}
+
+/// Per table, prefixes to probe and the ends of their ranges (in order).
+pub(super) type PrefixRanges = Vec<(Table, Vec<Vec<u8>>, Vec<Vec<u8>>)>;
+
+/// A read's future, as a prefetch's pipeline holds them.
+type PendingRows<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a>>;
+
+/// Reads `keys` and whether each of `prefixes` (with its range's end)
+/// holds a row, on one connection, every statement sent before the first
+/// answer is awaited: one round trip for all (a statement per table and
+/// kind, and per [`KEYS_PER_READ`] keys).
+pub(super) async fn prefetch(
+    shared: Arc<Shared>,
+    keys: Vec<(Table, Vec<Vec<u8>>)>,
+    prefixes: PrefixRanges,
+) -> Result<Prefetched, StoreError> {
+    let target = &shared.target;
+    let failed = |e: tokio_postgres::Error| classify(&e, "cannot read ahead", target);
+    let client = shared.readers.get().await.map_err(|e| pool_error(e, target))?;
+    // Prepared first (a round trip each, once per connection).
+    let mut key_reads = Vec::new();
+    for (table, keys) in &keys {
+        let statement = client
+            .prepare_cached(&shared.sql.get_many[*table as usize])
+            .await
+            .map_err(failed)?;
+        for chunk in keys.chunks(KEYS_PER_READ) {
+            key_reads.push((*table, statement.clone(), chunk));
+        }
+    }
+    let mut prefix_reads = Vec::new();
+    for (table, lows, highs) in &prefixes {
+        let statement = client
+            .prepare_cached(&shared.sql.occupied_prefixes[*table as usize])
+            .await
+            .map_err(failed)?;
+        for (lows, highs) in lows.chunks(KEYS_PER_READ).zip(highs.chunks(KEYS_PER_READ)) {
+            prefix_reads.push((*table, statement.clone(), lows, highs));
+        }
+    }
+    let key_params: Vec<[&(dyn ToSql + Sync); 1]> = key_reads.iter().map(|(_, _, chunk)| [chunk as _]).collect();
+    let prefix_params: Vec<[&(dyn ToSql + Sync); 2]> = prefix_reads
+        .iter()
+        .map(|(_, _, lows, highs)| [lows as _, highs as _])
+        .collect();
+    let key_pending: Vec<PendingRows<'_>> = key_reads
+        .iter()
+        .zip(&key_params)
+        .map(|((_, statement, _), params)| -> PendingRows<'_> { Box::pin(client.query(statement, params)) })
+        .collect();
+    let prefix_pending: Vec<PendingRows<'_>> = prefix_reads
+        .iter()
+        .zip(&prefix_params)
+        .map(|((_, statement, _, _), params)| -> PendingRows<'_> { Box::pin(client.query(statement, params)) })
+        .collect();
+    let (key_rows, prefix_rows) = futures::join!(
+        futures::future::join_all(key_pending),
+        futures::future::join_all(prefix_pending)
+    );
+    let mut found = Prefetched::default();
+    for ((table, _, _), rows) in key_reads.iter().zip(key_rows) {
+        for row in rows.map_err(failed)? {
+            found.rows.push((*table, entry(*table, &row)?));
+        }
+    }
+    for ((table, _, _, _), rows) in prefix_reads.iter().zip(prefix_rows) {
+        for row in rows.map_err(failed)? {
+            let prefix = row.try_get::<_, Vec<u8>>(0).map_err(|e| corrupt(*table, &e))?;
+            found.occupied.push((*table, prefix));
         }
     }
     Ok(found)

@@ -35,8 +35,8 @@ use tokio_postgres::NoTls;
 
 #[cfg(doc)]
 use super::WriterLease;
-use super::{Batch, Entry, Store, StoreError, Table};
-use cache::{Lookup, ReadCache};
+use super::{Batch, Entry, Prefetch, Store, StoreError, Table};
+use cache::{Lookup, PrefixLookup, ReadCache};
 pub use lease::MAX_MEMBERS;
 pub use migrate::SCHEMA_VERSION;
 pub use settings::{check_schema_name, PostgresSettings, DEFAULT_SCHEMA};
@@ -278,6 +278,12 @@ impl Store for EpochStore {
     fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         self.store.get_many(table, keys)
     }
+    fn prefetch(&self, reads: &Prefetch) -> Result<(), StoreError> {
+        self.store.prefetch(reads)
+    }
+    fn prefetches(&self) -> bool {
+        self.store.prefetches()
+    }
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.store.scan(table, prefix, after, limit)
     }
@@ -334,12 +340,95 @@ impl Store for PostgresStore {
         Ok(values)
     }
 
+    /// Asks the database only for what the cache does not know, in one
+    /// round trip, and keeps every answer (absent keys and empty prefixes
+    /// too) unless a commit started meanwhile.
+    fn prefetch(&self, reads: &Prefetch) -> Result<(), StoreError> {
+        let generation = self.cache.generation();
+        let keys: Vec<(Table, Vec<Vec<u8>>)> = reads
+            .keys
+            .iter()
+            .map(|(table, keys)| {
+                let mut unknown: Vec<Vec<u8>> = keys
+                    .iter()
+                    .filter(|key| matches!(self.cache.lookup(*table, key), Lookup::Miss(_)))
+                    .cloned()
+                    .collect();
+                unknown.sort_unstable();
+                unknown.dedup();
+                (*table, unknown)
+            })
+            .filter(|(_, keys)| !keys.is_empty())
+            .collect();
+        let prefixes: commit::PrefixRanges = reads
+            .prefixes
+            .iter()
+            .map(|(table, prefixes)| {
+                let mut unknown: Vec<Vec<u8>> = prefixes
+                    .iter()
+                    .filter(|prefix| matches!(self.cache.lookup_prefix(*table, prefix), PrefixLookup::Miss(_)))
+                    .cloned()
+                    .collect();
+                unknown.sort_unstable();
+                unknown.dedup();
+                // A prefix without an end (empty, or all 0xff) is left to
+                // its scan.
+                let (lows, highs): (Vec<Vec<u8>>, Vec<Vec<u8>>) = unknown
+                    .into_iter()
+                    .filter_map(|prefix| commit::scan_bounds(&prefix, None).1.map(|end| (prefix, end)))
+                    .unzip();
+                (*table, lows, highs)
+            })
+            .filter(|(_, lows, _)| !lows.is_empty())
+            .collect();
+        if keys.is_empty() && prefixes.is_empty() {
+            return Ok(());
+        }
+        let found = self.run(commit::prefetch(self.shared.clone(), keys.clone(), prefixes.clone()))?;
+        let mut rows: std::collections::HashMap<(Table, Vec<u8>), Vec<u8>> = found
+            .rows
+            .into_iter()
+            .map(|(table, (key, value))| ((table, key), value))
+            .collect();
+        for (table, keys) in keys {
+            for key in keys {
+                let value = rows.remove(&(table, key.clone()));
+                self.cache.remember(generation, table, key, value);
+            }
+        }
+        let occupied: std::collections::HashSet<(Table, Vec<u8>)> = found.occupied.into_iter().collect();
+        for (table, lows, _) in prefixes {
+            for prefix in lows {
+                let key = (table, prefix);
+                if !occupied.contains(&key) {
+                    self.cache.remember_empty_prefix(generation, table, key.1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn prefetches(&self) -> bool {
+        true
+    }
+
+    /// A scan of a prefix known to hold no row is answered at once; a
+    /// scan of a whole prefix that finds none is remembered.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
+        let generation = match self.cache.lookup_prefix(table, prefix) {
+            PrefixLookup::Empty => return Ok(Vec::new()),
+            PrefixLookup::Miss(generation) => generation,
+        };
         let (start, end) = commit::scan_bounds(prefix, after);
-        self.run(commit::scan(self.shared.clone(), table, start, end, limit))
+        let whole_prefix = start == prefix;
+        let rows = self.run(commit::scan(self.shared.clone(), table, start, end, limit))?;
+        if rows.is_empty() && whole_prefix {
+            self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+        }
+        Ok(rows)
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {

@@ -13,7 +13,7 @@ use cascade_testpg::{fresh_database, TestDatabase, TestServer, PASSWORD};
 
 use super::*;
 use crate::store::tests::{batches_are_atomic_to_readers, conformance, put, survives_reopen};
-use crate::store::{DiskCondition, LeaseHolder, WriterLease};
+use crate::store::{DiskCondition, LeaseHolder, Prefetch, WriterLease};
 
 const CLUSTER: &str = "test";
 /// Long enough that no test sees it expire unless it waits for that.
@@ -126,6 +126,81 @@ fn reads_see_every_commit_and_go_to_the_database_after_a_fence() {
     // A new epoch: what is in the database now.
     store.fence(store.try_acquire(&node("a"), LONG).unwrap().unwrap());
     assert_eq!(meta(&store, "absent"), Some(b"x".to_vec()));
+}
+
+/// What a writer learnt is absent (a key, a prefix a scan found empty,
+/// and both read ahead by `prefetch`) answers its reads while it holds its
+/// epoch, and is forgotten at a fence: another writer that took over and
+/// wrote those rows in between is never hidden from it.
+#[test]
+fn absences_learnt_before_a_takeover_never_hide_the_next_writers_rows() {
+    let Some(db) = fresh_database("absent") else { return };
+    let (a, b) = (open(&db), open(&db));
+    a.fence(a.try_acquire(&node("a"), LONG).unwrap().unwrap());
+    let (scanned, read_ahead) = (b"p/".as_slice(), b"q/".as_slice());
+    let mut reads = Prefetch::default();
+    reads.key(Table::Backrefs, b"absent".to_vec());
+    reads.key(Table::Backrefs, b"q/k".to_vec());
+    reads.prefix(Table::Backrefs, read_ahead.to_vec());
+    let learn = |a: &PostgresStore| {
+        assert!(a.scan(Table::Backrefs, scanned, None, 10).unwrap().is_empty());
+        a.prefetch(&reads).unwrap();
+        assert_eq!(a.get(Table::Backrefs, b"absent").unwrap(), None);
+        assert!(a.scan(Table::Backrefs, read_ahead, None, 10).unwrap().is_empty());
+    };
+    learn(&a);
+    // Cached: rows written behind the writer's back (nobody may, while it
+    // holds its epoch) are not seen...
+    db.superuser_sql(
+        "INSERT INTO cascade.backrefs VALUES ('\\x702f31', '\\x31'), ('\\x712f31', '\\x31'), \
+         ('\\x616273656e74', '\\x31')",
+    )
+    .unwrap();
+    assert!(
+        a.scan(Table::Backrefs, scanned, None, 10).unwrap().is_empty(),
+        "a cached empty scan"
+    );
+    assert!(
+        a.scan(Table::Backrefs, read_ahead, None, 10).unwrap().is_empty(),
+        "an empty prefix read ahead"
+    );
+    assert_eq!(a.get(Table::Backrefs, b"q/k").unwrap(), None, "a key under it");
+    assert_eq!(
+        a.get(Table::Backrefs, b"absent").unwrap(),
+        None,
+        "an absence read ahead"
+    );
+    // ...but its own commits are.
+    a.commit(put(&[(Table::Backrefs, b"p/2", b"2")])).unwrap();
+    assert_eq!(
+        a.scan(Table::Backrefs, scanned, None, 10).unwrap().len(),
+        2,
+        "a put into it"
+    );
+    db.superuser_sql("DELETE FROM cascade.backrefs").unwrap();
+
+    // The takeover: b writes every one of those rows, then a writes again.
+    learn(&a);
+    a.release(1).unwrap();
+    b.fence(b.try_acquire(&node("b"), LONG).unwrap().unwrap());
+    b.commit(put(&[
+        (Table::Backrefs, b"p/1", b"b"),
+        (Table::Backrefs, b"q/k", b"b"),
+        (Table::Backrefs, b"absent", b"b"),
+    ]))
+    .unwrap();
+    b.release(2).unwrap();
+    a.fence(a.try_acquire(&node("a"), LONG).unwrap().unwrap());
+    let want = vec![(b"p/1".to_vec(), b"b".to_vec())];
+    assert_eq!(a.scan(Table::Backrefs, scanned, None, 10).unwrap(), want);
+    assert_eq!(a.scan(Table::Backrefs, read_ahead, None, 10).unwrap().len(), 1);
+    assert_eq!(a.get(Table::Backrefs, b"q/k").unwrap(), Some(b"b".to_vec()));
+    assert_eq!(a.get(Table::Backrefs, b"absent").unwrap(), Some(b"b".to_vec()));
+    assert_eq!(
+        a.get_many(Table::Backrefs, &[b"absent".to_vec(), b"q/k".to_vec()])
+            .unwrap(),
+        vec![Some(b"b".to_vec()); 2]
+    );
 }
 
 #[test]
