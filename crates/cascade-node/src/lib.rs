@@ -54,6 +54,7 @@ mod cluster;
 mod explain;
 mod links;
 mod listing;
+mod safeguards;
 mod scrape;
 mod status;
 

@@ -1,0 +1,216 @@
+//! How each stored record becomes a value and back: the version byte and
+//! the layout it names (`codec/stored.rs` holds the layouts), and the JSON
+//! that versions before the version byte wrote.
+
+use cascade_core::model::*;
+use cascade_core::ResourceName;
+use postcard::ser_flavors::Size;
+use serde::de::DeserializeOwned;
+
+use super::{stored, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3};
+use crate::store::{StoreError, Table};
+
+/// A core record the store keeps as a value, through its storage type in
+/// [`stored`]. Implemented for exactly the records the tables hold;
+/// [`StoreState::scan`] and [`StoreState::all`] decode any of them.
+pub trait Record: Sized + DeserializeOwned {
+    /// This record's value: the version byte, then the body.
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError>;
+    /// A body of `version` (without its version byte) back into the record.
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String>;
+}
+
+/// Why a value did not encode. It cannot happen: postcard into a `Vec`
+/// fails only for a sequence of unknown length or a `Serialize` impl that
+/// errs, and the storage types are plain derives over strings, integers,
+/// `Vec`s, `BTreeMap`s and `BTreeSet`s (whose lengths are known). Still an
+/// error, not a panic or an empty value, should a storage type ever change.
+pub(super) fn encode_failed(table: Table, e: postcard::Error) -> StoreError {
+    StoreError::Corrupt {
+        table: table.name(),
+        message: format!("a value does not encode: {e}"),
+    }
+}
+
+/// Appends postcard's output to a `Vec` a slice at a time (its `to_extend`
+/// goes through `Extend` with an iterator of bytes).
+struct Append(Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append {
+    type Output = Vec<u8>;
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.0.push(byte);
+        Ok(())
+    }
+    fn try_extend(&mut self, bytes: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(bytes);
+        Ok(())
+    }
+    fn finalize(self) -> postcard::Result<Vec<u8>> {
+        Ok(self.0)
+    }
+}
+
+/// `version`, then postcard of `disk`, in one exact allocation (a cheap
+/// counting pass first): the memory engine keeps the Vec as it is, and a
+/// disk engine copies it out.
+pub(super) fn encode_stored<T: serde::Serialize>(table: Table, version: u8, disk: &T) -> Result<Vec<u8>, StoreError> {
+    let size = postcard::serialize_with_flavor(disk, Size::default()).map_err(|e| encode_failed(table, e))?;
+    let mut out = Vec::with_capacity(1 + size);
+    out.push(version);
+    postcard::serialize_with_flavor(disk, Append(out)).map_err(|e| encode_failed(table, e))
+}
+
+/// A body as the storage type `D`, which must use every byte of it.
+pub(super) fn decode_stored<'de, D: serde::Deserialize<'de>>(body: &'de [u8]) -> Result<D, String> {
+    #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
+    let (disk, rest) = postcard::take_from_bytes::<D>(body).map_err(|e| e.to_string())?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes past the end of the value", rest.len()));
+    }
+    Ok(disk)
+}
+
+/// A record that has no layout but version 1's.
+macro_rules! records {
+    ($($core:ty => $stored:ident),* $(,)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                encode_stored(table, VERSION_POSTCARD_V1, &stored::$stored::from(self))
+            }
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                if version != VERSION_POSTCARD_V1 {
+                    return Err(format!("no layout of version {version} (this node knows 1)"));
+                }
+                let disk: stored::$stored<'_> = decode_stored(body)?;
+                Self::try_from(disk).map_err(|e| e.to_string())
+            }
+        }
+    )*};
+}
+
+records! {
+    ResourceName => ResourceName,
+    BackRef => BackRef,
+    Outcome => Outcome,
+    PendingRelease => PendingRelease,
+    PendingAttach => PendingAttach,
+}
+
+/// A record whose version 2 only appends a field that is usually empty:
+/// written as version 1 (the bytes it always had) unless that field has
+/// something to say.
+macro_rules! records_with_an_optional_second_layout {
+    ($($core:ty => $one:ident, $two:ident, $needs_two:expr);* $(;)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                let needs_two: fn(&$core) -> bool = $needs_two;
+                if needs_two(self) {
+                    encode_stored(table, VERSION_POSTCARD_V2, &stored::$two::from(self))
+                } else {
+                    encode_stored(table, VERSION_POSTCARD_V1, &stored::$one::from(self))
+                }
+            }
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                let decoded = match version {
+                    VERSION_POSTCARD_V1 => decode_stored::<stored::$one<'_>>(body)?.try_into(),
+                    VERSION_POSTCARD_V2 => decode_stored::<stored::$two<'_>>(body)?.try_into(),
+                    _ => return Err(format!("no layout of version {version} (this node knows 1 and 2)")),
+                };
+                decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+            }
+        }
+    )*};
+}
+
+records_with_an_optional_second_layout! {
+    Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
+    Operation => Operation, OperationV2, |o| stored::names_a_principal(&o.principal);
+    AuditEntry => AuditEntry, AuditEntryV2, |e| {
+        !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
+    };
+}
+
+/// A record whose versions 2 and 3 each append a field that is usually
+/// empty: written in the earliest layout that holds what it has to say
+/// (version 3 only for a principal other than the anonymous one, so a node
+/// without authentication writes the bytes it always wrote).
+macro_rules! records_with_optional_later_layouts {
+    ($($core:ty => $one:ident, $two:ident, $three:ident, $needs_two:expr, $needs_three:expr);* $(;)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                let needs_two: fn(&$core) -> bool = $needs_two;
+                let needs_three: fn(&$core) -> bool = $needs_three;
+                if needs_three(self) {
+                    encode_stored(table, VERSION_POSTCARD_V3, &stored::$three::from(self))
+                } else if needs_two(self) {
+                    encode_stored(table, VERSION_POSTCARD_V2, &stored::$two::from(self))
+                } else {
+                    encode_stored(table, VERSION_POSTCARD_V1, &stored::$one::from(self))
+                }
+            }
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                let decoded = match version {
+                    VERSION_POSTCARD_V1 => decode_stored::<stored::$one<'_>>(body)?.try_into(),
+                    VERSION_POSTCARD_V2 => decode_stored::<stored::$two<'_>>(body)?.try_into(),
+                    VERSION_POSTCARD_V3 => decode_stored::<stored::$three<'_>>(body)?.try_into(),
+                    _ => return Err(format!("no layout of version {version} (this node knows 1 to 3)")),
+                };
+                decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+            }
+        }
+    )*};
+}
+
+records_with_optional_later_layouts! {
+    Event => Event, EventV2, EventV3,
+        |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty()),
+        |e| stored::names_a_principal(&e.principal);
+    DeletionRecord => DeletionRecord, DeletionRecordV2, DeletionRecordV3,
+        |d| !d.finalizer_failures.is_empty() || d.forced.is_some(),
+        |d| stored::names_a_principal(&d.principal);
+    RemoteDeletion => RemoteDeletion, RemoteDeletionV2, RemoteDeletionV3,
+        |r| r.forced,
+        |r| stored::names_a_principal(&r.principal);
+}
+
+/// Written as version 2 (with the walk); version 1 still read.
+impl Record for WorkItem {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        encode_stored(table, VERSION_POSTCARD_V2, &stored::WorkItem::from(self))
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::WorkItemV1<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::WorkItem<'_>>(body)?.try_into(),
+            _ => return Err(format!("no layout of version {version} (this node knows 1 and 2)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
+}
+
+pub(super) fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
+    let corrupt = |message| StoreError::Corrupt {
+        table: table.name(),
+        message,
+    };
+    match bytes.first() {
+        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3)) => {
+            T::decode_body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))
+        }
+        Some(b'{' | b'"') => decode_legacy_json(table, bytes),
+        Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
+        None => Err(corrupt("an empty value".into())),
+    }
+}
+
+// The sanctioned place: stored JSON (written by nodes before the binary
+// encoding) is decoded here, where a bad value is reported as corruption of
+// its table.
+#[allow(clippy::disallowed_methods)]
+pub(super) fn decode_legacy_json<T: DeserializeOwned>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        table: table.name(),
+        message: format!("legacy JSON value: {e}"),
+    })
+}
