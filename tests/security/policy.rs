@@ -45,10 +45,25 @@ permit (principal == Cascade::User::"anonymous", action == Cascade::Action::"cre
 when { resource.kind == "project" };
 "#;
 
-/// A policy file per region in `dir`, required by every node.
+/// The static token these tests call with: it authenticates the principal
+/// `anonymous` the policies above name (a token's principal, not the
+/// unauthenticated caller, whom `required` refuses before any policy).
+const TOKEN: &str = "policy-test-token-0123456789";
+/// SHA-256 of [`TOKEN`], as `printf %s TOKEN | sha256sum` prints it.
+const TOKEN_SHA256: &str = "b57c84fd3a8a55ea38b08a36540b11b492a443dd1e2852cfa2b12cdb91b51923";
+
+/// A policy file per region in `dir`, required by every node, and the
+/// tokens file that makes [`TOKEN`] the principal `anonymous`.
 fn require_policy(s: &mut NodeSettings, dir: &Path) {
     s.auth.mode = AuthMode::Required;
     s.auth.policy_file = Some(policy_path(dir, s.region.as_str()));
+    let tokens = dir.join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!("[[token]]\nprincipal = \"anonymous\"\ngroups = []\nsha256 = \"{TOKEN_SHA256}\"\n"),
+    )
+    .unwrap();
+    s.auth.tokens_file = Some(tokens);
     s.metrics_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
 }
 
@@ -73,7 +88,7 @@ async fn a_refused_call_changes_nothing_and_a_rewritten_policy_decides_without_a
     std::fs::write(policy_path(files.path(), REGION), READ_ONLY).unwrap();
     let dir = files.path().to_owned();
     let node = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| require_policy(s, &dir)).await;
-    let client = &node.client;
+    let client = &node.client.clone().with_token(TOKEN).unwrap();
     let metrics_addr = node.node.metrics_addr().expect("metrics served");
 
     // Allowed to get, not to create: refused naming the verb, the member
@@ -188,7 +203,7 @@ async fn a_broken_policy_file_is_a_start_error_naming_its_line() {
 /// `cascade auth can-i` against `endpoint`: its exit code and stdout.
 fn can_i(endpoint: &str, args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_cascade"))
-        .args(["--server", endpoint, "auth", "can-i"])
+        .args(["--server", endpoint, "--token", TOKEN, "auth", "can-i"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -217,7 +232,9 @@ async fn can_i_is_answered_by_the_owners_live_policy() {
     let dir = files.path().to_owned();
     let c = start_cluster_with(&["eu-west", "us-east"], |s| require_policy(s, &dir)).await;
     let eu = c.node("eu-west").node.endpoint();
-    let admin = AdminClient::connect_with(&eu, None, None).await.unwrap();
+    let admin = AdminClient::connect_with(&eu, None, Some(TOKEN.to_owned()))
+        .await
+        .unwrap();
     let ask = |verb: &str, name: &str| v1::CanIRequest {
         verb: verb.to_owned(),
         name: name.to_owned(),

@@ -273,6 +273,16 @@ bounded! {
         for (i, s) in r.seeds.iter().enumerate() {
             object_ref(s, &format!("seeds[{i}]"))?;
         }
+        // The principal the asking region vouches for: an id and groups
+        // no longer than the audit log keeps, a means named in a word.
+        if let Some(p) = &r.principal {
+            text(&p.id, MAX_AUDIT_WHO_BYTES, || "principal.id".to_owned())?;
+            items(p.groups.len(), MAX_CAN_I_GROUPS, || "principal.groups".to_owned())?;
+            for (i, g) in p.groups.iter().enumerate() {
+                text(g, MAX_AUDIT_WHO_BYTES, || format!("principal.groups[{i}]"))?;
+            }
+            short(&p.via, MAX_CAN_I_VERB_BYTES, "principal.via")?;
+        }
         Ok(())
     };
     v1::DumpRequest => |_r| Ok(());

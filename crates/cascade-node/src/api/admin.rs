@@ -30,7 +30,7 @@ use tracing::{info, info_span, warn, Instrument};
 
 use crate::admin::{AuditFilter, DeletionEntry, DeletionFilter, Refusal};
 use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
-use crate::api::principal::{caller, vouch};
+use crate::api::principal::caller;
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
 use crate::audit::AuditContext;
@@ -584,9 +584,10 @@ impl Admin for AdminApi {
             // The owner answers from its own policy, for the caller this
             // node authenticated.
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let mut forwarded = Request::new(req);
-            vouch(forwarded.metadata_mut(), &principal);
-            let call = client.can_i(forwarded);
+            // The caller travels with the call as with every call a node
+            // makes for its client (`crate::peers::carrying`: vouched under
+            // mutual TLS, its own bearer credential without).
+            let call = client.can_i(Request::new(req));
             return Ok(Response::new(call_owner(&region, "CanI", FORWARD_TIMEOUT, call).await?));
         }
         let subject = if req.as_principal.is_empty() && req.as_groups.is_empty() {
