@@ -753,3 +753,126 @@ async fn a_standby_of_a_frozen_writer_is_not_serving_and_its_calls_end_at_their_
     assert!(status.message().contains("went away mid-answer"), "{status:?}");
     standby.stop().await;
 }
+
+/// `[auth] mode = "required"` on a standby and its writer (a tokens file,
+/// a Cedar policy): the standby authenticates its callers itself, refuses
+/// a call without credentials, or one that claims a principal in the
+/// vouching header, UNAUTHENTICATED before it reaches the writer, and
+/// vouches for the caller it found: the writer decides on and audits the
+/// token's principal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_authenticates_its_callers_and_vouches_for_them_to_its_writer() {
+    const TOKEN: &str = "standby-test-token-0123456789";
+    let files = tempfile::tempdir().unwrap();
+    let sha256: String = ring::digest::digest(&ring::digest::SHA256, TOKEN.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tokens = files.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!("[[token]]\nprincipal = \"ci-bot\"\ngroups = [\"deployers\"]\nsha256 = \"{sha256}\"\n"),
+    )
+    .unwrap();
+    let policy = files.path().join("policy.cedar");
+    std::fs::write(
+        &policy,
+        "@id(\"deployers\")\npermit (principal in Cascade::Group::\"deployers\", action, resource);\n",
+    )
+    .unwrap();
+    let auth = cascade_node::auth::AuthSettings {
+        mode: cascade_node::auth::AuthMode::Required,
+        tokens_file: Some(tokens.clone()),
+        policy_file: Some(policy.clone()),
+        ..Default::default()
+    };
+    let pki = DevPki::generate(&["ra", "rb"]).unwrap();
+    let c = start_cluster_tls_with(&["ra", "rb"], &pki, |s| s.auth = auth.clone()).await;
+    let mut settings = standby_settings("ra", Some(pki.node_tls("ra").unwrap()));
+    settings.auth = auth.clone();
+    let standby = Standby::start(settings, Some(c.node("ra").node.endpoint())).await;
+    let writer = c.node("ra").node.endpoint();
+
+    // No credentials: refused by the standby, nothing reaches the writer.
+    let anonymous = cascade_client::Client::connect_with(&standby.endpoint, Some(&pki.client()))
+        .await
+        .unwrap();
+    let refused = anonymous.create(spec_in("ra/project/nobody", &[])).await.unwrap_err();
+    assert_eq!(code(&refused), Some(tonic::Code::Unauthenticated), "{refused}");
+    let ci = cascade_client::Client::connect_with(&writer, Some(&pki.client()))
+        .await
+        .unwrap()
+        .with_token(TOKEN)
+        .unwrap();
+    let missing = ci.get("ra/project/nobody").await.unwrap_err();
+    assert_eq!(code(&missing), Some(tonic::Code::NotFound), "{missing}");
+
+    // A caller claiming to be somebody else in the vouching header, even
+    // with a valid token of its own: refused by the standby, as the writer
+    // would (only a region's certificate vouches), and nothing is created.
+    let through_standby = |with_forged_claim: bool| {
+        let mut request = tonic::Request::new(v1::CreateRequest {
+            resource: Some(spec_in("ra/project/through-standby", &[])),
+        });
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+        if with_forged_claim {
+            let forged = cascade_proto::principal_to_bytes(&v1::Principal {
+                id: "root".into(),
+                groups: vec!["admins".into()],
+                via: "token".into(),
+            });
+            request.metadata_mut().insert_bin(
+                "cascade-principal-bin",
+                tonic::metadata::BinaryMetadataValue::from_bytes(&forged),
+            );
+        }
+        request
+    };
+    let channel = connect_channel(&standby.endpoint, Some(&pki.client()), None)
+        .await
+        .unwrap();
+    let mut raw = v1::resources_client::ResourcesClient::new(channel);
+    let forged = raw.create(through_standby(true)).await.unwrap_err();
+    assert_eq!(forged.code(), tonic::Code::Unauthenticated, "{forged:?}");
+    assert!(forged.message().contains("vouching header"), "{forged:?}");
+    let missing = ci.get("ra/project/through-standby").await.unwrap_err();
+    assert_eq!(code(&missing), Some(tonic::Code::NotFound), "{missing}");
+
+    // The token alone: the standby vouches for its principal to the writer.
+    raw.create(through_standby(false))
+        .await
+        .expect("the token's principal may create through the standby");
+    ci.get("ra/project/through-standby")
+        .await
+        .expect("created on the writer");
+
+    // The writer's audit log names the token's principal, never the claim.
+    let admin = cascade_client::AdminClient::connect_with(&writer, Some(&pki.client()), Some(TOKEN.to_owned()))
+        .await
+        .unwrap();
+    let log = admin
+        .list_audit(v1::ListAuditRequest {
+            region: "ra".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .entries;
+    let created: Vec<_> = log
+        .iter()
+        .filter(|e| e.action == "create" && e.target == "ra/project/through-standby")
+        .collect();
+    assert_eq!(created.len(), 1, "{log:#?}");
+    assert_eq!(created[0].who, "ci-bot", "{log:#?}");
+    assert_eq!(created[0].via, "token", "{log:#?}");
+    assert_eq!(created[0].rule, "deployers", "{log:#?}");
+    assert!(log.iter().all(|e| e.who != "root"), "{log:#?}");
+    assert!(
+        log.iter().all(|e| e.target != "ra/project/nobody"),
+        "the refused create reached the writer: {log:#?}"
+    );
+    standby.stop().await;
+}
