@@ -14,12 +14,10 @@ use std::time::Duration;
 
 use cascade_client::{AdminClient, Client};
 use cascade_core::auth::{Authorize, Decision, Principal, Target, Verb};
-use cascade_core::{RegionId, Schema};
-use cascade_node::{NodeEnv, NodeSettings, RunningNode};
+use cascade_node::NodeEnv;
 use cascade_proto::v1;
-use tokio::net::TcpListener;
 
-use crate::support::{eventually, wait_gone};
+use crate::support::{eventually, start_cluster_with_env, wait_gone, Cluster};
 
 const ADMIN_TOKEN: &str = "closure-admin-token-0123456789";
 const DENY_RULE: &str = "closure test deny-set";
@@ -62,62 +60,38 @@ impl Authorize for DenySet {
     }
 }
 
-struct Region {
-    node: RunningNode,
-    client: Client,
-    policy: Arc<DenySet>,
-    _dir: tempfile::TempDir,
+/// A cluster of one node per region on 127.0.0.1:0, each node deciding
+/// with its own [`DenySet`].
+struct Regions {
+    cluster: Cluster,
+    policies: BTreeMap<String, Arc<DenySet>>,
 }
 
-/// One node per region on 127.0.0.1:0, each with its own [`DenySet`].
-async fn start(regions: &[&str]) -> BTreeMap<String, Region> {
-    let mut listeners = Vec::new();
-    for _ in regions {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+impl Regions {
+    fn client(&self, region: &str) -> &Client {
+        self.cluster.client(region)
     }
-    let addrs: Vec<String> = listeners
+
+    fn policy(&self, region: &str) -> &DenySet {
+        &self.policies[region]
+    }
+}
+
+async fn start(regions: &[&str]) -> Regions {
+    let policies: BTreeMap<String, Arc<DenySet>> = regions
         .iter()
-        .map(|l| format!("http://{}", l.local_addr().unwrap()))
+        .map(|r| (r.to_string(), Arc::new(DenySet::default())))
         .collect();
-    let mut out = BTreeMap::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap();
-        let mut settings = NodeSettings::new(
-            RegionId::parse(regions[i]).unwrap(),
-            Arc::new(schema),
-            Some(dir.path().to_owned()),
-        );
-        settings.tick = Duration::from_millis(50);
-        settings.check_interval = Duration::from_millis(500);
-        settings.admin.token = Some(ADMIN_TOKEN.to_owned());
-        for (j, region) in regions.iter().enumerate() {
-            if j != i {
-                settings
-                    .peers
-                    .insert(RegionId::parse(region).unwrap(), addrs[j].clone().into());
-            }
-        }
-        let policy = Arc::new(DenySet::default());
-        let env = NodeEnv {
-            authorizer: Some(policy.clone()),
+    let cluster = start_cluster_with_env(
+        regions,
+        |s| s.admin.token = Some(ADMIN_TOKEN.to_owned()),
+        |region| NodeEnv {
+            authorizer: Some(policies[region].clone()),
             ..Default::default()
-        };
-        let node = RunningNode::start_with(settings, env, listener)
-            .await
-            .expect("node starts");
-        let client = Client::connect(&node.endpoint()).await.expect("client connects");
-        out.insert(
-            regions[i].to_owned(),
-            Region {
-                node,
-                client,
-                policy,
-                _dir: dir,
-            },
-        );
-    }
-    out
+        },
+    )
+    .await;
+    Regions { cluster, policies }
 }
 
 fn spec(name: &str, refs: &[(&str, &str)]) -> v1::ResourceSpec {
@@ -148,15 +122,15 @@ fn cascade_delete(name: &str, dry_run: bool) -> v1::DeleteRequest {
 }
 
 /// `ra/network/n` (with its project), and ports in `rb` on it.
-async fn network_with_ports_in_rb(regions: &BTreeMap<String, Region>, ports: &[&str]) {
-    let ra = &regions["ra"].client;
+async fn network_with_ports_in_rb(regions: &Regions, ports: &[&str]) {
+    let ra = &regions.client("ra");
     ra.create(spec("ra/project/p", &[])).await.expect("project");
     ra.create(spec("ra/network/n", &[("project", "ra/project/p")]))
         .await
         .expect("network");
     for port in ports {
-        regions["rb"]
-            .client
+        regions
+            .client("rb")
             .create(spec(port, &[("network", "ra/network/n")]))
             .await
             .expect("port in rb");
@@ -171,8 +145,8 @@ fn state_of(r: &v1::Resource) -> v1::ResourceState {
 async fn a_cascade_reaching_a_port_its_caller_may_not_delete_in_another_region_is_refused_before_anything_changes() {
     let regions = start(&["ra", "rb"]).await;
     network_with_ports_in_rb(&regions, &["rb/port/p1"]).await;
-    regions["rb"].policy.refuse(Verb::Delete, "rb/port/p1", 0);
-    let ra = &regions["ra"].client;
+    regions.policy("rb").refuse(Verb::Delete, "rb/port/p1", 0);
+    let ra = &regions.client("ra");
 
     // The dry run lists it, decided by rb's policy.
     let plan = ra
@@ -225,11 +199,11 @@ async fn a_cascade_reaching_a_port_its_caller_may_not_delete_in_another_region_i
     // Nothing changed anywhere.
     let network = ra.get("ra/network/n").await.expect("network still there");
     assert_eq!(state_of(&network), v1::ResourceState::Active);
-    let port = regions["rb"].client.get("rb/port/p1").await.expect("port still there");
+    let port = regions.client("rb").get("rb/port/p1").await.expect("port still there");
     assert_eq!(state_of(&port), v1::ResourceState::Active);
 
     // A caller allowed everything: the same cascade goes through.
-    regions["rb"].policy.clear();
+    regions.policy("rb").clear();
     let op = ra
         .delete(cascade_delete("ra/network/n", false))
         .await
@@ -237,10 +211,11 @@ async fn a_cascade_reaching_a_port_its_caller_may_not_delete_in_another_region_i
         .operation
         .expect("an operation");
     assert!(!op.id.is_empty());
-    wait_gone(&regions["rb"].client, "rb/port/p1").await;
+    wait_gone(&regions.client("rb"), "rb/port/p1").await;
     wait_gone(ra, "ra/network/n").await;
-    for (_, r) in regions {
-        r.node.stop().await.expect("stop");
+    let mut cluster = regions.cluster;
+    for region in ["ra", "rb"] {
+        cluster.stop(region).await;
     }
 }
 
@@ -250,9 +225,9 @@ async fn a_refusal_after_the_check_holds_the_port_blocked_explain_shows_it_and_a
     network_with_ports_in_rb(&regions, &["rb/port/p1", "rb/port/p2"]).await;
     // rb's policy allows p1's deletion once (the closure check) and refuses
     // it from then on: the policy changed after the start.
-    regions["rb"].policy.refuse(Verb::Delete, "rb/port/p1", 1);
-    let ra = &regions["ra"].client;
-    let rb = &regions["rb"].client;
+    regions.policy("rb").refuse(Verb::Delete, "rb/port/p1", 1);
+    let ra = &regions.client("ra");
+    let rb = &regions.client("rb");
     let op = ra
         .delete(cascade_delete("ra/network/n", false))
         .await
@@ -297,9 +272,13 @@ async fn a_refusal_after_the_check_holds_the_port_blocked_explain_shows_it_and_a
     );
 
     // An administrator forces it through: the cascade finishes.
-    let admin = AdminClient::connect_with(&regions["rb"].node.endpoint(), None, Some(ADMIN_TOKEN.to_owned()))
-        .await
-        .expect("admin connects");
+    let admin = AdminClient::connect_with(
+        &regions.cluster.node("rb").node.endpoint(),
+        None,
+        Some(ADMIN_TOKEN.to_owned()),
+    )
+    .await
+    .expect("admin connects");
     admin
         .force_purge(v1::ForcePurgeRequest {
             name: "rb/port/p1".to_owned(),
@@ -310,7 +289,8 @@ async fn a_refusal_after_the_check_holds_the_port_blocked_explain_shows_it_and_a
         .expect("force purge");
     wait_gone(rb, "rb/port/p1").await;
     wait_gone(ra, "ra/network/n").await;
-    for (_, r) in regions {
-        r.node.stop().await.expect("stop");
+    let mut cluster = regions.cluster;
+    for region in ["ra", "rb"] {
+        cluster.stop(region).await;
     }
 }

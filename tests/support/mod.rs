@@ -254,7 +254,7 @@ pub async fn start_cluster(regions: &[&str]) -> Cluster {
 }
 
 pub async fn start_cluster_with(regions: &[&str], tweak: impl Fn(&mut NodeSettings)) -> Cluster {
-    start_cluster_on(regions, None, tweak, |_| None).await
+    start_cluster_on(regions, None, tweak, |_| Default::default()).await
 }
 
 /// A cluster whose nodes run on the given stores (region → store) instead
@@ -265,24 +265,39 @@ pub async fn start_cluster_on_stores(
     tweak: impl Fn(&mut NodeSettings),
     store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
 ) -> Cluster {
-    start_cluster_on(regions, None, tweak, store).await
+    start_cluster_on(regions, None, tweak, |region| cascade_node::NodeEnv {
+        store: store(region),
+        ..Default::default()
+    })
+    .await
+}
+
+/// A cluster whose nodes run in surroundings of the test's (region →
+/// [`cascade_node::NodeEnv`]: a store, a test authorizer). A restarted
+/// node gets the default surroundings.
+pub async fn start_cluster_with_env(
+    regions: &[&str],
+    tweak: impl Fn(&mut NodeSettings),
+    env: impl Fn(&str) -> cascade_node::NodeEnv,
+) -> Cluster {
+    start_cluster_on(regions, None, tweak, env).await
 }
 
 /// A cluster with mutual TLS: each node has its region's certificate of `pki`.
 pub async fn start_cluster_tls(regions: &[&str], pki: &DevPki) -> Cluster {
-    start_cluster_on(regions, Some(pki), |_| {}, |_| None).await
+    start_cluster_on(regions, Some(pki), |_| {}, |_| Default::default()).await
 }
 
 /// A cluster with mutual TLS and settings of its own.
 pub async fn start_cluster_tls_with(regions: &[&str], pki: &DevPki, tweak: impl Fn(&mut NodeSettings)) -> Cluster {
-    start_cluster_on(regions, Some(pki), tweak, |_| None).await
+    start_cluster_on(regions, Some(pki), tweak, |_| Default::default()).await
 }
 
 async fn start_cluster_on(
     regions: &[&str],
     pki: Option<&DevPki>,
     tweak: impl Fn(&mut NodeSettings),
-    store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
+    env: impl Fn(&str) -> cascade_node::NodeEnv,
 ) -> Cluster {
     let listeners = bind_listeners(regions.len()).await;
     let scheme = if pki.is_some() { "https" } else { "http" };
@@ -290,7 +305,7 @@ async fn start_cluster_on(
         .iter()
         .map(|l| format!("{scheme}://{}", l.local_addr().unwrap()))
         .collect();
-    start_cluster_from(listeners, regions, pki, tweak, store, |_, j| addrs[j].clone()).await
+    start_cluster_from(listeners, regions, pki, tweak, env, |_, j| addrs[j].clone()).await
 }
 
 async fn bind_listeners(n: usize) -> Vec<TcpListener> {
@@ -308,7 +323,7 @@ async fn start_cluster_from(
     regions: &[&str],
     pki: Option<&DevPki>,
     tweak: impl Fn(&mut NodeSettings),
-    store: impl Fn(&str) -> Option<Arc<dyn cascade_node::store::Store>>,
+    env: impl Fn(&str) -> cascade_node::NodeEnv,
     peer_addr: impl Fn(usize, usize) -> String,
 ) -> Cluster {
     let client_tls = pki.map(DevPki::client);
@@ -336,11 +351,7 @@ async fn start_cluster_from(
         }
         tweak(&mut settings);
         saved.push((regions[i].to_owned(), settings.clone()));
-        let env = cascade_node::NodeEnv {
-            store: store(regions[i]),
-            ..Default::default()
-        };
-        let node = RunningNode::start_with(settings, env, listener)
+        let node = RunningNode::start_with(settings, env(regions[i]), listener)
             .await
             .expect("node starts");
         let client = Client::connect_with(&node.endpoint(), client_tls.as_ref())
@@ -420,7 +431,7 @@ pub async fn start_cluster_behind_proxies(regions: &[&str], tweak: impl Fn(&mut 
         regions,
         None,
         tweak,
-        |_| None,
+        |_| Default::default(),
         |i, j| peer_uris[&(i, j)].clone(),
     )
     .await;

@@ -1374,119 +1374,63 @@ pub fn names_a_principal(p: &cascade_core::auth::Principal) -> bool {
     *p != cascade_core::auth::Principal::anonymous()
 }
 
-/// [`model::DeletionRecord`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
-/// version 2's fields, then the principal the deletion acts for. Written
-/// only when that is not the anonymous principal; versions 1 and 2 read
-/// back as anonymous.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct DeletionRecordV3<'a> {
-    #[serde(borrow)]
-    pub v2: DeletionRecordV2<'a>,
-    #[serde(borrow)]
-    pub principal: Principal<'a>,
-}
-
-impl<'a> From<&'a model::DeletionRecord> for DeletionRecordV3<'a> {
-    fn from(d: &'a model::DeletionRecord) -> Self {
-        DeletionRecordV3 {
-            v2: DeletionRecordV2::from(d),
-            principal: (&d.principal).into(),
+/// A record's layout that appends the principal its deletion acts for to
+/// the previous version's fields (`$prev`, in the field `$field`), with the
+/// conversions from and to `$model`. Such a layout is written only when
+/// the principal is not the anonymous one; the earlier versions read back
+/// as anonymous.
+macro_rules! with_principal {
+    ($(#[$doc:meta])* $name:ident { $field:ident: $prev:ident } for $model:ty) => {
+        $(#[$doc])*
+        #[derive(Debug, Serialize, Deserialize)]
+        pub struct $name<'a> {
+            #[serde(borrow)]
+            pub $field: $prev<'a>,
+            #[serde(borrow)]
+            pub principal: Principal<'a>,
         }
-    }
-}
 
-impl TryFrom<DeletionRecordV3<'_>> for model::DeletionRecord {
-    type Error = NameError;
-    fn try_from(d: DeletionRecordV3<'_>) -> Result<Self, NameError> {
-        let mut record = model::DeletionRecord::try_from(d.v2)?;
-        record.principal = d.principal.into();
-        Ok(record)
-    }
-}
-
-/// [`model::Operation`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
-/// version 1's fields, then the principal its cascade acts for. Written
-/// only when that is not the anonymous principal.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct OperationV2<'a> {
-    #[serde(borrow)]
-    pub v1: Operation<'a>,
-    #[serde(borrow)]
-    pub principal: Principal<'a>,
-}
-
-impl<'a> From<&'a model::Operation> for OperationV2<'a> {
-    fn from(o: &'a model::Operation) -> Self {
-        OperationV2 {
-            v1: Operation::from(o),
-            principal: (&o.principal).into(),
+        impl<'a> From<&'a $model> for $name<'a> {
+            fn from(record: &'a $model) -> Self {
+                $name {
+                    $field: $prev::from(record),
+                    principal: (&record.principal).into(),
+                }
+            }
         }
-    }
-}
 
-impl TryFrom<OperationV2<'_>> for model::Operation {
-    type Error = NameError;
-    fn try_from(o: OperationV2<'_>) -> Result<Self, NameError> {
-        let mut operation = model::Operation::try_from(o.v1)?;
-        operation.principal = o.principal.into();
-        Ok(operation)
-    }
-}
-
-/// [`model::Event`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
-/// version 2's fields, then the principal a DELETING or DELETION_FORCED
-/// event carries to importers. Written only when that is not anonymous.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct EventV3<'a> {
-    #[serde(borrow)]
-    pub v2: EventV2<'a>,
-    #[serde(borrow)]
-    pub principal: Principal<'a>,
-}
-
-impl<'a> From<&'a model::Event> for EventV3<'a> {
-    fn from(e: &'a model::Event) -> Self {
-        EventV3 {
-            v2: EventV2::from(e),
-            principal: (&e.principal).into(),
+        impl TryFrom<$name<'_>> for $model {
+            type Error = NameError;
+            fn try_from(stored: $name<'_>) -> Result<Self, NameError> {
+                let mut record = <$model>::try_from(stored.$field)?;
+                record.principal = stored.principal.into();
+                Ok(record)
+            }
         }
-    }
+    };
 }
 
-impl TryFrom<EventV3<'_>> for model::Event {
-    type Error = NameError;
-    fn try_from(e: EventV3<'_>) -> Result<Self, NameError> {
-        let mut event = model::Event::try_from(e.v2)?;
-        event.principal = e.principal.into();
-        Ok(event)
-    }
+with_principal! {
+    /// [`model::DeletionRecord`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+    /// version 2's fields, then the principal the deletion acts for.
+    DeletionRecordV3 { v2: DeletionRecordV2 } for model::DeletionRecord
 }
 
-/// [`model::RemoteDeletion`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
-/// version 2's fields, then the principal the owner's deletion acts for.
-/// Written only when that is not anonymous.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RemoteDeletionV3<'a> {
-    #[serde(borrow)]
-    pub v2: RemoteDeletionV2<'a>,
-    #[serde(borrow)]
-    pub principal: Principal<'a>,
+with_principal! {
+    /// [`model::Operation`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+    /// version 1's fields, then the principal its cascade acts for.
+    OperationV2 { v1: Operation } for model::Operation
 }
 
-impl<'a> From<&'a model::RemoteDeletion> for RemoteDeletionV3<'a> {
-    fn from(r: &'a model::RemoteDeletion) -> Self {
-        RemoteDeletionV3 {
-            v2: RemoteDeletionV2::from(r),
-            principal: (&r.principal).into(),
-        }
-    }
+with_principal! {
+    /// [`model::Event`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+    /// version 2's fields, then the principal a DELETING or DELETION_FORCED
+    /// event carries to importers.
+    EventV3 { v2: EventV2 } for model::Event
 }
 
-impl TryFrom<RemoteDeletionV3<'_>> for model::RemoteDeletion {
-    type Error = NameError;
-    fn try_from(r: RemoteDeletionV3<'_>) -> Result<Self, NameError> {
-        let mut tombstone = model::RemoteDeletion::try_from(r.v2)?;
-        tombstone.principal = r.principal.into();
-        Ok(tombstone)
-    }
+with_principal! {
+    /// [`model::RemoteDeletion`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+    /// version 2's fields, then the principal the owner's deletion acts for.
+    RemoteDeletionV3 { v2: RemoteDeletionV2 } for model::RemoteDeletion
 }

@@ -15,17 +15,15 @@
 // Progress and results go to the terminal (`--nocapture`).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::fault_proxy::Fault;
+use crate::support::*;
 use cascade_client::{Client, ClientError};
 use cascade_proto::v1;
-use support::fault_proxy::Fault;
-use support::*;
 
 /// How long a client waits before it gives up on a call (and cancels it).
 const CUT: Duration = Duration::from_millis(1500);
@@ -122,7 +120,7 @@ async fn retry_create(via: &Client, reader: &Client, spec: &v1::ResourceSpec) ->
 
 /// One sample of a node's `/metrics`.
 async fn gauge(addr: SocketAddr, name: &str) -> f64 {
-    *support::scrape(addr)
+    *crate::support::scrape(addr)
         .await
         .get(name)
         .unwrap_or_else(|| panic!("no sample {name} in the scrape"))

@@ -10,15 +10,13 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::fault_proxy::{Fault, FaultProxy};
+use crate::support::{eventually, spec, start_cluster_tls_with, Cluster};
 use cascade_client::AdminClient;
 use cascade_tls::DevPki;
-use support::fault_proxy::{Fault, FaultProxy};
-use support::{eventually, spec, start_cluster_tls_with, Cluster};
 
 /// The proxies of a cluster: (dialling region, peer region, proxy).
 type Proxies = Arc<Mutex<Vec<(String, String, Arc<FaultProxy>)>>>;
@@ -230,7 +228,7 @@ async fn a_link_throttled_to_32_kb_s_during_a_5000_member_cascade_closes_no_heal
         });
     }
     let started = Instant::now();
-    eu.delete(support::delete_req("eu-west/project/big", true))
+    eu.delete(crate::support::delete_req("eu-west/project/big", true))
         .await
         .expect("delete with cascade");
     eventually(
