@@ -123,7 +123,7 @@ fn cascade_delete(name: &str, dry_run: bool) -> v1::DeleteRequest {
 
 /// `ra/network/n` (with its project), and ports in `rb` on it.
 async fn network_with_ports_in_rb(regions: &Regions, ports: &[&str]) {
-    let ra = &regions.client("ra");
+    let ra = regions.client("ra");
     ra.create(spec("ra/project/p", &[])).await.expect("project");
     ra.create(spec("ra/network/n", &[("project", "ra/project/p")]))
         .await
@@ -146,7 +146,7 @@ async fn a_cascade_reaching_a_port_its_caller_may_not_delete_in_another_region_i
     let regions = start(&["ra", "rb"]).await;
     network_with_ports_in_rb(&regions, &["rb/port/p1"]).await;
     regions.policy("rb").refuse(Verb::Delete, "rb/port/p1", 0);
-    let ra = &regions.client("ra");
+    let ra = regions.client("ra");
 
     // The dry run lists it, decided by rb's policy.
     let plan = ra
@@ -211,7 +211,7 @@ async fn a_cascade_reaching_a_port_its_caller_may_not_delete_in_another_region_i
         .operation
         .expect("an operation");
     assert!(!op.id.is_empty());
-    wait_gone(&regions.client("rb"), "rb/port/p1").await;
+    wait_gone(regions.client("rb"), "rb/port/p1").await;
     wait_gone(ra, "ra/network/n").await;
     let mut cluster = regions.cluster;
     for region in ["ra", "rb"] {
@@ -226,8 +226,8 @@ async fn a_refusal_after_the_check_holds_the_port_blocked_explain_shows_it_and_a
     // rb's policy allows p1's deletion once (the closure check) and refuses
     // it from then on: the policy changed after the start.
     regions.policy("rb").refuse(Verb::Delete, "rb/port/p1", 1);
-    let ra = &regions.client("ra");
-    let rb = &regions.client("rb");
+    let ra = regions.client("ra");
+    let rb = regions.client("rb");
     let op = ra
         .delete(cascade_delete("ra/network/n", false))
         .await
