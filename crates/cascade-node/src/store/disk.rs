@@ -114,7 +114,7 @@ mod tests {
     /// another error, never a half-open store), and the write probe leaves
     /// nothing behind.
     /// (What a reopen heals, a full disk, is tested over a real one in
-    /// `tests/disk_full.rs`.)
+    /// `tests/faults/disk_full.rs`.)
     fn reopens_in_place(store: Arc<dyn Store>, dir: &Path) {
         store.commit(put(Table::Resources, b"before", b"1")).unwrap();
         store.flush().unwrap();

@@ -17,20 +17,18 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod support;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
 use cascade_node::store::{Batch, DiskCondition, Entry, MemoryStore, Store, StoreError, Table};
 use cascade_node::{NodeEnv, NodeSettings, RunningNode};
 use cascade_proto::v1;
-use support::*;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
