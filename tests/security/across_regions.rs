@@ -252,6 +252,12 @@ async fn audit_log(admin: &AdminClient) -> Vec<v1::AuditEntry> {
     panic!("ListAudit never ended");
 }
 
+/// (action, target) of a region's audit entries, as a test expects them.
+type Changes = &'static [(&'static str, &'static str)];
+
+/// A listed principal's id, groups and means.
+type PrincipalParts = (String, Vec<String>, String);
+
 /// (action, target) of the entries `who` wrote, in the log's order.
 fn changes_by<'a>(log: &'a [v1::AuditEntry], who: &str) -> Vec<(&'a str, &'a str)> {
     log.iter()
@@ -515,7 +521,7 @@ async fn every_change_of_a_three_region_cascade_is_audited_with_its_principal_in
     assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:#?}");
     assert_quiet_and_clean(&s.pki, &s.endpoints()).await;
 
-    let expected: [(&str, &[(&str, &str)], &[(&str, &str)]); 3] = [
+    let expected: [(&str, Changes, Changes); 3] = [
         (
             "eu-west",
             &[("create", NET1), ("create", S0)],
@@ -701,7 +707,7 @@ async fn a_cascade_across_a_link_that_heals_acts_for_its_principal_in_the_region
         .await
         .expect("eu-west lists its deletions for us-east")
         .into_inner();
-    let listed: Vec<(String, Option<(String, Vec<String>, String)>)> = listing
+    let listed: Vec<(String, Option<PrincipalParts>)> = listing
         .deleting
         .iter()
         .map(|d| {
