@@ -719,36 +719,22 @@ mod tests {
     }
 
     /// A resync acts for each deletion's principal, as its DELETING event
-    /// would have: the listing used to carry none, so under a policy the
-    /// resyncing region refused the cascade (its members held BLOCKED).
+    /// would have (the listing used to carry none: anonymous, refused).
     #[tokio::test]
     async fn a_resync_listing_carries_each_deletions_principal() {
+        use cascade_core::auth::{Principal, Via};
         let mut listed = page(&[1, 2], None, 40);
-        listed.deleting[0].principal = Some(v1::Principal {
-            id: "admin".to_owned(),
-            groups: vec!["admins".to_owned()],
-            via: "token".to_owned(),
-        });
+        let (id, groups) = ("admin".to_owned(), vec!["admins".to_owned()]);
+        let admin = Principal {
+            id,
+            groups,
+            via: Via::Token,
+        };
+        listed.deleting[0].principal = Some(crate::api::principal::to_wire(&admin));
         let owner = Owner::new(vec![listed]);
         let (listing, _) = owner.read(MAX_LIST_DELETING_ROWS).await.expect("the whole listing");
-        let principals: Vec<(&str, &[String], &str)> = listing
-            .iter()
-            .map(|d| {
-                (
-                    d.principal.id.as_str(),
-                    d.principal.groups.as_slice(),
-                    d.principal.via.as_str(),
-                )
-            })
-            .collect();
-        let admins = ["admins".to_owned()];
-        assert_eq!(
-            principals,
-            [
-                ("admin", &admins[..], "token"),
-                ("anonymous", &[][..], "unauthenticated")
-            ]
-        );
+        let principals: Vec<Principal> = listing.into_iter().map(|d| d.principal).collect();
+        assert_eq!(principals, [admin, Principal::anonymous()]);
     }
 
     /// A token that does not advance used to end the listing there, as if
