@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod across_regions;
 mod audit;
 mod authentication;
 mod closure;

@@ -247,11 +247,7 @@ impl Node {
     /// region of several nodes without one, its advertised address), else
     /// the address it listens on, else its region (before it serves).
     pub(crate) fn audit_node(&self) -> String {
-        if let Some(role) = &self.role {
-            return role.me.node.clone();
-        }
-        let listening = self.advertised.lock().ok().and_then(|a| a.clone());
-        listening.unwrap_or_else(|| self.region.to_string())
+        self.audit_name.name()
     }
 
     /// The audit context of a call `principal` made, allowed or refused by

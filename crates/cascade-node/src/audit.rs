@@ -10,7 +10,7 @@
 //! refusal is audited with what the caller sent, and the caller decides
 //! how much that is.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cascade_core::auth::Principal;
@@ -51,6 +51,39 @@ pub(crate) struct AuditContext {
     pub rule: String,
     /// The caller's own note: a deletion's `requested_by`, an Admin call's reason.
     pub note: String,
+}
+
+/// Who this node is in the audit log (`node`): its `[ha] node_name`, else
+/// the address it listens on (known once it serves), else its region.
+/// Shared by the node (the entries of the calls it answers) and its writer
+/// (the entries of a cascade's members, written in work steps that no
+/// call carries a context into).
+#[derive(Debug, Clone)]
+pub(crate) struct AuditNode {
+    /// `[ha] node_name`, in a region of several nodes.
+    named: Option<String>,
+    /// The address it listens on, set when it starts serving.
+    listening: Arc<Mutex<Option<String>>>,
+    region: String,
+}
+
+impl AuditNode {
+    pub(crate) fn new(named: Option<String>, listening: Arc<Mutex<Option<String>>>, region: String) -> AuditNode {
+        AuditNode {
+            named,
+            listening,
+            region,
+        }
+    }
+
+    /// The name entries give this node now.
+    pub(crate) fn name(&self) -> String {
+        if let Some(named) = &self.named {
+            return named.clone();
+        }
+        let listening = self.listening.lock().ok().and_then(|a| a.clone());
+        listening.unwrap_or_else(|| self.region.clone())
+    }
 }
 
 /// One change a step made, as the log names it.

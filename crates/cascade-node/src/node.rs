@@ -186,7 +186,9 @@ pub struct Node {
     pub(crate) committing: Arc<watch::Sender<bool>>,
     /// The address peers and clients reach this node at, when known (for
     /// `Admin.Status`).
-    pub(crate) advertised: Mutex<Option<String>>,
+    pub(crate) advertised: Arc<Mutex<Option<String>>>,
+    /// Who this node is in the audit log (shared with the writer).
+    pub(crate) audit_name: crate::audit::AuditNode,
     /// This node's lease, when it is the writer of a region of several
     /// nodes over one database (None: a single-node region).
     pub(crate) role: Option<crate::ha::WriterRole>,
@@ -341,6 +343,12 @@ impl Node {
             None => crate::auth::build_authorizer(&settings.auth, metrics.registry())
                 .map_err(|e| NodeError::Config(e.to_string()))?,
         };
+        let advertised = Arc::new(Mutex::new(role.as_ref().map(|r| r.me.address.clone())));
+        let audit_name = crate::audit::AuditNode::new(
+            role.as_ref().map(|r| r.me.node.clone()),
+            advertised.clone(),
+            settings.region.to_string(),
+        );
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
             schema: settings.schema.clone(),
@@ -362,6 +370,7 @@ impl Node {
                 retain: Some(settings.audit.retain),
                 max_entries: Some(settings.audit.max_entries),
             },
+            audit_node: audit_name.clone(),
         })
         .await?;
         Ok(Self {
@@ -398,7 +407,8 @@ impl Node {
             metrics_listener: Mutex::new(metrics_listener),
             metrics_addr,
             committing,
-            advertised: Mutex::new(role.as_ref().map(|r| r.me.address.clone())),
+            advertised,
+            audit_name,
             role,
             trace_marks,
             status_cache: StatusCache::default(),

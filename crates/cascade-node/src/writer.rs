@@ -78,6 +78,9 @@ pub struct WriterContext {
     /// What the audit log keeps (`[audit] retain`, `max_entries`): the
     /// writer prunes it a bounded step a tick (`writer/audited.rs`).
     pub audit_retention: Retention,
+    /// Who this node is in the audit log: stamped on the entries of steps
+    /// no call carries a context into (a cascade's members).
+    pub(crate) audit_node: crate::audit::AuditNode,
     // Issue 27 lands in steps: what reads these follows.
     #[allow(dead_code)]
     /// The policy a cascade asks about each member it would change (the

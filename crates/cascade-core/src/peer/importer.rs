@@ -181,10 +181,11 @@ pub struct RemoteDeleting {
     pub no_cascade: bool,
     /// See [`RemoteDeletion::forced`].
     pub forced: bool,
-    /// See [`RemoteDeletion::principal`]. The resync listing does not carry
-    /// it: a deletion learnt from a resync acts for the anonymous principal
-    /// (under a policy that refuses it, its members here are held BLOCKED
-    /// until an administrator retries or forces them).
+    /// See [`RemoteDeletion::principal`]: the owner lists it with the
+    /// deletion, so a deletion learnt from a resync acts for whom its
+    /// missed DELETING event would have (an owner that lists none gives
+    /// the anonymous principal, whom a policy may refuse: its members here
+    /// are then held BLOCKED until an administrator retries or forces them).
     pub principal: crate::auth::Principal,
 }
 

@@ -387,6 +387,10 @@ impl Peer for PeerApi {
                 operation_id: d.operation.to_string(),
                 no_cascade: d.no_cascade,
                 forced: d.forced,
+                // Whom the deletion acts for, as its DELETING event says: a
+                // watcher resyncing from this listing acts for it too.
+                principal: (d.principal != cascade_core::auth::Principal::anonymous())
+                    .then(|| crate::api::principal::to_wire(&d.principal)),
             })
             .collect();
         let mut next_page_token = page.next.map(|u| u.to_string()).unwrap_or_default();

@@ -543,8 +543,12 @@ where
                 operation: OperationId::parse(&d.operation_id).ok()?,
                 no_cascade: d.no_cascade,
                 forced: d.forced && reads_forced,
-                // The listing does not carry it (see `RemoteDeleting`).
-                principal: cascade_core::auth::Principal::anonymous(),
+                // As from a DELETING event: absent or unreadable, the
+                // anonymous principal, whom a policy may refuse.
+                principal: d
+                    .principal
+                    .and_then(crate::api::principal::from_wire)
+                    .unwrap_or_else(cascade_core::auth::Principal::anonymous),
             })
         }));
         if listing.next_page_token.is_empty() {
@@ -649,6 +653,7 @@ mod tests {
                     operation_id: uid(1000 + n),
                     no_cascade: false,
                     forced: false,
+                    principal: None,
                 })
                 .collect(),
             revision,
@@ -711,6 +716,25 @@ mod tests {
         );
         assert_eq!(revision, 40);
         assert_eq!(*owner.asked.borrow(), [String::new(), uid(2), uid(5)]);
+    }
+
+    /// A resync acts for each deletion's principal, as its DELETING event
+    /// would have (the listing used to carry none: anonymous, refused).
+    #[tokio::test]
+    async fn a_resync_listing_carries_each_deletions_principal() {
+        use cascade_core::auth::{Principal, Via};
+        let mut listed = page(&[1, 2], None, 40);
+        let (id, groups) = ("admin".to_owned(), vec!["admins".to_owned()]);
+        let admin = Principal {
+            id,
+            groups,
+            via: Via::Token,
+        };
+        listed.deleting[0].principal = Some(crate::api::principal::to_wire(&admin));
+        let owner = Owner::new(vec![listed]);
+        let (listing, _) = owner.read(MAX_LIST_DELETING_ROWS).await.expect("the whole listing");
+        let principals: Vec<Principal> = listing.into_iter().map(|d| d.principal).collect();
+        assert_eq!(principals, [admin, Principal::anonymous()]);
     }
 
     /// A token that does not advance used to end the listing there, as if

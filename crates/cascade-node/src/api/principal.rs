@@ -30,6 +30,19 @@ pub(crate) fn caller<T>(request: &Request<T>) -> Principal {
         .unwrap_or_else(Principal::anonymous)
 }
 
+/// The region whose node made this call for its caller (a request it
+/// forwarded, vouching for the caller in [`PRINCIPAL_HEADER`]): the region
+/// its TLS certificate names. None for a direct call. The authentication
+/// layer refuses that header from anything but a region certificate of
+/// the cluster, so under `required` a call that passed it and carries the
+/// header came through that region; with authentication off nobody
+/// vouches, and the caller is anonymous wherever it came from.
+pub(crate) fn vouching_region<T>(request: &Request<T>) -> Option<String> {
+    request.metadata().get_bin(PRINCIPAL_HEADER)?;
+    let chain = request.peer_certs()?;
+    cascade_tls::peer_region(&chain).ok().map(|region| region.to_string())
+}
+
 /// The wire form of a principal.
 pub(crate) fn to_wire(principal: &Principal) -> v1::Principal {
     v1::Principal {

@@ -35,7 +35,7 @@ use tracing::{info_span, Instrument};
 
 use crate::admin::Refusal;
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
-use crate::api::principal::caller;
+use crate::api::principal::{caller, vouching_region};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
 use crate::audit::AuditContext;
@@ -206,31 +206,48 @@ impl ResourcesApi {
     /// rule the audit entry of the change records. A refusal is audited in
     /// its own step (rate-limited: `Node::audit_refusal`) and answered
     /// PERMISSION_DENIED naming the resource and the verb.
+    /// The audit context of `principal`'s call through `through` (the
+    /// region that vouched for it; None: a direct call), when the policy
+    /// allows `verb` on `name`; else the refusal, audited.
     async fn audited(
         &self,
         principal: &Principal,
+        through: Option<&str>,
         verb: Verb,
         name: &ResourceName,
         action: &str,
     ) -> Result<AuditContext, Status> {
         match self.node.authorize(principal, verb, Target::Resource(name)) {
-            Ok(decision) => Ok(self.node.audit_context(principal, &decision.rule, None)),
+            Ok(decision) => Ok(self.node.audit_context(principal, &decision.rule, through)),
             Err(fault) => {
-                let rule = match &fault {
-                    Fault::Denied(denied) => denied.members.first().map(|m| m.rule.clone()).unwrap_or_default(),
-                    _ => String::new(),
-                };
-                let status = Status::from(fault);
-                let refusal = Refusal {
-                    context: self.node.audit_context(principal, &rule, None),
-                    action: action.to_owned(),
-                    target: name.to_string(),
-                    outcome: format!("{:?}: {}", status.code(), status.message()),
-                };
-                self.node.audit_refusal(refusal).await;
-                Err(status)
+                let context = self.node.audit_context(principal, "", through);
+                Err(self.audit_refused(context, action, name, fault).await)
             }
         }
+    }
+
+    /// A refused change: written to the audit log (with the rule of the
+    /// first refused member, when the policy refused it) in its own step,
+    /// and the status the caller gets.
+    async fn audit_refused(
+        &self,
+        mut context: AuditContext,
+        action: &str,
+        name: &ResourceName,
+        fault: Fault,
+    ) -> Status {
+        if let Fault::Denied(denied) = &fault {
+            context.rule = denied.members.first().map(|m| m.rule.clone()).unwrap_or_default();
+        }
+        let status = Status::from(fault);
+        let refusal = Refusal {
+            context,
+            action: action.to_owned(),
+            target: name.to_string(),
+            outcome: format!("{:?}: {}", status.code(), status.message()),
+        };
+        self.node.audit_refusal(refusal).await;
+        status
     }
 
     async fn operation(
@@ -297,6 +314,7 @@ impl Resources for ResourcesApi {
     async fn create(&self, request: Request<v1::CreateRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let raw = request.into_inner();
         let spec = raw
             .resource
@@ -308,7 +326,9 @@ impl Resources for ResourcesApi {
             return Ok(Response::new(created));
         }
         let name = parse_name(&spec.name, "name")?;
-        let audit = self.audited(&principal, Verb::Create, &name, "create").await?;
+        let audit = self
+            .audited(&principal, through.as_deref(), Verb::Create, &name, "create")
+            .await?;
         let spec = self.decode_spec(spec, "")?;
         let mut created = self.node.create(vec![spec], audit).await?;
         let r = created
@@ -323,6 +343,7 @@ impl Resources for ResourcesApi {
     ) -> Result<Response<v1::BatchCreateResponse>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let specs = request.into_inner().resources;
         let max = self.node.limits.max_batch_create;
         if specs.is_empty() || specs.len() > max {
@@ -369,7 +390,7 @@ impl Resources for ResourcesApi {
                 .unwrap_or_default();
             let status = Status::from(Fault::Denied(denied));
             let refusal = Refusal {
-                context: self.node.audit_context(&principal, &first.1, None),
+                context: self.node.audit_context(&principal, &first.1, through.as_deref()),
                 action: "create".to_owned(),
                 target: first.0,
                 outcome: format!("{:?}: {}", status.code(), status.message()),
@@ -382,7 +403,9 @@ impl Resources for ResourcesApi {
         let mut audit = None;
         for (i, spec) in specs.iter().enumerate() {
             let name = parse_name(&spec.name, &format!("resources[{i}].name"))?;
-            let context = self.audited(&principal, Verb::Create, &name, "create").await?;
+            let context = self
+                .audited(&principal, through.as_deref(), Verb::Create, &name, "create")
+                .await?;
             audit.get_or_insert(context);
         }
         let audit = audit.ok_or_else(|| invalid_field("resources", "must hold 1 or more resources"))?;
@@ -428,6 +451,7 @@ impl Resources for ResourcesApi {
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let req = request.into_inner();
         let spec = req
             .resource
@@ -439,7 +463,9 @@ impl Resources for ResourcesApi {
             return Ok(Response::new(updated));
         }
         let name = parse_name(&spec.name, "name")?;
-        let audit = self.audited(&principal, Verb::Update, &name, "update").await?;
+        let audit = self
+            .audited(&principal, through.as_deref(), Verb::Update, &name, "update")
+            .await?;
         let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self.node.update(spec, etag, audit).await?;
@@ -452,6 +478,7 @@ impl Resources for ResourcesApi {
         // this, or the caller's own deadline when that is shorter.
         let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -465,12 +492,18 @@ impl Resources for ResourcesApi {
             (false, false) => (Verb::Delete, "delete"),
         };
         let audit = self
-            .audited(&principal, verb, &name, action)
+            .audited(&principal, through.as_deref(), verb, &name, action)
             .await?
             .noting(req.requested_by.clone());
         // Stored with the deletion: the cascade acts for it in every region.
         req.principal = principal;
-        let (outcome, unreachable) = self.node.delete(req, budget, audit).await?;
+        // The closure check's refusal (a member of any region the caller
+        // may not change) is audited like the root's own.
+        let (outcome, unreachable) = match self.node.delete(req, budget, audit.clone()).await {
+            Ok(done) => done,
+            Err(fault @ Fault::Denied(_)) => return Err(self.audit_refused(audit, action, &name, fault).await),
+            Err(fault) => return Err(fault.into()),
+        };
         let response = match outcome {
             DeleteOutcome::Accepted(op) => v1::DeleteResponse {
                 operation: Some(convert::operation(&op, &[], String::new())),
@@ -497,13 +530,16 @@ impl Resources for ResourcesApi {
     async fn add_lien(&self, request: Request<v1::AddLienRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let answer = call_owner(&region, "AddLien", FORWARD_TIMEOUT, owner.add_lien(req)).await?;
             return Ok(Response::new(answer));
         }
-        let audit = self.audited(&principal, Verb::Lien, &name, "add_lien").await?;
+        let audit = self
+            .audited(&principal, through.as_deref(), Verb::Lien, &name, "add_lien")
+            .await?;
         let span = info_span!("add_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let lien = AddLien {
             name: req.name,
@@ -524,13 +560,16 @@ impl Resources for ResourcesApi {
     async fn remove_lien(&self, request: Request<v1::RemoveLienRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let answer = call_owner(&region, "RemoveLien", FORWARD_TIMEOUT, owner.remove_lien(req)).await?;
             return Ok(Response::new(answer));
         }
-        let audit = self.audited(&principal, Verb::Lien, &name, "remove_lien").await?;
+        let audit = self
+            .audited(&principal, through.as_deref(), Verb::Lien, &name, "remove_lien")
+            .await?;
         let span = info_span!("remove_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let etag = (!req.etag.is_empty()).then_some(req.etag);
         let r = self
@@ -547,6 +586,7 @@ impl Resources for ResourcesApi {
     ) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -554,7 +594,13 @@ impl Resources for ResourcesApi {
             return Ok(Response::new(answer));
         }
         let audit = self
-            .audited(&principal, Verb::Finalize, &name, "remove_finalizer")
+            .audited(
+                &principal,
+                through.as_deref(),
+                Verb::Finalize,
+                &name,
+                "remove_finalizer",
+            )
             .await?;
         let req = convert::remove_finalizer_request(req)?;
         let span = info_span!("remove_finalizer", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
@@ -568,6 +614,7 @@ impl Resources for ResourcesApi {
     ) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let through = vouching_region(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -581,7 +628,13 @@ impl Resources for ResourcesApi {
             return Ok(Response::new(answer));
         }
         let audit = self
-            .audited(&principal, Verb::Finalize, &name, "report_finalizer_failure")
+            .audited(
+                &principal,
+                through.as_deref(),
+                Verb::Finalize,
+                &name,
+                "report_finalizer_failure",
+            )
             .await?;
         let req = convert::finalizer_failure_request(req)?;
         let span = info_span!("report_finalizer_failure", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);

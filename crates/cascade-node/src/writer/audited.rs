@@ -2,6 +2,7 @@
 //! entry commit in one batch (`run_audited`), and retention prunes the log
 //! in bounded steps between other writes (`retain_audit`).
 
+use cascade_core::limits::{cut_stored, MAX_AUDIT_TARGET_BYTES};
 use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest};
 use cascade_core::{CoreError, Ctx, IdSource, Resource};
 use ractor::ActorRef;
@@ -38,10 +39,18 @@ impl WriterState {
         };
         let now = ctx.now;
         let mut step = step(&state, ctx, ids)?;
-        if let Some(audit) = audit {
-            for entry in step.writes.audit.iter_mut().filter(|e| e.node.is_empty()) {
-                audit.stamp(entry);
+        // The entries a core step wrote know neither this node nor, in a
+        // step no call asked for (a cascade's members, audited in a work
+        // step), anything else of the shell's: the node is stamped on all.
+        let unstamped = step.writes.audit.iter_mut().filter(|e| e.node.is_empty());
+        match audit {
+            Some(audit) => unstamped.for_each(|entry| audit.stamp(entry)),
+            None => {
+                let node = cut_stored(&wctx.audit_node.name(), MAX_AUDIT_TARGET_BYTES);
+                unstamped.for_each(|entry| entry.node = node.clone());
             }
+        }
+        if let Some(audit) = audit {
             for change in changes(&step.value) {
                 let id = cascade_core::Uid(ids.next_uuid());
                 step.writes
