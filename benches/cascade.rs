@@ -181,7 +181,11 @@ fn run(store: &dyn Store, n: usize) -> Figures {
             let protocol::DeleteOutcome::DryRun(plan) = step.value else {
                 panic!("a dry run answers a plan");
             };
-            assert!(plan.denied.is_empty(), "every member is allowed ({} refused)", plan.denied.len());
+            assert!(
+                plan.denied.is_empty(),
+                "every member is allowed ({} refused)",
+                plan.denied.len()
+            );
             checked = counted.decisions.load(Ordering::Relaxed);
         }
         check_times.sort_by(f64::total_cmp);

@@ -501,7 +501,10 @@ fn smallest<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
 
 /// The decision when Cedar could not take the request: a deny naming why.
 fn engine_refused(why: String) -> Decision {
-    Decision::deny(format!("policy engine: {}", cascade_core::limits::cut_stored(&why, 200)))
+    Decision::deny(format!(
+        "policy engine: {}",
+        cascade_core::limits::cut_stored(&why, 200)
+    ))
 }
 
 impl Authorize for PolicyAuthorizer {

@@ -56,7 +56,10 @@ impl Shape {
             2 => format!("principal in Cascade::User::\"{}\"", USERS[k % USERS.len()]),
             3 => format!("principal in Cascade::Group::\"{}\"", GROUPS[k % GROUPS.len()]),
             4 => "principal is Cascade::User".to_owned(),
-            _ => format!("principal is Cascade::User in Cascade::Group::\"{}\"", GROUPS[k % GROUPS.len()]),
+            _ => format!(
+                "principal is Cascade::User in Cascade::Group::\"{}\"",
+                GROUPS[k % GROUPS.len()]
+            ),
         };
         let verbs: Vec<usize> = self.action.1.iter().map(|v| usize::from(*v)).collect();
         let action = match self.action.0 % 3 {
@@ -82,7 +85,10 @@ impl Shape {
         };
         let when = match self.when % 6 {
             0 => String::new(),
-            1 => format!(" when {{ resource.kind == \"{}\" }}", KINDS[usize::from(self.when) % KINDS.len()]),
+            1 => format!(
+                " when {{ resource.kind == \"{}\" }}",
+                KINDS[usize::from(self.when) % KINDS.len()]
+            ),
             2 => " when { resource.name like \"prod-*\" }".to_owned(),
             3 => format!(
                 " when {{ resource.region == \"{}\" }}",
@@ -102,7 +108,9 @@ impl Shape {
             ),
             _ => " unless { resource.kind == \"port\" }".to_owned(),
         };
-        let id = self.id.map_or_else(String::new, |i| format!("@id(\"rule-{}\")\n", i % 5));
+        let id = self
+            .id
+            .map_or_else(String::new, |i| format!("@id(\"rule-{}\")\n", i % 5));
         let effect = if self.forbid { "forbid" } else { "permit" };
         format!("{id}{effect} ({principal}, {action}, {resource}){when}{unless};\n")
     }
@@ -237,7 +245,12 @@ fn the_example_and_a_thousand_team_rules_decide_as_the_whole_set_reading_a_few()
         ("tess", vec!["team-8", "others"]),
         ("nobody", vec![]),
     ];
-    let names = ["r2/network/svc-7-a", "r3/network/svc-8-b", "r2/port/prod-1", "eu/subnet/s"];
+    let names = [
+        "r2/network/svc-7-a",
+        "r3/network/svc-8-b",
+        "r2/port/prod-1",
+        "eu/subnet/s",
+    ];
     let mut allowed = 0;
     for (id, groups) in &who {
         let principal = Principal {
@@ -256,7 +269,11 @@ fn the_example_and_a_thousand_team_rules_decide_as_the_whole_set_reading_a_few()
             // principal's own team's, never the other 999.
             let in_force = a.in_force.load();
             let read: usize = in_force.index.sets(&principal, verb).map(|s| s.num_of_policies()).sum();
-            assert!(read <= 4, "{id} {verb}: {read} policies read of {}", in_force.rules.len());
+            assert!(
+                read <= 4,
+                "{id} {verb}: {read} policies read of {}",
+                in_force.rules.len()
+            );
         }
     }
     // Spot checks a reader can follow: a team member creates its own
