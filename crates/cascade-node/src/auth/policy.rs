@@ -558,7 +558,7 @@ fn compile(validator: &Validator, names: &Names, path: &Path, text: &str) -> Res
         .collect();
     let index = PolicyIndex::new(&policies, names).map_err(|e| PolicyError::Index {
         path: shown(),
-        message: cascade_core::limits::cut_stored(&e.to_string(), MESSAGE_CHARS),
+        message: cascade_core::limits::cut_stored(&e, MESSAGE_CHARS),
     })?;
     Ok(InForce { policies, index, rules })
 }

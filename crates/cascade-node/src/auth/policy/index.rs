@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 
 use cascade_core::auth::{Principal, Verb};
-use cedar_policy::{ActionConstraint, EntityUid, Policy, PolicySet, PolicySetError, PrincipalConstraint};
+use cedar_policy::{ActionConstraint, EntityUid, Policy, PolicySet, PrincipalConstraint};
 
 use super::Names;
 
@@ -53,13 +53,15 @@ enum PrincipalKey {
 }
 
 impl ByPrincipal {
-    fn add(&mut self, key: &PrincipalKey, policy: Policy) -> Result<(), PolicySetError> {
+    /// Files `policy`; an error (a duplicate id, which a parsed file cannot
+    /// hold) is Cedar's message.
+    fn add(&mut self, key: &PrincipalKey, policy: Policy) -> Result<(), String> {
         let set = match key {
             PrincipalKey::Any => &mut self.any,
             PrincipalKey::User(id) => self.users.entry(id.clone()).or_default(),
             PrincipalKey::Group(group) => self.groups.entry(group.clone()).or_default(),
         };
-        set.add(policy)
+        set.add(policy).map_err(|e| e.to_string())
     }
 
     /// The sets that can hold a policy matching `principal`.
@@ -85,7 +87,7 @@ pub(super) struct PolicyIndex {
 impl PolicyIndex {
     /// Files every policy of `policies` (static policies only: templates
     /// are refused at load).
-    pub(super) fn new(policies: &PolicySet, names: &Names) -> Result<PolicyIndex, PolicySetError> {
+    pub(super) fn new(policies: &PolicySet, names: &Names) -> Result<PolicyIndex, String> {
         let mut index = PolicyIndex {
             by_verb: Verb::ALL.iter().map(|_| ByPrincipal::default()).collect(),
             ..PolicyIndex::default()
