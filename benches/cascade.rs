@@ -6,7 +6,12 @@
 //! writer does (core step → atomic batch → commit), without gRPC. It prints
 //! per engine: wall time, deleted resources per second, and key writes per
 //! deleted resource (the floor of deletion throughput is that number times
-//! the engine's write rate; see DESIGN.md, "Storage engine").
+//! the engine's write rate; see DESIGN.md, "Storage engine"). Before the
+//! delete it times the closure check (the walk a delete under a policy
+//! makes first, every member decided) twice: with a policy that allows
+//! every member at no cost (the walk alone) and with the node's Cedar
+//! authorizer on the example policy (`deploy/auth/policy.cedar`), for an
+//! administrator (every member allowed, every member decided).
 
 // Not a node: a benchmark: it measures real time (clippy.toml).
 #![allow(clippy::disallowed_methods)]
@@ -16,8 +21,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cascade_core::auth::{Authorize, Decision, Principal, Target, Verb, Via};
 use cascade_core::protocol::{self, DeleteRequest, RefRequest, ResourceSpec};
 use cascade_core::{Ctx, Policy, RegionId, Schema, SequentialIds, Timestamp};
+use cascade_node::auth::policy::PolicyAuthorizer;
 use cascade_node::codec::{encode_writes, StoreState};
 use cascade_node::store::{MemoryStore, SledStore, Store};
 
@@ -40,36 +49,46 @@ fn spec(name: &str, refs: &[(&str, &str)]) -> ResourceSpec {
     }
 }
 
+const EXAMPLE_POLICY: &str = include_str!("../deploy/auth/policy.cedar");
+
 /// A policy that allows everything but is not `AllowAll`, so the closure
-/// check walks the closure and decides every member (a policy engine's
-/// own cost per decision is measured apart: this is the walk's).
-/// It counts its decisions: the members the check decided.
-#[derive(Default)]
-struct AllowsEveryMember {
-    decisions: std::sync::atomic::AtomicUsize,
+/// check walks the closure and decides every member at no cost of its own:
+/// the walk's.
+struct AllowsEveryMember;
+
+impl Authorize for AllowsEveryMember {
+    fn decide(&self, _: &Principal, _: Verb, _: Target<'_>) -> Decision {
+        Decision::allow("bench: allow every member")
+    }
 }
 
-impl cascade_core::auth::Authorize for AllowsEveryMember {
-    fn decide(
-        &self,
-        _: &cascade_core::auth::Principal,
-        _: cascade_core::auth::Verb,
-        _: cascade_core::auth::Target<'_>,
-    ) -> cascade_core::auth::Decision {
-        self.decisions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        cascade_core::auth::Decision::allow("bench: allow every member")
+/// An authorizer that counts its decisions: the members the check decided.
+struct Counted<'a> {
+    inner: &'a dyn Authorize,
+    decisions: AtomicUsize,
+}
+
+impl Authorize for Counted<'_> {
+    fn decide(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Decision {
+        self.decisions.fetch_add(1, Ordering::Relaxed);
+        self.inner.decide(principal, verb, target)
     }
 }
 
 /// Runs of the closure check whose median is reported.
 const CLOSURE_CHECK_RUNS: usize = 5;
 
+/// One policy's closure check: the median of its runs and the members decided.
+struct ClosureCheck {
+    policy: &'static str,
+    secs: f64,
+    checked: usize,
+}
+
 struct Figures {
-    /// Median time of the closure check (the delete's dry run for a
-    /// principal under a policy that may refuse, this region's part).
-    closure_check_secs: f64,
-    /// Members that check walked and decided.
-    closure_checked: usize,
+    /// The closure check (the delete's dry run for a principal under a
+    /// policy that may refuse, this region's part) under each policy.
+    closure_checks: Vec<ClosureCheck>,
     create_secs: f64,
     delete_secs: f64,
     deleted: u64,
@@ -118,38 +137,64 @@ fn run(store: &dyn Store, n: usize) -> Figures {
     let create_secs = started.elapsed().as_secs_f64();
 
     // The closure check before the delete: the region's walk of the whole
-    // closure, every member decided (nothing written).
-    let mut check_times = Vec::new();
-    let mut closure_checked = 0;
-    for _ in 0..CLOSURE_CHECK_RUNS {
-        let allows_every_member = AllowsEveryMember::default();
-        let checked_ctx = Ctx {
-            authorizer: &allows_every_member,
-            ..ctx(clock)
-        };
-        let check = DeleteRequest {
-            name: "bench/network/n".into(),
-            cascade: true,
-            dry_run: true,
-            requested_by: "bench".into(),
-            principal: cascade_core::auth::Principal {
-                id: "bench".into(),
-                groups: Vec::new(),
-                via: cascade_core::auth::Via::Token,
-            },
-            ..Default::default()
-        };
-        let started = Instant::now();
-        let step = protocol::delete(&state, checked_ctx, &mut ids, check).expect("closure check");
-        check_times.push(started.elapsed().as_secs_f64());
-        let protocol::DeleteOutcome::DryRun(plan) = step.value else {
-            panic!("a dry run answers a plan");
-        };
-        assert!(plan.denied.is_empty(), "every member is allowed");
-        closure_checked = allows_every_member.decisions.load(std::sync::atomic::Ordering::Relaxed);
+    // closure, every member decided (nothing written), by an administrator
+    // (the example policy allows every member, after deciding each).
+    let cedar = PolicyAuthorizer::from_text(
+        std::path::Path::new("deploy/auth/policy.cedar"),
+        EXAMPLE_POLICY,
+        // The node's policy metrics, in a registry nobody scrapes.
+        &Default::default(),
+    )
+    .expect("the example policy loads");
+    let policies: [(&'static str, &dyn Authorize); 2] = [
+        ("allows every member (the walk alone)", &AllowsEveryMember),
+        ("Cedar, the example policy", &cedar),
+    ];
+    let mut closure_checks = Vec::new();
+    for (policy, authorizer) in policies {
+        let mut check_times = Vec::new();
+        let mut checked = 0;
+        for _ in 0..CLOSURE_CHECK_RUNS {
+            let counted = Counted {
+                inner: authorizer,
+                decisions: AtomicUsize::new(0),
+            };
+            let checked_ctx = Ctx {
+                authorizer: &counted,
+                ..ctx(clock)
+            };
+            let check = DeleteRequest {
+                name: "bench/network/n".into(),
+                cascade: true,
+                dry_run: true,
+                requested_by: "bench".into(),
+                principal: Principal {
+                    id: "bench".into(),
+                    groups: vec!["admins".into()],
+                    via: Via::Token,
+                },
+                ..Default::default()
+            };
+            let started = Instant::now();
+            let step = protocol::delete(&state, checked_ctx, &mut ids, check).expect("closure check");
+            check_times.push(started.elapsed().as_secs_f64());
+            let protocol::DeleteOutcome::DryRun(plan) = step.value else {
+                panic!("a dry run answers a plan");
+            };
+            assert!(
+                plan.denied.is_empty(),
+                "every member is allowed ({} refused)",
+                plan.denied.len()
+            );
+            checked = counted.decisions.load(Ordering::Relaxed);
+        }
+        check_times.sort_by(f64::total_cmp);
+        closure_checks.push(ClosureCheck {
+            policy,
+            secs: check_times[check_times.len() / 2],
+            checked,
+        });
     }
-    check_times.sort_by(f64::total_cmp);
-    let closure_check_secs = check_times[check_times.len() / 2];
 
     let started = Instant::now();
     let delete = DeleteRequest {
@@ -182,8 +227,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         }
     }
     Figures {
-        closure_check_secs,
-        closure_checked,
+        closure_checks,
         create_secs,
         delete_secs: started.elapsed().as_secs_f64(),
         deleted,
@@ -193,12 +237,15 @@ fn run(store: &dyn Store, n: usize) -> Figures {
 }
 
 fn report(engine: &str, f: &Figures) {
-    println!(
-        "{engine:<7} closure check (p50 of {CLOSURE_CHECK_RUNS}) {:>8.1} ms for {} members, {:.2} µs per member",
-        f.closure_check_secs * 1e3,
-        f.closure_checked,
-        f.closure_check_secs * 1e6 / f.closure_checked.max(1) as f64,
-    );
+    for check in &f.closure_checks {
+        println!(
+            "{engine:<7} closure check (p50 of {CLOSURE_CHECK_RUNS}) {:>8.1} ms for {} members, {:.2} µs per member: {}",
+            check.secs * 1e3,
+            check.checked,
+            check.secs * 1e6 / check.checked.max(1) as f64,
+            check.policy,
+        );
+    }
     println!(
         "{engine:<7} create {:>7.2}s | cascade delete {:>7.2}s, {:>6} deleted, {:>8.0} deleted/s, {:>5} steps, {:.1} key writes per deleted resource",
         f.create_secs,

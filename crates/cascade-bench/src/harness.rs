@@ -66,6 +66,8 @@ pub struct Member {
     pub store_profile: Option<Arc<StoreProfile>>,
     /// Peers in its settings (each has one watch stream to this node's).
     pub peers: usize,
+    /// Where it serves its metrics (`ClusterSpec::metrics`).
+    pub metrics_addr: Option<std::net::SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::result::Result<(), cascade_node::NodeError>>,
 }
@@ -89,6 +91,11 @@ pub struct ClusterSpec<'a> {
     pub postgres: Option<&'a PgTarget>,
     /// `[audit] max_entries` of every node (None: the default).
     pub audit_max_entries: Option<u64>,
+    /// `[audit] retain` of every node (None: the default, 90 days).
+    pub audit_retain: Option<Duration>,
+    /// Whether each node serves its Prometheus metrics on 127.0.0.1:0
+    /// (`Member::metrics_addr`, read with [`scrape`]).
+    pub metrics: bool,
 }
 
 impl<'a> ClusterSpec<'a> {
@@ -102,6 +109,8 @@ impl<'a> ClusterSpec<'a> {
             tick: Duration::from_millis(row.tick_ms),
             postgres: row.postgres.as_ref(),
             audit_max_entries: None,
+            audit_retain: None,
+            metrics: false,
         }
     }
 }
@@ -130,6 +139,12 @@ impl Cluster {
             if let Some(max) = spec.audit_max_entries {
                 settings.audit.max_entries = max;
             }
+            if let Some(retain) = spec.audit_retain {
+                settings.audit.retain = retain;
+            }
+            if spec.metrics {
+                settings.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+            }
             let peers = match spec.peers_of {
                 Some(f) => f(i),
                 None => (0..spec.regions.len()).filter(|&j| j != i).collect(),
@@ -156,6 +171,7 @@ impl Cluster {
                 (Node::open(settings).await?, None)
             };
             let stats = node.write_stats();
+            let metrics_addr = node.metrics_addr();
             let (tx, rx) = oneshot::channel::<()>();
             let shutdown = async {
                 let _ = rx.await;
@@ -167,6 +183,7 @@ impl Cluster {
                 stats,
                 store_profile,
                 peers: peers.len(),
+                metrics_addr,
                 shutdown: Some(tx),
                 task,
             });
@@ -242,6 +259,28 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The value of an unlabelled metric of the node serving its metrics at
+/// `addr` (`GET /metrics`, HTTP/1.0 so the answer ends with the connection).
+pub async fn scrape(addr: std::net::SocketAddr, metric: &str) -> Result<f64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")
+            .await?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| format!("{addr}: no metrics within 10 s"))??;
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix(metric)?.strip_prefix(' ')?.trim().parse().ok())
+        .ok_or_else(|| format!("{addr}: no metric {metric}").into())
 }
 
 /// `a - b`, field by field.

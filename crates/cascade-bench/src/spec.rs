@@ -242,11 +242,16 @@ pub struct Row {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tick_ms: Option<u64>,
     /// Audit rows: the small Creates' p50 and p99 with pruning off (the
-    /// row's `p50_ms` and `p99_ms` are with pruning on).
+    /// row's `p50_ms` and `p99_ms` are with pruning by count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_off_p50_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_off_p99_ms: Option<f64>,
+    /// Audit rows: the same with pruning by age (`[audit] retain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_age_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_age_p99_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The row could not be measured: why.

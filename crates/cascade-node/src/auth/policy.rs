@@ -17,14 +17,18 @@
 //!
 //! Deciding is off the writer's path and cheap: the parsed policy sits
 //! behind an [`ArcSwap`] (a reload swaps it whole; a decision never waits
-//! for one), and the two entities a request needs are built per call from
-//! the principal and the target (no file IO; the type names and the action
-//! uids are built once). A reload happens when the file changes (read and
+//! for one), filed at load by verb and principal (`index.rs`) so a decision
+//! evaluates only the policies that can match it, not the whole file; the
+//! two entities a request needs are built per call from the principal and
+//! the target (no file IO; the type names and the action uids are built
+//! once). A reload happens when the file changes (read and
 //! compared every [`POLL_INTERVAL`]) or on SIGHUP ([`request_reload`], which
 //! the `cascade serve` binary calls on the signal). A file that does not
 //! parse or does not validate is refused with its line and column (a
 //! throttled WARN, the metric `cascade_policy_file_refused`), and the
 //! previous policy stays in force; at start it is an error naming the line.
+
+mod index;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
@@ -44,6 +48,7 @@ use miette::Diagnostic;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tracing::{info, warn};
 
+use self::index::PolicyIndex;
 use crate::log_throttle::Throttle;
 
 /// The schema a policy is validated against: the file that ships beside
@@ -98,11 +103,16 @@ pub enum PolicyError {
     Templates { path: String },
     #[error("the compiled-in policy schema does not parse: {0}")]
     Schema(String),
+    #[error("{path}: the policies could not be filed by verb and principal: {message}")]
+    Index { path: String, message: String },
 }
 
 /// The policy in force: parsed and validated once per reload.
 struct InForce {
+    /// The whole file, as Cedar would evaluate it without an index.
     policies: PolicySet,
+    /// The same policies filed by verb and principal: what a decision reads.
+    index: PolicyIndex,
     /// Each policy's rule name (its `@id`, else its Cedar id), looked up
     /// per decision without formatting anything.
     rules: HashMap<PolicyId, String>,
@@ -123,24 +133,43 @@ struct Names {
     region: EntityTypeName,
     /// `Cascade::Action::"<verb>"`, in the order of [`Verb::ALL`].
     actions: Vec<EntityUid>,
+    /// Each action uid that is one verb and no action group (`in` a group
+    /// would widen it), to its index in [`Verb::ALL`]: how the index files a
+    /// policy's action scope.
+    verbs: HashMap<EntityUid, usize>,
 }
 
 impl Names {
-    fn new() -> Result<Names, PolicyError> {
+    fn new(schema: &Schema) -> Result<Names, PolicyError> {
         let type_name = |name: &str| {
             EntityTypeName::from_str(name).map_err(|e| PolicyError::Schema(format!("entity type {name}: {e}")))
         };
         let action = type_name("Cascade::Action")?;
+        let actions: Vec<EntityUid> = Verb::ALL
+            .iter()
+            .map(|v| EntityUid::from_type_name_and_id(action.clone(), EntityId::new(v.as_str())))
+            .collect();
+        let groups: HashSet<&EntityUid> = schema.action_groups().collect();
+        let verbs = actions
+            .iter()
+            .enumerate()
+            .filter(|(_, uid)| !groups.contains(uid))
+            .map(|(i, uid)| (uid.clone(), i))
+            .collect();
         Ok(Names {
             user: type_name("Cascade::User")?,
             group: type_name("Cascade::Group")?,
             resource: type_name("Cascade::Resource")?,
             region: type_name("Cascade::Region")?,
-            actions: Verb::ALL
-                .iter()
-                .map(|v| EntityUid::from_type_name_and_id(action.clone(), EntityId::new(v.as_str())))
-                .collect(),
+            actions,
+            verbs,
         })
+    }
+
+    /// The verb an action uid is (its index in [`Verb::ALL`]), None for an
+    /// action group or an action that is no verb.
+    fn verb_of(&self, action: &EntityUid) -> Option<usize> {
+        self.verbs.get(action).copied()
     }
 
     fn action(&self, verb: Verb) -> &EntityUid {
@@ -221,6 +250,7 @@ impl std::fmt::Debug for PolicyAuthorizer {
         f.debug_struct("PolicyAuthorizer")
             .field("path", &self.path)
             .field("policies", &self.policies_in_force())
+            .field("filed", &self.in_force.load().index.filed())
             .finish_non_exhaustive()
     }
 }
@@ -282,9 +312,9 @@ impl PolicyAuthorizer {
     pub fn from_text(path: &Path, text: &str, registry: &Registry) -> Result<PolicyAuthorizer, PolicyError> {
         let (schema, _warnings) =
             Schema::from_cedarschema_str(SCHEMA).map_err(|e| PolicyError::Schema(message_of(&e)))?;
+        let names = Names::new(&schema)?;
         let validator = Validator::new(schema);
-        let names = Names::new()?;
-        let in_force = compile(&validator, path, text)?;
+        let in_force = compile(&validator, &names, path, text)?;
         let metrics = PolicyMetrics::new(registry);
         metrics.reloads.with_label_values(&["applied"]).inc();
         metrics.rules.set(in_force.rules.len() as i64);
@@ -326,7 +356,7 @@ impl PolicyAuthorizer {
                 }
                 *last = Some(seen);
             }
-            compile(&self.validator, &self.path, &text).map(Some)
+            compile(&self.validator, &self.names, &self.path, &text).map(Some)
         });
         match outcome {
             Ok(None) => Ok(None),
@@ -355,7 +385,7 @@ impl PolicyAuthorizer {
     /// The rule of a decision Cedar took for `reasons` (the policies that
     /// determined it): the smallest name among them, so the answer does
     /// not depend on the order Cedar keeps them in.
-    fn rule<'a>(in_force: &'a InForce, reasons: impl Iterator<Item = &'a PolicyId>) -> Option<&'a str> {
+    fn rule<'a, 'r>(in_force: &'a InForce, reasons: impl Iterator<Item = &'r PolicyId>) -> Option<&'a str> {
         reasons
             .filter_map(|id| in_force.rules.get(id).map(String::as_str))
             .min()
@@ -392,8 +422,8 @@ impl PolicyAuthorizer {
         Ok((uid, entity))
     }
 
-    fn try_decide(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Result<Decision, String> {
-        let in_force = self.in_force.load();
+    /// The request of a decision and its two entities.
+    fn request(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Result<(Request, Entities), String> {
         let user = Self::uid(&self.names.user, &principal.id);
         let groups = principal
             .groups
@@ -405,26 +435,88 @@ impl PolicyAuthorizer {
             .map_err(|e| e.to_string())?;
         let request = Request::new(user, self.names.action(verb).clone(), resource, Context::empty(), None)
             .map_err(|e| e.to_string())?;
-        let response = self.cedar.is_authorized(&request, &in_force.policies, &entities);
-        let rule = Self::rule(&in_force, response.diagnostics().reason());
-        Ok(match response.decision() {
-            cedar_policy::Decision::Allow => Decision::allow(rule.unwrap_or("permit")),
-            cedar_policy::Decision::Deny => Decision::deny(rule.unwrap_or(DEFAULT_DENY)),
+        Ok((request, entities))
+    }
+
+    /// Evaluates the sets of the index the request selects and combines
+    /// their answers as Cedar does over one set: a forbid that holds
+    /// anywhere denies, else a permit that holds anywhere allows, else
+    /// nothing permits; the rule is the smallest name among the satisfied
+    /// policies of the deciding effect.
+    fn try_decide(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Result<Decision, String> {
+        let in_force = self.in_force.load();
+        let (request, entities) = self.request(principal, verb, target)?;
+        let (mut permitted, mut forbidden) = (false, false);
+        let (mut permit_rule, mut forbid_rule): (Option<&str>, Option<&str>) = (None, None);
+        for set in in_force.index.sets(principal, verb) {
+            let response = self.cedar.is_authorized(&request, set, &entities);
+            let rule = Self::rule(&in_force, response.diagnostics().reason());
+            match response.decision() {
+                cedar_policy::Decision::Allow => {
+                    permitted = true;
+                    permit_rule = smallest(permit_rule, rule);
+                }
+                // A set denies with reasons only when a forbid holds in it.
+                cedar_policy::Decision::Deny if response.diagnostics().reason().next().is_some() => {
+                    forbidden = true;
+                    forbid_rule = smallest(forbid_rule, rule);
+                }
+                cedar_policy::Decision::Deny => {}
+            }
+        }
+        Ok(if forbidden {
+            Decision::deny(forbid_rule.unwrap_or(DEFAULT_DENY))
+        } else if permitted {
+            Decision::allow(permit_rule.unwrap_or("permit"))
+        } else {
+            Decision::deny(DEFAULT_DENY)
         })
     }
+
+    /// The decision over the whole file, every policy evaluated, as Cedar
+    /// alone would take it: what [`Authorize::decide`] (which evaluates
+    /// only the policies the index selects) must always agree with, and the
+    /// benchmark's measure of what the index saves.
+    pub fn decide_whole_set(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Decision {
+        let in_force = self.in_force.load();
+        let decided = self.request(principal, verb, target).map(|(request, entities)| {
+            let response = self.cedar.is_authorized(&request, &in_force.policies, &entities);
+            let rule = Self::rule(&in_force, response.diagnostics().reason());
+            match response.decision() {
+                cedar_policy::Decision::Allow => Decision::allow(rule.unwrap_or("permit")),
+                cedar_policy::Decision::Deny => Decision::deny(rule.unwrap_or(DEFAULT_DENY)),
+            }
+        });
+        decided.unwrap_or_else(engine_refused)
+    }
+}
+
+/// The smaller of two rule names, either possibly absent.
+fn smallest<'a>(a: Option<&'a str>, b: Option<&'a str>) -> Option<&'a str> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The decision when Cedar could not take the request: a deny naming why.
+fn engine_refused(why: String) -> Decision {
+    Decision::deny(format!(
+        "policy engine: {}",
+        cascade_core::limits::cut_stored(&why, 200)
+    ))
 }
 
 impl Authorize for PolicyAuthorizer {
     fn decide(&self, principal: &Principal, verb: Verb, target: Target<'_>) -> Decision {
         // Building a request only fails on a name Cedar cannot hold, which
         // names never are (they are checked at the API): deny, naming why.
-        self.try_decide(principal, verb, target)
-            .unwrap_or_else(|e| Decision::deny(format!("policy engine: {}", cascade_core::limits::cut_stored(&e, 200))))
+        self.try_decide(principal, verb, target).unwrap_or_else(engine_refused)
     }
 }
 
-/// Parses and validates a policy file's text.
-fn compile(validator: &Validator, path: &Path, text: &str) -> Result<InForce, PolicyError> {
+/// Parses and validates a policy file's text, and files its policies.
+fn compile(validator: &Validator, names: &Names, path: &Path, text: &str) -> Result<InForce, PolicyError> {
     let shown = || path.display().to_string();
     let policies = PolicySet::from_str(text).map_err(|e| {
         let (line, column) = located(text, &e);
@@ -464,7 +556,11 @@ fn compile(validator: &Validator, path: &Path, text: &str) -> Result<InForce, Po
             (p.id().clone(), rule)
         })
         .collect();
-    Ok(InForce { policies, rules })
+    let index = PolicyIndex::new(&policies, names).map_err(|e| PolicyError::Index {
+        path: shown(),
+        message: cascade_core::limits::cut_stored(&e, MESSAGE_CHARS),
+    })?;
+    Ok(InForce { policies, index, rules })
 }
 
 /// Reload requests of the whole process (SIGHUP): a generation count every
