@@ -344,7 +344,7 @@ impl ServerTls {
                 }
                 // It chains to client_ca and fails there (expired, not for
                 // client authentication): that is the reason to give.
-                Err(e) if !matches!(e, rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer)) => {
+                Err(e) if !not_issued_by(&e) => {
                     return ClientCertificate::Untrusted(self.untrusted(leaf, &e));
                 }
                 Err(_) => {}
@@ -355,9 +355,7 @@ impl ServerTls {
 
     fn untrusted(&self, leaf: &CertificateDer<'_>, error: &rustls::Error) -> Untrusted {
         let why = match error {
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-                "is not issued by a CA this node trusts".to_owned()
-            }
+            e if not_issued_by(e) => "is not issued by a CA this node trusts".to_owned(),
             rustls::Error::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
                 "has expired".to_owned()
             }
@@ -433,6 +431,17 @@ impl ClientCertVerifier for KeyPossessionOnly {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.webpki.supported_verify_schemes()
     }
+}
+
+/// Whether verifying against a CA failed because the CA did not issue
+/// the chain: no issuer of that name, or one of the same name whose key
+/// did not sign it (another CA with the same subject, as every
+/// [`DevPki`]'s is).
+fn not_issued_by(error: &rustls::Error) -> bool {
+    matches!(
+        error,
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer | CertificateError::BadSignature)
+    )
 }
 
 /// Every certificate of a PEM text as trust anchors (at least one).

@@ -206,7 +206,7 @@ where
         )),
         None => None,
     };
-    let builder = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(settings.links.keepalive_interval))
         .http2_keepalive_timeout(Some(settings.links.keepalive_timeout))
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
