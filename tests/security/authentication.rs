@@ -16,6 +16,8 @@ use base64::Engine;
 use cascade_client::ClientTls;
 use cascade_node::auth::{AuthMode, AuthSettings, JwtSettings, RateSettings};
 use cascade_proto::v1;
+use cascade_proto::v1::admin_client::AdminClient;
+use cascade_proto::v1::peer_client::PeerClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
 use cascade_tls::DevPki;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
@@ -101,11 +103,17 @@ struct Secured {
 const REGIONS: [&str; 2] = ["eu-west", "us-east"];
 
 async fn secured() -> Secured {
-    secured_with(None).await
+    secured_with(None, None).await
 }
 
-async fn secured_with(rate: Option<RateSettings>) -> Secured {
+/// `client_ca`: the PEM of a CA for client certificates (`[auth] client_ca`).
+async fn secured_with(rate: Option<RateSettings>, client_ca: Option<&str>) -> Secured {
     let files = tempfile::tempdir().unwrap();
+    let client_ca = client_ca.map(|pem| {
+        let path = files.path().join("clients-ca.pem");
+        std::fs::write(&path, pem).unwrap();
+        path
+    });
     let key = SigningKey::new();
     let jwks = files.path().join("jwks.json");
     std::fs::write(&jwks, format!(r#"{{"keys":[{}]}}"#, key.jwk("k1"))).unwrap();
@@ -133,6 +141,7 @@ async fn secured_with(rate: Option<RateSettings>) -> Secured {
             }),
             allow_all_for_tests: true,
             rate,
+            client_ca: client_ca.clone(),
             ..AuthSettings::default()
         };
     })
@@ -148,17 +157,74 @@ async fn secured_with(rate: Option<RateSettings>) -> Secured {
 impl Secured {
     /// A raw Resources client of `region`'s node presenting `identity`.
     async fn client(&self, region: &str, identity: Option<(String, String)>) -> ResourcesClient<Channel> {
+        ResourcesClient::new(self.channel(region, identity).await)
+    }
+
+    /// A connection to `region`'s node presenting `identity` (its TLS
+    /// handshake succeeds whoever issued the certificate).
+    async fn channel(&self, region: &str, identity: Option<(String, String)>) -> Channel {
         let tls = ClientTls {
             identity,
             ..self.pki.client()
         };
         let endpoint = self.cluster.node(region).node.endpoint();
-        ResourcesClient::new(
-            cascade_client::client::connect_channel(&endpoint, Some(&tls), None)
-                .await
-                .unwrap(),
-        )
+        cascade_client::client::connect_channel(&endpoint, Some(&tls), None)
+            .await
+            .expect("the TLS handshake succeeds")
     }
+
+    /// `region`'s audit log, read with the CI token.
+    async fn audit_log(&self, region: &str) -> Vec<v1::AuditEntry> {
+        let mut admin = AdminClient::new(self.channel(region, None).await);
+        admin
+            .list_audit(with_bearer(
+                v1::ListAuditRequest {
+                    page_size: 1000,
+                    ..Default::default()
+                },
+                CI_TOKEN,
+            ))
+            .await
+            .expect("ListAudit")
+            .into_inner()
+            .entries
+    }
+}
+
+/// A Resources, an Admin and a Peer call on `channel`, each refused
+/// UNAUTHENTICATED (a valid token does not help); their messages.
+async fn refused_everywhere(channel: &Channel, what: &str) -> Vec<String> {
+    let resources = ResourcesClient::new(channel.clone())
+        .delete(with_bearer(delete("project/kept"), CI_TOKEN))
+        .await;
+    let admin = AdminClient::new(channel.clone())
+        .list_audit(with_bearer(v1::ListAuditRequest::default(), CI_TOKEN))
+        .await;
+    // What only a region may do: attach back-references in its own name.
+    let peer = PeerClient::new(channel.clone())
+        .attach(v1::AttachRequest {
+            from_region: "us-east".to_owned(),
+            backrefs: Vec::new(),
+        })
+        .await;
+    vec![
+        unauthenticated(resources, &format!("{what}: Resources")),
+        unauthenticated(admin, &format!("{what}: Admin")),
+        unauthenticated(peer, &format!("{what}: Peer")),
+    ]
+}
+
+/// Whether `project/kept` is still there, ACTIVE, and `project/new` is not.
+async fn nothing_changed(s: &Secured) {
+    let mut client = s.client("eu-west", None).await;
+    let kept = client
+        .get(with_bearer(get("project/kept"), CI_TOKEN))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(kept.state(), v1::ResourceState::Active);
+    let absent = client.get(with_bearer(get("project/new"), CI_TOKEN)).await.unwrap_err();
+    assert_eq!(absent.code(), Code::NotFound);
 }
 
 fn with_bearer<M>(message: M, bearer: &str) -> Request<M> {
@@ -389,8 +455,12 @@ async fn regions_are_not_principals_and_only_regions_vouch() {
     assert_eq!(kept.state(), v1::ResourceState::Active);
 }
 
+/// A certificate of another CA: the handshake succeeds (the client proves
+/// it holds the key), then every call on the connection is answered
+/// UNAUTHENTICATED by the node, saying what to fix, whatever the service;
+/// nothing changes and the refusal is in the audit log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_of_another_ca_changes_nothing() {
+async fn a_certificate_of_another_ca_is_unauthenticated_and_changes_nothing() {
     let s = secured().await;
     let mut client = s.client("eu-west", None).await;
     client
@@ -398,28 +468,112 @@ async fn a_certificate_of_another_ca_changes_nothing() {
         .await
         .unwrap();
     let stranger = DevPki::generate(&[]).unwrap().issue_client("alice.example").unwrap();
-    let tls = ClientTls {
-        identity: Some(stranger),
-        ..s.pki.client()
-    };
-    let endpoint = s.cluster.node("eu-west").node.endpoint();
-    // The handshake verifies client certificates against the cluster's CA:
-    // a stranger's is refused there, before any call (see the report of
-    // issue 27: UNAUTHENTICATED for it needs a verifier of our own).
-    let refused = match cascade_client::client::connect_channel(&endpoint, Some(&tls), None).await {
-        Err(_) => true,
-        Ok(channel) => {
-            let answer = ResourcesClient::new(channel).delete(delete("project/kept")).await;
-            answer.is_err()
+    let channel = s.channel("eu-west", Some(stranger)).await;
+    for why in refused_everywhere(&channel, "another CA's certificate").await {
+        assert!(
+            why.contains("the client certificate (subject \"CN=alice.example\", SAN \"alice.example\")")
+                && why.contains("is not issued by a CA this node trusts")
+                && why.contains("connect with a certificate of the cluster's CA ([tls] ca), or with none"),
+            "{why}"
+        );
+    }
+    let create_refused = ResourcesClient::new(channel.clone())
+        .create(with_bearer(create("project/new"), CI_TOKEN))
+        .await;
+    unauthenticated(create_refused, "another CA's certificate: Create");
+    nothing_changed(&s).await;
+    let log = s.audit_log("eu-west").await;
+    let refusal = log
+        .iter()
+        .find(|e| e.target == "/cascade.v1.Resources/Delete")
+        .unwrap_or_else(|| panic!("the refusal is not in the audit log: {log:#?}"));
+    assert_eq!(refusal.action, "Delete");
+    assert!(
+        refusal.outcome.starts_with("UNAUTHENTICATED: the client certificate")
+            && refusal.outcome.contains("alice.example"),
+        "{refusal:?}"
+    );
+}
+
+/// `[auth] client_ca`: its certificates are clients, each its SAN; one of
+/// them naming a region is no region (refused on every service); a third
+/// CA's is refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ca_certificate_is_its_san_and_never_a_region() {
+    // A CA for clients, with a certificate of its own naming eu-west.
+    let clients = DevPki::generate(&["eu-west"]).unwrap();
+    let s = secured_with(None, Some(&clients.ca_cert_pem)).await;
+    let mut client = s.client("eu-west", None).await;
+    client
+        .create(with_bearer(create("project/kept"), CI_TOKEN))
+        .await
+        .unwrap();
+    let mut bob = s
+        .client("eu-west", Some(clients.issue_client("bob.example").unwrap()))
+        .await;
+    let kept = bob.get(get("project/kept")).await.expect("bob reads").into_inner();
+    assert_eq!(kept.name, full("project/kept"));
+    bob.create(create("project/bobs")).await.expect("bob creates");
+    let log = s.audit_log("eu-west").await;
+    let created = log
+        .iter()
+        .find(|e| e.action == "create" && e.target == full("project/bobs"))
+        .unwrap_or_else(|| panic!("bob's create is not audited: {log:#?}"));
+    assert_eq!(
+        (created.who.as_str(), created.via.as_str()),
+        ("bob.example", "certificate")
+    );
+
+    let posing = s.channel("us-east", Some(clients.regions["eu-west"].clone())).await;
+    for why in refused_everywhere(&posing, "a client_ca certificate naming eu-west").await {
+        assert!(
+            why.contains("names a region (\"eu-west.cascade\") but is issued by [auth] client_ca"),
+            "{why}"
+        );
+    }
+    let third = DevPki::generate(&[]).unwrap().issue_client("carol.example").unwrap();
+    let third = s.channel("eu-west", Some(third)).await;
+    for why in refused_everywhere(&third, "a third CA's certificate").await {
+        assert!(
+            why.contains("is not issued by a CA this node trusts")
+                && why.contains("of the cluster's CA ([tls] ca) or of [auth] client_ca"),
+            "{why}"
+        );
+    }
+    nothing_changed(&s).await;
+}
+
+/// Clients that open TCP and never finish a handshake (one silent, one
+/// that stops inside its ClientHello) hold only their own handshake:
+/// another client connects and calls meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_says_hello_does_not_hold_the_others() {
+    let s = secured().await;
+    let addr = s.cluster.node("eu-west").node.addr;
+    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A TLS record header promising a handshake message, and nothing more.
+    tokio::io::AsyncWriteExt::write_all(&mut stalled, &[0x16, 0x03, 0x01, 0x02, 0x00])
+        .await
+        .unwrap();
+    // Well within the handshake deadline (10 s) the stalled ones have.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let created = loop {
+        let attempt = tokio::time::timeout(Duration::from_secs(1), async {
+            let mut client = s.client("eu-west", None).await;
+            client.create(with_bearer(create("project/meanwhile"), CI_TOKEN)).await
+        })
+        .await;
+        match attempt {
+            Ok(Ok(created)) => break created.into_inner(),
+            other if std::time::Instant::now() > deadline => {
+                panic!("no call got through beside the stalled handshakes: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     };
-    assert!(refused, "a certificate of another CA was accepted");
-    let kept = client
-        .get(with_bearer(get("project/kept"), CI_TOKEN))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(kept.state(), v1::ResourceState::Active);
+    assert_eq!(created.name, full("project/meanwhile"));
+    drop((silent, stalled));
 }
 
 /// Random header names and values (bounded cases): the node never panics
@@ -496,10 +650,13 @@ async fn random_headers_get_unauthenticated_or_a_normal_answer() {
 /// principals are not held back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutating_calls_beyond_a_principals_rate_are_resource_exhausted_with_a_retry_delay() {
-    let s = secured_with(Some(RateSettings {
-        per_second: 0.2,
-        burst: 2,
-    }))
+    let s = secured_with(
+        Some(RateSettings {
+            per_second: 0.2,
+            burst: 2,
+        }),
+        None,
+    )
     .await;
     let mut client = s.client("eu-west", None).await;
     for name in ["project/a", "project/b"] {

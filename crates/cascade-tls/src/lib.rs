@@ -16,10 +16,24 @@
 //! Clients of the Resources API need only the CA: client certificates are
 //! optional at the handshake, and it is the Peer service that requires one.
 //!
+//! # Client certificates: checked after the handshake
+//!
+//! The handshake ([`ServerTls::config`]) asks for a client certificate but
+//! checks only that the client holds its key (the handshake signatures);
+//! it accepts any chain. The node then classifies the chain once per
+//! connection ([`ServerTls::classify`], webpki exactly as rustls would
+//! verify it): of the cluster's CA (`[tls] ca`: a region or a client), of
+//! `[auth] client_ca` (a client only: such a leaf naming a region,
+//! `*.cascade`, is untrusted, only the cluster's CA certifies regions), or
+//! untrusted. So a certificate of another CA gets a gRPC status
+//! (UNAUTHENTICATED, from the node) instead of a failed handshake the
+//! client cannot tell from a network fault.
+//!
 //! # Layout
 //!
 //! - [`TlsFiles`], [`NodeTls`]: a node's PEM files, loaded and checked, and
-//!   the tonic server/client configurations built from them.
+//!   the server ([`ServerTls`]) and tonic client configurations built from
+//!   them; [`ClientCa`], `[auth] client_ca`.
 //! - [`ClientTls`]: what a CLI or library client needs (the CA, optionally
 //!   an identity).
 //! - [`peer_region`]: the region of a verified peer certificate chain.
@@ -29,13 +43,20 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cascade_core::RegionId;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// The DNS name suffix that marks a region identity in a certificate.
 pub const IDENTITY_SUFFIX: &str = ".cascade";
@@ -142,13 +163,52 @@ impl NodeTls {
         Certificate::from_pem(&self.ca_pem)
     }
 
-    /// The server side: present this node's certificate; verify client
-    /// certificates against the CA when a client offers one.
-    pub fn server_config(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(self.identity())
-            .client_ca_root(self.ca())
-            .client_auth_optional(true)
+    /// The server side: present this node's certificate, ask for a client
+    /// certificate without requiring one, and tell afterwards which CA, if
+    /// any, issued the one offered: the cluster's, or `client_ca` (see the
+    /// crate doc, "Client certificates").
+    pub fn server(&self, client_ca: Option<&ClientCa>) -> Result<ServerTls, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cluster_roots = roots(&self.ca_pem).map_err(|m| invalid("ca", m))?;
+        let client_roots = client_ca
+            .map(|ca| roots(&ca.pem).map_err(|m| invalid(ca.label.clone(), m)))
+            .transpose()?;
+        let mut offered = cluster_roots.clone();
+        if let Some(clients) = &client_roots {
+            offered.roots.extend(clients.roots.iter().cloned());
+        }
+        let verifier = |roots: RootCertStore| {
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| invalid("client certificate verifier", e.to_string()))
+        };
+        let handshake = KeyPossessionOnly {
+            // Its root hints name both CAs, so a client holding several
+            // certificates may pick the right one.
+            webpki: verifier(offered)?,
+        };
+        let cluster = verifier(cluster_roots)?;
+        let clients = client_roots.map(verifier).transpose()?;
+        let chain = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid("cert", format!("unreadable PEM: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| invalid("key", format!("not a usable private key: {e}")))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid("tls", e.to_string()))?
+            .with_client_cert_verifier(Arc::new(handshake))
+            .with_single_cert(chain, key)
+            .map_err(|e| invalid("cert", e.to_string()))?;
+        // gRPC is HTTP/2 only.
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        Ok(ServerTls {
+            config: Arc::new(config),
+            cluster,
+            clients,
+            has_client_ca: client_ca.is_some(),
+        })
     }
 
     /// Calling the node of `peer`: the server must prove it *is* that region.
@@ -166,6 +226,271 @@ impl NodeTls {
             identity: Some((self.cert_pem.clone(), self.key_pem.clone())),
             server_name: None,
         }
+    }
+}
+
+/// `[auth] client_ca`: a CA whose certificates identify clients (never
+/// regions), besides the cluster's.
+#[derive(Clone)]
+pub struct ClientCa {
+    pem: String,
+    /// Names the file in errors.
+    label: String,
+}
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCa")
+            .field("file", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientCa {
+    /// Reads and checks the PEM file (one CA certificate or more).
+    pub fn load(path: &Path) -> Result<Self, TlsError> {
+        let label = path.display().to_string();
+        Self::parse(read(path)?, label)
+    }
+
+    /// Checks `pem` holds at least one usable CA certificate.
+    pub fn from_pem(pem: String) -> Result<Self, TlsError> {
+        Self::parse(pem, "client_ca".to_owned())
+    }
+
+    fn parse(pem: String, label: String) -> Result<Self, TlsError> {
+        roots(&pem).map_err(|m| invalid(label.clone(), m))?;
+        Ok(Self { pem, label })
+    }
+}
+
+/// The server side of a node's TLS: the rustls configuration its acceptor
+/// handshakes with, and the verifiers that classify a client's chain after
+/// the handshake.
+pub struct ServerTls {
+    config: Arc<rustls::ServerConfig>,
+    /// The cluster's CA alone.
+    cluster: Arc<dyn ClientCertVerifier>,
+    /// `[auth] client_ca` alone.
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+    has_client_ca: bool,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("client_ca", &self.has_client_ca)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a client's certificate makes of the connection (see
+/// [`ServerTls::classify`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientCertificate {
+    /// None offered: served as any client without one.
+    Absent,
+    /// Issued by the cluster's CA: a region, or a client.
+    OfCluster,
+    /// Issued by `[auth] client_ca`: a client, never a region.
+    OfClientCa,
+    /// Neither: nothing on this connection may reach a service.
+    Untrusted(Untrusted),
+}
+
+/// Why a client certificate is not trusted, as the client is told: the
+/// certificate's subject and names (bounded), what is wrong, what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Untrusted(String);
+
+impl std::fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl ServerTls {
+    /// What an acceptor handshakes with.
+    pub fn config(&self) -> Arc<rustls::ServerConfig> {
+        self.config.clone()
+    }
+
+    /// Classifies the chain a client offered (`peer_certificates()` of the
+    /// finished handshake: the leaf first), verified at `now` as rustls
+    /// would at the handshake: against the cluster's CA, then against
+    /// `client_ca`, where a leaf naming a region is untrusted.
+    pub fn classify(&self, chain: Option<&[CertificateDer<'_>]>, now: SystemTime) -> ClientCertificate {
+        let Some((leaf, intermediates)) = chain.and_then(<[_]>::split_first) else {
+            return ClientCertificate::Absent;
+        };
+        let now = UnixTime::since_unix_epoch(now.duration_since(UNIX_EPOCH).unwrap_or_default());
+        let of_cluster = match self.cluster.verify_client_cert(leaf, intermediates, now) {
+            Ok(_) => return ClientCertificate::OfCluster,
+            Err(e) => e,
+        };
+        if let Some(clients) = &self.clients {
+            match clients.verify_client_cert(leaf, intermediates, now) {
+                Ok(_) => {
+                    let regions = region_like_names(leaf);
+                    if regions.is_empty() {
+                        return ClientCertificate::OfClientCa;
+                    }
+                    return ClientCertificate::Untrusted(Untrusted(format!(
+                        "the client certificate {} names a region ({}) but is issued by [auth] client_ca, \
+                         which certifies clients only: a region's certificate must be of the cluster's CA ([tls] ca)",
+                        describe(leaf),
+                        cascade_core::limits::quote(&regions.join(", "))
+                    )));
+                }
+                // It chains to client_ca and fails there (expired, not for
+                // client authentication): that is the reason to give.
+                Err(e) if !not_issued_by(&e) => {
+                    return ClientCertificate::Untrusted(self.untrusted(leaf, &e));
+                }
+                Err(_) => {}
+            }
+        }
+        ClientCertificate::Untrusted(self.untrusted(leaf, &of_cluster))
+    }
+
+    fn untrusted(&self, leaf: &CertificateDer<'_>, error: &rustls::Error) -> Untrusted {
+        let why = match error {
+            e if not_issued_by(e) => "is not issued by a CA this node trusts".to_owned(),
+            rustls::Error::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. }) => {
+                "has expired".to_owned()
+            }
+            rustls::Error::InvalidCertificate(
+                CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
+            ) => "is not valid yet".to_owned(),
+            rustls::Error::InvalidCertificate(
+                CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. },
+            ) => "is not for client authentication".to_owned(),
+            other => format!("does not verify ({other})"),
+        };
+        let trusted = if self.has_client_ca {
+            "of the cluster's CA ([tls] ca) or of [auth] client_ca"
+        } else {
+            "of the cluster's CA ([tls] ca)"
+        };
+        Untrusted(format!(
+            "the client certificate {} {why}: connect with a certificate {trusted}, or with none",
+            describe(leaf)
+        ))
+    }
+}
+
+/// The handshake's verifier: a client that offers a certificate must hold
+/// its key (the handshake signatures, checked by webpki's verifier), but
+/// any chain is accepted here; [`ServerTls::classify`] decides after the
+/// handshake, so that a stranger is answered with a gRPC status.
+#[derive(Debug)]
+struct KeyPossessionOnly {
+    webpki: Arc<dyn ClientCertVerifier>,
+}
+
+impl ClientCertVerifier for KeyPossessionOnly {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.webpki.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// Whether verifying against a CA failed because the CA did not issue
+/// the chain: no issuer of that name, or one of the same name whose key
+/// did not sign it (another CA with the same subject, as every
+/// [`DevPki`]'s is).
+fn not_issued_by(error: &rustls::Error) -> bool {
+    matches!(
+        error,
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer | CertificateError::BadSignature)
+    )
+}
+
+/// Every certificate of a PEM text as trust anchors (at least one).
+fn roots(pem: &str) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    let mut found = 0;
+    for der in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        let der = der.map_err(|e| format!("unreadable PEM: {e}"))?;
+        found += 1;
+        roots
+            .add(der)
+            .map_err(|e| format!("certificate {found} is not a usable CA: {e}"))?;
+    }
+    if found == 0 {
+        return Err("no PEM certificate found".to_owned());
+    }
+    Ok(roots)
+}
+
+/// The DNS names of a leaf that claim a region's identity (`*.cascade`,
+/// in any case), whether or not the rest is a valid region id.
+fn region_like_names(leaf: &[u8]) -> Vec<String> {
+    match subject_alt_names(leaf) {
+        Ok(names) => names
+            .dns
+            .into_iter()
+            .filter(|dns| dns.to_ascii_lowercase().ends_with(IDENTITY_SUFFIX))
+            .collect(),
+        // Unreadable names cannot be told from a region's: not a client's.
+        Err(_) => vec!["(unreadable subject alternative names)".to_owned()],
+    }
+}
+
+/// A certificate as a refusal names it: its subject and SANs, each quoted
+/// (`limits::quote`, so a hostile certificate's names stay short).
+fn describe(leaf: &[u8]) -> String {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf) else {
+        return "(not readable as X.509)".to_owned();
+    };
+    let subject = cascade_core::limits::quote(&cert.subject().to_string());
+    match subject_alt_names(leaf) {
+        Ok(names) if !names.dns.is_empty() || !names.uris.is_empty() => {
+            let listed: Vec<String> = names.uris.into_iter().chain(names.dns).collect();
+            format!(
+                "(subject {subject}, SAN {})",
+                cascade_core::limits::quote(&listed.join(", "))
+            )
+        }
+        _ => format!("(subject {subject})"),
     }
 }
 
@@ -537,6 +862,67 @@ mod tests {
             ..files
         };
         assert!(NodeTls::load(&missing).unwrap_err().to_string().contains("nope.pem"));
+    }
+
+    fn leaf(pem: &str) -> Vec<CertificateDer<'static>> {
+        vec![CertificateDer::from(first_certificate_der(pem).unwrap())]
+    }
+
+    #[allow(clippy::disallowed_methods)] // a test: certificates are valid now
+    fn now() -> SystemTime {
+        SystemTime::now()
+    }
+
+    #[test]
+    fn a_chain_is_of_the_cluster_of_client_ca_or_untrusted() {
+        let cluster = DevPki::generate(&["eu-west", "us-east"]).unwrap();
+        // A CA for clients; its own "eu-west" certificate poses as a region.
+        let clients = DevPki::generate(&["eu-west"]).unwrap();
+        let stranger = DevPki::generate(&[]).unwrap();
+        let client_ca = ClientCa::from_pem(clients.ca_cert_pem.clone()).unwrap();
+        let server = cluster.node_tls("eu-west").unwrap().server(Some(&client_ca)).unwrap();
+        let classify = |pem: &str| server.classify(Some(&leaf(pem)), now());
+        assert_eq!(server.classify(None, now()), ClientCertificate::Absent);
+        assert_eq!(server.classify(Some(&[]), now()), ClientCertificate::Absent);
+        assert_eq!(classify(&cluster.regions["us-east"].0), ClientCertificate::OfCluster);
+        let alice = cluster.issue_client("alice.example").unwrap();
+        assert_eq!(classify(&alice.0), ClientCertificate::OfCluster);
+        let bob = clients.issue_client("bob.example").unwrap();
+        assert_eq!(classify(&bob.0), ClientCertificate::OfClientCa);
+        let ClientCertificate::Untrusted(posing) = classify(&clients.regions["eu-west"].0) else {
+            panic!("a client_ca certificate naming a region was trusted");
+        };
+        assert!(
+            posing.to_string().contains("names a region (\"eu-west.cascade\")"),
+            "{posing}"
+        );
+        let carol = stranger.issue_client("carol.example").unwrap();
+        let ClientCertificate::Untrusted(why) = classify(&carol.0) else {
+            panic!("a stranger's certificate was trusted");
+        };
+        let why = why.to_string();
+        assert!(why.contains("SAN \"carol.example\""), "{why}");
+        assert!(why.contains("is not issued by a CA this node trusts"), "{why}");
+        assert!(why.contains("or of [auth] client_ca"), "{why}");
+        // Without client_ca, its certificates are strangers too.
+        let server = cluster.node_tls("eu-west").unwrap().server(None).unwrap();
+        let ClientCertificate::Untrusted(why) = server.classify(Some(&leaf(&bob.0)), now()) else {
+            panic!("a client_ca certificate was trusted without client_ca");
+        };
+        assert!(!why.to_string().contains("client_ca"), "{why}");
+        // Verified at the time given: a year and a day on, even the
+        // cluster's certificate has expired.
+        let later = now() + Duration::from_secs(366 * 24 * 3600);
+        let ClientCertificate::Untrusted(why) = server.classify(Some(&leaf(&alice.0)), later) else {
+            panic!("an expired certificate was trusted");
+        };
+        assert!(why.to_string().contains("has expired"), "{why}");
+    }
+
+    #[test]
+    fn a_client_ca_file_must_hold_a_certificate() {
+        let err = ClientCa::from_pem("not a certificate".to_owned()).unwrap_err();
+        assert!(err.to_string().contains("no PEM certificate found"), "{err}");
     }
 
     #[test]

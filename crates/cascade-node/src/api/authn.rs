@@ -30,6 +30,7 @@ use std::task::{Context, Poll};
 use cascade_core::auth::Principal;
 use cascade_core::limits::{cut_stored, quote, MAX_AUDIT_TARGET_BYTES};
 use cascade_core::RegionId;
+use futures::future::BoxFuture;
 use tonic::body::Body;
 use tonic::metadata::MetadataMap;
 use tonic::server::NamedService;
@@ -39,6 +40,7 @@ use tracing::warn;
 
 use crate::admin::Refusal;
 use crate::api::principal::{vouch_value, vouched, PRINCIPAL_HEADER};
+use crate::api::tls_accept::RecordRefusal;
 use crate::auth::identity::{refuse_region_identity, AuthnError, Identities};
 use crate::auth::rate::RateLimiter;
 use crate::auth::AuthMode;
@@ -208,8 +210,10 @@ impl Gate {
     }
 
     /// Logs (throttled) and audits (bounded: `Node::audit_refusal`) a
-    /// refused call: the one place the layer's refusals are written down.
-    async fn refused(&self, method: &str, status: &Status) {
+    /// refused call: the one place the layer's refusals, and those of a
+    /// connection whose certificate is untrusted (`api/tls_accept.rs`),
+    /// are written down.
+    async fn log_and_audit(&self, method: &str, status: &Status) {
         let code = match status.code() {
             tonic::Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
             _ => "UNAUTHENTICATED",
@@ -228,6 +232,22 @@ impl Gate {
             warn!(region = %self.node.region, method, reason = %status.message(), audited,
                 suppressed = more.count(), "refused an unauthenticated call{more}");
         }
+    }
+}
+
+/// A call on a connection whose client certificate no CA of this node
+/// issued: refused before any service, written down like the layer's own
+/// refusals, and counted with the calls refused UNAUTHENTICATED.
+impl RecordRefusal for Gate {
+    fn refused<'a>(&'a self, method: &'a str, status: &'a Status) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            // The path is the client's: one series for every path (as
+            // for unknown methods), or any client could add series.
+            self.node
+                .metrics
+                .grpc_call("unknown", "UNAUTHENTICATED", std::time::Duration::ZERO);
+            self.log_and_audit(method, status).await;
+        })
     }
 }
 
@@ -307,7 +327,7 @@ where
                     Ok(principal) => principal,
                     Err(refusal) => {
                         let status = Status::unauthenticated(refusal.to_string());
-                        gate.refused(request.uri().path(), &status).await;
+                        gate.log_and_audit(request.uri().path(), &status).await;
                         return Ok(status.into_http());
                     }
                 },
@@ -319,7 +339,7 @@ where
                             principal: quote(&principal.id),
                             retry_after,
                         });
-                        gate.refused(request.uri().path(), &status).await;
+                        gate.log_and_audit(request.uri().path(), &status).await;
                         return Ok(status.into_http());
                     }
                 }

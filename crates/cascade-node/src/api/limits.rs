@@ -202,6 +202,10 @@ pub fn limits() -> Vec<Limit> {
         row("link", "heartbeat of an idle peer watch", Amount::Time(WATCH_HEARTBEAT), ""),
         row("link", "first reconnect delay (doubling, with jitter)", Amount::Time(crate::links::RECONNECT_BASE), ""),
         row("link", "longest reconnect delay", Amount::Time(crate::links::RECONNECT_CAP), ""),
+        // Clients' TLS handshakes (`api/tls_accept.rs`), on a node and a standby.
+        row("link", "a client's TLS handshake", Amount::Time(super::tls_accept::HANDSHAKE_TIMEOUT), ""),
+        row("link", "TLS handshakes at once (more connections wait to be accepted)", items(super::tls_accept::MAX_HANDSHAKES_IN_FLIGHT), ""),
+        row("link", "a connection with an untrusted client certificate is answered for", Amount::Time(super::tls_accept::REFUSED_CONNECTION_LIFETIME), ""),
         // A standby in front of its region's writer.
         row("link", "calls at once on one connection to a standby", Amount::Items(u64::from(super::standby::MAX_STREAMS_PER_CONNECTION)), ""),
         row("link", "a standby asks its writer's health (each ask bounded as long)", Amount::Time(super::standby::DEFAULT_WRITER_CHECK_EVERY), ""),

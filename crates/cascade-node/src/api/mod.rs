@@ -50,6 +50,7 @@ pub(crate) mod roles;
 pub(crate) mod server;
 pub(crate) mod standby;
 pub(crate) mod stream;
+pub(crate) mod tls_accept;
 pub(crate) mod trace_propagation;
 pub(crate) mod wire_errors;
 

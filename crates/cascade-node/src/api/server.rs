@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 use tonic::transport::server::{Connected, TcpIncoming};
 use tracing::info;
 
+use crate::api::tls_accept::{accept, server_tls, Acceptor};
 use crate::config::NodeSettings;
 use crate::links::{LinkContext, Links};
 use crate::node::{Node, NodeEnv, NodeError};
@@ -57,7 +58,7 @@ impl Node {
         I: Stream<Item = Result<IO, IE>>,
         IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
         IO::ConnectInfo: Clone + Send + Sync + 'static,
-        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
         let node = Arc::new(self);
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -116,15 +117,26 @@ impl Node {
             shutdown.await;
             stopping.stop_streams();
         };
-        let mut builder = tonic::transport::Server::builder()
+        // TLS is ours (`api/tls_accept.rs`): a client certificate no CA of
+        // this node issued is answered UNAUTHENTICATED, never handed to
+        // the services.
+        let acceptor = match &node.tls {
+            Some(tls) => Some(Acceptor::new(
+                server_tls(tls, &node.auth)?,
+                node.clock.clone(),
+                gate.clone(),
+                (
+                    node.link_timings.keepalive_interval,
+                    node.link_timings.keepalive_timeout,
+                ),
+            )),
+            None => None,
+        };
+        let router = tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(node.link_timings.keepalive_interval))
             .http2_keepalive_timeout(Some(node.link_timings.keepalive_timeout))
             // Each call's span: a child of the caller's trace context.
-            .trace_fn(crate::api::trace_propagation::request_span);
-        if let Some(tls) = &node.tls {
-            builder = builder.tls_config(tls.server_config())?;
-        }
-        let result = builder
+            .trace_fn(crate::api::trace_propagation::request_span)
             // Outermost: the code a client sees is the code counted.
             .layer(crate::api::grpc_metrics::GrpcMetricsLayer(node.metrics.clone()))
             // tonic's own refusals of unreadable requests, in the documented codes.
@@ -142,9 +154,15 @@ impl Node {
             .add_service(reflection_v1alpha)
             .add_service(gate.guard(services.resources))
             .add_service(services.peer)
-            .add_service(gate.guard(services.admin))
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await;
+            .add_service(gate.guard(services.admin));
+        let result = match acceptor {
+            Some(acceptor) => {
+                router
+                    .serve_with_incoming_shutdown(accept(incoming, acceptor), shutdown)
+                    .await
+            }
+            None => router.serve_with_incoming_shutdown(incoming, shutdown).await,
+        };
         // Also when the connections ended on their own: the metrics
         // listener and the streams stop on this.
         node.stop_streams();

@@ -59,6 +59,7 @@ use bytes::{Buf, Bytes};
 use cascade_core::limits::quote;
 use cascade_core::RegionId;
 use cascade_tls::NodeTls;
+use futures::future::BoxFuture;
 use futures::Stream;
 use http::HeaderMap;
 use http_body::Frame;
@@ -73,6 +74,7 @@ use crate::api::admin::FORWARDED_FOR;
 use crate::api::authn::{is_guarded, Authenticator};
 use crate::api::principal::PRINCIPAL_HEADER;
 use crate::api::relay::RELAYED_REGION;
+use crate::api::tls_accept::{accept, server_tls, Acceptor, RecordRefusal};
 use crate::auth::AuthSettings;
 use crate::clock::SystemClock;
 use crate::config::NodeSettings;
@@ -145,7 +147,8 @@ impl StandbySettings {
 /// no writer known), health as the module doc says.
 ///
 /// A caller's client certificate is read as tonic offers it, on TCP
-/// connections (`TcpIncoming`, or any stream of `TcpStream`s).
+/// connections (`TcpIncoming`, or any stream of `TcpStream`s), after
+/// `api/tls_accept.rs` verified it.
 pub async fn serve_standby<I, IO, IE>(
     settings: StandbySettings,
     incoming: I,
@@ -156,7 +159,7 @@ where
     I: Stream<Item = Result<IO, IE>>,
     IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
     IO::ConnectInfo: Clone + Send + Sync + 'static,
-    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     info!(region = %settings.region, tls = settings.tls.is_some(), "serving as a standby");
     let (stop, stopping) = watch::channel(false);
@@ -189,13 +192,24 @@ where
     let router = tonic::service::Routes::new(health_service)
         .into_axum_router()
         .fallback_service(forward);
+    // TLS as on a node (`api/tls_accept.rs`): a client certificate no CA
+    // of the region issued is answered UNAUTHENTICATED here, never forwarded.
+    let acceptor = match &settings.tls {
+        Some(tls) => Some(Acceptor::new(
+            server_tls(tls, &settings.auth)?,
+            Arc::new(SystemClock),
+            Arc::new(StandbyRefusals {
+                region: settings.region.clone(),
+                logged: Throttle::default(),
+            }),
+            (settings.links.keepalive_interval, settings.links.keepalive_timeout),
+        )),
+        None => None,
+    };
     let mut builder = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(settings.links.keepalive_interval))
         .http2_keepalive_timeout(Some(settings.links.keepalive_timeout))
         .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
-    if let Some(tls) = &settings.tls {
-        builder = builder.tls_config(tls.server_config())?;
-    }
     // Only once nothing before the server can fail: the task runs until the server ends.
     let health_task = tokio::spawn(follow_writer_health(health_proxy, health, settings.writer_check_every));
     let shutdown = async move {
@@ -204,13 +218,35 @@ where
         // watches that never end.
         let _ = stop.send(true);
     };
-    let result = builder
-        .add_routes(tonic::service::Routes::from(router))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
+    let router = builder.add_routes(tonic::service::Routes::from(router));
+    let result = match acceptor {
+        Some(acceptor) => {
+            router
+                .serve_with_incoming_shutdown(accept(incoming, acceptor), shutdown)
+                .await
+        }
+        None => router.serve_with_incoming_shutdown(incoming, shutdown).await,
+    };
     health_task.abort();
     info!(region = %settings.region, "standby stopped");
     Ok(result?)
+}
+
+/// A standby holds no store: the calls it refuses for an untrusted client
+/// certificate are logged (once a window), not audited.
+struct StandbyRefusals {
+    region: RegionId,
+    logged: Throttle,
+}
+
+impl RecordRefusal for StandbyRefusals {
+    fn refused<'a>(&'a self, method: &'a str, status: &'a Status) -> BoxFuture<'a, ()> {
+        if let Some(more) = self.logged.admit() {
+            warn!(region = %self.region, method = %quote(method), reason = %status.message(),
+                suppressed = more.count(), "a standby refused a call with an untrusted client certificate{more}");
+        }
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// The channel to the current writer, made again when its address changes.

@@ -5,6 +5,7 @@
 //! [auth]
 //! mode = "required"               # or "none": nobody is asked (must be chosen explicitly)
 //! client_certificates = true      # with [tls]: a client certificate's SAN is the principal
+//! client_ca = "tls/clients-ca.pem" # optional: a CA for client certificates besides [tls] ca
 //! tokens_file = "auth/tokens.toml"
 //! policy_file = "auth/policy.cedar"
 //!
@@ -116,15 +117,20 @@ pub(super) fn auth_settings(
         }
         None => return Err(invalid("auth.mode", "is required: \"required\" or \"none\"")),
     };
-    if file.client_ca.is_some() {
-        // The handshake verifies every client certificate against one set of
-        // roots, and the Peer service takes a verified certificate naming a
-        // region for that region: a client CA's certificates could pose as
-        // regions until the layer verifies client chains on its own.
-        return Err(invalid(
-            "auth.client_ca",
-            "is not supported yet: client certificates must be of the cluster's CA ([tls] ca)",
-        ));
+    if let Some(path) = &file.client_ca {
+        // Its certificates identify clients only: the node classifies a
+        // chain after the handshake (`api/tls_accept.rs`), so a leaf of it
+        // naming a region is refused, never taken for that region.
+        if !tls {
+            return Err(invalid("auth.client_ca", "needs [tls]"));
+        }
+        if !file.client_certificates {
+            return Err(invalid(
+                "auth.client_ca",
+                "needs client_certificates = true: its certificates identify clients",
+            ));
+        }
+        cascade_tls::ClientCa::load(path).map_err(|e| invalid("auth.client_ca", e.to_string()))?;
     }
     if file.client_certificates && !tls {
         return Err(invalid("auth.client_certificates", "needs [tls]"));

@@ -217,3 +217,32 @@ fn required_authentication_refuses_the_admin_token_and_needs_a_means_and_a_polic
             .starts_with("auth.policy_file")
     );
 }
+
+#[test]
+fn client_ca_needs_tls_client_certificates_and_a_readable_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    DevPki::generate(&["eu-1"]).unwrap().write(dir.path()).unwrap();
+    let clients = dir.path().join("clients");
+    DevPki::generate(&[]).unwrap().write(&clients).unwrap();
+    let auth = |client_ca: &Path, certificates: bool| {
+        format!(
+            "[auth]\nmode = \"none\"\nclient_certificates = {certificates}\nclient_ca = {:?}\n",
+            client_ca
+        )
+    };
+    let tls = tls_section(dir.path(), "eu-1");
+    let ok = format!("region = \"eu-1\"\n{}{tls}", auth(&clients.join("ca.pem"), true));
+    assert_eq!(settings(&ok).unwrap().auth.client_ca, Some(clients.join("ca.pem")));
+    let e = err(&format!("region = \"eu-1\"\n{}", auth(&clients.join("ca.pem"), true)));
+    assert_eq!(e, "auth.client_ca: needs [tls]");
+    let e = err(&format!(
+        "region = \"eu-1\"\n{}{tls}",
+        auth(&clients.join("ca.pem"), false)
+    ));
+    assert!(e.starts_with("auth.client_ca: needs client_certificates = true"), "{e}");
+    let e = err(&format!(
+        "region = \"eu-1\"\n{}{tls}",
+        auth(&clients.join("ca.key"), true)
+    ));
+    assert!(e.starts_with("auth.client_ca: ") && e.contains("ca.key"), "{e}");
+}
