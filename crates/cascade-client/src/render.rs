@@ -552,7 +552,12 @@ pub fn denied_refusal_text(message: &str, denied: &[v1::DeniedMember], more: u64
     let total = denied.len() as u64 + more;
     let mut out = format!("{who} may not do this: {total} member(s) refused by policy; nothing was changed\n");
     let mut sorted: Vec<&v1::DeniedMember> = denied.iter().collect();
-    sorted.sort_by(|a, b| (&a.region, &a.name, &a.verb).cmp(&(&b.region, &b.name, &b.verb)));
+    sorted.sort_by(|a, b| {
+        a.region
+            .cmp(&b.region)
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.verb.cmp(&b.verb))
+    });
     for d in sorted {
         out += &denied_line(d);
     }
