@@ -2,7 +2,9 @@
 //! an embedded sled (or, with `--storage-engine fjall`, fjall) in a
 //! temporary directory, the example schema, a
 //! Neutron-like topology with references across the regions, and what to
-//! try next.
+//! try next. Every region requires authentication (`[auth] mode =
+//! "required"`) with two identities: an administrator and a user the
+//! example policy limits, whose tokens are made fresh every run.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
-use cascade_node::entropy::{SystemUids, UidSource};
+use cascade_node::auth::{AuthMode, AuthSettings};
 use cascade_node::store::StorageEngine;
 use cascade_node::{NodeSettings, RunningNode};
 use cascade_proto::v1;
@@ -44,6 +46,68 @@ pub const DEMO_REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
 /// (`DEMO_EU_WEST`), which the README tour's `cascade check` uses.
 fn demo_variable(region: &str) -> String {
     format!("DEMO_{}", region.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// One of the demo's identities: a static token's principal and group,
+/// and the shell variable its token is exported as.
+struct DemoIdentity {
+    principal: &'static str,
+    group: &'static str,
+    variable: &'static str,
+    /// What the policy lets it do, in a few words (printed).
+    may: &'static str,
+}
+
+/// The administrator: its token is `CASCADE_TOKEN`, so every command of the
+/// tour runs as it unless told otherwise (`cascade admin` included: the
+/// demo has no separate `[admin] token`, which `required` refuses).
+const DEMO_ADMIN: DemoIdentity = DemoIdentity {
+    principal: "admin",
+    group: "admins",
+    variable: "CASCADE_TOKEN",
+    may: "may do everything",
+};
+
+/// A user the example policy limits: a network administrator, who may
+/// delete networks and subnets but not ports (so not a cascade reaching
+/// one, which the tour shows).
+const DEMO_USER: DemoIdentity = DemoIdentity {
+    principal: "alice",
+    group: "net-admins",
+    variable: "ALICE_TOKEN",
+    may: "may delete networks and subnets, not ports",
+};
+
+/// The policy every region of the demo decides with: the shipped example,
+/// as it is, so the tour shows what a user copies.
+const DEMO_POLICY: &str = include_str!("../deploy/auth/policy.cedar");
+
+/// Writes the demo's tokens file (fresh random tokens, stored as their
+/// SHA-256 as `cascade auth hash-token` prints them) and its policy under
+/// `dir`; the authentication every region requires, and each identity's
+/// token.
+fn write_identities(dir: &std::path::Path) -> Result<(AuthSettings, Vec<(DemoIdentity, String)>)> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut tokens_toml =
+        String::from("# cascade demo's static tokens (made fresh every run; only their hashes are here)\n");
+    let mut identities = Vec::new();
+    for identity in [DEMO_ADMIN, DEMO_USER] {
+        let token = cascade_client::cli::random_token()?;
+        tokens_toml +=
+            &cascade_client::cli::token_entry(&token, identity.principal, &[identity.group.to_owned()], false);
+        identities.push((identity, token));
+    }
+    let tokens_file = dir.join("tokens.toml");
+    std::fs::write(&tokens_file, tokens_toml).with_context(|| format!("writing {}", tokens_file.display()))?;
+    let policy_file = dir.join("policy.cedar");
+    std::fs::write(&policy_file, DEMO_POLICY).with_context(|| format!("writing {}", policy_file.display()))?;
+    let auth = AuthSettings {
+        mode: AuthMode::Required,
+        tokens_file: Some(tokens_file),
+        policy_file: Some(policy_file),
+        ..AuthSettings::default()
+    };
+    Ok((auth, identities))
 }
 
 /// The finalizer of `eu-west/project/legacy`: the tour plays its controller.
@@ -224,8 +288,11 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         .map(|l| l.local_addr().map(|a| format!("{scheme}://{a}")))
         .collect::<std::io::Result<_>>()?;
     let schema = Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA)?);
-    // One administrator token for the three nodes, fresh every run.
-    let admin_token = format!("demo-{}", SystemUids.next_uuid().simple());
+    // The same identities and policy for the three regions: a call
+    // forwarded without TLS carries the caller's token to the next node,
+    // which checks it again.
+    let auth_dir = data_root.join("auth");
+    let (auth, identities) = write_identities(&auth_dir)?;
     let mut nodes = Vec::new();
     for (i, listener) in listeners.into_iter().enumerate() {
         let region = RegionId::parse(DEMO_REGIONS[i])?;
@@ -233,7 +300,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         settings.check_interval = std::time::Duration::from_secs(5);
         settings.engine = args.storage_engine;
         settings.policy.max_attempts = DEMO_MAX_ATTEMPTS;
-        settings.admin.token = Some(admin_token.clone());
+        settings.auth = auth.clone();
         // Prometheus metrics on a free port each (printed below).
         settings.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
         if let Some(pki) = &pki {
@@ -248,7 +315,15 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         }
         nodes.push(RunningNode::start(settings, listener).await?);
     }
-    let client = Client::connect_with(&endpoints[0], pki.as_ref().map(DevPki::client).as_ref()).await?;
+    // The example data is created by the administrator.
+    let admin_token = identities
+        .iter()
+        .find(|(identity, _)| identity.principal == DEMO_ADMIN.principal)
+        .map(|(_, token)| token.as_str())
+        .context("the demo's administrator")?;
+    let client = Client::connect_with(&endpoints[0], pki.as_ref().map(DevPki::client).as_ref())
+        .await?
+        .with_token(admin_token)?;
     let mut created = 0;
     for (region, batch) in topology() {
         let n = batch.len();
@@ -285,13 +360,27 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         ),
         None => println!("Plain text (without --plaintext the nodes use mutual TLS).\n"),
     }
+    println!(
+        "Authentication required, with two identities (static tokens, fresh every run, in {}; \
+         the policy is deploy/auth/policy.cedar, copied there):",
+        auth_dir.display()
+    );
+    for (identity, _) in &identities {
+        println!(
+            "  {:<6} group {:<11} {} ({})",
+            identity.principal, identity.group, identity.may, identity.variable
+        );
+    }
+    println!();
     println!("Any node accepts any request and forwards it to the owning region. In another terminal:");
     println!("  alias cascade='cargo run --release -q --'");
     println!("  export CASCADE_SERVER={endpoint}");
     if pki.is_some() {
         println!("  export CASCADE_CA_CERT={}", certs.join("ca.pem").display());
     }
-    println!("  export CASCADE_ADMIN_TOKEN={admin_token}");
+    for (identity, token) in &identities {
+        println!("  export {}={token}", identity.variable);
+    }
     // What the tour's `cascade check` line names: every region's address
     // and, with TLS, the directory of the region certificates it presents.
     for (region, ep) in DEMO_REGIONS.iter().zip(&endpoints) {
@@ -304,7 +393,14 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     println!("  cascade status                                     # every region: reachable, lag, deletions");
     println!("  cascade list --kind port --all-regions             # the ports, in us-east");
     println!("  cascade tree eu-west/network/net1                  # what a cascade of net1 would reach");
-    println!("  cascade delete eu-west/network/net1 --cascade --wait");
+    println!(
+        "  cascade --token ${} delete eu-west/network/net1 --cascade  # as {}: refused, it reaches ports",
+        DEMO_USER.variable, DEMO_USER.principal
+    );
+    println!(
+        "  cascade delete eu-west/network/net1 --cascade --wait               # as {}: done",
+        DEMO_ADMIN.principal
+    );
     println!(
         "A finalizer controller's failures, and an administrator: the demo gives up on a deletion after \
          {DEMO_MAX_ATTEMPTS} attempts (eu-west/project/legacy waits for {DEMO_FINALIZER})."

@@ -404,7 +404,12 @@ async fn the_demo_prints_its_metrics_addresses_and_a_scrape_shows_a_cascade() {
     let active_before = sample(&before, r#"cascade_resources{state="active"}"#);
     assert!(active_before > 0.0, "the demo's eu-west resources");
 
-    let client = cascade_client::Client::connect(&endpoint).await.expect("connects");
+    // The demo requires authentication: the administrator it printed.
+    let client = cascade_client::Client::connect(&endpoint)
+        .await
+        .expect("connects")
+        .with_token(&demo.admin_token)
+        .expect("a token");
     let op = delete_and_wait(&client, "eu-west/network/net1", true).await;
     assert!(op.done);
     let after_cascade = scrape(metrics).await;

@@ -16,7 +16,9 @@
 //!   snapbox: `[..]` matches the rest of a line's part, `...` on a line of
 //!   its own matches any lines; `[ID]` is an operation id (a UUID),
 //!   `[EU_WEST]`/`[US_EAST]`/`[AP_SOUTH]` the regions' addresses, `[CERTS]`
-//!   the demo's certificate directory, `[TOKEN]` its administrator token.
+//!   the demo's certificate directory, `[TOKEN]` its administrator's token
+//!   (`CASCADE_TOKEN`, which every command sends unless it passes
+//!   `--token $ALICE_TOKEN`, the limited user's: `[ALICE_TOKEN]`).
 //! - A read-only command (get, list, explain, …) whose output does not
 //!   match yet is run again until it does or 20 s pass: the tour shows
 //!   asynchronous work settling, and a person would look twice too.
@@ -185,6 +187,9 @@ fn assert_for(demo: &Demo) -> snapbox::Assert {
     }
     redactions
         .insert("[TOKEN]", demo.admin_token.clone())
+        .expect("a placeholder");
+    redactions
+        .insert("[ALICE_TOKEN]", demo.alice_token.clone())
         .expect("a placeholder");
     redactions
         .insert(

@@ -20,8 +20,12 @@ pub struct Demo {
     pub ca_cert: Option<PathBuf>,
     /// The directory of the development certificates (None with `--plaintext`).
     pub certs: Option<PathBuf>,
-    /// The administrator token it printed.
+    /// The administrator's token it printed (`CASCADE_TOKEN`: principal
+    /// `admin`, group `admins`).
     pub admin_token: String,
+    /// The limited user's token it printed (`ALICE_TOKEN`: principal
+    /// `alice`, group `net-admins` of the example policy).
+    pub alice_token: String,
     /// Every `export NAME=VALUE` it printed for the user's shell.
     pub exported: BTreeMap<String, String>,
 }
@@ -81,10 +85,14 @@ impl Demo {
             .collect();
         let ca_cert = exported.get("CASCADE_CA_CERT").map(PathBuf::from);
         let certs = ca_cert.as_ref().and_then(|c| c.parent().map(PathBuf::from));
-        let admin_token = exported
-            .get("CASCADE_ADMIN_TOKEN")
-            .cloned()
-            .unwrap_or_else(|| panic!("no admin token in:\n{printed}"));
+        let token = |variable: &str| {
+            exported
+                .get(variable)
+                .cloned()
+                .unwrap_or_else(|| panic!("no {variable} in:\n{printed}"))
+        };
+        let admin_token = token("CASCADE_TOKEN");
+        let alice_token = token("ALICE_TOKEN");
         Demo {
             child,
             _data: data,
@@ -93,6 +101,7 @@ impl Demo {
             ca_cert,
             certs,
             admin_token,
+            alice_token,
             exported,
         }
     }
@@ -105,12 +114,12 @@ impl Demo {
     }
 
     /// The environment the demo tells a user to export: the default node
-    /// (eu-west), the CA, the administrator token; and a fixed time zone
+    /// (eu-west), the CA, the administrator's token; and a fixed time zone
     /// and no colours, so output compares.
     pub fn env(&self) -> Vec<(String, String)> {
         let mut env = vec![
             ("CASCADE_SERVER".to_owned(), self.endpoint("eu-west").to_owned()),
-            ("CASCADE_ADMIN_TOKEN".to_owned(), self.admin_token.clone()),
+            ("CASCADE_TOKEN".to_owned(), self.admin_token.clone()),
             ("TZ".to_owned(), "UTC".to_owned()),
             ("NO_COLOR".to_owned(), "1".to_owned()),
         ];
@@ -124,7 +133,13 @@ impl Demo {
     pub fn cascade(&self, args: &[&str]) -> Output {
         let mut command = Command::new(env!("CARGO_BIN_EXE_cascade"));
         command.args(args);
-        for key in ["CASCADE_CERT", "CASCADE_KEY", "CASCADE_OUTPUT", "CASCADE_LOG_FORMAT"] {
+        for key in [
+            "CASCADE_CERT",
+            "CASCADE_KEY",
+            "CASCADE_OUTPUT",
+            "CASCADE_LOG_FORMAT",
+            "CASCADE_ADMIN_TOKEN",
+        ] {
             command.env_remove(key);
         }
         command.envs(self.env());

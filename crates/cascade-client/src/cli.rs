@@ -18,7 +18,7 @@ mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
-pub use auth::{AuthArgs, AuthCommand, CanIArgs};
+pub use auth::{random_token, token_entry, AuthArgs, AuthCommand, CanIArgs};
 pub use delete::{DeleteArgs, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
 pub use node_config::CheckArgs;

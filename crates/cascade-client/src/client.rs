@@ -35,8 +35,17 @@ impl From<Status> for ClientError {
 }
 
 /// `CODE: message`. The server's message already lists blockers and
-/// dependents; the structured details only add how many were left out.
+/// dependents; the structured details only add how many were left out. A
+/// PERMISSION_DENIED of several members lists them from the details, one
+/// a line ([`crate::render::denied_refusal_text`]).
 pub fn describe_status(s: &Status) -> String {
+    let details = error_details(s);
+    if let Some(d) = details.as_ref().filter(|_| s.code() == Code::PermissionDenied) {
+        // A refusal of several members (a cascade's closure): one line each.
+        if let Some(text) = crate::render::denied_refusal_text(s.message(), &d.denied, d.more) {
+            return format!("{:?}: {text}", s.code());
+        }
+    }
     let mut out = format!("{:?}: {}", s.code(), s.message());
     if s.code() == Code::Unknown && s.message() == "transport error" {
         // The connection broke before any gRPC answer: say why, and the usual cause.
@@ -45,7 +54,7 @@ pub fn describe_status(s: &Status) -> String {
             error_chain(s)
         );
     }
-    if let Some(d) = error_details(s) {
+    if let Some(d) = details {
         if d.more > 0 && !s.message().contains("more)") {
             out += &format!(" (and {} more)", d.more);
         }

@@ -308,10 +308,7 @@ pub fn plan_text(p: &v1::Plan) -> String {
     }
     // What the caller may not change: the delete itself would be refused.
     for d in &p.denied {
-        out += &format!(
-            "  denied  {} (region {}): may not {} (rule {})\n",
-            d.name, d.region, d.verb, d.rule
-        );
+        out += &denied_line(d);
     }
     if p.denied_more > 0 {
         out += &format!("  denied  ... and {} more\n", p.denied_more);
@@ -529,6 +526,47 @@ pub(crate) fn deletion_status(d: Option<&v1::Deletion>) -> String {
         .unwrap_or_default()
 }
 
+/// One member the policy refuses, as the dry run and a refusal list it:
+/// `  denied  us-east/port/p1 (region us-east): may not delete (rule net-admins-no-ports)`.
+fn denied_line(d: &v1::DeniedMember) -> String {
+    format!(
+        "  denied  {} (region {}): may not {} (rule {})\n",
+        d.name, d.region, d.verb, d.rule
+    )
+}
+
+/// A PERMISSION_DENIED refusal of several members (a cascade's closure, a
+/// batch), from the status's message and `ErrorDetails.denied`: who was
+/// refused and how many members, that nothing changed, then each member
+/// as the dry run lists it (sorted by region and name, so a long refusal
+/// reads like the plan), instead of the message's one long line. None for
+/// a refusal of one member: its message already says it in one line.
+pub fn denied_refusal_text(message: &str, denied: &[v1::DeniedMember], more: u64) -> Option<String> {
+    if denied.len() < 2 && more == 0 {
+        return None;
+    }
+    // The node's message starts with the principal: "alice may not: …".
+    let who = message
+        .split_once(" may not: ")
+        .map_or("the caller", |(principal, _)| principal);
+    let total = denied.len() as u64 + more;
+    let mut out = format!("{who} may not do this: {total} member(s) refused by policy; nothing was changed\n");
+    let mut sorted: Vec<&v1::DeniedMember> = denied.iter().collect();
+    sorted.sort_by(|a, b| {
+        a.region
+            .cmp(&b.region)
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.verb.cmp(&b.verb))
+    });
+    for d in sorted {
+        out += &denied_line(d);
+    }
+    if more > 0 {
+        out += &format!("  denied  ... and {more} more\n");
+    }
+    Some(out.trim_end().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,5 +672,64 @@ mod tests {
         let json = plan_json(&plan);
         assert_eq!(json["denied"][0]["name"], "rb/port/p1");
         assert_eq!(json["denied_more"], 2);
+    }
+
+    fn denied(region: &str, name: &str, verb: &str, rule: &str) -> v1::DeniedMember {
+        v1::DeniedMember {
+            region: region.into(),
+            name: name.into(),
+            verb: verb.into(),
+            rule: rule.into(),
+        }
+    }
+
+    /// The README tour's refused cascade: the node's message lists five
+    /// members on one line; the CLI lists every member the details carry,
+    /// one a line with its region and missing verb, and says nothing changed.
+    #[test]
+    fn a_refused_cascade_lists_every_denied_member_with_its_region_and_verb() {
+        let members: Vec<v1::DeniedMember> = (1..=6)
+            .rev()
+            .map(|i| {
+                denied(
+                    "us-east",
+                    &format!("us-east/port/p{i}"),
+                    "delete",
+                    "net-admins-no-ports",
+                )
+            })
+            .chain([denied(
+                "ap-south",
+                "ap-south/floating_ip/fip1",
+                "update",
+                "default deny",
+            )])
+            .collect();
+        let message = "alice may not: delete on us-east/port/p6 (rule: net-admins-no-ports); … and 2 more";
+        let text = describe_denied(message, &members, 3);
+        assert_eq!(
+            text.lines().next(),
+            Some("alice may not do this: 10 member(s) refused by policy; nothing was changed"),
+            "{text}"
+        );
+        let lines: Vec<&str> = text.lines().skip(1).collect();
+        assert_eq!(
+            lines.first().copied(),
+            Some("  denied  ap-south/floating_ip/fip1 (region ap-south): may not update (rule default deny)"),
+            "{text}"
+        );
+        // The sixth port, which the one-line message left out, is named too.
+        assert!(
+            lines.contains(&"  denied  us-east/port/p1 (region us-east): may not delete (rule net-admins-no-ports)"),
+            "{text}"
+        );
+        assert_eq!(lines.len(), 8, "seven members and the rest counted:\n{text}");
+        assert_eq!(lines[7], "  denied  ... and 3 more", "{text}");
+        // One member: the message says it all.
+        assert_eq!(denied_refusal_text(message, &members[..1], 0), None);
+    }
+
+    fn describe_denied(message: &str, members: &[v1::DeniedMember], more: u64) -> String {
+        denied_refusal_text(message, members, more).expect("several members")
     }
 }

@@ -93,6 +93,16 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A new random static token (64 hex digits, from the system's secure
+/// random source): what `cascade auth hash-token` makes on empty stdin,
+/// and the demo's tokens.
+pub fn random_token() -> Result<String, ClientError> {
+    let mut bytes = [0u8; RANDOM_TOKEN_BYTES];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| ClientError::Usage("no randomness for a new token".into()))?;
+    Ok(hex(&bytes))
+}
+
 /// The text `cascade auth hash-token` prints for `token` (and says the
 /// token too when it was made here).
 pub fn token_entry(token: &str, principal: &str, groups: &[String], generated: bool) -> String {
@@ -150,10 +160,7 @@ fn hash_token(principal: &str, groups: &[String]) -> Result<i32, ClientError> {
         )));
     }
     let (token, generated) = if token.is_empty() {
-        let mut bytes = [0u8; RANDOM_TOKEN_BYTES];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
-            .map_err(|_| ClientError::Usage("no randomness for a new token".into()))?;
-        (hex(&bytes), true)
+        (random_token()?, true)
     } else {
         (token.to_owned(), false)
     };
