@@ -27,19 +27,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cascade_client::check::check_cluster_with_schema;
-use cascade_client::client::connect_channel;
 use cascade_client::{AdminClient, Client, ClientError, ClientTls};
 use cascade_core::{RegionId, Schema};
 use cascade_node::auth::{AuthMode, AuthSettings};
 use cascade_node::{NodeEnv, NodeSettings, RunningNode};
 use cascade_proto::v1;
-use cascade_proto::v1::peer_client::PeerClient;
 use cascade_tls::DevPki;
 use tokio::net::TcpListener;
-use tonic::transport::Channel;
 
 use crate::support::fault_proxy::{Fault, FaultProxy};
-use crate::support::{eventually, start_cluster_tls_with, unquiet, Cluster};
+use crate::support::{as_region, eventually, peer_as, start_cluster_tls_with, unquiet, Cluster};
 
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
 
@@ -267,17 +264,6 @@ fn changes_by<'a>(log: &'a [v1::AuditEntry], who: &str) -> Vec<(&'a str, &'a str
 }
 
 /// A client presenting `region`'s certificate (what Peer calls need).
-fn as_region(pki: &DevPki, region: &str) -> ClientTls {
-    pki.node_tls(region).expect("region certificate").as_client()
-}
-
-async fn peer_as(endpoint: &str, tls: &ClientTls, server_region: &str) -> PeerClient<Channel> {
-    let channel = connect_channel(endpoint, Some(tls), Some(server_region))
-        .await
-        .expect("TLS connection");
-    PeerClient::new(channel).max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
-}
-
 /// Waits until every region is quiescent (nothing queued, nothing CREATING
 /// or DELETING), then runs the invariant checker over TLS until it finds
 /// nothing (a last PURGED event may still be on its way for a moment).

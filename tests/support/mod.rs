@@ -470,6 +470,19 @@ pub fn spec_in(name: &str, refs: &[(&str, &[&str])]) -> v1::ResourceSpec {
     spec(name, refs)
 }
 
+/// A client presenting `region`'s certificate of `pki` (a region's identity).
+pub fn as_region(pki: &DevPki, region: &str) -> ClientTls {
+    pki.node_tls(region).expect("region certificate").as_client()
+}
+
+/// A Peer client over TLS as `tls`, reaching the node of `server_region`.
+pub async fn peer_as(endpoint: &str, tls: &ClientTls, server_region: &str) -> PeerClient<Channel> {
+    let channel = cascade_client::client::connect_channel(endpoint, Some(tls), Some(server_region))
+        .await
+        .expect("TLS connection");
+    PeerClient::new(channel).max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
+}
+
 /// A `Peer` client of a node (what other regions call), for peer reads and
 /// dumps.
 pub async fn peer_client(endpoint: &str) -> PeerClient<Channel> {

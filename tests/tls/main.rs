@@ -20,18 +20,6 @@ use support::*;
 
 const REGIONS: [&str; 3] = ["ra", "rb", "rc"];
 
-/// A client presenting `region`'s certificate of `pki`.
-fn as_region(pki: &DevPki, region: &str) -> ClientTls {
-    pki.node_tls(region).expect("region certificate").as_client()
-}
-
-async fn peer_as(endpoint: &str, tls: &ClientTls, server_region: &str) -> PeerClient<tonic::transport::Channel> {
-    let channel = connect_channel(endpoint, Some(tls), Some(server_region))
-        .await
-        .expect("TLS connection");
-    PeerClient::new(channel)
-}
-
 /// ra/network/net with ports in rb and rc; rc's port has a floating IP.
 /// Runs the checker over TLS with `identity` until it finds nothing, for up
 /// to 10 s: the last PURGED event of a finished operation may still be on

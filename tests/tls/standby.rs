@@ -21,7 +21,7 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 use crate::support::*;
-use crate::{as_region, peer_as, topology, REGIONS};
+use crate::{topology, REGIONS};
 
 // ---------------------------------------------------------------------------
 // A standby of a region (`cascade_node::serve_standby`): every call
