@@ -165,6 +165,15 @@ async fn secured() -> Secured {
 }
 
 impl Secured {
+    /// The administrator, calling each region's node.
+    async fn admin_in_every_region(&self) -> BTreeMap<&'static str, Caller> {
+        let mut admin = BTreeMap::new();
+        for region in REGIONS {
+            admin.insert(region, self.caller(region, ADMIN_TOKEN).await);
+        }
+        admin
+    }
+
     fn endpoint(&self, region: &str) -> String {
         self.cluster.node(region).node.endpoint()
     }
@@ -326,10 +335,7 @@ async fn assert_gone(client: &Client, names: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_who_may_not_delete_ports_is_refused_a_cascade_reaching_one_and_an_administrator_is_not() {
     let s = secured().await;
-    let mut admin = BTreeMap::new();
-    for region in REGIONS {
-        admin.insert(region, s.caller(region, ADMIN_TOKEN).await);
-    }
+    let admin = s.admin_in_every_region().await;
     topology(&admin, P1).await;
     let alice = s.caller("us-east", ALICE_TOKEN).await;
     let port_refused = (
@@ -486,10 +492,7 @@ async fn a_user_who_may_not_delete_ports_is_refused_a_cascade_reaching_one_and_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_change_of_a_three_region_cascade_is_audited_with_its_principal_in_the_region_that_made_it() {
     let s = secured().await;
-    let mut admin = BTreeMap::new();
-    for region in REGIONS {
-        admin.insert(region, s.caller(region, ADMIN_TOKEN).await);
-    }
+    let admin = s.admin_in_every_region().await;
     topology(&admin, S2).await;
     let alice = s.caller("us-east", ALICE_TOKEN).await;
     let op = alice

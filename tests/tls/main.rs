@@ -20,6 +20,23 @@ use support::*;
 
 const REGIONS: [&str; 3] = ["ra", "rb", "rc"];
 
+/// The back-reference row of `port`'s `network` field to `net`, as a
+/// region attaches it (`generation`: the referrer's revision it is of).
+fn backref_row(net: &v1::Resource, port: &v1::Resource, generation: u64) -> v1::PeerBackRef {
+    let object = |r: &v1::Resource| v1::ObjectRef {
+        name: r.name.clone(),
+        uid: r.uid.clone(),
+        dangling: false,
+    };
+    v1::PeerBackRef {
+        target: Some(object(net)),
+        referrer: Some(object(port)),
+        field: "network".into(),
+        generation,
+        ..Default::default()
+    }
+}
+
 /// ra/network/net with ports in rb and rc; rc's port has a floating IP.
 /// Runs the checker over TLS with `identity` until it finds nothing, for up
 /// to 10 s: the last PURGED event of a finished operation may still be on
@@ -88,21 +105,7 @@ async fn a_region_cannot_release_attach_watch_or_ack_as_another() {
     let ra = c.node("ra").node.endpoint();
     let net = c.client("ra").get("ra/network/net").await.unwrap();
     let port = c.client("rb").get("rb/port/b0").await.unwrap();
-    let row = v1::PeerBackRef {
-        target: Some(v1::ObjectRef {
-            name: net.name.clone(),
-            uid: net.uid.clone(),
-            dangling: false,
-        }),
-        referrer: Some(v1::ObjectRef {
-            name: port.name.clone(),
-            uid: port.uid.clone(),
-            dangling: false,
-        }),
-        field: "network".into(),
-        generation: u64::MAX,
-        ..Default::default()
-    };
+    let row = backref_row(&net, &port, u64::MAX);
 
     // rc, with its own certificate, claims to be rb to drop rb's back-reference.
     let mut rc = peer_as(&ra, &as_region(&pki, "rc"), "ra").await;

@@ -21,7 +21,7 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::ServerReflectionRequest;
 
 use crate::support::*;
-use crate::{topology, REGIONS};
+use crate::{backref_row, topology, REGIONS};
 
 // ---------------------------------------------------------------------------
 // A standby of a region (`cascade_node::serve_standby`): every call
@@ -365,21 +365,7 @@ async fn a_standby_relays_the_callers_region_and_administrator_and_nobody_can_fo
     let standby = Standby::start(settings, Some(writer.clone())).await;
     let net = c.client("ra").get("ra/network/net").await.unwrap();
     let port = c.client("rb").get("rb/port/b0").await.unwrap();
-    let row = v1::PeerBackRef {
-        target: Some(v1::ObjectRef {
-            name: net.name.clone(),
-            uid: net.uid.clone(),
-            dangling: false,
-        }),
-        referrer: Some(v1::ObjectRef {
-            name: port.name.clone(),
-            uid: port.uid.clone(),
-            dangling: false,
-        }),
-        field: "network".into(),
-        generation: port.revision,
-        ..Default::default()
-    };
+    let row = backref_row(&net, &port, port.revision);
     let attach_as = |region: &str, forged: Option<&str>| {
         let mut request = tonic::Request::new(v1::AttachRequest {
             from_region: region.into(),
