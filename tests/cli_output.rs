@@ -164,6 +164,19 @@ fn no_text_output_carries_raw_epoch_milliseconds() {
     assert_eq!(purged.trim(), format!("purged: {legacy}"), "{purged}");
     let (_, audit) = run(&["admin", "audit"]);
     assert!(audit.starts_with("TIME "), "{audit}");
+    // `cascade audit` is the same call; `-o json` exports JSON lines,
+    // one entry a line, the force purge's among them.
+    let exported = demo.cascade_ok(&["-o", "json", "audit", "--resource", legacy]);
+    let entries: Vec<serde_json::Value> = exported
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["action"] == "ForcePurge (force)" && e["who"] == "admin" && e["target"] == legacy),
+        "{exported}"
+    );
     run(&["status"]);
     run(&["get", "us-east/port/p1"]);
     run(&["delete", "eu-west/network/net1", "--cascade", "--dry-run"]);

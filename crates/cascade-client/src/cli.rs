@@ -17,7 +17,7 @@ mod node_config;
 mod observe;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
-pub use admin::{AdminArgs, AdminCommand, DeletionStatusArg};
+pub use admin::{AdminArgs, AdminCommand, AuditArgs, DeletionStatusArg};
 pub use auth::{random_token, token_entry, AuthArgs, AuthCommand, CanIArgs};
 pub use delete::{DeleteArgs, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
@@ -170,6 +170,10 @@ pub enum Command {
     Finalizer(FinalizerCommand),
     /// Operators' calls (cascade.v1.Admin): stuck deletions, retry, audit log.
     Admin(AdminArgs),
+    /// One region's audit log (the same as `cascade admin audit`): who
+    /// changed or was refused what, through which node and region, by
+    /// which rule. `-o json` exports JSON lines.
+    Audit(AuditArgs),
     /// Credentials for nodes with `[auth] mode = "required"` (`cascade auth
     /// hash-token`), and questions about the policy (`cascade auth can-i
     /// VERB NAME`).
@@ -390,16 +394,22 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     if let Command::Health(health) = &command {
         return observe::run_health(health, args, json).await;
     }
-    if let Command::Admin(admin) = &command {
+    let admin_call = match &command {
+        Command::Admin(admin) => Some((admin.admin_token.clone(), admin.command.clone())),
+        Command::Audit(audit) => Some((
+            std::env::var("CASCADE_ADMIN_TOKEN").ok(),
+            AdminCommand::Audit(audit.clone()),
+        )),
+        _ => None,
+    };
+    if let Some((admin_token, admin_command)) = admin_call {
         // An empty CASCADE_ADMIN_TOKEN is no token; without one, the
         // caller's credential (`--token`, `[auth] mode = "required"`).
-        let token = admin
-            .admin_token
-            .clone()
+        let token = admin_token
             .filter(|t| !t.is_empty())
             .or_else(|| args.bearer().map(str::to_owned));
         let client = AdminClient::connect_with(&args.server, args.tls.load()?.as_ref(), token).await?;
-        return admin::run(&client, args, admin.command.clone(), json, &times).await;
+        return admin::run(&client, args, admin_command, json, &times).await;
     }
     if let Command::Auth(auth) = &command {
         return auth::run(args, auth, json).await;
@@ -413,6 +423,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
         | Command::Schema(_)
         | Command::Auth(_)
         | Command::Admin(_)
+        | Command::Audit(_)
         | Command::Status
         | Command::Health(_) => {
             unreachable!("handled above")

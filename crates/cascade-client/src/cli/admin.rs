@@ -70,31 +70,36 @@ pub enum AdminCommand {
     /// One region's audit log, oldest first: every change, Admin call and
     /// refusal, with who, the node, the region it came through and the
     /// rule. With `-o json`, one JSON object a line (JSON lines).
-    Audit {
-        /// The region (default: the one --server serves).
-        #[arg(long)]
-        region: Option<String>,
-        /// At most this many entries.
-        #[arg(long, default_value_t = 100)]
-        limit: usize,
-        /// Only this principal's entries (its exact id: `alice`, `anonymous`).
-        #[arg(long)]
-        principal: Option<String>,
-        /// Only entries about this resource (its exact full name).
-        #[arg(long)]
-        resource: Option<String>,
-        /// Only this action (exact: `create`, `update`, `delete`, `cascade`,
-        /// `orphan`, `add_lien`, `ForcePurge`, ...).
-        #[arg(long)]
-        action: Option<String>,
-        /// Only entries at or after this: an RFC 3339 time
-        /// (`2026-11-26T04:00:00Z`) or how long ago (`1h`, `30m`).
-        #[arg(long, value_parser = parse_audit_time)]
-        since: Option<AuditTime>,
-        /// Only entries before this (same forms as --since).
-        #[arg(long, value_parser = parse_audit_time)]
-        until: Option<AuditTime>,
-    },
+    Audit(AuditArgs),
+}
+
+/// `cascade admin audit`, also `cascade audit`: which entries of one
+/// region's audit log.
+#[derive(Debug, Clone, Args)]
+pub struct AuditArgs {
+    /// The region (default: the one --server serves).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// At most this many entries.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+    /// Only this principal's entries (its exact id: `alice`, `anonymous`).
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Only entries about this resource (its exact full name).
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// Only this action (exact: `create`, `update`, `delete`, `cascade`,
+    /// `orphan`, `add_lien`, `ForcePurge`, ...).
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Only entries at or after this: an RFC 3339 time
+    /// (`2026-11-26T04:00:00Z`) or how long ago (`1h`, `30m`).
+    #[arg(long, value_parser = parse_audit_time)]
+    pub since: Option<AuditTime>,
+    /// Only entries before this (same forms as --since).
+    #[arg(long, value_parser = parse_audit_time)]
+    pub until: Option<AuditTime>,
 }
 
 /// A point in time on the command line: when, or how long ago.
@@ -213,7 +218,7 @@ pub(super) async fn run(
                 print!("{}", purge_text(&resources, &name).await);
             }
         }
-        AdminCommand::Audit {
+        AdminCommand::Audit(AuditArgs {
             region,
             limit,
             principal,
@@ -221,7 +226,7 @@ pub(super) async fn run(
             action,
             since,
             until,
-        } => {
+        }) => {
             let now_ms = super::wall_clock_ms();
             let mut all = Vec::new();
             let mut token = String::new();
