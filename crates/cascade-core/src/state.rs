@@ -369,7 +369,11 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     /// left it, without a copy of it (a cascade reads the operation once
     /// per referrer: cloning it there was a clone of its root, principal
     /// and `reached` set per deleted leaf).
-    pub fn with_operation<R>(&self, id: OperationId, f: impl FnOnce(&Operation) -> R) -> Result<Option<R>, StorageError> {
+    pub fn with_operation<R>(
+        &self,
+        id: OperationId,
+        f: impl FnOnce(&Operation) -> R,
+    ) -> Result<Option<R>, StorageError> {
         match self.writes.operations.get(&id) {
             Some(v) => Ok(v.as_ref().map(f)),
             None => Ok(self.base.operation(id)?.as_ref().map(f)),

@@ -119,7 +119,10 @@ fn counted_as_unset<S: StateRead + ?Sized>(
     // counter answers without the outcome's read (a key built from the
     // name, per deleted leaf). A counter at zero with an unset outcome
     // would be an accounting error that `decrement` saturates anyway.
-    if !tx.with_operation(operation, |op| op.progress.unset > 0)?.unwrap_or(false) {
+    if !tx
+        .with_operation(operation, |op| op.progress.unset > 0)?
+        .unwrap_or(false)
+    {
         return Ok(false);
     }
     Ok(matches!(
@@ -457,7 +460,8 @@ pub(crate) fn after_pending_changed<S: StateRead + ?Sized>(
     id: OperationId,
 ) -> Result<(), CoreError> {
     // Read without a copy: this runs at every purge of a DELETING member.
-    let Some((pending, failed, root)) = tx.with_operation(id, |op| (op.progress.pending, op.progress.failed, op.root.uid))?
+    let Some((pending, failed, root)) =
+        tx.with_operation(id, |op| (op.progress.pending, op.progress.failed, op.root.uid))?
     else {
         return Ok(());
     };
