@@ -272,15 +272,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     /// ordered by target first: only this target's rows are visited (a step
     /// may hold hundreds of other targets' rows).
     fn overlay_backrefs(&self, target: Uid) -> impl Iterator<Item = (&BackRefKey, &Option<BackRef>)> {
-        let first = BackRefKey {
-            target,
-            referrer: Uid(uuid::Uuid::nil()),
-            field: String::new(),
-        };
-        self.writes
-            .backrefs
-            .range(first..)
-            .take_while(move |(k, _)| k.target == target)
+        self.overlay_backrefs_after(target, None)
     }
 
     /// This step's writes of `target`'s back-references after the key
