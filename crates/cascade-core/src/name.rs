@@ -40,6 +40,13 @@ pub struct RegionId(String);
 impl RegionId {
     /// Validates a region id; the error names the rule it breaks.
     pub fn parse(value: &str) -> Result<Self, NameError> {
+        Self::check(value)?;
+        Ok(Self(value.to_owned()))
+    }
+
+    /// [`RegionId::parse`]'s rules without the copy: every stored name a
+    /// node decodes checks its region (once per referrer of a cascade).
+    fn check(value: &str) -> Result<(), NameError> {
         let err = |reason| NameError {
             what: "region",
             value: quote(value),
@@ -55,7 +62,7 @@ impl RegionId {
         if !is_lower_alnum_dash(value) {
             return Err(err("may only contain a-z, 0-9 and '-'"));
         }
-        Ok(Self(value.to_owned()))
+        Ok(())
     }
 
     /// The id as written (also the prefix of its resources' names).
@@ -131,7 +138,7 @@ impl ResourceName {
         else {
             return Err(err("must have the form {region}/{kind}/{id}"));
         };
-        RegionId::parse(region).map_err(|e| NameError {
+        RegionId::check(region).map_err(|e| NameError {
             value: quote(value),
             what: "resource name",
             reason: e.reason,

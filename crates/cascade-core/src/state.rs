@@ -11,7 +11,8 @@
 //! resulting `WriteSet` are not interleaved with any other write to the same
 //! node. The node guarantees it with a single writer.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::StorageError;
 use crate::model::{
@@ -153,6 +154,12 @@ pub struct Tx<'s, S: StateRead + ?Sized> {
     base: &'s S,
     writes: WriteSet,
     next_revision: Option<Revision>,
+    /// Uids of the resources this step read from the snapshot: their uid
+    /// index entry is stored and names them (the store keeps the two in
+    /// step; the invariant checker's `uid_index` check), so writing one of
+    /// them back under its name need not rewrite the entry (an unset
+    /// referrer and a member entering DELETING each spared a key write).
+    indexed: RefCell<BTreeSet<Uid>>,
 }
 
 macro_rules! overlay_get {
@@ -171,6 +178,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             base,
             writes: WriteSet::default(),
             next_revision: None,
+            indexed: RefCell::new(BTreeSet::new()),
         }
     }
 
@@ -190,7 +198,13 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     pub fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError> {
         match self.writes.resources.get(name) {
             Some(v) => Ok(v.clone()),
-            None => self.base.resource(name),
+            None => {
+                let stored = self.base.resource(name)?;
+                if let Some(r) = &stored {
+                    self.indexed.borrow_mut().insert(r.uid);
+                }
+                Ok(stored)
+            }
         }
     }
 
@@ -209,9 +223,14 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         self.writes.resources.get(name).is_some_and(Option::is_some)
     }
 
-    /// Writes a resource and its uid index entry.
+    /// Writes a resource, and its uid index entry unless the store already
+    /// holds that entry unchanged (a resource read from the snapshot and
+    /// written back under its name: an update).
     pub fn put_resource(&mut self, r: Resource) {
-        self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
+        let stored_entry = self.indexed.get_mut().contains(&r.uid) && !self.writes.uid_index.contains_key(&r.uid);
+        if !stored_entry {
+            self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
+        }
         self.writes.resources.insert(r.name.clone(), Some(r));
     }
 
@@ -229,12 +248,16 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         after: Option<&BackRefKey>,
         limit: usize,
     ) -> Result<Vec<BackRef>, StorageError> {
-        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> = self
-            .overlay_backrefs(target)
-            .filter(|(k, _)| after.is_none_or(|a| *k > a))
-            .collect();
+        let overlay: Vec<(&BackRefKey, &Option<BackRef>)> = self.overlay_backrefs_after(target, after).collect();
         // Ask the base for enough rows that overlay deletions cannot starve the page.
-        let base = self.base.backrefs(target, after, limit.saturating_add(overlay.len()))?;
+        let mut base = self.base.backrefs(target, after, limit.saturating_add(overlay.len()))?;
+        if overlay.is_empty() {
+            // Nothing of this step's own past the position (a walk's next
+            // page; whether a leaf has any referrer): the base's rows are
+            // the answer, without a map of them to merge into.
+            base.truncate(limit);
+            return Ok(base);
+        }
         let mut merged: BTreeMap<BackRefKey, BackRef> = base.into_iter().map(|b| (b.key(), b)).collect();
         for (k, v) in overlay {
             match v {
@@ -249,14 +272,31 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     /// ordered by target first: only this target's rows are visited (a step
     /// may hold hundreds of other targets' rows).
     fn overlay_backrefs(&self, target: Uid) -> impl Iterator<Item = (&BackRefKey, &Option<BackRef>)> {
-        let first = BackRefKey {
-            target,
-            referrer: Uid(uuid::Uuid::nil()),
-            field: String::new(),
+        self.overlay_backrefs_after(target, None)
+    }
+
+    /// This step's writes of `target`'s back-references after the key
+    /// `after` (all of them when `None`). A walk removes every row it acts
+    /// on, so starting at the position, not at the target's first key,
+    /// spares each page a pass over the rows earlier pages removed.
+    fn overlay_backrefs_after<'a>(
+        &'a self,
+        target: Uid,
+        after: Option<&BackRefKey>,
+    ) -> impl Iterator<Item = (&'a BackRefKey, &'a Option<BackRef>)> {
+        use std::ops::Bound;
+        let start = match after {
+            // (A position past this target's rows leaves none.)
+            Some(a) if a.target >= target => Bound::Excluded(a.clone()),
+            _ => Bound::Included(BackRefKey {
+                target,
+                referrer: Uid(uuid::Uuid::nil()),
+                field: String::new(),
+            }),
         };
         self.writes
             .backrefs
-            .range(first..)
+            .range((start, Bound::Unbounded))
             .take_while(move |(k, _)| k.target == target)
     }
 
@@ -315,6 +355,35 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             Some(v) => Ok(v.clone()),
             None => self.base.operation(id),
         }
+    }
+
+    /// What `f` makes of this region's part of an operation, as this step
+    /// left it, without a copy of it (a cascade reads the operation once
+    /// per referrer: cloning it there was a clone of its root, principal
+    /// and `reached` set per deleted leaf).
+    pub fn with_operation<R>(
+        &self,
+        id: OperationId,
+        f: impl FnOnce(&Operation) -> R,
+    ) -> Result<Option<R>, StorageError> {
+        match self.writes.operations.get(&id) {
+            Some(v) => Ok(v.as_ref().map(f)),
+            None => Ok(self.base.operation(id)?.as_ref().map(f)),
+        }
+    }
+
+    /// This region's part of an operation, to change in place: read from
+    /// the snapshot into the step's writes the first time, then changed
+    /// there (so a step that counts 512 referrers in one operation copies
+    /// it once, not 512 times). Marks it written: only for a change.
+    pub fn operation_mut(&mut self, id: OperationId) -> Result<Option<&mut Operation>, StorageError> {
+        if !self.writes.operations.contains_key(&id) {
+            let Some(op) = self.base.operation(id)? else {
+                return Ok(None);
+            };
+            self.writes.operations.insert(id, Some(op));
+        }
+        Ok(self.writes.operations.get_mut(&id).and_then(Option::as_mut))
     }
 
     /// Writes an operation part.

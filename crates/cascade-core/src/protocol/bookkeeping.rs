@@ -115,6 +115,16 @@ fn counted_as_unset<S: StateRead + ?Sized>(
     operation: OperationId,
     name: &crate::name::ResourceName,
 ) -> Result<bool, CoreError> {
+    // Nothing counted as unset, nothing to take back: the operation's
+    // counter answers without the outcome's read (a key built from the
+    // name, per deleted leaf). A counter at zero with an unset outcome
+    // would be an accounting error that `decrement` saturates anyway.
+    if !tx
+        .with_operation(operation, |op| op.progress.unset > 0)?
+        .unwrap_or(false)
+    {
+        return Ok(false);
+    }
     Ok(matches!(
         tx.outcome(operation, name)?,
         Some(Outcome {
@@ -449,21 +459,25 @@ pub(crate) fn after_pending_changed<S: StateRead + ?Sized>(
     ctx: Ctx<'_>,
     id: OperationId,
 ) -> Result<(), CoreError> {
-    let Some(mut op) = tx.operation(id)? else {
+    // Read without a copy: this runs at every purge of a DELETING member.
+    let Some((pending, failed, root)) =
+        tx.with_operation(id, |op| (op.progress.pending, op.progress.failed, op.root.uid))?
+    else {
         return Ok(());
     };
-    if op.progress.pending <= 1 {
+    if pending <= 1 {
         // The root may be all that is left (or a failed root, nothing at all).
-        wake_if_deleting(tx, ctx, op.root.uid)?;
+        wake_if_deleting(tx, ctx, root)?;
     }
-    if op.progress.pending == 0 {
-        op.state = if op.progress.failed > 0 {
-            OperationState::Failed
-        } else {
-            OperationState::Succeeded
-        };
-        op.end_time = Some(ctx.now);
-        tx.put_operation(op);
+    if pending == 0 {
+        if let Some(op) = tx.operation_mut(id)? {
+            op.state = if failed > 0 {
+                OperationState::Failed
+            } else {
+                OperationState::Succeeded
+            };
+            op.end_time = Some(ctx.now);
+        }
     }
     Ok(())
 }
@@ -474,7 +488,8 @@ pub(super) fn update_operation<S: StateRead + ?Sized>(
     id: OperationId,
     change: impl FnOnce(&mut Progress),
 ) -> Result<(), CoreError> {
-    if let Some(mut op) = tx.operation(id)? {
+    // In place: this runs once per resource a cascade changes.
+    if let Some(op) = tx.operation_mut(id)? {
         change(&mut op.progress);
         op.changes += 1;
         if op.progress.pending > 0 && op.state != OperationState::Running {
@@ -483,7 +498,6 @@ pub(super) fn update_operation<S: StateRead + ?Sized>(
             op.state = OperationState::Running;
             op.end_time = None;
         }
-        tx.put_operation(op);
     }
     Ok(())
 }
@@ -568,8 +582,8 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
     // `apply_to_referrer`), authorized for that principal.
     let (no_cascade, principal) = match operation {
         Some(id) if matches!(event_type, EventType::Deleting | EventType::DeletionForced) => tx
-            .operation(id)?
-            .map_or((false, Principal::anonymous()), |op| (!op.cascade, op.principal)),
+            .with_operation(id, |op| (!op.cascade, op.principal.clone()))?
+            .unwrap_or_else(|| (false, Principal::anonymous())),
         _ => (false, Principal::anonymous()),
     };
     resource.revision = tx.peek_revision()?;

@@ -587,7 +587,18 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             }
         }
     }
-    release_ref(tx, ctx, &b)?;
+    if is_remote(ctx, &b.target.name) {
+        // The importer's walk: the owner learns of it by a queued release.
+        release_ref(tx, ctx, &b)?;
+    } else {
+        // The owner's walk of the deletion whose own step this is: only the
+        // row goes. `release_ref` would also wake this deletion and forget
+        // the row in its stored walk, and `step_deletion` overwrites both
+        // with the queue entry it puts or removes on every path (a clone of
+        // the target's record and two of its queue entry per referrer).
+        debug_assert_eq!(b.target.uid, target.uid, "a walk acts on its own target's rows");
+        tx.remove_backref(b.key());
+    }
     let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
         return Ok(None); // the referrer is gone: the back-reference was stale
     };
@@ -750,7 +761,8 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
     cascade: bool,
     principal: &Principal,
 ) -> Result<(), CoreError> {
-    if tx.operation(operation)?.is_none() {
+    // Asked once per referrer: a look, not a copy of the operation.
+    if tx.with_operation(operation, |_| ())?.is_none() {
         tx.put_operation(Operation {
             id: operation,
             root: root.clone(),
