@@ -219,7 +219,7 @@ mod tests {
         let ticket = floors.ticket(Table::DueIndex);
         // A commit lands between the scan's read of the floor and its raise.
         put(&store, &[3]);
-        floors.raise(Table::DueIndex, &ticket, Some(&[5]));
+        floors.raise(Table::DueIndex, &ticket, Some(&[5u8][..]));
         assert_eq!(first(&store), Some(vec![3]));
     }
 
