@@ -174,8 +174,11 @@ fn sizes(quick: bool, n: Option<&[u64]>) -> Sizes {
         }
     } else {
         Sizes {
-            p1_flat: vec![10_000, 100_000, 1_000_000],
-            p1_shapes: vec![100_000],
+            // 300k and 3M so that a cost per resource that grows with the
+            // cascade shows as a slope (issue 28: fjall unset went 54 ->
+            // 105 -> 195 us per resource at 100k, 300k, 1M).
+            p1_flat: vec![10_000, 100_000, 300_000, 1_000_000, 3_000_000],
+            p1_shapes: vec![100_000, 300_000, 1_000_000],
             p2: vec![1_000_000],
             p3: vec![(10, 2_000), (50, 2_000)],
             p5: vec![100_000],
@@ -412,6 +415,11 @@ fn parent(cli: &Cli) -> Result<()> {
         report::write_json(&out, &rows)?;
     }
     println!("{}", report::table(&rows));
+    let slope = report::slope(&rows);
+    if !slope.is_empty() {
+        println!("P1 slope: time per touched resource (deleted + unset), us, and its growth:");
+        println!("{slope}");
+    }
     println!("targets (the issue's; pass/FAIL on this run's rows):");
     println!("{}", report::targets(&rows));
     if rows.iter().any(|r| r.scenario == "p3") {

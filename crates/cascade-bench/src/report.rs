@@ -239,28 +239,141 @@ fn checks(rows: &[Row]) -> Vec<Check> {
                 }
             }
         }
-        let at = |n| flat(rows, e).find(|r| r.n == n).and_then(|r| r.wall_s);
-        if let (Some(m), Some(h)) = (at(1_000_000), at(100_000)) {
-            add(
-                "time at 1M <= 11x time at 100k (P1 flat)",
-                format!("{:.1}x ({m:.1} s / {h:.1} s)", m / h),
-                m <= 11.0 * h,
-                true,
-            );
+        for shape in SHAPES {
+            for (target, small, large) in LINEAR {
+                if shape != "flat" && small == 1_000_000 {
+                    continue;
+                }
+                let at = |n| us_per_touched(rows, e, shape, n);
+                if let (Some(s), Some(l)) = (at(small), at(large)) {
+                    out.push(Check {
+                        target,
+                        engine: format!("{e} {shape}"),
+                        measured: format!("{:.2}x ({l:.1} us / {s:.1} us per touched resource)", l / s),
+                        verdict: verdict(l <= LINEAR_RATIO * s, true),
+                    });
+                }
+            }
         }
     }
     out
+}
+
+/// P1's shapes, in the order the slope lists them.
+const SHAPES: [&str; 3] = ["flat", "tree", "unset"];
+
+/// The linearity target of issue 28: time per touched resource at the
+/// larger size within this factor of the smaller.
+const LINEAR_RATIO: f64 = 1.3;
+
+/// The sizes the linearity target compares: 1M with 100k for every shape,
+/// 3M with 1M for flat.
+const LINEAR: [(&str, u64, u64); 2] = [
+    (
+        "linear: time per touched resource at 1M <= 1.3x at 100k (P1)",
+        100_000,
+        1_000_000,
+    ),
+    (
+        "linear: time per touched resource at 3M <= 1.3x at 1M (P1 flat)",
+        1_000_000,
+        3_000_000,
+    ),
+];
+
+/// Microseconds of a P1 row's wall time per resource it touched (deleted
+/// or unset), for `engine` and `shape` at `n`.
+fn us_per_touched(rows: &[Row], engine: &str, shape: &str, n: u64) -> Option<f64> {
+    ok_rows(rows, engine, "p1")
+        .filter(|r| r.shape.as_deref() == Some(shape) && r.n == n)
+        .find_map(|r| {
+            let touched = r.deleted? + r.unset.unwrap_or(0);
+            r.wall_s.filter(|_| touched > 0).map(|w| w * 1e6 / touched as f64)
+        })
+}
+
+/// The slope of P1: time per touched resource (us) at each size this run
+/// measured, per engine and shape, and its ratio between the sizes the
+/// linearity target compares. A cost per resource that grows with the
+/// cascade is a superlinear term; the table of wall times hides it.
+pub fn slope(rows: &[Row]) -> String {
+    let mut sizes: Vec<u64> = ok_rows_of(rows, "p1").map(|r| r.n).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut engines: Vec<&str> = ok_rows_of(rows, "p1").map(|r| r.engine.as_str()).collect();
+    engines.sort_unstable();
+    engines.dedup();
+    if sizes.is_empty() {
+        return String::new();
+    }
+    let mut header: Vec<String> = vec!["engine".into(), "shape".into()];
+    header.extend(sizes.iter().map(|n| format!("us@{}", short(*n))));
+    header.extend(LINEAR.iter().map(|(_, s, l)| format!("{}/{}", short(*l), short(*s))));
+    let mut lines = vec![header];
+    for e in &engines {
+        for shape in SHAPES {
+            let at: Vec<Option<f64>> = sizes.iter().map(|&n| us_per_touched(rows, e, shape, n)).collect();
+            if at.iter().all(Option::is_none) {
+                continue;
+            }
+            let mut line: Vec<String> = vec![(*e).to_owned(), shape.to_owned()];
+            line.extend(at.iter().map(|v| num(*v)));
+            line.extend(LINEAR.iter().map(|(_, small, large)| {
+                match (
+                    us_per_touched(rows, e, shape, *small),
+                    us_per_touched(rows, e, shape, *large),
+                ) {
+                    (Some(s), Some(l)) => format!("{:.2}", l / s),
+                    _ => "-".into(),
+                }
+            }));
+            lines.push(line);
+        }
+    }
+    let widths: Vec<usize> = (0..lines[0].len())
+        .map(|c| lines.iter().map(|l| l[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for l in &lines {
+        let cells: Vec<String> = l
+            .iter()
+            .enumerate()
+            .map(|(c, s)| {
+                if c < 2 {
+                    format!("{s:<w$}", w = widths[c])
+                } else {
+                    format!("{s:>w$}", w = widths[c])
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    out
+}
+
+fn ok_rows_of<'a>(rows: &'a [Row], scenario: &'a str) -> impl Iterator<Item = &'a Row> + 'a {
+    rows.iter().filter(move |r| r.scenario == scenario && r.error.is_none())
+}
+
+/// 100000 as 100k, 3000000 as 3M.
+fn short(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
 }
 
 /// The targets as lines of text, with what this run measured.
 pub fn targets(rows: &[Row]) -> String {
     let checks = checks(rows);
     let w = checks.iter().map(|c| c.target.len()).max().unwrap_or(0);
+    let we = checks.iter().map(|c| c.engine.len()).max().unwrap_or(0).max(8);
     let mut out = String::new();
     for c in checks {
         let _ = writeln!(
             out,
-            "{:<w$}  {:<8}  {:<4}  {}",
+            "{:<w$}  {:<we$}  {:<4}  {}",
             c.target, c.engine, c.verdict, c.measured
         );
     }

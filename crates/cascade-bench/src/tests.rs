@@ -155,3 +155,41 @@ fn percentiles_are_nearest_rank() {
     assert_eq!(crate::harness::percentile(&samples, 1.0), Some(100.0));
     assert_eq!(crate::harness::percentile(&[], 0.5), None);
 }
+
+/// The slope and the linearity checks from rows of two sizes: time per
+/// touched resource (deleted + unset), its ratio, pass within 1.3x.
+#[test]
+fn the_slope_is_time_per_touched_resource_and_its_growth() {
+    let p1 = |engine: &str, shape: &str, n: u64, wall_s: f64, deleted: u64, unset: u64| crate::spec::Row {
+        scenario: "p1".into(),
+        engine: engine.into(),
+        n,
+        shape: Some(shape.into()),
+        wall_s: Some(wall_s),
+        deleted: Some(deleted),
+        unset: Some(unset),
+        ..Default::default()
+    };
+    let rows = vec![
+        p1("fjall", "unset", 100_000, 5.41, 50_001, 50_000),
+        p1("fjall", "unset", 1_000_000, 195.0, 500_001, 500_000),
+        p1("fjall", "flat", 100_000, 1.5, 100_001, 0),
+        p1("fjall", "flat", 1_000_000, 16.0, 1_000_001, 0),
+    ];
+    let slope = crate::report::slope(&rows);
+    assert!(
+        slope.contains("us@100k") && slope.contains("us@1M") && slope.contains("1M/100k"),
+        "{slope}"
+    );
+    let unset = slope.lines().find(|l| l.contains("unset")).expect("an unset line");
+    assert!(unset.contains("54.1") && unset.contains("3.60"), "{unset}");
+    let targets = crate::report::targets(&rows);
+    let verdict = |shape: &str| {
+        targets
+            .lines()
+            .find(|l| l.contains("at 1M <= 1.3x") && l.contains(&format!("fjall {shape}")))
+            .map(|l| l.split_whitespace().any(|w| w == "pass"))
+    };
+    assert_eq!(verdict("unset"), Some(false), "{targets}");
+    assert_eq!(verdict("flat"), Some(true), "{targets}");
+}

@@ -35,7 +35,7 @@ use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{OperationId, ResourceName, Uid};
 
-use crate::store::{Batch, Entry, Prefetch, Store, StoreError, Table};
+use crate::store::{scan_from_floor, Batch, Entry, Prefetch, Store, StoreError, Table};
 pub use audit_log::AuditPruned;
 
 mod audit_log;
@@ -495,13 +495,19 @@ impl StateRead for StoreState<'_> {
     }
     fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
         // The index is in due order: read up to the first entry not yet due.
+        // From its floor, not its first key: every step removes or moves
+        // later the entries it processed, and on fjall each removed one
+        // stays a tombstone that a scan from the first key passed again on
+        // every later step (quadratic in the deletions of a cascade: P1
+        // unset, issue 28; `tests/tombstones.rs`).
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         while out.len() < limit {
-            let page = self
-                .store
-                .scan(Table::DueIndex, &[], after.as_deref(), limit - out.len())
-                .map_err(storage)?;
+            let page = match &after {
+                None => scan_from_floor(self.store, Table::DueIndex, limit - out.len()),
+                Some(after) => self.store.scan(Table::DueIndex, &[], Some(after), limit - out.len()),
+            }
+            .map_err(storage)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             for (key, _) in page {

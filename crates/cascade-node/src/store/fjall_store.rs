@@ -34,7 +34,7 @@ use std::path::Path;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
 use super::reopen::{EngineHandles, Reopenable};
-use super::{from_io, Batch, DiskCondition, Entry, Store, StoreError, Table};
+use super::{from_io, Batch, DiskCondition, Entry, ScanFloors, Store, StoreError, Table};
 
 /// A fjall database with a keyspace per [`Table`].
 pub struct FjallStore(Reopenable<Handles>);
@@ -156,7 +156,7 @@ impl Store for FjallStore {
         if batch.is_empty() {
             return Ok(());
         }
-        self.with(|h| {
+        self.0.commit(&batch, |h| {
             // Every item of a fjall batch gets the batch's one sequence number,
             // so two writes of one key in a batch tie, and which one survives
             // is up to fjall's memtable (today its skiplist lets the later
@@ -189,5 +189,9 @@ impl Store for FjallStore {
 
     fn reopen(&self) -> Result<(), StoreError> {
         self.0.reopen()
+    }
+
+    fn scan_floors(&self) -> Option<&ScanFloors> {
+        Some(self.0.floors())
     }
 }

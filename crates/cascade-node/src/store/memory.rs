@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Mutex;
 
-use super::{Batch, Entry, Store, StoreError, Table};
+use super::{Batch, Entry, ScanFloors, Store, StoreError, Table};
 
 /// One ordered map per table.
 type Tables = BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>;
@@ -13,6 +13,9 @@ type Tables = BTreeMap<Table, BTreeMap<Vec<u8>, Vec<u8>>>;
 pub struct MemoryStore {
     /// One lock over all tables, so a batch is atomic to readers.
     tables: Mutex<Tables>,
+    /// Nothing to skip here (a removed key is gone), but a store that
+    /// wraps this one to keep tombstones (`TombstoneStore`) scans by them.
+    floors: ScanFloors,
 }
 
 impl MemoryStore {
@@ -45,6 +48,7 @@ impl Store for MemoryStore {
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        self.floors.before_commit(&batch);
         let mut tables = self.lock();
         for (table, key, value) in batch.ops {
             let t = tables.entry(table).or_default();
@@ -53,7 +57,13 @@ impl Store for MemoryStore {
                 None => t.remove(&key),
             };
         }
+        drop(tables);
+        self.floors.landed();
         Ok(())
+    }
+
+    fn scan_floors(&self) -> Option<&ScanFloors> {
+        Some(&self.floors)
     }
 
     fn flush(&self) -> Result<(), StoreError> {

@@ -16,6 +16,7 @@
 
 mod disk;
 mod fjall_store;
+mod floors;
 mod lease;
 mod memory;
 mod postgres;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 pub(crate) use disk::{from_io, probe_writable};
 pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
 pub use fjall_store::FjallStore;
+pub use floors::{scan_from_floor, ScanFloors};
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::MemoryStore;
 pub use postgres::{
@@ -293,6 +295,15 @@ pub trait Store: Send + Sync + 'static {
     /// to do for a store in memory.
     fn reopen(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+    /// The floors of the tables that are scanned from their first key and
+    /// removed from the front ([`scan_from_floor`]): an engine whose removed
+    /// keys stay in the way of a scan (an LSM tree's tombstones, sled's
+    /// empty leaves) keeps them, and calls [`ScanFloors::before_commit`]
+    /// and [`ScanFloors::landed`] around every commit. None: every such
+    /// scan starts at the first key.
+    fn scan_floors(&self) -> Option<&ScanFloors> {
+        None
     }
 }
 

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{PoisonError, RwLock, TryLockError};
 
-use super::{probe_writable, DiskCondition, StoreError};
+use super::{probe_writable, Batch, DiskCondition, ScanFloors, StoreError};
 
 /// One engine's handles on a directory.
 pub(super) trait EngineHandles: Sized {
@@ -38,6 +38,8 @@ pub(super) struct Reopenable<H> {
     /// None only after a reopen whose open failed (the old handles had to
     /// go first); the next reopen tries again.
     open: RwLock<Option<H>>,
+    /// The tables' scan floors, forgotten at each reopen.
+    floors: ScanFloors,
 }
 
 impl<H: EngineHandles> Reopenable<H> {
@@ -46,7 +48,25 @@ impl<H: EngineHandles> Reopenable<H> {
             open: RwLock::new(Some(H::open(dir, cache_bytes)?)),
             dir: dir.to_owned(),
             cache_bytes,
+            floors: ScanFloors::default(),
         })
+    }
+
+    pub(super) fn floors(&self) -> &ScanFloors {
+        &self.floors
+    }
+
+    /// Runs `commit` on the open handles with the scan floors lowered for
+    /// `batch` first ([`ScanFloors::before_commit`]).
+    pub(super) fn commit(
+        &self,
+        batch: &Batch,
+        commit: impl FnOnce(&H) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.floors.before_commit(batch);
+        let result = self.with(commit);
+        self.floors.landed();
+        result
     }
 
     /// Runs `f` on the open handles, or fails at once with
@@ -94,6 +114,8 @@ impl<H: EngineHandles> Reopenable<H> {
         if let Some(old) = open.take() {
             old.close();
         }
+        // A batch whose commit reported an error may be found now.
+        self.floors.forget();
         *open = Some(H::open(&self.dir, self.cache_bytes)?);
         Ok(())
     }

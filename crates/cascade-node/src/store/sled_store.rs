@@ -11,7 +11,7 @@ use std::path::Path;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::reopen::{EngineHandles, Reopenable};
-use super::{from_io, Batch, Entry, Store, StoreError, Table};
+use super::{from_io, Batch, Entry, ScanFloors, Store, StoreError, Table};
 
 pub struct SledStore(Reopenable<Handles>);
 
@@ -119,6 +119,9 @@ impl Store for SledStore {
         }
         let mut per_tree: Vec<sled::Batch> = (0..Table::ALL.len()).map(|_| sled::Batch::default()).collect();
         let mut touched = [false; Table::ALL.len()];
+        // Before the batch is taken apart: its puts lower the scan floors.
+        let floors = self.0.floors();
+        floors.before_commit(&batch);
         for (table, key, value) in batch.ops {
             touched[table.index()] = true;
             match value {
@@ -126,7 +129,7 @@ impl Store for SledStore {
                 None => per_tree[table.index()].remove(key),
             }
         }
-        self.with(|h| {
+        let result = self.with(|h| {
             let trees: Vec<&sled::Tree> = h.trees.iter().collect();
             trees
                 .as_slice()
@@ -142,7 +145,9 @@ impl Store for SledStore {
                     TransactionError::Storage(e) => engine("commit of a batch", e),
                     TransactionError::Abort(()) => StoreError::Engine("sled: commit of a batch aborted".into()),
                 })
-        })
+        });
+        floors.landed();
+        result
     }
 
     fn flush(&self) -> Result<(), StoreError> {
@@ -151,5 +156,9 @@ impl Store for SledStore {
 
     fn reopen(&self) -> Result<(), StoreError> {
         self.0.reopen()
+    }
+
+    fn scan_floors(&self) -> Option<&ScanFloors> {
+        Some(self.0.floors())
     }
 }

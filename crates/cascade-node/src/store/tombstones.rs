@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use super::{Batch, Entry, MemoryStore, Store, StoreError, Table};
+use super::{Batch, Entry, MemoryStore, ScanFloors, Store, StoreError, Table};
 
 /// [`MemoryStore`] plus the tombstones of every key it removed (never
 /// compacted: the worst case an LSM engine can present).
@@ -103,5 +103,9 @@ impl Store for TombstoneStore {
 
     fn waits_on_io(&self) -> bool {
         false
+    }
+
+    fn scan_floors(&self) -> Option<&ScanFloors> {
+        self.inner.scan_floors()
     }
 }
