@@ -632,3 +632,59 @@ async fn a_region_at_two_addresses_of_which_the_first_is_down_still_links_and_ca
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }
+
+/// A release goes to its owner as soon as the importer has committed it,
+/// not at the link's next tick: in cascade-bench's P2 each importer's
+/// releases waited up to a tick (`--tick-ms` 200) before each send
+/// (docs/BENCHMARKS.md, "Across regions: P5 and P2"). With ticks of ten
+/// minutes, the owner's row of a port cascaded in the other region is gone
+/// within seconds (before: at the importer link's next tick).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_goes_once_it_is_committed_not_at_the_links_next_tick() {
+    let c = start_cluster_with(&["ra", "rb"], |s| {
+        s.tick = Duration::from_secs(600);
+        s.check_interval = Duration::from_secs(600);
+    })
+    .await;
+    let (a, b) = (c.client("ra"), c.client("rb"));
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/net", &[("project", &["ra/project/p"])]),
+    ])
+    .await
+    .unwrap();
+    b.create(port_on("rb/port/p0", "ra/network/net")).await.unwrap();
+    // The links' first tick comes at their start; from here only a send
+    // woken by the commit can deliver the release within the deadline.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let owner = c
+        .endpoints()
+        .into_iter()
+        .find(|(r, _)| r == "ra")
+        .map(|(_, e)| e)
+        .expect("ra's endpoint");
+    let rows_from_rb = |d: &v1::DumpResponse| {
+        d.backrefs
+            .iter()
+            .filter(|row| row.referrer.as_ref().is_some_and(|r| r.name.starts_with("rb/")))
+            .count()
+    };
+    assert_eq!(
+        rows_from_rb(&dump(&owner).await.expect("dump")),
+        1,
+        "rb's port is attached"
+    );
+    a.delete(delete_req("ra/network/net", true)).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if rows_from_rb(&dump(&owner).await.expect("dump")) == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the owner still holds rb's row after 20 s: the release waited for the link's tick"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(b.get("rb/port/p0").await.is_err(), "the port was cascaded in rb");
+}

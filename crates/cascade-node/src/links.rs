@@ -13,6 +13,10 @@
 //!
 //! Actors are unnamed (several nodes share a process in tests and the demo)
 //! and linked to a supervisor that restarts one that fails.
+//!
+//! Size: one file on purpose: the links, the reconciler and their
+//! supervisor share the coalesced ticks and wake-ups and one context, and
+//! each actor is read with the supervisor that restarts it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -60,6 +64,9 @@ pub struct LinkContext {
 
 pub enum LinkMsg {
     Tick,
+    /// The writer committed a release queued for this link's peer: send
+    /// the queued releases now (see [`prompt_releases`]).
+    Releases,
     /// The watch stream ended (error text); reconnect after a backoff.
     WatchEnded(String),
     /// The watch stream delivered: the connection is healthy.
@@ -88,6 +95,10 @@ struct LinkState {
     ticker: Option<tokio::task::JoinHandle<()>>,
     /// A tick is in the mailbox (see [`coalesced_ticks`]).
     tick_queued: Arc<AtomicBool>,
+    /// The task that wakes the link when a release is queued, and whether
+    /// its message is in the mailbox (see [`prompt_releases`]).
+    releases: Option<tokio::task::JoinHandle<()>>,
+    releases_queued: Arc<AtomicBool>,
     /// Reconnect jitter, seeded per node and peer (see `NodeEnv::seed`), so
     /// links do not reconnect in lockstep and a simulation replays.
     jitter: XorShift64,
@@ -116,6 +127,32 @@ fn coalesced_ticks<M: ractor::Message>(
             }
         }
     })
+}
+
+/// Casts [`LinkMsg::Releases`] to `actor` each time the writer commits a
+/// release queued for `peer`, unless one is still in its mailbox: a send
+/// takes every release queued so far, so one message stands for any number
+/// of commits. Why: releases went only at the link's tick, and an owner's
+/// deletion waits for them (P2, five regions: each importer's releases
+/// waited up to a tick, `--tick-ms` 200, before each send, and the last
+/// ones held the root that long). The tick still sends too, as the retry
+/// after a failed send.
+fn prompt_releases(
+    actor: &ActorRef<LinkMsg>,
+    node: &Node,
+    peer: &str,
+    queued: Arc<AtomicBool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let wake = node.release_hints.queued(peer)?;
+    let actor = actor.clone();
+    Some(tokio::spawn(async move {
+        loop {
+            wake.notified().await;
+            if !queued.swap(true, Ordering::AcqRel) && actor.cast(LinkMsg::Releases).is_err() {
+                return; // the actor stopped
+            }
+        }
+    }))
 }
 
 /// Half to all of the capped exponential delay, picked by `jitter`.
@@ -411,6 +448,8 @@ impl Actor for PeerLink {
         let tick_queued = Arc::new(AtomicBool::new(false));
         let ticker = coalesced_ticks(&myself, ctx.tick, tick_queued.clone(), || LinkMsg::Tick);
         let jitter = XorShift64::new(ctx.jitter_seed ^ stable_hash(&peer));
+        let releases_queued = Arc::new(AtomicBool::new(false));
+        let releases = prompt_releases(&myself, &ctx.node, &peer, releases_queued.clone());
         let mut state = LinkState {
             jitter,
             ctx,
@@ -424,6 +463,8 @@ impl Actor for PeerLink {
             last_ack: None,
             ticker: Some(ticker),
             tick_queued,
+            releases,
+            releases_queued,
         };
         state.start_watch(&myself);
         Ok(state)
@@ -433,6 +474,9 @@ impl Actor for PeerLink {
         state.ctx.node.metrics.peer_connected(&state.peer, false);
         if let Some(t) = state.ticker.take() {
             t.abort();
+        }
+        if let Some(r) = state.releases.take() {
+            r.abort();
         }
         if let Some(w) = state.watch.take() {
             w.abort();
@@ -460,6 +504,20 @@ impl Actor for PeerLink {
                 let wait = backoff_with_jitter(state.failures, &mut state.jitter);
                 state.reconnect_at = clock::monotonic_now() + wait;
                 span.in_scope(|| debug!(reason = %why, retry_in = ?wait, "watch of peer ended"));
+            }
+            LinkMsg::Releases => {
+                state.releases_queued.store(false, Ordering::Release);
+                if state.watch.is_none() {
+                    // The link is down: the tick retries when it is back,
+                    // instead of a send that waits on a dead peer per commit.
+                    return Ok(());
+                }
+                if let Err(e) = flush_releases(&node, &state.peer, &mut state.release_after)
+                    .instrument(span.clone())
+                    .await
+                {
+                    span.in_scope(|| debug!(error = %e, "releases not delivered yet; will retry"));
+                }
             }
             LinkMsg::Tick => {
                 state.tick_queued.store(false, Ordering::Release);

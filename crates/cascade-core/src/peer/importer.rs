@@ -5,6 +5,8 @@
 //! the owner's questions (which rows still stand, which list owners keep
 //! another target).
 
+use std::collections::BTreeMap;
+
 use crate::error::{CoreError, StorageError};
 use crate::model::{
     BackRefKey, EventType, PendingAttach, RefTarget, RemoteDeletion, RemoteEvent, Resource, ResourceState, WorkItem,
@@ -292,13 +294,24 @@ pub fn settle_batch<S: StateRead + ?Sized>(
         },
         None => CoreError::invalid("resources", "nothing to settle"),
     };
+    // Each member read once, by the name it was created under (a uid names
+    // one resource for ever, so this is the read by uid without the uid
+    // index): P5's profile had the settle reading every member four times
+    // (by uid, twice) and every member's remote target once more.
+    let mut current = Vec::with_capacity(members.len());
+    for (name, uid, _) in &members {
+        current.push(tx.resource(name)?.filter(|r| r.uid == *uid));
+    }
     // The failure that decides for the whole batch, if any.
     let mut failure = attached.err();
     if failure.is_none() {
-        for (_, uid, _) in &members {
-            if let Some(r) = tx.resource_by_uid(*uid)? {
+        // Targets seen DELETING here, asked once each (a batch's members
+        // mostly reference the same few targets).
+        let mut tombstoned: BTreeMap<Uid, bool> = BTreeMap::new();
+        for ((_, uid, _), r) in members.iter().zip(&current) {
+            if let Some(r) = r {
                 if r.state == ResourceState::Creating {
-                    if let Some((field, target)) = deleting_target(&tx, &r)? {
+                    if let Some((field, target)) = deleting_target(&tx, r, &mut tombstoned)? {
                         failure = Some(CoreError::TargetDeleting {
                             field: format!("refs.{field}"),
                             target,
@@ -334,8 +347,10 @@ pub fn settle_batch<S: StateRead + ?Sized>(
         });
     }
     let mut out = Vec::with_capacity(members.len());
-    for (_, uid, keys) in &members {
-        let Some(resource) = tx.resource_by_uid(*uid)? else {
+    for ((_, uid, keys), resource) in members.iter().zip(current) {
+        // Read before this loop wrote anything: the loop writes only the
+        // member it is at, so the read still holds.
+        let Some(resource) = resource else {
             return Ok(Step {
                 value: Err(aborted(first_name)),
                 writes: tx.finish(),
@@ -346,6 +361,8 @@ pub fn settle_batch<S: StateRead + ?Sized>(
             continue;
         };
         pending.keys.retain(|k| !keys.contains(k));
+        // A sibling is read through this step's writes: the members come
+        // targets first, so one activated above reads ACTIVE here.
         let waits_for_sibling = resource.refs.values().flatten().any(|t| {
             !is_remote(ctx, &t.name)
                 && matches!(tx.resource_by_uid(t.uid), Ok(Some(s)) if s.state == ResourceState::Creating)
@@ -377,14 +394,24 @@ fn store_pending<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, pending: PendingAtta
     }
 }
 
-/// A target of the resource that this node saw enter DELETING.
+/// A target of the resource that this node saw enter DELETING; `known`
+/// keeps the answer for each target asked in the step.
 fn deleting_target<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     r: &Resource,
+    known: &mut BTreeMap<Uid, bool>,
 ) -> Result<Option<(String, ResourceName)>, StorageError> {
     for (field, targets) in &r.refs {
         for t in targets {
-            if tx.remote_deletion(t.uid)?.is_some() {
+            let deleting = match known.get(&t.uid) {
+                Some(d) => *d,
+                None => {
+                    let d = tx.remote_deletion(t.uid)?.is_some();
+                    known.insert(t.uid, d);
+                    d
+                }
+            };
+            if deleting {
                 return Ok(Some((field.clone(), t.name.clone())));
             }
         }

@@ -1,0 +1,430 @@
+//! What the cross-region steps of a batch cost in reads of the state: the
+//! owner's attach of a batch, the importer's settle of it, and the owner's
+//! release of a page of rows. Counted, not timed.
+//!
+//! Why these tests exist: P5 (a thousand ports in one region referencing a
+//! network in another, per BatchCreate) read the network once per port in
+//! the owner's attach, and every port four times (by uid, twice) plus its
+//! target's tombstone once in the importer's settle; P2's owner read the
+//! deletion record twice, the operation and the queue entry once per
+//! released row (`docs/BENCHMARKS.md`, "Across regions: P5 and P2"). Each
+//! of these is now one read per step of what the batch shares, and one
+//! read of each member.
+
+use std::cell::Cell;
+
+use cascade_core::memory::MemoryState;
+use cascade_core::model::PendingAttach;
+use cascade_core::peer::{self, PeerBackRef};
+use cascade_core::protocol;
+use cascade_core::state::{StateRead, WriteSet};
+use cascade_core::*;
+
+/// A [`MemoryState`] that counts the point reads the steps make, by table.
+#[derive(Default)]
+struct Counted {
+    state: MemoryState,
+    resources: Cell<u64>,
+    names: Cell<u64>,
+    tombstones: Cell<u64>,
+    deletions: Cell<u64>,
+    operations: Cell<u64>,
+    work: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+impl Counted {
+    fn apply(&mut self, w: WriteSet) {
+        self.state.apply(w);
+    }
+
+    fn reset(&self) {
+        for c in [
+            &self.resources,
+            &self.names,
+            &self.tombstones,
+            &self.deletions,
+            &self.operations,
+            &self.work,
+        ] {
+            c.set(0);
+        }
+    }
+}
+
+impl StateRead for Counted {
+    fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, error::StorageError> {
+        bump(&self.resources);
+        self.state.resource(name)
+    }
+    fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, error::StorageError> {
+        bump(&self.names);
+        self.state.name_of(uid)
+    }
+    fn backrefs(
+        &self,
+        target: Uid,
+        after: Option<&BackRefKey>,
+        limit: usize,
+    ) -> Result<Vec<BackRef>, error::StorageError> {
+        self.state.backrefs(target, after, limit)
+    }
+    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, error::StorageError> {
+        self.state.backref(key)
+    }
+    fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, error::StorageError> {
+        bump(&self.deletions);
+        self.state.deletion(uid)
+    }
+    fn operation(&self, id: OperationId) -> Result<Option<Operation>, error::StorageError> {
+        bump(&self.operations);
+        self.state.operation(id)
+    }
+    fn work(&self, uid: Uid) -> Result<Option<WorkItem>, error::StorageError> {
+        bump(&self.work);
+        self.state.work(uid)
+    }
+    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, error::StorageError> {
+        self.state.outcome(op, name)
+    }
+    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, error::StorageError> {
+        self.state.due_work(now, limit)
+    }
+    fn next_revision(&self) -> Result<Revision, error::StorageError> {
+        self.state.next_revision()
+    }
+    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, error::StorageError> {
+        bump(&self.tombstones);
+        self.state.remote_deletion(uid)
+    }
+    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, error::StorageError> {
+        self.state.pending_attach(uid)
+    }
+    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, error::StorageError> {
+        self.state.remote_deletions()
+    }
+    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, error::StorageError> {
+        self.state.pending_release(region, key)
+    }
+    fn cursor(&self, region: &str) -> Result<Revision, error::StorageError> {
+        self.state.cursor(region)
+    }
+    fn generation(&self) -> Result<u64, error::StorageError> {
+        self.state.generation()
+    }
+}
+
+/// Ports of one network, deleted with it.
+const SCHEMA: &str = r#"
+[kinds.network]
+[kinds.port.refs.network]
+kind = "network"
+on_delete = "cascade"
+required = true
+"#;
+
+/// One BatchCreate's worth.
+const BATCH: usize = 1_000;
+
+struct Region {
+    state: Counted,
+    schema: Schema,
+    region: RegionId,
+    ids: SequentialIds,
+    policy: Policy,
+    now: Timestamp,
+}
+
+macro_rules! ctx {
+    ($r:expr) => {
+        Ctx {
+            schema: &$r.schema,
+            region: &$r.region,
+            now: $r.now,
+            policy: &$r.policy,
+            authorizer: &cascade_core::auth::AllowAll,
+        }
+    };
+}
+
+impl Region {
+    fn new(region: &str) -> Self {
+        Region {
+            state: Counted::default(),
+            schema: Schema::from_toml(SCHEMA).expect("the schema loads"),
+            region: RegionId::parse(region).expect("a valid region"),
+            ids: SequentialIds::default(),
+            policy: Policy::default(),
+            now: Timestamp(1_000_000),
+        }
+    }
+
+    fn create(&mut self, specs: Vec<ResourceSpec>) -> Vec<Resource> {
+        let step = protocol::create(&self.state, ctx!(self), &mut self.ids, specs).expect("the creates are valid");
+        self.state.apply(step.writes);
+        step.value
+    }
+
+    /// A network of this region.
+    fn network(&mut self) -> RefTarget {
+        let created = self.create(vec![ResourceSpec {
+            name: format!("{}/network/n", self.region),
+            ..ResourceSpec::default()
+        }]);
+        RefTarget {
+            name: created[0].name.clone(),
+            uid: created[0].uid,
+        }
+    }
+}
+
+/// `BATCH` ports of `region` referencing `target`, as the importer's node
+/// creates them (the target's uid resolved at its owner): CREATING.
+fn ports_on(importer: &mut Region, target: &RefTarget) -> Vec<Resource> {
+    let specs = (0..BATCH)
+        .map(|i| ResourceSpec {
+            name: format!("{}/port/p-{i:05}", importer.region),
+            refs: [(
+                "network".to_owned(),
+                vec![RefRequest {
+                    name: target.name.to_string(),
+                    uid: Some(target.uid),
+                }],
+            )]
+            .into(),
+            ..ResourceSpec::default()
+        })
+        .collect();
+    importer.create(specs)
+}
+
+/// What the importer attaches for its CREATING ports, as the node reads it.
+fn entries_of(importer: &Region, ports: &[Resource]) -> Vec<PeerBackRef> {
+    ports
+        .iter()
+        .flat_map(|p| {
+            let pending = importer
+                .state
+                .state
+                .pending_attach(p.uid)
+                .expect("reads")
+                .expect("pending");
+            pending
+                .keys
+                .iter()
+                .map(|k| PeerBackRef::from(importer.state.state.backref(k).expect("reads").expect("a mirror row")))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The owner's attach of a batch reads the target it names once, not once
+/// per row (before: 1,000 reads and decodes of the network).
+#[test]
+fn an_attach_of_a_batch_reads_its_target_once() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    assert!(ports.iter().all(|p| p.state == ResourceState::Creating));
+    let entries = entries_of(&importer, &ports);
+
+    owner.state.reset();
+    let step = peer::attach(&owner.state, ctx!(owner), "r1", entries).expect("the attach is valid");
+    assert_eq!(step.value, BATCH);
+    assert_eq!(step.writes.backrefs.len(), BATCH, "one row per reference");
+    let reads = owner.state.resources.get();
+    assert_eq!(reads, 1, "{reads} reads of the target for one attach of {BATCH} rows");
+}
+
+/// An attach whose rows name the same uid under another name is refused:
+/// the once-per-step check is of the name and the uid together.
+#[test]
+fn an_attach_naming_a_known_uid_under_another_name_is_refused() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    let mut entries = entries_of(&importer, &ports[..2]);
+    entries[1].target.name = ResourceName::parse("r0/network/other").expect("a valid name");
+    let refused = peer::attach(&owner.state, ctx!(owner), "r1", entries);
+    assert!(matches!(refused, Err(CoreError::TargetNotFound { .. })), "{refused:?}");
+}
+
+/// The importer's settle of a batch reads each member once, by its name,
+/// and the tombstone of the target they share once (before: four reads of
+/// each member, by uid through the uid index, and one tombstone read each).
+#[test]
+fn a_settle_of_a_batch_reads_each_member_once() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    let members = ports
+        .iter()
+        .map(|p| {
+            let keys = importer
+                .state
+                .state
+                .pending_attach(p.uid)
+                .expect("reads")
+                .expect("pending")
+                .keys;
+            (p.name.clone(), p.uid, keys)
+        })
+        .collect();
+
+    importer.state.reset();
+    let step = peer::settle_batch(&importer.state, ctx!(importer), members, Ok(())).expect("the settle runs");
+    let settled = step.value.expect("every member is confirmed");
+    assert!(settled.iter().all(|r| r.state == ResourceState::Active));
+    importer.state.apply(step.writes);
+    assert!(
+        importer.state.state.pending_attach.is_empty(),
+        "nothing is left pending"
+    );
+
+    let (resources, names, tombstones) = (
+        importer.state.resources.get(),
+        importer.state.names.get(),
+        importer.state.tombstones.get(),
+    );
+    assert!(
+        resources <= BATCH as u64 && names == 0 && tombstones == 1,
+        "settling {BATCH} members read {resources} resources, {names} uid index entries, {tombstones} tombstones"
+    );
+}
+
+/// A settle whose target was reported DELETING meanwhile still removes
+/// the whole batch (the once-per-target tombstone read decides for all).
+#[test]
+fn a_settle_after_the_target_was_reported_deleting_removes_the_batch() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    let members: Vec<_> = ports
+        .iter()
+        .map(|p| {
+            let keys = importer
+                .state
+                .state
+                .pending_attach(p.uid)
+                .expect("reads")
+                .expect("pending")
+                .keys;
+            (p.name.clone(), p.uid, keys)
+        })
+        .collect();
+    // The tombstone alone, as a DELETING event leaves it before its walk
+    // reaches the ports.
+    let mut tombstone = WriteSet::default();
+    tombstone.remote_deletions.insert(
+        network.uid,
+        Some(RemoteDeletion {
+            target: network.clone(),
+            operation: OperationId(uuid::Uuid::from_u128(7)),
+            seen_at: importer.now,
+            purged: false,
+            no_cascade: false,
+            forced: false,
+            principal: Default::default(),
+        }),
+    );
+    importer.state.apply(tombstone);
+    let step = peer::settle_batch(&importer.state, ctx!(importer), members, Ok(())).expect("the settle runs");
+    assert!(
+        matches!(step.value, Err(CoreError::TargetDeleting { .. })),
+        "{:?}",
+        step.value
+    );
+    importer.state.apply(step.writes);
+    assert!(
+        ports
+            .iter()
+            .all(|p| importer.state.state.resource(&p.name).expect("reads").is_none()),
+        "every member of the batch is removed"
+    );
+}
+
+/// The owner's release of a page of rows of one deleting target reads the
+/// target's deletion record, its operation and its queue entry a bounded
+/// number of times, not once or twice per row (before: 2 deletion reads, 1
+/// operation read and 2 queue-entry reads per row).
+#[test]
+fn a_release_of_a_page_reads_the_targets_records_once() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    let entries = entries_of(&importer, &ports);
+    let step = peer::attach(&owner.state, ctx!(owner), "r1", entries.clone()).expect("the attach is valid");
+    owner.state.apply(step.writes);
+    let req = DeleteRequest {
+        name: network.name.to_string(),
+        cascade: true,
+        dry_run: false,
+        allow_missing: false,
+        etag: None,
+        uid: None,
+        requested_by: "peer-reads test".to_owned(),
+        orphan: false,
+        remote_kept: Default::default(),
+        principal: Default::default(),
+    };
+    let step = protocol::delete(&owner.state, ctx!(owner), &mut owner.ids, req).expect("the delete is accepted");
+    owner.state.apply(step.writes);
+    // The walk counts the remote rows, then waits for their releases.
+    for _ in 0..100 {
+        let step = protocol::process_work(&owner.state, ctx!(owner)).expect("a work step");
+        let done = step.value.items == 0 && !step.value.more;
+        owner.state.apply(step.writes);
+        if done {
+            break;
+        }
+    }
+
+    let page: Vec<PeerBackRef> = entries[..500]
+        .iter()
+        .map(|e| PeerBackRef {
+            generation: e.generation + 1_000_000,
+            ..e.clone()
+        })
+        .collect();
+    owner.state.reset();
+    let step = peer::release(&owner.state, ctx!(owner), Some("r1"), page).expect("the release is valid");
+    assert_eq!(step.value.released, 500);
+    let op = owner
+        .state
+        .state
+        .deletion(network.uid)
+        .expect("reads")
+        .expect("the network is deleting")
+        .operation;
+    let (deletions, operations, work) = (
+        owner.state.deletions.get(),
+        owner.state.operations.get(),
+        owner.state.work.get(),
+    );
+    assert!(
+        deletions <= 2 && operations <= 1 && work <= 1,
+        "releasing 500 rows read {deletions} deletion records, {operations} operations, {work} queue entries"
+    );
+    owner.state.apply(step.writes);
+    let reached = &owner
+        .state
+        .state
+        .operation(op)
+        .expect("reads")
+        .expect("the operation")
+        .reached;
+    assert!(
+        reached.iter().any(|r| r == "r1"),
+        "the operation notes the region that released"
+    );
+    let work = owner.state.state.work(network.uid).expect("reads").expect("queued");
+    assert_eq!(work.next_attempt_at, owner.now, "the release woke the deletion");
+}
