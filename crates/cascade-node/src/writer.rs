@@ -868,5 +868,7 @@ impl WriterHandle {
             // Bounded wait: the writer finishes its step, then stops.
             let _ = tokio::time::timeout(Duration::from_secs(10), w.wait(None)).await;
         }
+        // Client steps still queued are answered that the writer stopped.
+        self.clients.close();
     }
 }

@@ -49,6 +49,8 @@ struct Queued {
     steps: VecDeque<WriterMsg>,
     /// A `Clients` message is in the writer's mailbox: no other is cast.
     wake_queued: bool,
+    /// The writer was stopped for good: nothing more is queued.
+    closed: bool,
 }
 
 impl ClientQueue {
@@ -61,6 +63,9 @@ impl ClientQueue {
     /// already in its mailbox. A writer that stopped gets nothing queued.
     pub(super) fn push(&self, writer: &ActorRef<WriterMsg>, step: WriterMsg) -> Result<(), WriterUnavailable> {
         let mut queued = self.queued();
+        if queued.closed {
+            return Err(WriterUnavailable("the writer was stopped".into()));
+        }
         queued.steps.push_back(step);
         if queued.wake_queued {
             return Ok(());
@@ -87,6 +92,19 @@ impl ClientQueue {
         let taken: Vec<WriterMsg> = queued.steps.drain(..count).collect();
         queued.wake_queued = !queued.steps.is_empty() && writer.cast(WriterMsg::Clients).is_ok();
         taken
+    }
+
+    /// The writer stopped for good (the node shuts down): the steps still
+    /// queued are dropped, so their callers are answered that the writer
+    /// stopped instead of waiting, and nothing more is queued.
+    pub(super) fn close(&self) {
+        let dropped = {
+            let mut queued = self.queued();
+            queued.closed = true;
+            std::mem::take(&mut queued.steps)
+        };
+        // Dropped outside the lock: each drops its caller's reply port.
+        drop(dropped);
     }
 
     /// A new incarnation of the writer: its predecessor's wake-up, if any,
