@@ -26,7 +26,11 @@ const DUPLICATE_EVERY: usize = 10;
 async fn concurrent_creates_share_flushes_and_a_refusal_fails_only_itself() {
     let dir = tempfile::tempdir().expect("temp dir");
     let schema = Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).expect("schema");
-    let settings = NodeSettings::new(RegionId::parse(REGION).unwrap(), Arc::new(schema), Some(dir.path().to_owned()));
+    let settings = NodeSettings::new(
+        RegionId::parse(REGION).unwrap(),
+        Arc::new(schema),
+        Some(dir.path().to_owned()),
+    );
     let node = Node::open(settings).await.expect("node opens");
     let stats = node.write_stats();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -35,7 +39,9 @@ async fn concurrent_creates_share_flushes_and_a_refusal_fails_only_itself() {
     let serving = tokio::spawn(node.serve(listener, async {
         let _ = stopped.await;
     }));
-    let client = cascade_client::Client::connect(&endpoint).await.expect("client connects");
+    let client = cascade_client::Client::connect(&endpoint)
+        .await
+        .expect("client connects");
     // The node's own start-up writes are done before counting.
     client.create(spec("qos_policy/warm-up", &[])).await.unwrap();
 
@@ -75,7 +81,10 @@ async fn concurrent_creates_share_flushes_and_a_refusal_fails_only_itself() {
     let duplicates = CREATES / DUPLICATE_EVERY;
     assert_eq!((created, refused), (CREATES - duplicates, duplicates));
     for i in 0..CREATES {
-        client.get(&full(&name(i))).await.expect("every answered create is readable");
+        client
+            .get(&full(&name(i)))
+            .await
+            .expect("every answered create is readable");
     }
     println!("{CREATES} creates: {batches} batches, {flushes} flushes");
     assert_eq!(batches as usize, created, "one batch per create that succeeded");

@@ -40,9 +40,9 @@ use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
+pub use group::Reply;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
-pub use group::Reply;
 use supervisor::{Supervisor, SupervisorMsg};
 pub use write_stats::{WriteStats, WriteStatsSnapshot};
 
@@ -509,13 +509,7 @@ impl WriterState {
         let started = crate::clock::monotonic_now();
         let policy = self.work_budget.policy(&self.ctx.policy);
         let report = self.run(myself, |state, ctx, _| {
-            protocol::process_work(
-                state,
-                Ctx {
-                    policy: &policy,
-                    ..ctx
-                },
-            )
+            protocol::process_work(state, Ctx { policy: &policy, ..ctx })
         })?;
         self.work_budget.step_took(started.elapsed(), report.more);
         self.ctx.metrics.deletions_retried(report.retried);
@@ -682,7 +676,10 @@ impl WriterState {
                     }
                     Err(e) => debug!(error = %e, "create refused"),
                 }
-                ("create", Some(Reply::after_flush(reply, result, self.group_committed())))
+                (
+                    "create",
+                    Some(Reply::after_flush(reply, result, self.group_committed())),
+                )
             }
             WriterMsg::Update(spec, etag, audit, reply) => {
                 let span = info_span!(parent: caller, "update", %region, name = %spec.name);
@@ -693,7 +690,10 @@ impl WriterState {
                     audit.as_ref(),
                     audited::updated,
                 );
-                ("update", Some(Reply::after_flush(reply, result, self.group_committed())))
+                (
+                    "update",
+                    Some(Reply::after_flush(reply, result, self.group_committed())),
+                )
             }
             WriterMsg::Delete(req, audit, reply) => {
                 let span = info_span!(parent: caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
@@ -713,7 +713,10 @@ impl WriterState {
                     Ok(_) => {}
                     Err(e) => info!(error = %e, "delete refused"),
                 }
-                ("delete", Some(Reply::after_flush(reply, result, self.group_committed())))
+                (
+                    "delete",
+                    Some(Reply::after_flush(reply, result, self.group_committed())),
+                )
             }
             WriterMsg::Apply(apply) => {
                 let span = info_span!(parent: caller, "step", %region);
@@ -722,11 +725,9 @@ impl WriterState {
             }
             // Traced once (a message traced twice is not sent), and the
             // writer's own messages are never queued as a client's.
-            WriterMsg::Traced(..)
-            | WriterMsg::Clients
-            | WriterMsg::Work
-            | WriterMsg::Tick
-            | WriterMsg::PruneAudit => ("tick", None),
+            WriterMsg::Traced(..) | WriterMsg::Clients | WriterMsg::Work | WriterMsg::Tick | WriterMsg::PruneAudit => {
+                ("tick", None)
+            }
         }
     }
 }
