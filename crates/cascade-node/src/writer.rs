@@ -13,10 +13,12 @@
 //! revision that a crash could take back.
 
 mod audited;
+mod group;
 mod healing;
 mod publish;
 mod release_hints;
 mod supervisor;
+mod work_budget;
 mod write_stats;
 
 use std::sync::{Arc, RwLock};
@@ -38,6 +40,7 @@ use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
+pub use group::Reply;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
 use supervisor::{Supervisor, SupervisorMsg};
@@ -131,10 +134,16 @@ pub enum WriterMsg {
     /// is its child, so a step belongs to the trace of the call that asked
     /// for it (`WriterHandle` wraps every call).
     Traced(tracing::Span, Box<WriterMsg>),
+    /// Client steps are queued (`writer/group.rs`): run them as one group.
+    /// At most one is in the mailbox; every other message runs the queued
+    /// client steps first too.
+    Clients,
 }
 
-/// A protocol step packaged with its reply port (see [`WriterHandle::apply`]).
-pub type ApplyFn = Box<dyn FnOnce(&mut WriterState, &ActorRef<WriterMsg>) + Send>;
+/// A protocol step packaged with its reply port (see [`WriterHandle::apply`]):
+/// runs the step and answers the reply to send once the step's group is
+/// flushed.
+pub type ApplyFn = Box<dyn FnOnce(&mut WriterState, &ActorRef<WriterMsg>) -> Reply + Send>;
 
 struct Writer;
 
@@ -160,6 +169,22 @@ pub struct WriterState {
     prune_queued: bool,
     /// Audit retention fails on every tick while the store refuses commits.
     prune_failed: crate::log_throttle::Throttle,
+    /// Client steps waiting for their group (`writer/group.rs`); shared
+    /// with the handle, and with the next incarnation after a restart.
+    clients: Arc<group::ClientQueue>,
+    /// The group of client steps in progress: its commits wait for one
+    /// flush. None outside a group: a commit flushes at once.
+    group: Option<group::Group>,
+    /// How much one work step may do, kept to a time budget
+    /// (`writer/work_budget.rs`).
+    work_budget: work_budget::WorkBudget,
+}
+
+/// A batch committed and not yet published: what its flush releases.
+pub(crate) struct Committed {
+    events: Vec<Event>,
+    /// The first queued release of each region the batch wrote.
+    first_releases: Vec<(String, Vec<u8>)>,
 }
 
 /// The meta key the writer's health probe writes (see
@@ -191,6 +216,18 @@ impl WriterState {
             return Ok(false);
         }
         let queued_work = writes.work.values().any(Option::is_some);
+        let committed = self.commit_unflushed(writes)?;
+        match &mut self.group {
+            // The group's flush publishes it, after its later steps.
+            Some(group) => group.committed.push(committed),
+            None => self.flush_and_publish(vec![committed])?,
+        }
+        Ok(queued_work)
+    }
+
+    /// Encodes and commits `writes` (readers and the next step see them),
+    /// without a flush: nothing of it is published yet.
+    fn commit_unflushed(&mut self, writes: WriteSet) -> Result<Committed, CoreError> {
         let state = StoreState {
             store: self.ctx.store.as_ref(),
         };
@@ -202,44 +239,70 @@ impl WriterState {
             self.ctx.store.commit(batch)?;
             Ok((before, batch_keys))
         });
-        let flushed = match committed {
+        match committed {
             Ok((before, batch_keys)) => {
-                // Counted once committed: a failed flush below does not
-                // take the write back from readers.
+                // Counted once committed: a failed flush does not take the
+                // write back from readers.
                 self.ctx.metrics.record_commit(&writes, &before, batch_keys);
-                self.ctx.store.flush()
             }
             Err(e) => {
                 if let Some(first) = traced {
                     self.ctx.trace_marks.forget_from(first);
                 }
-                Err(e)
+                self.commit_failed(&e);
+                return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
             }
-        };
-        if let Err(e) = flushed {
-            self.commit_failed(&e);
-            return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
-        }
-        self.commit_succeeded();
-        if let Some(first) = writes.events.first().map(|e| e.revision) {
-            // Events of earlier commits that failed but landed come first.
-            self.publish_landed(first);
-        }
-        if let Some(last) = writes.events.last().map(|e| e.revision) {
-            self.ctx.published.advance(last + 1);
         }
         // The map is ordered by (region, key): the first queued release of
         // each region is its lowest.
-        let mut last_region: Option<&str> = None;
+        let mut first_releases: Vec<(String, Vec<u8>)> = Vec::new();
         for ((region, key), release) in &writes.pending_releases {
-            if release.is_some() && last_region != Some(region.as_str()) {
-                self.ctx
-                    .release_hints
-                    .note(region, crate::codec::release_key(region, key));
-                last_region = Some(region.as_str());
+            if release.is_some() && first_releases.last().is_none_or(|(r, _)| r != region.as_str()) {
+                first_releases.push((region.to_string(), crate::codec::release_key(region, key)));
             }
         }
-        for e in writes.events {
+        Ok(Committed {
+            events: writes.events,
+            first_releases,
+        })
+    }
+
+    /// Flushes (once, for every batch in `committed`), then publishes each
+    /// batch's events and release hints in order. A failed flush publishes
+    /// nothing: the batches may have landed, and are known whole or not at
+    /// all, as a step cut by a crash.
+    fn flush_and_publish(&mut self, committed: Vec<Committed>) -> Result<(), CoreError> {
+        if committed.is_empty() {
+            return Ok(());
+        }
+        let started = crate::clock::monotonic_now();
+        if let Err(e) = self.ctx.store.flush() {
+            self.commit_failed(&e);
+            return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+        }
+        self.work_budget.flushed(started.elapsed());
+        self.ctx.stats.record_flush();
+        self.commit_succeeded();
+        for batch in committed {
+            self.publish(batch);
+        }
+        Ok(())
+    }
+
+    /// Publishes one flushed batch: the outbox's published mark, the
+    /// links' release hints, and its events on the live feed.
+    fn publish(&mut self, batch: Committed) {
+        if let Some(first) = batch.events.first().map(|e| e.revision) {
+            // Events of earlier commits that failed but landed come first.
+            self.publish_landed(first);
+        }
+        if let Some(last) = batch.events.last().map(|e| e.revision) {
+            self.ctx.published.advance(last + 1);
+        }
+        for (region, key) in batch.first_releases {
+            self.ctx.release_hints.note(&region, key);
+        }
+        for e in batch.events {
             // The uid (and operation) is what ties one deletion together
             // across regions' logs.
             debug!(
@@ -255,7 +318,6 @@ impl WriterState {
             // No receiver is fine: nobody is watching.
             let _ = self.ctx.events.send(Arc::new(e));
         }
-        Ok(queued_work)
     }
 
     /// The engine refused a commit or a flush: counted, and health goes
@@ -442,8 +504,14 @@ impl WriterState {
         self.run_audited(myself, step, None, |_| Vec::new())
     }
 
+    /// One work step, kept to its time budget (`writer/work_budget.rs`).
     fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
-        let report = self.run(myself, |state, ctx, _| protocol::process_work(state, ctx))?;
+        let started = crate::clock::monotonic_now();
+        let policy = self.work_budget.policy(&self.ctx.policy);
+        let report = self.run(myself, |state, ctx, _| {
+            protocol::process_work(state, Ctx { policy: &policy, ..ctx })
+        })?;
+        self.work_budget.step_took(started.elapsed(), report.more);
         self.ctx.metrics.deletions_retried(report.retried);
         if report.more || report.items > 0 {
             self.kick(myself);
@@ -460,12 +528,12 @@ impl WriterState {
 impl Actor for Writer {
     type Msg = WriterMsg;
     type State = WriterState;
-    type Arguments = WriterContext;
+    type Arguments = (WriterContext, Arc<group::ClientQueue>);
 
     async fn pre_start(
         &self,
         myself: ActorRef<WriterMsg>,
-        ctx: WriterContext,
+        (ctx, clients): Self::Arguments,
     ) -> Result<WriterState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || WriterMsg::Tick);
         let mut state = WriterState {
@@ -477,7 +545,12 @@ impl Actor for Writer {
             healing: healing::Healing::default(),
             prune_queued: false,
             prune_failed: crate::log_throttle::Throttle::default(),
+            clients,
+            group: None,
+            work_budget: work_budget::WorkBudget::new(),
         };
+        // Client steps queued for a predecessor that failed are this one's.
+        state.clients.wake(&myself);
         if !*state.ctx.committing.borrow() {
             // Restarted by the supervisor while commits were failing.
             state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
@@ -500,85 +573,29 @@ impl Actor for Writer {
         msg: WriterMsg,
         state: &mut WriterState,
     ) -> Result<(), ActorProcessingErr> {
-        let (caller, msg) = match msg {
-            WriterMsg::Traced(span, msg) => (span, *msg),
-            msg => (tracing::Span::none(), msg),
-        };
+        // Client steps queued meanwhile go before whatever woke the writer
+        // (a `Work` queued ahead of them included): fairness, and one
+        // flush for all of them (`writer/group.rs`).
+        state.serve_clients(&myself);
         let region = state.ctx.region.to_string();
         let started = crate::clock::monotonic_now();
         let step = match &msg {
-            WriterMsg::Create(..) => "create",
-            WriterMsg::Update(..) => "update",
-            WriterMsg::Delete(..) => "delete",
-            WriterMsg::Work => "deletion_work",
-            WriterMsg::Apply(_) => "apply",
-            WriterMsg::PruneAudit => "audit_retention",
-            WriterMsg::Tick | WriterMsg::Traced(..) => "tick",
+            WriterMsg::Work => Some("deletion_work"),
+            WriterMsg::PruneAudit => Some("audit_retention"),
+            _ => None,
         };
         match msg {
-            WriterMsg::Create(specs, audit, reply) => {
-                let span = info_span!(parent: &caller, "create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
-                let _g = span.enter();
-                let result = off_the_workers(state.ctx.store.waits_on_io(), || {
-                    state.run_audited(
-                        &myself,
-                        |s, c, ids| protocol::create(s, c, ids, specs),
-                        audit.as_ref(),
-                        audited::created,
-                    )
-                });
-                match &result {
-                    Ok(created) => {
-                        for r in created.iter().take(1) {
-                            debug!(name = %r.name, uid = %r.uid, "created");
-                        }
-                    }
-                    Err(e) => debug!(error = %e, "create refused"),
-                }
-                let _ = reply.send(result);
+            // Served above.
+            WriterMsg::Clients => {}
+            // A client step sent to the mailbox instead of the queue: a
+            // group of one.
+            msg @ (WriterMsg::Create(..)
+            | WriterMsg::Update(..)
+            | WriterMsg::Delete(..)
+            | WriterMsg::Apply(_)
+            | WriterMsg::Traced(..)) => {
+                off_the_workers(state.ctx.store.waits_on_io(), || state.run_group(&myself, vec![msg]))
             }
-            WriterMsg::Update(spec, etag, audit, reply) => {
-                let span = info_span!(parent: &caller, "update", %region, name = %spec.name);
-                let _g = span.enter();
-                let result = off_the_workers(state.ctx.store.waits_on_io(), || {
-                    state.run_audited(
-                        &myself,
-                        |s, c, _| protocol::update(s, c, spec, etag.as_deref()),
-                        audit.as_ref(),
-                        audited::updated,
-                    )
-                });
-                let _ = reply.send(result);
-            }
-            WriterMsg::Delete(req, audit, reply) => {
-                let span = info_span!(parent: &caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
-                let _g = span.enter();
-                let result = off_the_workers(state.ctx.store.waits_on_io(), || {
-                    let started = audited::deletion_started(&req);
-                    state.run_audited(
-                        &myself,
-                        |s, c, ids| protocol::delete(s, c, ids, req),
-                        audit.as_ref(),
-                        started,
-                    )
-                });
-                match &result {
-                    Ok(DeleteOutcome::Accepted(op)) => {
-                        state.ctx.metrics.deletion_accepted();
-                        info!(operation = %op.id, uid = %op.root.uid, "deletion accepted")
-                    }
-                    Ok(_) => {}
-                    Err(e) => info!(error = %e, "delete refused"),
-                }
-                let _ = reply.send(result);
-            }
-            WriterMsg::Apply(apply) => {
-                let span = info_span!(parent: &caller, "step", %region);
-                let _g = span.enter();
-                off_the_workers(state.ctx.store.waits_on_io(), || apply(state, &myself))
-            }
-            // Unwrapped above; a message traced twice is not sent.
-            WriterMsg::Traced(..) => {}
             WriterMsg::PruneAudit => {
                 state.prune_queued = false;
                 let span = info_span!("audit_retention", %region);
@@ -619,7 +636,7 @@ impl Actor for Writer {
                 }
             }
         }
-        if step != "tick" {
+        if let Some(step) = step {
             state.ctx.metrics.writer_step(step, started.elapsed());
         }
         // The step's replies woke their callers on this worker's LIFO slot,
@@ -628,6 +645,90 @@ impl Actor for Writer {
         // (cascade-bench measured creates held for seconds by a cascade).
         tokio::task::yield_now().await;
         Ok(())
+    }
+}
+
+impl WriterState {
+    /// Runs one client step of a group: its commit waits for the group's
+    /// flush, and so does the reply it answers (None: not a client step).
+    fn client_step(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        caller: &tracing::Span,
+        msg: WriterMsg,
+    ) -> (&'static str, Option<Reply>) {
+        let region = self.ctx.region.to_string();
+        match msg {
+            WriterMsg::Create(specs, audit, reply) => {
+                let span = info_span!(parent: caller, "create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
+                let _g = span.enter();
+                let result = self.run_audited(
+                    myself,
+                    |s, c, ids| protocol::create(s, c, ids, specs),
+                    audit.as_ref(),
+                    audited::created,
+                );
+                match &result {
+                    Ok(created) => {
+                        for r in created.iter().take(1) {
+                            debug!(name = %r.name, uid = %r.uid, "created");
+                        }
+                    }
+                    Err(e) => debug!(error = %e, "create refused"),
+                }
+                (
+                    "create",
+                    Some(Reply::after_flush(reply, result, self.group_committed())),
+                )
+            }
+            WriterMsg::Update(spec, etag, audit, reply) => {
+                let span = info_span!(parent: caller, "update", %region, name = %spec.name);
+                let _g = span.enter();
+                let result = self.run_audited(
+                    myself,
+                    |s, c, _| protocol::update(s, c, spec, etag.as_deref()),
+                    audit.as_ref(),
+                    audited::updated,
+                );
+                (
+                    "update",
+                    Some(Reply::after_flush(reply, result, self.group_committed())),
+                )
+            }
+            WriterMsg::Delete(req, audit, reply) => {
+                let span = info_span!(parent: caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
+                let _g = span.enter();
+                let started = audited::deletion_started(&req);
+                let result = self.run_audited(
+                    myself,
+                    |s, c, ids| protocol::delete(s, c, ids, req),
+                    audit.as_ref(),
+                    started,
+                );
+                match &result {
+                    Ok(DeleteOutcome::Accepted(op)) => {
+                        self.ctx.metrics.deletion_accepted();
+                        info!(operation = %op.id, uid = %op.root.uid, "deletion accepted")
+                    }
+                    Ok(_) => {}
+                    Err(e) => info!(error = %e, "delete refused"),
+                }
+                (
+                    "delete",
+                    Some(Reply::after_flush(reply, result, self.group_committed())),
+                )
+            }
+            WriterMsg::Apply(apply) => {
+                let span = info_span!(parent: caller, "step", %region);
+                let _g = span.enter();
+                ("apply", Some(apply(self, myself)))
+            }
+            // Traced once (a message traced twice is not sent), and the
+            // writer's own messages are never queued as a client's.
+            WriterMsg::Traced(..) | WriterMsg::Clients | WriterMsg::Work | WriterMsg::Tick | WriterMsg::PruneAudit => {
+                ("tick", None)
+            }
+        }
     }
 }
 
@@ -662,6 +763,8 @@ pub(crate) fn off_the_workers<R>(waits_on_io: bool, step: impl FnOnce() -> R) ->
 pub struct WriterHandle {
     current: Arc<RwLock<ActorRef<WriterMsg>>>,
     supervisor: ActorRef<SupervisorMsg>,
+    /// Where calls queue their steps (`writer/group.rs`).
+    clients: Arc<group::ClientQueue>,
 }
 
 impl WriterHandle {
@@ -669,11 +772,16 @@ impl WriterHandle {
     /// nodes can run in one process.
     pub async fn spawn(ctx: WriterContext) -> Result<Self, WriterUnavailable> {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, ready_tx))
+        let clients = Arc::new(group::ClientQueue::default());
+        let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, clients.clone(), ready_tx))
             .await
             .map_err(|e| WriterUnavailable(e.to_string()))?;
         let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
-        Ok(Self { current, supervisor })
+        Ok(Self {
+            current,
+            supervisor,
+            clients,
+        })
     }
 
     fn writer(&self) -> Result<ActorRef<WriterMsg>, WriterUnavailable> {
@@ -690,20 +798,13 @@ impl WriterHandle {
         let writer = self.writer()?;
         // The caller's span goes with the message: the step's span is its child.
         let caller = tracing::Span::current();
-        match writer
-            .call(|reply| WriterMsg::Traced(caller, Box::new(build(reply))), None)
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(r)) => Ok(r?),
-            Ok(other) => Err(Fault::Writer(WriterUnavailable(format!(
-                "no reply ({})",
-                if matches!(other, ractor::rpc::CallResult::Timeout) {
-                    "timeout"
-                } else {
-                    "writer stopped"
-                }
-            )))),
-            Err(e) => Err(Fault::Writer(WriterUnavailable(e.to_string()))),
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.clients
+            .push(&writer, WriterMsg::Traced(caller, Box::new(build(reply.into()))))?;
+        match answer.await {
+            Ok(r) => Ok(r?),
+            // The writer dropped the step: it stopped (or failed) first.
+            Err(_) => Err(Fault::Writer(WriterUnavailable("no reply (writer stopped)".into()))),
         }
     }
 
@@ -735,7 +836,8 @@ impl WriterHandle {
         self.call(|reply| {
             WriterMsg::Apply(Box::new(
                 move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
-                    let _ = reply.send(state.run(myself, step));
+                    let result = state.run(myself, step);
+                    Reply::after_flush(reply, result, state.group_committed())
                 },
             ))
         })
@@ -752,7 +854,8 @@ impl WriterHandle {
                 }
                 .compact_outbox(below, 1_000)
                 .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
-                let _ = reply.send(result);
+                // Removing acknowledged revisions claims nothing durable.
+                Reply::now(reply, result)
             }))
         })
         .await
@@ -766,5 +869,7 @@ impl WriterHandle {
             // Bounded wait: the writer finishes its step, then stops.
             let _ = tokio::time::timeout(Duration::from_secs(10), w.wait(None)).await;
         }
+        // Client steps still queued are answered that the writer stopped.
+        self.clients.close();
     }
 }

@@ -148,7 +148,8 @@ impl WriterHandle {
         self.call(|reply| {
             WriterMsg::Apply(Box::new(
                 move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
-                    let _ = reply.send(state.run_audited(myself, step, Some(&audit), changes));
+                    let result = state.run_audited(myself, step, Some(&audit), changes);
+                    super::Reply::after_flush(reply, result, state.group_committed())
                 },
             ))
         })

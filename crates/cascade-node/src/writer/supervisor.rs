@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{error, warn};
 
+use super::group::ClientQueue;
 use super::{Writer, WriterContext, WriterMsg};
 
 /// Restarts the writer when it fails (a panic in a step) and repoints the handle.
@@ -13,6 +14,8 @@ pub(super) struct Supervisor;
 
 pub(super) struct SupervisorState {
     ctx: WriterContext,
+    /// The handle's queue of client steps: every incarnation serves it.
+    clients: Arc<ClientQueue>,
     current: Arc<RwLock<ActorRef<WriterMsg>>>,
     /// Set when the node shuts down, so a stopping writer is not restarted.
     stopping: bool,
@@ -27,19 +30,21 @@ impl Actor for Supervisor {
     type State = SupervisorState;
     type Arguments = (
         WriterContext,
+        Arc<ClientQueue>,
         tokio::sync::oneshot::Sender<Arc<RwLock<ActorRef<WriterMsg>>>>,
     );
 
     async fn pre_start(
         &self,
         myself: ActorRef<SupervisorMsg>,
-        (ctx, ready): Self::Arguments,
+        (ctx, clients, ready): Self::Arguments,
     ) -> Result<SupervisorState, ActorProcessingErr> {
-        let (writer, _) = Actor::spawn_linked(None, Writer, ctx.clone(), myself.get_cell()).await?;
+        let (writer, _) = Actor::spawn_linked(None, Writer, (ctx.clone(), clients.clone()), myself.get_cell()).await?;
         let current = Arc::new(RwLock::new(writer));
         let _ = ready.send(current.clone());
         Ok(SupervisorState {
             ctx,
+            clients,
             current,
             stopping: false,
         })
@@ -73,14 +78,26 @@ impl Actor for Supervisor {
         match evt {
             SupervisionEvent::ActorFailed(_, err) if !state.stopping => {
                 error!(region = %state.ctx.region, error = %err, "writer failed; restarting it");
-                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                let (writer, _) = Actor::spawn_linked(
+                    None,
+                    Writer,
+                    (state.ctx.clone(), state.clients.clone()),
+                    myself.get_cell(),
+                )
+                .await?;
                 if let Ok(mut cur) = state.current.write() {
                     *cur = writer;
                 }
             }
             SupervisionEvent::ActorTerminated(_, _, _) if !state.stopping => {
                 warn!(region = %state.ctx.region, "writer stopped unexpectedly; restarting it");
-                let (writer, _) = Actor::spawn_linked(None, Writer, state.ctx.clone(), myself.get_cell()).await?;
+                let (writer, _) = Actor::spawn_linked(
+                    None,
+                    Writer,
+                    (state.ctx.clone(), state.clients.clone()),
+                    myself.get_cell(),
+                )
+                .await?;
                 if let Ok(mut cur) = state.current.write() {
                     *cur = writer;
                 }

@@ -9,6 +9,10 @@ pub struct WriteStats {
     batches: AtomicU64,
     key_writes: AtomicU64,
     value_bytes: AtomicU64,
+    /// Flushes that made committed batches durable: one per group of
+    /// client steps (`writer/group.rs`), so fewer than `batches` when
+    /// queued writes share one.
+    flushes: AtomicU64,
 }
 
 /// A reading of [`WriteStats`].
@@ -28,6 +32,17 @@ impl WriteStats {
         self.batches.fetch_add(1, Ordering::Relaxed);
         self.key_writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
         self.value_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(super) fn record_flush(&self) {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Flushes so far (each made every batch committed before it durable).
+    /// Apart from [`WriteStatsSnapshot`], whose fields callers sum and
+    /// compare whole.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(Ordering::Relaxed)
     }
 
     /// The totals now.

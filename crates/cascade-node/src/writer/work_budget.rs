@@ -1,0 +1,130 @@
+//! How much one work step may do: the policy's bounds in items
+//! (`batch_items`, `batch_budget`), scaled down so that a step also keeps
+//! to a time budget. A client's write waits for the step in progress
+//! (`writer/group.rs` serves it next), so the step's length is what a
+//! small write waits for during a long cascade.
+//!
+//! The time budget comes from the flush's measured cost: a step
+//! [`FLUSHES_PER_STEP`] times as long as its flush spends at most about an
+//! eighth of the cascade's time in fsyncs; it is never above
+//! [`MOST_STEP`] (the small write's p99 target is 20 ms: the rest of one
+//! step, then its own step and flush) nor below [`LEAST_STEP`] (steps of
+//! the memory engine, whose flush costs nothing, keep their size).
+
+use std::time::Duration;
+
+use cascade_core::Policy;
+
+/// A step's time over its flush's: the flush's share of a cascade.
+const FLUSHES_PER_STEP: u32 = 8;
+/// The longest a step is aimed at, whatever its flush costs.
+const MOST_STEP: Duration = Duration::from_millis(10);
+/// The shortest: below, a step's fixed costs (finding due work, encoding)
+/// would outweigh what it does.
+const LEAST_STEP: Duration = Duration::from_millis(5);
+/// The smallest share of the policy's bounds a step is given.
+const LEAST_SCALE: f64 = 1.0 / 16.0;
+
+/// The bounds of the next work step (see the module's doc).
+#[derive(Debug, Clone)]
+pub(super) struct WorkBudget {
+    /// The share of the policy's bounds the next step is given (0..=1).
+    scale: f64,
+    /// A flush's duration, smoothed (seconds; an eighth per flush).
+    flush_secs: f64,
+}
+
+impl WorkBudget {
+    pub(super) fn new() -> Self {
+        Self {
+            scale: 1.0,
+            flush_secs: 0.0,
+        }
+    }
+
+    /// The policy for the next work step: `base` with its step bounds
+    /// scaled, at least one of each.
+    pub(super) fn policy(&self, base: &Policy) -> Policy {
+        let scaled = |most: usize| ((most as f64 * self.scale).round() as usize).clamp(1, most.max(1));
+        Policy {
+            batch_items: scaled(base.batch_items),
+            batch_budget: scaled(base.batch_budget),
+            ..base.clone()
+        }
+    }
+
+    /// A flush took `took`.
+    pub(super) fn flushed(&mut self, took: Duration) {
+        self.flush_secs += (took.as_secs_f64() - self.flush_secs) / 8.0;
+    }
+
+    /// What a step is aimed at now.
+    pub(super) fn target(&self) -> Duration {
+        Duration::from_secs_f64(self.flush_secs * f64::from(FLUSHES_PER_STEP)).clamp(LEAST_STEP, MOST_STEP)
+    }
+
+    /// A work step took `took` (its reads, commit and flush); `bounded`:
+    /// it stopped at its bounds with more due, so its length says what
+    /// those bounds cost. At most halved or doubled per step.
+    pub(super) fn step_took(&mut self, took: Duration, bounded: bool) {
+        let target = self.target().as_secs_f64();
+        let took = took.as_secs_f64().max(1e-6);
+        if !bounded && took <= target {
+            return;
+        }
+        let factor = (target / took).clamp(0.5, 2.0);
+        self.scale = (self.scale * factor).clamp(LEAST_SCALE, 1.0);
+    }
+
+    /// The share of the policy's bounds the next step is given.
+    #[cfg(test)]
+    pub(super) fn scale(&self) -> f64 {
+        self.scale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_step_shrinks_the_next_and_a_short_bounded_one_grows_it_back() {
+        let mut budget = WorkBudget::new();
+        let base = Policy::default();
+        for _ in 0..8 {
+            budget.flushed(Duration::from_millis(1));
+        }
+        // Steps of 40 ms against a target of 5..10 ms: halved each time.
+        budget.step_took(Duration::from_millis(40), true);
+        assert_eq!(budget.scale(), 0.5);
+        budget.step_took(Duration::from_millis(40), true);
+        assert_eq!(budget.policy(&base).batch_budget, base.batch_budget / 4);
+        for _ in 0..10 {
+            budget.step_took(Duration::from_secs(1), true);
+        }
+        assert_eq!(budget.scale(), LEAST_SCALE, "never below the least share");
+        for _ in 0..10 {
+            budget.step_took(Duration::from_micros(100), true);
+        }
+        assert_eq!(budget.policy(&base), base, "never above the policy");
+    }
+
+    #[test]
+    fn a_step_that_ran_out_of_work_says_nothing_about_its_bounds() {
+        let mut budget = WorkBudget::new();
+        budget.step_took(Duration::from_millis(40), true);
+        let scale = budget.scale();
+        budget.step_took(Duration::from_micros(10), false);
+        assert_eq!(budget.scale(), scale);
+    }
+
+    #[test]
+    fn the_target_follows_the_flush_within_its_bounds() {
+        let mut budget = WorkBudget::new();
+        assert_eq!(budget.target(), LEAST_STEP);
+        for _ in 0..100 {
+            budget.flushed(Duration::from_millis(50));
+        }
+        assert_eq!(budget.target(), MOST_STEP);
+    }
+}
