@@ -12,11 +12,9 @@
 //! filed as unexplained; this test is that write, and it counts steps
 //! (events committed), not milliseconds, so it holds on any machine.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 /// Referrer changes per work step: a step lasts much longer than a
 /// create's round trip, so two consecutive creates have at most about one

@@ -4,14 +4,12 @@
 //! `WriteStats` counts the batches committed and the flushes that made
 //! them durable. Before group commit every batch had its own flush.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use cascade_core::{RegionId, Schema};
 use cascade_node::{Node, NodeSettings};
 use futures::future::join_all;
-use support::*;
 use tokio::net::TcpListener;
 
 /// Creates sent at once. The writer runs the first alone while the others
