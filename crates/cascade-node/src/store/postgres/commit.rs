@@ -10,7 +10,7 @@
 //!                                                   -- keys known absent, at most one
 //! INSERT INTO {schema}.t SELECT * FROM unnest($1::bytea[], $2::bytea[])
 //!     ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v; -- the other puts, at most one
-//! SELECT max(k) FROM {schema}.t;                    -- tables whose highest key is not known
+//! SELECT (SELECT k FROM {schema}.t ORDER BY k DESC LIMIT 1); -- tables whose highest key is not known
 //! COMMIT;
 //! ```
 //!
@@ -172,7 +172,7 @@ impl Statements {
             scan_open: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k >= $1 ORDER BY k LIMIT $2")),
             delete: per_table(&|t| format!("DELETE FROM {t} WHERE k = ANY($1::bytea[])")),
             insert: per_table(&|t| format!("INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])")),
-            highest: per_table(&|t| format!("SELECT max(k) FROM {t}")),
+            highest: per_table(&|t| format!("SELECT (SELECT k FROM {t} ORDER BY k DESC LIMIT 1)")),
             upsert: per_table(&|t| {
                 format!(
                     "INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
