@@ -14,6 +14,14 @@
 //! epoch; another node may have written in between) the cache is dropped,
 //! absences and empty prefixes with the rest.
 //!
+//! The same argument lets a commit know which keys are absent without
+//! asking (`commit.rs` sends their puts as plain INSERTs and drops their
+//! removals): a key cached absent, under an empty prefix, or above the
+//! table's highest key ([`ReadCache::known_absent`]). The highest key of
+//! a table is learnt by a commit into it (read in its transaction, after
+//! its writes) and raised by every put since; it is dropped with the rest.
+//! It is kept even when the cache's capacity is zero (a key per table).
+//!
 //! Reads and commits race (the conformance test reads while a thread
 //! commits), so: a commit marks the cache busy before its COMMIT and
 //! writes through after it, both under the lock; a lookup while it is busy
@@ -64,12 +72,22 @@ struct State {
     /// last clear (a few: a uid's 16 bytes), so that a put checks only the
     /// prefixes of its key that may be cached.
     prefix_lengths: BTreeMap<Table, BTreeSet<usize>>,
+    /// Per table whose highest key is known: that key (None: no row).
+    highest: BTreeMap<Table, Option<Vec<u8>>>,
     /// Odd while a commit is in flight; changes at every commit's start
     /// and end and at every clear.
     generation: u64,
 }
 
 impl State {
+    /// Whether every key of `table` is below `key` (so `key`, and every
+    /// key it is a prefix of, is absent).
+    fn above_highest(&self, table: Table, key: &[u8]) -> bool {
+        self.highest
+            .get(&table)
+            .is_some_and(|highest| highest.as_deref().is_none_or(|highest| key > highest))
+    }
+
     fn empty_prefix_of(&self, table: Table, key: &[u8]) -> bool {
         self.prefix_lengths.get(&table).is_some_and(|lengths| {
             lengths.iter().take_while(|len| **len <= key.len()).any(|len| {
@@ -123,6 +141,7 @@ impl ReadCache {
             state: RwLock::new(State {
                 entries: Cache::with_weighter(estimated_items, capacity_bytes, ByteWeighter),
                 prefix_lengths: BTreeMap::new(),
+                highest: BTreeMap::new(),
                 generation: 0,
             }),
         }
@@ -133,6 +152,9 @@ impl ReadCache {
         if state.generation & 1 == 1 {
             // A commit in flight: the database may be ahead of the cache.
             return Lookup::Miss(state.generation);
+        }
+        if state.above_highest(table, key) {
+            return Lookup::Hit(None);
         }
         match state.entries.get(&Slot::Key(table, key.to_vec())) {
             Some(value) => Lookup::Hit(value.clone()),
@@ -148,7 +170,8 @@ impl ReadCache {
         if state.generation & 1 == 1 {
             return PrefixLookup::Miss(state.generation);
         }
-        if state.empty_prefix_of(table, prefix) {
+        // Every key under a prefix is at least the prefix.
+        if state.above_highest(table, prefix) || state.empty_prefix_of(table, prefix) {
             PrefixLookup::Empty
         } else {
             PrefixLookup::Miss(state.generation)
@@ -182,21 +205,63 @@ impl ReadCache {
         }
     }
 
-    /// A commit is about to be sent.
-    pub(super) fn commit_started(&self) {
-        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        state.generation = state.generation.wrapping_add(1) | 1;
+    /// Whether `key` is known not to be in `table` as of the last commit
+    /// (only asked with no commit in flight: see `PostgresStore::commit_at`).
+    pub(super) fn known_absent(&self, table: Table, key: &[u8]) -> bool {
+        matches!(self.lookup(table, key), Lookup::Hit(None))
     }
 
-    /// The commit ended: `writes` (the batch's last write per key) landed,
-    /// or, None, the commit failed (maybe landed: the cache is dropped).
-    pub(super) fn commit_ended<'a>(&self, writes: Option<impl Iterator<Item = (Table, &'a [u8], Option<&'a [u8]>)>>) {
+    /// Whether the highest key of `table` is known.
+    pub(super) fn highest_known(&self, table: Table) -> bool {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        state.highest.contains_key(&table)
+    }
+
+    /// Keeps the highest key of `table` (None: no row) a read of the
+    /// database begun at `generation` found, on the same terms as
+    /// [`ReadCache::remember`].
+    pub(super) fn remember_highest(&self, generation: u64, table: Table, highest: Option<Vec<u8>>) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        if state.generation == generation && generation & 1 == 0 {
+            state.highest.insert(table, highest);
+        }
+    }
+
+    /// A commit is about to be sent: the generation to give back to
+    /// [`ReadCache::commit_ended`].
+    pub(super) fn commit_started(&self) -> u64 {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        state.generation = state.generation.wrapping_add(1) | 1;
+        state.generation
+    }
+
+    /// The commit begun at `started` ended: `writes` (the batch's last
+    /// write per key) landed, with `learnt` (the highest key of tables it
+    /// read them of), or, None, the commit failed (maybe landed: the cache
+    /// is dropped). A cache cleared meanwhile (a fence) stays cleared:
+    /// what landed at the old epoch may be older than what the next
+    /// writer wrote.
+    pub(super) fn commit_ended<'a>(
+        &self,
+        started: u64,
+        writes: Option<(
+            impl Iterator<Item = (Table, &'a [u8], Option<&'a [u8]>)>,
+            Vec<(Table, Option<Vec<u8>>)>,
+        )>,
+    ) {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        let writes = writes.filter(|_| state.generation == started);
         match writes {
-            Some(writes) => {
+            Some((writes, learnt)) => {
+                state.highest.extend(learnt);
                 for (table, key, value) in writes {
                     if value.is_some() {
                         state.forget_prefixes_of(table, key);
+                        if let Some(highest) = state.highest.get_mut(&table) {
+                            if highest.as_deref().is_none_or(|highest| key > highest) {
+                                *highest = Some(key.to_vec());
+                            }
+                        }
                     }
                     state
                         .entries
@@ -227,6 +292,7 @@ impl State {
     fn clear(&mut self) {
         self.entries.clear();
         self.prefix_lengths.clear();
+        self.highest.clear();
     }
 }
 
@@ -248,18 +314,36 @@ mod tests {
         }
     }
 
+    /// A commit of `writes` that landed (begun at `started`).
+    fn ended<'a>(
+        cache: &ReadCache,
+        started: u64,
+        writes: impl IntoIterator<Item = (Table, &'a [u8], Option<&'a [u8]>)>,
+    ) {
+        cache.commit_ended(started, Some((writes.into_iter(), Vec::new())));
+    }
+
+    fn failed(cache: &ReadCache, started: u64) {
+        cache.commit_ended(started, None::<(std::iter::Empty<_>, _)>);
+    }
+
     fn landed(cache: &ReadCache, key: &[u8], value: Option<&[u8]>) {
-        cache.commit_ended(Some(std::iter::once((Table::Meta, key, value))));
+        let started = cache.commit_started();
+        ended(cache, started, [(Table::Meta, key, value)]);
     }
 
     #[test]
     fn a_read_begun_before_a_commit_never_overwrites_what_it_wrote() {
         let cache = ReadCache::new(1 << 20);
         let before = generation(&cache, b"k");
-        cache.commit_started();
+        let started = cache.commit_started();
         // While the commit is in flight the cache is bypassed.
         assert!(hit(&cache, b"k").is_none());
-        landed(&cache, b"k", Some(b"new"));
+        ended(
+            &cache,
+            started,
+            [(Table::Meta, b"k".as_slice(), Some(b"new".as_slice()))],
+        );
         // The old read comes back with the old value: not kept.
         cache.remember(before, Table::Meta, b"k".to_vec(), Some(b"old".to_vec()));
         assert_eq!(hit(&cache, b"k"), Some(Some(b"new".to_vec())));
@@ -274,8 +358,8 @@ mod tests {
         let cache = ReadCache::new(1 << 20);
         landed(&cache, b"k", Some(b"v"));
         let stale = generation(&cache, b"other");
-        cache.commit_started();
-        cache.commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+        let started = cache.commit_started();
+        failed(&cache, started);
         assert!(hit(&cache, b"k").is_none(), "a commit that may have landed");
         cache.remember(stale, Table::Meta, b"other".to_vec(), None);
         assert!(hit(&cache, b"other").is_none());
@@ -306,13 +390,15 @@ mod tests {
             PrefixLookup::Empty
         ));
         // A removal keeps it empty; a put of another table's key too.
-        cache.commit_ended(Some(
+        let started = cache.commit_started();
+        ended(
+            &cache,
+            started,
             [
                 (Table::Meta, b"p/gone".as_slice(), None),
                 (Table::Outbox, b"p/k".as_slice(), Some(b"v".as_slice())),
-            ]
-            .into_iter(),
-        ));
+            ],
+        );
         assert!(empty(&cache, b"p/"));
         landed(&cache, b"p/k", Some(b"v"));
         assert!(!empty(&cache, b"p/"), "a row landed in it");
@@ -324,9 +410,13 @@ mod tests {
     fn an_empty_prefix_read_before_a_commit_or_a_fence_is_not_kept() {
         let cache = ReadCache::new(1 << 20);
         let before_commit = cache.generation();
-        cache.commit_started();
+        let started = cache.commit_started();
         assert!(!empty(&cache, b"p/"));
-        landed(&cache, b"p/k", Some(b"v"));
+        ended(
+            &cache,
+            started,
+            [(Table::Meta, b"p/k".as_slice(), Some(b"v".as_slice()))],
+        );
         cache.remember_empty_prefix(before_commit, Table::Meta, b"p/".to_vec());
         assert!(!empty(&cache, b"p/"), "the scan began before the row landed");
         let g = cache.generation();
@@ -339,8 +429,8 @@ mod tests {
         assert!(hit(&cache, b"q/k").is_none());
         let g = cache.generation();
         cache.remember_empty_prefix(g, Table::Meta, b"q/".to_vec());
-        cache.commit_started();
-        cache.commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+        let started = cache.commit_started();
+        failed(&cache, started);
         assert!(!empty(&cache, b"q/"));
     }
 
@@ -357,5 +447,70 @@ mod tests {
         let state = cache.state.read().unwrap();
         assert!(state.entries.weight() <= 64 * 1024, "{}", state.entries.weight());
         assert!(state.entries.len() > 100, "{}", state.entries.len());
+    }
+
+    #[test]
+    fn a_key_is_known_absent_when_cached_absent_under_an_empty_prefix_or_above_the_highest() {
+        let cache = ReadCache::new(1 << 20);
+        assert!(!cache.known_absent(Table::Outbox, b"5"), "nothing known");
+        assert!(!cache.highest_known(Table::Outbox));
+        let g = cache.generation();
+        cache.remember(g, Table::Meta, b"gone".to_vec(), None);
+        cache.remember(g, Table::Meta, b"here".to_vec(), Some(b"v".to_vec()));
+        cache.remember_empty_prefix(g, Table::Backrefs, b"p/".to_vec());
+        assert!(cache.known_absent(Table::Meta, b"gone"));
+        assert!(!cache.known_absent(Table::Meta, b"here"));
+        assert!(cache.known_absent(Table::Backrefs, b"p/x"));
+        // A commit learns the outbox's highest key; its puts raise it.
+        let started = cache.commit_started();
+        assert!(
+            !cache.known_absent(Table::Meta, b"gone"),
+            "not while a commit is in flight"
+        );
+        cache.commit_ended(
+            started,
+            Some((
+                [(Table::Outbox, b"7".as_slice(), Some(b"e".as_slice()))].into_iter(),
+                vec![(Table::Outbox, Some(b"7".to_vec())), (Table::Audit, None)],
+            )),
+        );
+        assert!(cache.highest_known(Table::Outbox));
+        assert!(!cache.known_absent(Table::Outbox, b"7"));
+        assert!(!cache.known_absent(Table::Outbox, b"5"), "below the highest: not known");
+        assert!(cache.known_absent(Table::Outbox, b"8"));
+        assert!(cache.known_absent(Table::Audit, b"a"), "an empty table");
+        landed(&cache, b"x", Some(b"v"));
+        let started = cache.commit_started();
+        ended(
+            &cache,
+            started,
+            [(Table::Outbox, b"9".as_slice(), Some(b"e".as_slice()))],
+        );
+        assert!(!cache.known_absent(Table::Outbox, b"8"), "raised by a put");
+        assert!(cache.known_absent(Table::Outbox, b"90"));
+        // A failed commit or a fence forgets the highest keys too.
+        let started = cache.commit_started();
+        failed(&cache, started);
+        assert!(!cache.highest_known(Table::Outbox));
+        assert!(!cache.known_absent(Table::Audit, b"a"));
+    }
+
+    #[test]
+    fn a_commit_that_ends_after_a_fence_leaves_the_cache_cleared() {
+        let cache = ReadCache::new(1 << 20);
+        let started = cache.commit_started();
+        // The fence of a new epoch while the old epoch's commit is in flight.
+        cache.clear();
+        cache.commit_ended(
+            started,
+            Some((
+                [(Table::Meta, b"k".as_slice(), Some(b"old".as_slice()))].into_iter(),
+                vec![(Table::Outbox, None)],
+            )),
+        );
+        assert!(hit(&cache, b"k").is_none(), "the next writer may have changed it");
+        assert!(!cache.highest_known(Table::Outbox));
+        landed(&cache, b"k", Some(b"v"));
+        assert_eq!(hit(&cache, b"k"), Some(Some(b"v".to_vec())), "the cache works again");
     }
 }

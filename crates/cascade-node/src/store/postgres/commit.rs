@@ -6,13 +6,25 @@
 //! ```sql
 //! BEGIN; SELECT {schema}.fence('region', epoch);   -- one simple query
 //! DELETE FROM {schema}.t WHERE k = ANY($1);        -- per table written, at most one
+//! INSERT INTO {schema}.t SELECT * FROM unnest($1::bytea[], $2::bytea[]);
+//!                                                   -- keys known absent, at most one
 //! INSERT INTO {schema}.t SELECT * FROM unnest($1::bytea[], $2::bytea[])
-//!     ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v; -- per table written, at most one
+//!     ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v; -- the other puts, at most one
+//! SELECT (SELECT k FROM {schema}.t ORDER BY k DESC LIMIT 1); -- tables whose highest key is not known
 //! COMMIT;
 //! ```
 //!
 //! The batch is first collapsed to its last write per key (an upsert may
-//! not touch a row twice). A fence that fails raises, which aborts the
+//! not touch a row twice), then planned ([`TableWrites`]): a removal of a
+//! key known absent is dropped, and a put of a key known absent is a
+//! plain INSERT, which costs PostgreSQL about half of an upsert's (no
+//! conflict probe, no speculative insertion and its confirmation record:
+//! 3.6 against 6.3 ms for 512 rows of 300 bytes on this machine, loaded).
+//! What is known comes from the write-through cache (`cache.rs`), which
+//! is coherent because only the fenced writer writes: a key it read or
+//! removed, a key under a prefix it knows empty, and a key above the
+//! table's highest key (learnt by the first commit into the table after a
+//! fence, kept up by every put since). A fence that fails raises, which aborts the
 //! transaction: every statement after it fails and the COMMIT rolls back,
 //! so nothing of a fenced batch lands though it was all sent. The outcome
 //! is read from the answers in order: a fence error is
@@ -40,6 +52,88 @@ use crate::store::{Entry, StoreError, Table};
 /// order, so two commits would lock rows in the same order).
 pub(super) type Collapsed = BTreeMap<Table, BTreeMap<Vec<u8>, Option<Vec<u8>>>>;
 
+/// One table's part of a planned commit (keys in order within each part).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct TableWrites {
+    /// Keys removed (those known absent are left out).
+    pub(super) removed: Vec<Vec<u8>>,
+    /// Puts of keys known absent: a plain INSERT.
+    pub(super) inserted: Rows,
+    /// The other puts: an upsert.
+    pub(super) upserted: Rows,
+    /// Whether the commit also reads the table's highest key (after its
+    /// writes, in its transaction).
+    pub(super) learn_highest: bool,
+}
+
+/// Keys and their values, as two arrays (the statements' parameters).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Rows {
+    pub(super) keys: Vec<Vec<u8>>,
+    pub(super) values: Vec<Vec<u8>>,
+}
+
+impl Rows {
+    fn push(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.keys.push(key);
+        self.values.push(value);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.keys
+            .iter()
+            .map(Vec::as_slice)
+            .zip(self.values.iter().map(Vec::as_slice))
+    }
+}
+
+impl TableWrites {
+    /// Every write of the table, as the cache takes them.
+    pub(super) fn writes(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.removed.iter().map(|k| (k.as_slice(), None)).chain(
+            self.inserted
+                .iter()
+                .chain(self.upserted.iter())
+                .map(|(k, v)| (k, Some(v))),
+        )
+    }
+}
+
+/// A planned commit: per table, what it sends.
+pub(super) type Planned = BTreeMap<Table, TableWrites>;
+
+/// What a commit learnt: per table whose highest key it read, that key
+/// (None: the table is empty).
+pub(super) type Learnt = Vec<(Table, Option<Vec<u8>>)>;
+
+/// Splits `writes` into the statements of a commit: `absent` says whether
+/// a key is known not to be in the table (as of the last commit), and
+/// `highest_known` whether the table's highest key is known.
+pub(super) fn plan(
+    writes: Collapsed,
+    absent: impl Fn(Table, &[u8]) -> bool,
+    highest_known: impl Fn(Table) -> bool,
+) -> Planned {
+    writes
+        .into_iter()
+        .map(|(table, rows)| {
+            let mut planned = TableWrites::default();
+            for (key, value) in rows {
+                match value {
+                    None if absent(table, &key) => {}
+                    None => planned.removed.push(key),
+                    Some(value) if absent(table, &key) => planned.inserted.push(key, value),
+                    Some(value) => planned.upserted.push(key, value),
+                }
+            }
+            planned.learn_highest =
+                !(planned.inserted.keys.is_empty() && planned.upserted.keys.is_empty()) && !highest_known(table);
+            (table, planned)
+        })
+        .filter(|(_, planned)| planned != &TableWrites::default())
+        .collect()
+}
+
 /// Keys asked for in one `= ANY($1)` statement.
 const KEYS_PER_READ: usize = 1000;
 
@@ -51,7 +145,9 @@ pub(super) struct Statements {
     scan_bounded: Vec<String>,
     scan_open: Vec<String>,
     delete: Vec<String>,
+    insert: Vec<String>,
     upsert: Vec<String>,
+    highest: Vec<String>,
 }
 
 impl Statements {
@@ -75,6 +171,8 @@ impl Statements {
             scan_bounded: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k >= $1 AND k < $2 ORDER BY k LIMIT $3")),
             scan_open: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k >= $1 ORDER BY k LIMIT $2")),
             delete: per_table(&|t| format!("DELETE FROM {t} WHERE k = ANY($1::bytea[])")),
+            insert: per_table(&|t| format!("INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[])")),
+            highest: per_table(&|t| format!("SELECT (SELECT k FROM {t} ORDER BY k DESC LIMIT 1)")),
             upsert: per_table(&|t| {
                 format!(
                     "INSERT INTO {t} (k, v) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
@@ -146,12 +244,14 @@ pub(super) async fn get_many(shared: Arc<Shared>, table: Table, keys: Vec<Vec<u8
     Ok(found)
 }
 
-/// What a prefetch found: the rows of the keys asked that exist, and the
-/// prefixes asked that hold a row (the others hold none).
+/// What a prefetch found: the rows of the keys asked that exist, the
+/// prefixes asked that hold a row (the others hold none), and the highest
+/// key of the tables asked for it.
 #[derive(Default)]
 pub(super) struct Prefetched {
     pub(super) rows: Vec<(Table, Entry)>,
     pub(super) occupied: Vec<(Table, Vec<u8>)>,
+    pub(super) highest: Learnt,
 }
 
 /// Per table, prefixes to probe and the ends of their ranges (in order).
@@ -161,14 +261,16 @@ pub(super) type PrefixRanges = Vec<(Table, Vec<Vec<u8>>, Vec<Vec<u8>>)>;
 type PendingRows<'a> =
     Pin<Box<dyn Future<Output = Result<Vec<tokio_postgres::Row>, tokio_postgres::Error>> + Send + 'a>>;
 
-/// Reads `keys` and whether each of `prefixes` (with its range's end)
-/// holds a row, on one connection, every statement sent before the first
-/// answer is awaited: one round trip for all (a statement per table and
-/// kind, and per [`KEYS_PER_READ`] keys).
+/// Reads `keys`, whether each of `prefixes` (with its range's end) holds
+/// a row, and the highest key of each of `highest`, on one connection,
+/// every statement sent before the first answer is awaited: one round
+/// trip for all (a statement per table and kind, and per
+/// [`KEYS_PER_READ`] keys).
 pub(super) async fn prefetch(
     shared: Arc<Shared>,
     keys: Vec<(Table, Vec<Vec<u8>>)>,
     prefixes: PrefixRanges,
+    highest: Vec<Table>,
 ) -> Result<Prefetched, StoreError> {
     let target = &shared.target;
     let failed = |e: tokio_postgres::Error| classify(&e, "cannot read ahead", target);
@@ -194,6 +296,14 @@ pub(super) async fn prefetch(
             prefix_reads.push((*table, statement.clone(), lows, highs));
         }
     }
+    let mut highest_reads = Vec::new();
+    for table in &highest {
+        let statement = client
+            .prepare_cached(&shared.sql.highest[*table as usize])
+            .await
+            .map_err(failed)?;
+        highest_reads.push((*table, statement));
+    }
     let key_params: Vec<[&(dyn ToSql + Sync); 1]> = key_reads.iter().map(|(_, _, chunk)| [chunk as _]).collect();
     let prefix_params: Vec<[&(dyn ToSql + Sync); 2]> = prefix_reads
         .iter()
@@ -209,9 +319,14 @@ pub(super) async fn prefetch(
         .zip(&prefix_params)
         .map(|((_, statement, _, _), params)| -> PendingRows<'_> { Box::pin(client.query(statement, params)) })
         .collect();
-    let (key_rows, prefix_rows) = futures::join!(
+    let highest_pending: Vec<PendingRows<'_>> = highest_reads
+        .iter()
+        .map(|(_, statement)| -> PendingRows<'_> { Box::pin(client.query(statement, &[])) })
+        .collect();
+    let (key_rows, prefix_rows, highest_rows) = futures::join!(
         futures::future::join_all(key_pending),
-        futures::future::join_all(prefix_pending)
+        futures::future::join_all(prefix_pending),
+        futures::future::join_all(highest_pending)
     );
     let mut found = Prefetched::default();
     for ((table, _, _), rows) in key_reads.iter().zip(key_rows) {
@@ -223,6 +338,12 @@ pub(super) async fn prefetch(
         for row in rows.map_err(failed)? {
             let prefix = row.try_get::<_, Vec<u8>>(0).map_err(|e| corrupt(*table, &e))?;
             found.occupied.push((*table, prefix));
+        }
+    }
+    for ((table, _), rows) in highest_reads.iter().zip(highest_rows) {
+        for row in rows.map_err(failed)? {
+            let key = row.try_get::<_, Option<Vec<u8>>>(0).map_err(|e| corrupt(*table, &e))?;
+            found.highest.push((*table, key));
         }
     }
     Ok(found)
@@ -272,57 +393,63 @@ fn corrupt(table: Table, e: &tokio_postgres::Error) -> StoreError {
     }
 }
 
-/// A statement's future, as the pipeline holds them.
-type Pending<'a> = Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>;
+/// A statement's future, as the pipeline holds them: rows affected, or
+/// (the highest-key reads) the key.
+type Pending<'a> = Pin<Box<dyn Future<Output = Result<Answer, tokio_postgres::Error>> + Send + 'a>>;
+
+/// What a statement of a commit answered.
+enum Answer {
+    Applied,
+    /// The table's highest key (None: no row), or, None, an answer that
+    /// did not decode (nothing learnt).
+    Highest(Table, Option<Option<Vec<u8>>>),
+}
 
 /// Commits `writes` at `epoch` in one pipelined transaction (the module's
-/// doc); gives the writes back for the cache. `pause` (tests only) holds
-/// the transaction, and so the lease row's share lock, after the fence.
+/// doc); gives the writes back for the cache, and the highest keys read.
+/// `pause` (tests only) holds the transaction, and so the lease row's
+/// share lock, after the fence.
 pub(super) async fn commit(
     shared: Arc<Shared>,
     epoch: u64,
-    writes: Collapsed,
+    writes: Planned,
     pause: Option<Duration>,
-) -> (Collapsed, Result<(), StoreError>) {
+) -> (Planned, Result<Learnt, StoreError>) {
     let result = commit_writes(&shared, epoch, &writes, pause).await;
     (writes, result)
+}
+
+/// What one statement of a commit sends.
+enum Sent<'a> {
+    Keys(&'a Vec<Vec<u8>>),
+    Rows(&'a Rows),
+    Highest(Table),
 }
 
 async fn commit_writes(
     shared: &Shared,
     epoch: u64,
-    writes: &Collapsed,
+    writes: &Planned,
     pause: Option<Duration>,
-) -> Result<(), StoreError> {
+) -> Result<Learnt, StoreError> {
     let target = &shared.target;
     let client = shared.writer.get().await.map_err(|e| pool_error(e, target))?;
+    let prepare_failed = |e: tokio_postgres::Error| classify(&e, "cannot prepare a commit", target);
     // Everything that may take a round trip of its own (preparing a
     // statement, once per connection) happens before the transaction.
     let mut statements = Vec::new();
     for (table, rows) in writes {
-        let deleted: Vec<&[u8]> = rows
-            .iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.as_slice())
-            .collect();
-        let (keys, values): (Vec<&[u8]>, Vec<&[u8]>) = rows
-            .iter()
-            .filter_map(|(k, v)| v.as_deref().map(|v| (k.as_slice(), v)))
-            .unzip();
-        let prepare_failed = |e: tokio_postgres::Error| classify(&e, "cannot prepare a commit", target);
-        if !deleted.is_empty() {
-            let statement = client
-                .prepare_cached(&shared.sql.delete[*table as usize])
-                .await
-                .map_err(prepare_failed)?;
-            statements.push((statement, deleted, None));
-        }
-        if !keys.is_empty() {
-            let statement = client
-                .prepare_cached(&shared.sql.upsert[*table as usize])
-                .await
-                .map_err(prepare_failed)?;
-            statements.push((statement, keys, Some(values)));
+        let sql = &shared.sql;
+        let t = *table as usize;
+        let parts = [
+            (!rows.removed.is_empty()).then(|| (&sql.delete[t], Sent::Keys(&rows.removed))),
+            (!rows.inserted.keys.is_empty()).then(|| (&sql.insert[t], Sent::Rows(&rows.inserted))),
+            (!rows.upserted.keys.is_empty()).then(|| (&sql.upsert[t], Sent::Rows(&rows.upserted))),
+            rows.learn_highest.then(|| (&sql.highest[t], Sent::Highest(*table))),
+        ];
+        for (text, sent) in parts.into_iter().flatten() {
+            let statement = client.prepare_cached(text).await.map_err(prepare_failed)?;
+            statements.push((statement, sent));
         }
     }
     // The region is a region id ([a-z][a-z0-9-]*) and the epoch a number:
@@ -339,18 +466,31 @@ async fn commit_writes(
     }
     let params: Vec<Vec<&(dyn ToSql + Sync)>> = statements
         .iter()
-        .map(|(_, keys, values)| {
-            let mut params: Vec<&(dyn ToSql + Sync)> = vec![keys];
-            if let Some(values) = values {
-                params.push(values);
-            }
-            params
+        .map(|(_, sent)| match sent {
+            Sent::Keys(keys) => vec![*keys as &(dyn ToSql + Sync)],
+            Sent::Rows(rows) => vec![&rows.keys as &(dyn ToSql + Sync), &rows.values],
+            Sent::Highest(_) => Vec::new(),
         })
         .collect();
+    let client = &client;
     let pending: Vec<Pending<'_>> = statements
         .iter()
         .zip(&params)
-        .map(|((statement, _, _), params)| -> Pending<'_> { Box::pin(client.execute(statement, params.as_slice())) })
+        .map(|((statement, sent), params)| -> Pending<'_> {
+            match sent {
+                Sent::Highest(table) => {
+                    let table = *table;
+                    Box::pin(async move {
+                        let row = client.query_one(statement, &[]).await?;
+                        Ok(Answer::Highest(table, row.try_get::<_, Option<Vec<u8>>>(0).ok()))
+                    })
+                }
+                _ => Box::pin(async move {
+                    client.execute(statement, params.as_slice()).await?;
+                    Ok(Answer::Applied)
+                }),
+            }
+        })
         .collect();
     // Polled in order, so sent in order, in one write.
     let (begun, applied, committed) = futures::join!(
@@ -376,17 +516,18 @@ async fn commit_writes(
         }
         return Err(unknown(e));
     }
-    for result in &applied {
-        if let Err(e) = result {
-            if e.as_db_error().is_some() {
-                // The transaction aborted; the COMMIT rolled it back.
-                return Err(classify(e, "a commit was refused", target));
-            }
-            return Err(unknown(e));
+    let mut learnt = Learnt::new();
+    for result in applied {
+        match result {
+            Ok(Answer::Applied | Answer::Highest(_, None)) => {}
+            Ok(Answer::Highest(table, Some(key))) => learnt.push((table, key)),
+            // The transaction aborted; the COMMIT rolled it back.
+            Err(e) if e.as_db_error().is_some() => return Err(classify(&e, "a commit was refused", target)),
+            Err(e) => return Err(unknown(&e)),
         }
     }
     match committed {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(learnt),
         Err(e) if e.as_db_error().is_some() => Err(classify(&e, "a COMMIT was refused", target)),
         Err(e) => Err(unknown(&e)),
     }
@@ -436,5 +577,40 @@ mod tests {
         assert_eq!(meta[b"k".as_slice()], None);
         assert_eq!(meta[b"j".as_slice()], Some(b"2".to_vec()));
         assert_eq!(writes[&Table::Outbox][b"k".as_slice()], Some(b"3".to_vec()));
+    }
+
+    #[test]
+    fn a_plan_inserts_and_drops_what_is_known_absent_and_upserts_the_rest() {
+        let writes = collapse(vec![
+            (Table::Outbox, b"9".to_vec(), Some(b"e".to_vec())),
+            (Table::Outbox, b"3".to_vec(), Some(b"e".to_vec())),
+            (Table::Resources, b"gone".to_vec(), None),
+            (Table::Resources, b"never".to_vec(), None),
+            (Table::Resources, b"new".to_vec(), Some(b"r".to_vec())),
+            (Table::Resources, b"old".to_vec(), Some(b"r".to_vec())),
+            (Table::Meta, b"absent".to_vec(), None),
+        ]);
+        // Known: outbox keys above "5"; "never", "new" and "absent" absent.
+        let absent = |table: Table, key: &[u8]| match table {
+            Table::Outbox => key > b"5".as_slice(),
+            _ => [b"never".as_slice(), b"new", b"absent"].contains(&key),
+        };
+        let planned = plan(writes, absent, |table| table == Table::Outbox);
+        let outbox = &planned[&Table::Outbox];
+        assert_eq!(outbox.inserted.keys, vec![b"9".to_vec()]);
+        assert_eq!(outbox.upserted.keys, vec![b"3".to_vec()]);
+        assert!(!outbox.learn_highest, "known already");
+        let resources = &planned[&Table::Resources];
+        assert_eq!(
+            resources.removed,
+            vec![b"gone".to_vec()],
+            "a removal of an absent key is dropped"
+        );
+        assert_eq!(resources.inserted.keys, vec![b"new".to_vec()]);
+        assert_eq!(resources.upserted.keys, vec![b"old".to_vec()]);
+        assert!(resources.learn_highest);
+        assert!(!planned.contains_key(&Table::Meta), "nothing left to send");
+        let sent: Vec<_> = resources.writes().collect();
+        assert_eq!(sent.len(), 3);
     }
 }

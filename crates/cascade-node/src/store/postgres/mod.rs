@@ -66,6 +66,8 @@ pub struct PostgresStore {
     shared: Arc<Shared>,
     cache: ReadCache,
     fence: lease::Fence,
+    /// Held from a commit's plan to its end (see `commit_at`).
+    commit_lock: Mutex<()>,
     lost: tokio::sync::watch::Sender<bool>,
     /// Tests only: hold every commit's transaction this long after its
     /// fence (a slow batch, holding the lease row's share lock).
@@ -156,6 +158,7 @@ pub fn open_postgres(
         shared: shared.clone(),
         cache: ReadCache::new(settings.cache_bytes),
         fence: Mutex::default(),
+        commit_lock: Mutex::new(()),
         lost: tokio::sync::watch::channel(false).0,
         #[cfg(test)]
         pause_after_fence: Mutex::new(None),
@@ -222,7 +225,15 @@ impl PostgresStore {
         if batch.is_empty() {
             return Ok(());
         }
-        let writes = commit::collapse(batch.ops);
+        // One commit at a time: a commit is planned from what the cache
+        // knows as of the last one (which keys are absent), so none may
+        // land between the plan and the send. The writer commits one
+        // batch at a time anyway.
+        let _one_commit = self
+            .commit_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let writes = self.plan(batch);
         #[cfg(test)]
         let pause = *self
             .pause_after_fence
@@ -230,25 +241,38 @@ impl PostgresStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         #[cfg(not(test))]
         let pause = None;
-        self.cache.commit_started();
+        let started = self.cache.commit_started();
         let shared = self.shared.clone();
         let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, pause).await) });
         match ran {
-            Ok((writes, Ok(()))) => {
-                self.cache.commit_ended(Some(
-                    writes
-                        .iter()
-                        .flat_map(|(table, rows)| rows.iter().map(|(k, v)| (*table, k.as_slice(), v.as_deref()))),
-                ));
+            Ok((writes, Ok(learnt))) => {
+                self.cache.commit_ended(
+                    started,
+                    Some((
+                        writes
+                            .iter()
+                            .flat_map(|(table, rows)| rows.writes().map(|(k, v)| (*table, k, v))),
+                        learnt,
+                    )),
+                );
                 Ok(())
             }
             Ok((_, Err(e))) | Err(e) => {
-                self.cache
-                    .commit_ended(None::<std::iter::Empty<(Table, &[u8], Option<&[u8]>)>>);
+                self.cache.commit_ended(started, None::<(std::iter::Empty<_>, _)>);
                 self.commit_failed(&e, epoch);
                 Err(e)
             }
         }
+    }
+
+    /// The statements a commit of `batch` would send now (see `commit.rs`):
+    /// what the cache knows absent is inserted, or not removed.
+    fn plan(&self, batch: Batch) -> commit::Planned {
+        commit::plan(
+            commit::collapse(batch.ops),
+            |table, key| self.cache.known_absent(table, key),
+            |table| self.cache.highest_known(table),
+        )
     }
 
     /// This store as the writer of `epoch` sees it: the same reads, and
@@ -384,7 +408,27 @@ impl Store for PostgresStore {
         if keys.is_empty() && prefixes.is_empty() {
             return Ok(());
         }
-        let found = self.run(commit::prefetch(self.shared.clone(), keys.clone(), prefixes.clone()))?;
+        // The highest key of each table asked and not known, in the same
+        // round trip: a key above it (a uid minted after every row of the
+        // table, as a cascade's referrers are after its target) is absent
+        // without asking, from the next page on.
+        let mut highest: Vec<Table> = keys
+            .iter()
+            .map(|(table, _)| *table)
+            .chain(prefixes.iter().map(|(table, _, _)| *table))
+            .filter(|table| !self.cache.highest_known(*table))
+            .collect();
+        highest.sort_unstable();
+        highest.dedup();
+        let found = self.run(commit::prefetch(
+            self.shared.clone(),
+            keys.clone(),
+            prefixes.clone(),
+            highest,
+        ))?;
+        for (table, key) in found.highest {
+            self.cache.remember_highest(generation, table, key);
+        }
         let mut rows: std::collections::HashMap<(Table, Vec<u8>), Vec<u8>> = found
             .rows
             .into_iter()

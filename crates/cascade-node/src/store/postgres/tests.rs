@@ -203,6 +203,68 @@ fn absences_learnt_before_a_takeover_never_hide_the_next_writers_rows() {
     );
 }
 
+/// A fenced writer knows which keys are absent (read absent, or above a
+/// table's highest key, learnt by its first commit into the table): their
+/// puts are sent as plain INSERTs (half an upsert's cost) and their
+/// removals not at all. Counted from the plan, checked against the
+/// server: a row written behind the writer's back (nobody may, while it
+/// holds its epoch) makes a plain INSERT fail, the commit roll back whole,
+/// the cache be dropped, and the next commit land.
+#[test]
+fn keys_known_absent_are_inserted_without_a_conflict_check() {
+    let Some(db) = fresh_database("known_absent") else {
+        return;
+    };
+    let store = writer(&db);
+    let outbox = |keys: &[&str]| {
+        let mut batch = Batch::default();
+        for k in keys {
+            batch.put(Table::Outbox, k.as_bytes().to_vec(), b"e".to_vec());
+        }
+        batch
+    };
+    let counts = |planned: &commit::Planned, table: Table| {
+        planned.get(&table).map_or((0, 0, 0), |w| {
+            (w.removed.len(), w.inserted.keys.len(), w.upserted.keys.len())
+        })
+    };
+    // Nothing known: upserts, and the commit learns the highest key.
+    let first = store.plan(outbox(&["r1", "r2"]));
+    assert_eq!(counts(&first, Table::Outbox), (0, 0, 2));
+    assert!(first[&Table::Outbox].learn_highest);
+    store.commit(outbox(&["r1", "r2"])).unwrap();
+    let next = store.plan(outbox(&["r2", "r3", "r4"]));
+    assert_eq!(counts(&next, Table::Outbox), (0, 2, 1), "above the highest: inserted");
+    assert!(!next[&Table::Outbox].learn_highest);
+    // Removals of keys read absent are not sent; of the others they are.
+    assert_eq!(store.get(Table::Meta, b"never").unwrap(), None);
+    let mut removals = Batch::default();
+    removals.remove(Table::Meta, b"never".to_vec());
+    removals.remove(Table::Outbox, b"r1".to_vec());
+    let planned = store.plan(removals);
+    assert!(!planned.contains_key(&Table::Meta));
+    assert_eq!(counts(&planned, Table::Outbox), (1, 0, 0));
+    store.commit(outbox(&["r2", "r3", "r4"])).unwrap();
+    let rows = |store: &PostgresStore| store.scan(Table::Outbox, b"r", None, 10).unwrap();
+    assert_eq!(rows(&store).len(), 4);
+
+    // A row behind the writer's back, above the highest it knows.
+    db.superuser_sql("INSERT INTO cascade.outbox VALUES ('\\x7235', '\\x6f')")
+        .unwrap();
+    let conflicting = outbox(&["r5", "r6"]);
+    assert_eq!(counts(&store.plan(outbox(&["r5", "r6"])), Table::Outbox), (0, 2, 0));
+    assert!(matches!(store.commit(conflicting), Err(StoreError::Engine(_))));
+    assert_eq!(store.get(Table::Outbox, b"r6").unwrap(), None, "rolled back whole");
+    assert_eq!(
+        counts(&store.plan(outbox(&["r5", "r6"])), Table::Outbox),
+        (0, 0, 2),
+        "forgotten"
+    );
+    store.commit(outbox(&["r5", "r6"])).unwrap();
+    assert_eq!(store.get(Table::Outbox, b"r5").unwrap(), Some(b"e".to_vec()));
+    assert_eq!(rows(&store).len(), 6);
+}
+
 #[test]
 fn a_store_never_fenced_refuses_commits() {
     let Some(db) = fresh_database("unfenced") else { return };
