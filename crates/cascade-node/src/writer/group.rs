@@ -115,8 +115,11 @@ impl ClientQueue {
     }
 }
 
+/// Sends a step's answer, given the group's flush error if it failed.
+type SendAnswer = Box<dyn FnOnce(Option<&CoreError>) + Send>;
+
 /// A step's answer, sent once the group's flush is known.
-pub struct Reply(Box<dyn FnOnce(Option<&CoreError>) + Send>);
+pub struct Reply(SendAnswer);
 
 impl Reply {
     /// The step's `result`, unless it succeeded after something of its

@@ -38,6 +38,9 @@ use quick_cache::Weighter;
 
 use crate::store::Table;
 
+/// Each table's highest key as a commit read it (None: the table is empty).
+pub(super) type LearntHighest = Vec<(Table, Option<Vec<u8>>)>;
+
 /// A cached lookup: the value, or None for a key known to be absent.
 type Cached = Option<Vec<u8>>;
 
@@ -244,10 +247,7 @@ impl ReadCache {
     pub(super) fn commit_ended<'a>(
         &self,
         started: u64,
-        writes: Option<(
-            impl Iterator<Item = (Table, &'a [u8], Option<&'a [u8]>)>,
-            Vec<(Table, Option<Vec<u8>>)>,
-        )>,
+        writes: Option<(impl Iterator<Item = (Table, &'a [u8], Option<&'a [u8]>)>, LearntHighest)>,
     ) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         let writes = writes.filter(|_| state.generation == started);

@@ -126,8 +126,8 @@ pub(super) fn plan(
                     Some(value) => planned.upserted.push(key, value),
                 }
             }
-            planned.learn_highest =
-                !(planned.inserted.keys.is_empty() && planned.upserted.keys.is_empty()) && !highest_known(table);
+            let puts_something = !planned.inserted.keys.is_empty() || !planned.upserted.keys.is_empty();
+            planned.learn_highest = puts_something && !highest_known(table);
             (table, planned)
         })
         .filter(|(_, planned)| planned != &TableWrites::default())
