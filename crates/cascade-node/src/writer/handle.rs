@@ -1,0 +1,135 @@
+//! The node's handle on its writer: every call queues its step with the
+//! writer's client queue (`group.rs`) and waits for the answer, across
+//! restarts of the actor by its supervisor.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec};
+use cascade_core::{CoreError, Ctx, IdSource, Resource};
+use ractor::{Actor, ActorRef, RpcReplyPort};
+
+use super::group::{self, Reply};
+use super::supervisor::{Supervisor, SupervisorMsg};
+use super::{WriterContext, WriterMsg, WriterState};
+use crate::audit::AuditContext;
+use crate::codec::StoreState;
+use crate::error::{Fault, WriterUnavailable};
+
+/// The node's way to the writer. Survives writer restarts. Every call
+/// answers the step's value, or a [`Fault`]: the protocol refused
+/// (`Refused`), or the writer did not answer (`Writer`).
+#[derive(Clone)]
+pub struct WriterHandle {
+    current: Arc<RwLock<ActorRef<WriterMsg>>>,
+    supervisor: ActorRef<SupervisorMsg>,
+    /// Where calls queue their steps (`writer/group.rs`).
+    clients: Arc<group::ClientQueue>,
+}
+
+impl WriterHandle {
+    /// Spawns the supervisor and its writer. Actors are unnamed, so several
+    /// nodes can run in one process.
+    pub async fn spawn(ctx: WriterContext) -> Result<Self, WriterUnavailable> {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let clients = Arc::new(group::ClientQueue::default());
+        let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, clients.clone(), ready_tx))
+            .await
+            .map_err(|e| WriterUnavailable(e.to_string()))?;
+        let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
+        Ok(Self {
+            current,
+            supervisor,
+            clients,
+        })
+    }
+
+    fn writer(&self) -> Result<ActorRef<WriterMsg>, WriterUnavailable> {
+        self.current
+            .read()
+            .map(|w| w.clone())
+            .map_err(|e| WriterUnavailable(e.to_string()))
+    }
+
+    pub(super) async fn call<T: Send + 'static>(
+        &self,
+        build: impl FnOnce(RpcReplyPort<Result<T, CoreError>>) -> WriterMsg,
+    ) -> Result<T, Fault> {
+        let writer = self.writer()?;
+        // The caller's span goes with the message: the step's span is its child.
+        let caller = tracing::Span::current();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.clients
+            .push(&writer, WriterMsg::Traced(caller, Box::new(build(reply.into()))))?;
+        match answer.await {
+            Ok(r) => Ok(r?),
+            // The writer dropped the step: it stopped (or failed) first.
+            Err(_) => Err(Fault::Writer(WriterUnavailable("no reply (writer stopped)".into()))),
+        }
+    }
+
+    /// Creates, audited for `audit` when given (one entry per resource).
+    pub async fn create(&self, specs: Vec<ResourceSpec>, audit: Option<AuditContext>) -> Result<Vec<Resource>, Fault> {
+        self.call(|r| WriterMsg::Create(specs, audit, r)).await
+    }
+
+    pub async fn update(
+        &self,
+        spec: ResourceSpec,
+        etag: Option<String>,
+        audit: Option<AuditContext>,
+    ) -> Result<Resource, Fault> {
+        self.call(|r| WriterMsg::Update(spec, etag, audit, r)).await
+    }
+
+    /// Deletes; a deletion that starts is audited for `audit` when given.
+    pub async fn delete(&self, req: DeleteRequest, audit: Option<AuditContext>) -> Result<DeleteOutcome, Fault> {
+        self.call(|r| WriterMsg::Delete(req, audit, r)).await
+    }
+
+    /// Runs any protocol step in the writer, committing its writes.
+    pub async fn apply<T, F>(&self, step: F) -> Result<T, Fault>
+    where
+        T: Send + 'static,
+        F: FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError> + Send + 'static,
+    {
+        self.call(|reply| {
+            WriterMsg::Apply(Box::new(
+                move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
+                    let result = state.run(myself, step);
+                    Reply::after_flush(reply, result, state.group_committed())
+                },
+            ))
+        })
+        .await
+    }
+
+    /// Compacts the outbox below `below` (one bounded batch), in the writer
+    /// so it is ordered with every other write of the node.
+    pub async fn compact_outbox(&self, below: u64) -> Result<usize, Fault> {
+        self.call(|reply| {
+            WriterMsg::Apply(Box::new(move |state: &mut WriterState, _: &ActorRef<WriterMsg>| {
+                let result = StoreState {
+                    store: state.ctx.store.as_ref(),
+                }
+                .compact_outbox(below, 1_000)
+                .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+                // Removing acknowledged revisions claims nothing durable.
+                Reply::now(reply, result)
+            }))
+        })
+        .await
+    }
+
+    /// Stops the writer and its supervisor, waiting for the writer's current step.
+    pub async fn stop(&self) {
+        let writer = self.writer().ok();
+        let _ = self.supervisor.cast(SupervisorMsg::Stop);
+        if let Some(w) = writer {
+            // Bounded wait: the writer finishes its step, then stops.
+            let _ = tokio::time::timeout(Duration::from_secs(10), w.wait(None)).await;
+        }
+        // Client steps still queued are answered that the writer stopped.
+        self.clients.close();
+    }
+}
