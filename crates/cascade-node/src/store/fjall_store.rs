@@ -36,6 +36,20 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use super::reopen::{EngineHandles, Reopenable};
 use super::{from_io, Batch, DiskCondition, Entry, ScanFloors, Store, StoreError, Table};
 
+/// Each keyspace's memtable rotates at this size (fjall's default is 64
+/// MiB). With 16 keyspaces the default let the memtables of a node that
+/// had just written a million resources hold over 400 MB, and the flush
+/// of each 64 MiB memtable left compaction a big L0 run to merge while the
+/// writer waited: P1 tree at 1M on fjall took 280 s with a peak of 636 MB
+/// and a 4.6 s stall of a concurrent create; with 8 MiB it took 184 s, 260
+/// MB, 0.5 s (same machine, same hour; 100k: the same time either way).
+/// docs/BENCHMARKS.md, "fjall's memtables".
+///
+/// fjall stores a keyspace's options when it creates the keyspace and
+/// reads them back at every open, so this size applies to databases
+/// created with it; an older data directory keeps its 64 MiB.
+const MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
+
 /// A fjall database with a keyspace per [`Table`].
 pub struct FjallStore(Reopenable<Handles>);
 
@@ -81,8 +95,10 @@ impl EngineHandles for Handles {
         let keyspaces = Table::ALL
             .iter()
             .map(|t| {
-                db.keyspace(t.name(), KeyspaceCreateOptions::default)
-                    .map_err(|e| engine(&format!("cannot open keyspace {}", t.name()), e))
+                db.keyspace(t.name(), || {
+                    KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+                })
+                .map_err(|e| engine(&format!("cannot open keyspace {}", t.name()), e))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { db, keyspaces })
