@@ -77,18 +77,27 @@ async fn a_purge_counts_without_force_and_deletes_the_same_members_with_it() {
     .await;
     let (a, b, cc) = (c.client("ra"), c.client("rb"), c.client("rc"));
     a.create(spec_in("ra/project/p", &[])).await.unwrap();
-    a.create(with_env(spec_in("ra/network/dev1", &[("project", &["ra/project/p"])]), "dev"))
-        .await
-        .unwrap();
-    a.create(with_env(spec_in("ra/network/prod1", &[("project", &["ra/project/p"])]), "prod"))
-        .await
-        .unwrap();
+    a.create(with_env(
+        spec_in("ra/network/dev1", &[("project", &["ra/project/p"])]),
+        "dev",
+    ))
+    .await
+    .unwrap();
+    a.create(with_env(
+        spec_in("ra/network/prod1", &[("project", &["ra/project/p"])]),
+        "prod",
+    ))
+    .await
+    .unwrap();
     a.create(spec_in("ra/subnet/s1", &[("network", &["ra/network/dev1"])]))
         .await
         .unwrap();
-    b.create(with_env(spec_in("rb/network/dev2", &[("project", &["ra/project/p"])]), "dev"))
-        .await
-        .unwrap();
+    b.create(with_env(
+        spec_in("rb/network/dev2", &[("project", &["ra/project/p"])]),
+        "dev",
+    ))
+    .await
+    .unwrap();
     b.create(spec_in("rb/port/x1", &[("network", &["rb/network/dev2"])]))
         .await
         .unwrap();
@@ -103,7 +112,10 @@ async fn a_purge_counts_without_force_and_deletes_the_same_members_with_it() {
     .unwrap();
     cc.create(spec_in(
         "rc/router/r1",
-        &[("project", &["ra/project/p"]), ("gateway_network", &["rb/network/dev2"])],
+        &[
+            ("project", &["ra/project/p"]),
+            ("gateway_network", &["rb/network/dev2"]),
+        ],
     ))
     .await
     .unwrap();
@@ -140,10 +152,7 @@ async fn a_purge_counts_without_force_and_deletes_the_same_members_with_it() {
 
     // Refused, changing nothing: an empty filter, and a forced purge of
     // more than max_purge_members (2 here).
-    let empty = refused(
-        root.purge(purge("", "", true)).await,
-        tonic::Code::InvalidArgument,
-    );
+    let empty = refused(root.purge(purge("", "", true)).await, tonic::Code::InvalidArgument);
     assert!(empty.contains("a purge needs a kind"), "{empty}");
     let too_many = refused(
         root.purge(purge("network", "", true)).await,
@@ -153,7 +162,11 @@ async fn a_purge_counts_without_force_and_deletes_the_same_members_with_it() {
         too_many.contains("matches 3 resources") && too_many.contains("[limits] max_purge_members"),
         "{too_many}"
     );
-    assert_eq!(everything(&c).await, before, "a purge without force, or refused, changed something");
+    assert_eq!(
+        everything(&c).await,
+        before,
+        "a purge without force, or refused, changed something"
+    );
 
     // With force: one operation, both members started.
     let forced = root.purge(purge("network", "env=dev", true)).await.unwrap();
@@ -244,7 +257,8 @@ async fn a_purge_counts_without_force_and_deletes_the_same_members_with_it() {
         .unwrap()
         .entries;
     assert!(
-        log.iter().any(|e| e.outcome.starts_with("FailedPrecondition") && e.outcome.contains("max_purge_members")),
+        log.iter()
+            .any(|e| e.outcome.starts_with("FailedPrecondition") && e.outcome.contains("max_purge_members")),
         "the refused purge is audited: {log:?}"
     );
 }

@@ -27,8 +27,8 @@ use std::collections::BTreeSet;
 use crate::auth::Principal;
 use crate::error::CoreError;
 use crate::limits::{
-    cut_stored, quote, MAX_AUDIT_ACTION_BYTES, MAX_AUDIT_OUTCOME_BYTES, MAX_AUDIT_TARGET_BYTES,
-    MAX_AUDIT_WHO_BYTES, MAX_NAME_PREFIX_BYTES, MAX_REQUESTED_BY_BYTES,
+    cut_stored, quote, MAX_AUDIT_ACTION_BYTES, MAX_AUDIT_OUTCOME_BYTES, MAX_AUDIT_TARGET_BYTES, MAX_AUDIT_WHO_BYTES,
+    MAX_NAME_PREFIX_BYTES, MAX_REQUESTED_BY_BYTES,
 };
 use crate::model::{
     AuditEntry, DeletionReason, Operation, OperationState, Progress, RefTarget, Resource, ResourceState, Timestamp,
@@ -38,7 +38,7 @@ use crate::selector::Selector;
 use crate::state::{StateRead, Tx};
 
 use super::admin::{AdminRequest, MAX_ADMIN_REASON};
-use super::bookkeeping::enter_deleting;
+use super::bookkeeping::{after_pending_changed, enter_deleting};
 use super::{Ctx, Step};
 
 /// Names a purge answers with at most (`purge_sample`), the first by name.
@@ -128,13 +128,21 @@ impl PurgeFilter {
             parts.push(format!("selector={:?}", cut_stored(&self.selector_text, 128)));
         }
         if self.older_than_ms > 0 {
-            parts.push(format!(
-                "older_than={}",
-                crate::time_text::duration(self.older_than_ms).replace(' ', "")
-            ));
+            parts.push(format!("older_than={}", exact_duration(self.older_than_ms)));
         }
         parts.join(" ")
     }
+}
+
+/// A duration in its largest whole unit (`7d`, `36h`, `90s`, `1500ms`):
+/// exact, unlike the two-unit reading of `time_text::duration`, since it
+/// names what a filter took.
+fn exact_duration(ms: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")];
+    UNITS
+        .iter()
+        .find(|(size, _)| ms.is_multiple_of(*size))
+        .map_or_else(|| format!("{ms}ms"), |(size, unit)| format!("{}{unit}", ms / size))
 }
 
 /// The synthetic root of purge operation `id` started in `region`:
@@ -249,7 +257,11 @@ pub struct PurgeStarted {
 /// (SUCCEEDED at once when no member is left to start), every member that
 /// still matches entering DELETING with cascade as if a Delete had named
 /// it, and the call's audit entry. Idempotent by operation id: a part
-/// already started is answered as it stands.
+/// already started is answered as it stands. A part that a cascade from
+/// another region's member of the same purge made here first (its root
+/// that member) is this purge's part: it takes the synthetic root and its
+/// members start in it. An operation of this region that is not a purge's
+/// is refused.
 pub fn start_purge<S: StateRead + ?Sized>(
     state: &S,
     ctx: Ctx<'_>,
@@ -258,40 +270,53 @@ pub fn start_purge<S: StateRead + ?Sized>(
 ) -> Result<Step<PurgeStarted>, CoreError> {
     let mut tx = Tx::new(state);
     let id = req.operation.unwrap_or_else(|| OperationId(ids.next_uuid()));
-    if let Some(existing) = tx.operation(id)? {
-        if !existing.is_purge() {
+    let requested_by = cut_stored(&req.requested_by, MAX_REQUESTED_BY_BYTES);
+    let mut reached = req.reached;
+    reached.remove(ctx.region.as_str());
+    let root = purge_root(&req.root_region, id)?;
+    match tx.operation(id)? {
+        Some(existing) if existing.is_purge() => {
+            return Ok(Step {
+                value: PurgeStarted {
+                    operation: existing,
+                    started: Vec::new(),
+                    skipped: 0,
+                    already_started: true,
+                },
+                writes: Default::default(),
+            });
+        }
+        // Another region's member cascaded here before this part was
+        // asked for (its part started first): the part the cascade made
+        // is this purge's, and takes its root.
+        Some(mut existing) if existing.root.name.region() != ctx.region.as_str() => {
+            existing.root = root;
+            existing.requested_by = requested_by.clone();
+            existing.reached.extend(reached);
+            existing.changes += 1;
+            tx.put_operation(existing);
+        }
+        Some(existing) => {
             return Err(CoreError::invalid(
                 "operation_id",
                 format!("operation {id} is not a purge's (its root is {})", existing.root.name),
             ));
         }
-        return Ok(Step {
-            value: PurgeStarted {
-                operation: existing,
-                started: Vec::new(),
-                skipped: 0,
-                already_started: true,
-            },
-            writes: Default::default(),
-        });
+        None => tx.put_operation(Operation {
+            id,
+            root,
+            requested_by: requested_by.clone(),
+            cascade: true,
+            state: OperationState::Running,
+            progress: Progress::default(),
+            create_time: ctx.now,
+            end_time: None,
+            reached,
+            changes: 0,
+            closure_confirmed: false,
+            principal: req.principal.clone(),
+        }),
     }
-    let requested_by = cut_stored(&req.requested_by, MAX_REQUESTED_BY_BYTES);
-    let mut reached = req.reached;
-    reached.remove(ctx.region.as_str());
-    tx.put_operation(Operation {
-        id,
-        root: purge_root(&req.root_region, id)?,
-        requested_by: requested_by.clone(),
-        cascade: true,
-        state: OperationState::Running,
-        progress: Progress::default(),
-        create_time: ctx.now,
-        end_time: None,
-        reached,
-        changes: 0,
-        closure_confirmed: false,
-        principal: req.principal.clone(),
-    });
     let mut started = Vec::new();
     let mut skipped = 0;
     let mut seen = BTreeSet::new();
@@ -318,12 +343,9 @@ pub fn start_purge<S: StateRead + ?Sized>(
             &req.principal,
         )?;
     }
-    if started.is_empty() {
-        if let Some(op) = tx.operation_mut(id)? {
-            op.state = OperationState::Succeeded;
-            op.end_time = Some(ctx.now);
-        }
-    }
+    // Nothing started (and nothing pending from a cascade that reached
+    // here first): the part is finished at once.
+    after_pending_changed(&mut tx, ctx, id)?;
     let outcome = format!("ok: {} started in operation {id}", started.len());
     tx.put_audit(AuditEntry {
         id: Uid(ids.next_uuid()),

@@ -139,7 +139,8 @@ impl World {
     }
 
     fn check(&self) {
-        let report = invariants::check_quiescent(&[RegionView::from_state(&self.region, &self.state)], Some(&self.schema));
+        let report =
+            invariants::check_quiescent(&[RegionView::from_state(&self.region, &self.state)], Some(&self.schema));
         assert!(report.is_clean(), "invariants broken:\n{}", report.lines());
     }
 }
@@ -161,6 +162,8 @@ fn an_empty_filter_is_refused_and_so_is_a_selector_that_does_not_parse() {
         filter("port", "web-", "env=dev", 7 * 86_400_000).describe(),
         "kind=port prefix=web- selector=\"env=dev\" older_than=7d"
     );
+    assert_eq!(filter("port", "", "", 90_000).describe(), "kind=port older_than=90s");
+    assert_eq!(filter("", "a", "", 1_500).describe(), "prefix=a older_than=1500ms");
 }
 
 #[test]
@@ -250,7 +253,6 @@ fn a_part_starts_every_matched_member_and_each_cascades_by_the_schema() {
     assert_eq!(audit[0].target, "kind=network selector=\"env=dev\"");
     let n1 = w.resource("r1/network/n1").expect("n1");
     assert_eq!(n1.state, ResourceState::Deleting);
-    w.check();
 
     w.run_until_quiet();
     // p1 went with n1 and d1 lost its reference; p2 is held by f2 (block),
@@ -331,6 +333,46 @@ fn a_part_leaves_alone_what_changed_since_the_scan_and_is_idempotent() {
     let again = w.start(&dev, members, Some(other));
     assert!(again.value.already_started);
     assert!(again.writes.is_empty(), "a part started again writes nothing");
+    // A part that a cascade from another region's member made here before
+    // this region's part was asked for is this purge's: it takes the
+    // purge's root and the members start in it.
+    w.create("r1/network/n4", &[("env", "dev")], &[]);
+    let members: Vec<RefTarget> = w
+        .tally(&dev, 100)
+        .members
+        .into_iter()
+        .filter(|m| m.name.id() == "n4")
+        .collect();
+    let early = OperationId(uuid::Uuid::from_u128(78));
+    let mut tx = Tx::new(&w.state);
+    tx.put_operation(Operation {
+        id: early,
+        root: RefTarget {
+            name: ResourceName::parse("r2/network/far").expect("name"),
+            uid: Uid(uuid::Uuid::from_u128(5)),
+        },
+        requested_by: "region r2".into(),
+        cascade: true,
+        state: OperationState::Succeeded,
+        progress: Progress {
+            unset: 1,
+            ..Progress::default()
+        },
+        create_time: w.now,
+        end_time: Some(w.now),
+        reached: BTreeSet::new(),
+        changes: 1,
+        closure_confirmed: false,
+        principal: Principal::anonymous(),
+    });
+    let writes = tx.finish();
+    w.state.apply(writes);
+    let adopted = w.start(&dev, members, Some(early));
+    assert_eq!(adopted.value.started.len(), 1);
+    assert!(adopted.value.operation.is_purge(), "{:?}", adopted.value.operation);
+    assert_eq!(adopted.value.operation.progress.unset, 1);
+    assert_eq!(adopted.value.operation.state, OperationState::Running);
+
     // An id that is not a purge's is refused.
     let del = protocol::DeleteRequest {
         name: "r1/network/n1".into(),

@@ -118,15 +118,14 @@ impl AdminApi {
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminPurge) {
             return Err(self.audited_status(audit, context, denied).await);
         }
-        let filter = match self.node.purge_filter(
-            &req.kind,
-            &req.name_prefix,
-            &req.attribute_selector,
-            req.older_than_ms,
-        ) {
-            Ok(filter) => filter,
-            Err(e) => return Err(self.audited_refusal(audit, context, e).await),
-        };
+        let filter =
+            match self
+                .node
+                .purge_filter(&req.kind, &req.name_prefix, &req.attribute_selector, req.older_than_ms)
+            {
+                Ok(filter) => filter,
+                Err(e) => return Err(self.audited_refusal(audit, context, e).await),
+            };
         audit.target = filter.describe();
         let others: Vec<String> = if req.region.is_empty() {
             self.node.peers.regions().map(str::to_owned).collect()
@@ -328,7 +327,9 @@ async fn ask_part(
     let mut request = Request::new(part);
     request.set_timeout(budget);
     node.peers
-        .call(region, "PurgePart", budget, |mut c| async move { c.purge_part(request).await })
+        .call(region, "PurgePart", budget, |mut c| async move {
+            c.purge_part(request).await
+        })
         .await
         .map_err(|e| e.to_string())
 }
@@ -396,11 +397,9 @@ pub(crate) async fn purge_part(node: &Node, req: v1::PurgePartRequest) -> Result
     };
     let through = root_region.as_ref().map(ToString::to_string);
     let region = &node.region;
-    let decision = node.authorizer.decide(
-        &principal,
-        Verb::AdminPurge,
-        Target::Region { region, kind: None },
-    );
+    let decision = node
+        .authorizer
+        .decide(&principal, Verb::AdminPurge, Target::Region { region, kind: None });
     let context = node.audit_context(&principal, &decision.rule, through.as_deref());
     let filter_text = format!(
         "kind={} prefix={} selector={:?} older_than_ms={}",
@@ -444,7 +443,10 @@ pub(crate) async fn purge_part(node: &Node, req: v1::PurgePartRequest) -> Result
     }
     let id = crate::api::parse_operation_id(&req.operation_id, "operation_id")?;
     let Some(root_region) = root_region else {
-        return Err(invalid_field("root_region", "a part of a purge operation names the region it started in"));
+        return Err(invalid_field(
+            "root_region",
+            "a part of a purge operation names the region it started in",
+        ));
     };
     let at_most = usize::try_from(req.at_most).unwrap_or(usize::MAX);
     let tally = node.purge_tally(&filter, at_most.saturating_add(1))?;
