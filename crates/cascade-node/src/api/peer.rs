@@ -177,8 +177,8 @@ impl Peer for PeerApi {
         if request.get_ref().root_region.is_empty() {
             self.authorize_any(&request)?;
         } else {
-            let claimed = RegionId::parse(&request.get_ref().root_region)
-                .map_err(|e| invalid_field("root_region", e))?;
+            let claimed =
+                RegionId::parse(&request.get_ref().root_region).map_err(|e| invalid_field("root_region", e))?;
             self.authorize_as(&request, &claimed, "PurgePart")?;
         }
         let answer = crate::api::admin::purge_part(&self.node, request.into_inner()).await?;
