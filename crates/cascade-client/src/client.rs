@@ -374,6 +374,12 @@ impl AdminClient {
         Ok(self.inner.clone().can_i(self.request(req)?).await?.into_inner())
     }
 
+    /// Counts and samples what a filter matches, or with `force` deletes it
+    /// as one operation (`cascade admin purge`).
+    pub async fn purge(&self, req: v1::PurgeRequest) -> Result<v1::PurgeResponse, ClientError> {
+        Ok(self.inner.clone().purge(self.request(req)?).await?.into_inner())
+    }
+
     /// Every region as the node sees it (open to every client: no token needed).
     pub async fn cluster_status(&self) -> Result<v1::ClusterStatus, ClientError> {
         Ok(self

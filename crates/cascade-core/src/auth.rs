@@ -129,11 +129,13 @@ pub enum Verb {
     AdminClusterStatus,
     /// Admin.CanI asked about another principal (`cascade auth can-i --as`).
     AdminImpersonate,
+    /// Admin.Purge: count, sample or delete every resource a filter matches.
+    AdminPurge,
 }
 
 impl Verb {
     /// Every verb, in a fixed order (policy schemas, docs, tests).
-    pub const ALL: [Verb; 16] = [
+    pub const ALL: [Verb; 17] = [
         Verb::Get,
         Verb::List,
         Verb::Watch,
@@ -150,6 +152,7 @@ impl Verb {
         Verb::AdminListAudit,
         Verb::AdminClusterStatus,
         Verb::AdminImpersonate,
+        Verb::AdminPurge,
     ];
 
     /// Its name in policies, errors and the audit log.
@@ -171,6 +174,7 @@ impl Verb {
             Verb::AdminListAudit => "admin.list_audit",
             Verb::AdminClusterStatus => "admin.cluster_status",
             Verb::AdminImpersonate => "admin.impersonate",
+            Verb::AdminPurge => "admin.purge",
         }
     }
 

@@ -212,6 +212,19 @@ pub enum CoreError {
         /// Which version it speaks ("speaks protocol version 1, ...").
         why: String,
     },
+    /// A forced purge (Admin.Purge) matched more resources than one purge
+    /// may delete (`[limits] max_purge_members`), or its scan of a region
+    /// stopped at `[limits] purge_scan` rows before it could count them all.
+    /// Nothing was started.
+    #[error("{}", describe_purge_too_large(*.matched, *.at_least, *.max))]
+    PurgeTooLarge {
+        /// The resources counted.
+        matched: u64,
+        /// The count is a lower bound: a scan stopped at its limit.
+        at_least: bool,
+        /// The most one purge may delete.
+        max: u64,
+    },
     /// A step was asked to act on a resource another region owns (the node
     /// forwards such requests; the core only acts on its own region).
     #[error("{name} belongs to region {region}, this node serves {local}")]
@@ -279,6 +292,22 @@ pub enum CoreError {
     Storage(#[from] StorageError),
 }
 
+fn describe_purge_too_large(matched: u64, at_least: bool, max: u64) -> String {
+    let count = if at_least {
+        format!(
+            "at least {matched} resources (a region's scan stopped at [limits] purge_scan rows before it could count \
+             them all)"
+        )
+    } else {
+        format!("{matched} resources")
+    };
+    format!(
+        "the purge matches {count}, more than the {max} one purge may delete ([limits] max_purge_members): \
+         narrow the filter (kind, name_prefix, attribute_selector, region, older_than) or raise the limit; \
+         nothing was started"
+    )
+}
+
 /// The liens of a resource for a human: `held by lien L (reason), ...`.
 pub fn describe_liens(liens: &[crate::model::Lien]) -> String {
     let listed: Vec<String> = liens
@@ -337,6 +366,7 @@ impl CoreError {
             | CoreError::NoSuchDeletion { .. }
             | CoreError::ForceTooEarly { .. }
             | CoreError::ForceNeedsNewerRegion { .. }
+            | CoreError::PurgeTooLarge { .. }
             | CoreError::CreateAborted { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,

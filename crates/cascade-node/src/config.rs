@@ -27,6 +27,8 @@
 //! max_batch = 1000              # resources per BatchCreate, back-references per peer call
 //! max_page_size = 1000          # List / outcome pages
 //! default_page_size = 100
+//! purge_scan = 10000            # resources one Admin.Purge examines per region
+//! max_purge_members = 1000      # resources one forced Admin.Purge may delete
 //!
 //! [storage]           # optional
 //! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
@@ -253,6 +255,8 @@ pub struct LimitsConfig {
     pub max_batch: Option<usize>,
     pub max_page_size: Option<usize>,
     pub default_page_size: Option<usize>,
+    pub purge_scan: Option<usize>,
+    pub max_purge_members: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -318,6 +322,12 @@ pub struct ApiLimits {
     pub default_page_size: usize,
     /// Largest page a request may ask for (larger asks are cut to it).
     pub max_page_size: usize,
+    /// Resources one Admin.Purge examines in each region at most: past
+    /// them its count is a lower bound (and a forced purge is refused).
+    pub purge_scan: usize,
+    /// Resources one forced Admin.Purge may delete, every region together
+    /// (more: refused, nothing started).
+    pub max_purge_members: usize,
 }
 
 impl ApiLimits {
@@ -337,6 +347,8 @@ impl Default for ApiLimits {
             max_batch_create: 1_000,
             default_page_size: 100,
             max_page_size: 1_000,
+            purge_scan: 10_000,
+            max_purge_members: 1_000,
         }
     }
 }
@@ -600,6 +612,12 @@ fn apply_limits(file: &LimitsConfig, limits: &mut ApiLimits) -> Result<(), Confi
     }
     if let Some(v) = at_least("limits.default_page_size", file.default_page_size, 1)? {
         limits.default_page_size = v;
+    }
+    if let Some(v) = at_least("limits.purge_scan", file.purge_scan, 1)? {
+        limits.purge_scan = v;
+    }
+    if let Some(v) = at_least("limits.max_purge_members", file.max_purge_members, 1)? {
+        limits.max_purge_members = v;
     }
     if limits.default_page_size > limits.max_page_size {
         return Err(ConfigError::Invalid {

@@ -54,6 +54,7 @@ mod cluster;
 mod explain;
 mod links;
 mod listing;
+mod purge;
 mod safeguards;
 mod scrape;
 mod status;

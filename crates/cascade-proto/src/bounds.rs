@@ -293,6 +293,39 @@ bounded! {
     };
     v1::ExplainPartRequest => |r| uid(&r.operation_id, "operation_id");
     v1::RegionFiguresRequest => |_r| Ok(());
+    v1::PurgePartRequest => |r| {
+        short(&r.kind, MAX_KIND_BYTES, "kind")?;
+        short(&r.name_prefix, MAX_NAME_PREFIX_BYTES, "name_prefix")?;
+        short(&r.attribute_selector, MAX_SELECTOR_BYTES, "attribute_selector")?;
+        uid(&r.operation_id, "operation_id")?;
+        region(&r.root_region, "root_region")?;
+        short(&r.requested_by, MAX_REQUESTED_BY_BYTES, "requested_by")?;
+        vouched_principal(r.principal.as_ref())?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
+
+    // cascade.v1.Admin, issue 29
+    v1::PurgeRequest => |r| {
+        short(&r.kind, MAX_KIND_BYTES, "kind")?;
+        short(&r.name_prefix, MAX_NAME_PREFIX_BYTES, "name_prefix")?;
+        short(&r.attribute_selector, MAX_SELECTOR_BYTES, "attribute_selector")?;
+        region(&r.region, "region")?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
+}
+
+/// The principal an asking region vouches for (as `PeerPlanRequest`'s):
+/// an id and groups no longer than the audit log keeps, a means in a word.
+fn vouched_principal(p: Option<&v1::Principal>) -> Result<(), Status> {
+    if let Some(p) = p {
+        text(&p.id, MAX_AUDIT_WHO_BYTES, || "principal.id".to_owned())?;
+        items(p.groups.len(), MAX_CAN_I_GROUPS, || "principal.groups".to_owned())?;
+        for (i, g) in p.groups.iter().enumerate() {
+            text(g, MAX_AUDIT_WHO_BYTES, || format!("principal.groups[{i}]"))?;
+        }
+        short(&p.via, MAX_CAN_I_VERB_BYTES, "principal.via")?;
+    }
+    Ok(())
 }
 
 /// Keeps the longest prefix of a page's `items` whose encoded size stays

@@ -161,6 +161,7 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             region: region.clone(),
             ..with(ErrorReason::Refused)
         },
+        CoreError::PurgeTooLarge { .. } => with(ErrorReason::Refused),
         CoreError::RemoteReference { field, target } => v1::ErrorDetails {
             field: field.clone(),
             resource: named(target, ""),

@@ -1,5 +1,6 @@
 //! `cascade admin …`: the operators' calls (`cascade.v1.Admin`): the
-//! deletions that do not finish, retrying a failed one, the audit log.
+//! deletions that do not finish, retrying a failed one, the audit log, and
+//! a filtered purge.
 
 use cascade_proto::v1;
 use clap::{Args, Subcommand};
@@ -71,6 +72,43 @@ pub enum AdminCommand {
     /// refusal, with who, the node, the region it came through and the
     /// rule. With `-o json`, one JSON object a line (JSON lines).
     Audit(AuditArgs),
+    /// Every ACTIVE resource a filter matches, in one region or in every
+    /// region (AIP-165). Without --force nothing changes: how many match
+    /// and the first ten by name. With --force every match is deleted with
+    /// cascade as one operation (`cascade operation ID` follows it), each
+    /// member's cascade following the schema. At least one of --kind,
+    /// --prefix and --selector is required; a resource under a lien is never
+    /// matched. A region that does not answer is named (a forced purge is
+    /// then refused, nothing started); so is a forced purge over
+    /// `[limits] max_purge_members` resources. Needs `admin.purge`.
+    Purge(PurgeArgs),
+}
+
+/// `cascade admin purge`: what to purge.
+#[derive(Debug, Clone, Args)]
+pub struct PurgeArgs {
+    /// Only resources of this kind.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Only resources whose id (after `region/kind/`) starts with this.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Only resources whose attributes match this selector (`env=dev`,
+    /// `tier in (a,b)`, `!keep`; commas AND), as `cascade list --selector`.
+    #[arg(long)]
+    pub selector: Option<String>,
+    /// Only this region (default: every region).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Only resources created at least this long ago (`90s`, `12h`, `7d`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub older_than: Option<std::time::Duration>,
+    /// Delete what matches (without it, only count and show the first ten).
+    #[arg(long)]
+    pub force: bool,
+    /// Why (kept in the audit log).
+    #[arg(long, default_value = "")]
+    pub reason: String,
 }
 
 /// `cascade admin audit`, also `cascade audit`: which entries of one
@@ -218,6 +256,27 @@ pub(super) async fn run(
                 print!("{}", purge_text(&resources, &name).await);
             }
         }
+        AdminCommand::Purge(purge) => {
+            let force = purge.force;
+            let answer = client
+                .purge(v1::PurgeRequest {
+                    kind: purge.kind.unwrap_or_default(),
+                    name_prefix: purge.prefix.unwrap_or_default(),
+                    attribute_selector: purge.selector.unwrap_or_default(),
+                    region: purge.region.unwrap_or_default(),
+                    older_than_ms: purge
+                        .older_than
+                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    force,
+                    reason: purge.reason,
+                })
+                .await?;
+            if json {
+                print_json(&purge_json(&answer));
+            } else {
+                print!("{}", purge_answer_text(&answer, force));
+            }
+        }
         AdminCommand::Audit(AuditArgs {
             region,
             limit,
@@ -286,4 +345,52 @@ async fn purge_text(resources: &Client, name: &str) -> String {
         waiting = "waiting for its cascade and for the other regions to release it".to_owned();
     }
     format!("purging: {name}: {waiting} (forced through; `cascade get {name}` shows it until it is purged)\n")
+}
+
+/// `cascade admin purge`'s answer for people: the count (and whether it is
+/// a lower bound), the first names, the regions not counted, and with
+/// --force the operation.
+fn purge_answer_text(answer: &v1::PurgeResponse, force: bool) -> String {
+    let mut out = String::new();
+    let count = if answer.count_is_lower_bound {
+        format!("at least {}", answer.purge_count)
+    } else {
+        answer.purge_count.to_string()
+    };
+    match &answer.operation {
+        Some(op) if force => {
+            out += &format!(
+                "{count} match; deleting them in operation {} (`cascade operation {}` follows it)\n",
+                op.id, op.id
+            );
+        }
+        _ if answer.purge_count == 0 => out += "nothing matches\n",
+        _ => {
+            out += &format!("{count} match (first by name):\n");
+            for name in &answer.purge_sample {
+                out += &format!("  {name}\n");
+            }
+        }
+    }
+    for region in answer.regions.iter().filter(|r| !r.error.is_empty()) {
+        out += &format!("not counted: region {}: {}\n", region.region, region.error);
+    }
+    out
+}
+
+fn purge_json(answer: &v1::PurgeResponse) -> serde_json::Value {
+    serde_json::json!({
+        "purge_count": answer.purge_count,
+        "purge_sample": answer.purge_sample,
+        "count_is_lower_bound": answer.count_is_lower_bound,
+        "unreachable_regions": answer.unreachable_regions,
+        "regions": answer.regions.iter().map(|r| serde_json::json!({
+            "region": r.region,
+            "purge_count": r.purge_count,
+            "count_is_lower_bound": r.count_is_lower_bound,
+            "error": r.error,
+            "started": r.started,
+        })).collect::<Vec<_>>(),
+        "operation": answer.operation.as_ref().map(render::operation_json),
+    })
 }

@@ -754,8 +754,11 @@ impl<'v> Checker<'v> {
             let wrong = match op.state {
                 OperationState::Running if p.pending == 0 => Some("RUNNING with nothing pending"),
                 OperationState::Running if op.end_time.is_some() => Some("RUNNING with an end time"),
+                // A purge's root is synthetic (`protocol::purge_root`): no
+                // resource, so nothing to be DELETING.
                 OperationState::Running
                     if op.root.name.region() == region
+                        && !op.is_purge()
                         && !self.find(&op.root).is_some_and(|r| r.state == ResourceState::Deleting) =>
                 {
                     Some("RUNNING, but its root is not DELETING")

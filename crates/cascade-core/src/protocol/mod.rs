@@ -40,6 +40,8 @@
 //!   DELETING, holding, purging, the operation's progress counters, events.
 //! - `backrefs.rs`: the back-reference rows a resource's references hold:
 //!   which are tracked, attaching new ones, releasing one.
+//! - `purge.rs`: a filtered purge: what a filter matches, a region's
+//!   tally, and [`start_purge`], one region's part of a forced purge.
 //!
 //! [`StateRead`]: crate::state::StateRead
 //! [`IdSource`]: crate::name::IdSource
@@ -51,6 +53,7 @@ mod create_update;
 mod delete;
 mod finalizer;
 mod lien;
+mod purge;
 mod validate;
 mod work;
 
@@ -67,6 +70,10 @@ pub use create_update::{create, update};
 pub use delete::delete;
 pub use finalizer::{remove_finalizer, report_finalizer_failure, FinalizerReport, MAX_FAILURE_REASON};
 pub use lien::{add_lien, remove_lien, AddLien, MAX_LIENS};
+pub use purge::{
+    merge_samples, purge_root, start_purge, PurgeFilter, PurgeStarted, PurgeTally, StartPurge, PURGE_ROOT_KIND,
+    PURGE_SAMPLE,
+};
 pub use work::{confirm_remote_closure, process_work};
 
 pub(crate) use bookkeeping::{after_pending_changed, forget_released_row, wake_if_deleting};

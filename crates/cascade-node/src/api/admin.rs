@@ -12,6 +12,8 @@
 //! certified region of its cluster or a node of its own region (a standby,
 //! which forwards every call to its writer: `api/standby.rs`).
 
+mod purge;
+
 use std::sync::Arc;
 
 use cascade_core::auth::{Principal, Target, Verb};
@@ -553,6 +555,12 @@ impl Admin for AdminApi {
         }))
     }
 
+    /// Counts and samples what a filter matches, or with force deletes it
+    /// as one operation (`api/admin/purge.rs`).
+    async fn purge(&self, request: Request<v1::PurgeRequest>) -> Result<Response<v1::PurgeResponse>, Status> {
+        self.run_purge(request).await
+    }
+
     /// Open to every caller (it answers about the caller, from the policy
     /// alone); about another principal only to one allowed
     /// admin.impersonate. The region owning `name` (or `region`) answers.
@@ -627,6 +635,8 @@ impl Admin for AdminApi {
         }))
     }
 }
+
+pub(crate) use purge::{purge_part, PURGE_BUDGET};
 
 fn region_status(r: RegionStatus) -> v1::RegionStatus {
     v1::RegionStatus {

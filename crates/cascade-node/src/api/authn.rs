@@ -261,7 +261,7 @@ pub(crate) fn is_guarded(path: &str) -> bool {
 }
 
 /// The calls that change something, which `[auth.rate]` limits.
-const MUTATING: [&str; 10] = [
+const MUTATING: [&str; 11] = [
     "/cascade.v1.Resources/Create",
     "/cascade.v1.Resources/BatchCreate",
     "/cascade.v1.Resources/Update",
@@ -272,6 +272,8 @@ const MUTATING: [&str; 10] = [
     "/cascade.v1.Resources/ReportFinalizerFailure",
     "/cascade.v1.Admin/RetryDeletion",
     "/cascade.v1.Admin/ForcePurge",
+    // A count changes nothing, but the call is one (it may force).
+    "/cascade.v1.Admin/Purge",
 ];
 
 fn is_mutating(path: &str) -> bool {

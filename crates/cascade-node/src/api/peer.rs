@@ -167,6 +167,24 @@ impl PeerApi {
 
 #[tonic::async_trait]
 impl Peer for PeerApi {
+    /// A part of another region's Admin.Purge: that region may start a
+    /// part only of its own purge (`root_region`, its certificate's).
+    async fn purge_part(
+        &self,
+        request: Request<v1::PurgePartRequest>,
+    ) -> Result<Response<v1::PurgePartResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        if request.get_ref().root_region.is_empty() {
+            self.authorize_any(&request)?;
+        } else {
+            let claimed =
+                RegionId::parse(&request.get_ref().root_region).map_err(|e| invalid_field("root_region", e))?;
+            self.authorize_as(&request, &claimed, "PurgePart")?;
+        }
+        let answer = crate::api::admin::purge_part(&self.node, request.into_inner()).await?;
+        Ok(Response::new(answer))
+    }
+
     async fn region_figures(
         &self,
         request: Request<v1::RegionFiguresRequest>,
