@@ -27,6 +27,7 @@
 //! max_batch = 1000              # resources per BatchCreate, back-references per peer call
 //! max_page_size = 1000          # List / outcome pages
 //! default_page_size = 100
+//! confirm_above = 1000          # a larger cascade needs its dry run's plan token (default: none does)
 //!
 //! [storage]           # optional
 //! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
@@ -253,6 +254,7 @@ pub struct LimitsConfig {
     pub max_batch: Option<usize>,
     pub max_page_size: Option<usize>,
     pub default_page_size: Option<usize>,
+    pub confirm_above: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -318,6 +320,10 @@ pub struct ApiLimits {
     pub default_page_size: usize,
     /// Largest page a request may ask for (larger asks are cut to it).
     pub max_page_size: usize,
+    /// A cascade that changes more resources than this (every region
+    /// together) must be bound to its plan (`DeleteRequest.expect_plan`);
+    /// None: no cascade needs one (the default).
+    pub confirm_above: Option<usize>,
 }
 
 impl ApiLimits {
@@ -337,6 +343,7 @@ impl Default for ApiLimits {
             max_batch_create: 1_000,
             default_page_size: 100,
             max_page_size: 1_000,
+            confirm_above: None,
         }
     }
 }
@@ -600,6 +607,22 @@ fn apply_limits(file: &LimitsConfig, limits: &mut ApiLimits) -> Result<(), Confi
     }
     if let Some(v) = at_least("limits.default_page_size", file.default_page_size, 1)? {
         limits.default_page_size = v;
+    }
+    if let Some(v) = file.confirm_above {
+        // A plan token binds a whole closure, and a dry run lists at most
+        // this many members per region: above it no cascade could be
+        // confirmed at all.
+        let most = cascade_core::Policy::default().max_plan;
+        if v == 0 || v > most {
+            return Err(ConfigError::Invalid {
+                field: "limits.confirm_above",
+                message: format!(
+                    "must be 1 to {most} (a dry run's plan, which binds a token, lists at most {most} resources per region); \
+                     leave it out to let every cascade start without a plan token"
+                ),
+            });
+        }
+        limits.confirm_above = Some(v);
     }
     if limits.default_page_size > limits.max_page_size {
         return Err(ConfigError::Invalid {

@@ -1,0 +1,11 @@
+//! Recoverable and bounded deletion (issue 29), over real nodes in three
+//! regions: plan-bound deletes (a dry run's token, the delete that expects
+//! it, `[limits] confirm_above`).
+//!
+//! One test binary for the issue's multi-node tests (CI links the node
+//! once for all of them).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod plan_bound;
