@@ -279,7 +279,7 @@ pub enum CoreError {
     /// whose closure, walked again just before the delete, is not that
     /// plan: nothing was changed. Names what was added and removed, as far
     /// as the node still holds the plan's members.
-    #[error("{}", describe_plan_change(.name, .expected, .why, .added, .removed, *.more))]
+    #[error("{}", describe_plan_change(.name, .expected, .why, .diff))]
     PlanChanged {
         /// The resource the delete named.
         name: ResourceName,
@@ -287,12 +287,9 @@ pub enum CoreError {
         expected: String,
         /// Why it does not match, in words ("2 members added, 1 removed").
         why: String,
-        /// Members the closure has now that the plan did not (bounded).
-        added: Vec<crate::plan::PlanMember>,
-        /// Members of the plan the closure no longer has (bounded).
-        removed: Vec<crate::plan::PlanMember>,
-        /// Changed members beyond those listed.
-        more: u64,
+        /// The members added and removed (bounded; boxed: most errors
+        /// are small, and every `Result` of the core carries the largest).
+        diff: Box<crate::plan::PlanDiff>,
         /// The members the closure has now.
         members: u64,
     },
@@ -330,15 +327,9 @@ pub fn describe_liens(liens: &[crate::model::Lien]) -> String {
 
 /// A changed plan for a human: what differs, then at most a few members
 /// each way (the details list more), and what to do.
-fn describe_plan_change(
-    name: &ResourceName,
-    expected: &str,
-    why: &str,
-    added: &[crate::plan::PlanMember],
-    removed: &[crate::plan::PlanMember],
-    more: u64,
-) -> String {
+fn describe_plan_change(name: &ResourceName, expected: &str, why: &str, diff: &crate::plan::PlanDiff) -> String {
     const SHOWN: usize = 5;
+    let (added, removed, more) = (&diff.added, &diff.removed, diff.more);
     let list = |items: &[crate::plan::PlanMember]| {
         items
             .iter()

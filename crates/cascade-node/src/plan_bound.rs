@@ -73,9 +73,7 @@ impl Node {
                 name,
                 expected: format!("{}{cut}", quote(&prefix)),
                 why,
-                added: diff.added,
-                removed: diff.removed,
-                more: diff.more,
+                diff: Box::new(diff),
                 members: count,
             }
             .into());

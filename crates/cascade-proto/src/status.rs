@@ -186,21 +186,17 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
         },
         CoreError::Storage(_) => with(ErrorReason::StorageUnavailable),
         CoreError::PlanChanged {
-            name,
-            added,
-            removed,
-            more,
-            members,
-            ..
+            name, diff, members, ..
         } => v1::ErrorDetails {
             resource: named(name, ""),
             field: "expect_plan".into(),
-            plan_changes: added
+            plan_changes: diff
+                .added
                 .iter()
                 .map(|m| plan_change(m, true))
-                .chain(removed.iter().map(|m| plan_change(m, false)))
+                .chain(diff.removed.iter().map(|m| plan_change(m, false)))
                 .collect(),
-            more: *more,
+            more: diff.more,
             plan_members: *members,
             ..with(ErrorReason::PlanChanged)
         },
