@@ -36,7 +36,9 @@ use tracing_subscriber::EnvFilter;
                   --all-regions), a node \
                   not SERVING (health); 2 a command line that does not parse; 3 delete --cascade \
                   would leave members held (nothing changed; --allow-blocked starts it); 4 delete \
-                  --wait stopped on a stuck deletion (its explanation is printed).\n\
+                  --wait stopped on a stuck deletion (its explanation is printed); 5 delete \
+                  --cascade larger than --confirm-above not confirmed (nothing changed; --yes \
+                  confirms it).\n\
                   Times show in the local zone (TZ), or UTC with --utc; -o json is the stable \
                   contract for scripts (docs/json-output.md)."
 )]

@@ -1,8 +1,9 @@
 //! What `cascade` prints, over the real `cascade demo` (three regions):
 //! times as people read them, never epoch milliseconds (issue 25, part 3);
 //! a cascade that would be held is named before anything changes, and
-//! `--wait` on a stuck deletion ends with its explanation (part 5); shell
-//! completions.
+//! `--wait` on a stuck deletion ends with its explanation (part 5); a
+//! cascade shows its plan and is bound to it, a large one confirmed
+//! (issue 29); shell completions.
 
 // Test code: deadlines are real time (clippy.toml).
 #![allow(clippy::disallowed_methods)]
@@ -271,6 +272,98 @@ fn a_cascade_that_would_be_held_is_named_before_it_starts_and_a_stuck_wait_ends(
     );
 }
 
+/// `delete --cascade` shows its plan (members per region, their number,
+/// the token) and binds the delete to it; above --confirm-above, without a
+/// terminal, it needs --yes (exit 5, nothing changed); a dry run prints the
+/// token, and `--expect-plan` passes one: a token that is not the
+/// closure's is refused ABORTED with nothing changed.
+#[test]
+fn a_cascade_shows_its_plan_and_a_large_one_needs_yes_without_a_terminal() {
+    let demo = Demo::start(true);
+    let net = "eu-west/network/net1";
+    let out = demo.cascade(&["delete", net, "--cascade", "--confirm-above", "5"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(5), "{said}");
+    assert!(
+        said.contains("plan: 15 members (14 deleted, 1 unset) in 3 region(s)\n")
+            && said.contains("  ap-south  1 deleted, 1 unset\n")
+            && said.contains("  us-east   9 deleted\n")
+            && said.contains("plan token: p1-"),
+        "{said}"
+    );
+    assert!(
+        said.contains("not started: this cascade changes 15 resources, more than --confirm-above 5")
+            && said.contains("Pass --yes"),
+        "{said}"
+    );
+    let json = demo.cascade(&["-o", "json", "delete", net, "--cascade", "--confirm-above", "5"]);
+    assert_eq!(json.status.code(), Some(5), "{}", text(&json));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(json["started"], false, "{json}");
+    assert_eq!(json["reason"], "not_confirmed", "{json}");
+    assert_eq!(json["plan"]["members"], 15, "{json}");
+    assert!(
+        demo.cascade_ok(&["get", net]).starts_with(&format!("{net}  ACTIVE")),
+        "nothing changed"
+    );
+
+    // --yes confirms a plan above the threshold without a terminal (the
+    // trunk first: net1's cascade would reach it through its parent port).
+    let out = demo.cascade(&[
+        "delete",
+        "us-east/trunk/t1",
+        "--cascade",
+        "--confirm-above",
+        "2",
+        "--yes",
+    ]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("plan: 3 members (3 deleted, 0 unset) in 1 region(s)"),
+        "{said}"
+    );
+    assert!(said.contains("accepted: deletion of us-east/trunk/t1"), "{said}");
+
+    let dry = demo.cascade_ok(&["delete", net, "--cascade", "--dry-run"]);
+    let token = dry
+        .lines()
+        .find_map(|l| l.strip_prefix("plan token: "))
+        .unwrap_or_else(|| panic!("no token in:\n{dry}"))
+        .to_owned();
+    let stale = format!("p1-{}", ["00000000"; 8].join("-"));
+    let out = demo.cascade(&["delete", net, "--cascade", "--expect-plan", &stale]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("Aborted: the closure of eu-west/network/net1 is not plan \"p1-00000000-00000000\"… any more"),
+        "{said}"
+    );
+    assert!(
+        demo.cascade_ok(&["get", net]).starts_with(&format!("{net}  ACTIVE")),
+        "nothing changed"
+    );
+    // The refusal is in the audit log, with what the node said.
+    let exported = demo.cascade_ok(&["-o", "json", "audit", "--resource", net]);
+    assert!(
+        exported.lines().any(|line| {
+            let entry: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            entry["action"] == "cascade"
+                && entry["outcome"]
+                    .as_str()
+                    .is_some_and(|o| o.starts_with("Aborted: the closure"))
+        }),
+        "{exported}"
+    );
+    let out = demo.cascade(&["delete", net, "--cascade", "--expect-plan", &token]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("accepted: deletion of eu-west/network/net1"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn completions_name_the_subcommands_in_every_shell() {
     for shell in ["bash", "zsh", "fish"] {
@@ -287,6 +380,7 @@ fn completions_name_the_subcommands_in_every_shell() {
             "force-purge",
             "completions",
             "allow-blocked",
+            "expect-plan",
         ] {
             assert!(script.contains(word), "{shell}'s script does not name {word}");
         }

@@ -751,6 +751,82 @@ async fn an_etag_mismatch_is_aborted_from_every_node() {
     assert!(r.message.contains(&n.etag), "{r:?}");
 }
 
+/// The plan rows: a cascade above `[limits] confirm_above` without a token
+/// (FAILED_PRECONDITION, PLAN_REQUIRED) and a delete bound to a plan whose
+/// closure changed since (ABORTED, PLAN_CHANGED, naming the member added),
+/// the same from every node: the owner decides both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_needing_a_plan_or_bound_to_a_changed_one_is_refused_from_every_node() {
+    let c = start_cluster_with(&REGIONS, |s| s.limits.confirm_above = Some(1)).await;
+    us_east_network(&c, false).await;
+    let project = "us-east/project/p";
+    let r = same_from_every_node(&c, "cascade without a plan", |client| async move {
+        client.delete(delete_req(project, true)).await
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::FailedPrecondition, ErrorReason::PlanRequired),
+        "{r:?}"
+    );
+    assert_eq!(
+        (r.resource().0.as_str(), r.details().field.as_str()),
+        (project, "expect_plan"),
+        "{r:?}"
+    );
+    assert_eq!(r.details().plan_members, 2, "{r:?}");
+    assert!(
+        r.message.contains("more than this node's [limits] confirm_above = 1"),
+        "{r:?}"
+    );
+
+    let plan = c
+        .client("us-east")
+        .delete(v1::DeleteRequest {
+            dry_run: true,
+            ..delete_req(project, true)
+        })
+        .await
+        .unwrap()
+        .plan
+        .unwrap();
+    c.client("eu-west")
+        .create(spec_in("eu-west/network/m", &[("project", &[project])]))
+        .await
+        .unwrap();
+    let token = plan.token.clone();
+    let r = same_from_every_node(&c, "cascade bound to a changed plan", |client| {
+        let token = token.clone();
+        async move {
+            client
+                .delete(v1::DeleteRequest {
+                    expect_plan: token,
+                    ..delete_req(project, true)
+                })
+                .await
+        }
+    })
+    .await;
+    assert_eq!(
+        (r.code, r.reason()),
+        (tonic::Code::Aborted, ErrorReason::PlanChanged),
+        "{r:?}"
+    );
+    let added: Vec<(String, String, bool)> = r
+        .details()
+        .plan_changes
+        .iter()
+        .map(|m| (m.region.clone(), m.name.clone(), m.added))
+        .collect();
+    assert_eq!(
+        added,
+        [("eu-west".to_owned(), "eu-west/network/m".to_owned(), true)],
+        "{r:?}"
+    );
+    assert_eq!(r.details().plan_members, 3, "{r:?}");
+    assert!(r.message.contains("added: eu-west/network/m (delete)"), "{r:?}");
+}
+
 // ---------------------------------------------------------------------------
 // UNAVAILABLE
 // ---------------------------------------------------------------------------

@@ -1,8 +1,13 @@
-//! Recoverable and bounded deletion (issue 29)
+//! Recoverable and bounded deletion (issue 29), over real nodes in three
+//! regions: soft delete with a window, plan-bound deletes (a dry run's
+//! token, the delete that expects it, `[limits] confirm_above`), filtered
+//! purge, budgets and control of a running operation.
 //!
-//! One test binary with a module per part, so the suite links once.
+//! One test binary for the issue's multi-node tests (CI links the node
+//! once for all of them).
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod plan_bound;
 mod purge;

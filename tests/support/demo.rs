@@ -139,6 +139,7 @@ impl Demo {
             "CASCADE_OUTPUT",
             "CASCADE_LOG_FORMAT",
             "CASCADE_ADMIN_TOKEN",
+            "CASCADE_CONFIRM_ABOVE",
         ] {
             command.env_remove(key);
         }

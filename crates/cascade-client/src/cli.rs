@@ -19,7 +19,7 @@ use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, AuditArgs, DeletionStatusArg};
 pub use auth::{random_token, token_entry, AuthArgs, AuthCommand, CanIArgs};
-pub use delete::{DeleteArgs, EXIT_STUCK, EXIT_WOULD_BE_HELD};
+pub use delete::{DeleteArgs, EXIT_NOT_CONFIRMED, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
 pub use node_config::CheckArgs;
 pub use observe::HealthArgs;
@@ -157,10 +157,18 @@ pub enum Command {
     },
     /// Delete a resource (asynchronous: returns an operation).
     ///
-    /// Exit status: 0 accepted (or done, with --wait), 1 an error or (with
-    /// --wait) a failed operation, 3 a --cascade that members would be held
-    /// in and no --allow-blocked (nothing changed), 4 (with --wait) a
-    /// deletion stuck on something only a person can free.
+    /// A --cascade shows its plan first (members per region, their number,
+    /// its token) and is then bound to it: it deletes exactly that closure
+    /// or is refused (ABORTED, naming what changed since), changing
+    /// nothing. Above --confirm-above members it asks y/N on a terminal;
+    /// without one it needs --yes.
+    ///
+    /// Exit status: 0 accepted (or done, with --wait), 1 an error (a
+    /// changed plan included) or (with --wait) a failed operation, 3 a
+    /// --cascade that members would be held in and no --allow-blocked
+    /// (nothing changed), 4 (with --wait) a deletion stuck on something
+    /// only a person can free, 5 a large cascade not confirmed (no --yes,
+    /// no terminal, or not answered y: nothing changed).
     Delete(DeleteArgs),
     /// Protect a resource against deletion, or lift a protection.
     #[command(subcommand)]

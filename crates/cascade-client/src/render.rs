@@ -14,11 +14,14 @@ use cascade_proto::v1;
 use serde_json::{json, Value};
 
 mod admin;
+mod plan;
 mod times;
 pub use admin::{
     audit_json, audit_table, cluster_status_json, cluster_status_text, deletion_entry_json, deletion_entry_text,
     deletions_table,
 };
+pub use plan::plan_summary;
+use plan::token_line;
 pub use times::{age, table, TimeDisplay};
 pub(crate) use times::{rfc3339, rfc3339_or_null};
 
@@ -272,6 +275,9 @@ pub fn plan_json(p: &v1::Plan) -> Value {
         "unreachable_regions": p.unreachable_regions,
         "denied": p.denied.iter().map(|d| json!({"region": d.region, "name": d.name, "verb": d.verb, "rule": d.rule})).collect::<Vec<_>>(),
         "denied_more": p.denied_more,
+        "members": p.members,
+        "token": p.token,
+        "token_missing": p.token_missing,
     })
 }
 
@@ -324,6 +330,10 @@ pub fn plan_text(p: &v1::Plan) -> String {
             "  incomplete: regions {} could not be asked for their part\n",
             p.unreachable_regions.join(", ")
         );
+    }
+    // A region's part (Peer.Plan) has neither; a client's dry run always one.
+    if !p.token.is_empty() || !p.token_missing.is_empty() {
+        out += &token_line(p);
     }
     out
 }

@@ -17,7 +17,8 @@ pub enum ErrorCode {
     /// target, live blockers or dependents, an owner's refusal); it may
     /// succeed once the state changes.
     FailedPrecondition,
-    /// An optimistic-concurrency check (etag) failed: re-read and retry.
+    /// An optimistic-concurrency check failed (an etag; a plan token whose
+    /// closure changed): re-read (plan again) and retry.
     Aborted,
     /// Storage or a peer region could not be reached; the same request may
     /// succeed later.
@@ -287,6 +288,42 @@ pub enum CoreError {
     /// No region knows an operation with this id.
     #[error("operation {0} not found")]
     OperationNotFound(String),
+    /// A delete bound to a plan (`expect_plan`, the token of a dry run)
+    /// whose closure, walked again just before the delete, is not that
+    /// plan: nothing was changed. Names what was added and removed, as far
+    /// as the node still holds the plan's members.
+    #[error("{}", describe_plan_change(.name, .expected, .why, .diff))]
+    PlanChanged {
+        /// The resource the delete named.
+        name: ResourceName,
+        /// The token the delete expected, quoted (a short prefix).
+        expected: String,
+        /// Why it does not match, in words ("2 members added, 1 removed").
+        why: String,
+        /// The members added and removed (bounded; boxed: most errors
+        /// are small, and every `Result` of the core carries the largest).
+        diff: Box<crate::plan::PlanDiff>,
+        /// The members the closure has now.
+        members: u64,
+    },
+    /// A cascade larger than the node's `[limits] confirm_above`, asked
+    /// without a plan token: it must be confirmed by one.
+    #[error(
+        "{name}: this cascade changes {}{members} resources, more than this node's [limits] confirm_above = \
+         {confirm_above}: confirm it with its plan: run the dry run (cascade delete {name} --cascade --dry-run; \
+         DeleteRequest.dry_run) and delete with its token (--expect-plan TOKEN; DeleteRequest.expect_plan)",
+        if *.at_least { "at least " } else { "" }
+    )]
+    PlanRequired {
+        /// The resource the delete named.
+        name: ResourceName,
+        /// The members the walk found (resources deleted or unset).
+        members: u64,
+        /// The walk stopped at its bound: there are more.
+        at_least: bool,
+        /// The node's threshold.
+        confirm_above: u64,
+    },
     /// The state under the step could not be read or decoded.
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -315,6 +352,33 @@ pub fn describe_liens(liens: &[crate::model::Lien]) -> String {
         .map(|l| format!("held by lien {} ({})", l.id, l.reason))
         .collect();
     listed.join(", ")
+}
+
+/// A changed plan for a human: what differs, then at most a few members
+/// each way (the details list more), and what to do.
+fn describe_plan_change(name: &ResourceName, expected: &str, why: &str, diff: &crate::plan::PlanDiff) -> String {
+    const SHOWN: usize = 5;
+    let (added, removed, more) = (&diff.added, &diff.removed, diff.more);
+    let list = |items: &[crate::plan::PlanMember]| {
+        items
+            .iter()
+            .take(SHOWN)
+            .map(|m| format!("{} ({})", m.name, m.action))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut msg = format!("the closure of {name} is not plan {expected} any more ({why})");
+    if !added.is_empty() {
+        msg += &format!("; added: {}", list(added));
+    }
+    if !removed.is_empty() {
+        msg += &format!("; removed: {}", list(removed));
+    }
+    let unnamed = more + (added.len().saturating_sub(SHOWN) + removed.len().saturating_sub(SHOWN)) as u64;
+    if unnamed > 0 {
+        msg += &format!(" (and {unnamed} more)");
+    }
+    msg + "; nothing was changed: run the dry run again and delete with its new token"
 }
 
 fn describe_refusal(name: &ResourceName, blockers: &[Dependent], dependents: &[Dependent], more: usize) -> String {
@@ -368,10 +432,11 @@ impl CoreError {
             | CoreError::ForceNeedsNewerRegion { .. }
             | CoreError::PurgeTooLarge { .. }
             | CoreError::CreateAborted { .. }
+            | CoreError::PlanRequired { .. }
             | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
             CoreError::RegionUnavailable { .. } | CoreError::CreateUnsettled { .. } => ErrorCode::Unavailable,
-            CoreError::EtagMismatch { .. } => ErrorCode::Aborted,
+            CoreError::EtagMismatch { .. } | CoreError::PlanChanged { .. } => ErrorCode::Aborted,
             CoreError::Storage(_) => ErrorCode::Unavailable,
         }
     }

@@ -28,6 +28,9 @@ pub const MAX_ETAG_BYTES: usize = 32;
 pub const MAX_REQUESTED_BY_BYTES: usize = 256;
 /// A page token (every token a node issues is far shorter).
 pub const MAX_PAGE_TOKEN_BYTES: usize = 1024;
+/// A plan token a delete expects (`DeleteRequest.expect_plan`): a node's
+/// tokens are 74 bytes (`p1-` and a SHA-256 in hex, 8 groups of 8).
+pub const MAX_PLAN_TOKEN_BYTES: usize = 128;
 /// A reason given with a lien, a finalizer failure or an admin action.
 pub const MAX_REASON_BYTES: usize = 1024;
 /// A lien id.

@@ -529,6 +529,62 @@ fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     w.check();
 }
 
+/// What a plan token binds (issue 29): the dry run's members are what the
+/// closure check's walk (`peer::plan_from`, from the root) finds, in one
+/// canonical text; a dependent created since is named as added; and the
+/// delete then does exactly the members, as its outcomes say.
+#[test]
+fn a_plans_members_are_the_closure_walk_and_what_the_delete_then_does() {
+    let Neutron { mut w, net, .. } = neutron_network();
+    let plan = w.dry_run(&net, true).unwrap();
+    let members = plan.members();
+    assert_eq!(members.len(), plan.deleted.len() + plan.unset.len());
+    let root = RefTarget {
+        name: rn(&net),
+        uid: w.get(&net).unwrap().uid,
+    };
+    let walked = peer::plan_from(&w.state, ctx!(w), vec![root.clone()], true, None).unwrap();
+    assert_eq!(
+        cascade_core::plan::canonical_text(&walked.members()),
+        cascade_core::plan::canonical_text(&members),
+        "the check's walk is the dry run's"
+    );
+
+    let late = n("port", "late");
+    w.create(&late, &[("network", &[&net])]);
+    let now = peer::plan_from(&w.state, ctx!(w), vec![root], true, None).unwrap();
+    let diff = cascade_core::plan::diff_members(&members, &now.members(), cascade_core::plan::MAX_PLAN_CHANGES_LISTED);
+    let added: Vec<(String, String)> = diff
+        .added
+        .iter()
+        .map(|m| (m.name.to_string(), m.action.to_string()))
+        .collect();
+    assert_eq!(added, [(late.clone(), "delete".to_owned())]);
+    assert!(diff.removed.is_empty());
+
+    let plan = w.dry_run(&net, true).unwrap();
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+    let done: BTreeSet<(String, String)> = w
+        .state
+        .outcomes
+        .iter()
+        .filter(|((id, _), _)| *id == op.id)
+        .filter_map(|((_, name), o)| match &o.action {
+            OutcomeAction::Deleted => Some((name.to_string(), "delete".to_owned())),
+            OutcomeAction::Unset { field } => Some((name.to_string(), format!("unset {field}"))),
+            _ => None,
+        })
+        .collect();
+    let planned: BTreeSet<(String, String)> = plan
+        .members()
+        .iter()
+        .map(|m| (m.name.to_string(), m.action.to_string()))
+        .collect();
+    assert_eq!(done, planned);
+    w.check();
+}
+
 #[test]
 fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
     let mut w = World::neutron();

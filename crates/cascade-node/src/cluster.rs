@@ -567,9 +567,15 @@ impl Node {
     /// Under a policy that may refuse, the delete is first checked over its
     /// whole closure (see [`Self::check_closure`]) and refused, with
     /// nothing written, when its principal may not change a member.
+    ///
+    /// With `expect_plan` (a dry run's token) the delete is bound to that
+    /// plan: the same walk, made for it even when the policy allows
+    /// everything, must find exactly that plan; and a cascade above
+    /// `[limits] confirm_above` needs one (see `plan_bound.rs`).
     pub(crate) async fn delete(
         &self,
         mut req: DeleteRequest,
+        expect_plan: Option<&str>,
         budget: std::time::Duration,
         audit: crate::audit::AuditContext,
     ) -> Result<(DeleteOutcome, Vec<String>), Fault> {
@@ -581,8 +587,14 @@ impl Node {
         let cascade = req.cascade && !req.orphan;
         let principal = req.principal.clone();
         let root_denied = self.root_denials(&req)?;
-        if !req.dry_run && !self.authorizer.allows_everything() {
-            self.check_closure(&req, root_denied.clone(), budget).await?;
+        let for_plan = self.walks_for_plan(&req, expect_plan);
+        if !req.dry_run && (for_plan || !self.authorizer.allows_everything()) {
+            // One walk for both: the policy's members, then the plan.
+            if let Some(walked) = self.check_closure(&req, root_denied.clone(), budget).await? {
+                if for_plan {
+                    self.check_walked(&req, expect_plan, &walked)?;
+                }
+            }
         }
         // A deletion that starts is audited (`delete`, `cascade` or
         // `orphan`) in its step; a dry run changes nothing and is not.
@@ -627,12 +639,15 @@ impl Node {
     /// is UNAVAILABLE (its members were not checked). A member refused
     /// after this check, by a policy changed meanwhile, is held BLOCKED by
     /// the cascade itself (`cascade_core::protocol::process_work`).
+    ///
+    /// Returns the merged plan it walked (None when the root is not ACTIVE:
+    /// the writer's step answers), which a plan-bound delete checks.
     async fn check_closure(
         &self,
         req: &DeleteRequest,
         root_denied: Vec<PlannedDenial>,
         budget: std::time::Duration,
-    ) -> Result<(), Fault> {
+    ) -> Result<Option<Plan>, Fault> {
         let cascade = req.cascade && !req.orphan;
         let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
         // Read outside the writer (nothing is decided on its path): a root
@@ -644,7 +659,7 @@ impl Node {
             .filter(|r| r.state == ResourceState::Active)
             .filter(|r| req.uid.is_none_or(|uid| uid == r.uid));
         let Some(root) = root else {
-            return Ok(());
+            return Ok(None);
         };
         let seeds = vec![RefTarget {
             name: root.name.clone(),
@@ -655,13 +670,13 @@ impl Node {
         if let Some(region) = unreachable.first() {
             return Err(CoreError::RegionUnavailable {
                 region: region.clone(),
-                reason: "its members of the closure could not be checked against its policy".to_owned(),
+                reason: "its part of the closure could not be walked: its members could not be checked (against its policy, or a plan)".to_owned(),
             }
             .into());
         }
         prepend_denials(&mut plan, root_denied);
         if plan.denied.is_empty() {
-            return Ok(());
+            return Ok(Some(plan));
         }
         Err(Fault::Denied(crate::error::Denied {
             principal: req.principal.id.clone(),

@@ -29,6 +29,7 @@
 //! default_page_size = 100
 //! purge_scan = 10000            # resources one Admin.Purge examines per region
 //! max_purge_members = 1000      # resources one forced Admin.Purge may delete
+//! confirm_above = 1000          # a larger cascade needs its dry run's plan token (default: none does)
 //!
 //! [storage]           # optional
 //! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
@@ -257,6 +258,7 @@ pub struct LimitsConfig {
     pub default_page_size: Option<usize>,
     pub purge_scan: Option<usize>,
     pub max_purge_members: Option<usize>,
+    pub confirm_above: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -328,6 +330,10 @@ pub struct ApiLimits {
     /// Resources one forced Admin.Purge may delete, every region together
     /// (more: refused, nothing started).
     pub max_purge_members: usize,
+    /// A cascade that changes more resources than this (every region
+    /// together) must be bound to its plan (`DeleteRequest.expect_plan`);
+    /// None: no cascade needs one (the default).
+    pub confirm_above: Option<usize>,
 }
 
 impl ApiLimits {
@@ -349,6 +355,7 @@ impl Default for ApiLimits {
             max_page_size: 1_000,
             purge_scan: 10_000,
             max_purge_members: 1_000,
+            confirm_above: None,
         }
     }
 }
@@ -618,6 +625,22 @@ fn apply_limits(file: &LimitsConfig, limits: &mut ApiLimits) -> Result<(), Confi
     }
     if let Some(v) = at_least("limits.max_purge_members", file.max_purge_members, 1)? {
         limits.max_purge_members = v;
+    }
+    if let Some(v) = file.confirm_above {
+        // A plan token binds a whole closure, and a dry run lists at most
+        // this many members per region: above it no cascade could be
+        // confirmed at all.
+        let most = cascade_core::Policy::default().max_plan;
+        if v == 0 || v > most {
+            return Err(ConfigError::Invalid {
+                field: "limits.confirm_above",
+                message: format!(
+                    "must be 1 to {most} (a dry run's plan, which binds a token, lists at most {most} resources per region); \
+                     leave it out to let every cascade start without a plan token"
+                ),
+            });
+        }
+        limits.confirm_above = Some(v);
     }
     if limits.default_page_size > limits.max_page_size {
         return Err(ConfigError::Invalid {

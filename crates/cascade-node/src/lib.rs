@@ -55,6 +55,8 @@ mod explain;
 mod links;
 mod listing;
 mod purge;
+// Plan-bound deletes (issue 29): a dry run's token, a delete's check of it.
+mod plan_bound;
 mod safeguards;
 mod scrape;
 mod status;
@@ -64,6 +66,8 @@ mod node;
 // Floor 3: below the domain.
 mod metrics;
 mod outbox;
+// The plan tokens' digest and the plans a node bound lately.
+mod plan_tokens;
 mod status_cache;
 mod trace_context;
 mod writer;

@@ -198,6 +198,10 @@ pub struct Node {
     pub(crate) status_cache: StatusCache,
     /// Peer region → its nodes' addresses, as configured (joined by ", ").
     pub(crate) peer_addresses: BTreeMap<String, String>,
+    /// The members of the plans this node's dry runs bound lately, so a
+    /// plan-bound delete whose closure changed names what changed
+    /// (`plan_tokens.rs`).
+    pub(crate) recent_plans: crate::plan_tokens::RecentPlans,
 }
 
 /// A resource as a reader sees it: with its deletion record (DELETING) and
@@ -412,6 +416,7 @@ impl Node {
             role,
             trace_marks,
             status_cache: StatusCache::default(),
+            recent_plans: Default::default(),
             peer_addresses: settings
                 .peers
                 .iter()

@@ -476,6 +476,11 @@ pub fn plan(p: &Plan) -> v1::Plan {
         unreachable_regions: Vec::new(),
         denied: p.denied.iter().map(denied_member).collect(),
         denied_more: p.denied_more,
+        // A merged plan's token and size are the node's to add (a
+        // region's part has neither).
+        token: String::new(),
+        token_missing: String::new(),
+        members: 0,
     }
 }
 

@@ -24,6 +24,8 @@
 //! | finalizer failure for a resource not DELETING; RetryDeletion of a deletion not FAILED | FAILED_PRECONDITION | `NOT_DELETING`, `resource` |
 //! | ForcePurge of a deletion younger than the threshold, without force | FAILED_PRECONDITION | `TOO_EARLY`, `field` = `force`, `resource` |
 //! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
+//! | plan-bound delete whose closure changed since its dry run | ABORTED | `PLAN_CHANGED`, `resource`, `field` = `expect_plan`, `plan_changes`, `more`, `plan_members` |
+//! | cascade above `[limits] confirm_above` without a plan token | FAILED_PRECONDITION | `PLAN_REQUIRED`, `resource`, `field` = `expect_plan`, `plan_members` |
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
 //! | message over the size limit (the node's server layer) | RESOURCE_EXHAUSTED | none |
@@ -184,6 +186,38 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             ..with(ErrorReason::RegionUnavailable)
         },
         CoreError::Storage(_) => with(ErrorReason::StorageUnavailable),
+        CoreError::PlanChanged {
+            name, diff, members, ..
+        } => v1::ErrorDetails {
+            resource: named(name, ""),
+            field: "expect_plan".into(),
+            plan_changes: diff
+                .added
+                .iter()
+                .map(|m| plan_change(m, true))
+                .chain(diff.removed.iter().map(|m| plan_change(m, false)))
+                .collect(),
+            more: diff.more,
+            plan_members: *members,
+            ..with(ErrorReason::PlanChanged)
+        },
+        CoreError::PlanRequired { name, members, .. } => v1::ErrorDetails {
+            resource: named(name, ""),
+            field: "expect_plan".into(),
+            plan_members: *members,
+            ..with(ErrorReason::PlanRequired)
+        },
+    }
+}
+
+/// A member of a changed plan, as `ErrorDetails.plan_changes` lists it.
+fn plan_change(m: &cascade_core::plan::PlanMember, added: bool) -> v1::PlanChange {
+    v1::PlanChange {
+        region: m.region.clone(),
+        name: m.name.to_string(),
+        uid: m.uid.to_string(),
+        action: m.action.to_string(),
+        added,
     }
 }
 

@@ -1,7 +1,11 @@
 //! `cascade delete`: a cascade is planned before it starts (a member a live
 //! blocker would hold is named, and nothing changes without
-//! `--allow-blocked`), a held deletion says what holds it, and `--wait`
-//! stops following a deletion only a person can free, showing why.
+//! `--allow-blocked`), shown (members per region, their number, the plan's
+//! token), confirmed when it is large (`--yes`, or y on a terminal), and
+//! then bound to that plan (`DeleteRequest.expect_plan`: the node deletes
+//! exactly that closure or refuses, naming what changed); a held deletion
+//! says what holds it, and `--wait` stops following a deletion only a
+//! person can free, showing why.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -20,6 +24,13 @@ pub const EXIT_WOULD_BE_HELD: i32 = 3;
 /// Exit status of `cascade delete --wait` when the deletion got stuck
 /// (something only a person can free): the explanation is printed.
 pub const EXIT_STUCK: i32 = 4;
+/// Exit status of `cascade delete --cascade` when the plan is larger than
+/// `--confirm-above` and was not confirmed (no `--yes`, and no terminal to
+/// ask on, or not answered y): nothing was changed.
+pub const EXIT_NOT_CONFIRMED: i32 = 5;
+/// The default of `--confirm-above`: a cascade of more members than this
+/// is confirmed before it starts.
+pub const DEFAULT_CONFIRM_ABOVE: u64 = 25;
 
 /// How often `--wait` asks whether a deletion that stopped moving is stuck.
 const STUCK_CHECK_EVERY: Duration = Duration::from_millis(1500);
@@ -63,11 +74,31 @@ pub struct DeleteArgs {
     /// waits on as `cascade explain` does.
     #[arg(long)]
     pub wait: bool,
+    /// Delete exactly the closure of this plan: the token a dry run
+    /// printed (`plan token: p1-…`). The node walks the closure again just
+    /// before it starts and refuses (ABORTED, naming the members added and
+    /// removed, nothing changed) when it is not that plan any more. Skips
+    /// the plan and the question of --cascade: this is the confirmation.
+    #[arg(long, value_name = "TOKEN", conflicts_with = "dry_run")]
+    pub expect_plan: Option<String>,
+    /// With --cascade: start a plan larger than --confirm-above without
+    /// asking (needed without a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// With --cascade: ask before a plan of more members (resources
+    /// deleted or unset, every region together) than this.
+    #[arg(long, value_name = "N", env = "CASCADE_CONFIRM_ABOVE", default_value_t = DEFAULT_CONFIRM_ABOVE)]
+    pub confirm_above: u64,
 }
 
 impl DeleteArgs {
     fn request(&self, dry_run: bool) -> v1::DeleteRequest {
         v1::DeleteRequest {
+            expect_plan: if dry_run {
+                String::new()
+            } else {
+                self.expect_plan.clone().unwrap_or_default()
+            },
             name: self.name.clone(),
             cascade: self.cascade,
             dry_run,
@@ -111,12 +142,15 @@ pub(super) async fn run(
     json: bool,
     times: &TimeDisplay,
 ) -> Result<i32, ClientError> {
-    if args.cascade && !args.dry_run {
-        if let Some(code) = check_plan(client, &args, json).await? {
-            return Ok(code);
+    let mut request = args.request(args.dry_run);
+    if args.cascade && !args.dry_run && args.expect_plan.is_none() {
+        match check_plan(client, &args, json).await? {
+            Planned::Stop(code) => return Ok(code),
+            Planned::Bind(token) => request.expect_plan = token,
+            Planned::Unbound => {}
         }
     }
-    let response = client.delete(args.request(args.dry_run)).await?;
+    let response = client.delete(request).await?;
     if let Some(plan) = &response.plan {
         if json {
             print_json(&render::plan_json(plan));
@@ -168,20 +202,95 @@ pub(super) async fn run(
     }
 }
 
-/// Asks for the plan of a cascade first. Some(exit status) when it must not
-/// start: members would be held for good (or the plan is incomplete) and
-/// no --allow-blocked.
-async fn check_plan(client: &Client, args: &DeleteArgs, json: bool) -> Result<Option<i32>, ClientError> {
+/// What the plan of a cascade says about starting it.
+enum Planned {
+    /// It must not start: the exit status (nothing was changed).
+    Stop(i32),
+    /// Start it bound to this token.
+    Bind(String),
+    /// Start it unbound: there is no plan (already being deleted, or
+    /// missing with --allow-missing), or it has no token (the reason was
+    /// printed).
+    Unbound,
+}
+
+/// Asks for the plan of a cascade first. It must not start when members
+/// would be held for good (or the plan is incomplete) and no
+/// --allow-blocked, or when it is larger than --confirm-above and was not
+/// confirmed. Otherwise the plan is shown (text output) and the delete
+/// bound to its token.
+async fn check_plan(client: &Client, args: &DeleteArgs, json: bool) -> Result<Planned, ClientError> {
     let planned = client.delete(args.request(true)).await?;
     // Already being deleted (its operation answers), or missing with
     // --allow-missing: nothing new would start.
     let Some(plan) = planned.plan else {
-        return Ok(None);
+        return Ok(Planned::Unbound);
     };
-    let held = held_for_good(&plan);
+    if let Some(code) = check_held(args, &plan, json) {
+        return Ok(Planned::Stop(code));
+    }
+    if !plan.denied.is_empty() {
+        // The delete will be refused before anything changes, naming every
+        // member the caller may not change: that is the answer to show.
+        return Ok(Planned::Unbound);
+    }
+    if !json {
+        print!("{}", render::plan_summary(&plan));
+    }
+    if plan.members > args.confirm_above && !args.yes && !confirmed(args, &plan, json) {
+        return Ok(Planned::Stop(EXIT_NOT_CONFIRMED));
+    }
+    if plan.token.is_empty() {
+        if !json {
+            eprintln!("starting it unbound: the plan has no token ({})", plan.token_missing);
+        }
+        return Ok(Planned::Unbound);
+    }
+    Ok(Planned::Bind(plan.token))
+}
+
+/// Asks y/N on the terminal for a plan above --confirm-above; without a
+/// terminal says how to confirm it. True when the answer is y or yes.
+fn confirmed(args: &DeleteArgs, plan: &v1::Plan, json: bool) -> bool {
+    let (members, most, name) = (plan.members, args.confirm_above, &args.name);
+    if !std::io::stdin().is_terminal() {
+        if json {
+            print_json(&serde_json::json!({
+                "started": false,
+                "reason": "not_confirmed",
+                "plan": render::plan_json(plan),
+            }));
+        } else {
+            eprintln!(
+                "not started: this cascade changes {members} resources, more than --confirm-above {most}, \
+                 and there is no terminal to ask on. Nothing was changed. \
+                 Pass --yes to start it bound to this plan (cascade delete {name} --cascade --yes)."
+            );
+        }
+        return false;
+    }
+    // The plan was printed to stdout: show it before the question.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    eprint!("delete {name} and change these {members} resources (more than --confirm-above {most})? [y/N] ");
+    let mut answer = String::new();
+    // The CLI's one task waits for the person: blocking its thread is what is meant.
+    if std::io::stdin().read_line(&mut answer).is_err() {
+        return false;
+    }
+    let yes = matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+    if !yes {
+        eprintln!("not started: not confirmed. Nothing was changed.");
+    }
+    yes
+}
+
+/// Some(exit status) when the cascade must not start: members would be
+/// held for good (or the plan is incomplete) and no --allow-blocked.
+fn check_held(args: &DeleteArgs, plan: &v1::Plan, json: bool) -> Option<i32> {
+    let held = held_for_good(plan);
     let unknown = &plan.unreachable_regions;
     if held.is_empty() && unknown.is_empty() {
-        return Ok(None);
+        return None;
     }
     if args.allow_blocked {
         if !json {
@@ -193,15 +302,15 @@ async fn check_plan(client: &Client, args: &DeleteArgs, json: bool) -> Result<Op
                 eprintln!("  {}", held_line(b));
             }
         }
-        return Ok(None);
+        return None;
     }
     if json {
         print_json(&serde_json::json!({
             "started": false,
             "reason": if held.is_empty() { "plan_incomplete" } else { "would_be_held" },
-            "plan": render::plan_json(&plan),
+            "plan": render::plan_json(plan),
         }));
-        return Ok(Some(EXIT_WOULD_BE_HELD));
+        return Some(EXIT_WOULD_BE_HELD);
     }
     let name = &args.name;
     if held.is_empty() {
@@ -225,7 +334,7 @@ async fn check_plan(client: &Client, args: &DeleteArgs, json: bool) -> Result<Op
         }
     }
     eprintln!("Nothing was changed. Delete the blockers or change their references first, or pass --allow-blocked to start it anyway.");
-    Ok(Some(EXIT_WOULD_BE_HELD))
+    Some(EXIT_WOULD_BE_HELD)
 }
 
 /// What an accepted deletion prints: held (and by what) when the resource

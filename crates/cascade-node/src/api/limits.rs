@@ -47,6 +47,8 @@ pub enum Amount {
     PerSecond(u64),
     /// `100 ms`, `2 s`, `1 h`.
     Time(Duration),
+    /// `off`: a limit that is not applied unless configured.
+    Off,
 }
 
 impl fmt::Display for Amount {
@@ -60,6 +62,7 @@ impl fmt::Display for Amount {
             Amount::Chars(n) => write!(f, "{} characters", grouped(n)),
             Amount::Items(n) => f.write_str(&grouped(n)),
             Amount::PerSecond(n) => write!(f, "{} a second", grouped(n)),
+            Amount::Off => f.write_str("off"),
             Amount::Time(d) => {
                 let ms = d.as_millis();
                 if ms < 1000 || ms % 1000 != 0 {
@@ -136,6 +139,7 @@ pub fn limits() -> Vec<Limit> {
         row("request", "page token of a List of every region", bytes(core_limits::MAX_LIST_PAGE_TOKEN_BYTES), ""),
         row("request", "List name prefix", bytes(core_limits::MAX_NAME_PREFIX_BYTES), ""),
         row("request", "List attribute selector", bytes(core_limits::MAX_SELECTOR_BYTES), ""),
+        row("request", "plan token a delete expects (expect_plan)", bytes(core_limits::MAX_PLAN_TOKEN_BYTES), ""),
         row("request", "requirements per attribute selector", items(cascade_core::selector::MAX_SELECTOR_REQUIREMENTS), ""),
         row("request", "values per in or notin set of an attribute selector", items(cascade_core::selector::MAX_SELECTOR_VALUES), ""),
         // What an error says back.
@@ -143,6 +147,7 @@ pub fn limits() -> Vec<Limit> {
         row("error", "INVALID_ARGUMENT message", bytes(cascade_proto::status::MAX_INVALID_MESSAGE_BYTES), ""),
         row("error", "INVALID_ARGUMENT field path", bytes(cascade_proto::status::MAX_FIELD_PATH_BYTES), ""),
         row("error", "dependents or blockers listed in a refusal", items(policy.max_listed), ""),
+        row("error", "members a PLAN_CHANGED refusal lists (added and removed)", items(cascade_core::plan::MAX_PLAN_CHANGES_LISTED), ""),
         // Pages and scans.
         row("page", "items when the request names no page size", items(api.default_page_size), "[limits] default_page_size"),
         row("page", "items at most (larger asks are cut to it)", items(api.max_page_size), "[limits] max_page_size"),
@@ -176,6 +181,8 @@ pub fn limits() -> Vec<Limit> {
         row("fan-out", "a dry run, every round together", Amount::Time(crate::api::resources::DRY_RUN_BUDGET), ""),
         row("fan-out", "dry run rounds", items(cascade_core::plan::MAX_PLAN_ROUNDS), ""),
         row("fan-out", "resources a dry run walks", items(policy.max_plan), ""),
+        row("fan-out", "plans whose members a node keeps to name what changed", items(crate::plan_tokens::REMEMBERED_PLANS), ""),
+        row("fan-out", "members a node keeps over those plans", items(crate::plan_tokens::REMEMBERED_MEMBERS), ""),
         row("fan-out", "cluster status: one region's figures", Amount::Time(crate::status::STATUS_DEADLINE), ""),
         row("fan-out", "cluster status reused", Amount::Time(crate::status::STATUS_REUSE), ""),
         row("fan-out", "closure check: one region's part", Amount::Time(crate::closure_check::CLOSURE_READ_TIMEOUT), ""),
@@ -198,6 +205,7 @@ pub fn limits() -> Vec<Limit> {
         row("deletion", "re-check of remote back-references of a waiting deletion", Amount::Time(DEFAULT_CHECK_INTERVAL), "[deletion] check_interval_ms"),
         row("deletion", "resources one forced Admin.Purge may delete, every region together", items(api.max_purge_members), "[limits] max_purge_members"),
         row("deletion", "age under which ForcePurge needs force", ms(DEFAULT_FORCE_PURGE_AFTER_MS), "[admin] force_purge_after_ms"),
+        row("deletion", "members of a cascade started without its plan token (more: PLAN_REQUIRED)", api.confirm_above.map_or(Amount::Off, items), "[limits] confirm_above"),
         // Links between regions.
         row("link", "dialling a peer (TCP and TLS together)", Amount::Time(links.dial_timeout), "[links] dial_timeout_ms"),
         row("link", "HTTP/2 ping after silence", Amount::Time(links.keepalive_interval), "[links] keepalive_interval_ms"),
@@ -244,6 +252,7 @@ mod tests {
         assert_eq!(Amount::Bytes(160).to_string(), "160 bytes");
         assert_eq!(Amount::Items(1_000_000).to_string(), "1,000,000");
         assert_eq!(Amount::Items(100).to_string(), "100");
+        assert_eq!(Amount::Off.to_string(), "off");
         assert_eq!(Amount::Time(Duration::from_millis(100)).to_string(), "100 ms");
         assert_eq!(Amount::Time(Duration::from_millis(1500)).to_string(), "1500 ms");
         assert_eq!(Amount::Time(Duration::from_secs(30)).to_string(), "30 s");

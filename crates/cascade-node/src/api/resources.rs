@@ -21,7 +21,7 @@ use cascade_core::limits::quote;
 use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
 use cascade_core::protocol::{AddLien, DeleteOutcome, ResourceSpec};
-use cascade_core::ResourceName;
+use cascade_core::{CoreError, ResourceName};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
 use cascade_proto::page_token::OutcomesPageToken;
@@ -485,6 +485,7 @@ impl Resources for ResourcesApi {
             let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
             return Ok(Response::new(answer));
         }
+        let expect_plan = (!raw.expect_plan.is_empty()).then(|| raw.expect_plan.clone());
         let mut req = convert::delete_request(raw)?;
         let (verb, action) = match (req.orphan, req.cascade) {
             (true, _) => (Verb::Orphan, "orphan"),
@@ -498,10 +499,16 @@ impl Resources for ResourcesApi {
         // Stored with the deletion: the cascade acts for it in every region.
         req.principal = principal;
         // The closure check's refusal (a member of any region the caller
-        // may not change) is audited like the root's own.
-        let (outcome, unreachable) = match self.node.delete(req, budget, audit.clone()).await {
+        // may not change) is audited like the root's own, and so are the
+        // plan's (a cascade unconfirmed or bound to a changed closure): an
+        // operator reads who tried a large delete, and what had changed.
+        let delete = self.node.delete(req, expect_plan.as_deref(), budget, audit.clone());
+        let (outcome, unreachable) = match delete.await {
             Ok(done) => done,
             Err(fault @ Fault::Denied(_)) => return Err(self.audit_refused(audit, action, &name, fault).await),
+            Err(fault @ Fault::Refused(CoreError::PlanChanged { .. } | CoreError::PlanRequired { .. })) => {
+                return Err(self.audit_refused(audit, action, &name, fault).await)
+            }
             Err(fault) => return Err(fault.into()),
         };
         let response = match outcome {
@@ -516,8 +523,14 @@ impl Resources for ResourcesApi {
             },
             DeleteOutcome::Missing => v1::DeleteResponse::default(),
             DeleteOutcome::DryRun(plan) => {
+                let binding = self.node.bind_plan(&plan, &unreachable);
                 let mut plan = convert::plan(&plan);
                 plan.unreachable_regions = unreachable;
+                plan.members = binding.members.len() as u64;
+                match binding.token {
+                    Ok(token) => plan.token = token,
+                    Err(why) => plan.token_missing = why,
+                }
                 v1::DeleteResponse {
                     plan: Some(plan),
                     ..Default::default()

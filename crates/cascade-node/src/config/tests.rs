@@ -53,6 +53,17 @@ fn limits_that_cannot_work_are_refused_by_name() {
 }
 
 #[test]
+fn confirm_above_is_off_by_default_and_checked_at_load() {
+    assert_eq!(settings("region = \"eu-1\"").unwrap().limits.confirm_above, None);
+    let set = settings("region = \"eu-1\"\n[limits]\nconfirm_above = 500").unwrap();
+    assert_eq!(set.limits.confirm_above, Some(500));
+    for refused in ["0", "10001"] {
+        let e = err(&format!("region = \"eu-1\"\n[limits]\nconfirm_above = {refused}"));
+        assert!(e.starts_with("limits.confirm_above: must be 1 to 10000"), "{e}");
+    }
+}
+
+#[test]
 fn a_peer_region_is_one_address_or_a_list_of_one_to_sixteen() {
     let peers = |entry: &str| settings(&format!("region = \"eu-1\"\n[peers]\nus-2 = {entry}\n"));
     let us2 = RegionId::parse("us-2").unwrap();
