@@ -27,6 +27,7 @@
 //! max_batch = 1000              # resources per BatchCreate, back-references per peer call
 //! max_page_size = 1000          # List / outcome pages
 //! default_page_size = 100
+//! max_retention = "30d"         # longest soft-delete window: a kind's `retain`, a Delete's retention
 //!
 //! [storage]           # optional
 //! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
@@ -253,6 +254,8 @@ pub struct LimitsConfig {
     pub max_batch: Option<usize>,
     pub max_page_size: Option<usize>,
     pub default_page_size: Option<usize>,
+    /// The longest soft-delete retention, as a duration (`30d`).
+    pub max_retention: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -461,6 +464,7 @@ impl NodeSettings {
             settings.cache_bytes,
             std::env::var(PG_PASSWORD_ENV).ok(),
         )?;
+        settings.policy.max_retention_ms = max_retention(&file.limits, &settings.schema)?;
         let d = &file.deletion;
         if let Some(v) = d.batch_budget {
             if v == 0 {
@@ -611,6 +615,30 @@ fn apply_limits(file: &LimitsConfig, limits: &mut ApiLimits) -> Result<(), Confi
         });
     }
     Ok(())
+}
+
+/// `[limits] max_retention` (default 30 days), which every kind's `retain`
+/// must fit in: a schema that asks for longer is refused at load, naming
+/// the kind.
+fn max_retention(file: &LimitsConfig, schema: &Schema) -> Result<u64, ConfigError> {
+    let max = match &file.max_retention {
+        None => cascade_core::limits::DEFAULT_MAX_RETENTION_MS,
+        Some(text) => cascade_core::time_text::parse_duration(text).map_err(|message| ConfigError::Invalid {
+            field: "limits.max_retention",
+            message,
+        })?,
+    };
+    if let Some((kind, ms)) = schema.longest_retain().filter(|(_, ms)| *ms > max) {
+        return Err(ConfigError::Invalid {
+            field: "schema",
+            message: format!(
+                "kinds.{kind}.retain: {} is longer than [limits] max_retention ({})",
+                cascade_core::time_text::duration(ms),
+                cascade_core::time_text::duration(max)
+            ),
+        });
+    }
+    Ok(max)
 }
 
 /// Loads a schema file, or the embedded example when none is given.

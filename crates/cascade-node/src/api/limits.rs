@@ -64,6 +64,8 @@ impl fmt::Display for Amount {
                 let ms = d.as_millis();
                 if ms < 1000 || ms % 1000 != 0 {
                     write!(f, "{ms} ms")
+                } else if ms % 86_400_000 == 0 && ms >= 2 * 86_400_000 {
+                    write!(f, "{} d", ms / 86_400_000)
                 } else if ms % 3_600_000 == 0 {
                     write!(f, "{} h", ms / 3_600_000)
                 } else {
@@ -194,6 +196,7 @@ pub fn limits() -> Vec<Limit> {
         row("deletion", "writer tick", Amount::Time(DEFAULT_TICK), "[deletion] tick_ms"),
         row("deletion", "re-check of remote back-references of a waiting deletion", Amount::Time(DEFAULT_CHECK_INTERVAL), "[deletion] check_interval_ms"),
         row("deletion", "age under which ForcePurge needs force", ms(DEFAULT_FORCE_PURGE_AFTER_MS), "[admin] force_purge_after_ms"),
+        row("deletion", "soft-delete window: a kind's retain, a Delete's retention_seconds", ms(policy.max_retention_ms), "[limits] max_retention"),
         // Links between regions.
         row("link", "dialling a peer (TCP and TLS together)", Amount::Time(links.dial_timeout), "[links] dial_timeout_ms"),
         row("link", "HTTP/2 ping after silence", Amount::Time(links.keepalive_interval), "[links] keepalive_interval_ms"),
