@@ -656,6 +656,14 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             from: target.name.clone(),
             field: b.field.clone(),
         };
+        if let Some(old_targets) = old_targets {
+            // Kept with a retention: the member keeps the reference that
+            // cascaded it (its row is gone all the same, and leaving the
+            // live state releases nothing twice: the release of an absent
+            // row is a no-op), so that its record holds every reference an
+            // Undelete re-attaches.
+            referrer.refs.insert(b.field.clone(), old_targets);
+        }
         report.cascaded += 1;
         if checked && !delete_refused {
             audit_change(tx, ctx, deletion, &referrer.name, "cascade", Verb::Delete);
