@@ -208,6 +208,7 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        retain_ms: 0,
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
     let mut key_writes = step.writes.key_writes();

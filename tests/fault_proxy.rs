@@ -592,7 +592,10 @@ async fn grpc_through_the_proxy() {
     assert_eq!(client.get(&name).await.expect("get through the proxy").name, name);
 
     proxy.set(Fault::Silent);
-    let mut req = tonic::Request::new(v1::GetRequest { name: name.clone() });
+    let mut req = tonic::Request::new(v1::GetRequest {
+        name: name.clone(),
+        show_deleted: false,
+    });
     req.set_timeout(Duration::from_millis(500));
     let started = Instant::now();
     match tokio::time::timeout(Duration::from_secs(3), client.raw().get(req)).await {

@@ -195,9 +195,12 @@ async fn a_message_over_the_size_limit_is_refused_and_the_node_keeps_serving() {
     );
     still_serving(&t.client).await;
     // The same connection still works afterwards.
-    raw.get(v1::GetRequest { name: full(OK) })
-        .await
-        .expect("the raw client's connection still serves");
+    raw.get(v1::GetRequest {
+        name: full(OK),
+        show_deleted: false,
+    })
+    .await
+    .expect("the raw client's connection still serves");
     // Nothing of it was stored.
     assert_eq!(
         t.client.get(&full("project/huge")).await.unwrap_err().code(),

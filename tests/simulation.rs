@@ -429,7 +429,10 @@ impl Workload {
         let Some(name) = self.known(kind) else { return };
         let region = name.split('/').next().unwrap_or_default().to_owned();
         let node = self.node_for(&region);
-        let request = v1::GetRequest { name: name.clone() };
+        let request = v1::GetRequest {
+            name: name.clone(),
+            show_deleted: false,
+        };
         let current = match self.call(node, |mut c| async move { c.get(request).await }).await {
             Call::Ok(r) => r,
             _ => return,

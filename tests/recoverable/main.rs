@@ -11,3 +11,4 @@ mod support;
 
 mod plan_bound;
 mod purge;
+mod soft_delete;

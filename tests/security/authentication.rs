@@ -246,7 +246,10 @@ fn delete(name: &str) -> v1::DeleteRequest {
 }
 
 fn get(name: &str) -> v1::GetRequest {
-    v1::GetRequest { name: full(name) }
+    v1::GetRequest {
+        name: full(name),
+        show_deleted: false,
+    }
 }
 
 /// A call refused UNAUTHENTICATED, with its message.
@@ -393,6 +396,7 @@ async fn a_token_a_jwt_and_a_certificate_each_authenticate_also_through_another_
         .get(with_bearer(
             v1::GetRequest {
                 name: remote.to_owned(),
+                show_deleted: false,
             },
             CI_TOKEN,
         ))

@@ -483,6 +483,7 @@ async fn a_standby_of_a_frozen_writer_is_not_serving_and_its_calls_end_at_their_
     .await;
     let mut request = tonic::Request::new(v1::GetRequest {
         name: "ra/project/p".into(),
+        show_deleted: false,
     });
     request.set_timeout(Duration::from_millis(500));
     let started = Instant::now();

@@ -136,7 +136,13 @@ pub enum Command {
     /// Create a resource.
     Create(SpecArgs),
     /// Show a resource (a DELETING one shows its deletion).
-    Get { name: String },
+    Get {
+        name: String,
+        /// Also show a soft-deleted (DELETED) resource, with when it was
+        /// deleted and when it is purged (without, it is not found).
+        #[arg(long)]
+        show_deleted: bool,
+    },
     /// List resources: of the node's region, of another (--region), or
     /// of every region (--all-regions); by prefix, state or attribute
     /// selector (-l); or the references into (--referencing) or out of
@@ -444,8 +450,8 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
                 print!("{}", render::resource_text(&r, &times));
             }
         }
-        Command::Get { name } => {
-            let r = client.get(&name).await?;
+        Command::Get { name, show_deleted } => {
+            let r = client.get_with(&name, show_deleted).await?;
             if json {
                 print_json(&render::resource_json(&r));
             } else {

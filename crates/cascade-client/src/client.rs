@@ -190,7 +190,15 @@ impl Client {
     }
 
     pub async fn get(&self, name: &str) -> Result<v1::Resource, ClientError> {
-        let req = v1::GetRequest { name: name.to_owned() };
+        self.get_with(name, false).await
+    }
+
+    /// A Get that also answers a soft-deleted resource when `show_deleted`.
+    pub async fn get_with(&self, name: &str, show_deleted: bool) -> Result<v1::Resource, ClientError> {
+        let req = v1::GetRequest {
+            name: name.to_owned(),
+            show_deleted,
+        };
         Ok(self.inner.clone().get(self.authorized(req)).await?.into_inner())
     }
 

@@ -32,6 +32,7 @@ fn state_name(state: i32) -> &'static str {
             v1::ResourceState::Creating => "CREATING",
             v1::ResourceState::Active => "ACTIVE",
             v1::ResourceState::Deleting => "DELETING",
+            v1::ResourceState::Deleted => "DELETED",
         })
         .unwrap_or("UNKNOWN")
 }
@@ -85,6 +86,15 @@ pub fn resource_json(r: &v1::Resource) -> Value {
             "create_time": rfc3339(l.create_time_ms),
         })).collect::<Vec<_>>(),
     });
+    if r.expire_time_ms > 0 {
+        v["soft_deleted"] = json!({
+            "delete_time_ms": r.delete_time_ms,
+            "delete_time": rfc3339(r.delete_time_ms),
+            "expire_time_ms": r.expire_time_ms,
+            "expire_time": rfc3339(r.expire_time_ms),
+            "operation_id": r.deleted_by_operation,
+        });
+    }
     if let Some(d) = &r.deletion {
         let status = deletion_status(Some(d));
         v["deletion"] = json!({
@@ -147,6 +157,14 @@ pub fn resource_text(r: &v1::Resource, times: &TimeDisplay) -> String {
     }
     for l in &r.liens {
         out += &format!("  lien {}: {} (by {})\n", l.id, l.reason, l.origin);
+    }
+    if r.expire_time_ms > 0 {
+        out += &format!(
+            "  soft-deleted {} by operation {}; purged {}\n",
+            times.instant(r.delete_time_ms),
+            r.deleted_by_operation,
+            times.instant(r.expire_time_ms)
+        );
     }
     if let Some(d) = &r.deletion {
         out += &format!(

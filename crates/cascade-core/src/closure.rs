@@ -340,6 +340,7 @@ mod tests {
             changes,
             closure_confirmed: false,
             principal: Default::default(),
+            retain_ms: 0,
         }
     }
 

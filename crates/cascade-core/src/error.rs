@@ -63,6 +63,24 @@ pub enum CoreError {
     /// reads as absent).
     #[error("{0} not found")]
     NotFound(ResourceName),
+    /// A soft-deleted resource (DELETED, kept until `expire_time`): a Get
+    /// answers NOT_FOUND (`exists` false) and a create of its name
+    /// ALREADY_EXISTS (`exists` true, the name stays reserved), both with
+    /// when it expires and the operation that deleted it.
+    #[error("{}", soft_deleted_message(.name, .expire_time, .operation, .exists))]
+    SoftDeleted {
+        /// The resource's name.
+        name: ResourceName,
+        /// Its uid (the buried incarnation).
+        uid: crate::name::Uid,
+        /// When it is purged.
+        expire_time: crate::model::Timestamp,
+        /// The operation that deleted it.
+        operation: crate::name::OperationId,
+        /// A create of the name (ALREADY_EXISTS) rather than a read of it
+        /// (NOT_FOUND).
+        exists: bool,
+    },
     /// A create of a name that is taken.
     #[error("{name} already exists{detail}")]
     AlreadyExists {
@@ -422,6 +440,8 @@ impl CoreError {
             | CoreError::LienNotFound { .. }
             | CoreError::FinalizerNotFound { .. } => ErrorCode::NotFound,
             CoreError::AlreadyExists { .. } | CoreError::LienExists { .. } => ErrorCode::AlreadyExists,
+            CoreError::SoftDeleted { exists: true, .. } => ErrorCode::AlreadyExists,
+            CoreError::SoftDeleted { exists: false, .. } => ErrorCode::NotFound,
             CoreError::TargetDeleting { .. }
             | CoreError::TargetUidMismatch { .. }
             | CoreError::Deleting { .. }
@@ -447,6 +467,28 @@ impl CoreError {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+/// [`CoreError::SoftDeleted`]'s message: what was asked of the name, until
+/// when it is kept, and what a caller can do.
+fn soft_deleted_message(
+    name: &ResourceName,
+    expire_time: &crate::model::Timestamp,
+    operation: &crate::name::OperationId,
+    exists: &bool,
+) -> String {
+    let until = crate::time_text::rfc3339(*expire_time);
+    if *exists {
+        format!(
+            "{name} already exists: soft-deleted by operation {operation} until {until}; \
+             the name is free again once it is purged"
+        )
+    } else {
+        format!(
+            "{name} not found: soft-deleted by operation {operation} until {until} \
+             (Get and List with show_deleted show it)"
+        )
     }
 }
 

@@ -232,6 +232,7 @@ mod tests {
                 update_time: Timestamp(0),
                 finalizers: Vec::new(),
                 liens: Vec::new(),
+                soft_deleted: None,
             },
             record: DeletionRecord {
                 target,

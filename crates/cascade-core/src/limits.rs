@@ -123,6 +123,11 @@ pub fn cut_stored(value: &str, max: usize) -> String {
     out
 }
 
+/// The longest retention a node allows by default (`[limits]
+/// max_retention`): a schema's `retain` or a Delete's retention above the
+/// node's maximum is refused, at load or in the request.
+pub const DEFAULT_MAX_RETENTION_MS: u64 = 30 * 86_400_000;
+
 #[cfg(test)]
 mod tests {
     use super::*;

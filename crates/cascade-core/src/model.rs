@@ -30,7 +30,8 @@ impl Timestamp {
 pub type Revision = u64;
 
 /// Where a resource is in its life: CREATING (cross-region only) → ACTIVE →
-/// DELETING → purged (no record left).
+/// DELETING → purged (no record left); with a retention, DELETING →
+/// DELETED (buried, hidden, its name reserved) → purged at its expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ResourceState {
@@ -41,6 +42,32 @@ pub enum ResourceState {
     Active,
     /// Accepted for deletion; purged once nothing refers to it any more.
     Deleting,
+    /// Soft-deleted: its deletion finished, but a retention keeps the
+    /// record (see [`Resource::soft_deleted`]) until its expiry purges it.
+    /// Not live: hidden from reads, never a reference target, its name and
+    /// uid reserved, and it holds no back-reference row anywhere.
+    Deleted,
+}
+
+impl ResourceState {
+    /// Whether a request reads a resource in this state as absent:
+    /// CREATING (not settled yet) and DELETED (soft-deleted: only a read
+    /// that asks with `show_deleted` sees it).
+    pub fn reads_as_absent(self) -> bool {
+        matches!(self, ResourceState::Creating | ResourceState::Deleted)
+    }
+}
+
+/// Why a DELETED resource is kept, and until when (issue 29: soft delete
+/// with a window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoftDeletion {
+    /// When its deletion finished (the step that buried it).
+    pub delete_time: Timestamp,
+    /// When it is purged for good: `delete_time` plus its retention.
+    pub expire_time: Timestamp,
+    /// The operation that deleted it.
+    pub operation: OperationId,
 }
 
 /// One target of a reference field: the name routes, the uid pins the
@@ -81,6 +108,10 @@ pub struct Resource {
     /// resource waits, BLOCKED, until it is removed.
     #[serde(default)]
     pub liens: Vec<Lien>,
+    /// Set exactly when `state` is DELETED: when it was buried, when it
+    /// expires, and by which operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_deleted: Option<SoftDeletion>,
 }
 
 /// A lien: one named protection of a resource against deletion, with the
@@ -365,6 +396,24 @@ pub struct Operation {
     /// region vouched for it): the principal its cascade acts for.
     #[serde(default = "Principal::anonymous")]
     pub principal: Principal,
+    /// The retention the delete asked for, in milliseconds (0: none). A
+    /// member is kept DELETED for the larger of this and its kind's
+    /// `retain` instead of being purged (see [`SoftDeletion`]). Carried to
+    /// other regions' parts on the DELETING event, so members cascaded
+    /// there keep the same window.
+    #[serde(default)]
+    pub retain_ms: u64,
+}
+
+/// What an unset took from a referrer, recorded (with a retention) in the
+/// same step, so an Undelete can put it back: only while the referrer
+/// still exists at `revision` (nothing changed it since).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnsetUndo {
+    /// The field's targets before the unset.
+    pub old_targets: Vec<RefTarget>,
+    /// The referrer's revision right after the unset.
+    pub revision: Revision,
 }
 
 /// What an operation did, or is doing, to one resource of its closure.
@@ -373,12 +422,17 @@ pub struct Operation {
 pub enum OutcomeAction {
     /// DELETING, work under way.
     Pending,
-    /// Purged.
+    /// Purged, or buried DELETED with a retention (counted alike: the
+    /// member is gone for every reader).
     Deleted,
     /// Survived: the reference to a deleted resource was cleared.
     Unset {
         /// The field cleared (or the list it lost an element from).
         field: String,
+        /// What the field held before, when the deleted target is kept
+        /// with a retention (an Undelete restores it from here).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        undo: Option<UnsetUndo>,
     },
     /// DELETING, held by live `block` references (or finalizers).
     Blocked {
@@ -529,6 +583,12 @@ pub enum EventType {
     /// An administrator forced a DELETING resource's deletion through
     /// (ForcePurge): importers unset their `block` referrers of it too.
     DeletionForced,
+    /// A deletion finished with a retention: the resource is DELETED
+    /// (kept, hidden) until its expiry, when a `Purged` event follows. A
+    /// controller treats it as gone. To importers it is a `Purged` (the
+    /// wire sends it as one): they drop their tombstone, as the owner
+    /// refuses any reference to a buried uid itself.
+    SoftDeleted,
 }
 
 impl EventType {
@@ -538,7 +598,7 @@ impl EventType {
     pub fn concerns_importers(self) -> bool {
         matches!(
             self,
-            EventType::Deleting | EventType::DeletionForced | EventType::Purged
+            EventType::Deleting | EventType::DeletionForced | EventType::Purged | EventType::SoftDeleted
         )
     }
 }
@@ -619,6 +679,10 @@ pub struct Event {
     /// turn. Anonymous on other events.
     #[serde(default = "Principal::anonymous")]
     pub principal: Principal,
+    /// On a DELETING event: its operation's retention (see
+    /// [`Operation::retain_ms`]); 0 on other events.
+    #[serde(default)]
+    pub retain_ms: u64,
 }
 
 /// A resource of another region that this node saw enter DELETING (from the
@@ -652,6 +716,10 @@ pub struct RemoteDeletion {
     /// under this region's policy.
     #[serde(default = "Principal::anonymous")]
     pub principal: Principal,
+    /// The owner's operation's retention (from its DELETING event): this
+    /// region's part keeps its members for the same window.
+    #[serde(default)]
+    pub retain_ms: u64,
 }
 
 /// References committed here whose owners have not confirmed the attach
@@ -691,4 +759,6 @@ pub struct RemoteEvent {
     pub no_cascade: bool,
     /// See [`Event::principal`].
     pub principal: Principal,
+    /// See [`Event::retain_ms`].
+    pub retain_ms: u64,
 }

@@ -13,6 +13,8 @@
 //! kind = "security_group"
 //! on_delete = "unset"
 //! many = true
+//! [kinds.project]
+//! retain = "7d"   # soft delete: kept DELETED for 7 days, then purged
 //! ```
 //!
 //! Every load error names the exact place (`kinds.port.refs.network: unknown
@@ -93,12 +95,21 @@ pub struct KindSpec {
     /// Field name → what it may point at and its `on_delete`.
     #[serde(default)]
     pub refs: BTreeMap<String, RefSpec>,
+    /// Soft delete (issue 29): how long a deleted resource of this kind is
+    /// kept DELETED (hidden, its name reserved) before it is purged, as a
+    /// duration (`7d`, `12h`; see [`crate::time_text::parse_duration`]).
+    /// None: purged as soon as its deletion finishes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retain: Option<String>,
 }
 
 /// A validated schema. Construct with [`Schema::from_toml`] or [`Schema::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Schema {
     kinds: BTreeMap<String, KindSpec>,
+    /// Each kind's `retain`, parsed (kinds without one are absent).
+    #[serde(skip)]
+    retain_ms: BTreeMap<String, u64>,
 }
 
 #[derive(Deserialize)]
@@ -153,8 +164,16 @@ impl Schema {
         if kinds.len() > MAX_KINDS {
             return Err(invalid("kinds", format!("more than {MAX_KINDS} kinds")));
         }
+        let mut retain_ms = BTreeMap::new();
         for (kind, spec) in &kinds {
             validate_kind(kind).map_err(|e: NameError| invalid(format!("kinds.{kind}"), e.reason))?;
+            if let Some(text) = &spec.retain {
+                let ms =
+                    crate::time_text::parse_duration(text).map_err(|e| invalid(format!("kinds.{kind}.retain"), e))?;
+                if ms > 0 {
+                    retain_ms.insert(kind.clone(), ms);
+                }
+            }
             if spec.refs.len() > MAX_REFS_PER_KIND {
                 return Err(invalid(
                     format!("kinds.{kind}.refs"),
@@ -175,7 +194,22 @@ impl Schema {
                 }
             }
         }
-        Ok(Self { kinds })
+        Ok(Self { kinds, retain_ms })
+    }
+
+    /// How long a deleted resource of `kind` is kept DELETED, in
+    /// milliseconds (0: purged at once): its `retain`.
+    pub fn retain_ms(&self, kind: &str) -> u64 {
+        self.retain_ms.get(kind).copied().unwrap_or(0)
+    }
+
+    /// The longest `retain` of any kind, with its kind (the node checks it
+    /// against its `[limits] max_retention` at load).
+    pub fn longest_retain(&self) -> Option<(&str, u64)> {
+        self.retain_ms
+            .iter()
+            .max_by_key(|(_, ms)| **ms)
+            .map(|(k, ms)| (k.as_str(), *ms))
     }
 
     /// The spec of `kind`, or None when the schema does not declare it.

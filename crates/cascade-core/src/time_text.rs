@@ -26,6 +26,55 @@ pub fn duration(ms: u64) -> String {
     parts.join(" ")
 }
 
+/// The longest duration [`parse_duration`] reads: ten years, far beyond
+/// any retention a node allows, and far from overflowing a millisecond
+/// timestamp when added to one.
+pub const MAX_PARSED_DURATION_MS: u64 = 10 * 365 * 86_400_000;
+
+/// A duration as people write one in a schema or a flag, in milliseconds:
+/// one or more `<number><unit>` parts, units `ms`, `s`, `m`, `h`, `d`, `w`
+/// (`7d`, `90s`, `1h30m`, `1d 12h`). The error quotes at most a short
+/// prefix of the text.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let quoted = || format!("{:?}", crate::limits::cut_stored(text, 32));
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err("an empty duration (write it like 7d, 12h, 90s)".to_owned());
+    }
+    let mut total: u64 = 0;
+    let mut rest = trimmed;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("{}: expected a number (write it like 7d, 12h, 90s)", quoted()));
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{}: a number too large", quoted()))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == ' ')
+            .unwrap_or(rest.len());
+        let unit_ms: u64 = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "w" => 7 * 86_400_000,
+            "" => return Err(format!("{}: a number without a unit (ms, s, m, h, d, w)", quoted())),
+            _ => return Err(format!("{}: unknown unit (ms, s, m, h, d, w)", quoted())),
+        };
+        rest = rest[unit_len..].trim_start();
+        total = n
+            .checked_mul(unit_ms)
+            .and_then(|part| total.checked_add(part))
+            .filter(|t| *t <= MAX_PARSED_DURATION_MS)
+            .ok_or_else(|| format!("{}: longer than ten years", quoted()))?;
+    }
+    Ok(total)
+}
+
 /// How far `at` is from `now`: `in 4s`, `3m 2s ago`.
 pub fn relative(at: Timestamp, now: Timestamp) -> String {
     // Under a second either way reads as now: a client's clock read just
@@ -73,6 +122,24 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_from_the_units_people_write() {
+        assert_eq!(parse_duration("7d"), Ok(7 * 86_400_000));
+        assert_eq!(parse_duration("90s"), Ok(90_000));
+        assert_eq!(parse_duration("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration("1d 12h"), Ok(36 * 3_600_000));
+        assert_eq!(parse_duration("250ms"), Ok(250));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("7").unwrap_err().contains("without a unit"));
+        assert!(parse_duration("7y").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("d").unwrap_err().contains("expected a number"));
+        assert!(parse_duration("99999999999999999999d").is_err());
+        assert!(parse_duration("4000d").unwrap_err().contains("ten years"));
+        // A hostile text is quoted by a short prefix only.
+        let long = format!("{}x", "1".repeat(5000));
+        assert!(parse_duration(&long).unwrap_err().len() < 200);
+    }
 
     #[test]
     fn durations_read_in_their_two_largest_units() {

@@ -1158,6 +1158,7 @@ impl World {
             orphan: false,
             remote_kept: remote_kept.clone(),
             principal: Default::default(),
+            retain_ms: 0,
         };
         let Region { id, state, ids } = &mut self.regions[r];
         let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now), ids, req) {
@@ -1294,6 +1295,7 @@ impl World {
                 operation: e.operation,
                 no_cascade: e.no_cascade,
                 principal: e.principal.clone(),
+                retain_ms: 0,
             })
             .collect()
     }
@@ -1708,7 +1710,7 @@ impl World {
             .flat_map(|r| r.state.outcomes.iter())
             .filter(|((id, _), _)| *id == op)
             .filter_map(|(_, o)| match &o.action {
-                OutcomeAction::Unset { field } => Some((o.resource.uid, field.clone())),
+                OutcomeAction::Unset { field, .. } => Some((o.resource.uid, field.clone())),
                 _ => None,
             })
             .collect();
@@ -1795,7 +1797,7 @@ impl World {
                 match res.state {
                     ResourceState::Active => self.check_required(res, &mut out),
                     ResourceState::Deleting => self.check_held(r, res, &mut out),
-                    ResourceState::Creating => {}
+                    ResourceState::Creating | ResourceState::Deleted => {}
                 }
             }
         }

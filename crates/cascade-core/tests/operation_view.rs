@@ -62,6 +62,7 @@ fn answer(
             changes: 0,
             closure_confirmed: false,
             principal: Default::default(),
+            retain_ms: 0,
         },
         outcomes: page,
         next,

@@ -332,6 +332,7 @@ fn a_settle_after_the_target_was_reported_deleting_removes_the_batch() {
             no_cascade: false,
             forced: false,
             principal: Default::default(),
+            retain_ms: 0,
         }),
     );
     importer.state.apply(tombstone);
@@ -374,6 +375,7 @@ fn a_release_of_a_page_reads_the_targets_records_once() {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        retain_ms: 0,
     };
     let step = protocol::delete(&owner.state, ctx!(owner), &mut owner.ids, req).expect("the delete is accepted");
     owner.state.apply(step.writes);

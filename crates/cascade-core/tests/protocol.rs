@@ -64,6 +64,7 @@ fn del(name: &str, cascade: bool) -> DeleteRequest {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        retain_ms: 0,
     }
 }
 
@@ -452,7 +453,8 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
     assert_eq!(
         w.outcome(op.id, &fip),
         Some(OutcomeAction::Unset {
-            field: "port".to_owned()
+            field: "port".to_owned(),
+            undo: None,
         })
     );
     assert!(w.state.backrefs.keys().all(|k| k.target != w.active(&sg).uid));
@@ -572,7 +574,7 @@ fn a_plans_members_are_the_closure_walk_and_what_the_delete_then_does() {
         .filter(|((id, _), _)| *id == op.id)
         .filter_map(|((_, name), o)| match &o.action {
             OutcomeAction::Deleted => Some((name.to_string(), "delete".to_owned())),
-            OutcomeAction::Unset { field } => Some((name.to_string(), format!("unset {field}"))),
+            OutcomeAction::Unset { field, .. } => Some((name.to_string(), format!("unset {field}"))),
             _ => None,
         })
         .collect();
@@ -622,7 +624,8 @@ fn deleting_a_security_group_unsets_it_from_port_lists_without_cascade() {
         assert_eq!(
             w.outcome(op.id, p),
             Some(OutcomeAction::Unset {
-                field: "security_groups".to_owned()
+                field: "security_groups".to_owned(),
+                undo: None,
             })
         );
     }
@@ -2026,7 +2029,7 @@ fn orphan_delete_clears_required_and_list_references_and_deletes_only_the_root()
     let done = w.op(op.id);
     assert_eq!(done.state, OperationState::Succeeded);
     assert_eq!((done.progress.deleted, done.progress.unset), (1, 2));
-    assert!(matches!(w.outcome(op.id, &subnet), Some(OutcomeAction::Unset { field }) if field == "network"));
+    assert!(matches!(w.outcome(op.id, &subnet), Some(OutcomeAction::Unset { field, .. }) if field == "network"));
     // The required field must be set again by the next update.
     let err = w.try_update(spec(&subnet, &[]), None).unwrap_err();
     assert!(

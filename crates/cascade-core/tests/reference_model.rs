@@ -412,6 +412,7 @@ impl Real {
             orphan: false,
             remote_kept: Default::default(),
             principal: Default::default(),
+            retain_ms: 0,
         };
         let ctx = Ctx {
             schema: &self.schema,

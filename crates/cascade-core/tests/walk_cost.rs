@@ -201,6 +201,7 @@ impl Region {
             orphan: false,
             remote_kept: Default::default(),
             principal: Default::default(),
+            retain_ms: 0,
         };
         let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req).expect("the delete is accepted");
         self.state.apply(step.writes);
@@ -381,6 +382,7 @@ fn an_importers_walk_of_a_remote_deletion_resumes_too() {
         operation: Some(OperationId(uuid::Uuid::from_u128(0x0fe4))),
         no_cascade: false,
         principal: Default::default(),
+        retain_ms: 0,
     };
     let step = peer::apply_remote_events(&importer.state, importer.ctx(), "r1", vec![event]).expect("applies");
     importer.state.apply(step.writes);

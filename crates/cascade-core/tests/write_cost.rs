@@ -118,6 +118,7 @@ impl Region {
             orphan: false,
             remote_kept: Default::default(),
             principal: Default::default(),
+            retain_ms: 0,
         };
         let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req).expect("the delete is accepted");
         self.apply(step.writes);

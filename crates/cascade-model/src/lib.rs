@@ -133,6 +133,11 @@ pub struct Config {
     pub max_batch: usize,
     /// Policy of every region (small batches and few attempts make more interleavings reachable).
     pub policy: Policy,
+    /// The retention of the client's deletes (soft delete, issue 29): 0
+    /// purges members as their deletions finish; otherwise they are kept
+    /// DELETED until a region's clock passes their expiry (a clock jump
+    /// reaches it: the expiry is a queue entry).
+    pub retain_ms: u64,
 }
 
 impl Config {
@@ -148,6 +153,7 @@ impl Config {
             atomic_rpc: true,
             max_batch: 2,
             policy: small_policy(),
+            retain_ms: 0,
         }
     }
 
@@ -158,6 +164,18 @@ impl Config {
             duplicates: false,
             check_backrefs: false,
             max_batch: 1,
+            ..Self::bounded()
+        }
+    }
+
+    /// [`Config::bounded`] with soft delete: members are kept DELETED for
+    /// a short window (shorter than the backoff, so a clock jump passes it).
+    pub fn soft_delete() -> Self {
+        Self {
+            retain_ms: 5,
+            // One more jump per region than `bounded`, and one for the
+            // expiries.
+            jumps: 3,
             ..Self::bounded()
         }
     }
@@ -544,7 +562,7 @@ impl CascadeModel {
             .state
             .events
             .iter()
-            .filter(|e| e.revision > cursor && matches!(e.event_type, EventType::Deleting | EventType::Purged))
+            .filter(|e| e.revision > cursor && e.event_type.concerns_importers())
             .map(|e| RemoteEvent {
                 revision: e.revision,
                 event_type: e.event_type,
@@ -552,6 +570,7 @@ impl CascadeModel {
                 operation: e.operation,
                 no_cascade: e.no_cascade,
                 principal: e.principal.clone(),
+                retain_ms: e.retain_ms,
             })
             .collect()
     }
@@ -721,7 +740,7 @@ fn ids_after(ids: &SequentialIds, skip: usize) -> SequentialIds {
     ids
 }
 
-fn user_delete(name: &str) -> DeleteRequest {
+fn user_delete(name: &str, retain_ms: u64) -> DeleteRequest {
     DeleteRequest {
         name: name.to_owned(),
         cascade: true,
@@ -733,6 +752,7 @@ fn user_delete(name: &str) -> DeleteRequest {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        retain_ms,
     }
 }
 
@@ -864,16 +884,26 @@ impl Model for CascadeModel {
             Action::DeleteRoot => {
                 s.root_deleted = true;
                 let mut ids = ids_after(&self.ids, 0);
-                let step = protocol::delete(&s.regions[RA].state, self.ctx(&s, RA), &mut ids, user_delete(ROOT))
-                    .unwrap_or_else(|e| panic!("delete {ROOT}: {e}"));
+                let step = protocol::delete(
+                    &s.regions[RA].state,
+                    self.ctx(&s, RA),
+                    &mut ids,
+                    user_delete(ROOT, self.config.retain_ms),
+                )
+                .unwrap_or_else(|e| panic!("delete {ROOT}: {e}"));
                 assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
                 s.regions[RA].state.apply(step.writes);
             }
             Action::DeleteBlocker => {
                 s.blocker_deleted = true;
                 let mut ids = ids_after(&self.ids, 1);
-                let step = protocol::delete(&s.regions[RC].state, self.ctx(&s, RC), &mut ids, user_delete(BLOCKER))
-                    .unwrap_or_else(|e| panic!("delete {BLOCKER}: {e}"));
+                let step = protocol::delete(
+                    &s.regions[RC].state,
+                    self.ctx(&s, RC),
+                    &mut ids,
+                    user_delete(BLOCKER, self.config.retain_ms),
+                )
+                .unwrap_or_else(|e| panic!("delete {BLOCKER}: {e}"));
                 assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
                 s.regions[RC].state.apply(step.writes);
             }
@@ -1208,7 +1238,7 @@ impl CascadeModel {
             s.regions[owner]
                 .state
                 .events
-                .retain(|e| e.revision > floor && matches!(e.event_type, EventType::Deleting | EventType::Purged));
+                .retain(|e| e.revision > floor && e.event_type.concerns_importers());
         }
     }
 
@@ -1223,7 +1253,11 @@ impl CascadeModel {
             .regions
             .iter()
             .flat_map(|r| r.state.resources.values())
-            .filter(|r| r.state != ResourceState::Deleting && deleting.contains(&r.uid))
+            // Soft-deleted (DELETED) is where a finished deletion may rest
+            // with a retention: not live again.
+            .filter(|r| {
+                !matches!(r.state, ResourceState::Deleting | ResourceState::Deleted) && deleting.contains(&r.uid)
+            })
             .map(|r| format!("{} is {:?} after DELETING", r.name, r.state))
             .collect();
         out.extend(self.in_flight(s, ViolationKind::Resurrection));
@@ -1250,7 +1284,7 @@ impl CascadeModel {
                 continue;
             }
             match s.regions[region_of(name)].state.resources.get(name) {
-                Some(r) if r.uid == *uid && r.state != ResourceState::Deleting => {}
+                Some(r) if r.uid == *uid && !matches!(r.state, ResourceState::Deleting | ResourceState::Deleted) => {}
                 Some(r) => out.push(format!("{name} is {:?}", r.state)),
                 None => out.push(format!("{name} was purged")),
             }
@@ -1345,6 +1379,8 @@ impl CascadeModel {
                 let region = region_of(&n);
                 match s.regions[region].state.resources.get(&n) {
                     None => true,
+                    // Soft-deleted: its deletion finished; it waits for its expiry.
+                    Some(r) if r.state == ResourceState::Deleted => true,
                     Some(r) => r.state == ResourceState::Deleting && self.explained(s, region, r.uid, 0),
                 }
             })

@@ -96,6 +96,14 @@ fn random_deep_traces() {
 }
 
 #[test]
+fn random_runs_with_soft_delete() {
+    // Members are buried DELETED (a window of 5 ms) instead of purged, and
+    // a clock jump expires them: every property holds with the new state,
+    // and the whole closure is still purged in the end.
+    random_complete_runs(Config::soft_delete(), 13, "soft delete");
+}
+
+#[test]
 fn random_runs_with_message_faults_crashes_and_a_racing_create() {
     // The deep configuration: requests and answers are separate messages
     // that are lost, duplicated and reordered, and a region crashes.

@@ -19,6 +19,14 @@
 //!   every entry a node of issue 27 writes). A record
 //!   is decoded by its own version byte, so a store holding both opens
 //!   without a migration.
+//! - [`VERSION_POSTCARD_V3`] also names the third layout of a resource (a
+//!   DELETED one's soft-delete window, [`stored::ResourceV3`]) and of an
+//!   operation (its retention, [`stored::OperationV3`]);
+//!   [`VERSION_POSTCARD_V4`] (`0x04`) the fourth of an event and a tombstone
+//!   (the retention a DELETING event carries, [`stored::EventV4`],
+//!   [`stored::RemoteDeletionV4`]); [`VERSION_POSTCARD_V2`] the second of an
+//!   outcome (an unset's undo record, [`stored::OutcomeV2`]). Each is
+//!   written only for a deletion with a retention (`codec/stored/soft.rs`).
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
 //!   type, as nodes before the binary encoding wrote it (an object; a plain
 //!   string for a name in the uid index). Read as it is, so a store from an
@@ -103,6 +111,16 @@ pub const VERSION_POSTCARD_V2: u8 = 0x02;
 /// Written only for a principal other than the anonymous one; every
 /// earlier layout reads back as anonymous.
 pub const VERSION_POSTCARD_V3: u8 = 0x03;
+
+/// The first byte of a value whose body is postcard 1 of the fourth
+/// layout of its [`stored`] type: soft delete's retention appended to the
+/// event ([`stored::EventV4`], with its snapshot's window) and the
+/// tombstone ([`stored::RemoteDeletionV4`]). (The resource's window and the
+/// operation's retention are their third layouts, [`stored::ResourceV3`]
+/// and [`stored::OperationV3`]; an unset outcome's undo record its second,
+/// [`stored::OutcomeV2`].) Written only for a deletion with a retention:
+/// every record of one without keeps its bytes.
+pub const VERSION_POSTCARD_V4: u8 = 0x04;
 
 mod records;
 use records::decode;

@@ -30,6 +30,7 @@
 //! purge_scan = 10000            # resources one Admin.Purge examines per region
 //! max_purge_members = 1000      # resources one forced Admin.Purge may delete
 //! confirm_above = 1000          # a larger cascade needs its dry run's plan token (default: none does)
+//! max_retention = "30d"         # longest soft-delete window: a kind's `retain`, a Delete's retention
 //!
 //! [storage]           # optional
 //! engine = "sled"     # or "fjall", or "postgres"; a data_dir keeps the engine that created it
@@ -259,6 +260,8 @@ pub struct LimitsConfig {
     pub purge_scan: Option<usize>,
     pub max_purge_members: Option<usize>,
     pub confirm_above: Option<usize>,
+    /// The longest soft-delete retention, as a duration (`30d`).
+    pub max_retention: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -480,6 +483,7 @@ impl NodeSettings {
             settings.cache_bytes,
             std::env::var(PG_PASSWORD_ENV).ok(),
         )?;
+        settings.policy.max_retention_ms = max_retention(&file.limits, &settings.schema)?;
         let d = &file.deletion;
         if let Some(v) = d.batch_budget {
             if v == 0 {
@@ -652,6 +656,30 @@ fn apply_limits(file: &LimitsConfig, limits: &mut ApiLimits) -> Result<(), Confi
         });
     }
     Ok(())
+}
+
+/// `[limits] max_retention` (default 30 days), which every kind's `retain`
+/// must fit in: a schema that asks for longer is refused at load, naming
+/// the kind.
+fn max_retention(file: &LimitsConfig, schema: &Schema) -> Result<u64, ConfigError> {
+    let max = match &file.max_retention {
+        None => cascade_core::limits::DEFAULT_MAX_RETENTION_MS,
+        Some(text) => cascade_core::time_text::parse_duration(text).map_err(|message| ConfigError::Invalid {
+            field: "limits.max_retention",
+            message,
+        })?,
+    };
+    if let Some((kind, ms)) = schema.longest_retain().filter(|(_, ms)| *ms > max) {
+        return Err(ConfigError::Invalid {
+            field: "schema",
+            message: format!(
+                "kinds.{kind}.retain: {} is longer than [limits] max_retention ({})",
+                cascade_core::time_text::duration(ms),
+                cascade_core::time_text::duration(max)
+            ),
+        });
+    }
+    Ok(max)
 }
 
 /// Loads a schema file, or the embedded example when none is given.

@@ -41,11 +41,15 @@ pub(crate) struct ListQuery {
     pub(crate) name_prefix: String,
     /// The attribute selector.
     pub(crate) selector: Selector,
+    /// List soft-deleted (DELETED) resources too (asking for the state
+    /// DELETED implies it).
+    pub(crate) show_deleted: bool,
 }
 
 impl ListQuery {
     fn keeps(&self, r: &Resource) -> bool {
         r.state != ResourceState::Creating
+            && (r.state != ResourceState::Deleted || self.show_deleted || self.state == Some(ResourceState::Deleted))
             && self.state.is_none_or(|s| s == r.state)
             && r.name.id().starts_with(&self.name_prefix)
             && self.selector.matches(&r.attributes)

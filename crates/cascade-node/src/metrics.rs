@@ -55,6 +55,7 @@ fn state_label(state: ResourceState) -> &'static str {
         ResourceState::Creating => "creating",
         ResourceState::Active => "active",
         ResourceState::Deleting => "deleting",
+        ResourceState::Deleted => "deleted",
     }
 }
 
@@ -330,7 +331,12 @@ impl NodeMetrics {
                 *counts.entry(state_label(r.state)).or_default() += 1;
             }
         }
-        for s in [ResourceState::Creating, ResourceState::Active, ResourceState::Deleting] {
+        for s in [
+            ResourceState::Creating,
+            ResourceState::Active,
+            ResourceState::Deleting,
+            ResourceState::Deleted,
+        ] {
             let label = state_label(s);
             self.resources
                 .with_label_values(&[label])

@@ -16,6 +16,10 @@
 //!
 //! Reads are served straight from the store ([`Node::state`]); every write
 //! goes to the single writer ([`WriterHandle`]).
+//!
+//! Size: a little over 800 lines: one method per entry point the adapters
+//! call, each a few lines over the store or the writer; the flows that span
+//! regions already live in the feature modules above it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -622,13 +626,27 @@ impl Node {
 
     /// A resource of this region as a client reads it (CREATING ones are
     /// invisible). NOT_FOUND if absent; INVALID_ARGUMENT for an unknown kind.
-    pub(crate) async fn get(&self, name: &ResourceName) -> Result<ResourceView, Fault> {
+    /// A soft-deleted (DELETED) one is read only with `show_deleted`;
+    /// without, NOT_FOUND says it is soft-deleted and until when (the
+    /// caller was authorized to read the name before this is asked).
+    pub(crate) async fn get(&self, name: &ResourceName, show_deleted: bool) -> Result<ResourceView, Fault> {
         self.known_kind(
             name.kind(),
             "name",
             format_args!("unknown kind {} in {name}", quote(name.kind())),
         )?;
         match self.state().get_resource(name)? {
+            Some(r) if r.state == ResourceState::Deleted && !show_deleted => match r.soft_deleted {
+                Some(soft) => Err(CoreError::SoftDeleted {
+                    name: name.clone(),
+                    uid: r.uid,
+                    expire_time: soft.expire_time,
+                    operation: soft.operation,
+                    exists: false,
+                }
+                .into()),
+                None => Err(CoreError::NotFound(name.clone()).into()),
+            },
             Some(r) if r.state != ResourceState::Creating => {
                 let mut view = self.view(r)?;
                 self.mark_remote_dangling(&mut view, &mut BTreeMap::new()).await;
@@ -673,7 +691,11 @@ impl Node {
     pub(crate) fn lookup_local(&self, name: &ResourceName) -> Result<LocalLookup, Fault> {
         Ok(match self.state().get_resource(name)? {
             Some(r) if r.state == ResourceState::Active => LocalLookup::Live(r.uid),
-            Some(r) if r.state == ResourceState::Deleting => LocalLookup::Deleting(r.uid),
+            // A soft-deleted one is no target either: refused like a
+            // DELETING one (it may come back by an Undelete).
+            Some(r) if matches!(r.state, ResourceState::Deleting | ResourceState::Deleted) => {
+                LocalLookup::Deleting(r.uid)
+            }
             _ => LocalLookup::Absent,
         })
     }
@@ -727,7 +749,9 @@ impl Node {
                 cursor = Some(d.target.uid.as_bytes().to_vec());
                 let rows = state.backrefs_of(d.target.uid)?;
                 if rows.iter().any(|r| r.referrer.name.region() == region.as_str()) {
-                    let no_cascade = state.get_operation(d.operation)?.is_some_and(|op| !op.cascade);
+                    let (no_cascade, retain_ms) = state
+                        .get_operation(d.operation)?
+                        .map_or((false, 0), |op| (!op.cascade, op.retain_ms));
                     let uid = d.target.uid;
                     deleting.push(RemoteDeleting {
                         forced: d.forced.is_some(),
@@ -735,6 +759,7 @@ impl Node {
                         operation: d.operation,
                         no_cascade,
                         principal: d.principal,
+                        retain_ms,
                     });
                     if deleting.len() == page_size {
                         return Ok(DeletingPage {
@@ -760,12 +785,16 @@ impl Node {
         const MAX: usize = MAX_DUMP_ROWS;
         let state = self.state();
         let resources: Vec<Resource> = state.all(Table::Resources, MAX)?;
+        // A soft-deleted resource's expiry is a queue entry that is due only
+        // when its window ends: work waiting for a time, not work under way,
+        // so it does not make the region busy.
+        let expiries = resources.iter().filter(|r| r.state == ResourceState::Deleted).count();
         let mut dump = RegionDump {
             resources: Vec::with_capacity(resources.len()),
             backrefs: state.all(Table::Backrefs, MAX)?,
             remote_deletions: state.all(Table::RemoteDeletions, MAX)?,
             pending_releases: state.count(Table::PendingReleases)?,
-            queued_work: state.count(Table::RetryQueue)?,
+            queued_work: state.count(Table::RetryQueue)?.saturating_sub(expiries),
             pending_attach: state.count(Table::PendingAttach)?,
             cursors: state.cursors()?,
             last_revision: state.next_revision_stored()?.saturating_sub(1),

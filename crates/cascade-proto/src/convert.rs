@@ -143,6 +143,8 @@ pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
         } else {
             req.requested_by
         },
+        // Bounded by the core against the node's `[limits] max_retention`.
+        retain_ms: req.retention_seconds.saturating_mul(1000),
         // Filled in by the node from the referrers' regions.
         remote_kept: Default::default(),
         // Filled in by the node's handler from who called.
@@ -156,6 +158,7 @@ pub fn resource_state(s: ResourceState) -> v1::ResourceState {
         ResourceState::Creating => v1::ResourceState::Creating,
         ResourceState::Active => v1::ResourceState::Active,
         ResourceState::Deleting => v1::ResourceState::Deleting,
+        ResourceState::Deleted => v1::ResourceState::Deleted,
     }
 }
 
@@ -166,6 +169,7 @@ pub fn resource_state_from(s: v1::ResourceState) -> Option<ResourceState> {
         v1::ResourceState::Creating => Some(ResourceState::Creating),
         v1::ResourceState::Active => Some(ResourceState::Active),
         v1::ResourceState::Deleting => Some(ResourceState::Deleting),
+        v1::ResourceState::Deleted => Some(ResourceState::Deleted),
     }
 }
 
@@ -249,6 +253,9 @@ pub fn resource(r: &Resource, record: Option<&DeletionRecord>, dangling: &BTreeS
         finalizers: r.finalizers.clone(),
         deletion: record.map(deletion),
         liens: r.liens.iter().map(lien).collect(),
+        delete_time_ms: r.soft_deleted.map(|s| ms(s.delete_time)).unwrap_or_default(),
+        expire_time_ms: r.soft_deleted.map(|s| ms(s.expire_time)).unwrap_or_default(),
+        deleted_by_operation: r.soft_deleted.map(|s| s.operation.to_string()).unwrap_or_default(),
     }
 }
 
@@ -291,6 +298,7 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
         changes: op.changes,
         reached_regions: op.reached.iter().cloned().collect(),
         reports_reached: true,
+        retention_seconds: op.retain_ms / 1000,
     }
 }
 
@@ -306,7 +314,7 @@ pub fn outcome(o: &Outcome) -> v1::Outcome {
     let action = match &o.action {
         OutcomeAction::Pending => v1::OutcomeAction::Pending,
         OutcomeAction::Deleted => v1::OutcomeAction::Deleted,
-        OutcomeAction::Unset { field } => {
+        OutcomeAction::Unset { field, .. } => {
             out.field = field.clone();
             v1::OutcomeAction::Unset
         }
@@ -381,7 +389,10 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
         let action = match v1::OutcomeAction::try_from(o.action) {
             Ok(v1::OutcomeAction::Pending) => OutcomeAction::Pending,
             Ok(v1::OutcomeAction::Deleted) => OutcomeAction::Deleted,
-            Ok(v1::OutcomeAction::Unset) => OutcomeAction::Unset { field: o.field },
+            Ok(v1::OutcomeAction::Unset) => OutcomeAction::Unset {
+                field: o.field,
+                undo: None,
+            },
             Ok(v1::OutcomeAction::Blocked) => OutcomeAction::Blocked {
                 blockers: o
                     .blockers
@@ -436,6 +447,7 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
             changes: op.changes,
             closure_confirmed: false,
             principal: Default::default(),
+            retain_ms: op.retention_seconds.saturating_mul(1000),
         },
         outcomes,
         next,
@@ -549,6 +561,7 @@ pub fn event_type_from(t: i32) -> Option<EventType> {
         v1::EventType::DeletionFailed => EventType::DeletionFailed,
         v1::EventType::FinalizerRetry => EventType::FinalizerRetry,
         v1::EventType::DeletionForced => EventType::DeletionForced,
+        v1::EventType::SoftDeleted => EventType::SoftDeleted,
     })
 }
 
@@ -610,6 +623,7 @@ pub fn event_type(t: EventType) -> v1::EventType {
         EventType::DeletionFailed => v1::EventType::DeletionFailed,
         EventType::FinalizerRetry => v1::EventType::FinalizerRetry,
         EventType::DeletionForced => v1::EventType::DeletionForced,
+        EventType::SoftDeleted => v1::EventType::SoftDeleted,
     }
 }
 
@@ -784,6 +798,14 @@ pub fn resource_from(
                 create_time: timestamp_from(l.create_time_ms),
             })
             .collect(),
+        soft_deleted: match (state, OperationId::parse(&r.deleted_by_operation)) {
+            (ResourceState::Deleted, Ok(operation)) => Some(cascade_core::model::SoftDeletion {
+                delete_time: timestamp_from(r.delete_time_ms),
+                expire_time: timestamp_from(r.expire_time_ms),
+                operation,
+            }),
+            _ => None,
+        },
     };
     Ok((resource, record, marks))
 }
@@ -887,6 +909,7 @@ mod tests {
                 origin: "alice".into(),
                 create_time: cascade_core::Timestamp(9),
             }],
+            soft_deleted: None,
         };
         let net_r = record_of(&net, ResourceState::Deleting, vec![]);
         let port_r = record_of(

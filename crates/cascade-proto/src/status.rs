@@ -14,6 +14,7 @@
 //! | undecodable request bytes ([`crate::codec`]) | INVALID_ARGUMENT | none; the message says why |
 //! | unknown resource or operation | NOT_FOUND | `NOT_FOUND`, `resource` (and `field` for a reference target) |
 //! | name taken | ALREADY_EXISTS | `ALREADY_EXISTS`, `resource` |
+//! | name of a soft-deleted resource (create); Get of one without `show_deleted` | ALREADY_EXISTS; NOT_FOUND | `SOFT_DELETED`, `resource` (with its uid), `expire_time_ms` |
 //! | reference to a DELETING target; update of a DELETING resource | FAILED_PRECONDITION | `DELETING`, `resource` (and `field`) |
 //! | reference pinned to a uid the target does not have | FAILED_PRECONDITION | `UID_MISMATCH`, `field`, `resource` (current uid) |
 //! | delete refused by blockers or dependents | FAILED_PRECONDITION | `REFERENCED`, `blockers`, `dependents`, `more` |
@@ -93,6 +94,13 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             ..with(ErrorReason::NotFound)
         },
         CoreError::OperationNotFound(_) => with(ErrorReason::NotFound),
+        CoreError::SoftDeleted {
+            name, uid, expire_time, ..
+        } => v1::ErrorDetails {
+            resource: named(name, &uid.to_string()),
+            expire_time_ms: crate::convert::ms(*expire_time),
+            ..with(ErrorReason::SoftDeleted)
+        },
         CoreError::AlreadyExists { name, .. } => v1::ErrorDetails {
             resource: named(name, ""),
             ..with(ErrorReason::AlreadyExists)

@@ -89,6 +89,21 @@ pub struct DeleteArgs {
     /// deleted or unset, every region together) than this.
     #[arg(long, value_name = "N", env = "CASCADE_CONFIRM_ABOVE", default_value_t = DEFAULT_CONFIRM_ABOVE)]
     pub confirm_above: u64,
+    /// Soft delete: keep every deleted member, in every region, DELETED
+    /// (hidden, its name reserved) for at least this long, then purge it:
+    /// `7d`, `12h`, `90s`. `cascade get/list --show-deleted` shows them.
+    /// At most the node's [limits] max_retention (default 30d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_retention)]
+    pub retain: Option<Duration>,
+}
+
+/// A retention as the flag writes it, in whole seconds (the API's unit).
+fn parse_retention(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() != 0 || d.is_zero() {
+        return Err("a retention is a whole number of seconds, at least 1s".to_owned());
+    }
+    Ok(d)
 }
 
 impl DeleteArgs {
@@ -111,6 +126,7 @@ impl DeleteArgs {
             } else {
                 v1::PropagationPolicy::Unspecified
             } as i32,
+            retention_seconds: self.retain.map_or(0, |d| d.as_secs()),
         }
     }
 }

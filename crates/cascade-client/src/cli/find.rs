@@ -19,9 +19,13 @@ pub struct ListArgs {
     /// Only resources of this kind.
     #[arg(long)]
     pub kind: Option<String>,
-    /// Only resources in this state.
-    #[arg(long, value_parser = ["active", "deleting"])]
+    /// Only resources in this state (`deleted`: the soft-deleted ones).
+    #[arg(long, value_parser = ["active", "deleting", "deleted"])]
     pub state: Option<String>,
+    /// Also list soft-deleted (DELETED) resources, with when each is
+    /// purged (EXPIRES).
+    #[arg(long)]
+    pub show_deleted: bool,
     /// Only resources whose id (the part after `region/kind/`) starts with this.
     #[arg(long, value_name = "P")]
     pub prefix: Option<String>,
@@ -99,6 +103,7 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool, times: &TimeD
     let state = match args.state.as_deref() {
         Some("active") => v1::ResourceState::Active,
         Some("deleting") => v1::ResourceState::Deleting,
+        Some("deleted") => v1::ResourceState::Deleted,
         _ => v1::ResourceState::Unspecified,
     };
     let deadline = deadline_of(&args)?;
@@ -115,6 +120,7 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool, times: &TimeD
             all_regions: args.all_regions,
             name_prefix: args.prefix.clone().unwrap_or_default(),
             attribute_selector: args.selector.clone().unwrap_or_default(),
+            show_deleted: args.show_deleted,
         };
         let page = match deadline {
             Some(d) => client.list_within(req, d).await?,
@@ -142,11 +148,27 @@ pub async fn run_list(client: &Client, args: ListArgs, json: bool, times: &TimeD
             })).collect::<Vec<Value>>(),
         }));
     } else {
+        let soft_deleted = items.iter().any(|r| r.expire_time_ms > 0);
         let rows: Vec<Vec<String>> = items
             .iter()
-            .map(|r| vec![r.name.clone(), state_name(r.state), times.age_of(r.create_time_ms)])
+            .map(|r| {
+                let mut row = vec![r.name.clone(), state_name(r.state), times.age_of(r.create_time_ms)];
+                if soft_deleted {
+                    row.push(if r.expire_time_ms > 0 {
+                        times.relative(r.expire_time_ms)
+                    } else {
+                        String::new()
+                    });
+                }
+                row
+            })
             .collect();
-        print!("{}", table(&["NAME", "STATE", "AGE"], &rows));
+        let header: &[&str] = if soft_deleted {
+            &["NAME", "STATE", "AGE", "EXPIRES"]
+        } else {
+            &["NAME", "STATE", "AGE"]
+        };
+        print!("{}", table(header, &rows));
         if !token.is_empty() {
             println!("(more: --all, or --page-token {token})");
         }

@@ -1,5 +1,9 @@
 //! The checks themselves: one pass over every region's view, collecting
 //! violations (see the parent module for what each kind means).
+//!
+//! Size: a little over 800 lines: every check reads the indexes the first
+//! pass builds (resources by uid, owner and mirror rows), private to this
+//! one `Checker`; split, they would be passed around whole.
 
 use super::*;
 
@@ -255,6 +259,13 @@ impl<'v> Checker<'v> {
                         self.check_deletion(view, r, explained_ops);
                     }
                 }
+                // Soft-deleted: not live (its references are not checked,
+                // it holds no row) and no leak while its window lasts.
+                ResourceState::Deleted if r.soft_deleted.is_none() => self.push(
+                    ViolationKind::InconsistentIndex,
+                    region,
+                    format!("{} is DELETED without its deletion time and expiry", here()),
+                ),
                 _ => {}
             }
             let live = match self.moment {
@@ -385,6 +396,25 @@ impl<'v> Checker<'v> {
                     continue;
                 };
                 if !on_delete.tracked() {
+                    continue;
+                }
+                // A soft-deleted target holds no row and is no target: its
+                // deletion finished only after every referrer let go, and
+                // nothing attaches to it since. Checked at quiescence, or
+                // on full states (one consistent cut): dumps read one
+                // region after another may see a referrer before its
+                // unset and its target after the bury.
+                let consistent = self.quiescent() || view.store.is_some();
+                if target.is_some_and(|t| consistent && t.state == ResourceState::Deleted) {
+                    self.push(
+                        ViolationKind::Resurrection,
+                        region,
+                        format!(
+                            "{} references soft-deleted (DELETED) {} through field {field} (on_delete {on_delete})",
+                            here(),
+                            describe(t)
+                        ),
+                    );
                     continue;
                 }
                 if self.quiescent() {
@@ -704,13 +734,39 @@ impl<'v> Checker<'v> {
                 );
             }
         }
+        // A soft-deleted resource's expiry is its queue entry, due when
+        // its window ends: without it, it would never be purged.
+        for r in view.resources.values() {
+            if let (ResourceState::Deleted, Some(soft)) = (r.state, r.soft_deleted) {
+                if store
+                    .work
+                    .get(&r.uid)
+                    .is_none_or(|w| w.next_attempt_at > soft.expire_time)
+                {
+                    self.push(
+                        ViolationKind::QueueMismatch,
+                        region,
+                        format!(
+                            "{} is DELETED until {}, but its expiry is not queued by then",
+                            describe_resource(r),
+                            crate::time_text::rfc3339(soft.expire_time)
+                        ),
+                    );
+                }
+            }
+        }
         for (uid, w) in store.work.iter() {
             let status = view.deletions.get(uid).map(|d| &d.status);
+            let buried = self
+                .by_uid
+                .get(uid)
+                .is_some_and(|(at, r)| *at == region && r.state == ResourceState::Deleted);
             let ok = *uid == w.target.uid
-                && matches!(
-                    status,
-                    Some(DeletionStatus::Blocked { .. } | DeletionStatus::Waiting { .. })
-                );
+                && (buried
+                    || matches!(
+                        status,
+                        Some(DeletionStatus::Blocked { .. } | DeletionStatus::Waiting { .. })
+                    ));
             if !ok {
                 self.push(
                     ViolationKind::QueueMismatch,

@@ -145,7 +145,8 @@ pub struct RegionView<'a> {
     pub pending_releases: usize,
     /// Cross-region attach intents not yet settled.
     pub pending_attach: usize,
-    /// Entries of the retry queue.
+    /// Entries of the retry queue, not counting the expiries of
+    /// soft-deleted (DELETED) resources: those wait for a time.
     pub queued_work: usize,
     /// The references a reader sees marked dangling (a dump's marks), as
     /// (target uid, referrer uid, field); `None` when the source does not
@@ -186,7 +187,15 @@ impl<'a> RegionView<'a> {
             remote_deletions: state.remote_deletions.values().map(|d| d.target.clone()).collect(),
             pending_releases: state.pending_releases.len(),
             pending_attach: state.pending_attach.len(),
-            queued_work: state.work.len(),
+            // Not the expiries of soft-deleted resources (they wait for a
+            // time, see the node's dump).
+            queued_work: state.work.len().saturating_sub(
+                state
+                    .resources
+                    .values()
+                    .filter(|r| r.state == ResourceState::Deleted)
+                    .count(),
+            ),
             dangling: None,
             store: Some(StoreView {
                 uid_index: Cow::Borrowed(&state.uid_index),
@@ -402,6 +411,7 @@ fn state_name(s: ResourceState) -> &'static str {
         ResourceState::Creating => "CREATING",
         ResourceState::Active => "ACTIVE",
         ResourceState::Deleting => "DELETING",
+        ResourceState::Deleted => "DELETED",
     }
 }
 

@@ -49,6 +49,7 @@ fn res(target: (&str, u128), state: ResourceState, refs: &[(&str, &[(&str, u128)
         update_time: Timestamp(1),
         finalizers: Vec::new(),
         liens: Vec::new(),
+        soft_deleted: None,
     }
 }
 
@@ -128,6 +129,7 @@ fn settle_operation(s: &mut MemoryState, root: (&str, u128)) {
             changes: 0,
             closure_confirmed: false,
             principal: Default::default(),
+            retain_ms: 0,
         },
     );
 }
@@ -306,6 +308,7 @@ fn resurrection_revived_remote_deletion() {
             no_cascade: false,
             forced: false,
             principal: Default::default(),
+            retain_ms: 0,
         },
     );
     let r = check(&s);
@@ -368,6 +371,7 @@ fn stale_remote_deletion() {
             no_cascade: false,
             forced: false,
             principal: Default::default(),
+            retain_ms: 0,
         },
     );
     only(&check(&s), ViolationKind::StaleRemoteDeletion);
@@ -608,6 +612,7 @@ fn event_order() {
         no_cascade: false,
         cause: None,
         principal: Default::default(),
+        retain_ms: 0,
     };
     s[0].events = vec![event(1), event(2)];
     s[0].next_revision = 3;

@@ -88,6 +88,9 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                     no_cascade: e.no_cascade,
                     forced: false,
                     principal: e.principal,
+                    // A peer's retention keeps members here no longer
+                    // than this region allows.
+                    retain_ms: e.retain_ms.min(ctx.policy.max_retention_ms),
                 });
                 started.push(uid);
                 tx.put_work(WorkItem::due_now(e.resource, ctx.now));
@@ -95,12 +98,23 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
             }
             EventType::DeletionForced => {
                 let Some(operation) = e.operation else { continue };
-                if force_tombstone(&mut tx, ctx, e.resource, operation, e.no_cascade, e.principal)? {
+                let retain_ms = e.retain_ms.min(ctx.policy.max_retention_ms);
+                if force_tombstone(
+                    &mut tx,
+                    ctx,
+                    e.resource,
+                    operation,
+                    e.no_cascade,
+                    e.principal,
+                    retain_ms,
+                )? {
                     started.push(uid);
                     applied += 1;
                 }
             }
-            EventType::Purged => {
+            // A soft-deleted resource is gone for another region: its owner
+            // refuses any new reference to it (as to a DELETING one).
+            EventType::Purged | EventType::SoftDeleted => {
                 // The owner purged it once every referrer released; local
                 // mirror rows can only remain if our walk of its deletion is
                 // still to come (both events in one batch): let it run.
@@ -152,6 +166,7 @@ fn force_tombstone<S: StateRead + ?Sized>(
     operation: OperationId,
     no_cascade: bool,
     principal: crate::auth::Principal,
+    retain_ms: u64,
 ) -> Result<bool, CoreError> {
     let tombstone = match tx.remote_deletion(target.uid)? {
         Some(t) if t.forced => return Ok(false),
@@ -164,6 +179,7 @@ fn force_tombstone<S: StateRead + ?Sized>(
             no_cascade,
             forced: true,
             principal,
+            retain_ms,
         },
     };
     tx.put_remote_deletion(tombstone);
@@ -189,6 +205,8 @@ pub struct RemoteDeleting {
     /// the anonymous principal, whom a policy may refuse: its members here
     /// are then held BLOCKED until an administrator retries or forces them).
     pub principal: crate::auth::Principal,
+    /// See [`RemoteDeletion::retain_ms`] (0 from an owner that lists none).
+    pub retain_ms: u64,
 }
 
 /// Importer: the owner compacted its outbox past this node's cursor. The
@@ -219,6 +237,7 @@ pub fn resync<S: StateRead + ?Sized>(
         no_cascade,
         forced,
         principal,
+        retain_ms,
     } in deleting
     {
         if target.name.region() != from_region {
@@ -227,7 +246,10 @@ pub fn resync<S: StateRead + ?Sized>(
         if forced {
             // A forced deletion whose DELETION_FORCED event was compacted
             // away: the same as applying it.
-            added += usize::from(force_tombstone(&mut tx, ctx, target, operation, no_cascade, principal)?);
+            let retain_ms = retain_ms.min(ctx.policy.max_retention_ms);
+            added += usize::from(force_tombstone(
+                &mut tx, ctx, target, operation, no_cascade, principal, retain_ms,
+            )?);
             continue;
         }
         if tx.remote_deletion(target.uid)?.is_some() {
@@ -241,6 +263,7 @@ pub fn resync<S: StateRead + ?Sized>(
             no_cascade,
             forced: false,
             principal,
+            retain_ms: retain_ms.min(ctx.policy.max_retention_ms),
         });
         tx.put_work(WorkItem::due_now(target, ctx.now));
         added += 1;
@@ -338,7 +361,7 @@ pub fn settle_batch<S: StateRead + ?Sized>(
                     }
                     protocol::revert_references(&mut tx, ctx, r, keys, &e.to_string())?;
                 }
-                ResourceState::Deleting => {}
+                ResourceState::Deleting | ResourceState::Deleted => {}
             }
         }
         return Ok(Step {

@@ -111,7 +111,7 @@ fn check_live_target<S: StateRead + ?Sized>(tx: &Tx<'_, S>, e: &PeerBackRef) -> 
     let target = e.target.name.clone();
     match tx.resource(&e.target.name)? {
         Some(r) if r.state == ResourceState::Active && r.uid == e.target.uid => Ok(()),
-        Some(r) if r.state == ResourceState::Deleting && r.uid == e.target.uid => {
+        Some(r) if matches!(r.state, ResourceState::Deleting | ResourceState::Deleted) && r.uid == e.target.uid => {
             Err(CoreError::TargetDeleting { field, target })
         }
         Some(r) if r.state != ResourceState::Creating && r.uid != e.target.uid => Err(CoreError::TargetUidMismatch {

@@ -43,6 +43,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
                 operation: Some(op),
                 no_cascade: false,
                 principal: Default::default(),
+                retain_ms: 0,
             }],
         )
         .unwrap()
@@ -59,6 +60,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
         no_cascade: false,
         forced: false,
         principal: Default::default(),
+        retain_ms: 0,
     }];
     let step = resync(&state, ctx, "ra", listing, 40).unwrap();
     assert_eq!(step.value, 1);
@@ -90,6 +92,7 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
             operation: Some(op),
             no_cascade: false,
             principal: Default::default(),
+            retain_ms: 0,
         }],
     )
     .unwrap();
@@ -204,6 +207,7 @@ fn purged_in_the_same_batch_as_deleting_still_cascades_local_referrers() {
             operation: Some(op),
             no_cascade: false,
             principal: Default::default(),
+            retain_ms: 0,
         })
         .to_vec();
     let step = apply_remote_events(&rb.state, rb.ctx(), "ra", events).unwrap();
@@ -241,6 +245,7 @@ fn purged_after_the_walk_drops_the_tombstone_though_a_block_row_remains() {
         operation: Some(op),
         no_cascade: false,
         principal: Default::default(),
+        retain_ms: 0,
     };
     let step = apply_remote_events(&rb.state, rb.ctx(), "ra", vec![event(1, EventType::Deleting)]).unwrap();
     rb.state.apply(step.writes);

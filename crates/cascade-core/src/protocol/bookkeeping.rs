@@ -11,7 +11,7 @@ use crate::auth::Principal;
 use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
-    OutcomeAction, Progress, Resource, ResourceState, Timestamp, WorkItem,
+    OutcomeAction, Progress, Resource, ResourceState, SoftDeletion, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
@@ -170,7 +170,10 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     release_outgoing(tx, ctx, &resource)?;
     let target = target_of(&resource);
     let was_unset = counted_as_unset(tx, operation, &target.name)?;
-    tx.remove_resource(&resource.name, resource.uid);
+    let retain = retention_ms(tx, ctx, operation, resource.kind())?;
+    if retain == 0 {
+        tx.remove_resource(&resource.name, resource.uid);
+    }
     tx.put_outcome(
         operation,
         Outcome {
@@ -183,15 +186,19 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
         DeletionReason::Requested => "purged".to_owned(),
         DeletionReason::Cascade { from, field } => format!("purged: cascade from {from} (field {field})"),
     };
-    emit_only(
-        tx,
-        ctx,
-        EventType::Purged,
-        &resource,
-        operation,
-        &message,
-        Some(reason.clone()),
-    )?;
+    if retain > 0 {
+        bury(tx, ctx, resource, operation, retain, Some(reason.clone()))?;
+    } else {
+        emit_only(
+            tx,
+            ctx,
+            EventType::Purged,
+            &resource,
+            operation,
+            &message,
+            Some(reason.clone()),
+        )?;
+    }
     update_operation(tx, operation, |p| {
         p.deleted += 1;
         if was_unset {
@@ -426,9 +433,8 @@ pub(super) fn purge<S: StateRead + ?Sized>(
     record: DeletionRecord,
 ) -> Result<(), CoreError> {
     let op = record.operation;
-    tx.remove_resource(&resource.name, resource.uid);
+    let retain = retention_ms(tx, ctx, op, resource.kind())?;
     tx.remove_deletion(resource.uid);
-    tx.remove_work(resource.uid);
     tx.put_outcome(
         op,
         Outcome {
@@ -437,7 +443,14 @@ pub(super) fn purge<S: StateRead + ?Sized>(
             time: ctx.now,
         },
     );
-    emit_only(tx, ctx, EventType::Purged, &resource, op, "purged", None)?;
+    if retain > 0 {
+        // Its queue entry becomes the expiry's (see `bury`).
+        bury(tx, ctx, resource, op, retain, None)?;
+    } else {
+        tx.remove_resource(&resource.name, resource.uid);
+        tx.remove_work(resource.uid);
+        emit_only(tx, ctx, EventType::Purged, &resource, op, "purged", None)?;
+    }
     update_operation(tx, op, |p| {
         match record.status {
             DeletionStatus::Failed { .. } => decrement(&mut p.failed, "failed", op),
@@ -450,6 +463,105 @@ pub(super) fn purge<S: StateRead + ?Sized>(
         p.deleted += 1;
     })?;
     after_pending_changed(tx, ctx, op)
+}
+
+/// How long a member of `operation` of kind `kind` is kept DELETED when
+/// its deletion finishes: the larger of its kind's `retain` and the
+/// operation's own retention (0: purged at once).
+pub(super) fn retention_ms<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    operation: OperationId,
+    kind: &str,
+) -> Result<u64, CoreError> {
+    // Read without a copy: this runs at every finished member.
+    let requested = tx.with_operation(operation, |op| op.retain_ms)?.unwrap_or(0);
+    Ok(ctx.schema.retain_ms(kind).max(requested))
+}
+
+/// Buries a member whose deletion finished, instead of purging it (soft
+/// delete with a window): the record stays under its name, DELETED, with
+/// when it was deleted, when it expires and by which operation; its name
+/// and uid stay reserved. Its references were released when it left the
+/// live state (its `refs` stay in the record, for an Undelete). One
+/// `SoftDeleted` event. Its queue entry is the expiry: due at
+/// `expire_time`, when [`expire`] purges it (the due index the work loop
+/// reads from its floor, so no walk of buried records and no table of its
+/// own).
+fn bury<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut resource: Resource,
+    operation: OperationId,
+    retain_ms: u64,
+    cause: Option<DeletionReason>,
+) -> Result<(), CoreError> {
+    let expire_time = ctx.now.plus_millis(retain_ms);
+    resource.state = ResourceState::Deleted;
+    resource.update_time = ctx.now;
+    resource.soft_deleted = Some(SoftDeletion {
+        delete_time: ctx.now,
+        expire_time,
+        operation,
+    });
+    let message = format!(
+        "soft-deleted: kept until {} ({}), then purged",
+        crate::time_text::rfc3339(expire_time),
+        crate::time_text::duration(retain_ms)
+    );
+    let resource = put_with_caused_event(
+        tx,
+        ctx,
+        resource,
+        EventType::SoftDeleted,
+        Some(operation),
+        &message,
+        cause,
+    )?;
+    tx.put_work(WorkItem {
+        target: target_of(&resource),
+        next_attempt_at: expire_time,
+        attempts: 0,
+        last_error: None,
+        walk: crate::model::Walk::default(),
+    });
+    Ok(())
+}
+
+/// Purges a DELETED resource whose window has passed (its queue entry is
+/// due at `expire_time`): the record and its uid go, and a `Purged` event
+/// says so (importers drop their tombstone of it then). Its operation's
+/// counters already counted it deleted when it was buried. A queue entry
+/// woken early (or of a record whose window is not over) is put back at
+/// the expiry. Returns whether it purged.
+pub(super) fn expire<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    resource: Resource,
+    mut work: WorkItem,
+) -> Result<bool, CoreError> {
+    let Some(soft) = resource.soft_deleted else {
+        // A DELETED record without its window cannot be told when to go:
+        // purged now, rather than kept for ever.
+        tx.remove_resource(&resource.name, resource.uid);
+        tx.remove_work(resource.uid);
+        return Ok(true);
+    };
+    if soft.expire_time > ctx.now {
+        if work.next_attempt_at != soft.expire_time {
+            work.next_attempt_at = soft.expire_time;
+            tx.put_work(work);
+        }
+        return Ok(false);
+    }
+    tx.remove_resource(&resource.name, resource.uid);
+    tx.remove_work(resource.uid);
+    let message = format!(
+        "purged: its retention ended (soft-deleted at {})",
+        crate::time_text::rfc3339(soft.delete_time)
+    );
+    emit_only(tx, ctx, EventType::Purged, &resource, soft.operation, &message, None)?;
+    Ok(true)
 }
 
 /// Finishes the operation when nothing is pending, or wakes its root when
@@ -580,11 +692,13 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
     // Importers must know whether a deletion allows a cascade, and whom it
     // acts for: they apply it to their own referrers (see
     // `apply_to_referrer`), authorized for that principal.
-    let (no_cascade, principal) = match operation {
+    // And the retention, so that members cascaded there are kept for the
+    // same window (`Operation::retain_ms`).
+    let (no_cascade, principal, retain_ms) = match operation {
         Some(id) if matches!(event_type, EventType::Deleting | EventType::DeletionForced) => tx
-            .with_operation(id, |op| (!op.cascade, op.principal.clone()))?
-            .unwrap_or_else(|| (false, Principal::anonymous())),
-        _ => (false, Principal::anonymous()),
+            .with_operation(id, |op| (!op.cascade, op.principal.clone(), op.retain_ms))?
+            .unwrap_or_else(|| (false, Principal::anonymous(), 0)),
+        _ => (false, Principal::anonymous(), 0),
     };
     resource.revision = tx.peek_revision()?;
     tx.put_resource(resource.clone());
@@ -599,6 +713,7 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
         no_cascade,
         cause,
         principal,
+        retain_ms,
     })?;
     Ok(resource)
 }
@@ -624,6 +739,7 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
         no_cascade: false,
         cause,
         principal: Principal::anonymous(),
+        retain_ms: 0,
     })?;
     Ok(())
 }

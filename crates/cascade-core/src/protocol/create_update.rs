@@ -55,6 +55,16 @@ pub fn create<S: StateRead + ?Sized>(
                     uid: existing.uid,
                 });
             }
+            if let (ResourceState::Deleted, Some(soft)) = (existing.state, existing.soft_deleted) {
+                // Soft-deleted: the name stays reserved until it is purged.
+                return Err(CoreError::SoftDeleted {
+                    name,
+                    uid: existing.uid,
+                    expire_time: soft.expire_time,
+                    operation: soft.operation,
+                    exists: true,
+                });
+            }
             let detail = if existing.state == ResourceState::Deleting {
                 " and is being deleted; the name is free again once it is purged"
             } else {
@@ -82,6 +92,7 @@ pub fn create<S: StateRead + ?Sized>(
             update_time: ctx.now,
             finalizers: spec.finalizers,
             liens: Vec::new(),
+            soft_deleted: None,
         };
         let remote_keys = attach_backrefs(&mut tx, ctx, &resource, None)?;
         let resource = if crosses_regions {
@@ -119,7 +130,7 @@ pub fn update<S: StateRead + ?Sized>(
     let name = local_name(ctx, &spec.name, "name")?;
     validate_attributes(&spec.attributes, "attributes")?;
     validate_finalizers(&spec.finalizers, "finalizers")?;
-    let Some(current) = tx.resource(&name)?.filter(|r| r.state != ResourceState::Creating) else {
+    let Some(current) = tx.resource(&name)?.filter(|r| !r.state.reads_as_absent()) else {
         return Err(CoreError::NotFound(name));
     };
     check_etag(&current, etag)?;

@@ -44,6 +44,16 @@ pub fn delete<S: StateRead + ?Sized>(
     if req.requested_by.len() > most {
         return Err(super::validate::too_long("requested_by", &req.requested_by, most));
     }
+    if req.retain_ms > ctx.policy.max_retention_ms {
+        return Err(CoreError::invalid(
+            "retention_seconds",
+            format!(
+                "{} is longer than this node's maximum retention ({}, [limits] max_retention)",
+                crate::time_text::duration(req.retain_ms),
+                crate::time_text::duration(ctx.policy.max_retention_ms)
+            ),
+        ));
+    }
     if req.orphan && req.cascade {
         return Err(CoreError::invalid(
             "propagation",
@@ -52,7 +62,7 @@ pub fn delete<S: StateRead + ?Sized>(
     }
     let found = tx
         .resource(&name)?
-        .filter(|r| r.state != ResourceState::Creating)
+        .filter(|r| !r.state.reads_as_absent())
         .filter(|r| req.uid.is_none_or(|uid| uid == r.uid));
     let Some(resource) = found else {
         return if req.allow_missing {
@@ -110,6 +120,7 @@ pub fn delete<S: StateRead + ?Sized>(
         changes: 0,
         closure_confirmed: false,
         principal: req.principal.clone(),
+        retain_ms: req.retain_ms,
     };
     tx.put_operation(op.clone());
     enter_deleting(

@@ -210,7 +210,7 @@ fn the_incarnation<S: StateRead + ?Sized>(
         ));
     }
     tx.resource(&name)?
-        .filter(|r| r.state != ResourceState::Creating)
+        .filter(|r| !r.state.reads_as_absent())
         .filter(|r| req.uid.is_none_or(|uid| uid == r.uid))
         .ok_or(CoreError::NotFound(name))
 }

@@ -159,6 +159,6 @@ fn live_resource<S: StateRead + ?Sized>(
     name: &crate::name::ResourceName,
 ) -> Result<Resource, CoreError> {
     tx.resource(name)?
-        .filter(|r| r.state != ResourceState::Creating)
+        .filter(|r| !r.state.reads_as_absent())
         .ok_or_else(|| CoreError::NotFound(name.clone()))
 }

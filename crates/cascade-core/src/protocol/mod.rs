@@ -54,6 +54,8 @@ mod delete;
 mod finalizer;
 mod lien;
 mod purge;
+#[cfg(test)]
+mod soft_delete_tests;
 mod validate;
 mod work;
 
@@ -111,6 +113,10 @@ pub struct Policy {
     /// closure larger than this is refused (a [`PlannedDenial`] with the
     /// rule [`CLOSURE_TOO_LARGE`]), never half-checked.
     pub max_closure_check: usize,
+    /// The longest retention a delete may ask for (`[limits]
+    /// max_retention`); the schema's `retain`s are checked against it when
+    /// the node loads its configuration.
+    pub max_retention_ms: u64,
 }
 
 /// The rule of the denial a closure check reports when the closure is
@@ -132,6 +138,7 @@ impl Default for Policy {
             closure_check_ms: 1_000,
             max_plan: 10_000,
             max_closure_check: 250_000,
+            max_retention_ms: crate::limits::DEFAULT_MAX_RETENTION_MS,
         }
     }
 }
@@ -245,6 +252,11 @@ pub struct DeleteRequest {
     /// record and carried on its events, so every member the cascade
     /// changes, in every region, is authorized for this principal.
     pub principal: Principal,
+    /// Soft delete: keep every member DELETED for at least this long (in
+    /// milliseconds; a member's kind may ask for longer) instead of purging
+    /// it when its deletion finishes. 0: as the kinds say. At most
+    /// `Policy::max_retention_ms`.
+    pub retain_ms: u64,
 }
 
 /// A planned change to a referrer that survives.

@@ -315,6 +315,9 @@ pub fn start_purge<S: StateRead + ?Sized>(
             changes: 0,
             closure_confirmed: false,
             principal: req.principal.clone(),
+            // A purge asks for no retention of its own: each member keeps
+            // what its kind's `retain` says.
+            retain_ms: 0,
         }),
     }
     let mut started = Vec::new();

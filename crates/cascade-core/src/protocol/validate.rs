@@ -213,7 +213,9 @@ pub(super) fn resolve_refs<S: StateRead + ?Sized>(
                         target: name,
                     })
                 }
-                Some(r) if r.state == ResourceState::Deleting => {
+                // A soft-deleted target is refused like a DELETING one: it
+                // may come back (Undelete), but it is no target meanwhile.
+                Some(r) if matches!(r.state, ResourceState::Deleting | ResourceState::Deleted) => {
                     return Err(CoreError::TargetDeleting {
                         field: at,
                         target: name,

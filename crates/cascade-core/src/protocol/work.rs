@@ -4,6 +4,12 @@
 //! regions waited for); the importer applies a remote deletion to its own
 //! referrers; an operation's root waits, last, for the other regions' parts
 //! of its cascade.
+//!
+//! Size: a little over 800 lines: one deletion's step is one state machine
+//! (its walk's position and counts, its hold, its wait for other regions,
+//! its end: a purge, a bury, or a soft-deleted member's expiry) whose parts
+//! pass the step's budget and report between them; the state changes they
+//! share are already in `bookkeeping.rs`.
 
 use std::collections::BTreeSet;
 
@@ -11,7 +17,7 @@ use crate::auth::{Principal, Target, Verb};
 use crate::error::CoreError;
 use crate::model::{
     AuditEntry, BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, EventType, Operation, OperationState,
-    Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, Walk, WorkItem,
+    Outcome, OutcomeAction, Progress, RefTarget, Resource, ResourceState, Timestamp, UnsetUndo, Walk, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
@@ -19,8 +25,8 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::backrefs::release_ref;
 use super::bookkeeping::{
-    after_pending_changed, decrement, enter_deleting, hold, is_unreferenced_leaf, purge, purge_leaf, put_with_event,
-    update_operation, wake_if_deleting,
+    after_pending_changed, decrement, enter_deleting, expire, hold, is_unreferenced_leaf, purge, purge_leaf,
+    put_with_event, update_operation, wake_if_deleting,
 };
 use super::create_update::abort_creating;
 use super::{is_remote, target_of, Ctx, Step, WorkReport};
@@ -101,6 +107,15 @@ fn step_deletion<S: StateRead + ?Sized>(
         return step_remote_deletion(tx, ctx, work, budget, report);
     }
     let resource = tx.resource_by_uid(uid)?;
+    if let Some(buried) = resource.as_ref().filter(|r| r.state == ResourceState::Deleted) {
+        // A soft-deleted resource's entry is its expiry (see `bury`): a
+        // purge is a change like a referrer's, counted in the step's budget.
+        *budget = budget.saturating_sub(1);
+        if expire(tx, ctx, buried.clone(), work)? {
+            report.purged += 1;
+        }
+        return Ok(true);
+    }
     let record = tx.deletion(uid)?;
     let (Some(resource), Some(record)) = (resource, record) else {
         // Stale entry: the incarnation is gone (or was never deleting).
@@ -114,7 +129,9 @@ fn step_deletion<S: StateRead + ?Sized>(
     let target = target_of(&resource);
     // Only an operation's root can be deleted without cascade (nothing else
     // enters DELETING by it), and then its referrers lose the element.
-    let no_cascade = tx.operation(record.operation)?.is_some_and(|op| !op.cascade);
+    let (no_cascade, retain_ms) = tx
+        .with_operation(record.operation, |op| (!op.cascade, op.retain_ms))?
+        .unwrap_or((false, 0));
     let deletion = Applied {
         target: &target,
         operation: record.operation,
@@ -122,6 +139,7 @@ fn step_deletion<S: StateRead + ?Sized>(
         principal: &record.principal,
         no_cascade,
         forced: record.forced.is_some(),
+        retain_ms,
     };
     // The member itself first: a deletion its principal may no longer make
     // (the policy changed since it started, or the cascade reached a member
@@ -451,6 +469,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     principal: &tombstone.principal,
                     no_cascade: tombstone.no_cascade,
                     forced: tombstone.forced,
+                    retain_ms: tombstone.retain_ms,
                 };
                 if let Some(refused) = apply_to_referrer(tx, ctx, &deletion, b, report)? {
                     refusals.push(refused);
@@ -532,6 +551,9 @@ struct Applied<'a> {
     /// An administrator forced it through: `block` referrers lose the
     /// reference (like `unset` ones) instead of holding the deletion.
     forced: bool,
+    /// The operation's retention (see [`Operation::retain_ms`]): a part
+    /// this step starts in another region keeps it.
+    retain_ms: u64,
 }
 
 /// Applies the deletion of `target` to one referrer: cascade or unset.
@@ -564,6 +586,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         principal,
         no_cascade,
         forced: _,
+        retain_ms,
     } = *deletion;
     let checked = !deletion.forced && !ctx.authorizer.allows_everything();
     let mut delete_refused = false;
@@ -614,6 +637,11 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         return Ok(None);
     };
     let before = targets.len();
+    // A target kept DELETED can be undeleted: what the field held is kept
+    // with the outcome, in this same step (copied only then: this is the
+    // hot path of an unset).
+    let kept = ctx.schema.retain_ms(target.name.kind()).max(retain_ms) > 0;
+    let old_targets = kept.then(|| targets.clone());
     targets.retain(|t| t.uid != target.uid);
     if targets.len() == before {
         return Ok(None);
@@ -622,12 +650,20 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     if emptied {
         referrer.refs.remove(&b.field);
     }
-    ensure_operation_part(tx, ctx, operation, target, !no_cascade, principal)?;
+    ensure_operation_part(tx, ctx, operation, target, !no_cascade, principal, retain_ms)?;
     if b.on_delete == OnDelete::Cascade && emptied && !no_cascade {
         let reason = DeletionReason::Cascade {
             from: target.name.clone(),
             field: b.field.clone(),
         };
+        if let Some(old_targets) = old_targets {
+            // Kept with a retention: the member keeps the reference that
+            // cascaded it (its row is gone all the same, and leaving the
+            // live state releases nothing twice: the release of an absent
+            // row is a no-op), so that its record holds every reference an
+            // Undelete re-attaches.
+            referrer.refs.insert(b.field.clone(), old_targets);
+        }
         report.cascaded += 1;
         if checked && !delete_refused {
             audit_change(tx, ctx, deletion, &referrer.name, "cascade", Verb::Delete);
@@ -651,11 +687,16 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         format!("{} cleared: {} is being deleted", b.field, target.name)
     };
     let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(operation), &message)?;
+    // With the revision an Undelete requires the referrer still to have.
+    let undo = old_targets.map(|old_targets| UnsetUndo {
+        old_targets,
+        revision: referrer.revision,
+    });
     tx.put_outcome(
         operation,
         Outcome {
             resource: target_of(&referrer),
-            action: OutcomeAction::Unset { field: b.field },
+            action: OutcomeAction::Unset { field: b.field, undo },
             time: ctx.now,
         },
     );
@@ -760,6 +801,7 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
     root: &RefTarget,
     cascade: bool,
     principal: &Principal,
+    retain_ms: u64,
 ) -> Result<(), CoreError> {
     // Asked once per referrer: a look, not a copy of the operation.
     if tx.with_operation(operation, |_| ())?.is_none() {
@@ -776,6 +818,7 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
             changes: 0,
             closure_confirmed: false,
             principal: principal.clone(),
+            retain_ms,
         });
     }
     Ok(())

@@ -67,6 +67,8 @@ impl fmt::Display for Amount {
                 let ms = d.as_millis();
                 if ms < 1000 || ms % 1000 != 0 {
                     write!(f, "{ms} ms")
+                } else if ms % 86_400_000 == 0 && ms >= 2 * 86_400_000 {
+                    write!(f, "{} d", ms / 86_400_000)
                 } else if ms % 3_600_000 == 0 {
                     write!(f, "{} h", ms / 3_600_000)
                 } else {
@@ -206,6 +208,7 @@ pub fn limits() -> Vec<Limit> {
         row("deletion", "resources one forced Admin.Purge may delete, every region together", items(api.max_purge_members), "[limits] max_purge_members"),
         row("deletion", "age under which ForcePurge needs force", ms(DEFAULT_FORCE_PURGE_AFTER_MS), "[admin] force_purge_after_ms"),
         row("deletion", "members of a cascade started without its plan token (more: PLAN_REQUIRED)", api.confirm_above.map_or(Amount::Off, items), "[limits] confirm_above"),
+        row("deletion", "soft-delete window: a kind's retain, a Delete's retention_seconds", ms(policy.max_retention_ms), "[limits] max_retention"),
         // Links between regions.
         row("link", "dialling a peer (TCP and TLS together)", Amount::Time(links.dial_timeout), "[links] dial_timeout_ms"),
         row("link", "HTTP/2 ping after silence", Amount::Time(links.keepalive_interval), "[links] keepalive_interval_ms"),

@@ -61,13 +61,21 @@ fn query_of(req: &v1::ListRequest) -> Result<ListQuery, Status> {
         state,
         name_prefix: req.name_prefix.clone(),
         selector,
+        show_deleted: req.show_deleted,
     })
 }
 
 /// The fingerprint a listing's token carries: every field that selects.
 fn selectors_of(req: &v1::ListRequest) -> u64 {
     let state = req.state.to_string();
-    ListPageToken::fingerprint(&[&req.kind, &state, &req.name_prefix, &req.attribute_selector])
+    // Only a listing that shows deleted ones adds to the fingerprint, so a
+    // token from a node before soft delete still reads.
+    let show_deleted = if req.show_deleted { "show_deleted" } else { "" };
+    let mut fields: Vec<&str> = vec![&req.kind, &state, &req.name_prefix, &req.attribute_selector];
+    if req.show_deleted {
+        fields.push(show_deleted);
+    }
+    ListPageToken::fingerprint(&fields)
 }
 
 /// A region's page must hold its own resources in strictly increasing

@@ -71,6 +71,10 @@ fn caller_version<T>(request: &Request<T>) -> u32 {
 /// speak that version: `admin.rs`).
 fn event_type_for(version: u32, event_type: EventType) -> EventType {
     match event_type {
+        // To another region a soft-deleted resource is gone: its importers
+        // drop their tombstone as for a purge (the owner itself refuses
+        // any reference to it), whatever version they speak.
+        EventType::SoftDeleted => EventType::Purged,
         EventType::DeletionForced if version < cascade_proto::DELETION_FORCED_SINCE => EventType::Deleting,
         other => other,
     }
@@ -298,6 +302,7 @@ impl Peer for PeerApi {
                 // region-certified); anonymous is left out.
                 principal: (e.principal != cascade_core::auth::Principal::anonymous())
                     .then(|| crate::api::principal::to_wire(&e.principal)),
+                retain_ms: e.retain_ms,
             },
             span,
         );
@@ -409,6 +414,7 @@ impl Peer for PeerApi {
                 // watcher resyncing from this listing acts for it too.
                 principal: (d.principal != cascade_core::auth::Principal::anonymous())
                     .then(|| crate::api::principal::to_wire(&d.principal)),
+                retain_ms: d.retain_ms,
             })
             .collect();
         let mut next_page_token = page.next.map(|u| u.to_string()).unwrap_or_default();

@@ -549,6 +549,7 @@ where
                     .principal
                     .and_then(crate::api::principal::from_wire)
                     .unwrap_or_else(cascade_core::auth::Principal::anonymous),
+                retain_ms: d.retain_ms,
             })
         }));
         if listing.next_page_token.is_empty() {
@@ -591,6 +592,8 @@ fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
                 .principal
                 .and_then(crate::api::principal::from_wire)
                 .unwrap_or_else(cascade_core::auth::Principal::anonymous),
+            // The importer bounds it by this region's own maximum.
+            retain_ms: e.retain_ms,
         },
         traceparent: Some(e.traceparent).filter(|t| !t.is_empty()),
     })
@@ -654,6 +657,7 @@ mod tests {
                     no_cascade: false,
                     forced: false,
                     principal: None,
+                    retain_ms: 0,
                 })
                 .collect(),
             revision,

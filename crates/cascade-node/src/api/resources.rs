@@ -432,7 +432,7 @@ impl Resources for ResourcesApi {
             return Ok(Response::new(found));
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
-        Ok(Response::new(present(&self.node.get(&name).await?)))
+        Ok(Response::new(present(&self.node.get(&name, raw.show_deleted).await?)))
     }
 
     async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {

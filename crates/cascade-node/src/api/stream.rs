@@ -317,6 +317,7 @@ mod tests {
                     no_cascade: false,
                     cause: None,
                     principal: Default::default(),
+                    retain_ms: 0,
                 });
             }
             writes.next_revision = Some(first + n);

@@ -7,7 +7,7 @@ use cascade_core::ResourceName;
 use postcard::ser_flavors::Size;
 use serde::de::DeserializeOwned;
 
-use super::{stored, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3};
+use super::{stored, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3, VERSION_POSTCARD_V4};
 use crate::store::{StoreError, Table};
 
 /// A core record the store keeps as a value, through its storage type in
@@ -92,7 +92,6 @@ macro_rules! records {
 records! {
     ResourceName => ResourceName,
     BackRef => BackRef,
-    Outcome => Outcome,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
 }
@@ -124,8 +123,6 @@ macro_rules! records_with_an_optional_second_layout {
 }
 
 records_with_an_optional_second_layout! {
-    Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
-    Operation => Operation, OperationV2, |o| stored::names_a_principal(&o.principal);
     AuditEntry => AuditEntry, AuditEntryV2, |e| {
         !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
     };
@@ -163,15 +160,62 @@ macro_rules! records_with_optional_later_layouts {
 }
 
 records_with_optional_later_layouts! {
-    Event => Event, EventV2, EventV3,
-        |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty()),
-        |e| stored::names_a_principal(&e.principal);
     DeletionRecord => DeletionRecord, DeletionRecordV2, DeletionRecordV3,
         |d| !d.finalizer_failures.is_empty() || d.forced.is_some(),
         |d| stored::names_a_principal(&d.principal);
-    RemoteDeletion => RemoteDeletion, RemoteDeletionV2, RemoteDeletionV3,
-        |r| r.forced,
-        |r| stored::names_a_principal(&r.principal);
+}
+
+/// A record whose later layouts each wrap the one before: written in the
+/// latest layout whose condition holds (they are listed latest first), else
+/// in the first; each version read back by its own layout.
+macro_rules! layered_records {
+    ($($core:ty => [$($version:ident => $layout:ident if $needs:expr),+] else $first:ident);* $(;)?) => {$(
+        impl Record for $core {
+            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+                $(
+                    let needs: fn(&$core) -> bool = $needs;
+                    if needs(self) {
+                        return encode_stored(table, $version, &stored::$layout::from(self));
+                    }
+                )+
+                encode_stored(table, VERSION_POSTCARD_V1, &stored::$first::from(self))
+            }
+            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+                let decoded = match version {
+                    VERSION_POSTCARD_V1 => decode_stored::<stored::$first<'_>>(body)?.try_into(),
+                    $($version => decode_stored::<stored::$layout<'_>>(body)?.try_into(),)+
+                    _ => return Err(format!("no layout of version {version} for this record")),
+                };
+                decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+            }
+        }
+    )*};
+}
+
+// Soft delete's layouts (`stored/soft.rs`) come first in each list: a
+// record without a retention or a window keeps the layout it had before.
+layered_records! {
+    Resource => [
+        VERSION_POSTCARD_V3 => ResourceV3 if |r| r.soft_deleted.is_some(),
+        VERSION_POSTCARD_V2 => ResourceV2 if |r| !r.liens.is_empty()
+    ] else Resource;
+    Operation => [
+        VERSION_POSTCARD_V3 => OperationV3 if |o| o.retain_ms > 0,
+        VERSION_POSTCARD_V2 => OperationV2 if |o| stored::names_a_principal(&o.principal)
+    ] else Operation;
+    Event => [
+        VERSION_POSTCARD_V4 => EventV4 if |e| e.retain_ms > 0 || e.snapshot.as_ref().is_some_and(|r| r.soft_deleted.is_some()),
+        VERSION_POSTCARD_V3 => EventV3 if |e| stored::names_a_principal(&e.principal),
+        VERSION_POSTCARD_V2 => EventV2 if |e| e.snapshot.as_ref().is_some_and(|r| !r.liens.is_empty())
+    ] else Event;
+    RemoteDeletion => [
+        VERSION_POSTCARD_V4 => RemoteDeletionV4 if |r| r.retain_ms > 0,
+        VERSION_POSTCARD_V3 => RemoteDeletionV3 if |r| stored::names_a_principal(&r.principal),
+        VERSION_POSTCARD_V2 => RemoteDeletionV2 if |r| r.forced
+    ] else RemoteDeletion;
+    Outcome => [
+        VERSION_POSTCARD_V2 => OutcomeV2 if |o| matches!(o.action, OutcomeAction::Unset { undo: Some(_), .. })
+    ] else Outcome;
 }
 
 /// Written as version 2 (with the walk); version 1 still read.
@@ -195,7 +239,7 @@ pub(super) fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreEr
         message,
     };
     match bytes.first() {
-        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3)) => {
+        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4)) => {
             T::decode_body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))
         }
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),

@@ -47,6 +47,9 @@ use cascade_core::{OnDelete as CoreOnDelete, OperationId, ResourceName as CoreNa
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+mod soft;
+pub use soft::{EventV4, OperationV3, OutcomeV2, RemoteDeletionV4, ResourceV3, SoftDeletion, UnsetUndo};
+
 /// A uid or an operation id: the UUID's 16 bytes, no length prefix.
 pub type Id = [u8; 16];
 
@@ -125,6 +128,9 @@ pub enum ResourceState {
     Creating,
     Active,
     Deleting,
+    /// Appended for soft delete (written with [`ResourceV3`], whose window
+    /// a DELETED resource always has).
+    Deleted,
 }
 
 impl From<model::ResourceState> for ResourceState {
@@ -133,6 +139,7 @@ impl From<model::ResourceState> for ResourceState {
             model::ResourceState::Creating => ResourceState::Creating,
             model::ResourceState::Active => ResourceState::Active,
             model::ResourceState::Deleting => ResourceState::Deleting,
+            model::ResourceState::Deleted => ResourceState::Deleted,
         }
     }
 }
@@ -143,6 +150,7 @@ impl From<ResourceState> for model::ResourceState {
             ResourceState::Creating => model::ResourceState::Creating,
             ResourceState::Active => model::ResourceState::Active,
             ResourceState::Deleting => model::ResourceState::Deleting,
+            ResourceState::Deleted => model::ResourceState::Deleted,
         }
     }
 }
@@ -204,6 +212,7 @@ impl TryFrom<Resource<'_>> for model::Resource {
             update_time: Timestamp(r.update_time),
             finalizers: strings(r.finalizers),
             liens: Vec::new(),
+            soft_deleted: None,
         })
     }
 }
@@ -755,6 +764,7 @@ impl TryFrom<Operation<'_>> for model::Operation {
             changes: o.changes,
             closure_confirmed: o.closure_confirmed,
             principal: cascade_core::auth::Principal::anonymous(),
+            retain_ms: 0,
         })
     }
 }
@@ -786,7 +796,7 @@ impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
         match a {
             model::OutcomeAction::Pending => OutcomeAction::Pending,
             model::OutcomeAction::Deleted => OutcomeAction::Deleted,
-            model::OutcomeAction::Unset { field } => OutcomeAction::Unset {
+            model::OutcomeAction::Unset { field, .. } => OutcomeAction::Unset {
                 field: Cow::Borrowed(field.as_str()),
             },
             model::OutcomeAction::Blocked { blockers } => OutcomeAction::Blocked {
@@ -808,7 +818,10 @@ impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
         Ok(match a {
             OutcomeAction::Pending => model::OutcomeAction::Pending,
             OutcomeAction::Deleted => model::OutcomeAction::Deleted,
-            OutcomeAction::Unset { field } => model::OutcomeAction::Unset { field: string(field) },
+            OutcomeAction::Unset { field } => model::OutcomeAction::Unset {
+                field: string(field),
+                undo: None,
+            },
             OutcomeAction::Blocked { blockers } => model::OutcomeAction::Blocked {
                 blockers: blockers_from(blockers)?,
             },
@@ -961,6 +974,8 @@ pub enum EventType {
     DeletionFailed,
     FinalizerRetry,
     DeletionForced,
+    /// Appended for soft delete.
+    SoftDeleted,
 }
 
 impl From<model::EventType> for EventType {
@@ -974,6 +989,7 @@ impl From<model::EventType> for EventType {
             model::EventType::DeletionFailed => EventType::DeletionFailed,
             model::EventType::FinalizerRetry => EventType::FinalizerRetry,
             model::EventType::DeletionForced => EventType::DeletionForced,
+            model::EventType::SoftDeleted => EventType::SoftDeleted,
         }
     }
 }
@@ -989,6 +1005,7 @@ impl From<EventType> for model::EventType {
             EventType::DeletionFailed => model::EventType::DeletionFailed,
             EventType::FinalizerRetry => model::EventType::FinalizerRetry,
             EventType::DeletionForced => model::EventType::DeletionForced,
+            EventType::SoftDeleted => model::EventType::SoftDeleted,
         }
     }
 }
@@ -1041,6 +1058,7 @@ impl TryFrom<Event<'_>> for model::Event {
             no_cascade: e.no_cascade,
             cause: e.cause.map(model::DeletionReason::try_from).transpose()?,
             principal: cascade_core::auth::Principal::anonymous(),
+            retain_ms: 0,
         })
     }
 }
@@ -1110,6 +1128,7 @@ impl TryFrom<RemoteDeletion<'_>> for model::RemoteDeletion {
             no_cascade: r.no_cascade,
             forced: false,
             principal: cascade_core::auth::Principal::anonymous(),
+            retain_ms: 0,
         })
     }
 }

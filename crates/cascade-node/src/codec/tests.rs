@@ -13,7 +13,10 @@ use cascade_core::{OnDelete, OperationId, ResourceName, Uid};
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::{decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3};
+use super::{
+    decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3,
+    VERSION_POSTCARD_V4,
+};
 use crate::store::{Batch, MemoryStore, Store, StoreError, Table};
 use cascade_core::auth::{Principal, Via};
 
@@ -87,6 +90,7 @@ fn resource() -> impl Strategy<Value = Resource> {
                     update_time,
                     finalizers,
                     liens,
+                    soft_deleted: None,
                 }
             },
         )
@@ -228,6 +232,7 @@ fn operation() -> impl Strategy<Value = Operation> {
                 changes,
                 closure_confirmed,
                 principal: Default::default(),
+                retain_ms: 0,
             },
         )
 }
@@ -236,7 +241,7 @@ fn action() -> impl Strategy<Value = OutcomeAction> {
     prop_oneof![
         Just(OutcomeAction::Pending),
         Just(OutcomeAction::Deleted),
-        text().prop_map(|field| OutcomeAction::Unset { field }),
+        text().prop_map(|field| OutcomeAction::Unset { field, undo: None }),
         blockers().prop_map(|blockers| OutcomeAction::Blocked { blockers }),
         text().prop_map(|error| OutcomeAction::Failed { error }),
         strings().prop_map(|regions| OutcomeAction::Waiting { regions }),
@@ -310,6 +315,7 @@ fn event() -> impl Strategy<Value = Event> {
                 no_cascade,
                 cause,
                 principal: Principal::anonymous(),
+                retain_ms: 0,
             },
         )
 }
@@ -324,6 +330,7 @@ fn remote_deletion() -> impl Strategy<Value = RemoteDeletion> {
             purged,
             no_cascade,
             principal: Principal::anonymous(),
+            retain_ms: 0,
         },
     )
 }
@@ -541,6 +548,7 @@ fn typical_resource() -> Resource {
         update_time: Timestamp(1_760_000_123_456),
         finalizers: vec![],
         liens: vec![],
+        soft_deleted: None,
     }
 }
 
@@ -565,6 +573,7 @@ fn typical_event() -> Event {
             field: "network".into(),
         }),
         principal: Default::default(),
+        retain_ms: 0,
     }
 }
 
@@ -974,4 +983,113 @@ fn a_resource_is_version_2_only_while_it_holds_a_lien() {
     let event_bytes = event.encode(Table::Outbox).expect("encodes");
     assert_eq!(event_bytes[0], VERSION_POSTCARD_V2);
     assert_eq!(decode::<Event>(Table::Outbox, &event_bytes).expect("reads"), event);
+}
+
+// ---- soft delete's layouts (issue 29) ----
+
+fn soft_deletion() -> impl Strategy<Value = SoftDeletion> {
+    (ts(), 1..=30 * 86_400_000u64, op_id()).prop_map(|(delete_time, window, operation)| SoftDeletion {
+        delete_time,
+        expire_time: delete_time.plus_millis(window),
+        operation,
+    })
+}
+
+fn undo() -> impl Strategy<Value = UnsetUndo> {
+    (prop::collection::vec(target(), 1..3), any::<u64>())
+        .prop_map(|(old_targets, revision)| UnsetUndo { old_targets, revision })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A DELETED resource is written in its third layout (its window
+    /// appended), and reads back whole, liens and all.
+    #[test]
+    fn soft_deleted_resources_round_trip(v in resource(), soft in soft_deletion()) {
+        let v = Resource { state: ResourceState::Deleted, soft_deleted: Some(soft), ..v };
+        both_ways_in(Table::Resources, &v, VERSION_POSTCARD_V3)?;
+    }
+
+    #[test]
+    fn operations_with_a_retention_round_trip(v in operation(), p in principal(), retain in 1..u64::MAX) {
+        let v = Operation { principal: p, retain_ms: retain, ..v };
+        both_ways_in(Table::Operations, &v, VERSION_POSTCARD_V3)?;
+    }
+
+    /// A DELETING event's retention, and a SOFT_DELETED event's snapshot
+    /// window, are the event's fourth layout.
+    #[test]
+    fn events_with_a_retention_or_a_window_round_trip(
+        v in event(),
+        p in principal(),
+        retain in 0..u64::MAX,
+        soft in soft_deletion(),
+    ) {
+        let mut v = Event { principal: p, retain_ms: retain, ..v };
+        if retain == 0 {
+            let Some(snapshot) = v.snapshot.as_mut() else { return Ok(()) };
+            snapshot.state = ResourceState::Deleted;
+            snapshot.soft_deleted = Some(soft);
+        }
+        both_ways_in(Table::Outbox, &v, VERSION_POSTCARD_V4)?;
+    }
+
+    #[test]
+    fn remote_deletions_with_a_retention_round_trip(v in remote_deletion(), p in principal(), retain in 1..u64::MAX) {
+        let v = RemoteDeletion { principal: p, retain_ms: retain, ..v };
+        both_ways_in(Table::RemoteDeletions, &v, VERSION_POSTCARD_V4)?;
+    }
+
+    /// An unset outcome with what it took from its referrer is the
+    /// outcome's second layout; any other outcome keeps version 1.
+    #[test]
+    fn unset_outcomes_with_an_undo_record_round_trip(v in outcome(), field in text(), undo in undo()) {
+        let v = Outcome { action: OutcomeAction::Unset { field, undo: Some(undo) }, ..v };
+        both_ways_in(Table::Outcomes, &v, VERSION_POSTCARD_V2)?;
+    }
+}
+
+/// Soft delete's layouts append to the ones before: a DELETED resource's
+/// bytes are its second layout's (liens) then its window, so what an
+/// older node wrote is read by the same decoders as before, and a record
+/// without a retention keeps the bytes it always had.
+#[test]
+fn soft_delete_layouts_append_to_the_earlier_ones() {
+    let before = typical_resource();
+    let v1 = before.encode(Table::Resources).expect("encodes");
+    assert_eq!(v1[0], VERSION_POSTCARD_V1, "no window, no lien: version 1's bytes");
+    let buried = Resource {
+        state: ResourceState::Deleted,
+        soft_deleted: Some(SoftDeletion {
+            delete_time: Timestamp(1_000),
+            expire_time: Timestamp(2_000),
+            operation: OperationId(Uuid::from_u128(9)),
+        }),
+        ..before.clone()
+    };
+    let v3 = buried.encode(Table::Resources).expect("encodes");
+    assert_eq!(v3[0], VERSION_POSTCARD_V3);
+    // Version 2's body of the same resource (state DELETED), then
+    // Some(window): 0x01, two varints and the operation's 16 bytes.
+    let as_v2 = super::records::encode_stored(
+        Table::Resources,
+        VERSION_POSTCARD_V2,
+        &super::stored::ResourceV2::from(&buried),
+    )
+    .expect("encodes");
+    assert_eq!(&v3[1..as_v2.len()], &as_v2[1..]);
+    let tail = &v3[as_v2.len()..];
+    assert_eq!(tail[0], 0x01, "Some");
+    assert_eq!(&tail[tail.len() - 16..], Uuid::from_u128(9).as_bytes());
+    // An older node's records read as they did: no window, no retention.
+    let back: Resource = decode(Table::Resources, &v1).expect("decodes");
+    assert_eq!(back.soft_deleted, None);
+    let event = typical_event().encode(Table::Outbox).expect("encodes");
+    assert_eq!(
+        event[0], VERSION_POSTCARD_V1,
+        "an event without a retention keeps version 1"
+    );
+    let back: Event = decode(Table::Outbox, &event).expect("decodes");
+    assert_eq!(back.retain_ms, 0);
 }

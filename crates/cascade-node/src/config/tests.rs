@@ -257,3 +257,33 @@ fn client_ca_needs_tls_client_certificates_and_a_readable_ca() {
     ));
     assert!(e.starts_with("auth.client_ca: ") && e.contains("ca.key"), "{e}");
 }
+
+#[test]
+fn max_retention_defaults_to_30_days_and_reads_a_duration() {
+    let s = settings("region = \"eu-1\"\n").unwrap();
+    assert_eq!(s.policy.max_retention_ms, 30 * 86_400_000);
+    let s = settings("region = \"eu-1\"\n[limits]\nmax_retention = \"7d\"\n").unwrap();
+    assert_eq!(s.policy.max_retention_ms, 7 * 86_400_000);
+    assert!(
+        err("region = \"eu-1\"\n[limits]\nmax_retention = \"7 years\"\n").starts_with("limits.max_retention: "),
+        "an unreadable duration names the field"
+    );
+}
+
+#[test]
+fn a_kind_retained_longer_than_max_retention_is_refused_at_load() {
+    let schema =
+        cascade_core::Schema::from_toml("[kinds.project]\nretain = \"40d\"\n[kinds.network]\nretain = \"1d\"\n")
+            .unwrap();
+    let limits = super::LimitsConfig::default();
+    let e = super::max_retention(&limits, &schema).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "schema: kinds.project.retain: 40d is longer than [limits] max_retention (30d)"
+    );
+    let limits = super::LimitsConfig {
+        max_retention: Some("60d".into()),
+        ..Default::default()
+    };
+    assert_eq!(super::max_retention(&limits, &schema).unwrap(), 60 * 86_400_000);
+}
