@@ -208,6 +208,8 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        bounds: Default::default(),
+        operation_id: None,
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
     let mut key_writes = step.writes.key_writes();

@@ -40,6 +40,8 @@ fn op_state_name(state: i32) -> &'static str {
             v1::OperationState::Running => "RUNNING",
             v1::OperationState::Succeeded => "SUCCEEDED",
             v1::OperationState::Failed => "FAILED",
+            v1::OperationState::Cancelled => "CANCELLED",
+            v1::OperationState::Paused => "PAUSED",
         })
         .unwrap_or("UNKNOWN")
 }
@@ -183,6 +185,45 @@ pub fn resource_text(r: &v1::Resource, times: &TimeDisplay) -> String {
 }
 
 pub fn operation_json(op: &v1::Operation) -> Value {
+    let mut out = operation_json_fields(op);
+    // Only a bounded or controlled operation has these (issue 29).
+    if let (Some(map), true) = (out.as_object_mut(), is_controlled(op)) {
+        map.insert("max_deletions".into(), json!(op.max_deletions));
+        map.insert("budget_used".into(), json!(op.budget_used));
+        map.insert("rate_per_second".into(), json!(op.rate_per_second));
+        map.insert("controlled_by".into(), json!(op.controlled_by));
+    }
+    out
+}
+
+/// Whether an operation was bounded (budget, rate) or controlled (paused,
+/// resumed, cancelled).
+fn is_controlled(op: &v1::Operation) -> bool {
+    op.max_deletions > 0 || op.rate_per_second > 0 || !op.controlled_by.is_empty()
+}
+
+/// What an operation's budget, rate and last control say, for a human.
+fn controls_text(op: &v1::Operation) -> Option<String> {
+    if !is_controlled(op) {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if op.max_deletions > 0 {
+        parts.push(format!(
+            "budget {} of {} member(s) used",
+            op.budget_used, op.max_deletions
+        ));
+    }
+    if op.rate_per_second > 0 {
+        parts.push(format!("at most {} new member(s) a second", op.rate_per_second));
+    }
+    if !op.controlled_by.is_empty() {
+        parts.push(format!("last paused, resumed or cancelled by {}", op.controlled_by));
+    }
+    Some(parts.join("; "))
+}
+
+fn operation_json_fields(op: &v1::Operation) -> Value {
     let p = op.progress.unwrap_or_default();
     json!({
         "id": op.id,
@@ -240,6 +281,9 @@ pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
         out += &format!("  {}\n", when.join("; "));
     }
     out += &format!("  {}\n", progress_text(op));
+    if let Some(controls) = controls_text(op) {
+        out += &format!("  {controls}\n");
+    }
     if !op.unreachable_regions.is_empty() {
         out += &format!(
             "  regions that could not be asked (their part is unknown): {}\n",

@@ -129,11 +129,19 @@ pub enum Verb {
     AdminClusterStatus,
     /// Admin.CanI asked about another principal (`cascade auth can-i --as`).
     AdminImpersonate,
+    /// PauseOperation, on the operation's root.
+    OperationPause,
+    /// ResumeOperation, on the operation's root.
+    OperationResume,
+    /// CancelOperation, on the operation's root.
+    OperationCancel,
+    /// Admin.ExtendBudget.
+    AdminExtendBudget,
 }
 
 impl Verb {
     /// Every verb, in a fixed order (policy schemas, docs, tests).
-    pub const ALL: [Verb; 16] = [
+    pub const ALL: [Verb; 20] = [
         Verb::Get,
         Verb::List,
         Verb::Watch,
@@ -150,6 +158,10 @@ impl Verb {
         Verb::AdminListAudit,
         Verb::AdminClusterStatus,
         Verb::AdminImpersonate,
+        Verb::OperationPause,
+        Verb::OperationResume,
+        Verb::OperationCancel,
+        Verb::AdminExtendBudget,
     ];
 
     /// Its name in policies, errors and the audit log.
@@ -171,6 +183,10 @@ impl Verb {
             Verb::AdminListAudit => "admin.list_audit",
             Verb::AdminClusterStatus => "admin.cluster_status",
             Verb::AdminImpersonate => "admin.impersonate",
+            Verb::OperationPause => "operation.pause",
+            Verb::OperationResume => "operation.resume",
+            Verb::OperationCancel => "operation.cancel",
+            Verb::AdminExtendBudget => "admin.extend_budget",
         }
     }
 

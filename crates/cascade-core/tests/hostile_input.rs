@@ -246,6 +246,8 @@ fn a_chain_of_a_thousand_cascading_kinds_loads_and_cascades() {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        bounds: Default::default(),
+        operation_id: None,
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the whole chain is purged");
@@ -349,6 +351,8 @@ fn cycles_of_kinds_load_and_unwind() {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        bounds: Default::default(),
+        operation_id: None,
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the cycle unwinds completely");
@@ -561,6 +565,8 @@ fn any_req() -> impl Strategy<Value = Req> {
                     orphan: false,
                     remote_kept: Default::default(),
                     principal: Default::default(),
+                    bounds: Default::default(),
+                    operation_id: None,
                 })
             }
         ),

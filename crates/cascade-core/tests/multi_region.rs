@@ -1158,6 +1158,8 @@ impl World {
             orphan: false,
             remote_kept: remote_kept.clone(),
             principal: Default::default(),
+            bounds: Default::default(),
+            operation_id: None,
         };
         let Region { id, state, ids } = &mut self.regions[r];
         let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now), ids, req) {

@@ -64,6 +64,8 @@ fn del(name: &str, cascade: bool) -> DeleteRequest {
         orphan: false,
         remote_kept: Default::default(),
         principal: Default::default(),
+        bounds: Default::default(),
+        operation_id: None,
     }
 }
 

@@ -412,6 +412,8 @@ impl Real {
             orphan: false,
             remote_kept: Default::default(),
             principal: Default::default(),
+            bounds: Default::default(),
+            operation_id: None,
         };
         let ctx = Ctx {
             schema: &self.schema,

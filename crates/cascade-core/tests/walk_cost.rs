@@ -201,6 +201,8 @@ impl Region {
             orphan: false,
             remote_kept: Default::default(),
             principal: Default::default(),
+            bounds: Default::default(),
+            operation_id: None,
         };
         let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req).expect("the delete is accepted");
         self.state.apply(step.writes);

@@ -99,7 +99,10 @@ pub const VERSION_POSTCARD_V2: u8 = 0x02;
 /// of its [`stored`] type: the principal a deletion acts for, appended to
 /// the deletion record ([`stored::DeletionRecordV3`]), the event
 /// ([`stored::EventV3`]) and the tombstone ([`stored::RemoteDeletionV3`])
-/// (the operation's, [`stored::OperationV2`], is its second layout).
+/// (the operation's, [`stored::OperationV2`], is its second layout). An
+/// operation's third layout, [`stored::OperationV3`], appends its
+/// controls (budget, rate, pause, cancel: issue 29), written only for an
+/// operation that has them.
 /// Written only for a principal other than the anonymous one; every
 /// earlier layout reads back as anonymous.
 pub const VERSION_POSTCARD_V3: u8 = 0x03;

@@ -23,6 +23,7 @@
 //! | ReportFinalizerFailure of a finalizer not listed | NOT_FOUND | `FINALIZER`, `field` = `finalizer`, `resource` |
 //! | finalizer failure for a resource not DELETING; RetryDeletion of a deletion not FAILED | FAILED_PRECONDITION | `NOT_DELETING`, `resource` |
 //! | ForcePurge of a deletion younger than the threshold, without force | FAILED_PRECONDITION | `TOO_EARLY`, `field` = `force`, `resource` |
+//! | Pause/Resume/CancelOperation or ExtendBudget of an operation that ended, was cancelled, or has no budget | FAILED_PRECONDITION | `REFUSED` |
 //! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
@@ -183,6 +184,7 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             ..with(ErrorReason::RegionUnavailable)
         },
         CoreError::Storage(_) => with(ErrorReason::StorageUnavailable),
+        CoreError::OperationControl { .. } => with(ErrorReason::Refused),
     }
 }
 

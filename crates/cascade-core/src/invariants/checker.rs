@@ -1,5 +1,8 @@
 //! The checks themselves: one pass over every region's view, collecting
 //! violations (see the parent module for what each kind means).
+//!
+//! Size: one file on purpose: one pass whose checks share the views'
+//! indexes; what each kind means is in the parent module.
 
 use super::*;
 
@@ -189,6 +192,9 @@ impl<'v> Checker<'v> {
             // A change its principal may not make holds it until a person
             // acts (the policy, or an administrator): explained by itself.
             DeletionStatus::Blocked { reason, .. } if crate::explain::policy_refusals(reason).next().is_some() => true,
+            // Held by its operation's budget, rate or cancel: a person set
+            // the bound, and raises it or leaves it (issue 29).
+            DeletionStatus::Blocked { reason, .. } if crate::protocol::held_by_operation(reason) => true,
             DeletionStatus::Blocked { blockers, reason } => {
                 !reason.is_empty()
                     && (!blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty())
@@ -315,7 +321,8 @@ impl<'v> Checker<'v> {
         let explained = self.explained_alone(r, d)
             || (matches!(d.status, DeletionStatus::Pending | DeletionStatus::Waiting { .. })
                 && d.reason == DeletionReason::Requested
-                && explained_ops.contains(&d.operation));
+                && explained_ops.contains(&d.operation))
+            || held_by_its_operation(view, d.operation);
         if !explained {
             self.push(
                 ViolationKind::UnexplainedDeletion,
@@ -704,13 +711,32 @@ impl<'v> Checker<'v> {
                 );
             }
         }
+        // An operation that its controls hold (paused, cancelled, its
+        // budget spent here) keeps its items queued on purpose (issue 29).
+        let held_ops: BTreeSet<OperationId> = store
+            .operations
+            .values()
+            .filter(|op| {
+                op.controls
+                    .as_ref()
+                    .is_some_and(|c| c.paused || c.cancelled || c.left() == 0)
+            })
+            .map(|op| op.id)
+            .collect();
         for (uid, w) in store.work.iter() {
             let status = view.deletions.get(uid).map(|d| &d.status);
+            let held = match view.deletions.get(uid) {
+                Some(d) => held_ops.contains(&d.operation),
+                // An importer's item: its tombstone's operation is not in
+                // the view; a held operation's part here says enough.
+                None => !held_ops.is_empty() && view.remote_deletions.iter().any(|t| t.uid == *uid),
+            };
             let ok = *uid == w.target.uid
-                && matches!(
-                    status,
-                    Some(DeletionStatus::Blocked { .. } | DeletionStatus::Waiting { .. })
-                );
+                && (held
+                    || matches!(
+                        status,
+                        Some(DeletionStatus::Blocked { .. } | DeletionStatus::Waiting { .. })
+                    ));
             if !ok {
                 self.push(
                     ViolationKind::QueueMismatch,
@@ -794,4 +820,15 @@ impl<'v> Checker<'v> {
             );
         }
     }
+}
+
+/// Whether `region`'s part of operation `id` is held by its controls
+/// (paused, cancelled, or its budget spent here; issue 29): its members
+/// wait on purpose, and a person resumes, extends or leaves it.
+fn held_by_its_operation(view: &RegionView<'_>, id: OperationId) -> bool {
+    view.store
+        .as_ref()
+        .and_then(|store| store.operations.get(&id))
+        .and_then(|op| op.controls.as_ref())
+        .is_some_and(|c| c.paused || c.cancelled || c.left() == 0)
 }

@@ -36,6 +36,9 @@
 //!   the closure.
 //! - `work.rs`: [`process_work`], the deletion engine, and
 //!   [`confirm_remote_closure`].
+//! - `control.rs`: an operation's budget, rate, pause and cancel (who may
+//!   enter a new member, leases of the budget across regions), and the
+//!   steps that set them.
 //! - `bookkeeping.rs`: the state changes every path shares: entering
 //!   DELETING, holding, purging, the operation's progress counters, events.
 //! - `backrefs.rs`: the back-reference rows a resource's references hold:
@@ -47,8 +50,10 @@
 mod admin;
 mod backrefs;
 mod bookkeeping;
+mod control;
 mod create_update;
 mod delete;
+mod fairness;
 mod finalizer;
 mod lien;
 mod validate;
@@ -63,6 +68,10 @@ use crate::schema::Schema;
 use crate::state::WriteSet;
 
 pub use admin::{force_purge, is_stuck, record_audit, retry_deletion, AdminRequest, MAX_ADMIN_REASON};
+pub use control::{
+    accept_budget_lease, control_operation, extend_budget, grant_budget, held_by_operation, register_operation, Bounds,
+    BudgetGrant, Control, LeaseWanted, HELD_BY_OPERATION, HELD_RECHECK_MS, MAX_LEASE, PAUSED_RECHECK_MS,
+};
 pub use create_update::{create, update};
 pub use delete::delete;
 pub use finalizer::{remove_finalizer, report_finalizer_failure, FinalizerReport, MAX_FAILURE_REASON};
@@ -104,6 +113,9 @@ pub struct Policy {
     /// closure larger than this is refused (a [`PlannedDenial`] with the
     /// rule [`CLOSURE_TOO_LARGE`]), never half-checked.
     pub max_closure_check: usize,
+    /// Due items of one operation a work step takes at most, so that
+    /// operations share the writer (see [`process_work`]).
+    pub items_per_operation: usize,
 }
 
 /// The rule of the denial a closure check reports when the closure is
@@ -125,6 +137,7 @@ impl Default for Policy {
             closure_check_ms: 1_000,
             max_plan: 10_000,
             max_closure_check: 250_000,
+            items_per_operation: 32,
         }
     }
 }
@@ -238,6 +251,12 @@ pub struct DeleteRequest {
     /// record and carried on its events, so every member the cascade
     /// changes, in every region, is authorized for this principal.
     pub principal: Principal,
+    /// Its budget and rate (issue 29); none by default.
+    pub bounds: Bounds,
+    /// The operation's id, when the node minted it before the step (to
+    /// register a bounded operation in the other regions first); None:
+    /// minted by the step.
+    pub operation_id: Option<OperationId>,
 }
 
 /// A planned change to a referrer that survives.
@@ -328,6 +347,11 @@ pub struct WorkReport {
     /// node asks them and, when all are finished, confirms with
     /// [`confirm_remote_closure`].
     pub awaiting_closure: Vec<OperationId>,
+    /// Budget this region needs from the root's region of a bounded
+    /// operation before its cascade goes on here: the node asks for it
+    /// (`Peer.BudgetLease`) and passes the answer to
+    /// [`accept_budget_lease`].
+    pub budget_wanted: Vec<LeaseWanted>,
 }
 
 /// Whether `name` lives in another region than this node's.

@@ -261,7 +261,7 @@ pub(crate) fn is_guarded(path: &str) -> bool {
 }
 
 /// The calls that change something, which `[auth.rate]` limits.
-const MUTATING: [&str; 10] = [
+const MUTATING: [&str; 14] = [
     "/cascade.v1.Resources/Create",
     "/cascade.v1.Resources/BatchCreate",
     "/cascade.v1.Resources/Update",
@@ -272,6 +272,10 @@ const MUTATING: [&str; 10] = [
     "/cascade.v1.Resources/ReportFinalizerFailure",
     "/cascade.v1.Admin/RetryDeletion",
     "/cascade.v1.Admin/ForcePurge",
+    "/cascade.v1.Resources/PauseOperation",
+    "/cascade.v1.Resources/ResumeOperation",
+    "/cascade.v1.Resources/CancelOperation",
+    "/cascade.v1.Admin/ExtendBudget",
 ];
 
 fn is_mutating(path: &str) -> bool {

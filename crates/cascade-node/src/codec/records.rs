@@ -125,7 +125,6 @@ macro_rules! records_with_an_optional_second_layout {
 
 records_with_an_optional_second_layout! {
     Resource => Resource, ResourceV2, |r| !r.liens.is_empty();
-    Operation => Operation, OperationV2, |o| stored::names_a_principal(&o.principal);
     AuditEntry => AuditEntry, AuditEntryV2, |e| {
         !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
     };
@@ -172,6 +171,30 @@ records_with_optional_later_layouts! {
     RemoteDeletion => RemoteDeletion, RemoteDeletionV2, RemoteDeletionV3,
         |r| r.forced,
         |r| stored::names_a_principal(&r.principal);
+}
+
+/// An operation: version 1 (the bytes it always had), version 2 with a
+/// principal other than the anonymous one, version 3 with controls
+/// (budget, rate, pause, cancel: issue 29); each earlier one still read.
+impl Record for Operation {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        if self.controls.is_some() {
+            encode_stored(table, VERSION_POSTCARD_V3, &stored::OperationV3::from(self))
+        } else if stored::names_a_principal(&self.principal) {
+            encode_stored(table, VERSION_POSTCARD_V2, &stored::OperationV2::from(self))
+        } else {
+            encode_stored(table, VERSION_POSTCARD_V1, &stored::Operation::from(self))
+        }
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::Operation<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::OperationV2<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V3 => decode_stored::<stored::OperationV3<'_>>(body)?.try_into(),
+            _ => return Err(format!("no layout of version {version} (this node knows 1 to 3)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
 }
 
 /// Written as version 2 (with the walk); version 1 still read.

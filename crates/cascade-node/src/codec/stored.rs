@@ -647,6 +647,7 @@ pub enum OperationState {
     Running,
     Succeeded,
     Failed,
+    Cancelled,
 }
 
 impl From<model::OperationState> for OperationState {
@@ -655,6 +656,7 @@ impl From<model::OperationState> for OperationState {
             model::OperationState::Running => OperationState::Running,
             model::OperationState::Succeeded => OperationState::Succeeded,
             model::OperationState::Failed => OperationState::Failed,
+            model::OperationState::Cancelled => OperationState::Cancelled,
         }
     }
 }
@@ -665,6 +667,7 @@ impl From<OperationState> for model::OperationState {
             OperationState::Running => model::OperationState::Running,
             OperationState::Succeeded => model::OperationState::Succeeded,
             OperationState::Failed => model::OperationState::Failed,
+            OperationState::Cancelled => model::OperationState::Cancelled,
         }
     }
 }
@@ -755,7 +758,87 @@ impl TryFrom<Operation<'_>> for model::Operation {
             changes: o.changes,
             closure_confirmed: o.closure_confirmed,
             principal: cascade_core::auth::Principal::anonymous(),
+            controls: None,
         })
+    }
+}
+
+/// [`model::OperationControls`].
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OperationControls<'a> {
+    pub max_deletions: Option<u64>,
+    pub admitted: u64,
+    pub granted: u64,
+    pub exhausted: Option<(u64, u64)>,
+    pub rate_per_s: Option<u32>,
+    pub rate_since: u64,
+    pub rate_base: u64,
+    pub paused: bool,
+    pub cancelled: bool,
+    #[serde(borrow)]
+    pub by: Cow<'a, str>,
+}
+
+impl<'a> From<&'a model::OperationControls> for OperationControls<'a> {
+    fn from(c: &'a model::OperationControls) -> Self {
+        OperationControls {
+            max_deletions: c.max_deletions,
+            admitted: c.admitted,
+            granted: c.granted,
+            exhausted: c.exhausted,
+            rate_per_s: c.rate_per_s,
+            rate_since: c.rate_since.0,
+            rate_base: c.rate_base,
+            paused: c.paused,
+            cancelled: c.cancelled,
+            by: Cow::Borrowed(c.by.as_str()),
+        }
+    }
+}
+
+impl From<OperationControls<'_>> for model::OperationControls {
+    fn from(c: OperationControls<'_>) -> Self {
+        model::OperationControls {
+            max_deletions: c.max_deletions,
+            admitted: c.admitted,
+            granted: c.granted,
+            exhausted: c.exhausted,
+            rate_per_s: c.rate_per_s,
+            rate_since: Timestamp(c.rate_since),
+            rate_base: c.rate_base,
+            paused: c.paused,
+            cancelled: c.cancelled,
+            by: string(c.by),
+        }
+    }
+}
+
+/// [`model::Operation`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+/// version 2's fields, then its controls (issue 29: budget, rate, pause,
+/// cancel). Written only for an operation that has controls.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OperationV3<'a> {
+    #[serde(borrow)]
+    pub v2: OperationV2<'a>,
+    #[serde(borrow)]
+    pub controls: Option<OperationControls<'a>>,
+}
+
+impl<'a> From<&'a model::Operation> for OperationV3<'a> {
+    fn from(o: &'a model::Operation) -> Self {
+        OperationV3 {
+            v2: OperationV2::from(o),
+            controls: o.controls.as_deref().map(OperationControls::from),
+        }
+    }
+}
+
+impl TryFrom<OperationV3<'_>> for model::Operation {
+    type Error = NameError;
+    fn try_from(o: OperationV3<'_>) -> Result<Self, NameError> {
+        let mut op = model::Operation::try_from(o.v2)?;
+        op.controls = o.controls.map(|c| Box::new(c.into()));
+        Ok(op)
     }
 }
 
@@ -779,6 +862,11 @@ pub enum OutcomeAction<'a> {
     Waiting {
         regions: Cow<'a, [String]>,
     },
+    /// Appended (issue 29): held by its operation's controls.
+    Held {
+        #[serde(borrow)]
+        reason: Cow<'a, str>,
+    },
 }
 
 impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
@@ -798,6 +886,9 @@ impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
             model::OutcomeAction::Waiting { regions } => OutcomeAction::Waiting {
                 regions: Cow::Borrowed(regions),
             },
+            model::OutcomeAction::Held { reason } => OutcomeAction::Held {
+                reason: Cow::Borrowed(reason.as_str()),
+            },
         }
     }
 }
@@ -816,6 +907,7 @@ impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
             OutcomeAction::Waiting { regions } => model::OutcomeAction::Waiting {
                 regions: strings(regions),
             },
+            OutcomeAction::Held { reason } => model::OutcomeAction::Held { reason: string(reason) },
         })
     }
 }

@@ -84,3 +84,13 @@ pub(crate) struct RegionNode {
     pub binary_version: String,
     pub last_seen_ms: i64,
 }
+
+/// What the root's region of an operation tells another one about it
+/// (`Peer.OperationControl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ControlAction {
+    /// Register a bounded operation before its delete starts.
+    Register(cascade_core::protocol::Bounds),
+    /// Pause, resume or cancel its part.
+    Apply(cascade_core::protocol::Control),
+}
