@@ -1073,8 +1073,10 @@ impl Model for CascadeModel {
                     protocol::accept_budget_lease(&s.regions[region].state, self.ctx(&s, region), id, grant.value)
                         .unwrap_or_else(|e| panic!("accept a lease: {e}"));
                 s.regions[region].state.apply(step.writes);
-                // The held member looks again a second later: time passes.
-                s.regions[region].jumps += 1;
+                // The held member looks again a second later: that second
+                // passes (a node's clock does not stop).
+                let later = s.regions[region].now.plus_millis(protocol::HELD_RECHECK_MS);
+                s.regions[region].now = later;
             }
             Action::Control { region, control } => {
                 let id = Self::root_operation_id(&s)?;
@@ -1101,8 +1103,10 @@ impl Model for CascadeModel {
                     s.regions[region].state.apply(step.writes);
                 }
                 if control == protocol::Control::Resume {
-                    // The paused items look again a second later: time passes.
-                    s.regions[region].jumps += 1;
+                    // The paused items look again a second later: that
+                    // second passes (a node's clock does not stop).
+                    let later = s.regions[region].now.plus_millis(protocol::PAUSED_RECHECK_MS);
+                    s.regions[region].now = later;
                 }
             }
             Action::CreateLate => {

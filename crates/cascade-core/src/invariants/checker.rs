@@ -211,6 +211,27 @@ impl<'v> Checker<'v> {
         }
     }
 
+    /// Whether `target`'s deletion is held by its operation's controls
+    /// (issue 29): its record says so, or a region's part of its operation
+    /// is paused, cancelled or out of budget. Its cascade referrers keep
+    /// their reference on purpose, not as a resurrection.
+    fn held_by_controls_of(&self, target: &Resource) -> bool {
+        let record = self
+            .views
+            .iter()
+            .filter(|v| v.region.as_str() == target.name.region())
+            .find_map(|v| v.deletions.get(&target.uid));
+        let Some(record) = record else {
+            return false;
+        };
+        if let DeletionStatus::Blocked { reason, .. } = &record.status {
+            if crate::protocol::held_by_operation(reason) {
+                return true;
+            }
+        }
+        self.views.iter().any(|v| held_by_its_operation(v, record.operation))
+    }
+
     /// Whether `target`'s deletion is held because its principal may not
     /// update `referrer` (see `protocol::process_work`): the referrer keeps
     /// its reference, and its row, on purpose.
@@ -322,7 +343,7 @@ impl<'v> Checker<'v> {
             || (matches!(d.status, DeletionStatus::Pending | DeletionStatus::Waiting { .. })
                 && d.reason == DeletionReason::Requested
                 && explained_ops.contains(&d.operation))
-            || held_by_its_operation(view, d.operation);
+            || self.views.iter().any(|v| held_by_its_operation(v, d.operation));
         if !explained {
             self.push(
                 ViolationKind::UnexplainedDeletion,
@@ -399,6 +420,7 @@ impl<'v> Checker<'v> {
                         if target.state == ResourceState::Deleting
                             && on_delete != OnDelete::Block
                             && !self.held_by_refusal_of(target, &r.name)
+                            && !self.held_by_controls_of(target)
                         {
                             self.push(
                                 ViolationKind::Resurrection,
@@ -822,9 +844,10 @@ impl<'v> Checker<'v> {
     }
 }
 
-/// Whether `region`'s part of operation `id` is held by its controls
-/// (paused, cancelled, or its budget spent here; issue 29): its members
-/// wait on purpose, and a person resumes, extends or leaves it.
+/// Whether `view`'s region's part of operation `id` is held by its
+/// controls (paused, cancelled, or its budget spent there; issue 29): the
+/// operation's members, in every region, may wait on it on purpose, and a
+/// person resumes, extends or leaves it.
 fn held_by_its_operation(view: &RegionView<'_>, id: OperationId) -> bool {
     view.store
         .as_ref()
