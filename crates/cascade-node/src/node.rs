@@ -151,7 +151,7 @@ pub struct Node {
     /// Pauses, resumes and cancels this region (the root's) could not
     /// tell another region yet: (operation, region) → what to tell it. The
     /// reconciler tells them again (`operation_control.rs`). In memory.
-    pub(crate) undelivered_controls: Mutex<BTreeMap<(OperationId, String), ControlToDeliver>>,
+    pub(crate) undelivered_controls: Mutex<BTreeMap<(OperationId, String), crate::peers::ControlToDeliver>>,
     /// Served with TLS (peers and clients) when set.
     pub(crate) tls: Option<NodeTls>,
     /// Who may call the Admin service.
@@ -204,19 +204,6 @@ pub struct Node {
     pub(crate) status_cache: StatusCache,
     /// Peer region → its nodes' addresses, as configured (joined by ", ").
     pub(crate) peer_addresses: BTreeMap<String, String>,
-}
-
-/// A pause, resume or cancel the root's region owes another region
-/// (`Node::undelivered_controls`).
-#[derive(Debug, Clone)]
-pub(crate) struct ControlToDeliver {
-    /// What to tell it.
-    pub(crate) control: cascade_core::protocol::Control,
-    /// The operation's root (the region creates its part with it).
-    pub(crate) root: cascade_core::RefTarget,
-    /// Who asked, and why (audited there).
-    pub(crate) who: String,
-    pub(crate) reason: String,
 }
 
 /// A resource as a reader sees it: with its deletion record (DELETING) and

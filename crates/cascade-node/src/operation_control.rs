@@ -28,8 +28,8 @@ use tracing::{debug, info, warn};
 use crate::audit::AuditContext;
 use crate::error::Fault;
 use crate::log_throttle::Throttle;
-use crate::node::{ControlToDeliver, Node};
-use crate::peers::{ControlAction, RelayedCode, RemoteError};
+use crate::node::Node;
+use crate::peers::{ControlAction, ControlToDeliver, RelayedCode, RemoteError};
 
 /// Each call to another region about an operation's budget or controls:
 /// within the caller's own deadline too, when it leaves less.

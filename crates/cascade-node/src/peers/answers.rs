@@ -94,3 +94,16 @@ pub(crate) enum ControlAction {
     /// Pause, resume or cancel its part.
     Apply(cascade_core::protocol::Control),
 }
+
+/// A pause, resume or cancel the root's region owes another region
+/// (`Node::undelivered_controls`).
+#[derive(Debug, Clone)]
+pub(crate) struct ControlToDeliver {
+    /// What to tell it.
+    pub(crate) control: cascade_core::protocol::Control,
+    /// The operation's root (the region creates its part with it).
+    pub(crate) root: cascade_core::RefTarget,
+    /// Who asked, and why (audited there).
+    pub(crate) who: String,
+    pub(crate) reason: String,
+}
