@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budget;
 mod plan_bound;
 mod purge;
 mod soft_delete;
