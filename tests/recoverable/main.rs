@@ -6,6 +6,10 @@
 //! One test binary for the multi-node tests (CI links the node
 //! once for all of them).
 
+// Test code: the tests time their waits on the wall clock, as every
+// multi-node test binary does (soft_delete.rs read it without this).
+#![allow(clippy::disallowed_methods)]
+
 #[path = "../support/mod.rs"]
 mod support;
 

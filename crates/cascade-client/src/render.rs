@@ -214,7 +214,6 @@ pub fn operation_json(op: &v1::Operation) -> Value {
     out
 }
 
-
 fn operation_json_fields(op: &v1::Operation) -> Value {
     let p = op.progress.unwrap_or_default();
     json!({

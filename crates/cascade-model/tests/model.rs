@@ -123,6 +123,20 @@ fn random_runs_with_a_budget_pause_resume_and_cancel() {
 }
 
 #[test]
+fn random_runs_with_a_budget_controls_and_soft_delete() {
+    // Both parts of issue 29 at once: the budget and controls of
+    // `bounded_with_controls`, and members kept DELETED for a window that a
+    // clock jump passes (`soft_delete`). A buried member counts against
+    // the budget like a purged one.
+    let config = Config {
+        retain_ms: Config::soft_delete().retain_ms,
+        jumps: Config::soft_delete().jumps,
+        ..Config::bounded_with_controls()
+    };
+    random_complete_runs(config, 17, "budget, controls and soft delete");
+}
+
+#[test]
 fn exhaustive_near_the_root_with_a_budget_and_controls() {
     let checker = CascadeModel::new(Config::bounded_with_controls())
         .checker()

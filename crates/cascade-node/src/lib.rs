@@ -56,10 +56,12 @@ mod cluster;
 mod explain;
 mod links;
 mod listing;
+// Operation budgets and controls (issue 29): a bounded delete's
+// registration, budget leases, pause/resume/cancel across regions.
+mod operation_control;
 mod purge;
 // Plan-bound deletes (issue 29): a dry run's token, a delete's check of it.
 mod plan_bound;
-mod operation_control;
 mod safeguards;
 mod scrape;
 mod status;

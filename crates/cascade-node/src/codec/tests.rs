@@ -737,9 +737,12 @@ fn an_operation_from_before_budgets_reads_without_controls() {
     };
     let v4 = both.encode(Table::Operations).expect("encodes");
     assert_eq!(v4[0], VERSION_POSTCARD_V4);
-    let as_v3 =
-        super::records::encode_stored(Table::Operations, VERSION_POSTCARD_V3, &super::stored::OperationV3::from(&both))
-            .expect("encodes");
+    let as_v3 = super::records::encode_stored(
+        Table::Operations,
+        VERSION_POSTCARD_V3,
+        &super::stored::OperationV3::from(&both),
+    )
+    .expect("encodes");
     assert_eq!(&v4[1..as_v3.len()], &as_v3[1..]);
     assert_eq!(v4[as_v3.len()], 0x01, "Some(controls)");
     let read4: Operation = decode(Table::Operations, &v4).expect("version 4 reads");

@@ -438,6 +438,7 @@ fn another_region_enters_only_the_members_it_leased_from_the_roots_region() {
         operation: Some(op),
         no_cascade: false,
         principal: Default::default(),
+        retain_ms: 0,
     };
     let step = crate::peer::apply_remote_events(&w.state, w.ctx(), "ra", vec![deleting]).unwrap();
     w.state.apply(step.writes);
@@ -486,6 +487,49 @@ fn another_region_enters_only_the_members_it_leased_from_the_roots_region() {
         tombstone_work.last_error.as_deref(),
         Some("budget reached (5 of 5, as region ra owns it)")
     );
+}
+
+/// A bounded soft delete (issue 29: budget and retention together): the
+/// part registered here before the cascade came knows no retention; the
+/// cascade's first member brings it, so the members this region enters
+/// with its lease are kept DELETED, not purged.
+#[test]
+fn a_part_registered_before_the_cascade_takes_the_cascades_retention() {
+    let (mut w, project) = importer_with_items(3);
+    let op = OperationId(uuid::Uuid::from_u128(99));
+    let step = register_operation(&w.state, w.ctx(), op, project.clone(), budget(5)).unwrap();
+    w.state.apply(step.writes);
+    assert_eq!(w.state.operations[&op].retain_ms, 0);
+    let deleting = crate::model::RemoteEvent {
+        revision: 1,
+        event_type: crate::model::EventType::Deleting,
+        resource: project.clone(),
+        operation: Some(op),
+        no_cascade: false,
+        principal: Default::default(),
+        retain_ms: 60_000,
+    };
+    let step = crate::peer::apply_remote_events(&w.state, w.ctx(), "ra", vec![deleting]).unwrap();
+    w.state.apply(step.writes);
+    let grant = BudgetGrant {
+        granted: 3,
+        max_deletions: 5,
+        used: 4,
+    };
+    let step = accept_budget_lease(&w.state, w.ctx(), op, grant).unwrap();
+    w.state.apply(step.writes);
+    w.now += HELD_RECHECK_MS;
+    w.work_now();
+    let part = &w.state.operations[&op];
+    assert_eq!(part.retain_ms, 60_000, "the cascade's retention");
+    assert!(part.controls.as_ref().is_some_and(|c| c.admitted == 3));
+    let buried = w
+        .state
+        .resources
+        .values()
+        .filter(|r| r.kind() == "item" && r.state == ResourceState::Deleted)
+        .count();
+    assert_eq!(buried, 3, "kept DELETED with the window, not purged");
 }
 
 #[test]
