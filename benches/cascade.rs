@@ -209,6 +209,8 @@ fn run(store: &dyn Store, n: usize) -> Figures {
         remote_kept: Default::default(),
         principal: Default::default(),
         retain_ms: 0,
+        bounds: Default::default(),
+        operation_id: None,
     };
     let step = protocol::delete(&state, ctx(clock), &mut ids, delete).expect("delete");
     let mut key_writes = step.writes.key_writes();

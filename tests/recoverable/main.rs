@@ -1,7 +1,7 @@
 //! Recoverable and bounded deletion (issue 29), over real nodes in three
 //! regions: soft delete with a window, plan-bound deletes (a dry run's
-//! token, the delete that expects it, `[limits] confirm_above`) and
-//! filtered purge.
+//! token, the delete that expects it, `[limits] confirm_above`), filtered
+//! purge, budgets and control of a running operation.
 //!
 //! One test binary for the issue's multi-node tests (CI links the node
 //! once for all of them).
@@ -12,6 +12,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budget;
 mod plan_bound;
 mod purge;
 mod soft_delete;

@@ -19,7 +19,7 @@ use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, AuditArgs, DeletionStatusArg};
 pub use auth::{random_token, token_entry, AuthArgs, AuthCommand, CanIArgs};
-pub use delete::{DeleteArgs, EXIT_NOT_CONFIRMED, EXIT_STUCK, EXIT_WOULD_BE_HELD};
+pub use delete::{DeleteArgs, OperationControl, EXIT_NOT_CONFIRMED, EXIT_STUCK, EXIT_WOULD_BE_HELD};
 use node_config::run_check;
 pub use node_config::CheckArgs;
 pub use observe::HealthArgs;
@@ -208,11 +208,16 @@ pub enum Command {
         /// A resource name (`region/kind/id`) or an operation id.
         target: String,
     },
-    /// Show a deletion operation and its per-resource outcomes.
+    /// Show a deletion operation and its per-resource outcomes; or pause,
+    /// resume or cancel it, in every region (`cascade operation pause ID`).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Operation {
-        id: String,
+        #[arg(required = true)]
+        id: Option<String>,
         #[arg(long, default_value_t = 100)]
         outcomes: u32,
+        #[command(subcommand)]
+        control: Option<OperationControl>,
     },
     /// Stream resource events from a revision.
     Watch {
@@ -551,7 +556,18 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             }
             return Ok(i32::from(e.stuck));
         }
-        Command::Operation { id, outcomes } => {
+        Command::Operation {
+            control: Some(control), ..
+        } => {
+            let op = control.run(&client).await?;
+            if json {
+                print_json(&render::operation_json(&op));
+            } else {
+                print!("{}", control.text(&op));
+            }
+        }
+        Command::Operation { id, outcomes, .. } => {
+            let id = id.ok_or_else(|| ClientError::Usage("cascade operation ID (or pause|resume|cancel ID)".into()))?;
             let op = client.get_operation(&id, outcomes).await?;
             if json {
                 print_json(&render::operation_json(&op));

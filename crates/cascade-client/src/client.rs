@@ -244,6 +244,36 @@ impl Client {
         Ok(self.inner.clone().delete(self.authorized(req)).await?.into_inner())
     }
 
+    /// PauseOperation: no region works on the operation until resumed.
+    pub async fn pause_operation(&self, req: v1::PauseOperationRequest) -> Result<v1::Operation, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .pause_operation(self.authorized(req))
+            .await?
+            .into_inner())
+    }
+
+    /// ResumeOperation.
+    pub async fn resume_operation(&self, req: v1::ResumeOperationRequest) -> Result<v1::Operation, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .resume_operation(self.authorized(req))
+            .await?
+            .into_inner())
+    }
+
+    /// CancelOperation: the operation enters no new member and ends CANCELLED.
+    pub async fn cancel_operation(&self, req: v1::CancelOperationRequest) -> Result<v1::Operation, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .cancel_operation(self.authorized(req))
+            .await?
+            .into_inner())
+    }
+
     pub async fn add_lien(&self, req: v1::AddLienRequest) -> Result<v1::Resource, ClientError> {
         Ok(self.inner.clone().add_lien(self.authorized(req)).await?.into_inner())
     }
@@ -366,6 +396,11 @@ impl AdminClient {
             .retry_deletion(self.request(req)?)
             .await?
             .into_inner())
+    }
+
+    /// ExtendBudget: a bounded operation's new budget.
+    pub async fn extend_budget(&self, req: v1::ExtendBudgetRequest) -> Result<v1::Operation, ClientError> {
+        Ok(self.inner.clone().extend_budget(self.request(req)?).await?.into_inner())
     }
 
     pub async fn force_purge(&self, req: v1::ForcePurgeRequest) -> Result<v1::DeletionEntry, ClientError> {

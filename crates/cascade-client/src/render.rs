@@ -14,6 +14,7 @@ use cascade_proto::v1;
 use serde_json::{json, Value};
 
 mod admin;
+mod controls;
 mod plan;
 mod times;
 pub use admin::{
@@ -44,6 +45,8 @@ fn op_state_name(state: i32) -> &'static str {
             v1::OperationState::Running => "RUNNING",
             v1::OperationState::Succeeded => "SUCCEEDED",
             v1::OperationState::Failed => "FAILED",
+            v1::OperationState::Cancelled => "CANCELLED",
+            v1::OperationState::Paused => "PAUSED",
         })
         .unwrap_or("UNKNOWN")
 }
@@ -204,6 +207,14 @@ pub fn resource_text(r: &v1::Resource, times: &TimeDisplay) -> String {
 }
 
 pub fn operation_json(op: &v1::Operation) -> Value {
+    let mut out = operation_json_fields(op);
+    if let Some(map) = out.as_object_mut() {
+        controls::add_controls_json(op, map);
+    }
+    out
+}
+
+fn operation_json_fields(op: &v1::Operation) -> Value {
     let p = op.progress.unwrap_or_default();
     json!({
         "id": op.id,
@@ -261,6 +272,9 @@ pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
         out += &format!("  {}\n", when.join("; "));
     }
     out += &format!("  {}\n", progress_text(op));
+    if let Some(line) = controls::controls_text(op) {
+        out += &format!("  {line}\n");
+    }
     if !op.unreachable_regions.is_empty() {
         out += &format!(
             "  regions that could not be asked (their part is unknown): {}\n",

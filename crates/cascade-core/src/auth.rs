@@ -131,11 +131,19 @@ pub enum Verb {
     AdminImpersonate,
     /// Admin.Purge: count, sample or delete every resource a filter matches.
     AdminPurge,
+    /// PauseOperation, on the operation's root.
+    OperationPause,
+    /// ResumeOperation, on the operation's root.
+    OperationResume,
+    /// CancelOperation, on the operation's root.
+    OperationCancel,
+    /// Admin.ExtendBudget.
+    AdminExtendBudget,
 }
 
 impl Verb {
     /// Every verb, in a fixed order (policy schemas, docs, tests).
-    pub const ALL: [Verb; 17] = [
+    pub const ALL: [Verb; 21] = [
         Verb::Get,
         Verb::List,
         Verb::Watch,
@@ -153,6 +161,10 @@ impl Verb {
         Verb::AdminClusterStatus,
         Verb::AdminImpersonate,
         Verb::AdminPurge,
+        Verb::OperationPause,
+        Verb::OperationResume,
+        Verb::OperationCancel,
+        Verb::AdminExtendBudget,
     ];
 
     /// Its name in policies, errors and the audit log.
@@ -175,6 +187,10 @@ impl Verb {
             Verb::AdminClusterStatus => "admin.cluster_status",
             Verb::AdminImpersonate => "admin.impersonate",
             Verb::AdminPurge => "admin.purge",
+            Verb::OperationPause => "operation.pause",
+            Verb::OperationResume => "operation.resume",
+            Verb::OperationCancel => "operation.cancel",
+            Verb::AdminExtendBudget => "admin.extend_budget",
         }
     }
 

@@ -339,6 +339,7 @@ mod tests {
             reached: reached.iter().map(|r| (*r).to_owned()).collect(),
             changes,
             closure_confirmed: false,
+            controls: None,
             principal: Default::default(),
             retain_ms: 0,
         }

@@ -303,6 +303,15 @@ pub enum CoreError {
         /// The transport failure or timeout, as the node saw it.
         reason: String,
     },
+    /// A control of a running operation (pause, resume, cancel, a budget)
+    /// that its state refuses: it ended, was cancelled, has no budget.
+    #[error("operation {id} {why}")]
+    OperationControl {
+        /// The operation.
+        id: String,
+        /// Why, for a human.
+        why: String,
+    },
     /// No region knows an operation with this id.
     #[error("operation {0} not found")]
     OperationNotFound(String),
@@ -453,7 +462,8 @@ impl CoreError {
             | CoreError::PurgeTooLarge { .. }
             | CoreError::CreateAborted { .. }
             | CoreError::PlanRequired { .. }
-            | CoreError::AttachRefused { .. } => ErrorCode::FailedPrecondition,
+            | CoreError::AttachRefused { .. }
+            | CoreError::OperationControl { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
             CoreError::RegionUnavailable { .. } | CoreError::CreateUnsettled { .. } => ErrorCode::Unavailable,
             CoreError::EtagMismatch { .. } | CoreError::PlanChanged { .. } => ErrorCode::Aborted,

@@ -150,6 +150,15 @@ fn reasons_of(
                     "{refusal}: held until the policy allows it, or an administrator retries or force-purges it"
                 ));
             }
+            if crate::protocol::held_by_operation(reason) {
+                // Its operation's budget, rate, pause or cancel holds its
+                // cascade: a person raises, resumes or leaves it.
+                stuck = true;
+                reasons.push(format!(
+                    "{reason}: its cascade waits (an administrator extends the budget with `cascade admin \
+                     extend-budget`, or the operation is resumed)"
+                ));
+            }
             for b in held_by {
                 let state = if deleting.contains(&b.referrer) {
                     "being deleted by this same operation"

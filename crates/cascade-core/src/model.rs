@@ -12,6 +12,10 @@ use crate::auth::Principal;
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::schema::OnDelete;
 
+// An operation's budget, rate, pause and cancel (issue 29).
+mod controls;
+pub use controls::OperationControls;
+
 /// Milliseconds since the Unix epoch. The core never reads a clock: every
 /// command carries `now`, so tests and simulations control time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -337,6 +341,10 @@ pub enum OperationState {
     Succeeded,
     /// Finished, but some deletions failed (see the outcomes).
     Failed,
+    /// A person cancelled it (`CancelOperation`): it spreads to no new
+    /// member; members already DELETING finish where they need no new
+    /// one, the others stay DELETING, held with the reason.
+    Cancelled,
 }
 
 /// Progress counters of a deletion operation.
@@ -403,6 +411,10 @@ pub struct Operation {
     /// there keep the same window.
     #[serde(default)]
     pub retain_ms: u64,
+    /// Its budget, rate, pause and cancel (issue 29): None for an
+    /// operation nobody bounded or controlled, which spreads freely.
+    #[serde(default)]
+    pub controls: Option<Box<OperationControls>>,
 }
 
 /// What an unset took from a referrer, recorded (with a retention) in the
@@ -448,6 +460,13 @@ pub enum OutcomeAction {
     Waiting {
         /// The regions it waits for.
         regions: Vec<String>,
+    },
+    /// DELETING, and its cascade is held by its operation's controls
+    /// (budget reached, rate, paused, cancelled): the referrers it would
+    /// enter into deletion wait, ACTIVE. Reported BLOCKED with the reason.
+    Held {
+        /// Why, for a human (`budget reached (100 of 100)`).
+        reason: String,
     },
 }
 

@@ -258,6 +258,7 @@ impl OperationAssembler {
         let mut progress = Progress::default();
         let mut any_running = false;
         let mut any_failed = false;
+        let mut any_cancelled = false;
         for (_, part) in &self.parts {
             progress.deleted += part.progress.deleted;
             progress.unset += part.progress.unset;
@@ -266,6 +267,7 @@ impl OperationAssembler {
             progress.failed += part.progress.failed;
             any_running |= part.state == OperationState::Running;
             any_failed |= part.state == OperationState::Failed;
+            any_cancelled |= part.state == OperationState::Cancelled;
             merged.end_time = merged.end_time.max(part.end_time);
         }
         // A region that could not be asked holds the operation open only
@@ -284,7 +286,11 @@ impl OperationAssembler {
             .iter()
             .any(|r| *r == root_region || touched.contains(r.as_str()));
         let done = !any_running && !waits_on_unreachable;
-        merged.state = if !done {
+        merged.state = if any_cancelled {
+            // Cancelled in one region is cancelled everywhere (the root's
+            // region tells the others); members already DELETING finish.
+            OperationState::Cancelled
+        } else if !done {
             OperationState::Running
         } else if any_failed {
             OperationState::Failed
@@ -339,6 +345,7 @@ mod tests {
             reached: ["rb", "rc"].map(String::from).into(),
             changes: 0,
             closure_confirmed: false,
+            controls: None,
             principal: Default::default(),
             retain_ms: 0,
         }

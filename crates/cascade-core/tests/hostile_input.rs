@@ -247,6 +247,8 @@ fn a_chain_of_a_thousand_cascading_kinds_loads_and_cascades() {
         remote_kept: Default::default(),
         principal: Default::default(),
         retain_ms: 0,
+        bounds: Default::default(),
+        operation_id: None,
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the whole chain is purged");
@@ -351,6 +353,8 @@ fn cycles_of_kinds_load_and_unwind() {
         remote_kept: Default::default(),
         principal: Default::default(),
         retain_ms: 0,
+        bounds: Default::default(),
+        operation_id: None,
     };
     w.must_delete(req);
     assert!(w.state.resources.is_empty(), "the cycle unwinds completely");
@@ -564,6 +568,8 @@ fn any_req() -> impl Strategy<Value = Req> {
                     remote_kept: Default::default(),
                     principal: Default::default(),
                     retain_ms: 0,
+                    bounds: Default::default(),
+                    operation_id: None,
                 })
             }
         ),

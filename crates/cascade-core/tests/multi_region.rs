@@ -1159,6 +1159,8 @@ impl World {
             remote_kept: remote_kept.clone(),
             principal: Default::default(),
             retain_ms: 0,
+            bounds: Default::default(),
+            operation_id: None,
         };
         let Region { id, state, ids } = &mut self.regions[r];
         let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now), ids, req) {

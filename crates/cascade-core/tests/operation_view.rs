@@ -61,6 +61,7 @@ fn answer(
             reached: reached.clone(),
             changes: 0,
             closure_confirmed: false,
+            controls: None,
             principal: Default::default(),
             retain_ms: 0,
         },

@@ -376,6 +376,8 @@ fn a_release_of_a_page_reads_the_targets_records_once() {
         remote_kept: Default::default(),
         principal: Default::default(),
         retain_ms: 0,
+        bounds: Default::default(),
+        operation_id: None,
     };
     let step = protocol::delete(&owner.state, ctx!(owner), &mut owner.ids, req).expect("the delete is accepted");
     owner.state.apply(step.writes);

@@ -65,6 +65,8 @@ fn del(name: &str, cascade: bool) -> DeleteRequest {
         remote_kept: Default::default(),
         principal: Default::default(),
         retain_ms: 0,
+        bounds: Default::default(),
+        operation_id: None,
     }
 }
 

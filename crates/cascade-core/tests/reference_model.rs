@@ -413,6 +413,8 @@ impl Real {
             remote_kept: Default::default(),
             principal: Default::default(),
             retain_ms: 0,
+            bounds: Default::default(),
+            operation_id: None,
         };
         let ctx = Ctx {
             schema: &self.schema,

@@ -119,6 +119,8 @@ impl Region {
             remote_kept: Default::default(),
             principal: Default::default(),
             retain_ms: 0,
+            bounds: Default::default(),
+            operation_id: None,
         };
         let step = protocol::delete(&self.state, ctx!(self), &mut self.ids, req).expect("the delete is accepted");
         self.apply(step.writes);

@@ -42,7 +42,11 @@
 //! - the owner's periodic CheckBackrefs (`peer::standing` at the importer,
 //!   then `peer::release(None, …, generation u64::MAX)` at the owner);
 //! - optionally, a racing create in rb of a port referencing `ra/network/n`
-//!   (CREATING, Attach request/answer over the network, `peer::settle`).
+//!   (CREATING, Attach request/answer over the network, `peer::settle`);
+//! - optionally (issue 29, [`Config::budget`] and [`Config::controls`]):
+//!   the root's delete carries a budget, registered in rb and rc first;
+//!   rb or rc leases one unit of it from ra; the root's region tells one
+//!   region to pause, resume or cancel its part (each at most once).
 //!
 //! Losses, crashes and clock jumps are bounded by the [`Config`].
 //!
@@ -73,13 +77,14 @@ use stateright::{Model, Property};
 pub mod lease;
 
 /// The properties that must hold in every state (what a depth-bounded search can check).
-pub const ALWAYS: [&str; 6] = [
+pub const ALWAYS: [&str; 7] = [
     "1 no dangling reference",
     "1 every live reference has its back-reference at the owner",
     "2 no resurrection",
     "3 no over-deletion",
     "4 no leak at quiescence",
     "the root outlives its closure in every region",
+    "no more members than the operation's budget enter deletion",
 ];
 
 /// The regions of the model, by index.
@@ -138,6 +143,14 @@ pub struct Config {
     /// DELETED until a region's clock passes their expiry (a clock jump
     /// reaches it: the expiry is a queue entry).
     pub retain_ms: u64,
+    /// The client's delete carries this budget (`max_deletions`; issue
+    /// 29): it registers the operation in rb and rc first, and the other
+    /// regions lease units of it from ra (an atomic `Peer.BudgetLease`).
+    pub budget: Option<u64>,
+    /// The operation may be paused and resumed, and cancelled, in each
+    /// region (each region is told on its own: the root's region's calls
+    /// arrive in any order with everything else).
+    pub controls: bool,
 }
 
 impl Config {
@@ -154,6 +167,19 @@ impl Config {
             max_batch: 2,
             policy: small_policy(),
             retain_ms: 0,
+            budget: None,
+            controls: false,
+        }
+    }
+
+    /// The bounded configuration with a budget of 4 members (of the 8 of
+    /// the closure) and pause, resume and cancel.
+    pub fn bounded_with_controls() -> Self {
+        Self {
+            budget: Some(4),
+            controls: true,
+            delete_blocker: false,
+            ..Self::bounded()
         }
     }
 
@@ -273,6 +299,9 @@ pub struct State {
     /// node asks again after `closure_check_ms`; here, asking again with
     /// nothing changed would only add a cycle to the state graph).
     pub check_started_at: Option<[u64; 3]>,
+    /// The controls each region was told (pause, resume, cancel), at most
+    /// once each.
+    pub controlled: [[bool; 3]; 3],
 }
 
 /// Feeds `Debug` output into a hasher without allocating.
@@ -352,6 +381,15 @@ pub enum Action {
     /// The check is done: the root's region confirms (the core's
     /// `confirm_remote_closure`) or drops it.
     CheckConclude,
+    /// A region other than the root's leases one unit of the budget from
+    /// ra (an atomic `Peer.BudgetLease`), when its part has none left.
+    Lease(usize),
+    /// The root's region tells `region` to pause, resume or cancel its
+    /// part of the root's operation (each at most once per region).
+    Control {
+        region: usize,
+        control: protocol::Control,
+    },
 }
 
 /// The model: the schema, policy, config, and what setup produced.
@@ -532,6 +570,7 @@ impl CascadeModel {
             ever_deleting: BTreeSet::new(),
             check: None,
             check_started_at: None,
+            controlled: [[false; 3]; 3],
         };
         let mut init = init;
         Self::compact(&mut init);
@@ -731,6 +770,15 @@ fn to_peer(entries: &[(RefTarget, RefTarget, String, u64)]) -> Vec<PeerBackRef> 
         .collect()
 }
 
+/// The index of a control in [`State::controlled`].
+fn control_index(control: protocol::Control) -> usize {
+    match control {
+        protocol::Control::Pause => 0,
+        protocol::Control::Resume => 1,
+        protocol::Control::Cancel => 2,
+    }
+}
+
 /// An id source that hands out the ids of a clone of the model's, skipping `skip`.
 fn ids_after(ids: &SequentialIds, skip: usize) -> SequentialIds {
     let mut ids = ids.clone();
@@ -753,6 +801,8 @@ fn user_delete(name: &str, retain_ms: u64) -> DeleteRequest {
         remote_kept: Default::default(),
         principal: Default::default(),
         retain_ms,
+        bounds: Default::default(),
+        operation_id: None,
     }
 }
 
@@ -771,6 +821,7 @@ impl Model for CascadeModel {
         if self.config.delete_blocker && !s.blocker_deleted {
             actions.push(Action::DeleteBlocker);
         }
+        self.control_actions(s, actions);
         if self.config.racing_create && !s.late_created {
             actions.push(Action::CreateLate);
         }
@@ -884,13 +935,36 @@ impl Model for CascadeModel {
             Action::DeleteRoot => {
                 s.root_deleted = true;
                 let mut ids = ids_after(&self.ids, 0);
-                let step = protocol::delete(
-                    &s.regions[RA].state,
-                    self.ctx(&s, RA),
-                    &mut ids,
-                    user_delete(ROOT, self.config.retain_ms),
-                )
-                .unwrap_or_else(|e| panic!("delete {ROOT}: {e}"));
+                let mut req = user_delete(ROOT, self.config.retain_ms);
+                if let Some(budget) = self.config.budget {
+                    // Registered in the other regions before the step, as
+                    // the node does (`operation_control.rs`).
+                    let id = cascade_core::OperationId(ids_after(&self.ids, 0).next_uuid());
+                    let bounds = protocol::Bounds {
+                        max_deletions: Some(budget),
+                        rate_per_s: None,
+                    };
+                    let root = s.regions[RA].state.resources.get(&rn(ROOT))?;
+                    let root = RefTarget {
+                        name: root.name.clone(),
+                        uid: root.uid,
+                    };
+                    for region in [RB, RC] {
+                        let step = protocol::register_operation(
+                            &s.regions[region].state,
+                            self.ctx(&s, region),
+                            id,
+                            root.clone(),
+                            bounds,
+                        )
+                        .unwrap_or_else(|e| panic!("register the budget: {e}"));
+                        s.regions[region].state.apply(step.writes);
+                    }
+                    req.bounds = bounds;
+                    req.operation_id = Some(id);
+                }
+                let step = protocol::delete(&s.regions[RA].state, self.ctx(&s, RA), &mut ids, req)
+                    .unwrap_or_else(|e| panic!("delete {ROOT}: {e}"));
                 assert!(matches!(step.value, DeleteOutcome::Accepted(_)), "{:?}", step.value);
                 s.regions[RA].state.apply(step.writes);
             }
@@ -1015,6 +1089,51 @@ impl Model for CascadeModel {
                     .unwrap_or_else(|e| panic!("check at {}: {e}", REGIONS[owner]));
                 s.regions[owner].state.apply(step.writes);
             }
+            Action::Lease(region) => {
+                let id = Self::root_operation_id(&s)?;
+                let grant = protocol::grant_budget(&s.regions[RA].state, self.ctx(&s, RA), id, 1)
+                    .unwrap_or_else(|e| panic!("grant: {e}"));
+                s.regions[RA].state.apply(grant.writes);
+                let step =
+                    protocol::accept_budget_lease(&s.regions[region].state, self.ctx(&s, region), id, grant.value)
+                        .unwrap_or_else(|e| panic!("accept a lease: {e}"));
+                s.regions[region].state.apply(step.writes);
+                // The held member looks again a second later: that second
+                // passes (a node's clock does not stop).
+                let later = s.regions[region].now.plus_millis(protocol::HELD_RECHECK_MS);
+                s.regions[region].now = later;
+            }
+            Action::Control { region, control } => {
+                let id = Self::root_operation_id(&s)?;
+                s.controlled[region][control_index(control)] = true;
+                let root = s.regions[RA].state.operations.get(&id)?.root.clone();
+                let mut ids = ids_after(&self.ids, 3);
+                let req = protocol::AdminRequest {
+                    who: "model".to_owned(),
+                    action: control.action().to_owned(),
+                    target: id.to_string(),
+                    reason: String::new(),
+                };
+                // A refusal (the operation ended here, or was cancelled)
+                // changes nothing, as at a node.
+                if let Ok(step) = protocol::control_operation(
+                    &s.regions[region].state,
+                    self.ctx(&s, region),
+                    &mut ids,
+                    id,
+                    control,
+                    Some(root),
+                    req,
+                ) {
+                    s.regions[region].state.apply(step.writes);
+                }
+                if control == protocol::Control::Resume {
+                    // The paused items look again a second later: that
+                    // second passes (a node's clock does not stop).
+                    let later = s.regions[region].now.plus_millis(protocol::PAUSED_RECHECK_MS);
+                    s.regions[region].now = later;
+                }
+            }
             Action::CreateLate => {
                 s.late_created = true;
                 let uid = s.regions[RA].state.resources.get(&rn(LATE_TARGET)).map(|r| r.uid);
@@ -1086,6 +1205,7 @@ impl Model for CascadeModel {
             Property::always(ALWAYS[3], |m, s| m.over_deleted(s).is_empty()),
             Property::always(ALWAYS[4], |m, s| !m.quiescent(s) || m.leaks(s).is_empty()),
             Property::always(ALWAYS[5], |m, s| m.orphaned_parts(s).is_empty()),
+            Property::always(ALWAYS[6], |m, s| m.over_budget(s).is_empty()),
             // Every maximal path is finite (faults and clock jumps are bounded),
             // so this is checked at the states where nothing more can happen.
             Property::eventually("every deletion of the closure finishes or is explained", |m, s| {
@@ -1104,6 +1224,107 @@ impl Model for CascadeModel {
                 })
             },
         ]
+    }
+}
+
+/// The budget and controls of the root's operation (issue 29).
+impl CascadeModel {
+    /// The root's operation, once the client deleted it.
+    fn root_operation_id(s: &State) -> Option<cascade_core::OperationId> {
+        s.regions[RA]
+            .state
+            .operations
+            .values()
+            .find(|op| op.root.name.as_str() == ROOT)
+            .map(|op| op.id)
+    }
+
+    /// Leases and controls that can happen now.
+    fn control_actions(&self, s: &State, actions: &mut Vec<Action>) {
+        let Some(id) = Self::root_operation_id(s) else {
+            return;
+        };
+        let root_left = s.regions[RA]
+            .state
+            .operations
+            .get(&id)
+            .and_then(|op| op.controls.as_ref())
+            .map_or(0, |c| if c.cancelled { 0 } else { c.left() });
+        for region in [RB, RC] {
+            let part = s.regions[region].state.operations.get(&id);
+            let spent = part
+                .and_then(|op| op.controls.as_ref())
+                .is_some_and(|c| c.max_deletions.is_some() && c.left() == 0);
+            // Only while its cascade has work queued that could use it.
+            if self.config.budget.is_some() && spent && root_left > 0 && !s.regions[region].state.work.is_empty() {
+                actions.push(Action::Lease(region));
+            }
+        }
+        if !self.config.controls {
+            return;
+        }
+        for region in 0..3 {
+            let told = s.controlled[region];
+            if !told[0] {
+                actions.push(Action::Control {
+                    region,
+                    control: protocol::Control::Pause,
+                });
+            } else if !told[1] {
+                // A pause is always resumed in the end: no path stops paused.
+                actions.push(Action::Control {
+                    region,
+                    control: protocol::Control::Resume,
+                });
+            }
+            if !told[2] {
+                actions.push(Action::Control {
+                    region,
+                    control: protocol::Control::Cancel,
+                });
+            }
+        }
+    }
+
+    /// Whether the root's operation is held by its controls: paused or
+    /// cancelled in some region, or its budget spent at the root's region. Its members not yet started
+    /// stay ACTIVE, and those in DELETING wait, on purpose.
+    fn held_by_controls(s: &State) -> bool {
+        let Some(id) = Self::root_operation_id(s) else {
+            return false;
+        };
+        let controls = |r: &Region| r.state.operations.get(&id).and_then(|op| op.controls.clone());
+        s.regions
+            .iter()
+            .any(|r| controls(r).is_some_and(|c| c.cancelled || c.paused))
+            || controls(&s.regions[RA]).is_some_and(|c| c.max_deletions.is_some() && c.left() == 0)
+    }
+
+    /// Members of the closure that left ACTIVE (DELETING or purged) beyond
+    /// the operation's budget.
+    pub fn over_budget(&self, s: &State) -> Vec<String> {
+        let Some(budget) = self.config.budget else {
+            return Vec::new();
+        };
+        let entered: Vec<&str> = CLOSURE
+            .iter()
+            .copied()
+            .filter(|n| {
+                let n = rn(n);
+                s.regions[region_of(&n)]
+                    .state
+                    .resources
+                    .get(&n)
+                    .is_none_or(|r| r.state != ResourceState::Active)
+            })
+            .collect();
+        if (entered.len() as u64) <= budget {
+            return Vec::new();
+        }
+        vec![format!(
+            "{} members entered deletion, budget {budget}: {entered:?}",
+            entered.len()
+        )]
     }
 }
 
@@ -1298,6 +1519,14 @@ impl CascadeModel {
         if !s.releases.is_empty() || !s.acks.is_empty() || !s.attaches.is_empty() {
             return false;
         }
+        // With a budget or controls, a member held for a while (a lease
+        // just granted, a pause just lifted) looks again later: not quiet
+        // while time can still pass for it.
+        if (self.config.budget.is_some() || self.config.controls)
+            && s.regions.iter().any(|r| r.jumps > 0 && !r.state.work.is_empty())
+        {
+            return false;
+        }
         if s.regions
             .iter()
             .any(|r| !r.state.pending_releases.is_empty() || r.state.work.values().any(|w| w.next_attempt_at <= r.now))
@@ -1331,7 +1560,7 @@ impl CascadeModel {
             for name in CLOSURE {
                 let name = rn(name);
                 if let Some(r) = s.regions[region_of(&name)].state.resources.get(&name) {
-                    if r.state == ResourceState::Active {
+                    if r.state == ResourceState::Active && !Self::held_by_controls(s) {
                         out.push(format!("{name} of the closure is still ACTIVE"));
                     }
                 }
@@ -1381,6 +1610,8 @@ impl CascadeModel {
                     None => true,
                     // Soft-deleted: its deletion finished; it waits for its expiry.
                     Some(r) if r.state == ResourceState::Deleted => true,
+                    // Held on purpose by its operation's budget or cancel.
+                    Some(_) if Self::held_by_controls(s) => true,
                     Some(r) => r.state == ResourceState::Deleting && self.explained(s, region, r.uid, 0),
                 }
             })

@@ -596,6 +596,9 @@ impl Node {
                 }
             }
         }
+        // A bounded delete is registered in every region first (issue 29,
+        // `operation_control.rs`).
+        self.register_bounded(&mut req, budget).await?;
         // A deletion that starts is audited (`delete`, `cascade` or
         // `orphan`) in its step; a dry run changes nothing and is not.
         match self.writer.delete(req, Some(audit)).await? {

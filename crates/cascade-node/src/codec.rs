@@ -27,6 +27,9 @@
 //!   [`stored::RemoteDeletionV4`]); [`VERSION_POSTCARD_V2`] the second of an
 //!   outcome (an unset's undo record, [`stored::OutcomeV2`]). Each is
 //!   written only for a deletion with a retention (`codec/stored/soft.rs`).
+//!   [`VERSION_POSTCARD_V4`] is also an operation's fourth layout, wrapping
+//!   its third: its budget and controls (issue 29, [`stored::OperationV4`],
+//!   `codec/stored/budget.rs`), written only for an operation that has them.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
 //!   type, as nodes before the binary encoding wrote it (an object; a plain
 //!   string for a name in the uid index). Read as it is, so a store from an
@@ -119,7 +122,10 @@ pub const VERSION_POSTCARD_V3: u8 = 0x03;
 /// operation's retention are their third layouts, [`stored::ResourceV3`]
 /// and [`stored::OperationV3`]; an unset outcome's undo record its second,
 /// [`stored::OutcomeV2`].) Written only for a deletion with a retention:
-/// every record of one without keeps its bytes.
+/// every record of one without keeps its bytes. It also names an
+/// operation's fourth layout, which wraps the third: its controls (budget,
+/// rate, pause, cancel: issue 29, [`stored::OperationV4`]), written only
+/// for an operation that has them.
 pub const VERSION_POSTCARD_V4: u8 = 0x04;
 
 mod records;

@@ -20,9 +20,11 @@
 //!    `Node` methods: `cluster.rs` (cross-region flows), `admin.rs`,
 //!    `explain.rs`, `status.rs` (the cluster status), `scrape.rs` (what a
 //!    metrics scrape reads of the node), `links.rs` (the peer links:
-//!    watch, releases, checks; and the reconciler) and `closure_check.rs`
+//!    watch, releases, checks; and the reconciler), `closure_check.rs`
 //!    (whether a waiting root's cascade is finished in every region it
-//!    touched).
+//!    touched) and `operation_control.rs` (a bounded operation's
+//!    registration and budget leases, pause, resume and cancel across
+//!    regions).
 //! 3. **Below the domain**: `writer.rs` (the single-writer actor that runs
 //!    protocol steps and commits them, with its supervisor), `metrics.rs`
 //!    (the Prometheus registry and its HTTP listener), `trace_context.rs`
@@ -54,6 +56,9 @@ mod cluster;
 mod explain;
 mod links;
 mod listing;
+// Operation budgets and controls (issue 29): a bounded delete's
+// registration, budget leases, pause/resume/cancel across regions.
+mod operation_control;
 mod purge;
 // Plan-bound deletes (issue 29): a dry run's token, a delete's check of it.
 mod plan_bound;

@@ -584,6 +584,8 @@ struct ReconcilerState {
     compaction_failed: Throttle,
     attach_read_failed: Throttle,
     closure_failed: Throttle,
+    /// Budget leases that fail (a root region down): one line a window.
+    control_failed: Throttle,
 }
 
 impl Actor for Reconciler {
@@ -625,6 +627,7 @@ impl Actor for Reconciler {
             compaction_failed: Throttle::default(),
             attach_read_failed: Throttle::default(),
             closure_failed: Throttle::default(),
+            control_failed: Throttle::default(),
         })
     }
 
@@ -663,6 +666,7 @@ impl Actor for Reconciler {
             }
         }
         crate::closure_check::confirm_closures(&node, &state.closure_failed).await;
+        crate::operation_control::reconcile(&node, &state.control_failed).await;
         // Unsettled creates are walked a page per tick, in passes. The next
         // pass starts at the next tick when this one had a create to settle
         // (it may have failed: retried as before), else when the youngest

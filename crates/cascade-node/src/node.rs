@@ -150,6 +150,12 @@ pub struct Node {
     pub(crate) published: Arc<crate::outbox::Published>,
     /// Roots waiting for other regions' parts of their operation.
     pub(crate) closure_checks: ClosureChecks,
+    /// Budget leases this region's cascades wait for (from the writer).
+    pub(crate) budget_wants: crate::writer::BudgetWants,
+    /// Pauses, resumes and cancels this region (the root's) could not
+    /// tell another region yet: (operation, region) → what to tell it. The
+    /// reconciler tells them again (`operation_control.rs`). In memory.
+    pub(crate) undelivered_controls: Mutex<BTreeMap<(OperationId, String), crate::peers::ControlToDeliver>>,
     /// Served with TLS (peers and clients) when set.
     pub(crate) tls: Option<NodeTls>,
     /// Who may call the Admin service.
@@ -340,6 +346,7 @@ impl Node {
         let committing = Arc::new(watch::channel(true).0);
         let trace_marks = Arc::new(TraceMarks::default());
         let closure_checks = ClosureChecks::default();
+        let budget_wants = crate::writer::BudgetWants::default();
         let write_stats = Arc::new(WriteStats::default());
         // What the store holds at open is what reached its disk: durable.
         let published = Arc::new(crate::outbox::Published::new(
@@ -367,6 +374,7 @@ impl Node {
             events: events.clone(),
             tick: settings.tick,
             closure_checks: closure_checks.clone(),
+            budget_wants: budget_wants.clone(),
             stats: write_stats.clone(),
             release_hints: release_hints.clone(),
             metrics: metrics.clone(),
@@ -398,6 +406,8 @@ impl Node {
             overtaken: Arc::new(Overtaken::new(metrics.clone())),
             published,
             closure_checks,
+            budget_wants,
+            undelivered_controls: Mutex::default(),
             tls: settings.tls,
             admin: settings.admin,
             auth: settings.auth,

@@ -63,6 +63,10 @@ pub struct WriterContext {
     /// Operations whose root waits for other regions' parts (from work
     /// reports); the reconciler asks those regions (see `links.rs`).
     pub closure_checks: ClosureChecks,
+    /// Budget this region's work steps need from the root's region of a
+    /// bounded operation (from work reports); the reconciler leases it
+    /// (`operation_control.rs`).
+    pub budget_wants: BudgetWants,
     /// What the writer has committed so far (read by benchmarks and metrics).
     pub stats: Arc<WriteStats>,
     /// Where each peer link's next send of queued releases must start.
@@ -95,6 +99,13 @@ pub struct WriterContext {
 /// root that waits is re-examined by the writer every
 /// `Policy::closure_check_ms`, which reports it again (also after a restart).
 pub type ClosureChecks = Arc<std::sync::Mutex<std::collections::BTreeSet<cascade_core::OperationId>>>;
+
+/// Leases to ask the root's region of a bounded operation for, by
+/// operation (the latest ask of each). In memory: a member waiting for
+/// one is looked at again by the writer, which asks again (also after a
+/// restart).
+pub type BudgetWants =
+    Arc<std::sync::Mutex<std::collections::BTreeMap<cascade_core::OperationId, protocol::LeaseWanted>>>;
 
 /// A client's change carries who it is audited for (None: a step nobody
 /// asked for by name, such as settling a create, which is not audited);
@@ -519,6 +530,14 @@ impl WriterState {
         if !report.awaiting_closure.is_empty() {
             if let Ok(mut checks) = self.ctx.closure_checks.lock() {
                 checks.extend(report.awaiting_closure.iter().copied());
+            }
+        }
+        if !report.budget_wanted.is_empty() {
+            if let Ok(mut wants) = self.ctx.budget_wants.lock() {
+                for want in &report.budget_wanted {
+                    let entry = wants.entry(want.operation).or_insert_with(|| want.clone());
+                    entry.wanted = entry.wanted.max(want.wanted);
+                }
             }
         }
         Ok(report)

@@ -221,6 +221,18 @@ bounded! {
         name(&r.name)?;
         uid(&r.operation_id, "operation_id")
     };
+    v1::PauseOperationRequest => |r| {
+        uid(&r.id, "id")?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
+    v1::ResumeOperationRequest => |r| {
+        uid(&r.id, "id")?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
+    v1::CancelOperationRequest => |r| {
+        uid(&r.id, "id")?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
 
     // cascade.v1.Admin
     v1::ListDeletionsRequest => |r| {
@@ -243,6 +255,10 @@ bounded! {
         page_token(&r.page_token, "page_token")
     };
     v1::GetClusterStatusRequest => |_r| Ok(());
+    v1::ExtendBudgetRequest => |r| {
+        uid(&r.operation_id, "operation_id")?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
     v1::CanIRequest => |r| {
         short(&r.verb, MAX_CAN_I_VERB_BYTES, "verb")?;
         name(&r.name)?;
@@ -302,6 +318,18 @@ bounded! {
         region(&r.root_region, "root_region")?;
         short(&r.requested_by, MAX_REQUESTED_BY_BYTES, "requested_by")?;
         vouched_principal(r.principal.as_ref())?;
+        short(&r.reason, MAX_REASON_BYTES, "reason")
+    };
+    v1::BudgetLeaseRequest => |r| {
+        uid(&r.operation_id, "operation_id")?;
+        region(&r.from_region, "from_region")
+    };
+    v1::OperationControlRequest => |r| {
+        uid(&r.operation_id, "operation_id")?;
+        if let Some(root) = &r.root {
+            object_ref(root, "root")?;
+        }
+        short(&r.requested_by, MAX_AUDIT_WHO_BYTES, "requested_by")?;
         short(&r.reason, MAX_REASON_BYTES, "reason")
     };
 

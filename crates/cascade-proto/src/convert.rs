@@ -3,7 +3,7 @@
 //! Decoding a request checks only what the wire format cannot (uids parse);
 //! the semantic checks, with field paths, are the core's.
 //!
-//! Size: one file of about 820 lines on purpose: every conversion between a
+//! Size: one file of about 1,000 lines on purpose: every conversion between a
 //! core type and its wire type, each next to its inverse, so that a field
 //! added to one side is seen missing on the other in the same read.
 
@@ -149,6 +149,12 @@ pub fn delete_request(req: v1::DeleteRequest) -> Result<DeleteRequest, Status> {
         remote_kept: Default::default(),
         // Filled in by the node's handler from who called.
         principal: cascade_core::auth::Principal::anonymous(),
+        bounds: cascade_core::protocol::Bounds {
+            max_deletions: (req.max_deletions > 0).then_some(req.max_deletions),
+            rate_per_s: (req.rate_per_second > 0).then_some(req.rate_per_second),
+        },
+        // Minted by the node when it registers a bounded operation.
+        operation_id: None,
     })
 }
 
@@ -272,16 +278,13 @@ pub fn lien(l: &cascade_core::model::Lien) -> v1::Lien {
 /// One region's part of an operation with a page of its outcomes;
 /// `unreachable_regions` is left empty for the node that aggregates parts.
 pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) -> v1::Operation {
+    let controls = op.controls.as_deref();
     v1::Operation {
         id: op.id.to_string(),
         root: Some(object_ref(&op.root)),
         requested_by: op.requested_by.clone(),
         cascade: op.cascade,
-        state: match op.state {
-            OperationState::Running => v1::OperationState::Running,
-            OperationState::Succeeded => v1::OperationState::Succeeded,
-            OperationState::Failed => v1::OperationState::Failed,
-        } as i32,
+        state: operation_state(op) as i32,
         progress: Some(v1::Progress {
             deleted: op.progress.deleted,
             unset: op.progress.unset,
@@ -299,6 +302,22 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
         reached_regions: op.reached.iter().cloned().collect(),
         reports_reached: true,
         retention_seconds: op.retain_ms / 1000,
+        max_deletions: controls.and_then(|c| c.max_deletions).unwrap_or_default(),
+        budget_used: controls.map(|c| c.used()).unwrap_or_default(),
+        rate_per_second: controls.and_then(|c| c.rate_per_s).unwrap_or_default(),
+        controlled_by: controls.map(|c| c.by.clone()).unwrap_or_default(),
+    }
+}
+
+/// An operation's state as the API names it: a running one that is
+/// paused reads PAUSED.
+pub fn operation_state(op: &Operation) -> v1::OperationState {
+    match op.state {
+        OperationState::Running if op.controls.as_ref().is_some_and(|c| c.paused) => v1::OperationState::Paused,
+        OperationState::Running => v1::OperationState::Running,
+        OperationState::Succeeded => v1::OperationState::Succeeded,
+        OperationState::Failed => v1::OperationState::Failed,
+        OperationState::Cancelled => v1::OperationState::Cancelled,
     }
 }
 
@@ -330,6 +349,10 @@ pub fn outcome(o: &Outcome) -> v1::Outcome {
         OutcomeAction::Waiting { regions } => {
             out.message = format!("waiting on region {}", regions.join(", "));
             v1::OutcomeAction::Waiting
+        }
+        OutcomeAction::Held { reason } => {
+            out.message = reason.clone();
+            v1::OutcomeAction::Blocked
         }
     };
     out.action = action as i32;
@@ -376,10 +399,26 @@ fn blocker_from(b: v1::Blocker, field: &str) -> Result<Blocker, Status> {
 /// (`Peer.OperationPart`): the inverse of [`operation`] and [`outcome`].
 /// `next` is the part's own page token (the last outcome's name).
 pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
+    let paused = op.state == v1::OperationState::Paused as i32;
+    let controls =
+        (paused || op.max_deletions > 0 || op.rate_per_second > 0 || !op.controlled_by.is_empty()).then(|| {
+            Box::new(cascade_core::model::OperationControls {
+                max_deletions: (op.max_deletions > 0).then_some(op.max_deletions),
+                admitted: op.budget_used,
+                rate_per_s: (op.rate_per_second > 0).then_some(op.rate_per_second),
+                paused,
+                cancelled: op.state == v1::OperationState::Cancelled as i32,
+                by: op.controlled_by.clone(),
+                ..Default::default()
+            })
+        });
     let state = match v1::OperationState::try_from(op.state) {
         Ok(v1::OperationState::Running) => OperationState::Running,
         Ok(v1::OperationState::Succeeded) => OperationState::Succeeded,
         Ok(v1::OperationState::Failed) => OperationState::Failed,
+        Ok(v1::OperationState::Cancelled) => OperationState::Cancelled,
+        // The part's controls are not carried back; paused is running.
+        Ok(v1::OperationState::Paused) => OperationState::Running,
         _ => return Err(invalid_field("state", "unknown operation state")),
     };
     let progress = op.progress.unwrap_or_default();
@@ -393,6 +432,12 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
                 field: o.field,
                 undo: None,
             },
+            // A hold by the operation's controls: no blocker, its reason.
+            Ok(v1::OutcomeAction::Blocked)
+                if o.blockers.is_empty() && cascade_core::protocol::held_by_operation(&o.message) =>
+            {
+                OutcomeAction::Held { reason: o.message }
+            }
             Ok(v1::OutcomeAction::Blocked) => OutcomeAction::Blocked {
                 blockers: o
                     .blockers
@@ -446,6 +491,7 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
             reached: op.reached_regions.iter().cloned().collect(),
             changes: op.changes,
             closure_confirmed: false,
+            controls,
             principal: Default::default(),
             retain_ms: op.retention_seconds.saturating_mul(1000),
         },

@@ -82,6 +82,19 @@ pub enum AdminCommand {
     /// then refused, nothing started); so is a forced purge over
     /// `[limits] max_purge_members` resources. Needs `admin.purge`.
     Purge(PurgeArgs),
+    /// Set a bounded operation's budget (`cascade delete --max-deletions`)
+    /// to N members, at least what it used: the members it held BLOCKED
+    /// "budget reached" go on within a second, in every region.
+    ExtendBudget {
+        /// The operation id (`cascade delete` printed it).
+        operation: String,
+        /// The new budget: the most members the operation deletes, its
+        /// root included, in all regions together.
+        max_deletions: u64,
+        /// Why (required; kept in the audit log).
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 /// `cascade admin purge`: what to purge.
@@ -231,6 +244,27 @@ pub(super) async fn run(
                 println!("no deletion matches");
             } else {
                 print!("{}", render::deletions_table(&all, times));
+            }
+        }
+        AdminCommand::ExtendBudget {
+            operation,
+            max_deletions,
+            reason,
+        } => {
+            let op = client
+                .extend_budget(v1::ExtendBudgetRequest {
+                    operation_id: operation,
+                    max_deletions,
+                    reason,
+                })
+                .await?;
+            if json {
+                print_json(&render::operation_json(&op));
+            } else {
+                println!(
+                    "operation {}: budget {} member(s), {} used",
+                    op.id, op.max_deletions, op.budget_used
+                );
             }
         }
         AdminCommand::Retry { name, reason } => {

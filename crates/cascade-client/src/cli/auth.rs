@@ -54,9 +54,11 @@ pub enum AuthCommand {
 #[derive(Debug, Clone, Args)]
 pub struct CanIArgs {
     /// get, list, watch, create, update, delete, cascade, orphan, lien,
-    /// finalize, or an Admin verb (admin.list_deletions, admin.retry_deletion,
-    /// admin.force_purge, admin.list_audit, admin.cluster_status,
-    /// admin.impersonate, admin.purge).
+    /// finalize, operation.pause, operation.resume, operation.cancel (on an
+    /// operation's root), or an Admin verb (admin.list_deletions,
+    /// admin.retry_deletion, admin.force_purge, admin.list_audit,
+    /// admin.cluster_status, admin.impersonate, admin.purge,
+    /// admin.extend_budget).
     pub verb: String,
     /// A resource's full name `{region}/{kind}/{id}`; omitted for a verb on
     /// a region as a whole (a listing, a watch, an Admin call: see --region).

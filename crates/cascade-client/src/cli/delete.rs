@@ -95,6 +95,17 @@ pub struct DeleteArgs {
     /// At most the node's [limits] max_retention (default 30d).
     #[arg(long, value_name = "DURATION", value_parser = parse_retention)]
     pub retain: Option<Duration>,
+    /// Delete at most N members, the root included, in all regions
+    /// together (a referrer that only loses a reference does not count).
+    /// Once reached the cascade stops spreading: the members whose
+    /// referrers were not started stay DELETING, BLOCKED "budget reached
+    /// (N of N)", until `cascade admin extend-budget OPERATION M`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_deletions: Option<u64>,
+    /// Enter at most R new members a second, in each region the cascade
+    /// reaches (the first at once).
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rate: Option<u32>,
 }
 
 /// A retention as the flag writes it, in whole seconds (the API's unit).
@@ -127,6 +138,8 @@ impl DeleteArgs {
                 v1::PropagationPolicy::Unspecified
             } as i32,
             retention_seconds: self.retain.map_or(0, |d| d.as_secs()),
+            max_deletions: self.max_deletions.unwrap_or_default(),
+            rate_per_second: self.rate.unwrap_or_default(),
         }
     }
 }
@@ -440,4 +453,69 @@ async fn follow(client: &Client, id: &str, quiet: bool) -> Result<Followed, Clie
     };
     bar.finish_and_clear();
     outcome.ok_or_else(|| ClientError::Usage(format!("the watch of operation {id} ended without a report")))
+}
+
+/// `cascade operation pause|resume|cancel ID`: act on a running operation
+/// in every region it reached (the root's region carries it out and tells
+/// the others; a region it cannot tell is named, and told later).
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum OperationControl {
+    /// No region works on it (nothing of it is deleted, spread or purged)
+    /// until `cascade operation resume ID`.
+    Pause {
+        id: String,
+        /// Why (kept in the audit log).
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Let a paused operation go on.
+    Resume {
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+    /// Enter no new member into deletion; members already DELETING finish
+    /// where they need no new member, the others stay DELETING, BLOCKED
+    /// "operation cancelled". The operation ends CANCELLED.
+    Cancel {
+        id: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+impl OperationControl {
+    /// Asks the node; the root region's part comes back.
+    pub(super) async fn run(&self, client: &Client) -> Result<v1::Operation, ClientError> {
+        match self.clone() {
+            OperationControl::Pause { id, reason } => {
+                client.pause_operation(v1::PauseOperationRequest { id, reason }).await
+            }
+            OperationControl::Resume { id, reason } => {
+                client.resume_operation(v1::ResumeOperationRequest { id, reason }).await
+            }
+            OperationControl::Cancel { id, reason } => {
+                client.cancel_operation(v1::CancelOperationRequest { id, reason }).await
+            }
+        }
+    }
+
+    /// What was done, for a human: `operation X paused` and the regions
+    /// that are told later.
+    pub(super) fn text(&self, op: &v1::Operation) -> String {
+        let done = match self {
+            OperationControl::Pause { .. } => "paused",
+            OperationControl::Resume { .. } => "resumed",
+            OperationControl::Cancel { .. } => "cancelled",
+        };
+        let mut out = format!("operation {} {done} in every region", op.id);
+        if !op.unreachable_regions.is_empty() {
+            out += &format!(
+                " but {} (unreachable: told as soon as it answers)",
+                op.unreachable_regions.join(", ")
+            );
+        }
+        out.push('\n');
+        out
+    }
 }

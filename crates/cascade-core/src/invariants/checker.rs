@@ -1,9 +1,10 @@
 //! The checks themselves: one pass over every region's view, collecting
 //! violations (see the parent module for what each kind means).
 //!
-//! Size: a little over 800 lines: every check reads the indexes the first
-//! pass builds (resources by uid, owner and mirror rows), private to this
-//! one `Checker`; split, they would be passed around whole.
+//! Size: about 850 lines, one file on purpose: one pass whose checks all
+//! read the indexes the first pass builds (resources by uid, owner and
+//! mirror rows), private to this one `Checker`; split, they would be passed
+//! around whole. What each kind means is in the parent module.
 
 use super::*;
 
@@ -193,6 +194,9 @@ impl<'v> Checker<'v> {
             // A change its principal may not make holds it until a person
             // acts (the policy, or an administrator): explained by itself.
             DeletionStatus::Blocked { reason, .. } if crate::explain::policy_refusals(reason).next().is_some() => true,
+            // Held by its operation's budget, rate or cancel: a person set
+            // the bound, and raises it or leaves it (issue 29).
+            DeletionStatus::Blocked { reason, .. } if crate::protocol::held_by_operation(reason) => true,
             DeletionStatus::Blocked { blockers, reason } => {
                 !reason.is_empty()
                     && (!blockers.is_empty() || !resource.finalizers.is_empty() || !resource.liens.is_empty())
@@ -207,6 +211,27 @@ impl<'v> Checker<'v> {
             }
             DeletionStatus::Pending | DeletionStatus::Waiting { .. } => false,
         }
+    }
+
+    /// Whether `target`'s deletion is held by its operation's controls
+    /// (issue 29): its record says so, or a region's part of its operation
+    /// is paused, cancelled or out of budget. Its cascade referrers keep
+    /// their reference on purpose, not as a resurrection.
+    fn held_by_controls_of(&self, target: &Resource) -> bool {
+        let record = self
+            .views
+            .iter()
+            .filter(|v| v.region.as_str() == target.name.region())
+            .find_map(|v| v.deletions.get(&target.uid));
+        let Some(record) = record else {
+            return false;
+        };
+        if let DeletionStatus::Blocked { reason, .. } = &record.status {
+            if crate::protocol::held_by_operation(reason) {
+                return true;
+            }
+        }
+        self.views.iter().any(|v| held_by_its_operation(v, record.operation))
     }
 
     /// Whether `target`'s deletion is held because its principal may not
@@ -326,7 +351,8 @@ impl<'v> Checker<'v> {
         let explained = self.explained_alone(r, d)
             || (matches!(d.status, DeletionStatus::Pending | DeletionStatus::Waiting { .. })
                 && d.reason == DeletionReason::Requested
-                && explained_ops.contains(&d.operation));
+                && explained_ops.contains(&d.operation))
+            || self.views.iter().any(|v| held_by_its_operation(v, d.operation));
         if !explained {
             self.push(
                 ViolationKind::UnexplainedDeletion,
@@ -422,6 +448,7 @@ impl<'v> Checker<'v> {
                         if target.state == ResourceState::Deleting
                             && on_delete != OnDelete::Block
                             && !self.held_by_refusal_of(target, &r.name)
+                            && !self.held_by_controls_of(target)
                         {
                             self.push(
                                 ViolationKind::Resurrection,
@@ -755,14 +782,33 @@ impl<'v> Checker<'v> {
                 }
             }
         }
+        // An operation that its controls hold (paused, cancelled, its
+        // budget spent here) keeps its items queued on purpose (issue 29).
+        let held_ops: BTreeSet<OperationId> = store
+            .operations
+            .values()
+            .filter(|op| {
+                op.controls
+                    .as_ref()
+                    .is_some_and(|c| c.paused || c.cancelled || c.left() == 0)
+            })
+            .map(|op| op.id)
+            .collect();
         for (uid, w) in store.work.iter() {
             let status = view.deletions.get(uid).map(|d| &d.status);
             let buried = self
                 .by_uid
                 .get(uid)
                 .is_some_and(|(at, r)| *at == region && r.state == ResourceState::Deleted);
+            let held = match view.deletions.get(uid) {
+                Some(d) => held_ops.contains(&d.operation),
+                // An importer's item: its tombstone's operation is not in
+                // the view; a held operation's part here says enough.
+                None => !held_ops.is_empty() && view.remote_deletions.iter().any(|t| t.uid == *uid),
+            };
             let ok = *uid == w.target.uid
                 && (buried
+                    || held
                     || matches!(
                         status,
                         Some(DeletionStatus::Blocked { .. } | DeletionStatus::Waiting { .. })
@@ -853,4 +899,16 @@ impl<'v> Checker<'v> {
             );
         }
     }
+}
+
+/// Whether `view`'s region's part of operation `id` is held by its
+/// controls (paused, cancelled, or its budget spent there; issue 29): the
+/// operation's members, in every region, may wait on it on purpose, and a
+/// person resumes, extends or leaves it.
+fn held_by_its_operation(view: &RegionView<'_>, id: OperationId) -> bool {
+    view.store
+        .as_ref()
+        .and_then(|store| store.operations.get(&id))
+        .and_then(|op| op.controls.as_ref())
+        .is_some_and(|c| c.paused || c.cancelled || c.left() == 0)
 }

@@ -67,7 +67,12 @@
 //!   by blockers (or finalizers) that still hold it. A PENDING or WAITING
 //!   one is excused only when it is the root of its operation (reason
 //!   `requested`) and another member of the operation, in any region, is
-//!   explained: the root waits for its closure.
+//!   explained: the root waits for its closure. An operation held by its
+//!   controls (issue 29: BLOCKED with a reason of
+//!   `protocol::HELD_BY_OPERATION`, or a part, in a view with its store,
+//!   paused, cancelled or out of budget) explains its members, keeps their
+//!   queue entries (`queue_mismatch`) and the references of the referrers
+//!   it did not start (`resurrection`): a person set the bound.
 //! - `unsettled_create`: a CREATING resource.
 //! - `region_mismatch`: a region holds a resource of another region (the
 //!   client adds: a node answered for another region than asked).

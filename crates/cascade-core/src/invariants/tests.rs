@@ -128,6 +128,7 @@ fn settle_operation(s: &mut MemoryState, root: (&str, u128)) {
             reached: BTreeSet::new(),
             changes: 0,
             closure_confirmed: false,
+            controls: None,
             principal: Default::default(),
             retain_ms: 0,
         },

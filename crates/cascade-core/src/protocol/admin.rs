@@ -212,7 +212,7 @@ pub fn record_audit<S: StateRead + ?Sized>(
     }
 }
 
-fn audit<S: StateRead + ?Sized>(
+pub(super) fn audit<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     ids: &mut dyn IdSource,

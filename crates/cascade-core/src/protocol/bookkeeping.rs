@@ -583,6 +583,10 @@ pub(crate) fn after_pending_changed<S: StateRead + ?Sized>(
     }
     if pending == 0 {
         if let Some(op) = tx.operation_mut(id)? {
+            if op.state == OperationState::Cancelled {
+                // A cancel ended it already; its last members finished.
+                return Ok(());
+            }
             op.state = if failed > 0 {
                 OperationState::Failed
             } else {
@@ -604,7 +608,7 @@ pub(super) fn update_operation<S: StateRead + ?Sized>(
     if let Some(op) = tx.operation_mut(id)? {
         change(&mut op.progress);
         op.changes += 1;
-        if op.progress.pending > 0 && op.state != OperationState::Running {
+        if op.progress.pending > 0 && !matches!(op.state, OperationState::Running | OperationState::Cancelled) {
             // More of the cascade reached this region's part after it had
             // finished (a second target of the same operation): running again.
             op.state = OperationState::Running;

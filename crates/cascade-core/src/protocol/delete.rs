@@ -91,6 +91,7 @@ pub fn delete<S: StateRead + ?Sized>(
             writes: WriteSet::default(),
         });
     }
+    req.bounds.check()?;
     check_etag(&resource, req.etag.as_deref())?;
     check_liens(&resource)?;
     // An orphan delete refuses only for `block` referrers: its `cascade`
@@ -104,8 +105,13 @@ pub fn delete<S: StateRead + ?Sized>(
             writes: WriteSet::default(),
         });
     }
+    // The root is the first member counted against a budget.
+    let controls = req.bounds.root_controls(ctx.now).map(|mut c| {
+        c.admitted = 1;
+        c
+    });
     let op = Operation {
-        id: OperationId(ids.next_uuid()),
+        id: req.operation_id.unwrap_or_else(|| OperationId(ids.next_uuid())),
         root: RefTarget {
             name: resource.name.clone(),
             uid: resource.uid,
@@ -119,6 +125,7 @@ pub fn delete<S: StateRead + ?Sized>(
         reached: BTreeSet::new(),
         changes: 0,
         closure_confirmed: false,
+        controls,
         principal: req.principal.clone(),
         retain_ms: req.retain_ms,
     };

@@ -36,6 +36,9 @@
 //!   the closure.
 //! - `work.rs`: [`process_work`], the deletion engine, and
 //!   [`confirm_remote_closure`].
+//! - `control.rs`: an operation's budget, rate, pause and cancel (who may
+//!   enter a new member, leases of the budget across regions), and the
+//!   steps that set them.
 //! - `bookkeeping.rs`: the state changes every path shares: entering
 //!   DELETING, holding, purging, the operation's progress counters, events.
 //! - `backrefs.rs`: the back-reference rows a resource's references hold:
@@ -49,8 +52,10 @@
 mod admin;
 mod backrefs;
 mod bookkeeping;
+mod control;
 mod create_update;
 mod delete;
+mod fairness;
 mod finalizer;
 mod lien;
 mod purge;
@@ -68,6 +73,10 @@ use crate::schema::Schema;
 use crate::state::WriteSet;
 
 pub use admin::{force_purge, is_stuck, record_audit, retry_deletion, AdminRequest, MAX_ADMIN_REASON};
+pub use control::{
+    accept_budget_lease, control_operation, extend_budget, grant_budget, held_by_operation, register_operation, Bounds,
+    BudgetGrant, Control, LeaseWanted, HELD_BY_OPERATION, HELD_RECHECK_MS, MAX_LEASE, PAUSED_RECHECK_MS,
+};
 pub use create_update::{create, update};
 pub use delete::delete;
 pub use finalizer::{remove_finalizer, report_finalizer_failure, FinalizerReport, MAX_FAILURE_REASON};
@@ -117,6 +126,9 @@ pub struct Policy {
     /// max_retention`); the schema's `retain`s are checked against it when
     /// the node loads its configuration.
     pub max_retention_ms: u64,
+    /// Due items of one operation a work step takes at most, so that
+    /// operations share the writer (see [`process_work`]).
+    pub items_per_operation: usize,
 }
 
 /// The rule of the denial a closure check reports when the closure is
@@ -139,6 +151,7 @@ impl Default for Policy {
             max_plan: 10_000,
             max_closure_check: 250_000,
             max_retention_ms: crate::limits::DEFAULT_MAX_RETENTION_MS,
+            items_per_operation: 32,
         }
     }
 }
@@ -257,6 +270,12 @@ pub struct DeleteRequest {
     /// it when its deletion finishes. 0: as the kinds say. At most
     /// `Policy::max_retention_ms`.
     pub retain_ms: u64,
+    /// Its budget and rate (issue 29); none by default.
+    pub bounds: Bounds,
+    /// The operation's id, when the node minted it before the step (to
+    /// register a bounded operation in the other regions first); None:
+    /// minted by the step.
+    pub operation_id: Option<OperationId>,
 }
 
 /// A planned change to a referrer that survives.
@@ -347,6 +366,11 @@ pub struct WorkReport {
     /// node asks them and, when all are finished, confirms with
     /// [`confirm_remote_closure`].
     pub awaiting_closure: Vec<OperationId>,
+    /// Budget this region needs from the root's region of a bounded
+    /// operation before its cascade goes on here: the node asks for it
+    /// (`Peer.BudgetLease`) and passes the answer to
+    /// [`accept_budget_lease`].
+    pub budget_wanted: Vec<LeaseWanted>,
 }
 
 /// Whether `name` lives in another region than this node's.

@@ -318,6 +318,9 @@ pub fn start_purge<S: StateRead + ?Sized>(
             // A purge asks for no retention of its own: each member keeps
             // what its kind's `retain` says.
             retain_ms: 0,
+            // Nor a budget: its members are counted and capped before it
+            // starts (`[limits] max_purge_members`).
+            controls: None,
         }),
     }
     let mut started = Vec::new();

@@ -5,11 +5,14 @@
 //! referrers; an operation's root waits, last, for the other regions' parts
 //! of its cascade.
 //!
-//! Size: a little over 800 lines: one deletion's step is one state machine
-//! (its walk's position and counts, its hold, its wait for other regions,
-//! its end: a purge, a bury, or a soft-deleted member's expiry) whose parts
-//! pass the step's budget and report between them; the state changes they
-//! share are already in `bookkeeping.rs`.
+//! Size: a little over 1,000 lines, one file on purpose: one deletion's
+//! step is one state machine (its walk's position and counts, its hold, its
+//! wait for other regions, its end: a purge, a bury, or a soft-deleted
+//! member's expiry) whose parts pass the step's budget and report between
+//! them, and the walk of a deletion, its importer's twin and what both do to
+//! a referrer are one engine, read together. The state changes they share
+//! are in `bookkeeping.rs`, the controls that may hold a walk in
+//! `control.rs`, the order of a step's items in `fairness.rs`.
 
 use std::collections::BTreeSet;
 
@@ -28,19 +31,31 @@ use super::bookkeeping::{
     after_pending_changed, decrement, enter_deleting, expire, hold, is_unreferenced_leaf, purge, purge_leaf,
     put_with_event, update_operation, wake_if_deleting,
 };
+use super::control::{admit, clear_held, defer, has_controls, hold_spreading, paused, Held};
 use super::create_update::abort_creating;
+use super::fairness::{round_robin, WINDOW_FACTOR};
 use super::{is_remote, target_of, Ctx, Step, WorkReport};
 
 /// Runs one bounded batch of due deletion work.
+///
+/// Fair between operations: the step looks at a window of due items
+/// (`Policy::batch_items` × `WINDOW_FACTOR`, `fairness.rs`), takes them round-robin by
+/// operation, at most `Policy::items_per_operation` of one operation, and
+/// gives each its share of the step's budget of referrer changes, so a
+/// small delete is not queued behind a cascade of a million (whose walk
+/// alone would otherwise take every step's whole budget).
 pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<Step<WorkReport>, CoreError> {
     let mut tx = Tx::new(state);
-    let due = tx.due_work(ctx.now, ctx.policy.batch_items)?;
+    let window = ctx.policy.batch_items.saturating_mul(WINDOW_FACTOR);
+    let due = tx.due_work(ctx.now, window)?;
     let mut report = WorkReport {
-        more: due.len() >= ctx.policy.batch_items,
+        more: due.len() >= window,
         ..WorkReport::default()
     };
+    let scheduled = round_robin(&tx, ctx, due, &mut report)?;
     let mut budget = ctx.policy.batch_budget;
-    for item in due {
+    let count = scheduled.len();
+    for (i, item) in scheduled.into_iter().enumerate() {
         if budget == 0 {
             report.more = true;
             break;
@@ -53,7 +68,13 @@ pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<St
             continue;
         }
         report.items += 1;
-        if !step_deletion(&mut tx, ctx, work, &mut budget, &mut report)? {
+        // This item's share of what is left: the items after it get theirs.
+        let share = budget.div_ceil(count - i).max(1);
+        let mut item_budget = share.min(budget);
+        let before = item_budget;
+        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report)?;
+        budget -= before - item_budget;
+        if !finished {
             report.more = true;
         }
     }
@@ -127,16 +148,24 @@ fn step_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     }
     let target = target_of(&resource);
+    if paused(tx, record.operation)? {
+        // Paused: nothing of it moves here, not even a purge; no attempt.
+        defer(tx, ctx, work);
+        return Ok(true);
+    }
     // Only an operation's root can be deleted without cascade (nothing else
     // enters DELETING by it), and then its referrers lose the element.
     let (no_cascade, retain_ms) = tx
         .with_operation(record.operation, |op| (!op.cascade, op.retain_ms))?
         .unwrap_or((false, 0));
+    // Owned here (once a step, not per referrer), so the record stays free
+    // to change when the operation's controls let a held walk go on.
+    let (requested_by, principal) = (record.requested_by.clone(), record.principal.clone());
     let deletion = Applied {
         target: &target,
         operation: record.operation,
-        requested_by: &record.requested_by,
-        principal: &record.principal,
+        requested_by: &requested_by,
+        principal: &principal,
         no_cascade,
         forced: record.forced.is_some(),
         retain_ms,
@@ -154,10 +183,22 @@ fn step_deletion<S: StateRead + ?Sized>(
         return Ok(true);
     }
     let mut refusals = Vec::new();
+    let mut record = record;
     if !work.walk.finished {
-        if !resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)? {
-            tx.put_work(work);
-            return Ok(false);
+        let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)?;
+        if !matches!(end, WalkEnd::Held(_)) {
+            clear_held(tx, ctx, &resource, &mut record)?;
+        }
+        match end {
+            WalkEnd::Finished => {}
+            WalkEnd::OutOfBudget => {
+                tx.put_work(work);
+                return Ok(false);
+            }
+            WalkEnd::Held(held) => {
+                hold_spreading(tx, ctx, &resource, record, work, held, report)?;
+                return Ok(true);
+            }
         }
         work.walk.recount_at = ctx.now.plus_millis(ctx.policy.backoff_cap_ms);
     }
@@ -172,9 +213,18 @@ fn step_deletion<S: StateRead + ?Sized>(
         (Vec::new(), work.walk.remote.clone())
     } else {
         refusals.clear();
-        let Some((counted, blockers)) = full_pass(tx, ctx, &deletion, budget, report, &mut refusals)? else {
-            tx.put_work(work);
-            return Ok(false);
+        let (counted, blockers) = match full_pass(tx, ctx, &deletion, budget, report, &mut refusals)? {
+            PassEnd::Done(counted, blockers) => (counted, blockers),
+            PassEnd::OutOfBudget => {
+                tx.put_work(work);
+                return Ok(false);
+            }
+            PassEnd::Held(held) => {
+                // The next look starts its walk from the first row again.
+                work.walk = Walk::default();
+                hold_spreading(tx, ctx, &resource, record, work, held, report)?;
+                return Ok(true);
+            }
         };
         work.walk.remote = counted.remote;
         work.walk.blocking = counted.blocking;
@@ -252,12 +302,24 @@ fn step_deletion<S: StateRead + ?Sized>(
     Ok(true)
 }
 
+/// How a walk of a deletion's back-references ended.
+enum WalkEnd {
+    /// Past the last row.
+    Finished,
+    /// The step's budget ran out first (`Walk` holds the position).
+    OutOfBudget,
+    /// The operation's controls hold a referrer it would enter into
+    /// deletion: the walk stopped just before that row.
+    Held(Held),
+}
+
 /// Resumes the walk of a deletion's back-references where the last step
 /// left it: acts on the local `cascade`, `unset` and `allow_dangling` rows
 /// (each removes its row) and counts the rows that stay. A referrer the
 /// deletion's principal may not update keeps its row, counted as blocking,
-/// its refusal in `refusals`. Returns false when the budget ran out first
-/// (`walk` then holds the position).
+/// its refusal in `refusals`. Stops when the budget runs out (`walk` then
+/// holds the position), or before a referrer the operation's controls do
+/// not let it enter into deletion.
 fn resume_walk<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -266,8 +328,9 @@ fn resume_walk<S: StateRead + ?Sized>(
     budget: &mut usize,
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
-) -> Result<bool, CoreError> {
-    let mut pages = BackRefPages::resume(deletion.target.uid, walk.after.take());
+) -> Result<WalkEnd, CoreError> {
+    let mut last_done = walk.after.take();
+    let mut pages = BackRefPages::resume(deletion.target.uid, last_done.clone());
     let finished = loop {
         if *budget == 0 {
             break false;
@@ -277,16 +340,30 @@ fn resume_walk<S: StateRead + ?Sized>(
         let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
             break true;
         };
+        let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
+        let mut cascades_seen = 0u64;
         for b in page {
+            let key = b.key();
+            if b.on_delete == OnDelete::Cascade {
+                cascades_seen += 1;
+            }
             match b.on_delete {
                 OnDelete::Block if deletion.forced && is_remote(ctx, &b.referrer.name) => {
                     *walk.remote.entry(b.referrer.name.region().to_owned()).or_default() += 1;
                 }
                 OnDelete::Block if deletion.forced => {
                     *budget = budget.saturating_sub(1);
-                    if let Some(refused) = apply_to_referrer(tx, ctx, deletion, b, report)? {
-                        walk.blocking += 1;
-                        refusals.push(refused);
+                    match apply_to_referrer(tx, ctx, deletion, b, report, 0)? {
+                        Acted::Done => {}
+                        Acted::Refused(refused) => {
+                            walk.blocking += 1;
+                            refusals.push(refused);
+                        }
+                        Acted::Held(held) => {
+                            walk.after = last_done;
+                            walk.finished = false;
+                            return Ok(WalkEnd::Held(held));
+                        }
                     }
                 }
                 OnDelete::Block => walk.blocking += 1,
@@ -296,17 +373,43 @@ fn resume_walk<S: StateRead + ?Sized>(
                 }
                 OnDelete::Cascade | OnDelete::Unset => {
                     *budget = budget.saturating_sub(1);
-                    if let Some(refused) = apply_to_referrer(tx, ctx, deletion, b, report)? {
-                        walk.blocking += 1;
-                        refusals.push(refused);
+                    let more = cascades_in_page - cascades_seen + 1;
+                    match apply_to_referrer(tx, ctx, deletion, b, report, more)? {
+                        Acted::Done => {}
+                        Acted::Refused(refused) => {
+                            walk.blocking += 1;
+                            refusals.push(refused);
+                        }
+                        Acted::Held(held) => {
+                            // Stop before this row: the next look starts
+                            // with it (nothing of it was changed).
+                            walk.after = last_done;
+                            walk.finished = false;
+                            return Ok(WalkEnd::Held(held));
+                        }
                     }
                 }
             }
+            last_done = Some(key);
         }
     };
     walk.after = pages.position().cloned();
     walk.finished = finished;
-    Ok(finished)
+    Ok(if finished {
+        WalkEnd::Finished
+    } else {
+        WalkEnd::OutOfBudget
+    })
+}
+
+/// How a full pass over a deletion's back-references ended.
+enum PassEnd {
+    /// Its counts and the blockers to list.
+    Done(Walk, Vec<Blocker>),
+    /// The step's budget ran out first; the next step passes again.
+    OutOfBudget,
+    /// The operation's controls hold a referrer it would enter.
+    Held(Held),
 }
 
 /// Reads every back-reference the deletion still has, from the first:
@@ -314,7 +417,8 @@ fn resume_walk<S: StateRead + ?Sized>(
 /// something holds it. It is the same walk from the start (a local row it
 /// meets is acted on; none is expected, since nothing attaches to a
 /// DELETING resource), and returns its counts and the blockers to list.
-/// `None` when the budget ran out first; the next step passes again.
+/// It ends early when the budget runs out, or when the operation's
+/// controls hold a referrer.
 fn full_pass<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -322,10 +426,12 @@ fn full_pass<S: StateRead + ?Sized>(
     budget: &mut usize,
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
-) -> Result<Option<(Walk, Vec<Blocker>)>, CoreError> {
+) -> Result<PassEnd, CoreError> {
     let mut counted = Walk::default();
-    if !resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals)? {
-        return Ok(None);
+    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals)? {
+        WalkEnd::Finished => {}
+        WalkEnd::OutOfBudget => return Ok(PassEnd::OutOfBudget),
+        WalkEnd::Held(held) => return Ok(PassEnd::Held(held)),
     }
     let mut blockers = Vec::new();
     if counted.blocking > 0 {
@@ -341,7 +447,7 @@ fn full_pass<S: StateRead + ?Sized>(
             });
         }
     }
-    Ok(Some((counted, blockers)))
+    Ok(PassEnd::Done(counted, blockers))
 }
 
 /// Records that an operation's part reached other regions. `changed`:
@@ -439,11 +545,16 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         tx.remove_work(uid);
         return Ok(true);
     };
+    if paused(tx, tombstone.operation)? {
+        defer(tx, ctx, work);
+        return Ok(true);
+    }
     let requested_by = format!("region {}", tombstone.target.name.region());
     let mut refusals = Vec::new();
     // Resumed where the last step stopped, like the owner's walk (`Walk`):
     // the rows acted on so far are removed, tombstones in an LSM engine.
-    let mut pages = BackRefPages::resume(uid, work.walk.after.take());
+    let mut last_done = work.walk.after.take();
+    let mut pages = BackRefPages::resume(uid, last_done.clone());
     loop {
         if *budget == 0 {
             work.walk.after = pages.position().cloned();
@@ -453,7 +564,13 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         let Some(page) = pages.next_page(tx, (*budget).min(256))? else {
             break;
         };
+        let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
+        let mut cascades_seen = 0u64;
         for b in page {
+            let key = b.key();
+            if b.on_delete == OnDelete::Cascade {
+                cascades_seen += 1;
+            }
             // A forced deletion's `block` referrers lose the reference too.
             let acted_on = match b.on_delete {
                 OnDelete::Cascade | OnDelete::Unset => true,
@@ -471,10 +588,28 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     forced: tombstone.forced,
                     retain_ms: tombstone.retain_ms,
                 };
-                if let Some(refused) = apply_to_referrer(tx, ctx, &deletion, b, report)? {
-                    refusals.push(refused);
+                let more = cascades_in_page - cascades_seen + 1;
+                match apply_to_referrer(tx, ctx, &deletion, b, report, more)? {
+                    Acted::Done => {}
+                    Acted::Refused(refused) => refusals.push(refused),
+                    Acted::Held(held) => {
+                        // Stop before this referrer; look again later,
+                        // no attempt counted (a bound is not a failure).
+                        // Refused referrers passed meanwhile keep their
+                        // rows: the next look starts from the first row.
+                        work.walk.after = if refusals.is_empty() { last_done } else { None };
+                        work.walk.finished = false;
+                        work.next_attempt_at = held.retry_at;
+                        work.last_error = Some(held.reason);
+                        if let Some(lease) = held.lease {
+                            report.budget_wanted.push(lease);
+                        }
+                        tx.put_work(work);
+                        return Ok(true);
+                    }
                 }
             }
+            last_done = Some(key);
         }
     }
     if !refusals.is_empty() {
@@ -556,6 +691,18 @@ struct Applied<'a> {
     retain_ms: u64,
 }
 
+/// What [`apply_to_referrer`] did.
+enum Acted {
+    /// Cascaded, unset, or nothing to do.
+    Done,
+    /// The deletion's principal may not change it (the refusal): it keeps
+    /// its reference and its row.
+    Refused(String),
+    /// The operation's controls do not let it enter deletion now: nothing
+    /// of it or its row changed.
+    Held(Held),
+}
+
 /// Applies the deletion of `target` to one referrer: cascade or unset.
 ///
 /// Without cascade (`no_cascade`) a `cascade` referrer is never deleted: it
@@ -578,7 +725,8 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     deletion: &Applied<'_>,
     b: BackRef,
     report: &mut WorkReport,
-) -> Result<Option<String>, CoreError> {
+    more: u64,
+) -> Result<Acted, CoreError> {
     let Applied {
         target,
         operation,
@@ -588,6 +736,24 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         forced: _,
         retain_ms,
     } = *deletion;
+    // A referrer the cascade would enter into deletion needs the
+    // operation's leave first (budget, rate, not cancelled): without it,
+    // nothing of the referrer or its row changes.
+    if b.on_delete == OnDelete::Cascade && !no_cascade && has_controls(tx, operation)? {
+        if let Some(referrer) = tx.resource_by_uid(b.referrer.uid)? {
+            let holds: Vec<Uid> = referrer
+                .refs
+                .get(&b.field)
+                .map(|ts| ts.iter().map(|t| t.uid).collect())
+                .unwrap_or_default();
+            let emptied = !holds.is_empty() && holds.iter().all(|&u| u == target.uid);
+            if referrer.state == ResourceState::Active && emptied {
+                if let Some(held) = admit(tx, ctx, operation, more)? {
+                    return Ok(Acted::Held(held));
+                }
+            }
+        }
+    }
     let checked = !deletion.forced && !ctx.authorizer.allows_everything();
     let mut delete_refused = false;
     if checked {
@@ -603,7 +769,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
                 let verb = if deletes { Verb::Delete } else { Verb::Update };
                 if let Some(refused) = refusal(ctx, deletion, verb, &referrer.name) {
                     if !deletes {
-                        return Ok(Some(refused));
+                        return Ok(Acted::Refused(refused));
                     }
                     delete_refused = true;
                 }
@@ -623,18 +789,18 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         tx.remove_backref(b.key());
     }
     let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
-        return Ok(None); // the referrer is gone: the back-reference was stale
+        return Ok(Acted::Done); // the referrer is gone: the back-reference was stale
     };
     if referrer.state == ResourceState::Creating {
         // Its create has not been confirmed yet: the create fails instead.
         abort_creating(tx, ctx, referrer)?;
-        return Ok(None);
+        return Ok(Acted::Done);
     }
     if referrer.state != ResourceState::Active {
-        return Ok(None);
+        return Ok(Acted::Done);
     }
     let Some(targets) = referrer.refs.get_mut(&b.field) else {
-        return Ok(None);
+        return Ok(Acted::Done);
     };
     let before = targets.len();
     // A target kept DELETED can be undeleted: what the field held is kept
@@ -644,7 +810,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     let old_targets = kept.then(|| targets.clone());
     targets.retain(|t| t.uid != target.uid);
     if targets.len() == before {
-        return Ok(None);
+        return Ok(Acted::Done);
     }
     let emptied = targets.is_empty();
     if emptied {
@@ -675,7 +841,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             // Refused: DELETING, and its own step holds it BLOCKED.
             enter_deleting(tx, ctx, referrer, reason, operation, requested_by, principal)?;
         }
-        return Ok(None);
+        return Ok(Acted::Done);
     }
     referrer.update_time = ctx.now;
     let message = if b.on_delete == OnDelete::Cascade && emptied {
@@ -710,7 +876,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         };
         audit_change(tx, ctx, deletion, &referrer.name, action, Verb::Update);
     }
-    Ok(None)
+    Ok(Acted::Done)
 }
 
 /// Why the deletion's principal may not `verb` the member `name` under this
@@ -804,7 +970,22 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
     retain_ms: u64,
 ) -> Result<(), CoreError> {
     // Asked once per referrer: a look, not a copy of the operation.
-    if tx.with_operation(operation, |_| ())?.is_none() {
+    let adopt = tx.with_operation(operation, |op| {
+        // A part the root's region created before the cascade came (a
+        // bounded operation's registration, a pause): it takes the
+        // cascade's principal and retention with its first member.
+        op.progress == Progress::default()
+            && (op.principal != *principal || op.retain_ms != retain_ms || op.cascade != cascade)
+    })?;
+    if adopt == Some(true) {
+        if let Some(op) = tx.operation_mut(operation)? {
+            op.principal = principal.clone();
+            op.cascade = cascade;
+            op.retain_ms = retain_ms;
+        }
+        return Ok(());
+    }
+    if adopt.is_none() {
         tx.put_operation(Operation {
             id: operation,
             root: root.clone(),
@@ -817,6 +998,7 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
             reached: BTreeSet::new(),
             changes: 0,
             closure_confirmed: false,
+            controls: None,
             principal: principal.clone(),
             retain_ms,
         });

@@ -364,6 +364,58 @@ fn audit_entry(e: AuditEntry, region: &RegionId) -> v1::AuditEntry {
 
 #[tonic::async_trait]
 impl Admin for AdminApi {
+    /// Carried out by the operation's root's region (forwarded there).
+    async fn extend_budget(
+        &self,
+        request: Request<v1::ExtendBudgetRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
+        let target = request.get_ref().operation_id.clone();
+        let admin = self.authenticate(&request, "ExtendBudget", &target).await?;
+        let principal = caller(&request);
+        let context = self.admin_context(&request, &admin, Verb::AdminExtendBudget);
+        let req = request.into_inner();
+        let audit = AdminRequest {
+            who: admin.who.clone(),
+            action: "ExtendBudget".to_owned(),
+            target: format!("operation {} to {}", req.operation_id, req.max_deletions),
+            reason: req.reason.clone(),
+        };
+        if let Err(refused) = req.check_bounds() {
+            return Err(self.audited_status(audit, context, refused).await);
+        }
+        let id = crate::api::parse_operation_id(&req.operation_id, "operation_id")?;
+        let root = match self.node.state().get_operation(id).map_err(crate::error::Fault::from)? {
+            Some(op) => op.root,
+            None => {
+                let read = crate::cluster::OPERATION_READ_TIMEOUT;
+                self.node.operation_within(id, 0, None, read).await?.operation.root
+            }
+        };
+        if let Some(region) = self.node.owner_region(&root.name, "operation_id").map_err(refused)? {
+            let mut client = self.node.peers.admin(region).map_err(refused)?;
+            let call = client.extend_budget(Self::forwarded(req, &admin));
+            return Ok(Response::new(
+                call_owner(region, "ExtendBudget", FORWARD_TIMEOUT, call).await?,
+            ));
+        }
+        if let Err(denied) = self.authorize_admin(&principal, Verb::AdminExtendBudget) {
+            return Err(self.audited_status(audit, context, denied).await);
+        }
+        let span = info_span!("extend_budget", region = %self.node.region, operation = %id, who = %admin.who);
+        match self
+            .node
+            .extend_budget(id, req.max_deletions, audit.clone(), context.clone())
+            .instrument(span)
+            .await
+        {
+            Ok(op) => {
+                info!(region = %self.node.region, operation = %id, max_deletions = req.max_deletions, who = %admin.who, "budget extended");
+                Ok(Response::new(crate::api::operation_control::present_part(&op)))
+            }
+            Err(e) => Err(self.audited_refusal(audit, context, e).await),
+        }
+    }
+
     async fn list_deletions(
         &self,
         request: Request<v1::ListDeletionsRequest>,

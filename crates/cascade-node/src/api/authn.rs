@@ -261,7 +261,7 @@ pub(crate) fn is_guarded(path: &str) -> bool {
 }
 
 /// The calls that change something, which `[auth.rate]` limits.
-const MUTATING: [&str; 11] = [
+const MUTATING: [&str; 15] = [
     "/cascade.v1.Resources/Create",
     "/cascade.v1.Resources/BatchCreate",
     "/cascade.v1.Resources/Update",
@@ -274,6 +274,10 @@ const MUTATING: [&str; 11] = [
     "/cascade.v1.Admin/ForcePurge",
     // A count changes nothing, but the call is one (it may force).
     "/cascade.v1.Admin/Purge",
+    "/cascade.v1.Resources/PauseOperation",
+    "/cascade.v1.Resources/ResumeOperation",
+    "/cascade.v1.Resources/CancelOperation",
+    "/cascade.v1.Admin/ExtendBudget",
 ];
 
 fn is_mutating(path: &str) -> bool {

@@ -188,6 +188,8 @@ pub fn limits() -> Vec<Limit> {
         row("fan-out", "cluster status: one region's figures", Amount::Time(crate::status::STATUS_DEADLINE), ""),
         row("fan-out", "cluster status reused", Amount::Time(crate::status::STATUS_REUSE), ""),
         row("fan-out", "closure check: one region's part", Amount::Time(crate::closure_check::CLOSURE_READ_TIMEOUT), ""),
+        row("fan-out", "a bounded delete's registration, or a pause, resume or cancel, told to every other region at once", Amount::Time(crate::operation_control::CONTROL_CALL_TIMEOUT), ""),
+        row("fan-out", "a budget lease from the root's region", Amount::Time(crate::operation_control::CONTROL_CALL_TIMEOUT), ""),
         row("fan-out", "a create's lookups of remote targets in flight", items(crate::cluster::CONCURRENT_LOOKUPS), ""),
         row("fan-out", "a read's lookup of a dangling remote target", Amount::Time(crate::node::DANGLING_LOOKUP_TIMEOUT), ""),
         // Streams and what they replay.
@@ -206,6 +208,9 @@ pub fn limits() -> Vec<Limit> {
         row("deletion", "writer tick", Amount::Time(DEFAULT_TICK), "[deletion] tick_ms"),
         row("deletion", "re-check of remote back-references of a waiting deletion", Amount::Time(DEFAULT_CHECK_INTERVAL), "[deletion] check_interval_ms"),
         row("deletion", "resources one forced Admin.Purge may delete, every region together", items(api.max_purge_members), "[limits] max_purge_members"),
+        row("deletion", "due deletions of one operation a work step takes while others are due", items(policy.items_per_operation), ""),
+        row("deletion", "units of an operation's budget a region leases at once", Amount::Items(cascade_core::protocol::MAX_LEASE), ""),
+        row("deletion", "next look at a member its operation's budget, rate or cancel holds, and at a paused operation's deletions", ms(cascade_core::protocol::HELD_RECHECK_MS), ""),
         row("deletion", "age under which ForcePurge needs force", ms(DEFAULT_FORCE_PURGE_AFTER_MS), "[admin] force_purge_after_ms"),
         row("deletion", "members of a cascade started without its plan token (more: PLAN_REQUIRED)", api.confirm_above.map_or(Amount::Off, items), "[limits] confirm_above"),
         row("deletion", "soft-delete window: a kind's retain, a Delete's retention_seconds", ms(policy.max_retention_ms), "[limits] max_retention"),

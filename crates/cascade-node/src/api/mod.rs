@@ -41,6 +41,7 @@ pub(crate) mod forward;
 pub(crate) mod grpc_metrics;
 pub(crate) mod limits;
 pub(crate) mod listing;
+pub(crate) mod operation_control;
 pub(crate) mod peer;
 pub(crate) mod peer_client;
 pub(crate) mod principal;

@@ -189,6 +189,47 @@ impl Peer for PeerApi {
         Ok(Response::new(answer))
     }
 
+    async fn budget_lease(
+        &self,
+        request: Request<v1::BudgetLeaseRequest>,
+    ) -> Result<Response<v1::BudgetLeaseResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        let region = from_region(&request.get_ref().from_region)?;
+        self.authorize_as(&request, &region, "BudgetLease")?;
+        let req = request.into_inner();
+        let id = parse_operation_id(&req.operation_id, "operation_id")?;
+        let grant = self.node.grant_budget(id, req.wanted).await?;
+        Ok(Response::new(v1::BudgetLeaseResponse {
+            granted: grant.granted,
+            max_deletions: grant.max_deletions,
+            used: grant.used,
+        }))
+    }
+
+    async fn operation_control(
+        &self,
+        request: Request<v1::OperationControlRequest>,
+    ) -> Result<Response<v1::OperationControlResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        let (id, action, root) = crate::api::operation_control::peer_control(request.get_ref())?;
+        // Only the root's region controls an operation's parts.
+        match &root {
+            Some(root) => {
+                let region = RegionId::parse(root.name.region()).map_err(|e| invalid_field("root", e))?;
+                self.authorize_as(&request, &region, "OperationControl")?;
+            }
+            None => self.authorize_any(&request)?,
+        }
+        let req = request.into_inner();
+        let op = self
+            .node
+            .apply_peer_control(id, action, root, req.requested_by, req.reason)
+            .await?;
+        Ok(Response::new(v1::OperationControlResponse {
+            state: convert::operation_state(&op) as i32,
+        }))
+    }
+
     async fn region_figures(
         &self,
         request: Request<v1::RegionFiguresRequest>,

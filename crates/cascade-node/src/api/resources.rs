@@ -10,6 +10,12 @@
 //! compaction overtakes it); WatchOperation re-reads the operation
 //! whenever one of its events commits (and polls other regions), so it
 //! replays nothing and compaction cannot make it skip a change.
+//! PauseOperation, ResumeOperation and CancelOperation are in
+//! `operation_control.rs` (they reach the root's region and every other).
+//!
+//! Size: one file because the Resources service is one trait impl; what
+//! grows (listings, operation controls) lives in its own module, and the
+//! methods here are the adapters that delegate to it.
 
 use std::collections::BTreeSet;
 use std::pin::Pin;
@@ -20,7 +26,7 @@ use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::limits::quote;
 use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
-use cascade_core::protocol::{AddLien, DeleteOutcome, ResourceSpec};
+use cascade_core::protocol::{AddLien, Control, DeleteOutcome, ResourceSpec};
 use cascade_core::{CoreError, ResourceName};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
@@ -209,7 +215,7 @@ impl ResourcesApi {
     /// The audit context of `principal`'s call through `through` (the
     /// region that vouched for it; None: a direct call), when the policy
     /// allows `verb` on `name`; else the refusal, audited.
-    async fn audited(
+    pub(crate) async fn audited(
         &self,
         principal: &Principal,
         through: Option<&str>,
@@ -229,7 +235,7 @@ impl ResourcesApi {
     /// A refused change: written to the audit log (with the rule of the
     /// first refused member, when the policy refused it) in its own step,
     /// and the status the caller gets.
-    async fn audit_refused(
+    pub(crate) async fn audit_refused(
         &self,
         mut context: AuditContext,
         action: &str,
@@ -267,6 +273,31 @@ impl ResourcesApi {
 
 #[tonic::async_trait]
 impl Resources for ResourcesApi {
+    // The controls of a running operation: `api/operation_control.rs`.
+    async fn pause_operation(
+        &self,
+        request: Request<v1::PauseOperationRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
+        let (id, reason) = (request.get_ref().id.clone(), request.get_ref().reason.clone());
+        self.control(request, Control::Pause, id, reason).await
+    }
+
+    async fn resume_operation(
+        &self,
+        request: Request<v1::ResumeOperationRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
+        let (id, reason) = (request.get_ref().id.clone(), request.get_ref().reason.clone());
+        self.control(request, Control::Resume, id, reason).await
+    }
+
+    async fn cancel_operation(
+        &self,
+        request: Request<v1::CancelOperationRequest>,
+    ) -> Result<Response<v1::Operation>, Status> {
+        let (id, reason) = (request.get_ref().id.clone(), request.get_ref().reason.clone());
+        self.control(request, Control::Cancel, id, reason).await
+    }
+
     async fn explain_deletion(
         &self,
         request: Request<v1::ExplainDeletionRequest>,

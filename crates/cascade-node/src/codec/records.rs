@@ -194,12 +194,16 @@ macro_rules! layered_records {
 
 // Soft delete's layouts (`stored/soft.rs`) come first in each list: a
 // record without a retention or a window keeps the layout it had before.
+// An operation's budget and controls (`stored/budget.rs`, issue 29) are its
+// fourth layout, wrapping soft delete's third: written only for an
+// operation that has them.
 layered_records! {
     Resource => [
         VERSION_POSTCARD_V3 => ResourceV3 if |r| r.soft_deleted.is_some(),
         VERSION_POSTCARD_V2 => ResourceV2 if |r| !r.liens.is_empty()
     ] else Resource;
     Operation => [
+        VERSION_POSTCARD_V4 => OperationV4 if |o| o.controls.is_some(),
         VERSION_POSTCARD_V3 => OperationV3 if |o| o.retain_ms > 0,
         VERSION_POSTCARD_V2 => OperationV2 if |o| stored::names_a_principal(&o.principal)
     ] else Operation;

@@ -47,7 +47,9 @@ use cascade_core::{OnDelete as CoreOnDelete, OperationId, ResourceName as CoreNa
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+mod budget;
 mod soft;
+pub use budget::{OperationControls, OperationV4};
 pub use soft::{EventV4, OperationV3, OutcomeV2, RemoteDeletionV4, ResourceV3, SoftDeletion, UnsetUndo};
 
 /// A uid or an operation id: the UUID's 16 bytes, no length prefix.
@@ -656,6 +658,7 @@ pub enum OperationState {
     Running,
     Succeeded,
     Failed,
+    Cancelled,
 }
 
 impl From<model::OperationState> for OperationState {
@@ -664,6 +667,7 @@ impl From<model::OperationState> for OperationState {
             model::OperationState::Running => OperationState::Running,
             model::OperationState::Succeeded => OperationState::Succeeded,
             model::OperationState::Failed => OperationState::Failed,
+            model::OperationState::Cancelled => OperationState::Cancelled,
         }
     }
 }
@@ -674,6 +678,7 @@ impl From<OperationState> for model::OperationState {
             OperationState::Running => model::OperationState::Running,
             OperationState::Succeeded => model::OperationState::Succeeded,
             OperationState::Failed => model::OperationState::Failed,
+            OperationState::Cancelled => model::OperationState::Cancelled,
         }
     }
 }
@@ -765,6 +770,7 @@ impl TryFrom<Operation<'_>> for model::Operation {
             closure_confirmed: o.closure_confirmed,
             principal: cascade_core::auth::Principal::anonymous(),
             retain_ms: 0,
+            controls: None,
         })
     }
 }
@@ -789,6 +795,11 @@ pub enum OutcomeAction<'a> {
     Waiting {
         regions: Cow<'a, [String]>,
     },
+    /// Appended (issue 29): held by its operation's controls.
+    Held {
+        #[serde(borrow)]
+        reason: Cow<'a, str>,
+    },
 }
 
 impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
@@ -807,6 +818,9 @@ impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
             },
             model::OutcomeAction::Waiting { regions } => OutcomeAction::Waiting {
                 regions: Cow::Borrowed(regions),
+            },
+            model::OutcomeAction::Held { reason } => OutcomeAction::Held {
+                reason: Cow::Borrowed(reason.as_str()),
             },
         }
     }
@@ -829,6 +843,7 @@ impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
             OutcomeAction::Waiting { regions } => model::OutcomeAction::Waiting {
                 regions: strings(regions),
             },
+            OutcomeAction::Held { reason } => model::OutcomeAction::Held { reason: string(reason) },
         })
     }
 }

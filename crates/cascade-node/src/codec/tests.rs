@@ -201,6 +201,7 @@ fn operation() -> impl Strategy<Value = Operation> {
             Just(OperationState::Running),
             Just(OperationState::Succeeded),
             Just(OperationState::Failed),
+            Just(OperationState::Cancelled),
         ],
         any::<[u64; 5]>(),
         (ts(), prop::option::of(ts())),
@@ -233,6 +234,33 @@ fn operation() -> impl Strategy<Value = Operation> {
                 closure_confirmed,
                 principal: Default::default(),
                 retain_ms: 0,
+                controls: None,
+            },
+        )
+}
+
+fn controls() -> impl Strategy<Value = OperationControls> {
+    (
+        (prop::option::of(any::<u64>()), any::<u64>(), any::<u64>()),
+        (prop::option::of(any::<(u64, u64)>()), prop::option::of(any::<u32>())),
+        (ts(), any::<u64>(), any::<bool>(), any::<bool>(), text()),
+    )
+        .prop_map(
+            |(
+                (max_deletions, admitted, granted),
+                (exhausted, rate_per_s),
+                (rate_since, rate_base, paused, cancelled, by),
+            )| OperationControls {
+                max_deletions,
+                admitted,
+                granted,
+                exhausted,
+                rate_per_s,
+                rate_since,
+                rate_base,
+                paused,
+                cancelled,
+                by,
             },
         )
 }
@@ -245,6 +273,7 @@ fn action() -> impl Strategy<Value = OutcomeAction> {
         blockers().prop_map(|blockers| OutcomeAction::Blocked { blockers }),
         text().prop_map(|error| OutcomeAction::Failed { error }),
         strings().prop_map(|regions| OutcomeAction::Waiting { regions }),
+        text().prop_map(|reason| OutcomeAction::Held { reason }),
     ]
 }
 
@@ -457,9 +486,16 @@ proptest! {
     }
 
     #[test]
-    fn operations_round_trip(v in operation(), p in principal()) {
-        let v = Operation { principal: p, ..v };
-        both_ways_as(Table::Operations, &v, v.principal != Principal::anonymous())?;
+    fn operations_round_trip(v in operation(), p in principal(), c in prop::option::of(controls())) {
+        let v = Operation { principal: p, controls: c.map(Box::new), ..v };
+        let version = if v.controls.is_some() {
+            VERSION_POSTCARD_V4
+        } else if v.principal != Principal::anonymous() {
+            VERSION_POSTCARD_V2
+        } else {
+            VERSION_POSTCARD_V1
+        };
+        both_ways_in(Table::Operations, &v, version)?;
     }
 
     #[test]
@@ -619,6 +655,98 @@ fn binary_values_are_smaller_than_json() {
             table.name()
         );
     }
+}
+
+/// An operation written before issue 29 (versions 1 and 2, no controls)
+/// still reads, with no controls; one without controls keeps those bytes.
+#[test]
+fn an_operation_from_before_budgets_reads_without_controls() {
+    let op = Operation {
+        id: OperationId(Uuid::from_bytes([9; 16])),
+        root: RefTarget {
+            name: ResourceName::parse("eu-west/network/n-1").expect("a name"),
+            uid: uid_n(7),
+        },
+        requested_by: "alice".into(),
+        cascade: true,
+        state: OperationState::Running,
+        progress: Progress {
+            pending: 2,
+            ..Progress::default()
+        },
+        create_time: Timestamp(1000),
+        end_time: None,
+        reached: BTreeSet::from(["us-east".to_owned()]),
+        changes: 4,
+        closure_confirmed: false,
+        principal: Principal::anonymous(),
+        controls: None,
+        retain_ms: 0,
+    };
+    let principal = Principal {
+        id: "alice".into(),
+        groups: vec!["ops".into()],
+        via: Via::Token,
+    };
+    let with_principal = Operation {
+        principal: principal.clone(),
+        ..op.clone()
+    };
+    let mut v1 = vec![VERSION_POSTCARD_V1];
+    v1.extend(postcard::to_allocvec(&super::stored::Operation::from(&op)).expect("encodes"));
+    let mut v2 = vec![VERSION_POSTCARD_V2];
+    v2.extend(postcard::to_allocvec(&super::stored::OperationV2::from(&with_principal)).expect("encodes"));
+    let read1: Operation = decode(Table::Operations, &v1).expect("version 1 reads");
+    let read2: Operation = decode(Table::Operations, &v2).expect("version 2 reads");
+    assert_eq!(read1, op);
+    assert_eq!(read2, with_principal);
+    assert!(read1.controls.is_none() && read2.controls.is_none());
+    assert_eq!(
+        op.encode(Table::Operations).expect("encodes"),
+        v1,
+        "no controls: version 1's bytes"
+    );
+    let bounded = Operation {
+        controls: Some(Box::new(OperationControls {
+            max_deletions: Some(100),
+            admitted: 3,
+            ..OperationControls::default()
+        })),
+        ..op
+    };
+    let bytes = bounded.encode(Table::Operations).expect("encodes");
+    assert_eq!(bytes[0], VERSION_POSTCARD_V4);
+    let back: Operation = decode(Table::Operations, &bytes).expect("version 4 reads");
+    assert_eq!(back, bounded);
+    // Soft delete's third layout (a retention, no controls) still reads,
+    // without controls, and keeps its version.
+    let kept = Operation {
+        retain_ms: 86_400_000,
+        controls: None,
+        ..bounded.clone()
+    };
+    let v3 = kept.encode(Table::Operations).expect("encodes");
+    assert_eq!(v3[0], VERSION_POSTCARD_V3, "a retention, no controls: version 3");
+    let read3: Operation = decode(Table::Operations, &v3).expect("version 3 reads");
+    assert_eq!(read3, kept);
+    // The fourth layout wraps the third: its bytes are version 3's body of
+    // the same operation, then Some(controls).
+    let both = Operation {
+        retain_ms: 86_400_000,
+        ..bounded
+    };
+    let v4 = both.encode(Table::Operations).expect("encodes");
+    assert_eq!(v4[0], VERSION_POSTCARD_V4);
+    let as_v3 = super::records::encode_stored(
+        Table::Operations,
+        VERSION_POSTCARD_V3,
+        &super::stored::OperationV3::from(&both),
+    )
+    .expect("encodes");
+    assert_eq!(&v4[1..as_v3.len()], &as_v3[1..]);
+    assert_eq!(v4[as_v3.len()], 0x01, "Some(controls)");
+    let read4: Operation = decode(Table::Operations, &v4).expect("version 4 reads");
+    assert_eq!(read4, both);
 }
 
 /// Version 1's bytes are pinned: reordering, retyping or removing a field of
@@ -1015,6 +1143,19 @@ proptest! {
     fn operations_with_a_retention_round_trip(v in operation(), p in principal(), retain in 1..u64::MAX) {
         let v = Operation { principal: p, retain_ms: retain, ..v };
         both_ways_in(Table::Operations, &v, VERSION_POSTCARD_V3)?;
+    }
+
+    /// An operation with a retention and controls (a bounded soft delete)
+    /// is the operation's fourth layout, which wraps the third.
+    #[test]
+    fn operations_with_a_retention_and_controls_round_trip(
+        v in operation(),
+        p in principal(),
+        retain in 0..u64::MAX,
+        c in controls(),
+    ) {
+        let v = Operation { principal: p, retain_ms: retain, controls: Some(Box::new(c)), ..v };
+        both_ways_in(Table::Operations, &v, VERSION_POSTCARD_V4)?;
     }
 
     /// A DELETING event's retention, and a SOFT_DELETED event's snapshot

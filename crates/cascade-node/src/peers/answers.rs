@@ -84,3 +84,26 @@ pub(crate) struct RegionNode {
     pub binary_version: String,
     pub last_seen_ms: i64,
 }
+
+/// What the root's region of an operation tells another one about it
+/// (`Peer.OperationControl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ControlAction {
+    /// Register a bounded operation before its delete starts.
+    Register(cascade_core::protocol::Bounds),
+    /// Pause, resume or cancel its part.
+    Apply(cascade_core::protocol::Control),
+}
+
+/// A pause, resume or cancel the root's region owes another region
+/// (`Node::undelivered_controls`).
+#[derive(Debug, Clone)]
+pub(crate) struct ControlToDeliver {
+    /// What to tell it.
+    pub(crate) control: cascade_core::protocol::Control,
+    /// The operation's root (the region creates its part with it).
+    pub(crate) root: cascade_core::RefTarget,
+    /// Who asked, and why (audited there).
+    pub(crate) who: String,
+    pub(crate) reason: String,
+}

@@ -41,7 +41,9 @@ mod remote_error;
 /// The most nodes of one region a status lists (the rest are left out).
 pub(crate) const MAX_REGION_NODES: usize = 32;
 
-pub(crate) use answers::{ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, WatchedEvent};
+pub(crate) use answers::{
+    ControlAction, ControlToDeliver, ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, WatchedEvent,
+};
 pub(crate) use remote_error::{RelayedCode, RelayedStatus, RemoteError};
 
 use std::collections::BTreeMap;

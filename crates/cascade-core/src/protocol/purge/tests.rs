@@ -363,6 +363,7 @@ fn a_part_leaves_alone_what_changed_since_the_scan_and_is_idempotent() {
         reached: BTreeSet::new(),
         changes: 1,
         closure_confirmed: false,
+        controls: None,
         principal: Principal::anonymous(),
         retain_ms: 0,
     });
