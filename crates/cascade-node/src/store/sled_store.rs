@@ -35,10 +35,7 @@ impl EngineHandles for Handles {
     const ENGINE: &'static str = "sled";
 
     fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            .open()
+        let db = open_waiting_for_the_lock(dir, cache_bytes)
             .map_err(|e| engine(&format!("cannot open the database at {}", dir.display()), e))?;
         let trees = Table::ALL
             .iter()
@@ -57,6 +54,38 @@ impl EngineHandles for Handles {
     fn close(self) {
         tracing::subscriber::with_default(tracing::subscriber::NoSubscriber::default(), || drop(self));
     }
+}
+
+/// How many times, [`LOCK_RETRY_PAUSE`] apart, an open retries a lock that
+/// the directory's previous handles still hold: 2 s in all.
+const LOCK_RETRIES: u32 = 100;
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Opens the database, waiting a bounded while for its file lock.
+///
+/// Dropping the last `Db` does not release the lock at once: sled's
+/// background threads hold the file a moment longer. A reopen in the same
+/// process (healing after a full disk, a node restarted in a test) would
+/// then fail at random with "could not acquire lock" (sled's own test build
+/// blocks on the lock for this reason). A lock held by another process
+/// still fails, after the bounded wait, with sled's error.
+fn open_waiting_for_the_lock(dir: &Path, cache_bytes: u64) -> sled::Result<sled::Db> {
+    let config = sled::Config::new().path(dir).cache_capacity(cache_bytes);
+    let mut retries = 0;
+    loop {
+        match config.open() {
+            Err(e) if retries < LOCK_RETRIES && is_lock_contention(&e) => {
+                retries += 1;
+                std::thread::sleep(LOCK_RETRY_PAUSE);
+            }
+            result => return result,
+        }
+    }
+}
+
+/// sled reports a held lock only in its message (an `Other` I/O error).
+fn is_lock_contention(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
 }
 
 impl Handles {

@@ -254,6 +254,27 @@ fn sled_store_conforms_and_survives_reopen() {
     survives_reopen(|| Arc::new(SledStore::open(&dir.path().join("c")).unwrap()));
 }
 
+/// CI failed once on `survives_reopen` above: "could not acquire lock",
+/// because sled's background threads hold the file a moment after the last
+/// handle is dropped. That race is rare, so this test makes it certain: the
+/// previous handle is still open when the new open starts, and goes 200 ms
+/// later; the open waits for it instead of failing.
+#[test]
+fn sled_reopen_waits_for_the_lock_its_previous_handles_still_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let previous = SledStore::open(&path).unwrap();
+    previous.commit(put(&[(Table::Meta, b"k", b"v")])).unwrap();
+    previous.flush().unwrap();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(previous);
+    });
+    let reopened = SledStore::open(&path).unwrap();
+    release.join().unwrap();
+    assert_eq!(reopened.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
+}
+
 #[test]
 fn fjall_store_conforms_and_survives_reopen() {
     let dir = tempfile::tempdir().unwrap();
