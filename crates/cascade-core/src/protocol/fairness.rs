@@ -42,7 +42,7 @@ pub(super) fn round_robin<S: StateRead + ?Sized>(
     ctx: Ctx<'_>,
     due: Vec<WorkItem>,
     report: &mut WorkReport,
-) -> Result<Vec<WorkItem>, CoreError> {
+) -> Result<Vec<(Option<OperationId>, WorkItem)>, CoreError> {
     let mut queues: Vec<(Option<OperationId>, VecDeque<WorkItem>)> = Vec::new();
     for item in due {
         let op = operation_of(tx, ctx, &item)?;
@@ -57,7 +57,7 @@ pub(super) fn round_robin<S: StateRead + ?Sized>(
     let mut out = Vec::new();
     loop {
         let mut progressed = false;
-        for (i, (_, q)) in queues.iter_mut().enumerate() {
+        for (i, (op, q)) in queues.iter_mut().enumerate() {
             if out.len() >= ctx.policy.batch_items {
                 break;
             }
@@ -68,7 +68,7 @@ pub(super) fn round_robin<S: StateRead + ?Sized>(
             }
             if let Some(item) = q.pop_front() {
                 taken[i] += 1;
-                out.push(item);
+                out.push((*op, item));
                 progressed = true;
             }
         }
