@@ -723,6 +723,40 @@ fn node_modules_outside_api_never_import_api() {
     );
 }
 
+/// The console (`console.rs`, `console/`) reads the node only through its
+/// API, as a client (ARCHITECTURE.md, "Console"): it names no module of
+/// the crate but its own, so a page can never read the store, the writer or
+/// a `Node` around the services, their authentication and policy.
+#[test]
+fn the_console_reads_only_through_the_api() {
+    let files = node_sources();
+    let console: Vec<&SourceFile> = files
+        .iter()
+        .filter(|f| f.name == "console.rs" || f.name.starts_with("console/"))
+        .collect();
+    assert!(
+        console.len() >= 3,
+        "the console's files were not found: {:?}",
+        console.iter().map(|f| &f.name).collect::<Vec<_>>()
+    );
+    let mut offending = Vec::new();
+    for f in &console {
+        for p in f
+            .paths
+            .iter()
+            .filter(|p| p.segments.first().is_none_or(|s| s != "console"))
+        {
+            offending.push(format!("{}:{}: crate::{}", f.name, p.line, p.segments.join("::")));
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "the console may name only its own modules: it reads through the node's API as a client \
+         (ARCHITECTURE.md, \"Console\"); found in crates/cascade-node/src:\n{}",
+        offending.join("\n")
+    );
+}
+
 #[test]
 fn node_modules_form_no_cycle() {
     let files = node_sources();
