@@ -224,14 +224,14 @@ async fn a_stuck_cascade_shows_its_blocker_region_and_field_and_turns_succeeded_
         ))
         .await;
     let row = format!(r#"document.querySelector('tr[data-operation="{}"]')"#, op.id);
-    browser
+    // Read in the same evaluation: a live update may replace the row.
+    let listed = browser
         .wait_for(
             "the operation among the running ones, stuck",
             Duration::from_secs(60),
-            &format!("{row}?.querySelector('.stuck') !== null"),
+            &format!("{row}?.querySelector('.stuck') ? {row}.innerText : null"),
         )
         .await;
-    let listed = browser.eval(&format!("{row}.innerText")).await;
     let listed = listed.as_str().unwrap_or_default();
     for part in ["eu-west/project/p", "RUNNING", "eu-west", "blocked"] {
         assert!(listed.contains(part), "{part} in the operations page's row: {listed}");
