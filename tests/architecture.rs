@@ -7,6 +7,10 @@
 //! wasm builds only), with features unified across members and
 //! dev-dependencies: a closure computed over it is a superset of what any
 //! one build of the host links, so the rules err on the strict side.
+//!
+//! Size: a little over 800 lines: the rules and the small Rust reader they
+//! share (the node's module graph, for the floors, `api/` and the
+//! console) belong together; split, each half would carry a copy of it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::process::Command;

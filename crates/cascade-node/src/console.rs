@@ -20,7 +20,10 @@
 //!   certificate when the node has `[tls]`), the routes, the embedded
 //!   assets and the headers every answer carries (a Content Security
 //!   Policy that runs no script but the console's own file).
-//! - `session.rs`: who the browser is (the token), sign in and out.
+//! - `context.rs`: what every handler shares, and the checks of ids,
+//!   names and page tokens from a browser.
+//! - `session.rs`: who the browser is (the token); signing in and out are
+//!   routes of `server.rs`.
 //! - `backend.rs`: the API calls, each within `CALL_BUDGET`, and what a
 //!   page needs of their answers.
 //! - `pages.rs` and `pages/`: the HTML (maud: compile-time checked, every
@@ -30,6 +33,7 @@
 //!   an HTTP status and a page that says what to do.
 
 mod backend;
+mod context;
 mod error;
 mod live;
 mod pages;

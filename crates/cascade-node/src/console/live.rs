@@ -17,9 +17,9 @@ use futures::Stream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
+use super::context::{operation_id, Console};
 use super::error::ConsoleError;
 use super::pages::{self, Rate};
-use super::server::{operation_id, Console};
 use super::session::Caller;
 use cascade_proto::v1;
 

@@ -12,10 +12,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use axum::Form;
 use axum::Router;
 use cascade_client::ClientTls;
-use cascade_core::limits::{quote, MAX_LIST_PAGE_TOKEN_BYTES};
-use cascade_core::{OperationId, ResourceName};
+use cascade_core::limits::quote;
 use cascade_proto::v1;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -29,10 +29,11 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 use super::backend::{Backend, OUTCOMES_PAGE};
+use super::context::{operation_id, page_token, resource_name, Console};
 use super::error::ConsoleError;
 use super::live::{self, MAX_LIVE_STREAMS};
 use super::pages;
-use super::session::{self, Caller};
+use super::session::{local_path, usable_token, Caller, TOKEN_COOKIE};
 
 /// A TLS handshake that takes longer is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -63,17 +64,6 @@ pub(crate) struct ConsoleSetup {
     pub https_identity: Option<(String, String)>,
     /// The region of the node, shown on every page.
     pub region: String,
-}
-
-/// What every handler shares.
-pub(super) struct Console {
-    pub backend: Backend,
-    pub region: String,
-    /// Served over HTTPS: the cookie is `Secure`.
-    pub secure: bool,
-    /// Turns true when the node stops: live streams end.
-    pub stopping: watch::Receiver<bool>,
-    pub live_streams: Arc<Semaphore>,
 }
 
 /// Why the console could not start (the node's start fails with it).
@@ -182,8 +172,8 @@ fn routes(console: Arc<Console>) -> Router {
             "/assets/console.js",
             get(|| async { asset("text/javascript; charset=utf-8", CONSOLE_JS) }),
         )
-        .route("/login", get(session::login_page).post(session::login))
-        .route("/logout", post(session::logout))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
         .route("/find", get(find))
         .route("/operations", get(operations_page))
         .route("/operations/live", get(live::operations))
@@ -222,31 +212,6 @@ fn protective_headers(mut response: Response) -> Response {
 
 async fn not_found(State(console): State<Arc<Console>>) -> Response {
     pages::not_found(&console.region)
-}
-
-/// An operation id from a path: a UUID (anything else is refused here,
-/// quoted by its prefix, before the API is asked).
-pub(super) fn operation_id(id: &str) -> Result<String, ConsoleError> {
-    OperationId::parse(id)
-        .map(|id| id.to_string())
-        .map_err(|e| ConsoleError::BadRequest(e.to_string()))
-}
-
-fn resource_name(name: &str) -> Result<String, ConsoleError> {
-    ResourceName::parse(name)
-        .map(|n| n.to_string())
-        .map_err(|e| ConsoleError::BadRequest(e.to_string()))
-}
-
-/// A page token from a query: bounded, else refused.
-fn page_token(token: &str) -> Result<&str, ConsoleError> {
-    if token.len() > MAX_LIST_PAGE_TOKEN_BYTES {
-        return Err(ConsoleError::BadRequest(format!(
-            "page token {} is longer than {MAX_LIST_PAGE_TOKEN_BYTES} bytes",
-            quote(token)
-        )));
-    }
-    Ok(token)
 }
 
 #[derive(Debug, Deserialize)]
@@ -359,4 +324,53 @@ async fn resource_page(
         Ok(page) => page.into_response_with(StatusCode::OK),
         Err(e) => pages::failure(&console.region, &e, &here),
     }
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    token: String,
+    /// The console path to go back to.
+    #[serde(default)]
+    next: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginQuery {
+    #[serde(default)]
+    next: String,
+}
+
+async fn login_page(State(console): State<Arc<Console>>, Query(q): Query<LoginQuery>) -> Response {
+    pages::login(&console.region, local_path(&q.next), None).into_response_with(StatusCode::OK)
+}
+
+async fn login(State(console): State<Arc<Console>>, Form(form): Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    let next = local_path(&form.next);
+    if let Err(why) = usable_token(token) {
+        return pages::login(&console.region, next, Some(&why)).into_response_with(StatusCode::BAD_REQUEST);
+    }
+    let secure = if console.secure { "; Secure" } else { "" };
+    let set = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
+    let mut response = Redirect::to(next).into_response();
+    match HeaderValue::from_str(&set) {
+        Ok(value) => {
+            response.headers_mut().insert(header::SET_COOKIE, value);
+            response
+        }
+        // usable_token let through only header-safe bytes.
+        Err(_) => pages::login(&console.region, next, Some("the token cannot be sent as a header"))
+            .into_response_with(StatusCode::BAD_REQUEST),
+    }
+}
+
+async fn logout(State(console): State<Arc<Console>>) -> Response {
+    let secure = if console.secure { "; Secure" } else { "" };
+    let mut response = Redirect::to("/login").into_response();
+    if let Ok(value) = HeaderValue::from_str(&format!(
+        "{TOKEN_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"
+    )) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
 }

@@ -9,17 +9,9 @@
 //! and the page asks to sign in again. Without `[auth]` the node accepts
 //! anonymous calls, and so do the pages.
 
-use std::sync::Arc;
-
-use axum::extract::{FromRequestParts, State};
+use axum::extract::FromRequestParts;
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::Form;
-use serde::Deserialize;
-
-use super::pages;
-use super::server::Console;
 
 /// The cookie that holds the caller's token.
 pub(super) const TOKEN_COOKIE: &str = "cascade_console_token";
@@ -92,22 +84,8 @@ pub(super) fn usable_token(token: &str) -> Result<(), String> {
     Ok(())
 }
 
-#[derive(Debug, Deserialize)]
-pub(super) struct LoginForm {
-    token: String,
-    /// The console path to go back to.
-    #[serde(default)]
-    next: String,
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct LoginQuery {
-    #[serde(default)]
-    next: String,
-}
-
 /// Only a path of this console: never another site (no open redirect).
-fn local_path(next: &str) -> &str {
+pub(super) fn local_path(next: &str) -> &str {
     let ok = next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') && next.len() <= 2048;
     if ok {
         next
@@ -116,47 +94,10 @@ fn local_path(next: &str) -> &str {
     }
 }
 
-pub(super) async fn login_page(
-    State(console): State<Arc<Console>>,
-    axum::extract::Query(q): axum::extract::Query<LoginQuery>,
-) -> Response {
-    pages::login(&console.region, local_path(&q.next), None).into_response_with(StatusCode::OK)
-}
-
-pub(super) async fn login(State(console): State<Arc<Console>>, Form(form): Form<LoginForm>) -> Response {
-    let token = form.token.trim();
-    let next = local_path(&form.next);
-    if let Err(why) = usable_token(token) {
-        return pages::login(&console.region, next, Some(&why)).into_response_with(StatusCode::BAD_REQUEST);
-    }
-    let secure = if console.secure { "; Secure" } else { "" };
-    let set = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
-    let mut response = Redirect::to(next).into_response();
-    match HeaderValue::from_str(&set) {
-        Ok(value) => {
-            response.headers_mut().insert(header::SET_COOKIE, value);
-            response
-        }
-        // usable_token let through only header-safe bytes.
-        Err(_) => pages::login(&console.region, next, Some("the token cannot be sent as a header"))
-            .into_response_with(StatusCode::BAD_REQUEST),
-    }
-}
-
-pub(super) async fn logout(State(console): State<Arc<Console>>) -> Response {
-    let secure = if console.secure { "; Secure" } else { "" };
-    let mut response = Redirect::to("/login").into_response();
-    if let Ok(value) = HeaderValue::from_str(&format!(
-        "{TOKEN_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{secure}"
-    )) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     #[test]
     fn a_token_is_what_a_cookie_and_a_header_can_carry() {
