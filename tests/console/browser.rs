@@ -299,7 +299,7 @@ impl Browser {
                 let body = self
                     .try_eval("document.body ? document.body.innerText : ''")
                     .await
-                    .unwrap_or_else(|e| Value::String(e));
+                    .unwrap_or_else(Value::String);
                 panic!("timed out after {limit:?} waiting for {what} ({expression}); the page reads:\n{body}");
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -183,9 +183,8 @@ impl Node {
             let _ = task.await;
         }
         if let Some(task) = console_task {
-            match task.await {
-                Ok(Err(e)) => tracing::error!(error = %e, "the console stopped"),
-                Ok(Ok(())) | Err(_) => {}
+            if let Ok(Err(e)) = task.await {
+                tracing::error!(error = %e, "the console stopped");
             }
         }
         node.writer.stop().await;
