@@ -303,6 +303,8 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         settings.auth = auth.clone();
         // Prometheus metrics on a free port each (printed below).
         settings.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        // The web console on a free port each (printed below).
+        settings.console_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
         if let Some(pki) = &pki {
             settings.tls = Some(pki.node_tls(DEMO_REGIONS[i])?);
         }
@@ -345,6 +347,15 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         if let Some(addr) = node.metrics_addr() {
             println!("  {region:<9} http://{addr}/metrics");
         }
+    }
+    println!("Web console (sign in with a token below; README, \"The console\"):");
+    for (region, node) in DEMO_REGIONS.iter().zip(&nodes) {
+        if let Some(url) = node.console_url() {
+            println!("  {region:<9} {url}");
+        }
+    }
+    if pki.is_some() {
+        println!("  (HTTPS with the region's certificate from the demo's CA: a browser warns unless it trusts ca.pem)");
     }
     println!(
         "data: {} ({})

@@ -99,6 +99,11 @@ struct ServeArgs {
     /// unless given here or as `metrics_listen` in the config.
     #[arg(long, env = "CASCADE_METRICS_LISTEN", value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// Serve the web console on this address (README, "The console"); off
+    /// unless given here or as `[console] listen` in the config. HTTPS when
+    /// the node has `[tls]`.
+    #[arg(long, env = "CASCADE_CONSOLE_LISTEN", value_name = "ADDR")]
+    console_listen: Option<String>,
     /// Export spans to this OTLP/gRPC collector (`http://HOST:4317`); off
     /// unless given here or as `[tracing] otlp_endpoint` in the config.
     #[arg(long, env = "CASCADE_OTLP_ENDPOINT", value_name = "URL")]
@@ -286,6 +291,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if args.metrics_listen.is_some() {
         file.metrics_listen = args.metrics_listen;
     }
+    if args.console_listen.is_some() {
+        file.console.listen = args.console_listen;
+    }
     if args.otlp_endpoint.is_some() {
         file.tracing.otlp_endpoint = args.otlp_endpoint;
     }
@@ -344,10 +352,15 @@ async fn serve_node(file: ConfigFile) -> Result<()> {
         tracing::warn!(%warning, "schema check");
     }
     let (listener, shutdown) = listen(&file).await?;
+    let settings_tls = settings.tls.is_some();
     let node = Node::open(settings).await?;
     if let Some(addr) = node.metrics_addr() {
         // Scripts and tests read the metrics address from this line.
         println!("metrics on http://{addr}/metrics");
+    }
+    if let Some(addr) = node.console_addr() {
+        let scheme = if settings_tls { "https" } else { "http" };
+        println!("console on {scheme}://{addr}/");
     }
     node.serve(listener, shutdown).await?;
     Ok(())

@@ -7,6 +7,10 @@
 //! wasm builds only), with features unified across members and
 //! dev-dependencies: a closure computed over it is a superset of what any
 //! one build of the host links, so the rules err on the strict side.
+//!
+//! Size: a little over 800 lines: the rules and the small Rust reader they
+//! share (the node's module graph, for the floors, `api/` and the
+//! console) belong together; split, each half would carry a copy of it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::process::Command;
@@ -719,6 +723,40 @@ fn node_modules_outside_api_never_import_api() {
         offending.is_empty(),
         "only api/ may name crate::api: the domain reaches other regions through the port, crate::peers \
          (ARCHITECTURE.md, cascade-node, \"Floors\"); found in crates/cascade-node/src:\n{}",
+        offending.join("\n")
+    );
+}
+
+/// The console (`console.rs`, `console/`) reads the node only through its
+/// API, as a client (ARCHITECTURE.md, "Console"): it names no module of
+/// the crate but its own, so a page can never read the store, the writer or
+/// a `Node` around the services, their authentication and policy.
+#[test]
+fn the_console_reads_only_through_the_api() {
+    let files = node_sources();
+    let console: Vec<&SourceFile> = files
+        .iter()
+        .filter(|f| f.name == "console.rs" || f.name.starts_with("console/"))
+        .collect();
+    assert!(
+        console.len() >= 3,
+        "the console's files were not found: {:?}",
+        console.iter().map(|f| &f.name).collect::<Vec<_>>()
+    );
+    let mut offending = Vec::new();
+    for f in &console {
+        for p in f
+            .paths
+            .iter()
+            .filter(|p| p.segments.first().is_none_or(|s| s != "console"))
+        {
+            offending.push(format!("{}:{}: crate::{}", f.name, p.line, p.segments.join("::")));
+        }
+    }
+    assert!(
+        offending.is_empty(),
+        "the console may name only its own modules: it reads through the node's API as a client \
+         (ARCHITECTURE.md, \"Console\"); found in crates/cascade-node/src:\n{}",
         offending.join("\n")
     );
 }

@@ -166,6 +166,21 @@ impl Demo {
             .unwrap_or_else(|| panic!("not a metrics URL: {url}"))
     }
 
+    /// `region`'s web console URL, as the demo printed it (`http://` or
+    /// `https://`, ending in `/`).
+    pub fn console(&self, region: &str) -> String {
+        let start = self
+            .printed
+            .lines()
+            .position(|l| l.starts_with("Web console"))
+            .unwrap_or_else(|| panic!("no console addresses in:\n{}", self.printed));
+        self.printed
+            .lines()
+            .skip(start)
+            .find_map(|l| l.trim().strip_prefix(region).map(|rest| rest.trim().to_owned()))
+            .unwrap_or_else(|| panic!("no console URL of {region} in:\n{}", self.printed))
+    }
+
     /// Stops the demo as Ctrl-C or a service manager would (SIGTERM) and
     /// waits for it: its exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {

@@ -54,6 +54,9 @@
 //! [tracing]           # optional
 //! otlp_endpoint = "http://otel-collector:4317"   # export spans (OTLP/gRPC)
 //!
+//! [console]           # optional: the web console (README, "The console")
+//! listen = "127.0.0.1:8080"   # http://ADDR/, or https:// with [tls]
+//!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
 //! cert = "certs/eu-1.pem"    # names this region: DNS SAN "eu-1.cascade"
@@ -79,9 +82,11 @@ use crate::peers::{LinkTimings, PeerAddresses, WATCH_HEARTBEAT};
 use crate::store::{PostgresSettings, StorageEngine};
 
 mod auth;
+mod console;
 mod storage;
 pub use auth::{AuditConfig, AuthConfig, JwtConfig, RateConfig};
 use cascade_tls::{NodeTls, TlsFiles};
+pub use console::ConsoleConfig;
 use storage::{check_cluster_name, postgres_settings};
 pub use storage::{DEFAULT_CLUSTER, PG_PASSWORD_ENV};
 
@@ -124,6 +129,9 @@ pub struct ConfigFile {
     /// `[audit]`: what the audit log keeps.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// `[console]`: the web console (off unless `listen` is set).
+    #[serde(default)]
+    pub console: ConsoleConfig,
 }
 
 /// A region's entry in `[peers]`: one address, or a list of its nodes'.
@@ -414,6 +422,9 @@ pub struct NodeSettings {
     pub auth: crate::auth::AuthSettings,
     /// What the audit log keeps (`[audit]`).
     pub audit: crate::auth::AuditSettings,
+    /// Where to serve the web console (`[console] listen`; None: not
+    /// served; port 0 picks one).
+    pub console_listen: Option<std::net::SocketAddr>,
 }
 
 impl NodeSettings {
@@ -441,6 +452,7 @@ impl NodeSettings {
             protocol_version: cascade_proto::PROTOCOL_VERSION,
             auth: crate::auth::AuthSettings::default(),
             audit: crate::auth::AuditSettings::default(),
+            console_listen: None,
         }
     }
 
@@ -518,6 +530,7 @@ impl NodeSettings {
                 message: format!("{addr:?}: {e} (expected an address like 0.0.0.0:9090)"),
             })?);
         }
+        settings.console_listen = console::console_listen(&file.console)?;
         apply_limits(&file.limits, &mut settings.limits)?;
         apply_links(&file.links, &mut settings.links)?;
         if let Some(tls) = &file.tls {

@@ -14,6 +14,8 @@
 //!    in-process nodes), the typed calls on other regions
 //!    (`api/peer_client.rs`: the protobuf half of the port, an `impl
 //!    Peers`) and the classification of their answers (`api/forward.rs`).
+//!    Beside it, `console.rs` (the web console), which `api/server.rs`
+//!    starts: a client of this node's API that names nothing of the crate.
 //! 2. **The domain**: [`Node`] (`node.rs`), the spine: one region's store,
 //!    writer, peers and settings, and every operation the APIs and links
 //!    run on them, on core types. Above it, the feature modules that add
@@ -47,6 +49,9 @@
 
 // Floor 1: the wire edge.
 mod api;
+// The web console (issue 30): a client of this node's API, beside `api/`
+// (which starts it); it names nothing of the crate.
+mod console;
 
 // Floor 2: the domain. The feature modules add `Node` methods from above
 // the spine, `node`.

@@ -192,6 +192,10 @@ pub struct Node {
     /// known before it serves) and taken by `serve`.
     pub(crate) metrics_listener: Mutex<Option<std::net::TcpListener>>,
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    /// The web console's listener (`[console] listen`), bound when the node
+    /// opens like the metrics' and taken by `serve` (`console.rs`).
+    pub(crate) console_listener: Mutex<Option<std::net::TcpListener>>,
+    pub(crate) console_addr: Option<std::net::SocketAddr>,
     /// Whether the writer's last commit succeeded (gRPC health follows it).
     pub(crate) committing: Arc<watch::Sender<bool>>,
     /// The address peers and clients reach this node at, when known (for
@@ -343,6 +347,16 @@ impl Node {
             None => None,
         };
         let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+        let console_listener = match settings.console_listen {
+            Some(addr) => {
+                let listener = std::net::TcpListener::bind(addr)
+                    .map_err(|e| NodeError::Config(format!("console.listen: cannot listen on {addr}: {e}")))?;
+                listener.set_nonblocking(true)?;
+                Some(listener)
+            }
+            None => None,
+        };
+        let console_addr = console_listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let committing = Arc::new(watch::channel(true).0);
         let trace_marks = Arc::new(TraceMarks::default());
         let closure_checks = ClosureChecks::default();
@@ -424,6 +438,8 @@ impl Node {
             metrics,
             metrics_listener: Mutex::new(metrics_listener),
             metrics_addr,
+            console_listener: Mutex::new(console_listener),
+            console_addr,
             committing,
             advertised,
             audit_name,
@@ -443,6 +459,11 @@ impl Node {
     /// when `metrics_listen` is set.
     pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where the node serves its web console, when `[console] listen` is set.
+    pub fn console_addr(&self) -> Option<std::net::SocketAddr> {
+        self.console_addr
     }
 
     /// What this node's writer has committed since it opened (batches, key

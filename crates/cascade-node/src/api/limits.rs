@@ -245,6 +245,16 @@ pub fn limits() -> Vec<Limit> {
         row("auth", "principal id (token principal, JWT sub, certificate SAN); group name", bytes(crate::auth::identity::MAX_PRINCIPAL_ID_BYTES), ""),
         row("auth", "groups per principal", items(crate::auth::identity::MAX_GROUPS), ""),
         row("auth", "principals whose rate buckets are kept (least recently seen evicted)", items(crate::auth::rate::MAX_TRACKED_PRINCIPALS), ""),
+        // The web console (`console.rs`), a client of its node's API.
+        row("console", "each API call a console page makes", Amount::Time(crate::console::CALL_BUDGET), ""),
+        row("console", "a live page reads the API again every", Amount::Time(crate::console::LIVE_EVERY), ""),
+        row("console", "live pages followed at once per node (more: 503, the browser retries)", items(crate::console::MAX_LIVE_STREAMS), ""),
+        row("console", "a token kept in the console's cookie", bytes(crate::console::MAX_TOKEN_BYTES), ""),
+        row("console", "outcomes per page of an operation", Amount::Items(u64::from(crate::console::OUTCOMES_PAGE)), ""),
+        row("console", "references per page, each way", Amount::Items(u64::from(crate::console::REFERENCES_PAGE)), ""),
+        row("console", "members of an operation's tree drawn", items(crate::console::MAX_TREE_MEMBERS), ""),
+        row("console", "deletions the operations page reads per region", Amount::Items(u64::from(crate::console::DELETIONS_PER_REGION)), ""),
+        row("console", "operations the operations page shows (the most members first)", items(crate::console::OPERATIONS_SHOWN), ""),
     ]
 }
 

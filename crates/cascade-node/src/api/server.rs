@@ -102,6 +102,17 @@ impl Node {
             }
             None => None,
         };
+        let console_task = match node.console_listener.lock().ok().and_then(|mut l| l.take()) {
+            Some(listener) => {
+                let listener = TcpListener::from_std(listener)?;
+                let setup = console_setup(&node)?;
+                let mut stopping = node.shutting_down.subscribe();
+                Some(tokio::spawn(crate::console::serve(setup, listener, async move {
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                })))
+            }
+            None => None,
+        };
         let reflection = crate::api::reflection().map_err(|e| NodeError::Reflection(e.to_string()))?;
         let reflection_v1alpha = crate::api::reflection_v1alpha().map_err(|e| NodeError::Reflection(e.to_string()))?;
         let links = Links::start(LinkContext {
@@ -171,6 +182,11 @@ impl Node {
         if let Some(task) = metrics_task {
             let _ = task.await;
         }
+        if let Some(task) = console_task {
+            if let Ok(Err(e)) = task.await {
+                tracing::error!(error = %e, "the console stopped");
+            }
+        }
         node.writer.stop().await;
         node.store.flush()?;
         info!(region = %node.region, "stopped");
@@ -178,11 +194,39 @@ impl Node {
     }
 }
 
+/// What the console needs of its node (`console.rs`): the node's own API
+/// address to call as a client, and with `[tls]` the cluster's CA and the
+/// region's certificate name to check it by (no client identity: the
+/// console calls as its browser's caller, never as this region) and the
+/// node's certificate to serve HTTPS with.
+fn console_setup(node: &Node) -> Result<crate::console::ConsoleSetup, NodeError> {
+    let api_endpoint = node.advertised.lock().ok().and_then(|a| a.clone()).ok_or_else(|| {
+        NodeError::Config("console.listen: the node's own API address is not known (it serves no listener)".into())
+    })?;
+    let (client_tls, https_identity) = match &node.tls {
+        Some(tls) => {
+            let mut client = tls.as_client();
+            let identity = client.identity.take();
+            client.server_name = Some(cascade_tls::identity_name(node.region.as_str()));
+            (Some(client), identity)
+        }
+        None => (None, None),
+    };
+    Ok(crate::console::ConsoleSetup {
+        api_endpoint,
+        client_tls,
+        https_identity,
+        region: node.region.to_string(),
+    })
+}
+
 /// A node serving in a background task (tests, the demo).
 pub struct RunningNode {
     pub addr: SocketAddr,
     /// Where its Prometheus metrics are served, when `metrics_listen` is set.
     metrics_addr: Option<SocketAddr>,
+    /// Where its web console is served, when `[console] listen` is set.
+    console_addr: Option<SocketAddr>,
     /// Serving TLS: the endpoint is `https://`.
     tls: bool,
     /// Dropping it also stops the node.
@@ -201,6 +245,7 @@ impl RunningNode {
         let tls = settings.tls.is_some();
         let node = Node::open_with(settings, env).await?;
         let metrics_addr = node.metrics_addr();
+        let console_addr = node.console_addr();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async {
             let _ = rx.await;
@@ -208,6 +253,7 @@ impl RunningNode {
         Ok(Self {
             addr,
             metrics_addr,
+            console_addr,
             tls,
             shutdown: Some(tx),
             task,
@@ -218,6 +264,13 @@ impl RunningNode {
     /// its settings asked for them).
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// The web console's URL (`http://ADDR/`, `https://` with TLS), when
+    /// its settings asked for one.
+    pub fn console_url(&self) -> Option<String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        self.console_addr.map(|addr| format!("{scheme}://{addr}/"))
     }
 
     pub fn endpoint(&self) -> String {

@@ -1,0 +1,279 @@
+//! The console's calls on its node's API, as the browser's caller (the
+//! caller's token, nothing else), each within `CALL_BUDGET`, and what a
+//! page needs of their answers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cascade_client::ClientTls;
+use cascade_proto::v1;
+use cascade_proto::v1::admin_client::AdminClient;
+use cascade_proto::v1::resources_client::ResourcesClient;
+use tokio::sync::OnceCell;
+use tonic::transport::Channel;
+
+use super::error::ConsoleError;
+use super::session::Caller;
+
+/// How long one call may take. A node that gathers from other regions
+/// (an operation, an explanation, a listing) keeps within the caller's
+/// deadline and names the regions that did not answer in time, so a page
+/// answers within about this long even while a region is unreachable.
+pub(crate) const CALL_BUDGET: Duration = Duration::from_millis(900);
+
+/// Outcomes per page of an operation.
+pub(crate) const OUTCOMES_PAGE: u32 = 50;
+
+/// References per page, each way.
+pub(crate) const REFERENCES_PAGE: u32 = 50;
+
+/// Deletions read per region for the operations page.
+pub(crate) const DELETIONS_PER_REGION: u32 = 500;
+
+/// Operations the operations page shows (the most members first).
+pub(crate) const OPERATIONS_SHOWN: usize = 20;
+
+/// This node's API, reached as a client: one channel, opened at the first
+/// page (tonic redials it when it breaks).
+pub(super) struct Backend {
+    endpoint: String,
+    tls: Option<ClientTls>,
+    channel: OnceCell<Channel>,
+}
+
+impl Backend {
+    pub(super) fn new(endpoint: String, tls: Option<ClientTls>) -> Self {
+        Self {
+            endpoint,
+            tls,
+            channel: OnceCell::new(),
+        }
+    }
+
+    async fn channel(&self) -> Result<Channel, ConsoleError> {
+        let channel = self
+            .channel
+            .get_or_try_init(|| cascade_client::client::connect_channel(&self.endpoint, self.tls.as_ref(), None))
+            .await?;
+        Ok(channel.clone())
+    }
+
+    async fn resources(&self) -> Result<ResourcesClient<Channel>, ConsoleError> {
+        Ok(ResourcesClient::new(self.channel().await?)
+            .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES))
+    }
+
+    async fn admin(&self) -> Result<AdminClient<Channel>, ConsoleError> {
+        Ok(AdminClient::new(self.channel().await?)
+            .max_decoding_message_size(cascade_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(cascade_proto::MAX_MESSAGE_BYTES))
+    }
+
+    /// An operation with a page of `outcomes` of its outcomes
+    /// (`GetOperation`; a live page asks for one, the least there is).
+    pub(super) async fn operation(
+        &self,
+        caller: &Caller,
+        id: &str,
+        outcomes: u32,
+        outcomes_page_token: &str,
+    ) -> Result<v1::Operation, ConsoleError> {
+        let request = v1::GetOperationRequest {
+            id: id.to_owned(),
+            outcomes_page_size: outcomes,
+            outcomes_page_token: outcomes_page_token.to_owned(),
+        };
+        Ok(self
+            .resources()
+            .await?
+            .get_operation(as_caller(caller, request)?)
+            .await?
+            .into_inner())
+    }
+
+    /// Every DELETING member of an operation with why it waits
+    /// (`ExplainDeletion`, the tree `cascade explain` draws).
+    pub(super) async fn explain(&self, caller: &Caller, id: &str) -> Result<v1::DeletionExplanation, ConsoleError> {
+        let request = v1::ExplainDeletionRequest {
+            name: String::new(),
+            operation_id: id.to_owned(),
+        };
+        Ok(self
+            .resources()
+            .await?
+            .explain_deletion(as_caller(caller, request)?)
+            .await?
+            .into_inner())
+    }
+
+    pub(super) async fn resource(&self, caller: &Caller, name: &str) -> Result<v1::Resource, ConsoleError> {
+        let request = v1::GetRequest {
+            name: name.to_owned(),
+            ..Default::default()
+        };
+        Ok(self
+            .resources()
+            .await?
+            .get(as_caller(caller, request)?)
+            .await?
+            .into_inner())
+    }
+
+    /// One page of the references into (referrers) or out of a resource.
+    pub(super) async fn references(
+        &self,
+        caller: &Caller,
+        name: &str,
+        direction: v1::ReferenceDirection,
+        page_token: &str,
+    ) -> Result<v1::ListReferencesResponse, ConsoleError> {
+        let request = v1::ListReferencesRequest {
+            name: name.to_owned(),
+            direction: direction as i32,
+            page_size: REFERENCES_PAGE,
+            page_token: page_token.to_owned(),
+        };
+        Ok(self
+            .resources()
+            .await?
+            .list_references(as_caller(caller, request)?)
+            .await?
+            .into_inner())
+    }
+
+    /// The running deletions of every region, by operation (the
+    /// operations page): the regions from `GetClusterStatus`, each
+    /// region's deletion table from `ListDeletions`, at once, and each
+    /// operation's totals from `GetOperation`. Both Admin calls need the
+    /// caller to be allowed them (`admin.status`, `admin.list_deletions`).
+    pub(super) async fn running_operations(&self, caller: &Caller) -> Result<RunningOperations, ConsoleError> {
+        let admin = self.admin().await?;
+        let status = admin
+            .clone()
+            .get_cluster_status(as_caller(caller, v1::GetClusterStatusRequest {})?)
+            .await?
+            .into_inner();
+        let mut running = RunningOperations::default();
+        let asks = status.regions.iter().map(|region| {
+            let mut admin = admin.clone();
+            let request = v1::ListDeletionsRequest {
+                region: region.region.clone(),
+                page_size: DELETIONS_PER_REGION,
+                ..Default::default()
+            };
+            async move {
+                let answer = match as_caller(caller, request) {
+                    Ok(request) => admin.list_deletions(request).await.map_err(ConsoleError::from),
+                    Err(e) => Err(e),
+                };
+                (region.region.clone(), answer.map(|a| a.into_inner()))
+            }
+        });
+        for (region, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok(page) => {
+                    if !page.next_page_token.is_empty() {
+                        running.cut_regions.push(region.clone());
+                    }
+                    for entry in page.deletions {
+                        let Some(resource) = entry.resource else { continue };
+                        let Some(deletion) = resource.deletion.as_ref() else {
+                            continue;
+                        };
+                        let status = deletion.status().as_str_name();
+                        let status = status.strip_prefix("DELETION_STATUS_").unwrap_or(status).to_owned();
+                        let operation = running.by_operation.entry(deletion.operation_id.clone()).or_default();
+                        *operation
+                            .in_flight
+                            .entry(region.clone())
+                            .or_default()
+                            .entry(status)
+                            .or_default() += 1;
+                        operation.members += 1;
+                        if entry.stuck {
+                            operation.stuck += 1;
+                        }
+                    }
+                }
+                Err(e) => running.unanswered.push((region, e.to_string())),
+            }
+        }
+        let mut ids: Vec<(usize, String)> = running
+            .by_operation
+            .iter()
+            .map(|(id, op)| (op.members, id.clone()))
+            .collect();
+        ids.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        ids.truncate(OPERATIONS_SHOWN);
+        let reads = ids.iter().map(|(_, id)| async move {
+            let request = v1::GetOperationRequest {
+                id: id.clone(),
+                outcomes_page_size: 1,
+                outcomes_page_token: String::new(),
+            };
+            let answer = match (self.resources().await, as_caller(caller, request)) {
+                (Ok(mut client), Ok(request)) => client.get_operation(request).await.map_err(ConsoleError::from),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+            (id.clone(), answer.map(|a| a.into_inner()))
+        });
+        for (id, answer) in futures::future::join_all(reads).await {
+            if let Some(op) = running.by_operation.get_mut(&id) {
+                op.shown = true;
+                match answer {
+                    Ok(operation) => op.operation = Some(operation),
+                    Err(e) => op.error = Some(e.to_string()),
+                }
+            }
+        }
+        running.time_ms = status.time_ms;
+        Ok(running)
+    }
+}
+
+/// `message` as the caller's call: its token as `authorization: Bearer`,
+/// and the console's deadline (`grpc-timeout`), which the node keeps to.
+fn as_caller<M>(caller: &Caller, message: M) -> Result<tonic::Request<M>, ConsoleError> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CALL_BUDGET);
+    if let Some(token) = &caller.token {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| ConsoleError::Unauthenticated("the token cannot be sent: sign in again".into()))?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    Ok(request)
+}
+
+/// What the operations page shows.
+#[derive(Debug, Default)]
+pub(super) struct RunningOperations {
+    /// Operation id → what the regions' deletion tables hold of it.
+    pub by_operation: BTreeMap<String, RunningOperation>,
+    /// Regions whose deletion table did not fit one read: their counts
+    /// are lower bounds.
+    pub cut_regions: Vec<String>,
+    /// Regions that did not answer, and why.
+    pub unanswered: Vec<(String, String)>,
+    /// When the answering node made its status (unix ms).
+    pub time_ms: i64,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct RunningOperation {
+    /// Region → deletion status (PENDING, BLOCKED, WAITING, FAILED) → members.
+    pub in_flight: BTreeMap<String, BTreeMap<String, u64>>,
+    pub members: usize,
+    pub stuck: usize,
+    /// Read with `GetOperation` (the first `OPERATIONS_SHOWN` only).
+    pub shown: bool,
+    pub operation: Option<v1::Operation>,
+    pub error: Option<String>,
+}
+
+/// The name of a prost enum value without its type's prefix:
+/// `OPERATION_STATE_RUNNING` → `RUNNING`.
+pub(super) fn enum_word<'a>(name: &'a str, prefix: &str) -> &'a str {
+    name.strip_prefix(prefix).unwrap_or(name)
+}

@@ -1,0 +1,360 @@
+//! The console's HTML, written with maud: each template is Rust checked at
+//! compile time, and every value put into a page is escaped (a name or an
+//! attribute holding `<script>` is shown as text, never run). The pages
+//! work without script; `console.js` only swaps in what `live.rs` sends.
+//! The operation page is in `pages/operation.rs`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use cascade_core::model::Timestamp;
+use cascade_proto::v1;
+use maud::{html, Markup, DOCTYPE};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+
+use super::backend::{enum_word, RunningOperations};
+use super::error::ConsoleError;
+
+mod operation;
+pub(crate) use operation::MAX_TREE_MEMBERS;
+pub(super) use operation::{live_operation, operation_page, Rate};
+
+/// A rendered page (or a fragment of one, sent live).
+pub(super) struct Page(pub Markup);
+
+impl Page {
+    pub(super) fn into_response_with(self, status: StatusCode) -> Response {
+        let mut response = (status, self.0.into_string()).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        response
+    }
+}
+
+/// What a path segment may hold as is; everything else is %-encoded, so a
+/// name or a token is one segment or value whatever it holds.
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'&')
+    .add(b'\'')
+    .add(b'+')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// A query value: a segment without `/` and `=` either.
+const QUERY_VALUE: &AsciiSet = &SEGMENT.add(b'/').add(b'=').add(b';');
+
+/// The console path of a resource (its name's slashes kept: one route
+/// takes the rest of the path).
+pub(super) fn resource_href(name: &str) -> String {
+    format!("/resources/{}", utf8_percent_encode(name, SEGMENT))
+}
+
+pub(super) fn operation_href(id: &str) -> String {
+    format!("/operations/{}", utf8_percent_encode(id, QUERY_VALUE))
+}
+
+pub(super) fn query_value(value: &str) -> String {
+    utf8_percent_encode(value, QUERY_VALUE).to_string()
+}
+
+/// An instant of the API (unix ms) as RFC 3339 UTC; empty for none.
+pub(super) fn instant(ms: i64) -> String {
+    match u64::try_from(ms) {
+        Ok(ms) if ms > 0 => cascade_core::time_text::rfc3339(Timestamp(ms)),
+        _ => String::new(),
+    }
+}
+
+/// The frame every page shares: the region that serves it, the way
+/// around, signing in and out.
+pub(super) fn layout(region: &str, title: &str, body: Markup) -> Page {
+    Page(html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Cascade console" }
+                link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/operations" { "Cascade" }
+                    span.served-by { "served by " code { (region) } }
+                    nav {
+                        a href="/operations" { "Operations" }
+                        form.find method="get" action="/find" {
+                            input type="search" name="q" placeholder="operation id or region/kind/id"
+                                aria-label="operation id or resource name" maxlength="256";
+                            button type="submit" { "Open" }
+                        }
+                        a href="/login" { "Sign in" }
+                        form.inline method="post" action="/logout" { button type="submit" { "Sign out" } }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    })
+}
+
+pub(super) fn login(region: &str, next: &str, problem: Option<&str>) -> Page {
+    layout(
+        region,
+        "Sign in",
+        html! {
+            h1 { "Sign in" }
+            p {
+                "The console calls this node's API as you: it sends your token with every call "
+                "(as " code { "cascade --token" } " does) and shows what the node lets you read. "
+                "The token is kept in a cookie of this site only, never by the node."
+            }
+            @if let Some(problem) = problem {
+                p.problem role="alert" { (problem) }
+            }
+            form.login method="post" action="/login" {
+                input type="hidden" name="next" value=(next);
+                label for="token" { "Token (a static token or a JWT)" }
+                input #token type="password" name="token" autocomplete="off" required;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+/// A page that could not be made: what the API said, and what to do.
+pub(super) fn failure(region: &str, error: &ConsoleError, next: &str) -> Response {
+    let page = layout(
+        region,
+        error.title(),
+        html! {
+            h1 { (error.title()) }
+            p.problem role="alert" { (error.to_string()) }
+            @match error {
+                ConsoleError::Unauthenticated(_) => {
+                    p { a href={"/login?next=" (query_value(next))} { "Sign in" } " with a token this cluster accepts." }
+                }
+                ConsoleError::Forbidden(_) => {
+                    p { "Your identity may not read this: the node's policy decided (" code { "cascade auth can-i" } " says what you may)." }
+                }
+                ConsoleError::Unavailable(_) => {
+                    p { "The node or a region it asked did not answer in time. Reload to try again." }
+                }
+                _ => {}
+            }
+        },
+    );
+    page.into_response_with(error.status())
+}
+
+pub(super) fn not_found(region: &str) -> Response {
+    failure(
+        region,
+        &ConsoleError::NotFound("no such page of the console".into()),
+        "/operations",
+    )
+}
+
+/// The operations page's live part: every running operation with its
+/// totals, its members still in flight per region, and its rate.
+pub(super) fn operations_table(running: &RunningOperations, rates: &dyn Fn(&str) -> Option<f64>) -> Markup {
+    html! {
+        @for (region, why) in &running.unanswered {
+            p.unreachable role="alert" data-region=(region) {
+                "Region " strong { (region) } " did not answer: " (why)
+            }
+        }
+        @if !running.cut_regions.is_empty() {
+            p.note { "More deletions than one read holds in " (running.cut_regions.join(", ")) ": their counts are lower bounds." }
+        }
+        @if running.by_operation.is_empty() {
+            p.empty { "No deletion is running." }
+        } @else {
+            table.operations {
+                thead { tr {
+                    th { "Operation" } th { "Root" } th { "State" }
+                    th { "Deleted" } th { "Unset" } th { "Pending" } th { "Blocked" } th { "Failed" }
+                    th { "Rate" } th { "In flight, per region" }
+                } }
+                tbody {
+                    @for (id, op) in running.by_operation.iter().filter(|(_, op)| op.shown) {
+                        @let progress = op.operation.as_ref().and_then(|o| o.progress).unwrap_or_default();
+                        @let state = op.operation.as_ref().map(|o| enum_word(o.state().as_str_name(), "OPERATION_STATE_").to_owned()).unwrap_or_default();
+                        tr data-operation=(id) {
+                            td { a href=(operation_href(id)) { code { (id) } } }
+                            td { @if let Some(root) = op.operation.as_ref().and_then(|o| o.root.as_ref()) {
+                                a href=(resource_href(&root.name)) { (root.name) }
+                            } }
+                            td { span class={"state state-" (state.to_lowercase())} { (state) } }
+                            td.count { (progress.deleted) } td.count { (progress.unset) }
+                            td.count { (progress.pending) } td.count { (progress.blocked) }
+                            td.count { (progress.failed) }
+                            td.count { @match rates(id) { Some(rate) => { (format!("{rate:.0}/s")) } None => { "…" } } }
+                            td {
+                                @for (region, statuses) in &op.in_flight {
+                                    span.region-flight {
+                                        strong { (region) } ": "
+                                        @for (status, n) in statuses {
+                                            span class={"status-" (status.to_lowercase())} { (n) " " (status.to_lowercase()) } " "
+                                        }
+                                    }
+                                }
+                                @if op.stuck > 0 { span.stuck { (op.stuck) " stuck" } }
+                                @if let Some(e) = &op.error { span.problem { (e) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @let hidden = running.by_operation.values().filter(|op| !op.shown).count();
+            @if hidden > 0 { p.note { (hidden) " smaller operations not shown." } }
+        }
+    }
+}
+
+pub(super) fn operations(region: &str, table: Markup) -> Page {
+    layout(
+        region,
+        "Operations",
+        html! {
+            h1 { "Running deletions" }
+            p.help {
+                "Every region's deletion table, by operation, as "
+                code { "cascade admin deletions" } " lists it, with each operation's totals from "
+                code { "cascade operation" } ". Updated live. A finished operation leaves this list: "
+                "open it by its id."
+            }
+            div #live data-live="/operations/live" { (table) }
+        },
+    )
+}
+
+/// A resource: attributes, references both ways (a page each), its
+/// deletion when it is being deleted.
+pub(super) fn resource(
+    region: &str,
+    r: &v1::Resource,
+    referrers: Result<&v1::ListReferencesResponse, String>,
+    targets: Result<&v1::ListReferencesResponse, String>,
+) -> Page {
+    let state = enum_word(r.state().as_str_name(), "RESOURCE_STATE_").to_owned();
+    layout(
+        region,
+        &r.name,
+        html! {
+            h1 { code.name { (r.name) } " " span class={"state state-" (state.to_lowercase())} { (state) } }
+            dl.facts {
+                dt { "Kind" } dd { (r.kind) }
+                dt { "Region" } dd { (r.region) }
+                dt { "Uid" } dd { code { (r.uid) } }
+                dt { "Revision" } dd { (r.revision) }
+                dt { "Created" } dd { (instant(r.create_time_ms)) }
+                dt { "Updated" } dd { (instant(r.update_time_ms)) }
+                @if !r.finalizers.is_empty() { dt { "Finalizers" } dd { (r.finalizers.join(", ")) } }
+                @for lien in &r.liens { dt { "Lien" } dd { (lien.id) " " (lien.reason) } }
+            }
+            @if let Some(d) = &r.deletion {
+                section.deletion {
+                    h2 { "Being deleted" }
+                    p {
+                        "Status " strong { (enum_word(d.status().as_str_name(), "DELETION_STATUS_")) }
+                        ", " (d.reason) ", operation "
+                        a href=(operation_href(&d.operation_id)) { code { (d.operation_id) } }
+                    }
+                    @if !d.message.is_empty() { p.reason { (d.message) } }
+                }
+            }
+            section {
+                h2 { "Attributes" }
+                @if r.attributes.is_empty() { p.empty { "None." } } @else {
+                    table.attributes {
+                        @for (k, v) in r.attributes.iter().collect::<std::collections::BTreeMap<_, _>>() {
+                            tr { th { (k) } td { (v) } }
+                        }
+                    }
+                }
+            }
+            section {
+                h2 { "References it holds" }
+                (references_table(&r.name, "targets", targets, false))
+            }
+            section {
+                h2 { "Referrers, in every region" }
+                (references_table(&r.name, "referrers", referrers, true))
+            }
+        },
+    )
+}
+
+fn references_table(
+    name: &str,
+    param: &str,
+    page: Result<&v1::ListReferencesResponse, String>,
+    referrers: bool,
+) -> Markup {
+    html! {
+        @match page {
+            Err(why) => { p.problem { (why) } }
+            Ok(page) if page.references.is_empty() => { p.empty { "None." } }
+            Ok(page) => {
+                table.references {
+                    thead { tr { th { @if referrers { "Referrer" } @else { "Target" } } th { "Field" } th { "On delete" } } }
+                    tbody {
+                        @for reference in &page.references {
+                            @let other = if referrers { &reference.referrer } else { &reference.target };
+                            tr {
+                                td { a href=(resource_href(other)) { (other) } }
+                                td { (reference.field) }
+                                td class={"policy policy-" (reference.on_delete)} { (reference.on_delete) }
+                            }
+                        }
+                    }
+                }
+                @if !page.next_page_token.is_empty() {
+                    a.next href={(resource_href(name)) "?" (param) "=" (query_value(&page.next_page_token))} { "Next page" }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_value_is_text_in_the_page() {
+        let r = v1::Resource {
+            name: "eu-west/port/p".into(),
+            attributes: [("note".to_owned(), "<script>alert(1)</script>".to_owned())].into(),
+            ..Default::default()
+        };
+        let empty = v1::ListReferencesResponse::default();
+        let html = resource("eu-west", &r, Ok(&empty), Err("<b>no</b>".into()))
+            .0
+            .into_string();
+        assert!(!html.contains("<script>alert"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
+        assert!(html.contains("&lt;b&gt;no&lt;/b&gt;"), "{html}");
+    }
+
+    #[test]
+    fn a_link_keeps_a_name_or_token_in_its_own_segment() {
+        assert_eq!(resource_href("eu-west/port/a b"), "/resources/eu-west/port/a%20b");
+        assert_eq!(resource_href("eu-west/port/x?y#z"), "/resources/eu-west/port/x%3Fy%23z");
+        assert_eq!(query_value("a/b=c&d"), "a%2Fb%3Dc%26d");
+    }
+}
