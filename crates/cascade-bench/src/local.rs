@@ -1,4 +1,5 @@
-//! P1 (a local cascade of one of three shapes) and P4 (an idle node's RSS).
+//! P1 (a local cascade of one of three shapes, with the small writes and
+//! deletes that run beside it) and P4 (an idle node's RSS).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -110,6 +111,112 @@ pub async fn concurrent_writes(client: Client, region: String, stop: Arc<AtomicB
     (latencies, failed)
 }
 
+/// Fresh resources the small-delete probe has created for it before the
+/// cascade (one `qos_policy` each, nothing references them): one for every
+/// 50 members, at least 200 and at most 20,000. A probe's Delete takes a
+/// few milliseconds at best, so a pool of n/50 outlasts a cascade that
+/// deletes fewer than about 20,000 resources a second; past its end the
+/// probe creates each resource on the spot, outside the timing.
+fn delete_pool_size(n: u64) -> u64 {
+    (n / 50).clamp(200, 20_000)
+}
+
+/// The name of the small-delete probe's `i`th resource in `region`.
+fn pooled(region: &str, i: u64) -> String {
+    format!("{region}/qos_policy/d{i}")
+}
+
+/// How often the small-delete probe asks whether its deletion is done.
+const SMALL_DELETE_POLL: Duration = Duration::from_millis(2);
+
+/// What the small-delete probe measured.
+#[derive(Default)]
+pub struct SmallDeletes {
+    /// Delete sent → answered (ms).
+    pub call_ms: Vec<f64>,
+    /// Delete sent → its operation seen done, the resource gone (ms).
+    pub done_ms: Vec<f64>,
+    /// Deletes (or on-the-spot creates) that failed.
+    pub failed: u64,
+    /// Resources created on the spot when the pool ran out.
+    pub created: u64,
+}
+
+/// One-resource Deletes in `region` until `stop`, one after the other,
+/// as a user deletes one resource and waits until it is gone: each of a
+/// fresh `qos_policy` nothing references (the pool `names`; once it is
+/// used up, one created on the spot, outside the timing), then
+/// GetOperation at once and every [`SMALL_DELETE_POLL`] until the
+/// operation is done (at most `limit`).
+pub async fn small_deletes(
+    client: Client,
+    region: String,
+    mut names: impl Iterator<Item = String> + Send,
+    stop: Arc<AtomicBool>,
+    limit: Duration,
+) -> SmallDeletes {
+    let mut out = SmallDeletes::default();
+    let mut spare = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let name = match names.next() {
+            Some(name) => name,
+            None => {
+                let name = format!("{region}/qos_policy/dx{spare}");
+                spare += 1;
+                if client.create(spec(name.clone(), &[])).await.is_err() {
+                    out.failed += 1;
+                    // Not a busy loop: a failure is an answer without work.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                out.created += 1;
+                name
+            }
+        };
+        match delete_and_wait(&client, &name, limit).await {
+            Ok((call, done)) => {
+                out.call_ms.push(call);
+                out.done_ms.push(done);
+            }
+            Err(_) => {
+                out.failed += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    out
+}
+
+/// Deletes `name` (one resource, without cascade) and waits until its
+/// operation is done and SUCCEEDED: the Delete call's latency and the
+/// deletion's, in ms.
+async fn delete_and_wait(client: &Client, name: &str, limit: Duration) -> Result<(f64, f64)> {
+    let started = Instant::now();
+    let answer = client
+        .delete(v1::DeleteRequest {
+            name: name.to_owned(),
+            requested_by: "cascade-bench".into(),
+            ..Default::default()
+        })
+        .await?;
+    let call = ms(started.elapsed());
+    let id = answer.operation.ok_or("the Delete answered no operation")?.id;
+    loop {
+        let op = client.get_operation(&id, 1).await?;
+        if op.done {
+            let state = op_state(&op);
+            if state != "SUCCEEDED" {
+                return Err(format!("the delete of {name} ended {state}").into());
+            }
+            return Ok((call, ms(started.elapsed())));
+        }
+        if started.elapsed() >= limit {
+            return Err(format!("the delete of {name} not done after {limit:?}").into());
+        }
+        tokio::time::sleep(SMALL_DELETE_POLL).await;
+    }
+}
+
 /// How long to wait for an operation over `n` resources.
 pub fn deadline_for(n: u64) -> Duration {
     Duration::from_secs(120) + Duration::from_millis(n.saturating_mul(2))
@@ -138,21 +245,34 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
         .wait_quiet(Duration::from_millis(300), Duration::from_secs(10))
         .await;
 
-    measure_deletion(&cluster, 0, &plan.root, spec_.n, &mut row).await?;
+    measure_deletion(&cluster, 0, &plan.root, spec_.n, spec_.delete_probe, &mut row).await?;
     cluster.stop().await;
     Ok(row)
 }
 
 /// Deletes `root` (in member `at`'s region) with cascade while small
-/// Creates run against the same region; waits for the operation to be
-/// done and the nodes quiet; fills the deletion's columns of `row`.
-pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, row: &mut Row) -> Result<()> {
+/// Creates, and with `delete_probe` one-resource Deletes, run against the
+/// same region; waits for the operation to be done and the nodes quiet;
+/// fills the deletion's columns of `row`.
+pub async fn measure_deletion(
+    cluster: &Cluster,
+    at: usize,
+    root: &str,
+    n: u64,
+    delete_probe: bool,
+    row: &mut Row,
+) -> Result<()> {
     let member = &cluster.members[at];
     let client = member.client.clone();
     let region = root.split('/').next().unwrap_or_default().to_owned();
+    let pool = if delete_probe { delete_pool_size(n) } else { 0 };
+    if pool > 0 {
+        let r = region.clone();
+        batch_create(&client, Specs::new(pool, move |i| spec(pooled(&r, i), &[])), 1_000, 2).await?;
+    }
 
-    // What one small Create writes, to take the concurrent ones out of the
-    // deletion's figures.
+    // What one small Create and one small Delete write, to take the
+    // concurrent ones out of the deletion's figures.
     const PROBES: u64 = 4;
     let before = cluster.stats();
     for i in 0..PROBES {
@@ -161,6 +281,13 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
             .await?;
     }
     let per_create = harness::delta(cluster.stats(), before);
+    let before = cluster.stats();
+    let mut probed = 0;
+    for i in 0..PROBES.min(pool) {
+        delete_and_wait(&client, &pooled(&region, i), deadline_for(0)).await?;
+        probed += 1;
+    }
+    let per_delete = harness::delta(cluster.stats(), before);
 
     let populate_peak = harness::peak_rss_mb();
     harness::reset_peak_rss();
@@ -170,6 +297,20 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
     let stop = Arc::new(AtomicBool::new(false));
     let before = cluster.stats();
     let profile_before = cluster.store_profile();
+    let deleter = if pool > 0 {
+        let client = Client::connect(&member.endpoint).await?;
+        let (r, names_region) = (region.clone(), region.clone());
+        let names = (probed..pool).map(move |i| pooled(&names_region, i));
+        Some(tokio::spawn(small_deletes(
+            client,
+            r,
+            names,
+            stop.clone(),
+            deadline_for(n),
+        )))
+    } else {
+        None
+    };
     let writes = tokio::spawn(concurrent_writes(writer_client, region, stop.clone()));
     let started = Instant::now();
     let answer = client
@@ -182,6 +323,10 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
     let wall = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let (latencies, failed) = writes.await?;
+    let deletes = match deleter {
+        Some(task) => Some(task.await?),
+        None => None,
+    };
     let op = waited.map_err(|e| format!("following operation {id}: {e}"))?;
 
     let after = cluster
@@ -193,10 +338,17 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
         let deleted = op.progress.as_ref().map_or(0, |p| p.deleted);
         row.store_profile = Some(calls.describe(deleted, wall));
     }
-    let creates = latencies.len() as u64;
-    let key_writes = d.key_writes.saturating_sub(creates * per_create.key_writes / PROBES);
-    let value_bytes = d.value_bytes.saturating_sub(creates * per_create.value_bytes / PROBES);
-    let batches = d.batches.saturating_sub(creates * per_create.batches / PROBES);
+    let creates = latencies.len() as u64 + deletes.as_ref().map_or(0, |d| d.created);
+    let small = deletes.as_ref().map_or(0, |d| d.done_ms.len() as u64);
+    // Per probe, from the four of each measured beforehand.
+    let probes = |per_create: u64, per_delete: u64| creates * per_create / PROBES + small * per_delete / probed.max(1);
+    let key_writes = d
+        .key_writes
+        .saturating_sub(probes(per_create.key_writes, per_delete.key_writes));
+    let value_bytes = d
+        .value_bytes
+        .saturating_sub(probes(per_create.value_bytes, per_delete.value_bytes));
+    let batches = d.batches.saturating_sub(probes(per_create.batches, per_delete.batches));
 
     let progress = op.progress.unwrap_or_default();
     row.operation_state = Some(op_state(&op));
@@ -217,9 +369,31 @@ pub async fn measure_deletion(cluster: &Cluster, at: usize, root: &str, n: u64, 
     row.p99_ms = percentile(&latencies, 0.99);
     row.concurrent_write_p99_ms = row.p99_ms;
     row.concurrent_write_max_ms = percentile(&latencies, 1.0);
-    row.concurrent_writes = Some(creates);
+    row.concurrent_writes = Some(latencies.len() as u64);
+    let mut notes = Vec::new();
     if failed > 0 {
-        row.note = Some(format!("{failed} concurrent creates failed"));
+        notes.push(format!("{failed} concurrent creates failed"));
+    }
+    if let Some(d) = &deletes {
+        row.small_deletes = Some(small);
+        row.small_delete_call_p50_ms = percentile(&d.call_ms, 0.50);
+        row.small_delete_call_p99_ms = percentile(&d.call_ms, 0.99);
+        row.small_delete_call_max_ms = percentile(&d.call_ms, 1.0);
+        row.small_delete_done_p50_ms = percentile(&d.done_ms, 0.50);
+        row.small_delete_done_p99_ms = percentile(&d.done_ms, 0.99);
+        row.small_delete_done_max_ms = percentile(&d.done_ms, 1.0);
+        if d.failed > 0 {
+            notes.push(format!("{} small deletes failed", d.failed));
+        }
+        if d.created > 0 {
+            notes.push(format!(
+                "the small-delete pool ran out: {} resources created on the spot",
+                d.created
+            ));
+        }
+    }
+    if !notes.is_empty() {
+        row.note = Some(notes.join("; "));
     }
     row.cascade_peak_rss_mb = harness::peak_rss_mb();
     row.rss_after_mb = harness::rss_mb();

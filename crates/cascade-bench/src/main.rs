@@ -118,6 +118,10 @@ struct Cli {
     /// throwaway server started by cascade-testpg (fsync=off).
     #[arg(long)]
     postgres_url: Option<String>,
+    /// P1, P2: no one-resource Deletes beside the cascade (the small-delete
+    /// probe), only the small Creates: to measure what the probe adds.
+    #[arg(long)]
+    no_delete_probe: bool,
     /// Where to write the rows (default: <target dir>/bench/results.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -214,6 +218,7 @@ fn plan(
         deleted: None,
         tick_ms: cli.tick_ms,
         postgres: pg.cloned(),
+        delete_probe: !cli.no_delete_probe,
     };
     let mut out = Vec::new();
     for &scenario in scenarios {

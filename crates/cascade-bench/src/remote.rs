@@ -67,7 +67,7 @@ pub async fn p2(spec_: &RowSpec) -> Result<Row> {
         .wait_quiet(Duration::from_millis(500), Duration::from_secs(30))
         .await;
 
-    measure_deletion(&cluster, 0, &root, spec_.n, &mut row).await?;
+    measure_deletion(&cluster, 0, &root, spec_.n, spec_.delete_probe, &mut row).await?;
     let spread = format!("root in r0, ports spread over r0..r{}", regions.len() - 1);
     row.note = Some(match row.note.take() {
         Some(n) => format!("{spread}; {n}"),

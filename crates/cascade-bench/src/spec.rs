@@ -155,6 +155,15 @@ pub struct RowSpec {
     /// The PostgreSQL database of the run (engine postgres, native rows).
     #[serde(default)]
     pub postgres: Option<crate::postgres::PgTarget>,
+    /// P1, P2: whether one-resource Deletes run beside the cascade (the
+    /// small-delete probe; `--no-delete-probe` turns it off, to measure
+    /// what it adds).
+    #[serde(default = "probe_on")]
+    pub delete_probe: bool,
+}
+
+fn probe_on() -> bool {
+    true
 }
 
 /// What a row reports. The first ten fields are always present (null when
@@ -191,6 +200,25 @@ pub struct Row {
     pub concurrent_write_max_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent_writes: Option<u64>,
+    /// The one-resource Deletes issued against the same region while the
+    /// cascade ran (each of a fresh resource nothing references): how many
+    /// finished, and the p50, p99 and maximum of the Delete call (sent →
+    /// answered) and of the deletion (sent → the operation seen done, its
+    /// resource gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_deletes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_delete_call_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_delete_call_p99_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_delete_call_max_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_delete_done_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_delete_done_p99_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_delete_done_max_ms: Option<f64>,
     /// Key writes of the deletion per resource deleted or unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_writes_per_touched: Option<f64>,
