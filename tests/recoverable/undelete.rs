@@ -70,9 +70,25 @@ fn action(o: &v1::Outcome) -> v1::OutcomeAction {
 
 /// Every outcome of operation `id`, every page.
 async fn outcomes(client: &Client, id: &str) -> Vec<v1::Outcome> {
-    let op = client.get_operation(id, 5000).await.unwrap();
-    assert!(op.next_outcomes_page_token.is_empty(), "one page holds them");
-    op.outcomes
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .raw()
+            .get_operation(v1::GetOperationRequest {
+                id: id.to_owned(),
+                outcomes_page_size: 1000,
+                outcomes_page_token: token,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("GetOperation {id}: {e:?}"))
+            .into_inner();
+        all.extend(page.outcomes);
+        if page.next_outcomes_page_token.is_empty() {
+            return all;
+        }
+        token = page.next_outcomes_page_token;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
