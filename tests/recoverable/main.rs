@@ -1,7 +1,8 @@
 //! Recoverable and bounded deletion (issue 29), over real nodes in three
 //! regions: soft delete with a window, plan-bound deletes (a dry run's
 //! token, the delete that expects it, `[limits] confirm_above`), filtered
-//! purge, budgets and control of a running operation.
+//! purge, budgets and control of a running operation, and undelete of a
+//! whole cascade.
 //!
 //! One test binary for the issue's multi-node tests (CI links the node
 //! once for all of them).
@@ -16,3 +17,4 @@ mod budget;
 mod plan_bound;
 mod purge;
 mod soft_delete;
+mod undelete;

@@ -12,19 +12,19 @@ use cascade_proto::v1;
 
 use crate::support::*;
 
-fn details(e: &ClientError) -> v1::ErrorDetails {
+pub(crate) fn details(e: &ClientError) -> v1::ErrorDetails {
     match e {
         ClientError::Status(status) => error_details(status).unwrap_or_else(|| panic!("no details in {e}")),
         other => panic!("not a status: {other}"),
     }
 }
 
-fn reason(e: &ClientError) -> v1::ErrorReason {
+pub(crate) fn reason(e: &ClientError) -> v1::ErrorReason {
     v1::ErrorReason::try_from(details(e).reason).unwrap_or(v1::ErrorReason::Unspecified)
 }
 
 /// A port of `region` on `network`, in the security groups `groups`.
-fn port(name: &str, network: &str, groups: &[&str]) -> v1::ResourceSpec {
+pub(crate) fn port(name: &str, network: &str, groups: &[&str]) -> v1::ResourceSpec {
     let mut refs: Vec<(&str, &[&str])> = vec![("network", std::slice::from_ref(&network))];
     if !groups.is_empty() {
         refs.push(("security_groups", groups));
@@ -34,7 +34,7 @@ fn port(name: &str, network: &str, groups: &[&str]) -> v1::ResourceSpec {
 
 /// Every resource of `region` listed with `show_deleted` (of `kind`), to
 /// the last page.
-async fn list_all(client: &Client, region: &str, kind: &str, show_deleted: bool) -> Vec<v1::Resource> {
+pub(crate) async fn list_all(client: &Client, region: &str, kind: &str, show_deleted: bool) -> Vec<v1::Resource> {
     let mut out = Vec::new();
     let mut token = String::new();
     loop {
@@ -63,7 +63,7 @@ async fn list_all(client: &Client, region: &str, kind: &str, show_deleted: bool)
 /// `unset_per_region` ports on another network (`n2`, of another project)
 /// in the security group `sg` (unset referrers: they survive without it).
 /// Returns the names of the members.
-async fn build(c: &Cluster, per_region: usize, unset_per_region: usize) -> Vec<String> {
+pub(crate) async fn build(c: &Cluster, per_region: usize, unset_per_region: usize) -> Vec<String> {
     let a = c.client("ra");
     a.batch_create(vec![
         spec_in("ra/project/p", &[]),
@@ -102,7 +102,7 @@ async fn build(c: &Cluster, per_region: usize, unset_per_region: usize) -> Vec<S
     members
 }
 
-async fn delete_with_retention(client: &Client, name: &str, retention_seconds: u64) -> v1::Operation {
+pub(crate) async fn delete_with_retention(client: &Client, name: &str, retention_seconds: u64) -> v1::Operation {
     let op = client
         .delete(v1::DeleteRequest {
             retention_seconds,

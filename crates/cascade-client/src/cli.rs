@@ -15,6 +15,7 @@ mod delete;
 mod find;
 mod node_config;
 mod observe;
+mod undelete;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
 pub use admin::{AdminArgs, AdminCommand, AuditArgs, DeletionStatusArg};
@@ -23,6 +24,7 @@ pub use delete::{DeleteArgs, OperationControl, EXIT_NOT_CONFIRMED, EXIT_STUCK, E
 use node_config::run_check;
 pub use node_config::CheckArgs;
 pub use observe::HealthArgs;
+pub use undelete::UndeleteArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -176,6 +178,20 @@ pub enum Command {
     /// only a person can free, 5 a large cascade not confirmed (no --yes,
     /// no terminal, or not answered y: nothing changed).
     Delete(DeleteArgs),
+    /// Take back a soft-deleting operation (a Delete with a retention, or
+    /// of kinds with `retain`), in every region it reached: every member
+    /// it buried comes back with its uid, attributes and references, and
+    /// each reference it unset is put back where the referrer did not
+    /// change since. What cannot come back (its window passed, the
+    /// referrer changed, a target is gone) is listed NOT_RESTORED with the
+    /// reason; the rest is restored. Name the operation by its id or by
+    /// its root's name. A region that cannot be asked finishes when it
+    /// returns (the node retries). `cascade operation ID` shows it later.
+    ///
+    /// Exit status: 0 everything restored (or, --dry-run, would be), 1
+    /// something not restored or an error, 6 a region not asked yet (the
+    /// node finishes its part when it returns).
+    Undelete(UndeleteArgs),
     /// Protect a resource against deletion, or lift a protection.
     #[command(subcommand)]
     Lien(LienCommand),
@@ -536,6 +552,7 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
             }
         }
         Command::Delete(delete) => return delete::run(&client, delete, json, &times).await,
+        Command::Undelete(args) => return undelete::run(&client, args, json, &times).await,
         Command::Explain { target } => {
             let req = if target.contains('/') {
                 v1::ExplainDeletionRequest {

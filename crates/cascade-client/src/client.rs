@@ -244,6 +244,11 @@ impl Client {
         Ok(self.inner.clone().delete(self.authorized(req)).await?.into_inner())
     }
 
+    /// Undelete: takes back a soft-deleting operation in every region.
+    pub async fn undelete(&self, req: v1::UndeleteRequest) -> Result<v1::UndeleteResponse, ClientError> {
+        Ok(self.inner.clone().undelete(self.authorized(req)).await?.into_inner())
+    }
+
     /// PauseOperation: no region works on the operation until resumed.
     pub async fn pause_operation(&self, req: v1::PauseOperationRequest) -> Result<v1::Operation, ClientError> {
         Ok(self

@@ -17,6 +17,7 @@ mod admin;
 mod controls;
 mod plan;
 mod times;
+mod undelete;
 pub use admin::{
     audit_json, audit_table, cluster_status_json, cluster_status_text, deletion_entry_json, deletion_entry_text,
     deletions_table,
@@ -25,6 +26,7 @@ pub use plan::plan_summary;
 use plan::token_line;
 pub use times::{age, table, TimeDisplay};
 pub(crate) use times::{rfc3339, rfc3339_or_null};
+pub use undelete::{undelete_json, undelete_text};
 
 fn state_name(state: i32) -> &'static str {
     v1::ResourceState::try_from(state)
@@ -223,7 +225,10 @@ fn operation_json_fields(op: &v1::Operation) -> Value {
         "done": op.done,
         "cascade": op.cascade,
         "requested_by": op.requested_by,
-        "progress": {"deleted": p.deleted, "unset": p.unset, "pending": p.pending, "blocked": p.blocked, "failed": p.failed},
+        "progress": {"deleted": p.deleted, "unset": p.unset, "pending": p.pending, "blocked": p.blocked, "failed": p.failed,
+            "restored": p.restored, "not_restored": p.not_restored},
+        "undelete_of": op.undelete_of,
+        "undelete_regions_left": op.undelete_regions_left,
         "create_time_ms": op.create_time_ms,
         "create_time": rfc3339_or_null(op.create_time_ms),
         "end_time_ms": op.end_time_ms,
@@ -248,6 +253,12 @@ fn operation_json_fields(op: &v1::Operation) -> Value {
 
 pub fn progress_text(op: &v1::Operation) -> String {
     let p = op.progress.unwrap_or_default();
+    if !op.undelete_of.is_empty() {
+        return format!(
+            "undelete of {}: {} restored, {} not restored",
+            op.undelete_of, p.restored, p.not_restored
+        );
+    }
     format!(
         "{} deleted, {} unset, {} pending ({} blocked), {} failed",
         p.deleted, p.unset, p.pending, p.blocked, p.failed

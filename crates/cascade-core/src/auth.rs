@@ -139,11 +139,14 @@ pub enum Verb {
     OperationCancel,
     /// Admin.ExtendBudget.
     AdminExtendBudget,
+    /// Undelete (issue 29), on the deletion's root: take back a
+    /// soft-deleting operation in every region it reached.
+    Undelete,
 }
 
 impl Verb {
     /// Every verb, in a fixed order (policy schemas, docs, tests).
-    pub const ALL: [Verb; 21] = [
+    pub const ALL: [Verb; 22] = [
         Verb::Get,
         Verb::List,
         Verb::Watch,
@@ -165,6 +168,7 @@ impl Verb {
         Verb::OperationResume,
         Verb::OperationCancel,
         Verb::AdminExtendBudget,
+        Verb::Undelete,
     ];
 
     /// Its name in policies, errors and the audit log.
@@ -191,6 +195,7 @@ impl Verb {
             Verb::OperationResume => "operation.resume",
             Verb::OperationCancel => "operation.cancel",
             Verb::AdminExtendBudget => "admin.extend_budget",
+            Verb::Undelete => "undelete",
         }
     }
 

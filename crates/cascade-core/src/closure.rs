@@ -340,6 +340,7 @@ mod tests {
             changes,
             closure_confirmed: false,
             controls: None,
+            undelete: None,
             principal: Default::default(),
             retain_ms: 0,
         }

@@ -54,6 +54,11 @@ pub const MAX_TARGETS_PER_FIELD: usize = 1024;
 pub const MAX_ON_DELETE_BYTES: usize = 16;
 /// Seeds of one `Peer.Plan` call.
 pub const MAX_PLAN_SEEDS: usize = 100_000;
+/// An undelete's dry run: the members one region would restore, as it
+/// tells the root's region and the root's region tells the others (the
+/// targets they may count live), and the decisions it lists. A larger
+/// part is reported with what fits (`planned_more` counts the rest).
+pub const MAX_UNDELETE_LISTED: usize = 10_000;
 /// A listing's page token across every region (each region's position:
 /// a region and a name, for at most `MAX_LIST_REGIONS` regions, in
 /// base64).

@@ -415,6 +415,30 @@ pub struct Operation {
     /// operation nobody bounded or controlled, which spreads freely.
     #[serde(default)]
     pub controls: Option<Box<OperationControls>>,
+    /// Set on an undelete operation (issue 29, `Resources.Undelete`): which
+    /// deletion it takes back, and how far this region's part got. None on
+    /// a deletion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undelete: Option<Box<Undeletion>>,
+}
+
+/// What makes an operation an undelete (see [`Operation::undelete`]): the
+/// soft-deleting operation it takes back and this region's counters. Each
+/// region the deletion reached keeps a part, with one outcome per member
+/// or unset referrer it decided (RESTORED or NOT_RESTORED with the reason).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Undeletion {
+    /// The deletion taken back.
+    pub of: OperationId,
+    /// Members brought back ACTIVE and unset references put back, here.
+    pub restored: u64,
+    /// Members and references that could not be (each outcome says why).
+    pub not_restored: u64,
+    /// At the root's region: the regions whose part is not finished yet
+    /// (unreachable, or waiting on one that is). The reconciler drives the
+    /// undelete again until it is empty. Empty in other regions' parts.
+    #[serde(default)]
+    pub regions_left: std::collections::BTreeSet<String>,
 }
 
 /// What an unset took from a referrer, recorded (with a retention) in the
@@ -466,6 +490,15 @@ pub enum OutcomeAction {
     /// enter into deletion wait, ACTIVE. Reported BLOCKED with the reason.
     Held {
         /// Why, for a human (`budget reached (100 of 100)`).
+        reason: String,
+    },
+    /// An undelete brought it back: a buried member ACTIVE again with its
+    /// uid and references, or an unset referrer's field put back.
+    Restored,
+    /// An undelete could not bring it back; the rest went on.
+    NotRestored {
+        /// Why, for a human (`expired: purged at ...`, `the referrer
+        /// changed since the unset ...`).
         reason: String,
     },
 }
@@ -608,6 +641,12 @@ pub enum EventType {
     /// wire sends it as one): they drop their tombstone, as the owner
     /// refuses any reference to a buried uid itself.
     SoftDeleted,
+    /// An undelete brought a DELETED resource back, ACTIVE, with its uid,
+    /// attributes and references (the snapshot): a controller treats it as
+    /// a re-creation with the same uid. Concerns this region's clients
+    /// only: the importers dropped their tombstone at `SoftDeleted`, and
+    /// the restored references are attached as a create's are.
+    Undeleted,
 }
 
 impl EventType {

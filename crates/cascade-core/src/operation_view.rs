@@ -301,6 +301,11 @@ impl OperationAssembler {
             merged.end_time = None;
         }
         merged.progress = progress;
+        if let Some(u) = merged.undelete.as_mut() {
+            // An undelete's counters, summed over its parts like a deletion's.
+            let parts = self.parts.iter().filter_map(|(_, p)| p.undelete.as_deref());
+            (u.restored, u.not_restored) = parts.fold((0, 0), |(r, n), p| (r + p.restored, n + p.not_restored));
+        }
         Ok(OperationView {
             operation: merged,
             done,
@@ -346,6 +351,7 @@ mod tests {
             changes: 0,
             closure_confirmed: false,
             controls: None,
+            undelete: None,
             principal: Default::default(),
             retain_ms: 0,
         }

@@ -62,6 +62,7 @@ fn answer(
             changes: 0,
             closure_confirmed: false,
             controls: None,
+            undelete: None,
             principal: Default::default(),
             retain_ms: 0,
         },

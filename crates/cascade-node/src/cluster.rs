@@ -238,7 +238,7 @@ impl Node {
     /// regions are asked at once, so an attach takes as long as its slowest
     /// owner (one peer-call deadline per chunk), not the sum; the first
     /// refusal in region order is the answer.
-    async fn attach_at_owners(&self, entries: Vec<PeerBackRef>) -> Result<(), CoreError> {
+    pub(crate) async fn attach_at_owners(&self, entries: Vec<PeerBackRef>) -> Result<(), CoreError> {
         let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
         for e in entries {
             by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
@@ -255,7 +255,7 @@ impl Node {
     /// What to attach for a resource's pending cross-region references:
     /// each key whose mirror row still exists, with the generation the
     /// writer gave that row.
-    fn pending_entries(&self, uid: Uid) -> Result<(Vec<BackRefKey>, Vec<PeerBackRef>), Fault> {
+    pub(crate) fn pending_entries(&self, uid: Uid) -> Result<(Vec<BackRefKey>, Vec<PeerBackRef>), Fault> {
         let state = self.state();
         let Some(pending) = state.get_pending_attach(uid)? else {
             return Ok((Vec::new(), Vec::new()));

@@ -30,6 +30,8 @@
 //!   [`VERSION_POSTCARD_V4`] is also an operation's fourth layout, wrapping
 //!   its third: its budget and controls (issue 29, [`stored::OperationV4`],
 //!   `codec/stored/budget.rs`), written only for an operation that has them.
+//! - [`VERSION_POSTCARD_V5`] (`0x05`): an operation's fifth layout, an
+//!   undelete's (issue 29, [`stored::OperationV5`]), wrapping the fourth.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
 //!   type, as nodes before the binary encoding wrote it (an object; a plain
 //!   string for a name in the uid index). Read as it is, so a store from an
@@ -127,6 +129,12 @@ pub const VERSION_POSTCARD_V3: u8 = 0x03;
 /// rate, pause, cancel: issue 29, [`stored::OperationV4`]), written only
 /// for an operation that has them.
 pub const VERSION_POSTCARD_V4: u8 = 0x04;
+
+/// The first byte of a value whose body is postcard 1 of the fifth layout
+/// of its [`stored`] type: an operation that is an undelete (issue 29,
+/// [`stored::OperationV5`], `codec/stored/undelete.rs`), wrapping the
+/// fourth. Written only for an undelete: every deletion keeps its bytes.
+pub const VERSION_POSTCARD_V5: u8 = 0x05;
 
 mod records;
 use records::decode;

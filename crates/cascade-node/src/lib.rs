@@ -24,9 +24,9 @@
 //!    metrics scrape reads of the node), `links.rs` (the peer links:
 //!    watch, releases, checks; and the reconciler), `closure_check.rs`
 //!    (whether a waiting root's cascade is finished in every region it
-//!    touched) and `operation_control.rs` (a bounded operation's
+//!    touched), `operation_control.rs` (a bounded operation's
 //!    registration and budget leases, pause, resume and cancel across
-//!    regions).
+//!    regions) and `undelete.rs` (an undelete driven over every region).
 //! 3. **Below the domain**: `writer.rs` (the single-writer actor that runs
 //!    protocol steps and commits them, with its supervisor), `metrics.rs`
 //!    (the Prometheus registry and its HTTP listener), `trace_context.rs`
@@ -70,6 +70,9 @@ mod plan_bound;
 mod safeguards;
 mod scrape;
 mod status;
+// Undelete of a whole cascade (issue 29): the root's drive over every
+// region, a region's part, the reconciler's retries.
+mod undelete;
 
 mod node;
 

@@ -667,6 +667,7 @@ impl Actor for Reconciler {
         }
         crate::closure_check::confirm_closures(&node, &state.closure_failed).await;
         crate::operation_control::reconcile(&node, &state.control_failed).await;
+        crate::undelete::reconcile(&node).await;
         // Unsettled creates are walked a page per tick, in passes. The next
         // pass starts at the next tick when this one had a create to settle
         // (it may have failed: retried as before), else when the youngest

@@ -156,6 +156,10 @@ pub struct Node {
     /// tell another region yet: (operation, region) → what to tell it. The
     /// reconciler tells them again (`operation_control.rs`). In memory.
     pub(crate) undelivered_controls: Mutex<BTreeMap<(OperationId, String), crate::peers::ControlToDeliver>>,
+    /// Undeletes rooted here that some region has not finished (issue 29,
+    /// `undelete.rs`): None until the reconciler read them from the
+    /// operations table once (their state is durable there).
+    pub(crate) undeletes_left: Mutex<Option<std::collections::BTreeSet<OperationId>>>,
     /// Served with TLS (peers and clients) when set.
     pub(crate) tls: Option<NodeTls>,
     /// Who may call the Admin service.
@@ -422,6 +426,7 @@ impl Node {
             closure_checks,
             budget_wants,
             undelivered_controls: Mutex::default(),
+            undeletes_left: Mutex::default(),
             tls: settings.tls,
             admin: settings.admin,
             auth: settings.auth,

@@ -233,6 +233,10 @@ bounded! {
         uid(&r.id, "id")?;
         short(&r.reason, MAX_REASON_BYTES, "reason")
     };
+    v1::UndeleteRequest => |r| {
+        uid(&r.operation_id, "operation_id")?;
+        name(&r.name)
+    };
 
     // cascade.v1.Admin
     v1::ListDeletionsRequest => |r| {
@@ -323,6 +327,16 @@ bounded! {
     v1::BudgetLeaseRequest => |r| {
         uid(&r.operation_id, "operation_id")?;
         region(&r.from_region, "from_region")
+    };
+    v1::UndeletePartRequest => |r| {
+        uid(&r.operation_id, "operation_id")?;
+        uid(&r.undelete_of, "undelete_of")?;
+        optional_ref(&r.root, "root")?;
+        items(r.would_restore.len(), cascade_core::limits::MAX_UNDELETE_LISTED, || "would_restore".to_owned())?;
+        for (i, t) in r.would_restore.iter().enumerate() {
+            object_ref(t, &format!("would_restore[{i}]"))?;
+        }
+        short(&r.requested_by, MAX_AUDIT_WHO_BYTES, "requested_by")
     };
     v1::OperationControlRequest => |r| {
         uid(&r.operation_id, "operation_id")?;

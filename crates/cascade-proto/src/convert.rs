@@ -291,6 +291,8 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
             pending: op.progress.pending,
             blocked: op.progress.blocked,
             failed: op.progress.failed,
+            restored: op.undelete.as_ref().map_or(0, |u| u.restored),
+            not_restored: op.undelete.as_ref().map_or(0, |u| u.not_restored),
         }),
         create_time_ms: ms(op.create_time),
         end_time_ms: op.end_time.map(ms).unwrap_or_default(),
@@ -306,6 +308,12 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
         budget_used: controls.map(|c| c.used()).unwrap_or_default(),
         rate_per_second: controls.and_then(|c| c.rate_per_s).unwrap_or_default(),
         controlled_by: controls.map(|c| c.by.clone()).unwrap_or_default(),
+        undelete_of: op.undelete.as_ref().map(|u| u.of.to_string()).unwrap_or_default(),
+        undelete_regions_left: op
+            .undelete
+            .as_ref()
+            .map(|u| u.regions_left.iter().cloned().collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -353,6 +361,11 @@ pub fn outcome(o: &Outcome) -> v1::Outcome {
         OutcomeAction::Held { reason } => {
             out.message = reason.clone();
             v1::OutcomeAction::Blocked
+        }
+        OutcomeAction::Restored => v1::OutcomeAction::Restored,
+        OutcomeAction::NotRestored { reason } => {
+            out.message = reason.clone();
+            v1::OutcomeAction::NotRestored
         }
     };
     out.action = action as i32;
@@ -456,6 +469,8 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
                     .map(str::to_owned)
                     .collect(),
             },
+            Ok(v1::OutcomeAction::Restored) => OutcomeAction::Restored,
+            Ok(v1::OutcomeAction::NotRestored) => OutcomeAction::NotRestored { reason: o.message },
             _ => return Err(invalid_field(&format!("{at}.action"), "unknown outcome action")),
         };
         outcomes.push(Outcome {
@@ -492,12 +507,31 @@ pub fn operation_page_from(op: v1::Operation) -> Result<OperationPage, Status> {
             changes: op.changes,
             closure_confirmed: false,
             controls,
+            undelete: undelete_from(&op.undelete_of, &progress, op.undelete_regions_left)?,
             principal: Default::default(),
             retain_ms: op.retention_seconds.saturating_mul(1000),
         },
         outcomes,
         next,
     })
+}
+
+/// What makes a part read from the wire an undelete (its `undelete_of`),
+/// with its counters; None for a deletion.
+fn undelete_from(
+    of: &str,
+    progress: &v1::Progress,
+    regions_left: Vec<String>,
+) -> Result<Option<Box<cascade_core::model::Undeletion>>, Status> {
+    if of.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(cascade_core::model::Undeletion {
+        of: cascade_core::OperationId::parse(of).map_err(|e| invalid_field("undelete_of", e))?,
+        restored: progress.restored,
+        not_restored: progress.not_restored,
+        regions_left: regions_left.into_iter().collect(),
+    })))
 }
 
 /// A dry run's plan (or a region's part of one) on the wire.
@@ -608,6 +642,7 @@ pub fn event_type_from(t: i32) -> Option<EventType> {
         v1::EventType::FinalizerRetry => EventType::FinalizerRetry,
         v1::EventType::DeletionForced => EventType::DeletionForced,
         v1::EventType::SoftDeleted => EventType::SoftDeleted,
+        v1::EventType::Undeleted => EventType::Undeleted,
     })
 }
 
@@ -670,6 +705,7 @@ pub fn event_type(t: EventType) -> v1::EventType {
         EventType::FinalizerRetry => v1::EventType::FinalizerRetry,
         EventType::DeletionForced => v1::EventType::DeletionForced,
         EventType::SoftDeleted => v1::EventType::SoftDeleted,
+        EventType::Undeleted => v1::EventType::Undeleted,
     }
 }
 

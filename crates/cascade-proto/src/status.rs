@@ -24,7 +24,7 @@
 //! | ReportFinalizerFailure of a finalizer not listed | NOT_FOUND | `FINALIZER`, `field` = `finalizer`, `resource` |
 //! | finalizer failure for a resource not DELETING; RetryDeletion of a deletion not FAILED | FAILED_PRECONDITION | `NOT_DELETING`, `resource` |
 //! | ForcePurge of a deletion younger than the threshold, without force | FAILED_PRECONDITION | `TOO_EARLY`, `field` = `force`, `resource` |
-//! | Pause/Resume/CancelOperation or ExtendBudget of an operation that ended, was cancelled, or has no budget | FAILED_PRECONDITION | `REFUSED` |
+//! | Pause/Resume/CancelOperation or ExtendBudget of an operation that ended, was cancelled, or has no budget; Undelete of a deletion still running | FAILED_PRECONDITION | `REFUSED` |
 //! | etag mismatch | ABORTED | `ETAG_MISMATCH`, `resource` |
 //! | plan-bound delete whose closure changed since its dry run | ABORTED | `PLAN_CHANGED`, `resource`, `field` = `expect_plan`, `plan_changes`, `more`, `plan_members` |
 //! | cascade above `[limits] confirm_above` without a plan token | FAILED_PRECONDITION | `PLAN_REQUIRED`, `resource`, `field` = `expect_plan`, `plan_members` |

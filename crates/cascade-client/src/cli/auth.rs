@@ -55,7 +55,7 @@ pub enum AuthCommand {
 pub struct CanIArgs {
     /// get, list, watch, create, update, delete, cascade, orphan, lien,
     /// finalize, operation.pause, operation.resume, operation.cancel (on an
-    /// operation's root), or an Admin verb (admin.list_deletions,
+    /// operation's root), undelete (on a deletion's root), or an Admin verb (admin.list_deletions,
     /// admin.retry_deletion, admin.force_purge, admin.list_audit,
     /// admin.cluster_status, admin.impersonate, admin.purge,
     /// admin.extend_budget).

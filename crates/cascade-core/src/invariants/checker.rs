@@ -1,7 +1,7 @@
 //! The checks themselves: one pass over every region's view, collecting
 //! violations (see the parent module for what each kind means).
 //!
-//! Size: about 850 lines, one file on purpose: one pass whose checks all
+//! Size: about 950 lines, one file on purpose: one pass whose checks all
 //! read the indexes the first pass builds (resources by uid, owner and
 //! mirror rows), private to this one `Checker`; split, they would be passed
 //! around whole. What each kind means is in the parent module.
@@ -827,6 +827,37 @@ impl<'v> Checker<'v> {
         }
         // Operation parts against their records and outcomes.
         for op in store.operations.values() {
+            if let Some(u) = op.undelete.as_deref() {
+                // An undelete (issue 29) has no deletions of its own: its
+                // counters are its outcomes, and it ends SUCCEEDED only
+                // when everything came back.
+                let count = |f: fn(&OutcomeAction) -> bool| {
+                    let ours = store
+                        .outcomes
+                        .iter()
+                        .filter(|((id, _), o)| *id == op.id && f(&o.action));
+                    ours.count() as u64
+                };
+                let restored = count(|a| *a == OutcomeAction::Restored);
+                let lost = count(|a| matches!(a, OutcomeAction::NotRestored { .. }));
+                let wrong = if (u.restored, u.not_restored) != (restored, lost) {
+                    Some(format!(
+                        "counts restored={} not_restored={}, its outcomes say {restored}, {lost}",
+                        u.restored, u.not_restored
+                    ))
+                } else if op.state == OperationState::Succeeded && lost > 0 {
+                    Some("SUCCEEDED with members not restored".to_owned())
+                } else if op.state != OperationState::Running && op.end_time.is_none() {
+                    Some("done without an end time".to_owned())
+                } else {
+                    None
+                };
+                if let Some(wrong) = wrong {
+                    let label = format!("the part of undelete {} (of {}) in region {region}", op.id, u.of);
+                    self.push(ViolationKind::OperationMismatch, region, format!("{label} {wrong}"));
+                }
+                continue;
+            }
             let records: Vec<&DeletionRecord> = view.deletions.values().filter(|d| d.operation == op.id).collect();
             let count = |f: fn(&DeletionStatus) -> bool| records.iter().filter(|d| f(&d.status)).count() as u64;
             let failed = count(|s| matches!(s, DeletionStatus::Failed { .. }));

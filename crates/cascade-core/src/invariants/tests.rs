@@ -129,6 +129,7 @@ fn settle_operation(s: &mut MemoryState, root: (&str, u128)) {
             changes: 0,
             closure_confirmed: false,
             controls: None,
+            undelete: None,
             principal: Default::default(),
             retain_ms: 0,
         },

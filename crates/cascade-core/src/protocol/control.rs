@@ -346,6 +346,7 @@ fn empty_part(ctx: Ctx<'_>, id: OperationId, root: RefTarget, controls: Option<B
         closure_confirmed: false,
         principal: crate::auth::Principal::anonymous(),
         controls,
+        undelete: None,
         // The cascade's first member here brings the operation's retention
         // (see `ensure_operation_part`).
         retain_ms: 0,

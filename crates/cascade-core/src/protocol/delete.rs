@@ -126,6 +126,7 @@ pub fn delete<S: StateRead + ?Sized>(
         changes: 0,
         closure_confirmed: false,
         controls,
+        undelete: None,
         principal: req.principal.clone(),
         retain_ms: req.retain_ms,
     };

@@ -61,6 +61,7 @@ mod lien;
 mod purge;
 #[cfg(test)]
 mod soft_delete_tests;
+mod undelete;
 mod validate;
 mod work;
 
@@ -84,6 +85,10 @@ pub use lien::{add_lien, remove_lien, AddLien, MAX_LIENS};
 pub use purge::{
     merge_samples, purge_root, start_purge, PurgeFilter, PurgeStarted, PurgeTally, StartPurge, PURGE_ROOT_KIND,
     PURGE_SAMPLE,
+};
+pub use undelete::{
+    finish_undelete_part, remote_targets, start_undelete, undelete_batch, undelete_part, UndeleteBatch, UndeletePhase,
+    UndeleteReport,
 };
 pub use work::{confirm_remote_closure, process_work};
 

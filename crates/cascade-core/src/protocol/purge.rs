@@ -321,6 +321,7 @@ pub fn start_purge<S: StateRead + ?Sized>(
             // Nor a budget: its members are counted and capped before it
             // starts (`[limits] max_purge_members`).
             controls: None,
+            undelete: None,
         }),
     }
     let mut started = Vec::new();

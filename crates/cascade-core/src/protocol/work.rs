@@ -1032,6 +1032,7 @@ fn ensure_operation_part<S: StateRead + ?Sized>(
             changes: 0,
             closure_confirmed: false,
             controls: None,
+            undelete: None,
             principal: principal.clone(),
             retain_ms,
         });

@@ -261,7 +261,7 @@ pub(crate) fn is_guarded(path: &str) -> bool {
 }
 
 /// The calls that change something, which `[auth.rate]` limits.
-const MUTATING: [&str; 15] = [
+const MUTATING: [&str; 16] = [
     "/cascade.v1.Resources/Create",
     "/cascade.v1.Resources/BatchCreate",
     "/cascade.v1.Resources/Update",
@@ -277,6 +277,7 @@ const MUTATING: [&str; 15] = [
     "/cascade.v1.Resources/PauseOperation",
     "/cascade.v1.Resources/ResumeOperation",
     "/cascade.v1.Resources/CancelOperation",
+    "/cascade.v1.Resources/Undelete",
     "/cascade.v1.Admin/ExtendBudget",
 ];
 

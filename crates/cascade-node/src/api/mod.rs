@@ -53,6 +53,7 @@ pub(crate) mod standby;
 pub(crate) mod stream;
 pub(crate) mod tls_accept;
 pub(crate) mod trace_propagation;
+pub(crate) mod undelete;
 pub(crate) mod wire_errors;
 
 use std::sync::Arc;

@@ -230,6 +230,18 @@ impl Peer for PeerApi {
         }))
     }
 
+    async fn undelete_part(
+        &self,
+        request: Request<v1::UndeletePartRequest>,
+    ) -> Result<Response<v1::UndeletePartResponse>, Status> {
+        let ask = crate::api::undelete::peer_ask(request.get_ref())?;
+        // Only the root's region drives an undelete's parts.
+        let region = RegionId::parse(ask.root.name.region()).map_err(|e| invalid_field("root", e))?;
+        self.authorize_as(&request, &region, "UndeletePart")?;
+        let answer = self.node.undelete_part_here(ask).await?;
+        Ok(Response::new(crate::api::undelete::peer_answer(&answer)))
+    }
+
     async fn region_figures(
         &self,
         request: Request<v1::RegionFiguresRequest>,

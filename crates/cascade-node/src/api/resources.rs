@@ -298,6 +298,11 @@ impl Resources for ResourcesApi {
         self.control(request, Control::Cancel, id, reason).await
     }
 
+    // Undelete of a whole cascade: `api/undelete.rs`.
+    async fn undelete(&self, request: Request<v1::UndeleteRequest>) -> Result<Response<v1::UndeleteResponse>, Status> {
+        self.undelete_call(request).await
+    }
+
     async fn explain_deletion(
         &self,
         request: Request<v1::ExplainDeletionRequest>,

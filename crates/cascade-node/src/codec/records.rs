@@ -7,7 +7,9 @@ use cascade_core::ResourceName;
 use postcard::ser_flavors::Size;
 use serde::de::DeserializeOwned;
 
-use super::{stored, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3, VERSION_POSTCARD_V4};
+use super::{
+    stored, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3, VERSION_POSTCARD_V4, VERSION_POSTCARD_V5,
+};
 use crate::store::{StoreError, Table};
 
 /// A core record the store keeps as a value, through its storage type in
@@ -196,13 +198,15 @@ macro_rules! layered_records {
 // record without a retention or a window keeps the layout it had before.
 // An operation's budget and controls (`stored/budget.rs`, issue 29) are its
 // fourth layout, wrapping soft delete's third: written only for an
-// operation that has them.
+// operation that has them. An undelete (`stored/undelete.rs`) is its fifth,
+// wrapping the fourth.
 layered_records! {
     Resource => [
         VERSION_POSTCARD_V3 => ResourceV3 if |r| r.soft_deleted.is_some(),
         VERSION_POSTCARD_V2 => ResourceV2 if |r| !r.liens.is_empty()
     ] else Resource;
     Operation => [
+        VERSION_POSTCARD_V5 => OperationV5 if |o| o.undelete.is_some(),
         VERSION_POSTCARD_V4 => OperationV4 if |o| o.controls.is_some(),
         VERSION_POSTCARD_V3 => OperationV3 if |o| o.retain_ms > 0,
         VERSION_POSTCARD_V2 => OperationV2 if |o| stored::names_a_principal(&o.principal)
@@ -243,7 +247,10 @@ pub(super) fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreEr
         message,
     };
     match bytes.first() {
-        Some(&version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4)) => {
+        Some(
+            &version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4
+            | VERSION_POSTCARD_V5),
+        ) => {
             T::decode_body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))
         }
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),

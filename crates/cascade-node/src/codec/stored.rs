@@ -49,8 +49,10 @@ use uuid::Uuid;
 
 mod budget;
 mod soft;
+mod undelete;
 pub use budget::{OperationControls, OperationV4};
 pub use soft::{EventV4, OperationV3, OutcomeV2, RemoteDeletionV4, ResourceV3, SoftDeletion, UnsetUndo};
+pub use undelete::{OperationV5, Undeletion};
 
 /// A uid or an operation id: the UUID's 16 bytes, no length prefix.
 pub type Id = [u8; 16];
@@ -771,6 +773,7 @@ impl TryFrom<Operation<'_>> for model::Operation {
             principal: cascade_core::auth::Principal::anonymous(),
             retain_ms: 0,
             controls: None,
+            undelete: None,
         })
     }
 }
@@ -800,6 +803,13 @@ pub enum OutcomeAction<'a> {
         #[serde(borrow)]
         reason: Cow<'a, str>,
     },
+    /// Appended (issue 29): an undelete brought it back.
+    Restored,
+    /// Appended (issue 29): an undelete could not bring it back.
+    NotRestored {
+        #[serde(borrow)]
+        reason: Cow<'a, str>,
+    },
 }
 
 impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
@@ -820,6 +830,10 @@ impl<'a> From<&'a model::OutcomeAction> for OutcomeAction<'a> {
                 regions: Cow::Borrowed(regions),
             },
             model::OutcomeAction::Held { reason } => OutcomeAction::Held {
+                reason: Cow::Borrowed(reason.as_str()),
+            },
+            model::OutcomeAction::Restored => OutcomeAction::Restored,
+            model::OutcomeAction::NotRestored { reason } => OutcomeAction::NotRestored {
                 reason: Cow::Borrowed(reason.as_str()),
             },
         }
@@ -844,6 +858,8 @@ impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
                 regions: strings(regions),
             },
             OutcomeAction::Held { reason } => model::OutcomeAction::Held { reason: string(reason) },
+            OutcomeAction::Restored => model::OutcomeAction::Restored,
+            OutcomeAction::NotRestored { reason } => model::OutcomeAction::NotRestored { reason: string(reason) },
         })
     }
 }
@@ -991,6 +1007,8 @@ pub enum EventType {
     DeletionForced,
     /// Appended for soft delete.
     SoftDeleted,
+    /// Appended for undelete.
+    Undeleted,
 }
 
 impl From<model::EventType> for EventType {
@@ -1005,6 +1023,7 @@ impl From<model::EventType> for EventType {
             model::EventType::FinalizerRetry => EventType::FinalizerRetry,
             model::EventType::DeletionForced => EventType::DeletionForced,
             model::EventType::SoftDeleted => EventType::SoftDeleted,
+            model::EventType::Undeleted => EventType::Undeleted,
         }
     }
 }
@@ -1021,6 +1040,7 @@ impl From<EventType> for model::EventType {
             EventType::FinalizerRetry => model::EventType::FinalizerRetry,
             EventType::DeletionForced => model::EventType::DeletionForced,
             EventType::SoftDeleted => model::EventType::SoftDeleted,
+            EventType::Undeleted => model::EventType::Undeleted,
         }
     }
 }

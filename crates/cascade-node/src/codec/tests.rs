@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::{
     decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3,
-    VERSION_POSTCARD_V4,
+    VERSION_POSTCARD_V4, VERSION_POSTCARD_V5,
 };
 use crate::store::{Batch, MemoryStore, Store, StoreError, Table};
 use cascade_core::auth::{Principal, Via};
@@ -235,6 +235,7 @@ fn operation() -> impl Strategy<Value = Operation> {
                 principal: Default::default(),
                 retain_ms: 0,
                 controls: None,
+                undelete: None,
             },
         )
 }
@@ -274,6 +275,8 @@ fn action() -> impl Strategy<Value = OutcomeAction> {
         text().prop_map(|error| OutcomeAction::Failed { error }),
         strings().prop_map(|regions| OutcomeAction::Waiting { regions }),
         text().prop_map(|reason| OutcomeAction::Held { reason }),
+        Just(OutcomeAction::Restored),
+        text().prop_map(|reason| OutcomeAction::NotRestored { reason }),
     ]
 }
 
@@ -322,6 +325,7 @@ fn event_type() -> impl Strategy<Value = EventType> {
         Just(EventType::Purged),
         Just(EventType::DeletionBlocked),
         Just(EventType::DeletionFailed),
+        Just(EventType::Undeleted),
     ]
 }
 
@@ -681,6 +685,7 @@ fn an_operation_from_before_budgets_reads_without_controls() {
         closure_confirmed: false,
         principal: Principal::anonymous(),
         controls: None,
+        undelete: None,
         retain_ms: 0,
     };
     let principal = Principal {
@@ -747,6 +752,87 @@ fn an_operation_from_before_budgets_reads_without_controls() {
     assert_eq!(v4[as_v3.len()], 0x01, "Some(controls)");
     let read4: Operation = decode(Table::Operations, &v4).expect("version 4 reads");
     assert_eq!(read4, both);
+}
+
+/// An undelete is an operation's fifth layout (version byte 5), wrapping
+/// the fourth: it reads back whole, and every earlier layout still reads
+/// as a deletion (no `undelete`), keeping its version byte.
+#[test]
+fn an_undelete_is_the_fifth_layout_and_earlier_operations_still_read() {
+    let deletion = Operation {
+        id: OperationId(Uuid::from_bytes([3; 16])),
+        root: RefTarget {
+            name: ResourceName::parse("eu-west/network/n-1").expect("a name"),
+            uid: uid_n(7),
+        },
+        requested_by: "alice".into(),
+        cascade: true,
+        state: OperationState::Succeeded,
+        progress: Progress {
+            deleted: 5,
+            ..Progress::default()
+        },
+        create_time: Timestamp(1000),
+        end_time: Some(Timestamp(2000)),
+        reached: BTreeSet::from(["us-east".to_owned()]),
+        changes: 9,
+        closure_confirmed: true,
+        principal: Principal::anonymous(),
+        controls: None,
+        undelete: None,
+        retain_ms: 86_400_000,
+    };
+    let v3 = deletion.encode(Table::Operations).expect("encodes");
+    assert_eq!(v3[0], VERSION_POSTCARD_V3, "a deletion keeps its layout");
+    assert_eq!(decode::<Operation>(Table::Operations, &v3).expect("reads"), deletion);
+
+    let undelete = Operation {
+        id: OperationId(Uuid::from_bytes([4; 16])),
+        cascade: false,
+        retain_ms: 0,
+        undelete: Some(Box::new(Undeletion {
+            of: deletion.id,
+            restored: 4,
+            not_restored: 1,
+            regions_left: BTreeSet::from(["ap-south".to_owned()]),
+        })),
+        ..deletion.clone()
+    };
+    let v5 = undelete.encode(Table::Operations).expect("encodes");
+    assert_eq!(v5[0], VERSION_POSTCARD_V5);
+    let as_v4 = super::records::encode_stored(
+        Table::Operations,
+        VERSION_POSTCARD_V4,
+        &super::stored::OperationV4::from(&undelete),
+    )
+    .expect("encodes");
+    assert_eq!(&v5[1..as_v4.len()], &as_v4[1..], "version 4's body, then the undelete");
+    assert_eq!(
+        decode::<Operation>(Table::Operations, &v5).expect("version 5 reads"),
+        undelete
+    );
+    // Version 4's bytes of it read as a deletion: nothing before version 5
+    // knew undeletes.
+    let read4: Operation = decode(Table::Operations, &as_v4).expect("version 4 reads");
+    assert!(read4.undelete.is_none());
+
+    // The outcome actions and the event type undelete appends round-trip,
+    // and an outcome an older node wrote reads as it did.
+    for action in [
+        OutcomeAction::Restored,
+        OutcomeAction::NotRestored {
+            reason: "expired: purged at 2026-11-26T17:00:00Z".into(),
+        },
+    ] {
+        let o = Outcome {
+            resource: undelete.root.clone(),
+            action,
+            time: Timestamp(5),
+        };
+        let bytes = o.encode(Table::Outcomes).expect("encodes");
+        assert_eq!(bytes[0], VERSION_POSTCARD_V1);
+        assert_eq!(decode::<Outcome>(Table::Outcomes, &bytes).expect("reads"), o);
+    }
 }
 
 /// Version 1's bytes are pinned: reordering, retyping or removing a field of

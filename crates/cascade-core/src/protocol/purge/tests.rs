@@ -364,6 +364,7 @@ fn a_part_leaves_alone_what_changed_since_the_scan_and_is_idempotent() {
         changes: 1,
         closure_confirmed: false,
         controls: None,
+        undelete: None,
         principal: Principal::anonymous(),
         retain_ms: 0,
     });
