@@ -391,7 +391,7 @@ async fn accepted_text(client: &Client, name: &str, op: &v1::Operation, already:
 /// How following an operation ended.
 enum Followed {
     /// Its last report, done.
-    Done(v1::Operation),
+    Done(Box<v1::Operation>),
     /// It stopped moving, and its explanation says only a person frees it.
     Stuck(v1::DeletionExplanation),
 }
@@ -427,10 +427,10 @@ async fn follow(client: &Client, id: &str, quiet: bool) -> Result<Followed, Clie
                 let done = op.done;
                 last = Some(op);
                 if done {
-                    break last.take().map(Followed::Done);
+                    break last.take().map(|op| Followed::Done(Box::new(op)));
                 }
             }
-            Ok(None) => break last.take().map(Followed::Done),
+            Ok(None) => break last.take().map(|op| Followed::Done(Box::new(op))),
             Err(_quiet_for_a_while) => {
                 let progress = last.as_ref().and_then(|op| op.progress);
                 let request = v1::ExplainDeletionRequest {
