@@ -3,6 +3,12 @@
 //!
 //! These are plain data; what may change them, and how, is
 //! [`crate::protocol`].
+//!
+//! Size: a little over 800 lines, one file on purpose: it is the one list
+//! of the stored records and their fields (30 types, each field with why
+//! it is kept), which the node's codec versions layout by layout; split by
+//! feature, a reader would have to gather a record's fields from several
+//! files to know what one stored value holds.
 
 use std::collections::BTreeMap;
 
