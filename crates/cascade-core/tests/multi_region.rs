@@ -631,8 +631,35 @@ impl World {
                     }
                 }
                 EventType::Deleting => {
+                    let ended_here = writes.events.iter().any(|p| {
+                        matches!(p.event_type, EventType::Purged | EventType::SoftDeleted) && p.resource.uid == e.resource.uid
+                    });
                     let record = match writes.deletions.get(&e.resource.uid) {
                         Some(Some(d)) => d.clone(),
+                        // A root nothing references ends in the step that
+                        // accepts it (`work::finish_accepted`): its record is
+                        // written and removed in that one step, its end's
+                        // event follows this one, and the DELETING event
+                        // carries the record's operation and cause.
+                        Some(None) if ended_here => {
+                            let (Some(operation), Some(reason)) = (e.operation, e.cause.clone()) else {
+                                return Err(format!(
+                                    "{} entered and left DELETING in one step, and its event names no operation and cause",
+                                    e.resource.name
+                                ));
+                            };
+                            DeletionRecord {
+                                target: e.resource.clone(),
+                                deleted_at: e.time,
+                                reason,
+                                requested_by: String::new(),
+                                operation,
+                                status: DeletionStatus::Pending,
+                                finalizer_failures: Vec::new(),
+                                forced: None,
+                                principal: Default::default(),
+                            }
+                        }
                         _ => {
                             return Err(format!(
                                 "{} entered DELETING without its deletion record in the same step",

@@ -23,7 +23,7 @@ use crate::name::{IdSource, OperationId, Uid};
 use crate::schema::OnDelete;
 use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
-use super::bookkeeping::enter_deleting;
+use super::bookkeeping::{enter_deleting, is_unreferenced_leaf};
 use super::lien::check_liens;
 use super::validate::{check_etag, local_name};
 use super::{
@@ -131,6 +131,8 @@ pub fn delete<S: StateRead + ?Sized>(
         retain_ms: req.retain_ms,
     };
     tx.put_operation(op.clone());
+    let leaf = is_unreferenced_leaf(&tx, &resource)?;
+    let root = resource.uid;
     enter_deleting(
         &mut tx,
         ctx,
@@ -140,6 +142,13 @@ pub fn delete<S: StateRead + ?Sized>(
         &req.requested_by,
         &req.principal,
     )?;
+    if leaf {
+        // Nothing references it, so its deletion's first work step has
+        // nothing to wait for: it runs here, and the delete of a leaf ends
+        // in the step that accepts it, instead of waiting behind every
+        // item a running cascade has made due (`work::finish_accepted`).
+        super::work::finish_accepted(&mut tx, ctx, root)?;
+    }
     let op = tx.operation(op.id)?.unwrap_or(op);
     Ok(Step {
         value: DeleteOutcome::Accepted(op),
