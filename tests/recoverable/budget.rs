@@ -69,13 +69,20 @@ async fn active_networks(c: &Cluster, id: &str) -> usize {
 }
 
 /// Other writes go on in every region while an operation is held: each
-/// region creates and deletes a resource of its own, to the end (so each
-/// writer has run work steps since the last look).
+/// region creates a project with a network and deletes both, to the end
+/// (so each writer has run work steps since the last look). The network
+/// matters: a project nothing references is purged in the step that
+/// accepts its delete (`work::finish_accepted`), without a work step, and
+/// this barrier, with a bare project, then proved nothing.
 async fn other_writes_finish(c: &Cluster, round: usize) {
     for region in REGIONS {
         let name = format!("{region}/project/other-{round}");
         let client: &Client = c.client(region);
         client.create(spec(&name, &[])).await.expect("create another project");
+        client
+            .create(spec(&format!("{region}/network/other-{round}"), &[("project", &[&name])]))
+            .await
+            .expect("create a network of it");
         let op = client
             .delete(v1::DeleteRequest {
                 name: name.clone(),
