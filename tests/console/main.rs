@@ -14,6 +14,7 @@
 mod support;
 
 mod browser;
+mod cluster;
 mod identity;
 mod operation;
 

@@ -80,7 +80,10 @@ async fn other_writes_finish(c: &Cluster, round: usize) {
         let client: &Client = c.client(region);
         client.create(spec(&name, &[])).await.expect("create another project");
         client
-            .create(spec(&format!("{region}/network/other-{round}"), &[("project", &[&name])]))
+            .create(spec(
+                &format!("{region}/network/other-{round}"),
+                &[("project", &[&name])],
+            ))
             .await
             .expect("create a network of it");
         let op = client

@@ -632,7 +632,8 @@ impl World {
                 }
                 EventType::Deleting => {
                     let ended_here = writes.events.iter().any(|p| {
-                        matches!(p.event_type, EventType::Purged | EventType::SoftDeleted) && p.resource.uid == e.resource.uid
+                        matches!(p.event_type, EventType::Purged | EventType::SoftDeleted)
+                            && p.resource.uid == e.resource.uid
                     });
                     let record = match writes.deletions.get(&e.resource.uid) {
                         Some(Some(d)) => d.clone(),

@@ -33,6 +33,7 @@
 //!   an HTTP status and a page that says what to do.
 
 mod backend;
+mod cluster;
 mod context;
 mod error;
 mod live;

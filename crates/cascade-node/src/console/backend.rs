@@ -15,6 +15,8 @@ use tonic::transport::Channel;
 use super::error::ConsoleError;
 use super::session::Caller;
 
+pub(super) mod cluster;
+
 /// How long one call may take. A node that gathers from other regions
 /// (an operation, an explanation, a listing) keeps within the caller's
 /// deadline and names the regions that did not answer in time, so a page

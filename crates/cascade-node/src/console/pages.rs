@@ -14,6 +14,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use super::backend::{enum_word, RunningOperations};
 use super::error::ConsoleError;
 
+pub(super) mod cluster;
 mod operation;
 pub(crate) use operation::MAX_TREE_MEMBERS;
 pub(super) use operation::{live_operation, operation_page, Rate};
@@ -96,6 +97,7 @@ pub(super) fn layout(region: &str, title: &str, body: Markup) -> Page {
                     span.served-by { "served by " code { (region) } }
                     nav {
                         a href="/operations" { "Operations" }
+                        a href="/cluster" { "Cluster" }
                         form.find method="get" action="/find" {
                             input type="search" name="q" placeholder="operation id or region/kind/id"
                                 aria-label="operation id or resource name" maxlength="256";

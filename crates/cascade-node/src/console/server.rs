@@ -180,6 +180,7 @@ fn routes(console: Arc<Console>) -> Router {
         .route("/operations/{id}", get(operation_page))
         .route("/operations/{id}/live", get(live::operation))
         .route("/resources/{*name}", get(resource_page))
+        .route("/cluster", get(super::cluster::cluster_page))
         .fallback(not_found)
         .layer(tower::util::MapResponseLayer::new(protective_headers))
         .with_state(console)

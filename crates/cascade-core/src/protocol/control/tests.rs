@@ -394,13 +394,20 @@ fn a_leaf_deleted_during_a_large_cascade_is_gone_when_its_delete_commits() {
     let big = w.delete("ra/project/big", Bounds::default());
     let step = process_work(&w.state, w.ctx()).unwrap();
     w.state.apply(step.writes);
-    assert_eq!(w.op(big.id).progress.pending, 31, "the root and its thirty members, queued");
+    assert_eq!(
+        w.op(big.id).progress.pending,
+        31,
+        "the root and its thirty members, queued"
+    );
     w.now += 1;
     w.create("ra/project/leaf", &[]);
     let leaf = w.delete("ra/project/leaf", Bounds::default());
     assert_eq!(leaf.state, OperationState::Succeeded, "the Delete answers it done");
     assert_eq!(leaf.progress.deleted, 1);
-    assert!(w.state.resources.keys().all(|n| n.as_str() != "ra/project/leaf"), "purged in the same commit");
+    assert!(
+        w.state.resources.keys().all(|n| n.as_str() != "ra/project/leaf"),
+        "purged in the same commit"
+    );
     assert_eq!(w.op(big.id).progress.pending, 31, "the cascade was not touched by it");
     w.work_now();
     assert_eq!(w.op(big.id).state, OperationState::Succeeded);
@@ -412,8 +419,17 @@ fn a_referenced_root_still_enters_deleting_and_waits_for_its_work_step() {
     w.star("ra/project/p", 1);
     let op = w.delete("ra/project/p", Bounds::default());
     assert_eq!(op.state, OperationState::Running);
-    let root = w.state.resources.values().find(|r| r.name.as_str() == "ra/project/p").unwrap();
-    assert_eq!(root.state, ResourceState::Deleting, "its referrers see it DELETING first");
+    let root = w
+        .state
+        .resources
+        .values()
+        .find(|r| r.name.as_str() == "ra/project/p")
+        .unwrap();
+    assert_eq!(
+        root.state,
+        ResourceState::Deleting,
+        "its referrers see it DELETING first"
+    );
     w.work_now();
     assert_eq!(w.op(op.id).state, OperationState::Succeeded);
     assert_eq!(w.items_left("ra/project/p"), 0);
