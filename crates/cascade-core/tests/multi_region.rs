@@ -70,9 +70,9 @@ use cascade_core::plan::PlanDriver;
 use cascade_core::protocol::{self, Ctx, DeleteOutcome, DeleteRequest, Plan, Policy, RefRequest, ResourceSpec};
 use cascade_core::state::{StateRead, WriteSet};
 use cascade_core::{
-    BackRefKey, CoreError, DeletionReason, DeletionRecord, DeletionStatus, EventType, IdSource, OnDelete, OperationId,
-    OperationState, OutcomeAction, RefTarget, RegionId, RemoteEvent, Resource, ResourceName, ResourceState, Schema,
-    Timestamp, Uid,
+    BackRefKey, CoreError, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, IdSource, OnDelete,
+    OperationId, OperationState, OutcomeAction, RefTarget, RegionId, RemoteEvent, Resource, ResourceName,
+    ResourceState, Schema, Timestamp, Uid,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestError, TestRunner};
@@ -649,17 +649,7 @@ impl World {
                                     e.resource.name
                                 ));
                             };
-                            DeletionRecord {
-                                target: e.resource.clone(),
-                                deleted_at: e.time,
-                                reason,
-                                requested_by: String::new(),
-                                operation,
-                                status: DeletionStatus::Pending,
-                                finalizer_failures: Vec::new(),
-                                forced: None,
-                                principal: Default::default(),
-                            }
+                            record_of_event(e, operation, reason)
                         }
                         _ => {
                             return Err(format!(
@@ -703,17 +693,7 @@ impl World {
                         if writes.deletions.get(&e.resource.uid).is_some_and(Option::is_some) {
                             return Err(format!("{} purged with a deletion record left", e.resource.name));
                         }
-                        let record = DeletionRecord {
-                            target: e.resource.clone(),
-                            deleted_at: e.time,
-                            reason,
-                            requested_by: String::new(),
-                            operation,
-                            status: DeletionStatus::Pending,
-                            finalizer_failures: Vec::new(),
-                            forced: None,
-                            principal: Default::default(),
-                        };
+                        let record = record_of_event(e, operation, reason);
                         self.check_entered(region, &record)?;
                         self.entered.insert(e.resource.uid, Entered { operation });
                     }
@@ -2164,4 +2144,22 @@ fn importer_part_finishes_when_purged_follows_a_walk_cut_by_the_budget() {
         OperationState::Running,
         "ra's part of the operation is finished: {part:?}"
     );
+}
+
+/// The deletion record an event stands for when none was left in the
+/// step's writes (a leaf purged by a cascade at once, or a root that nothing
+/// references, ended in the step that accepted it): what the checks of an
+/// entered deletion read.
+fn record_of_event(e: &Event, operation: OperationId, reason: DeletionReason) -> DeletionRecord {
+    DeletionRecord {
+        target: e.resource.clone(),
+        deleted_at: e.time,
+        reason,
+        requested_by: String::new(),
+        operation,
+        status: DeletionStatus::Pending,
+        finalizer_failures: Vec::new(),
+        forced: None,
+        principal: Default::default(),
+    }
 }

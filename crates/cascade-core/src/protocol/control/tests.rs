@@ -155,6 +155,32 @@ impl World {
     }
 }
 
+impl World {
+    /// `ra/project/big` deleted with `members` members, each with a
+    /// referrer of its own (so each enters DELETING with a due item), after
+    /// the one work step that enters them all.
+    fn cascade_with_due_members(&mut self, members: usize) -> Operation {
+        self.create("ra/project/big", &[]);
+        for i in 0..members {
+            self.create(&format!("ra/item/big-{i}"), &[("project", "ra/project/big")]);
+            self.create(
+                &format!("ra/item/big-{i}-sub"),
+                &[("parent", &format!("ra/item/big-{i}"))],
+            );
+        }
+        let big = self.delete("ra/project/big", Bounds::default());
+        let step = process_work(&self.state, self.ctx()).unwrap();
+        self.state.apply(step.writes);
+        let pending = u64::try_from(members).unwrap() + 1;
+        assert_eq!(
+            self.op(big.id).progress.pending,
+            pending,
+            "the root and its members, queued"
+        );
+        big
+    }
+}
+
 fn budget(n: u64) -> Bounds {
     Bounds {
         max_deletions: Some(n),
@@ -336,24 +362,7 @@ fn the_work_step_takes_due_items_round_robin_by_operation() {
     w.policy.batch_budget = 100;
     w.policy.batch_items = 4;
     w.policy.items_per_operation = 2;
-    // A big operation with ten due items: its members each have a
-    // referrer of their own, so each enters DELETING with an item.
-    w.create("ra/project/big", &[]);
-    for i in 0..10 {
-        w.create(&format!("ra/item/big-{i}"), &[("project", "ra/project/big")]);
-        w.create(
-            &format!("ra/item/big-{i}-sub"),
-            &[("parent", &format!("ra/item/big-{i}"))],
-        );
-    }
-    let big = w.delete("ra/project/big", Bounds::default());
-    let step = process_work(&w.state, w.ctx()).unwrap();
-    w.state.apply(step.writes);
-    assert_eq!(
-        w.op(big.id).progress.pending,
-        11,
-        "the root and its ten members, each queued"
-    );
+    let big = w.cascade_with_due_members(10);
     // A small delete comes due after them.
     w.now += 1;
     w.star("ra/project/small", 1);
@@ -381,24 +390,8 @@ fn a_leaf_deleted_during_a_large_cascade_is_gone_when_its_delete_commits() {
     w.policy.batch_budget = 100;
     w.policy.batch_items = 2;
     w.policy.items_per_operation = 1;
-    // Thirty members with a referrer each: thirty due items once the root
-    // has walked, far more than the window (2 × WINDOW_FACTOR).
-    w.create("ra/project/big", &[]);
-    for i in 0..30 {
-        w.create(&format!("ra/item/big-{i}"), &[("project", "ra/project/big")]);
-        w.create(
-            &format!("ra/item/big-{i}-sub"),
-            &[("parent", &format!("ra/item/big-{i}"))],
-        );
-    }
-    let big = w.delete("ra/project/big", Bounds::default());
-    let step = process_work(&w.state, w.ctx()).unwrap();
-    w.state.apply(step.writes);
-    assert_eq!(
-        w.op(big.id).progress.pending,
-        31,
-        "the root and its thirty members, queued"
-    );
+    // Thirty due items, far more than the window (2 × WINDOW_FACTOR).
+    let big = w.cascade_with_due_members(30);
     w.now += 1;
     w.create("ra/project/leaf", &[]);
     let leaf = w.delete("ra/project/leaf", Bounds::default());
