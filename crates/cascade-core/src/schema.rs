@@ -203,14 +203,16 @@ fn block_cycle(kinds: &BTreeMap<String, KindSpec>) -> Option<SchemaError> {
             })
             .unwrap_or_default()
     }
+    // A kind on the search's path: the kinds it blocks (by which field)
+    // and the next of them to follow.
+    type Visit<'k> = (&'k str, Vec<(&'k str, &'k str)>, usize);
     // Iterative depth-first search: 0 unvisited, 1 on the path, 2 done.
     let mut colour: BTreeMap<&str, u8> = BTreeMap::new();
     for start in kinds.keys() {
         if colour.get(start.as_str()).copied().unwrap_or(0) != 0 {
             continue;
         }
-        // (kind, the kinds it blocks and by which field, the next to follow)
-        let mut path: Vec<(&str, Vec<(&str, &str)>, usize)> = vec![(start.as_str(), blocks(kinds, start), 0)];
+        let mut path: Vec<Visit<'_>> = vec![(start.as_str(), blocks(kinds, start), 0)];
         colour.insert(start.as_str(), 1);
         while let Some((kind, edges, next)) = path.last_mut() {
             let kind = *kind;
