@@ -316,8 +316,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // nothing an operator acts on; their warnings and errors still show.
     let provider = init_tracing("info,fjall=warn,lsm_tree=warn", otlp)?;
     // SIGHUP reads the policy file again (`[auth] policy_file`), as a
-    // change of the file does on its own within a second.
+    // change of the file does on its own within a second, and the schema
+    // file (`schema`), which a change of the file reloads too.
     cascade_node::auth::policy::reload_on_sighup();
+    cascade_node::schema_reload::reload_on_sighup();
     let served = serve_node(file).await;
     if let Some(provider) = provider {
         // The spans still in the exporter's batch. A blocking call whose

@@ -17,8 +17,12 @@
 //! retain = "7d"   # soft delete: kept DELETED for 7 days, then purged
 //! ```
 //!
+//! An optional top-level `label = "2026-11 volumes"` names a version for
+//! people (`cascade status` shows it beside the digest of the canonical
+//! form, [`Schema::canonical_text`]).
+//!
 //! Every load error names the exact place (`kinds.port.refs.network: unknown
-//! kind "netwrk"`). Besides hard errors, [`Schema::check`] names every
+//! kind "netwrk"`), or the line for a file that is not TOML. Besides hard errors, [`Schema::check`] names every
 //! cascade path this schema can leave stuck and every cascade cycle (seed
 //! 002: Goten does not detect them; we do, statically), and
 //! [`Schema::warnings`] summarises the stuck ones per `block` reference.
@@ -31,7 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::name::{validate_kind, NameError};
 
 mod check;
+mod diff;
 pub use check::{SchemaCheck, StuckPath};
+pub use diff::{CompatItem, CompatRule, RefChange, SchemaDiff, StoredQuestion, Tally};
 
 /// What happens to the referrer when the target of a reference is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -110,11 +116,17 @@ pub struct Schema {
     /// Each kind's `retain`, parsed (kinds without one are absent).
     #[serde(skip)]
     retain_ms: BTreeMap<String, u64>,
+    /// The file's `label`: a name for people, not part of the canonical
+    /// form (two files that differ only in it declare the same schema).
+    #[serde(skip)]
+    label: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SchemaFile {
+    #[serde(default)]
+    label: Option<String>,
     kinds: BTreeMap<String, KindSpec>,
 }
 
@@ -147,12 +159,152 @@ fn invalid(path: impl Into<String>, message: impl Into<String>) -> SchemaError {
 pub const MAX_KINDS: usize = 1024;
 /// Most reference fields one kind may declare (same bound, per kind).
 pub const MAX_REFS_PER_KIND: usize = 128;
+/// The longest `label` (a version's name for people, shown by `cascade status`).
+pub const MAX_LABEL_BYTES: usize = 64;
+
+/// A label is for people: printable, short.
+fn check_label(label: &str) -> Result<String, SchemaError> {
+    if label.is_empty() || label.len() > MAX_LABEL_BYTES {
+        return Err(invalid(
+            "label",
+            format!(
+                "{} is {} bytes; a label is 1 to {MAX_LABEL_BYTES}",
+                crate::limits::quote(label),
+                label.len()
+            ),
+        ));
+    }
+    if label.chars().any(char::is_control) {
+        return Err(invalid(
+            "label",
+            format!("{} holds a control character", crate::limits::quote(label)),
+        ));
+    }
+    Ok(label.to_owned())
+}
+
+/// A cycle of `block` references through two kinds or more: each resource
+/// on it refuses the delete of the next, so none of them can be deleted,
+/// and a cascade that reaches one waits for ever. (A kind that blocks
+/// itself is a tree, a folder and its parent: children go first, and it is
+/// allowed.) The error names the first reference of the cycle from its
+/// smallest kind.
+fn block_cycle(kinds: &BTreeMap<String, KindSpec>) -> Option<SchemaError> {
+    // The kinds `kind` blocks, by which field; a self-reference left out.
+    fn blocks<'k>(kinds: &'k BTreeMap<String, KindSpec>, kind: &str) -> Vec<(&'k str, &'k str)> {
+        kinds
+            .get(kind)
+            .map(|spec| {
+                spec.refs
+                    .iter()
+                    .filter(|(_, r)| r.on_delete == OnDelete::Block && r.kind != kind)
+                    .map(|(f, r)| (f.as_str(), r.kind.as_str()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    // A kind on the search's path: the kinds it blocks (by which field)
+    // and the next of them to follow.
+    type Visit<'k> = (&'k str, Vec<(&'k str, &'k str)>, usize);
+    // Iterative depth-first search: 0 unvisited, 1 on the path, 2 done.
+    let mut colour: BTreeMap<&str, u8> = BTreeMap::new();
+    for start in kinds.keys() {
+        if colour.get(start.as_str()).copied().unwrap_or(0) != 0 {
+            continue;
+        }
+        let mut path: Vec<Visit<'_>> = vec![(start.as_str(), blocks(kinds, start), 0)];
+        colour.insert(start.as_str(), 1);
+        while let Some((kind, edges, next)) = path.last_mut() {
+            let kind = *kind;
+            let Some(&(_, target)) = edges.get(*next) else {
+                colour.insert(kind, 2);
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            match colour.get(target).copied().unwrap_or(0) {
+                0 => {
+                    colour.insert(target, 1);
+                    path.push((target, blocks(kinds, target), 0));
+                }
+                1 => {
+                    // The cycle: from `target`'s place on the path to here.
+                    let at = path.iter().position(|(k, _, _)| *k == target).unwrap_or(0);
+                    let steps: Vec<(&str, &str)> = path[at..]
+                        .iter()
+                        .filter_map(|(k, edges, next)| Some((*k, edges.get(next.checked_sub(1)?)?.0)))
+                        .collect();
+                    // Named from its smallest kind, so the message does not
+                    // depend on where the search came in.
+                    let first = steps
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, (k, _))| *k)
+                        .map_or(0, |(i, _)| i);
+                    let rotated: Vec<(&str, &str)> = steps[first..].iter().chain(&steps[..first]).copied().collect();
+                    let &(kind, field) = rotated.first()?;
+                    let mut ring: Vec<&str> = rotated.iter().map(|(k, _)| *k).collect();
+                    ring.push(kind);
+                    return Some(invalid(
+                        format!("kinds.{kind}.refs.{field}"),
+                        format!(
+                            "a cycle of block references ({}): each of them refuses the delete of the next, so none \
+                             can be deleted and a cascade that reaches one waits for ever; make one of them \
+                             cascade or unset",
+                            ring.join(" → ")
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    None
+}
 
 impl Schema {
     /// Parses and validates a schema file (`[kinds.<kind>.refs.<field>]`).
     pub fn from_toml(text: &str) -> Result<Self, SchemaError> {
+        // An empty file (a truncated write, a wrong path) says so, rather
+        // than TOML's "missing field `kinds`".
+        let only_comments = text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+        if only_comments {
+            return Err(invalid("kinds", "the schema file is empty: it declares no kinds"));
+        }
         let file: SchemaFile = toml::from_str(text).map_err(|e| SchemaError::Syntax(e.to_string()))?;
-        Self::new(file.kinds)
+        let mut schema = Self::new(file.kinds)?;
+        if let Some(label) = file.label {
+            schema.label = Some(check_label(&label)?);
+        }
+        Ok(schema)
+    }
+
+    /// The file's `label`, if it has one.
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+
+    /// The schema's canonical form: one line per kind and per reference
+    /// field, in name order, every attribute spelled out (a default left
+    /// out of the file reads as written). The node's schema version is a
+    /// digest of it, so two files that declare the same kinds and
+    /// references in another order, spacing or with comments have the same
+    /// version. Written here rather than by a serializer, so a library
+    /// upgrade cannot change a version. The `label` is not part of it.
+    pub fn canonical_text(&self) -> String {
+        let mut out = String::from("cascade schema 1\n");
+        for (kind, spec) in &self.kinds {
+            out += &format!("kind {kind} retain_ms={}\n", self.retain_ms(kind));
+            for (field, r) in &spec.refs {
+                out += &format!(
+                    "ref {kind}.{field} kind={} on_delete={} many={} required={}\n",
+                    r.kind, r.on_delete, r.many, r.required
+                );
+            }
+        }
+        out
     }
 
     /// Validates kinds given as data; the error names the offending entry
@@ -194,7 +346,14 @@ impl Schema {
                 }
             }
         }
-        Ok(Self { kinds, retain_ms })
+        if let Some(message) = block_cycle(&kinds) {
+            return Err(message);
+        }
+        Ok(Self {
+            kinds,
+            retain_ms,
+            label: None,
+        })
     }
 
     /// How long a deleted resource of `kind` is kept DELETED, in
@@ -340,6 +499,44 @@ required = true
         assert!(err.to_string().contains("explode"), "{err}");
         let err = Schema::from_toml("[kinds.a]\ncolour = 1\n").unwrap_err();
         assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn a_cycle_of_block_references_is_refused_naming_its_first_reference() {
+        let err = Schema::from_toml(
+            r#"
+[kinds.b.refs.holds]
+kind = "c"
+on_delete = "block"
+[kinds.c.refs.back]
+kind = "b"
+on_delete = "block"
+"#,
+        )
+        .unwrap_err();
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with("kinds.b.refs.holds: a cycle of block references (b → c → b)"),
+            "{shown}"
+        );
+        // A kind that blocks itself is a tree (children go first): allowed.
+        Schema::from_toml("[kinds.folder.refs.parent]\nkind = \"folder\"\non_delete = \"block\"\n").unwrap();
+    }
+
+    #[test]
+    fn an_empty_file_says_it_is_empty() {
+        for text in ["", "\n  \n", "# nothing yet\n"] {
+            let err = Schema::from_toml(text).unwrap_err();
+            assert_eq!(err.to_string(), "kinds: the schema file is empty: it declares no kinds");
+        }
+    }
+
+    #[test]
+    fn a_label_is_kept_apart_from_the_kinds_and_bounded() {
+        let s = Schema::from_toml("label = \"2026-11 volumes\"\n[kinds.a]\n").unwrap();
+        assert_eq!(s.label(), Some("2026-11 volumes"));
+        let long = format!("label = \"{}\"\n[kinds.a]\n", "x".repeat(MAX_LABEL_BYTES + 1));
+        assert!(Schema::from_toml(&long).unwrap_err().to_string().starts_with("label: "));
     }
 
     #[test]

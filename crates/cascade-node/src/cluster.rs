@@ -88,7 +88,7 @@ impl Node {
     /// case one is refused).
     fn locate(&self, requested: &[ResourceSpec], e: Fault) -> Fault {
         match e {
-            Fault::Refused(e) => Fault::Refused(locate_refusal(&self.schema, e, requested)),
+            Fault::Refused(e) => Fault::Refused(locate_refusal(&self.schema(), e, requested)),
             other => other,
         }
     }
@@ -154,7 +154,7 @@ impl Node {
                     let Ok(own) = ResourceName::parse(&spec.name) else {
                         continue; // the core reports it
                     };
-                    let at = || reference_path(&self.schema, batch.then_some(member), own.kind(), field, i);
+                    let at = || reference_path(&self.schema(), batch.then_some(member), own.kind(), field, i);
                     if !self.peers.knows(name.region()) {
                         return Err(CoreError::invalid(
                             at(),
@@ -280,7 +280,7 @@ impl Node {
         let mut keys = BTreeSet::new();
         for (field, targets) in &r.refs {
             let tracked = self
-                .schema
+                .schema()
                 .reference(r.kind(), field)
                 .is_some_and(|spec| spec.on_delete.tracked());
             if !tracked {
@@ -701,9 +701,10 @@ impl Node {
     /// This region's part of a dry run started elsewhere, with the members
     /// `principal` may not change under this region's policy.
     pub(crate) fn plan_part(&self, seeds: Vec<RefTarget>, cascade: bool, principal: &Principal) -> Result<Plan, Fault> {
+        let schema = self.schema();
         Ok(peer::plan_from(
             &self.state(),
-            self.read_ctx(),
+            self.read_ctx(&schema),
             seeds,
             cascade,
             Some(principal),
@@ -768,7 +769,7 @@ impl Node {
             // Only a list owner can keep another owner: a single `cascade`
             // reference is a dependent whatever its region would say.
             let list_owner = self
-                .schema
+                .schema()
                 .reference(row.referrer.name.kind(), &row.field)
                 .is_some_and(|r| r.many);
             if row.on_delete == OnDelete::Cascade && list_owner && row.referrer.name.region() != self.region.as_str() {

@@ -376,6 +376,10 @@ impl Default for ApiLimits {
 pub struct NodeSettings {
     pub region: RegionId,
     pub schema: Arc<Schema>,
+    /// The file `schema` was read from: reloaded on SIGHUP and when it
+    /// changes (`schema_reload.rs`). None: the embedded example schema, or
+    /// one given as data; nothing to reload.
+    pub schema_file: Option<PathBuf>,
     /// None: in-memory store (simulation and quick experiments; nothing survives).
     pub data_dir: Option<PathBuf>,
     /// The engine that keeps `data_dir` (unused without one).
@@ -433,6 +437,7 @@ impl NodeSettings {
         Self {
             region,
             schema,
+            schema_file: None,
             data_dir,
             engine: StorageEngine::default(),
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
@@ -467,6 +472,7 @@ impl NodeSettings {
         })?;
         let schema = load_schema(file.schema.as_deref())?;
         let mut settings = Self::new(region, Arc::new(schema), file.data_dir.clone());
+        settings.schema_file = file.schema.clone();
         settings.ha = crate::ha::HaSettings::from_config(&file.ha)?;
         if let Some(engine) = &file.storage.engine {
             settings.engine = engine

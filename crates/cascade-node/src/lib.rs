@@ -33,11 +33,15 @@
 //!    (W3C trace context with peer events, so one deletion is one trace
 //!    across regions), `status_cache.rs` (the last cluster status, reused
 //!    for a second), `outbox.rs` (the feed of committed events that
-//!    streams read).
+//!    streams read), `schema_reload.rs` (reading the schema file again on
+//!    SIGHUP, a change of the file, or a call, for the writer to put in
+//!    force).
 //! 4. [`store`] (the narrow storage trait with the sled, fjall and
 //!    in-memory engines), [`codec`] (how core records are keyed and encoded
 //!    in the store), [`config`] (the node's TOML configuration, with
-//!    [`ApiLimits`]), `error.rs` (`Fault`, the error of every operation).
+//!    [`ApiLimits`]), `error.rs` (`Fault`, the error of every operation),
+//!    `schema_in_force.rs` (the schema the node runs now and its version,
+//!    swapped whole by the writer).
 //! 5. [`clock`] (injected time), [`entropy`] (injected randomness),
 //!    `log_throttle.rs` (warnings that repeat, logged once a window with a
 //!    count), and
@@ -81,6 +85,9 @@ mod metrics;
 mod outbox;
 // The plan tokens' digest and the plans a node bound lately.
 mod plan_tokens;
+// Reloading the schema file (issue 31): SIGHUP, a file watch, a call; the
+// writer puts a reloaded schema in force.
+pub mod schema_reload;
 mod status_cache;
 mod trace_context;
 mod writer;
@@ -90,6 +97,9 @@ pub mod codec;
 pub mod config;
 mod error;
 pub mod store;
+// The schema in force and its version (issue 31): read by the domain,
+// swapped only by the writer.
+mod schema_in_force;
 
 // Floor 5: injected time and randomness, and the port for calls to other
 // regions (its types; its typed calls are implemented in `api/`).
@@ -108,4 +118,6 @@ pub use api::server::RunningNode;
 pub use api::standby::{serve_standby, StandbySettings, WRITER_HEALTH_SERVICE};
 pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};
-pub use writer::{WriteStats, WriteStatsSnapshot};
+pub use schema_in_force::SchemaVersion;
+pub use schema_reload::{ReloadError, ReloadOutcome, SchemaReloader};
+pub use writer::{ReloadCause, WriteStats, WriteStatsSnapshot};

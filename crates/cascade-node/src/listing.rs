@@ -212,7 +212,7 @@ impl Node {
                     .refs
                     .iter()
                     .flat_map(|(field, targets)| {
-                        let on_delete = self.schema.reference(name.kind(), field).map(|r| r.on_delete);
+                        let on_delete = self.schema().reference(name.kind(), field).map(|r| r.on_delete);
                         targets.iter().map(move |t| ReferenceRow {
                             referrer: name.clone(),
                             target: t.name.clone(),

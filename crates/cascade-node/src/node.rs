@@ -42,6 +42,8 @@ use crate::error::{Fault, WriterUnavailable};
 use crate::metrics::NodeMetrics;
 use crate::outbox::{OutboxFeed, Overtaken};
 use crate::peers::{LookupAnswer, PeerConnector, Peers};
+use crate::schema_in_force::SchemaHolder;
+use crate::schema_reload::SchemaReloader;
 use crate::status_cache::StatusCache;
 use crate::store::{open_store_with_cache, Store, StoreError, Table};
 use crate::trace_context::TraceMarks;
@@ -121,7 +123,12 @@ impl Default for NodeEnv {
 /// `Node::serve` (at the wire edge, `api/server.rs`).
 pub struct Node {
     pub(crate) region: RegionId,
-    pub(crate) schema: Arc<Schema>,
+    /// The schema in force, swapped only by the writer on a reload
+    /// (`schema_in_force.rs`); read it with [`Node::schema`].
+    pub(crate) schema_in_force: Arc<SchemaHolder>,
+    /// What a schema reload needs (`schema_reload.rs`), shared with the
+    /// file watcher and the handle's `reload_schema`.
+    pub(crate) schema_reloader: SchemaReloader,
     /// Tunables of the protocol (retries, batch budget, closure checks).
     pub(crate) policy: cascade_core::Policy,
     pub(crate) store: Arc<dyn Store>,
@@ -382,9 +389,10 @@ impl Node {
             advertised.clone(),
             settings.region.to_string(),
         );
+        let schema_in_force = Arc::new(SchemaHolder::new(settings.schema.clone(), settings.schema_file.clone()));
         let writer = WriterHandle::spawn(WriterContext {
             region: settings.region.clone(),
-            schema: settings.schema.clone(),
+            schema: schema_in_force.clone(),
             policy: settings.policy.clone(),
             store: store.clone(),
             clock: clock.clone(),
@@ -407,9 +415,16 @@ impl Node {
             audit_node: audit_name.clone(),
         })
         .await?;
+        let schema_reloader = SchemaReloader::new(
+            schema_in_force.clone(),
+            writer.clone(),
+            settings.region.clone(),
+            settings.policy.max_retention_ms,
+        );
         Ok(Self {
             region: settings.region,
-            schema: settings.schema,
+            schema_in_force,
+            schema_reloader,
             policy: settings.policy,
             store,
             writer,
@@ -484,10 +499,23 @@ impl Node {
         }
     }
 
-    /// A read-only protocol context for queries served outside the writer.
-    pub(crate) fn read_ctx(&self) -> Ctx<'_> {
+    /// The schema in force now (a reload may swap it after this read; a
+    /// write's step checks again with the writer's).
+    pub(crate) fn schema(&self) -> Arc<Schema> {
+        self.schema_in_force.schema()
+    }
+
+    /// What reloads this node's schema (its file watcher, SIGHUP, and
+    /// [`crate::RunningNode::reload_schema`] call it).
+    pub fn schema_reloader(&self) -> SchemaReloader {
+        self.schema_reloader.clone()
+    }
+
+    /// A read-only protocol context for queries served outside the writer,
+    /// over `schema` (the caller's load of [`Node::schema`]).
+    pub(crate) fn read_ctx<'a>(&'a self, schema: &'a Schema) -> Ctx<'a> {
         Ctx {
-            schema: &self.schema,
+            schema,
             region: &self.region,
             now: self.clock.now(),
             policy: &self.policy,
@@ -531,7 +559,7 @@ impl Node {
 
     /// Refuses a kind the schema does not know, naming `field`.
     pub(crate) fn known_kind(&self, kind: &str, field: &str, what: impl std::fmt::Display) -> Result<(), CoreError> {
-        match self.schema.kind(kind) {
+        match self.schema().kind(kind) {
             Some(_) => Ok(()),
             None => Err(CoreError::invalid(field, what.to_string())),
         }
@@ -586,7 +614,7 @@ impl Node {
         let mut dangling = BTreeSet::<Uid>::new();
         for (field, targets) in &r.refs {
             let tracked = self
-                .schema
+                .schema()
                 .reference(r.kind(), field)
                 .is_some_and(|s| s.on_delete.tracked());
             if tracked {
@@ -630,7 +658,7 @@ impl Node {
         let r = &view.resource;
         for (field, targets) in &r.refs {
             let tracked = self
-                .schema
+                .schema()
                 .reference(r.kind(), field)
                 .is_none_or(|s| s.on_delete.tracked());
             if tracked {
@@ -758,7 +786,8 @@ impl Node {
     /// Importer: whether each list owner keeps another live target (asked
     /// before an owner accepts a delete without cascade).
     pub(crate) fn keeps_another_target(&self, keys: &[BackRefKey]) -> Result<Vec<bool>, Fault> {
-        Ok(peer::keeps_another_target(&self.state(), self.read_ctx(), keys)?)
+        let schema = self.schema();
+        Ok(peer::keeps_another_target(&self.state(), self.read_ctx(&schema), keys)?)
     }
 
     /// Owner: a page of the DELETING resources that `region` references

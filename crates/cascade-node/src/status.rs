@@ -63,6 +63,7 @@ impl Node {
         let summary = DeletionSummary::read(&state, self.clock.now().0)?;
         let status = |s: &str| summary.by_status.get(s).copied().unwrap_or(0).max(0) as u64;
         let resources = |s| self.metrics.resource_count(s).max(0) as u64;
+        let schema = self.schema_in_force.version();
         Ok(RegionFigures {
             resources_creating: resources(ResourceState::Creating),
             resources_active: resources(ResourceState::Active),
@@ -79,6 +80,8 @@ impl Node {
             nodes: self.region_nodes(),
             writer_epoch: self.role.as_ref().map_or(0, |r| r.epoch),
             authentication: self.auth.describe(),
+            schema_version: schema.digest,
+            schema_label: schema.label.unwrap_or_default(),
         })
     }
 

@@ -319,7 +319,8 @@ impl Node {
             after = Some(last.resource.name.clone());
             answer.has_part = true;
             let full = page.len() == OUTCOMES_PER_STEP;
-            let wanted = protocol::remote_targets(&self.state(), &self.schema, self.region.as_str(), ask.phase, &page)?;
+            let wanted =
+                protocol::remote_targets(&self.state(), &self.schema(), self.region.as_str(), ask.phase, &page)?;
             let mut remote_live = self.live_remotes(wanted, &mut live, &ask.would_restore).await;
             if ask.dry_run {
                 // What any region's dry run would restore, this one's too.

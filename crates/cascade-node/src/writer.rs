@@ -18,6 +18,7 @@ mod handle;
 mod healing;
 mod publish;
 mod release_hints;
+mod schema_swap;
 mod supervisor;
 mod work_budget;
 mod write_stats;
@@ -27,7 +28,7 @@ use std::time::Duration;
 
 use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec, WorkReport};
 use cascade_core::state::WriteSet;
-use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource, Schema};
+use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::broadcast;
 use tracing::{debug, error, info, info_span, warn};
@@ -44,13 +45,17 @@ pub use group::Reply;
 pub use handle::WriterHandle;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
+pub use schema_swap::ReloadCause;
+pub(crate) use schema_swap::{Swapped, COMPAT_SCAN_LIMIT};
 pub use write_stats::{WriteStats, WriteStatsSnapshot};
 
 /// What the writer needs; shared by every incarnation of the actor.
 #[derive(Clone)]
 pub struct WriterContext {
     pub region: RegionId,
-    pub schema: Arc<Schema>,
+    /// The schema in force: every step loads it once when it starts, and
+    /// only this writer swaps it, between two steps (`writer/schema_swap.rs`).
+    pub schema: Arc<crate::schema_in_force::SchemaHolder>,
     pub policy: Policy,
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,

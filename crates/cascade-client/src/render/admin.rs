@@ -152,6 +152,8 @@ fn figures_json(f: &v1::RegionFigures) -> Value {
         "binary_version": f.binary_version,
         "writer_epoch": f.writer_epoch,
         "authentication": f.authentication,
+        "schema_version": f.schema_version,
+        "schema_label": f.schema_label,
         "nodes": f.nodes.iter().map(|n| json!({
             "node": n.node,
             "address": n.address,
@@ -187,6 +189,7 @@ pub fn cluster_status_json(s: &v1::ClusterStatus) -> Value {
         "time_ms": s.time_ms,
         "time": rfc3339_or_null(s.time_ms),
         "regions": regions,
+        "schemas_differ": schemas_differ(s),
     })
 }
 
@@ -240,6 +243,29 @@ fn region_nodes_text(s: &v1::ClusterStatus) -> String {
     format!("\n{}", table(&rows))
 }
 
+/// A region's schema as the SCHEMA column shows it: the version's digest
+/// and its label (`?` from a node too old to say).
+fn schema_text(f: &v1::RegionFigures) -> String {
+    match (f.schema_version.as_str(), f.schema_label.as_str()) {
+        ("", _) => "?".to_owned(),
+        (digest, "") => digest.to_owned(),
+        (digest, label) => format!("{digest} ({label})"),
+    }
+}
+
+/// Whether the regions that answered run schemas of different versions
+/// (a region that does not say is left out: it cannot be compared).
+fn schemas_differ(s: &v1::ClusterStatus) -> bool {
+    let mut versions = s
+        .regions
+        .iter()
+        .filter_map(|r| r.figures.as_ref())
+        .map(|f| f.schema_version.as_str())
+        .filter(|v| !v.is_empty());
+    let first = versions.next();
+    versions.any(|v| Some(v) != first)
+}
+
 /// One screen: a row per region, then why each unreachable one is.
 pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
     let mut rows = vec![[
@@ -256,6 +282,7 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
         "OLDEST DELETION",
         "PROTOCOL",
         "BINARY",
+        "SCHEMA",
     ]
     .map(str::to_owned)];
     for r in &s.regions {
@@ -298,6 +325,7 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
                 "" => "?".to_owned(),
                 v => v.to_owned(),
             }),
+            f.map_or_else(dash, schema_text),
         ]);
     }
     let rows: Vec<Vec<String>> = rows.into_iter().map(Vec::from).collect();
@@ -321,6 +349,10 @@ pub fn cluster_status_text(s: &v1::ClusterStatus) -> String {
                 "WARNING: {region} has authentication off ([auth] mode = \"none\"): anyone who can reach it may create and delete anything\n"
             );
         }
+    }
+    if schemas_differ(s) {
+        out += "\nNOTE: the regions run different schemas (see SCHEMA): a rolling change is under way, or a region \
+                was not reloaded; README \"Changing the schema\"\n";
     }
     let unreachable: Vec<&v1::RegionStatus> = s.regions.iter().filter(|r| !r.reachable).collect();
     if !unreachable.is_empty() {
@@ -368,5 +400,40 @@ mod tests {
         );
         let json = cluster_status_json(&status);
         assert_eq!(json["regions"][1]["figures"]["authentication"], "none");
+    }
+
+    fn with_schema(name: &str, version: &str, label: &str) -> v1::RegionStatus {
+        let mut r = region(name, "required: token");
+        if let Some(f) = r.figures.as_mut() {
+            f.schema_version = version.to_owned();
+            f.schema_label = label.to_owned();
+        }
+        r
+    }
+
+    #[test]
+    fn status_shows_each_regions_schema_and_notes_when_they_differ() {
+        let mut status = v1::ClusterStatus {
+            answered_by: "eu-west".to_owned(),
+            regions: vec![
+                with_schema("eu-west", "0123456789abcdef", "volumes"),
+                with_schema("us-east", "0123456789abcdef", "volumes"),
+                // A node from before issue 31 says nothing: not compared.
+                with_schema("ap-south", "", ""),
+            ],
+            ..Default::default()
+        };
+        let text = cluster_status_text(&status);
+        assert!(text.contains("SCHEMA"), "{text}");
+        assert!(text.contains("0123456789abcdef (volumes)"), "{text}");
+        assert!(!text.contains("NOTE: the regions run different schemas"), "{text}");
+        assert_eq!(cluster_status_json(&status)["schemas_differ"], false);
+
+        status.regions[1] = with_schema("us-east", "fedcba9876543210", "");
+        let text = cluster_status_text(&status);
+        assert!(text.contains("NOTE: the regions run different schemas"), "{text}");
+        let json = cluster_status_json(&status);
+        assert_eq!(json["schemas_differ"], true);
+        assert_eq!(json["regions"][1]["figures"]["schema_version"], "fedcba9876543210");
     }
 }

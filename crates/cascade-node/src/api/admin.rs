@@ -732,5 +732,7 @@ pub(crate) fn region_figures(f: RegionFigures) -> v1::RegionFigures {
             .collect(),
         writer_epoch: f.writer_epoch,
         authentication: f.authentication,
+        schema_version: f.schema_version,
+        schema_label: f.schema_label,
     }
 }

@@ -238,6 +238,10 @@ pub fn limits() -> Vec<Limit> {
         // The schema.
         row("schema", "kinds", items(cascade_core::schema::MAX_KINDS), ""),
         row("schema", "reference fields per kind", items(cascade_core::schema::MAX_REFS_PER_KIND), ""),
+        row("schema", "a schema file a reload reads", Amount::Bytes(crate::schema_reload::MAX_SCHEMA_FILE_BYTES), ""),
+        row("schema", "a schema's label", bytes(cascade_core::schema::MAX_LABEL_BYTES), ""),
+        row("schema", "stored rows each compatibility count of a reload reads (more: at least N)", items(crate::writer::COMPAT_SCAN_LIMIT), ""),
+        row("schema", "a burst of changes to the schema file is one reload after", Amount::Time(crate::schema_reload::WATCH_DEBOUNCE), ""),
         // Authentication ([auth] mode = "required").
         row("auth", "a bearer credential (token or JWT)", bytes(crate::auth::identity::MAX_BEARER_BYTES), ""),
         row("auth", "a tokens file; a JWKS file", Amount::Bytes(crate::auth::identity::MAX_AUTH_FILE_BYTES), ""),

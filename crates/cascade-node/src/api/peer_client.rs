@@ -628,6 +628,8 @@ fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
             .collect(),
         writer_epoch: f.writer_epoch,
         authentication: cascade_core::limits::cut_stored(&f.authentication, 64),
+        schema_version: cascade_core::limits::cut_stored(&f.schema_version, 64),
+        schema_label: cascade_core::limits::cut_stored(&f.schema_label, cascade_core::schema::MAX_LABEL_BYTES),
     }
 }
 

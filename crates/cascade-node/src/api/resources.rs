@@ -201,7 +201,7 @@ impl ResourcesApi {
     fn decode_spec(&self, spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
         let kind = ResourceName::parse(&spec.name).map(|n| n.kind().to_owned()).ok();
         let many = |f: &str| match &kind {
-            Some(kind) => self.node.schema.reference(kind, f).is_none_or(|r| r.many),
+            Some(kind) => self.node.schema().reference(kind, f).is_none_or(|r| r.many),
             None => true,
         };
         convert::resource_spec_with(spec, field, &many)

@@ -123,6 +123,9 @@ impl Node {
         })
         .await
         .map_err(|e| NodeError::Config(format!("starting peer links: {e}")))?;
+        // The schema file: reloaded when it changes and on SIGHUP.
+        let schema_task =
+            crate::schema_reload::spawn_watch(node.schema_reloader(), node.shutting_down.subscribe()).await;
         let stopping = node.clone();
         let shutdown = async move {
             shutdown.await;
@@ -179,6 +182,10 @@ impl Node {
         node.stop_streams();
         links.stop().await;
         health_task.abort();
+        if let Some(task) = schema_task {
+            // It stops on `shutting_down`; a reload in progress finishes first.
+            let _ = task.await;
+        }
         if let Some(task) = metrics_task {
             let _ = task.await;
         }
@@ -229,6 +236,8 @@ pub struct RunningNode {
     console_addr: Option<SocketAddr>,
     /// Serving TLS: the endpoint is `https://`.
     tls: bool,
+    /// Reloads its schema file, as SIGHUP and the file watch do.
+    schema: crate::schema_reload::SchemaReloader,
     /// Dropping it also stops the node.
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), NodeError>>,
@@ -246,6 +255,7 @@ impl RunningNode {
         let node = Node::open_with(settings, env).await?;
         let metrics_addr = node.metrics_addr();
         let console_addr = node.console_addr();
+        let schema = node.schema_reloader();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async {
             let _ = rx.await;
@@ -255,9 +265,24 @@ impl RunningNode {
             metrics_addr,
             console_addr,
             tls,
+            schema,
             shutdown: Some(tx),
             task,
         })
+    }
+
+    /// Reads the node's schema file again and puts it in force, or says
+    /// why not: what SIGHUP and a change of the file do
+    /// (`schema_reload.rs`).
+    pub async fn reload_schema(
+        &self,
+    ) -> Result<crate::schema_reload::ReloadOutcome, crate::schema_reload::ReloadError> {
+        self.schema.reload(crate::writer::ReloadCause::Call).await
+    }
+
+    /// The version of the schema in force.
+    pub fn schema_version(&self) -> crate::schema_in_force::SchemaVersion {
+        self.schema.version()
     }
 
     /// `http://ADDR/metrics` serves the node's Prometheus metrics (when

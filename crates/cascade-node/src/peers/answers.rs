@@ -71,6 +71,9 @@ pub(crate) struct RegionFigures {
     pub writer_epoch: u64,
     /// "none" or "required: " and its means (empty: it says nothing).
     pub authentication: String,
+    /// Its schema's version (a digest; empty: it says none) and label.
+    pub schema_version: String,
+    pub schema_label: String,
 }
 
 /// One node of a region of several nodes, as the region's writer reads

@@ -30,8 +30,10 @@ impl WriterState {
         let state = StoreState {
             store: wctx.store.as_ref(),
         };
+        // Loaded once: the step sees one schema from start to end.
+        let in_force = wctx.schema.current();
         let ctx = Ctx {
-            schema: &wctx.schema,
+            schema: &in_force.schema,
             region: &wctx.region,
             now: wctx.clock.now(),
             policy: &wctx.policy,

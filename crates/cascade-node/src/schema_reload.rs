@@ -1,0 +1,372 @@
+//! Reloading the schema file while the node runs (issue 31): on SIGHUP to
+//! `cascade serve` ([`reload_on_sighup`]), when the file changes (a
+//! debounced watch of its directory, [`spawn_watch`]), and on a call
+//! ([`SchemaReloader::reload`], which both of them call too, as does
+//! `RunningNode::reload_schema`).
+//!
+//! A reload reads the file (at most [`MAX_SCHEMA_FILE_BYTES`]), loads it
+//! with the same checks as `cascade schema check` (a file that is not TOML
+//! names its line, a broken rule its path: an unknown kind, a cycle of
+//! `block` references, an empty file) and the `retain` bound of
+//! `[limits] max_retention`, then hands it to the writer, which checks it
+//! against the stored data and puts it in force between two steps
+//! (`writer/schema_swap.rs`). Every refusal leaves the schema in force as
+//! it was, is logged (WARN) and audited for the operator; the node keeps
+//! serving.
+//!
+//! Why a file-watching crate (`notify` with `notify-debouncer-mini`)
+//! rather than polling the file as the policy file is: an edit is seen in
+//! the debounce window (a quarter of a second), not the next poll, without
+//! reading the file every second for a change that comes a few times a
+//! year; the debouncer folds an editor's burst of events (write, rename,
+//! chmod) into one reload. The directory is watched, not the file: editors
+//! replace a file by renaming a new one over it.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use cascade_core::{RegionId, Schema, SchemaError};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::schema_in_force::{InForce, SchemaHolder, SchemaVersion};
+use crate::writer::{ReloadCause, Swapped, WriterHandle};
+
+/// The largest schema file a reload reads (a schema at its bounds, 1,024
+/// kinds of 128 references, is far smaller).
+pub const MAX_SCHEMA_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How long the watcher waits for a burst of file events to end before it
+/// reloads once.
+pub const WATCH_DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// A reload that put a schema in force, or found nothing to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// The new schema is in force; `diff` is what changed.
+    Applied {
+        from: SchemaVersion,
+        to: SchemaVersion,
+        diff: String,
+    },
+    /// The file declares the schema in force (same kinds, references and
+    /// label).
+    Unchanged(SchemaVersion),
+}
+
+/// Why a reload was refused: the schema in force stays.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReloadError {
+    /// The node was given its schema as data or runs the embedded example.
+    #[error(
+        "this node has no schema file (it runs the embedded example schema or one given as data): nothing to reload"
+    )]
+    NoFile,
+    /// The file could not be read.
+    #[error("{path}: cannot read the schema file: {message}")]
+    Read { path: String, message: String },
+    /// The file is larger than a schema file may be.
+    #[error("{path}: more than {MAX_SCHEMA_FILE_BYTES} bytes, the most a schema file may hold")]
+    TooLarge { path: String },
+    /// The file does not load: its line (not TOML) or its path (a rule).
+    #[error("{path}: {error}")]
+    Invalid { path: String, error: SchemaError },
+    /// A `retain` longer than `[limits] max_retention`.
+    #[error("{path}: kinds.{kind}.retain: {retain} is longer than [limits] max_retention ({max})")]
+    Retention {
+        path: String,
+        kind: String,
+        retain: String,
+        max: String,
+    },
+    /// The stored data forbids a change: one reason per change, each with
+    /// its count.
+    #[error("{path}: refused: {}", .reasons.join("; "))]
+    Incompatible { path: String, reasons: Vec<String> },
+    /// The writer did not take it (stopped, or the store refused the
+    /// audit entry's commit).
+    #[error("the writer did not take the schema: {0}")]
+    Writer(String),
+}
+
+/// What a reload needs of its node; cheap to clone.
+#[derive(Clone)]
+pub struct SchemaReloader(Arc<Inner>);
+
+struct Inner {
+    holder: Arc<SchemaHolder>,
+    writer: WriterHandle,
+    region: RegionId,
+    max_retention_ms: u64,
+}
+
+impl SchemaReloader {
+    pub(crate) fn new(
+        holder: Arc<SchemaHolder>,
+        writer: WriterHandle,
+        region: RegionId,
+        max_retention_ms: u64,
+    ) -> SchemaReloader {
+        SchemaReloader(Arc::new(Inner {
+            holder,
+            writer,
+            region,
+            max_retention_ms,
+        }))
+    }
+
+    /// The version of the schema in force.
+    pub fn version(&self) -> SchemaVersion {
+        self.0.holder.version()
+    }
+
+    /// Reads the schema file again and puts it in force, or refuses it
+    /// (see the module doc). Logged either way; every refusal but
+    /// [`ReloadError::NoFile`] is audited.
+    pub async fn reload(&self, cause: ReloadCause) -> Result<ReloadOutcome, ReloadError> {
+        let region = &self.0.region;
+        let result = self.try_reload(cause).await;
+        match &result {
+            Ok(ReloadOutcome::Applied { from, to, diff }) => {
+                info!(%region, via = cause.as_str(), %from, %to, %diff, "schema reloaded: {to} in force");
+            }
+            Ok(ReloadOutcome::Unchanged(version)) => {
+                debug!(%region, via = cause.as_str(), %version, "schema file read again: unchanged");
+            }
+            Err(e) => {
+                warn!(%region, via = cause.as_str(), error = %e, version = %self.version(),
+                    "schema reload refused; the schema in force stays");
+            }
+        }
+        result
+    }
+
+    async fn try_reload(&self, cause: ReloadCause) -> Result<ReloadOutcome, ReloadError> {
+        let Some(path) = self.0.holder.file().map(Path::to_path_buf) else {
+            return Err(ReloadError::NoFile);
+        };
+        let shown = path.display().to_string();
+        let max_retention_ms = self.0.max_retention_ms;
+        let loaded = tokio::task::spawn_blocking(move || load(&path, max_retention_ms))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ReloadError::Read {
+                    path: shown.clone(),
+                    message: e.to_string(),
+                })
+            });
+        let schema = match loaded {
+            Ok(schema) => schema,
+            Err(refused) => {
+                if let Err(e) = self
+                    .0
+                    .writer
+                    .audit_schema_refusal(shown.clone(), cause, refused.to_string())
+                    .await
+                {
+                    warn!(region = %self.0.region, error = %e, "a refused schema reload could not be audited");
+                }
+                return Err(refused);
+            }
+        };
+        let next = Arc::new(InForce::new(Arc::new(schema)));
+        // Nothing to ask the writer for: an editor's save of the same text.
+        if next.version == self.0.holder.version() {
+            return Ok(ReloadOutcome::Unchanged(next.version.clone()));
+        }
+        let findings = next.schema.check().lines();
+        match self.0.writer.swap_schema(next, shown.clone(), cause).await {
+            Ok(Swapped::Applied { from, to, diff }) => {
+                // The same findings `cascade serve` prints at start.
+                for warning in findings {
+                    warn!(region = %self.0.region, %warning, "schema check");
+                }
+                Ok(ReloadOutcome::Applied { from, to, diff })
+            }
+            Ok(Swapped::Unchanged(version)) => Ok(ReloadOutcome::Unchanged(version)),
+            Ok(Swapped::Refused(reasons)) => Err(ReloadError::Incompatible { path: shown, reasons }),
+            Err(e) => Err(ReloadError::Writer(e.to_string())),
+        }
+    }
+}
+
+/// Reads and loads the schema file, at most [`MAX_SCHEMA_FILE_BYTES`].
+fn load(path: &Path, max_retention_ms: u64) -> Result<Schema, ReloadError> {
+    let shown = || path.display().to_string();
+    let read = |e: std::io::Error| ReloadError::Read {
+        path: shown(),
+        message: e.to_string(),
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_SCHEMA_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() as u64 > MAX_SCHEMA_FILE_BYTES {
+        return Err(ReloadError::TooLarge { path: shown() });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| ReloadError::Read {
+        path: shown(),
+        message: format!("not UTF-8 (at byte {})", e.utf8_error().valid_up_to()),
+    })?;
+    let schema = Schema::from_toml(&text).map_err(|error| ReloadError::Invalid { path: shown(), error })?;
+    if let Some((kind, ms)) = schema.longest_retain().filter(|(_, ms)| *ms > max_retention_ms) {
+        return Err(ReloadError::Retention {
+            path: shown(),
+            kind: kind.to_owned(),
+            retain: cascade_core::time_text::duration(ms),
+            max: cascade_core::time_text::duration(max_retention_ms),
+        });
+    }
+    Ok(schema)
+}
+
+/// Reload requests of the whole process (SIGHUP): a generation count every
+/// node's schema watcher follows.
+fn reload_requests() -> &'static watch::Sender<u64> {
+    static REQUESTS: OnceLock<watch::Sender<u64>> = OnceLock::new();
+    REQUESTS.get_or_init(|| watch::channel(0).0)
+}
+
+/// Asks every node of this process to read its schema file again now
+/// (what SIGHUP does in `cascade serve`).
+pub fn request_reload() {
+    reload_requests().send_modify(|generation| *generation = generation.wrapping_add(1));
+}
+
+/// Calls [`request_reload`] on every SIGHUP for as long as the process
+/// runs. Only the `cascade serve` binary installs it (beside the policy
+/// file's, `auth::policy::reload_on_sighup`: each SIGHUP reaches both).
+pub fn reload_on_sighup() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::hangup()) {
+            Ok(mut hangups) => {
+                tokio::spawn(async move {
+                    while hangups.recv().await.is_some() {
+                        info!("SIGHUP: reading the schema file again");
+                        request_reload();
+                    }
+                });
+            }
+            Err(e) => warn!(error = %e, "cannot listen for SIGHUP: the schema reloads only when its file changes"),
+        }
+    }
+}
+
+/// Reloads on every [`request_reload`] and whenever the schema file
+/// changes (debounced by [`WATCH_DEBOUNCE`]), until `stopping` turns true.
+/// None when the node has no schema file. A watch that cannot be set up
+/// is a warning: SIGHUP still reloads.
+///
+/// Before it returns (the node serves after), the file is read once: a
+/// change between the node's first read and the watch being set up has no
+/// event of its own. Unchanged, as it nearly always is, it costs a read
+/// and a compare.
+pub(crate) async fn spawn_watch(
+    reloader: SchemaReloader,
+    mut stopping: watch::Receiver<bool>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let file = reloader.0.holder.file()?.to_path_buf();
+    let (events_tx, mut file_events) = tokio::sync::mpsc::channel::<()>(1);
+    let watcher = match watch_file(&file, events_tx) {
+        Ok(watcher) => Some(watcher),
+        Err(e) => {
+            warn!(file = %file.display(), error = %e, "the schema file is not watched for changes; SIGHUP reloads it");
+            None
+        }
+    };
+    let mut requests = reload_requests().subscribe();
+    // Logged and audited by the reload itself.
+    let _ = reloader.reload(ReloadCause::FileChanged).await;
+    Some(tokio::spawn(async move {
+        // The watch's thread stops when its debouncer is dropped, with the task.
+        let mut watching = watcher.is_some();
+        let _watcher = watcher;
+        loop {
+            let cause = tokio::select! {
+                _ = stopping.wait_for(|stop| *stop) => None,
+                asked = requests.changed() => asked.ok().map(|()| ReloadCause::Signal),
+                event = file_events.recv(), if watching => match event {
+                    Some(()) => Some(ReloadCause::FileChanged),
+                    // The watch is gone: only SIGHUP is left.
+                    None => {
+                        watching = false;
+                        continue;
+                    }
+                },
+            };
+            let Some(cause) = cause else { return };
+            // Logged and audited by the reload itself.
+            let _ = reloader.reload(cause).await;
+        }
+    }))
+}
+
+type FileWatcher = notify_debouncer_mini::Debouncer<notify::RecommendedWatcher>;
+
+/// A debounced watch of `file`'s directory that sends on `changed` when an
+/// event names the file or a `..` entry beside it (a full channel already
+/// holds a reload to come).
+fn watch_file(file: &Path, changed: tokio::sync::mpsc::Sender<()>) -> Result<FileWatcher, notify::Error> {
+    let name = file.file_name().map(|n| n.to_owned());
+    let dir: PathBuf = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let mut debouncer = notify_debouncer_mini::new_debouncer(
+        WATCH_DEBOUNCE,
+        move |events: notify_debouncer_mini::DebounceEventResult| {
+            let ours = match events {
+                // The file, or a Kubernetes volume's `..data` link, which
+                // a ConfigMap's update swaps (the file is a link through it).
+                Ok(events) => events.iter().any(|e| {
+                    let event = e.path.file_name();
+                    event == name.as_deref() || event.is_some_and(|n| n.to_string_lossy().starts_with(".."))
+                }),
+                // An error of the watch (a queue overflow): read it again to be sure.
+                Err(_) => true,
+            };
+            if ours {
+                let _ = changed.try_send(());
+            }
+        },
+    )?;
+    debouncer.watcher().watch(&dir, notify::RecursiveMode::NonRecursive)?;
+    Ok(debouncer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_is_missing_too_large_not_utf8_or_keeps_too_long_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("schema.toml");
+        let shown = path.display().to_string();
+        let refused = |max_retention_ms| load(&path, max_retention_ms).unwrap_err().to_string();
+
+        assert!(refused(u64::MAX).starts_with(&format!("{shown}: cannot read the schema file: ")));
+        std::fs::write(&path, vec![b'#'; MAX_SCHEMA_FILE_BYTES as usize + 1]).unwrap();
+        assert_eq!(
+            refused(u64::MAX),
+            format!("{shown}: more than {MAX_SCHEMA_FILE_BYTES} bytes, the most a schema file may hold")
+        );
+        std::fs::write(&path, b"[kinds.a]\n\xff\n").unwrap();
+        assert_eq!(
+            refused(u64::MAX),
+            format!("{shown}: cannot read the schema file: not UTF-8 (at byte 10)")
+        );
+        std::fs::write(&path, "[kinds.a]\nretain = \"40d\"\n").unwrap();
+        assert_eq!(
+            refused(30 * 86_400_000),
+            format!("{shown}: kinds.a.retain: 40d is longer than [limits] max_retention (30d)")
+        );
+        assert!(load(&path, 40 * 86_400_000).is_ok());
+    }
+}
