@@ -14,6 +14,7 @@
 mod support;
 
 mod browser;
+mod delete;
 mod identity;
 mod operation;
 
