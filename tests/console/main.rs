@@ -15,6 +15,7 @@ mod support;
 
 mod browser;
 mod cluster;
+mod delete;
 mod identity;
 mod operation;
 

@@ -26,6 +26,9 @@
 //!   routes of `server.rs`.
 //! - `backend.rs`: the API calls, each within `CALL_BUDGET`, and what a
 //!   page needs of their answers.
+//! - `delete.rs`: the dry run of a cascade and its delete button, bound to
+//!   the plan shown, shown only when the API's dry run says the caller
+//!   may delete, and taken only from the console's own page (`Origin`).
 //! - `pages.rs` and `pages/`: the HTML (maud: compile-time checked, every
 //!   value escaped); `live.rs`: server-sent events that re-render a page's
 //!   live part as the operation moves.
@@ -35,6 +38,7 @@
 mod backend;
 mod cluster;
 mod context;
+mod delete;
 mod error;
 mod live;
 mod pages;

@@ -12,7 +12,7 @@ use cascade_proto::v1::resources_client::ResourcesClient;
 use tokio::sync::OnceCell;
 use tonic::transport::Channel;
 
-use super::error::ConsoleError;
+use super::error::{ConsoleError, Refusal};
 use super::session::Caller;
 
 pub(super) mod cluster;
@@ -34,6 +34,10 @@ pub(crate) const DELETIONS_PER_REGION: u32 = 500;
 
 /// Operations the operations page shows (the most members first).
 pub(crate) const OPERATIONS_SHOWN: usize = 20;
+
+/// The `requested_by` of the console's deletes (the operation shows it
+/// beside the principal, who is the caller).
+const REQUESTED_BY: &str = "cascade console";
 
 /// This node's API, reached as a client: one channel, opened at the first
 /// page (tonic redials it when it breaks).
@@ -120,6 +124,49 @@ impl Backend {
             .get(as_caller(caller, request)?)
             .await?
             .into_inner())
+    }
+
+    /// The dry run of a cascade from `name` as the caller
+    /// (`Delete{dry_run, cascade}`): the plan of every region, its token,
+    /// and the members the caller may not change. The API authorizes it
+    /// with the verb of the delete itself (`cascade` on the root), so a
+    /// caller who may not start that cascade is refused here already.
+    pub(super) async fn dry_run(&self, caller: &Caller, name: &str) -> Result<v1::DeleteResponse, ConsoleError> {
+        let request = v1::DeleteRequest {
+            name: name.to_owned(),
+            cascade: true,
+            dry_run: true,
+            requested_by: REQUESTED_BY.to_owned(),
+            ..Default::default()
+        };
+        Ok(self
+            .resources()
+            .await?
+            .delete(as_caller(caller, request)?)
+            .await?
+            .into_inner())
+    }
+
+    /// The cascade from `name` bound to a dry run's `plan` token
+    /// (`Delete{cascade, expect_plan}`), as the caller: the node walks the
+    /// closure again and starts the delete only if it is still that plan.
+    /// A refusal keeps its status's details (the members that changed, or
+    /// those the caller may not change).
+    pub(super) async fn delete_bound(
+        &self,
+        caller: &Caller,
+        name: &str,
+        plan: &str,
+    ) -> Result<v1::DeleteResponse, Refusal> {
+        let request = v1::DeleteRequest {
+            name: name.to_owned(),
+            cascade: true,
+            expect_plan: plan.to_owned(),
+            requested_by: REQUESTED_BY.to_owned(),
+            ..Default::default()
+        };
+        let mut client = self.resources().await?;
+        Ok(client.delete(as_caller(caller, request)?).await?.into_inner())
     }
 
     /// One page of the references into (referrers) or out of a resource.

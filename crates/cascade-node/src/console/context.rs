@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cascade_core::limits::{quote, MAX_LIST_PAGE_TOKEN_BYTES};
+use cascade_core::limits::{quote, MAX_LIST_PAGE_TOKEN_BYTES, MAX_PLAN_TOKEN_BYTES};
 use cascade_core::{OperationId, ResourceName};
 use tokio::sync::{watch, Semaphore};
 
@@ -40,6 +40,24 @@ pub(super) fn page_token(token: &str) -> Result<&str, ConsoleError> {
     if token.len() > MAX_LIST_PAGE_TOKEN_BYTES {
         return Err(ConsoleError::BadRequest(format!(
             "page token {} is longer than {MAX_LIST_PAGE_TOKEN_BYTES} bytes",
+            quote(token)
+        )));
+    }
+    Ok(token)
+}
+
+/// A plan token from the delete form: present (a delete from this
+/// console is always bound to its dry run) and bounded as the API bounds
+/// `expect_plan`.
+pub(super) fn plan_token(token: &str) -> Result<&str, ConsoleError> {
+    if token.is_empty() {
+        return Err(ConsoleError::BadRequest(
+            "the delete names no plan: run the dry run, then press its button".into(),
+        ));
+    }
+    if token.len() > MAX_PLAN_TOKEN_BYTES {
+        return Err(ConsoleError::BadRequest(format!(
+            "plan token {} is longer than {MAX_PLAN_TOKEN_BYTES} bytes",
             quote(token)
         )));
     }

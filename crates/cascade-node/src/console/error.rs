@@ -4,6 +4,7 @@
 
 use axum::http::StatusCode;
 use cascade_client::ClientError;
+use cascade_proto::v1;
 use tonic::Code;
 
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +23,14 @@ pub(super) enum ConsoleError {
     /// The node, or a region it asked, did not answer in time.
     #[error("{0}")]
     Unavailable(String),
+    /// Something changed since the page was read (ABORTED: a plan-bound
+    /// delete whose closure changed since its dry run).
+    #[error("{0}")]
+    Conflict(String),
+    /// A change not sent from a page of this console (its `Origin` is
+    /// another site's, or none): refused before the API is asked.
+    #[error("{0}")]
+    CrossSite(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -34,6 +43,8 @@ impl ConsoleError {
             ConsoleError::NotFound(_) => StatusCode::NOT_FOUND,
             ConsoleError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ConsoleError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ConsoleError::Conflict(_) => StatusCode::CONFLICT,
+            ConsoleError::CrossSite(_) => StatusCode::FORBIDDEN,
             ConsoleError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -46,6 +57,8 @@ impl ConsoleError {
             ConsoleError::NotFound(_) => "Not found",
             ConsoleError::BadRequest(_) => "Bad request",
             ConsoleError::Unavailable(_) => "Not answering",
+            ConsoleError::Conflict(_) => "Changed meanwhile",
+            ConsoleError::CrossSite(_) => "Refused",
             ConsoleError::Internal(_) => "Error",
         }
     }
@@ -60,6 +73,7 @@ impl From<ClientError> for ConsoleError {
             Some(Code::Unauthenticated) => ConsoleError::Unauthenticated(text),
             Some(Code::PermissionDenied) => ConsoleError::Forbidden(text),
             Some(Code::NotFound) => ConsoleError::NotFound(text),
+            Some(Code::Aborted) => ConsoleError::Conflict(text),
             Some(Code::InvalidArgument | Code::OutOfRange | Code::FailedPrecondition) => ConsoleError::BadRequest(text),
             Some(Code::Unavailable | Code::DeadlineExceeded | Code::ResourceExhausted | Code::Cancelled) => {
                 ConsoleError::Unavailable(text)
@@ -77,6 +91,30 @@ impl From<tonic::Status> for ConsoleError {
     }
 }
 
+/// A change the API refused, with what its status's details add: the
+/// members changed since the plan (ABORTED, PLAN_CHANGED) or the members
+/// the caller may not change (PERMISSION_DENIED), for the page to list.
+#[derive(Debug)]
+pub(super) struct Refusal {
+    pub error: ConsoleError,
+    pub details: Option<v1::ErrorDetails>,
+}
+
+impl From<ConsoleError> for Refusal {
+    fn from(error: ConsoleError) -> Self {
+        Refusal { error, details: None }
+    }
+}
+
+impl From<tonic::Status> for Refusal {
+    fn from(s: tonic::Status) -> Self {
+        Refusal {
+            details: cascade_proto::status::error_details(&s),
+            error: s.into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +125,7 @@ mod tests {
             (Code::Unauthenticated, StatusCode::UNAUTHORIZED),
             (Code::PermissionDenied, StatusCode::FORBIDDEN),
             (Code::NotFound, StatusCode::NOT_FOUND),
+            (Code::Aborted, StatusCode::CONFLICT),
             (Code::InvalidArgument, StatusCode::BAD_REQUEST),
             (Code::Unavailable, StatusCode::SERVICE_UNAVAILABLE),
             (Code::DeadlineExceeded, StatusCode::SERVICE_UNAVAILABLE),

@@ -2,7 +2,8 @@
 //! compile time, and every value put into a page is escaped (a name or an
 //! attribute holding `<script>` is shown as text, never run). The pages
 //! work without script; `console.js` only swaps in what `live.rs` sends.
-//! The operation page is in `pages/operation.rs`.
+//! The operation page is in `pages/operation.rs`, the dry run before a
+//! delete and its button in `pages/delete.rs`.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +16,9 @@ use super::backend::{enum_word, RunningOperations};
 use super::error::ConsoleError;
 
 pub(super) mod cluster;
+mod delete;
 mod operation;
+pub(super) use delete::{delete_refused, dry_run, dry_run_refused};
 pub(crate) use operation::MAX_TREE_MEMBERS;
 pub(super) use operation::{live_operation, operation_page, Rate};
 
@@ -61,6 +64,15 @@ const QUERY_VALUE: &AsciiSet = &SEGMENT.add(b'/').add(b'=').add(b';');
 pub(super) fn resource_href(name: &str) -> String {
     format!("/resources/{}", utf8_percent_encode(name, SEGMENT))
 }
+
+/// The dry-run page of a cascade from a resource; its form posts there too.
+pub(super) fn delete_href(name: &str) -> String {
+    format!("{}{DELETE_SUFFIX}", resource_href(name))
+}
+
+/// What ends a resource's path to make it its dry-run page: a name has
+/// exactly three segments, so a fourth is never part of one.
+pub(super) const DELETE_SUFFIX: &str = "/delete";
 
 pub(super) fn operation_href(id: &str) -> String {
     format!("/operations/{}", utf8_percent_encode(id, QUERY_VALUE))
@@ -154,6 +166,9 @@ pub(super) fn failure(region: &str, error: &ConsoleError, next: &str) -> Respons
                 }
                 ConsoleError::Unavailable(_) => {
                     p { "The node or a region it asked did not answer in time. Reload to try again." }
+                }
+                ConsoleError::CrossSite(_) => {
+                    p { "A change is accepted only from this console's own page: open the resource's dry run and use its button." }
                 }
                 _ => {}
             }
@@ -258,6 +273,9 @@ pub(super) fn resource(
         &r.name,
         html! {
             h1 { code.name { (r.name) } " " span class={"state state-" (state.to_lowercase())} { (state) } }
+            @if r.deletion.is_none() {
+                p { a #delete-link href=(delete_href(&r.name)) { "Delete…" } " (a dry run first: what the cascade would do, then a button if you may)" }
+            }
             dl.facts {
                 dt { "Kind" } dd { (r.kind) }
                 dt { "Region" } dd { (r.region) }

@@ -30,6 +30,7 @@ use tracing::{info, warn};
 
 use super::backend::{Backend, OUTCOMES_PAGE};
 use super::context::{operation_id, page_token, resource_name, Console};
+use super::delete;
 use super::error::ConsoleError;
 use super::live::{self, MAX_LIVE_STREAMS};
 use super::pages;
@@ -179,7 +180,9 @@ fn routes(console: Arc<Console>) -> Router {
         .route("/operations/live", get(live::operations))
         .route("/operations/{id}", get(operation_page))
         .route("/operations/{id}/live", get(live::operation))
-        .route("/resources/{*name}", get(resource_page))
+        // A resource, or with `/delete` after its name its dry run (GET)
+        // and the delete (POST): a name never has a fourth segment.
+        .route("/resources/{*name}", get(resource_page).post(delete::submit))
         .route("/cluster", get(super::cluster::cluster_page))
         .fallback(not_found)
         .layer(tower::util::MapResponseLayer::new(protective_headers))
@@ -203,7 +206,10 @@ fn protective_headers(mut response: Response) -> Response {
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Unless the page chose otherwise (the dry run's: `delete.rs`).
+    headers
+        .entry(header::REFERRER_POLICY)
+        .or_insert(HeaderValue::from_static("no-referrer"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers
         .entry(header::CACHE_CONTROL)
@@ -298,6 +304,9 @@ async fn resource_page(
     Path(name): Path<String>,
     Query(query): Query<ResourceQuery>,
 ) -> Response {
+    if let Some(root) = name.strip_suffix(pages::DELETE_SUFFIX) {
+        return delete::page(&console, &caller, root).await;
+    }
     let here = pages::resource_href(&name);
     let page = async {
         let name = resource_name(&name)?;
