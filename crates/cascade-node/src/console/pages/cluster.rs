@@ -52,6 +52,13 @@ fn regions_table(status: &v1::ClusterStatus) -> Markup {
         .map(|f| f.binary_version.as_str())
         .filter(|v| !v.is_empty())
         .collect();
+    let schemas: std::collections::BTreeSet<&str> = status
+        .regions
+        .iter()
+        .filter_map(|r| r.figures.as_ref())
+        .map(|f| f.schema_version.as_str())
+        .filter(|v| !v.is_empty())
+        .collect();
     html! {
         p.note {
             "As " code { (status.answered_by) }
@@ -64,11 +71,14 @@ fn regions_table(status: &v1::ClusterStatus) -> Markup {
         @if versions.len() > 1 {
             p.note.versions { "The regions run different binaries: " (versions.iter().copied().collect::<Vec<_>>().join(", ")) "." }
         }
+        @if schemas.len() > 1 {
+            p.note.schemas { "The regions run different schemas: " (schemas.iter().copied().collect::<Vec<_>>().join(", ")) "." }
+        }
         table.regions {
             thead { tr {
                 th { "Region" } th { "Address" } th { "Answers" } th { "Link" } th { "Behind" }
                 th { "Last contact" } th { "Resources" } th { "Pending" } th { "Blocked" } th { "Waiting" }
-                th { "Failed" } th { "Oldest deletion" } th { "Writer" } th { "Protocol" } th { "Binary" }
+                th { "Failed" } th { "Oldest deletion" } th { "Writer" } th { "Protocol" } th { "Binary" } th { "Schema" }
             } }
             tbody {
                 @for r in &status.regions {
@@ -105,9 +115,14 @@ fn regions_table(status: &v1::ClusterStatus) -> Markup {
                             }
                             td { (if f.protocol_version == 0 { 1 } else { f.protocol_version }) }
                             td { (f.binary_version) }
+                            td.schema {
+                                code { (f.schema_version) }
+                                @if !f.schema_label.is_empty() { " (" (f.schema_label) ")" }
+                            }
                         } @else {
                             td colspan="9" { "-" }
                             td { (if r.protocol_version == 0 { 1 } else { r.protocol_version }) }
+                            td { }
                             td { }
                         }
                     }
@@ -235,6 +250,34 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("data-region=\"eu-west\""), "{html}");
+    }
+
+    #[test]
+    fn regions_on_different_schemas_are_said_to_differ() {
+        let mut status = status();
+        let figures = |version: &str| v1::RegionFigures {
+            schema_version: version.into(),
+            ..Default::default()
+        };
+        status.regions[0].figures = Some(v1::RegionFigures {
+            schema_label: "2026-11 volumes".into(),
+            ..figures("fd517857c619fcd8")
+        });
+        status.regions.push(v1::RegionStatus {
+            region: "ap-south".into(),
+            reachable: true,
+            figures: Some(figures("0123456789abcdef")),
+            ..Default::default()
+        });
+        let html = regions_table(&status).into_string();
+        assert!(
+            html.contains("The regions run different schemas: 0123456789abcdef, fd517857c619fcd8."),
+            "{html}"
+        );
+        assert!(
+            html.contains("<code>fd517857c619fcd8</code> (2026-11 volumes)"),
+            "{html}"
+        );
     }
 
     #[test]
