@@ -46,13 +46,33 @@
 //! - optionally (issue 29, [`Config::budget`] and [`Config::controls`]):
 //!   the root's delete carries a budget, registered in rb and rc first;
 //!   rb or rc leases one unit of it from ra; the root's region tells one
-//!   region to pause, resume or cancel its part (each at most once).
+//!   region to pause, resume or cancel its part (each at most once);
+//! - optionally (issue 29, [`Config::undelete`], see [`undelete`]): the
+//!   client's Undelete of the root's finished soft-deleting operation,
+//!   driven by ra region by region and round by round (a lost answer, a
+//!   redrive, a crash of ra's driver), racing the expiry (a clock jump), a
+//!   second Delete of a restored member and an update of the unset
+//!   referrer `f`.
 //!
-//! Losses, crashes and clock jumps are bounded by the [`Config`].
+//! Losses, crashes and clock jumps are bounded by the [`Config`]; the
+//! undelete run by one fault, three clock jumps per region, a window of
+//! 100 ms (longer than the backoff: a jump to a retry does not pass it,
+//! one to the expiry does), one undelete, one second Delete, one update.
 //!
-//! Size: about 1,300 lines in one file: one stateright `Model`, whose state,
+//! # Properties
+//!
+//! Always: [`ALWAYS`] (the core checker's dangling, missing back-reference
+//! and resurrection findings, over-deletion, leaks at quiescence, the root
+//! outliving its closure, the budget; with the undelete: no member both
+//! RESTORED and purged, a finished undelete accounting for every member,
+//! no name under a new uid, no reference put back after its referrer
+//! changed). Eventually: every deletion of the closure finishes or is
+//! explained; the undelete ends.
+//!
+//! Size: about 1,700 lines in one file: one stateright `Model`, whose state,
 //! actions and properties share private types; it reads top to bottom (the
-//! world, the actions, the properties).
+//! world, the actions, the properties). The undelete's actions and
+//! properties are apart, in [`undelete`].
 //!
 //! [`lease`] is a second, separate model: one region's writer lease row in
 //! PostgreSQL and its nodes, with the fence every commit runs.
