@@ -335,3 +335,101 @@ async fn after_the_window_the_members_are_purged_and_undelete_says_so() {
     wait_quiescent(&c).await;
     assert_no_violations(&c).await;
 }
+
+/// Members of `members` whose window passed and that are purged (not even
+/// `show_deleted` reads them).
+async fn purged(c: &Cluster, members: &[String]) -> usize {
+    let mut n = 0;
+    for name in members {
+        let region = name.split('/').next().unwrap();
+        if let Err(e) = c.client(region).get_with(name, true).await {
+            if reason(&e) == v1::ErrorReason::NotFound {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// A 2 s window; the undelete is issued once `purged_first` members are
+/// purged (0: as soon as the deletion finished), so it meets the expiry
+/// before, during or after the members' purges. Whatever the order, each
+/// member ends one way: RESTORED and live with its uid, or NOT_RESTORED
+/// with a reason and purged; never RESTORED and gone, never missing.
+async fn undelete_around_the_expiry(purged_first: usize) {
+    let c = start_cluster(&["ra", "rb", "rc"]).await;
+    let members = build(&c, 3, 1).await;
+    let mut uids = BTreeMap::new();
+    for name in &members {
+        let region = name.split('/').next().unwrap();
+        uids.insert(name.clone(), c.client(region).get(name).await.unwrap().uid);
+    }
+    let deletion = delete_with_retention(c.client("ra"), "ra/project/p", 2).await;
+    if purged_first > 0 {
+        eventually(
+            Duration::from_secs(30),
+            &format!("{purged_first} members purged at their expiry"),
+            || async { (purged(&c, &members).await >= purged_first).then_some(()) },
+        )
+        .await;
+    }
+    let answer = undelete(c.client("ra"), &deletion.id, false).await;
+    let op = wait_operation(c.client("ra"), &answer.operation.unwrap().id).await;
+    let all = outcomes(c.client("ra"), &op.id).await;
+    wait_quiescent(&c).await;
+    let (mut restored, mut not_restored) = (0, 0);
+    for name in &members {
+        let region = name.split('/').next().unwrap();
+        let o = all
+            .iter()
+            .find(|o| o.resource.as_ref().unwrap().name == *name)
+            .unwrap_or_else(|| panic!("round {purged_first}: no outcome for {name}"));
+        match action(o) {
+            v1::OutcomeAction::Restored => {
+                restored += 1;
+                let r = c
+                    .client(region)
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("round {purged_first}: {name} RESTORED but not readable: {e}"));
+                assert_eq!(state(&r), v1::ResourceState::Active, "round {purged_first}: {name}");
+                assert_eq!(r.uid, uids[name], "round {purged_first}: {name} restored with its uid");
+            }
+            v1::OutcomeAction::NotRestored => {
+                not_restored += 1;
+                assert!(!o.message.is_empty(), "round {purged_first}: {name} without a reason");
+                // Expired (or held by an expired target): purged at its expiry.
+                let client = c.client(region);
+                eventually(
+                    Duration::from_secs(30),
+                    &format!("round {purged_first}: NOT_RESTORED {name} purged"),
+                    || async {
+                        match client.get_with(name, true).await {
+                            Err(e) if reason(&e) == v1::ErrorReason::NotFound => Some(()),
+                            _ => None,
+                        }
+                    },
+                )
+                .await;
+            }
+            other => panic!("round {purged_first}: {name} is {other:?}"),
+        }
+    }
+    assert_eq!(restored + not_restored, members.len());
+    let expected = if not_restored == 0 {
+        v1::OperationState::Succeeded
+    } else {
+        v1::OperationState::Failed
+    };
+    assert_eq!(v1::OperationState::try_from(op.state), Ok(expected), "{op:?}");
+    assert_no_violations(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undelete_racing_the_expiry_resolves_one_way_for_every_member() {
+    // Before any purge, after the first, and after half the members: the
+    // undelete meets the expiry at different points of its round.
+    for purged_first in [0, 1, 6] {
+        undelete_around_the_expiry(purged_first).await;
+    }
+}

@@ -46,13 +46,33 @@
 //! - optionally (issue 29, [`Config::budget`] and [`Config::controls`]):
 //!   the root's delete carries a budget, registered in rb and rc first;
 //!   rb or rc leases one unit of it from ra; the root's region tells one
-//!   region to pause, resume or cancel its part (each at most once).
+//!   region to pause, resume or cancel its part (each at most once);
+//! - optionally (issue 29, [`Config::undelete`], see [`undelete`]): the
+//!   client's Undelete of the root's finished soft-deleting operation,
+//!   driven by ra region by region and round by round (a lost answer, a
+//!   redrive, a crash of ra's driver), racing the expiry (a clock jump), a
+//!   second Delete of a restored member and an update of the unset
+//!   referrer `f`.
 //!
-//! Losses, crashes and clock jumps are bounded by the [`Config`].
+//! Losses, crashes and clock jumps are bounded by the [`Config`]; the
+//! undelete run by one fault, three clock jumps per region, a window of
+//! 100 ms (longer than the backoff: a jump to a retry does not pass it,
+//! one to the expiry does), one undelete, one second Delete, one update.
 //!
-//! Size: about 1,300 lines in one file: one stateright `Model`, whose state,
+//! # Properties
+//!
+//! Always: [`ALWAYS`] (the core checker's dangling, missing back-reference
+//! and resurrection findings, over-deletion, leaks at quiescence, the root
+//! outliving its closure, the budget; with the undelete: no member both
+//! RESTORED and purged, a finished undelete accounting for every member,
+//! no name under a new uid, no reference put back after its referrer
+//! changed). Eventually: every deletion of the closure finishes or is
+//! explained; the undelete ends.
+//!
+//! Size: about 1,700 lines in one file: one stateright `Model`, whose state,
 //! actions and properties share private types; it reads top to bottom (the
-//! world, the actions, the properties).
+//! world, the actions, the properties). The undelete's actions and
+//! properties are apart, in [`undelete`].
 //!
 //! [`lease`] is a second, separate model: one region's writer lease row in
 //! PostgreSQL and its nodes, with the fence every commit runs.
@@ -75,9 +95,10 @@ use cascade_core::{
 use stateright::{Model, Property};
 
 pub mod lease;
+pub mod undelete;
 
 /// The properties that must hold in every state (what a depth-bounded search can check).
-pub const ALWAYS: [&str; 7] = [
+pub const ALWAYS: [&str; 10] = [
     "1 no dangling reference",
     "1 every live reference has its back-reference at the owner",
     "2 no resurrection",
@@ -85,6 +106,9 @@ pub const ALWAYS: [&str; 7] = [
     "4 no leak at quiescence",
     "the root outlives its closure in every region",
     "no more members than the operation's budget enter deletion",
+    "an undeleted member is never also purged",
+    "a finished undelete reports every member restored (live) or not restored (with a reason)",
+    "no purged name held under a new uid, no reference put back after its referrer changed",
 ];
 
 /// The regions of the model, by index.
@@ -151,6 +175,10 @@ pub struct Config {
     /// region (each region is told on its own: the root's region's calls
     /// arrive in any order with everything else).
     pub controls: bool,
+    /// The client undeletes the root's operation once it finished, racing
+    /// the expiry, a second Delete of a restored member and an update of
+    /// the unset referrer (see [`undelete`]). Needs `retain_ms > 0`.
+    pub undelete: bool,
 }
 
 impl Config {
@@ -169,6 +197,7 @@ impl Config {
             retain_ms: 0,
             budget: None,
             controls: false,
+            undelete: false,
         }
     }
 
@@ -203,6 +232,25 @@ impl Config {
             // expiries.
             jumps: 3,
             ..Self::bounded()
+        }
+    }
+
+    /// [`Config::soft_delete`] with the client's Undelete and its races
+    /// ([`undelete`]); one fault (a lost `Peer.UndeletePart` answer or a
+    /// crash of ra's driver), no duplicates or periodic check (covered by
+    /// the other runs; they only add states here). The blocker is deleted:
+    /// a deletion held by it never finishes, and only a finished one can
+    /// be undone.
+    pub fn undelete() -> Self {
+        Self {
+            undelete: true,
+            check_backrefs: false,
+            duplicates: false,
+            // Longer than the backoff (40 ms at most): a jump to a retry
+            // does not pass the window, one to the expiry itself does, so
+            // both orders of the race are reachable.
+            retain_ms: 100,
+            ..Self::soft_delete()
         }
     }
 
@@ -302,6 +350,17 @@ pub struct State {
     /// The controls each region was told (pause, resume, cancel), at most
     /// once each.
     pub controlled: [[bool; 3]; 3],
+    /// The client's undelete, once issued.
+    pub undelete: Option<cascade_core::OperationId>,
+    /// ra's driver of the undelete (in its memory).
+    pub drive: Option<undelete::Drive>,
+    /// The second Delete of a member was issued: whether it was accepted.
+    pub deleted_again: Option<bool>,
+    /// The unset referrer was updated: whether that happened before the
+    /// undelete put its reference back (`Some(true)`: it may not be).
+    pub touched: Option<bool>,
+    /// Uids the undelete brought back (from the outboxes' Undeleted events).
+    pub restored: BTreeSet<Uid>,
 }
 
 /// Feeds `Debug` output into a hasher without allocating.
@@ -390,6 +449,19 @@ pub enum Action {
         region: usize,
         control: protocol::Control,
     },
+    /// The client's Undelete of the root's finished deletion, at ra.
+    UndeleteStart,
+    /// ra's driver asks its next region for one round
+    /// (`Peer.UndeletePart`); `answered`: the answer came back.
+    UndeleteAsk {
+        answered: bool,
+    },
+    /// The reconciler drives the undelete again.
+    UndeleteRedrive,
+    /// A second client deletes a member ([`undelete::AGAIN`]).
+    DeleteAgain,
+    /// A client updates the unset referrer ([`undelete::REFERRER`]).
+    TouchReferrer,
 }
 
 /// The model: the schema, policy, config, and what setup produced.
@@ -571,6 +643,11 @@ impl CascadeModel {
             check: None,
             check_started_at: None,
             controlled: [[false; 3]; 3],
+            undelete: None,
+            drive: None,
+            deleted_again: None,
+            touched: None,
+            restored: BTreeSet::new(),
         };
         let mut init = init;
         Self::compact(&mut init);
@@ -822,6 +899,7 @@ impl Model for CascadeModel {
             actions.push(Action::DeleteBlocker);
         }
         self.control_actions(s, actions);
+        self.undelete_actions(s, actions);
         if self.config.racing_create && !s.late_created {
             actions.push(Action::CreateLate);
         }
@@ -1071,9 +1149,10 @@ impl Model for CascadeModel {
             Action::Crash(region) => {
                 // Durable state survives; what was in flight to the region is gone.
                 if region == RA {
-                    // The check lives in the node's memory.
+                    // The check and the undelete's driver live in the node's memory.
                     s.check = None;
                     s.check_started_at = None;
+                    s.drive = None;
                 }
                 s.releases.retain(|m| m.to != region);
                 s.acks.retain(|a| a.to != region);
@@ -1192,6 +1271,11 @@ impl Model for CascadeModel {
                 s.attaches.remove(&msg);
                 s.faults -= 1;
             }
+            action @ (Action::UndeleteStart
+            | Action::UndeleteAsk { .. }
+            | Action::UndeleteRedrive
+            | Action::DeleteAgain
+            | Action::TouchReferrer) => self.undelete_step(&mut s, &action)?,
         }
         Self::compact(&mut s);
         Some(s)
@@ -1206,10 +1290,23 @@ impl Model for CascadeModel {
             Property::always(ALWAYS[4], |m, s| !m.quiescent(s) || m.leaks(s).is_empty()),
             Property::always(ALWAYS[5], |m, s| m.orphaned_parts(s).is_empty()),
             Property::always(ALWAYS[6], |m, s| m.over_budget(s).is_empty()),
+            Property::always(ALWAYS[7], |m, s| m.restored_but_gone(s).is_empty()),
+            Property::always(ALWAYS[8], |m, s| m.unaccounted(s).is_empty()),
+            Property::always(ALWAYS[9], |m, s| m.restored_wrongly(s).is_empty()),
             // Every maximal path is finite (faults and clock jumps are bounded),
             // so this is checked at the states where nothing more can happen.
             Property::eventually("every deletion of the closure finishes or is explained", |m, s| {
                 m.closure_resolved(s)
+            }),
+            Property::eventually("the undelete ends (or never could start)", |m, s| {
+                !m.config.undelete || m.undelete_settled(s)
+            }),
+            // Coverage of the races (trivially found without the undelete).
+            Property::sometimes("an undelete restored members in two regions", |m, s| {
+                !m.config.undelete || m.undelete_restored_across_regions(s)
+            }),
+            Property::sometimes("an undelete reported expired members", |m, s| {
+                !m.config.undelete || m.undelete_met_the_expiry(s)
             }),
             if self.config.delete_blocker {
                 Property::sometimes("the whole closure purged", |m, s| m.closure_purged(s))
@@ -1235,7 +1332,7 @@ impl CascadeModel {
             .state
             .operations
             .values()
-            .find(|op| op.root.name.as_str() == ROOT)
+            .find(|op| op.root.name.as_str() == ROOT && op.undelete.is_none())
             .map(|op| op.id)
     }
 
@@ -1332,11 +1429,9 @@ impl CascadeModel {
 impl CascadeModel {
     /// The root's operation while its root waits for other regions' parts.
     fn waiting_root_operation(s: &State) -> Option<&cascade_core::Operation> {
-        s.regions[RA]
-            .state
-            .operations
-            .values()
-            .find(|op| op.root.name.as_str() == ROOT && !op.closure_confirmed && !op.reached.is_empty())
+        s.regions[RA].state.operations.values().find(|op| {
+            op.root.name.as_str() == ROOT && op.undelete.is_none() && !op.closure_confirmed && !op.reached.is_empty()
+        })
     }
 
     /// Every region's change count of operation `id` (0 without a part).
@@ -1441,6 +1536,7 @@ impl CascadeModel {
     /// node compacts below its peers' acknowledged cursors the same way;
     /// revisions are unaffected, `next_revision` is kept apart).
     fn compact(s: &mut State) {
+        Self::record_restored(s);
         for r in &s.regions {
             s.ever_deleting.extend(
                 r.state
@@ -1477,11 +1573,23 @@ impl CascadeModel {
             // Soft-deleted (DELETED) is where a finished deletion may rest
             // with a retention: not live again.
             .filter(|r| {
-                !matches!(r.state, ResourceState::Deleting | ResourceState::Deleted) && deleting.contains(&r.uid)
+                !matches!(r.state, ResourceState::Deleting | ResourceState::Deleted)
+                    && deleting.contains(&r.uid)
+                    // Brought back by the client's Undelete: live again on purpose.
+                    && !Self::was_restored(s, r.uid)
             })
             .map(|r| format!("{} is {:?} after DELETING", r.name, r.state))
             .collect();
-        out.extend(self.in_flight(s, ViolationKind::Resurrection));
+        let expected = Self::tombstones_awaiting_their_event(s);
+        out.extend(
+            self.in_flight(s, ViolationKind::Resurrection)
+                .into_iter()
+                .filter(|finding| {
+                    !expected
+                        .iter()
+                        .any(|(region, name)| finding.contains(&format!("region {region} saw {name} ")))
+                }),
+        );
         out
     }
 
@@ -1516,6 +1624,9 @@ impl CascadeModel {
     /// Nothing in flight, nothing to deliver or send, no due work, and the
     /// periodic check (if modelled) would drop nothing.
     pub fn quiescent(&self, s: &State) -> bool {
+        if s.drive.is_some() || self.redrive_due(s) {
+            return false;
+        }
         if !s.releases.is_empty() || !s.acks.is_empty() || !s.attaches.is_empty() {
             return false;
         }
@@ -1560,7 +1671,7 @@ impl CascadeModel {
             for name in CLOSURE {
                 let name = rn(name);
                 if let Some(r) = s.regions[region_of(&name)].state.resources.get(&name) {
-                    if r.state == ResourceState::Active && !Self::held_by_controls(s) {
+                    if r.state == ResourceState::Active && !Self::held_by_controls(s) && !Self::was_restored(s, r.uid) {
                         out.push(format!("{name} of the closure is still ACTIVE"));
                     }
                 }
@@ -1610,6 +1721,8 @@ impl CascadeModel {
                     None => true,
                     // Soft-deleted: its deletion finished; it waits for its expiry.
                     Some(r) if r.state == ResourceState::Deleted => true,
+                    // Brought back by the client's Undelete.
+                    Some(r) if r.state == ResourceState::Active && Self::was_restored(s, r.uid) => true,
                     // Held on purpose by its operation's budget or cancel.
                     Some(_) if Self::held_by_controls(s) => true,
                     Some(r) => r.state == ResourceState::Deleting && self.explained(s, region, r.uid, 0),

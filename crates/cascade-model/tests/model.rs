@@ -8,6 +8,10 @@
 //! - `random_runs_with_a_budget_pause_resume_and_cancel` and
 //!   `exhaustive_near_the_root_with_a_budget_and_controls`: the same with
 //!   a budget of 4 members and pause, resume and cancel (issue 29).
+//! - `random_runs_with_an_undelete_racing_the_expiry_and_a_second_delete`:
+//!   the same with soft delete and the client's Undelete (issue 29), its
+//!   answers lost and its driver crashed, racing the expiry, a second
+//!   Delete of a restored member and an update of the unset referrer.
 //! - `deep` (ignored; also `cargo run -p cascade-model --release --example deep`):
 //!   the larger configuration with message-level faults and the racing create.
 
@@ -134,6 +138,15 @@ fn random_runs_with_a_budget_controls_and_soft_delete() {
         ..Config::bounded_with_controls()
     };
     random_complete_runs(config, 17, "budget, controls and soft delete");
+}
+
+#[test]
+fn random_runs_with_an_undelete_racing_the_expiry_and_a_second_delete() {
+    // Every run that finishes the deletion may undelete it, before or
+    // after a clock jump expires its members: no member is both RESTORED
+    // and purged, a finished undelete accounts for every member, and it
+    // always ends.
+    random_complete_runs(Config::undelete(), 29, "undelete");
 }
 
 #[test]
