@@ -14,8 +14,10 @@
 mod support;
 
 mod browser;
+mod frozen;
 mod identity;
 mod operation;
+mod screens;
 
 use std::net::SocketAddr;
 

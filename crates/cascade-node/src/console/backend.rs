@@ -21,6 +21,11 @@ use super::session::Caller;
 /// answers within about this long even while a region is unreachable.
 pub(crate) const CALL_BUDGET: Duration = Duration::from_millis(900);
 
+/// A resource page reads in two rounds, one after the other (the
+/// resource, then its references both ways at once): each round has half
+/// the page's budget, so a frozen owner costs the page `CALL_BUDGET`.
+const RESOURCE_ROUND: Duration = Duration::from_millis(450);
+
 /// Outcomes per page of an operation.
 pub(crate) const OUTCOMES_PAGE: u32 = 50;
 
@@ -115,7 +120,7 @@ impl Backend {
         Ok(self
             .resources()
             .await?
-            .get(as_caller(caller, request)?)
+            .get(as_caller_within(caller, request, RESOURCE_ROUND)?)
             .await?
             .into_inner())
     }
@@ -137,7 +142,7 @@ impl Backend {
         Ok(self
             .resources()
             .await?
-            .list_references(as_caller(caller, request)?)
+            .list_references(as_caller_within(caller, request, RESOURCE_ROUND)?)
             .await?
             .into_inner())
     }
@@ -148,13 +153,20 @@ impl Backend {
     /// operation's totals from `GetOperation`. Both Admin calls need the
     /// caller to be allowed them (`admin.status`, `admin.list_deletions`).
     pub(super) async fn running_operations(&self, caller: &Caller) -> Result<RunningOperations, ConsoleError> {
+        // Three rounds one after the other (the regions, their deletions,
+        // the operations' totals) within one page's budget: each round has
+        // its share of what is left, so a frozen region costs each round
+        // its share and the page still answers within `CALL_BUDGET`.
+        let page_ends = tokio::time::Instant::now() + CALL_BUDGET;
+        let share = |rounds_left: u32| page_ends.saturating_duration_since(tokio::time::Instant::now()) / rounds_left;
         let admin = self.admin().await?;
         let status = admin
             .clone()
-            .get_cluster_status(as_caller(caller, v1::GetClusterStatusRequest {})?)
+            .get_cluster_status(as_caller_within(caller, v1::GetClusterStatusRequest {}, share(3))?)
             .await?
             .into_inner();
         let mut running = RunningOperations::default();
+        let round = share(2);
         let asks = status.regions.iter().map(|region| {
             let mut admin = admin.clone();
             let request = v1::ListDeletionsRequest {
@@ -163,7 +175,7 @@ impl Backend {
                 ..Default::default()
             };
             async move {
-                let answer = match as_caller(caller, request) {
+                let answer = match as_caller_within(caller, request, round) {
                     Ok(request) => admin.list_deletions(request).await.map_err(ConsoleError::from),
                     Err(e) => Err(e),
                 };
@@ -206,13 +218,14 @@ impl Backend {
             .collect();
         ids.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         ids.truncate(OPERATIONS_SHOWN);
+        let round = share(1);
         let reads = ids.iter().map(|(_, id)| async move {
             let request = v1::GetOperationRequest {
                 id: id.clone(),
                 outcomes_page_size: 1,
                 outcomes_page_token: String::new(),
             };
-            let answer = match (self.resources().await, as_caller(caller, request)) {
+            let answer = match (self.resources().await, as_caller_within(caller, request, round)) {
                 (Ok(mut client), Ok(request)) => client.get_operation(request).await.map_err(ConsoleError::from),
                 (Err(e), _) | (_, Err(e)) => Err(e),
             };
@@ -235,8 +248,14 @@ impl Backend {
 /// `message` as the caller's call: its token as `authorization: Bearer`,
 /// and the console's deadline (`grpc-timeout`), which the node keeps to.
 fn as_caller<M>(caller: &Caller, message: M) -> Result<tonic::Request<M>, ConsoleError> {
+    as_caller_within(caller, message, CALL_BUDGET)
+}
+
+/// [`as_caller`] with `timeout` as its deadline (a share of a page's
+/// budget; at least a millisecond, as `grpc-timeout` cannot say 0).
+fn as_caller_within<M>(caller: &Caller, message: M, timeout: Duration) -> Result<tonic::Request<M>, ConsoleError> {
     let mut request = tonic::Request::new(message);
-    request.set_timeout(CALL_BUDGET);
+    request.set_timeout(timeout.max(Duration::from_millis(1)));
     if let Some(token) = &caller.token {
         let value = format!("Bearer {token}")
             .parse()
