@@ -112,7 +112,10 @@ async fn with_a_region_frozen_mid_cascade_the_pages_load_within_a_second_and_nam
     for (what, url, names_it) in &pages {
         browser.goto(url).await;
         let loaded = browser.loaded().await;
-        eprintln!("{what} with {FROZEN} frozen loaded in {:?} ({} bytes)", loaded.took, loaded.html_bytes);
+        eprintln!(
+            "{what} with {FROZEN} frozen loaded in {:?} ({} bytes)",
+            loaded.took, loaded.html_bytes
+        );
         let text = browser.text("body").await.unwrap_or_default();
         assert_eq!(
             browser.eval(names_it).await,
@@ -125,5 +128,4 @@ async fn with_a_region_frozen_mid_cascade_the_pages_load_within_a_second_and_nam
             loaded.took
         );
     }
-
 }

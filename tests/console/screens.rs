@@ -90,7 +90,11 @@ async fn the_demo_console_shows_a_cascade_in_progress_and_a_stuck_one_for_the_re
         )
         .await;
     assert!(
-        browser.eval("document.querySelectorAll('li.member').length").await.as_u64() >= Some(2),
+        browser
+            .eval("document.querySelectorAll('li.member').length")
+            .await
+            .as_u64()
+            >= Some(2),
         "the tree shows the members"
     );
     take(&mut browser, "console-operation.png").await;
