@@ -16,6 +16,7 @@ mod support;
 mod browser;
 mod frozen;
 mod identity;
+mod large;
 mod operation;
 mod screens;
 
