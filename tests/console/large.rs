@@ -72,11 +72,15 @@ async fn a_hundred_thousand_member_operation_page_pages_its_outcomes_and_collaps
     // More outcomes than one page holds, and the cascade entered below
     // the networks (it enters level by level), while it still runs (the
     // tree is drawn only then).
-    eventually(Duration::from_secs(300), "a second page of outcomes, deep in the tree", || async {
-        let read = client.get_operation(&op.id, 50).await.ok()?;
-        let pending = read.progress.map(|p| p.pending).unwrap_or(0);
-        (!read.next_outcomes_page_token.is_empty() && pending >= 10_000).then_some(())
-    })
+    eventually(
+        Duration::from_secs(300),
+        "a second page of outcomes, deep in the tree",
+        || async {
+            let read = client.get_operation(&op.id, 50).await.ok()?;
+            let pending = read.progress.map(|p| p.pending).unwrap_or(0);
+            (!read.next_outcomes_page_token.is_empty() && pending >= 10_000).then_some(())
+        },
+    )
     .await;
 
     let console = console_of(&cluster, "eu-west");

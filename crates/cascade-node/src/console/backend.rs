@@ -157,8 +157,8 @@ impl Backend {
         // the operations' totals) within one page's budget: each round has
         // its share of what is left, so a frozen region costs each round
         // its share and the page still answers within `CALL_BUDGET`.
-        let page_ends = tokio::time::Instant::now() + CALL_BUDGET;
-        let share = |rounds_left: u32| page_ends.saturating_duration_since(tokio::time::Instant::now()) / rounds_left;
+        let page_ends = crate::clock::monotonic_now() + CALL_BUDGET;
+        let share = |rounds_left: u32| page_ends.saturating_duration_since(crate::clock::monotonic_now()) / rounds_left;
         let admin = self.admin().await?;
         let status = admin
             .clone()
