@@ -155,19 +155,24 @@ impl Backend {
     pub(super) async fn running_operations(&self, caller: &Caller) -> Result<RunningOperations, ConsoleError> {
         // Three rounds one after the other (the regions, their deletions,
         // the operations' totals) within one page's budget: each round has
-        // its share of what is left, so a frozen region costs each round
-        // its share and the page still answers within `CALL_BUDGET`.
-        let page_ends = crate::clock::monotonic_now() + CALL_BUDGET;
-        let share = |rounds_left: u32| page_ends.saturating_duration_since(crate::clock::monotonic_now()) / rounds_left;
+        // a third of it, so a frozen region costs each round its third and
+        // the page still answers within `CALL_BUDGET`.
+        let round = CALL_BUDGET / 3;
         let admin = self.admin().await?;
         let status = admin
             .clone()
-            .get_cluster_status(as_caller_within(caller, v1::GetClusterStatusRequest {}, share(3))?)
+            .get_cluster_status(as_caller_within(caller, v1::GetClusterStatusRequest {}, round)?)
             .await?
             .into_inner();
         let mut running = RunningOperations::default();
-        let round = share(2);
-        let asks = status.regions.iter().map(|region| {
+        // A region that did not answer the status is not asked again in
+        // the same page: it is named with the status's reason.
+        let (asked, silent): (Vec<_>, Vec<_>) = status.regions.iter().partition(|r| r.reachable);
+        running.unanswered = silent
+            .into_iter()
+            .map(|r| (r.region.clone(), r.error.clone()))
+            .collect();
+        let asks = asked.into_iter().map(|region| {
             let mut admin = admin.clone();
             let request = v1::ListDeletionsRequest {
                 region: region.region.clone(),
@@ -218,7 +223,6 @@ impl Backend {
             .collect();
         ids.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         ids.truncate(OPERATIONS_SHOWN);
-        let round = share(1);
         let reads = ids.iter().map(|(_, id)| async move {
             let request = v1::GetOperationRequest {
                 id: id.clone(),
