@@ -306,3 +306,56 @@ impl Browser {
         }
     }
 }
+
+/// How long the page now shown took to load, as the browser measured it
+/// (Navigation Timing: navigation start to the end of the `load` event),
+/// and the size of its HTML as received (decoded body bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct Loaded {
+    pub took: Duration,
+    pub html_bytes: u64,
+}
+
+impl Browser {
+    /// [`Loaded`] of the current document, once its `load` event has ended.
+    pub async fn loaded(&mut self) -> Loaded {
+        let timing = self
+            .wait_for(
+                "the navigation's timing",
+                Duration::from_secs(20),
+                "(() => { const n = performance.getEntriesByType('navigation')[0]; \
+                 return n && n.loadEventEnd > 0 ? [n.loadEventEnd - n.startTime, n.decodedBodySize] : null; })()",
+            )
+            .await;
+        let millis = timing[0].as_f64().expect("a duration in ms");
+        Loaded {
+            took: Duration::from_secs_f64(millis / 1000.0),
+            html_bytes: timing[1].as_u64().unwrap_or(0),
+        }
+    }
+
+    /// Saves the viewport (`width` × `height`, nothing beyond it) as a PNG
+    /// at `path`, whatever `CASCADE_CONSOLE_SCREENSHOTS` says: the docs'
+    /// pictures, whose size the caller chooses.
+    pub async fn screenshot_viewport(&mut self, path: &std::path::Path, width: u32, height: u32) {
+        self.command(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false }),
+        )
+        .await;
+        let shot = self
+            .command(
+                "Page.captureScreenshot",
+                json!({ "format": "png", "captureBeyondViewport": false }),
+            )
+            .await;
+        use base64::Engine as _;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().expect("a screenshot"))
+            .expect("base64");
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        }
+        std::fs::write(path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+}

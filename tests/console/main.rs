@@ -1,6 +1,9 @@
 //! The web console (issue 30) in a real headless Chromium against real
 //! nodes: an operation followed live to its end, a stuck cascade and its
-//! blocker, a region that stops answering, signing in, hostile values.
+//! blocker, a region that stops answering or is frozen (the fault proxy, a
+//! real SIGSTOP), signing in, hostile values, the dry run and its delete
+//! button, the cluster page, a 100,001-member operation, and the README's
+//! pictures taken from the demo.
 //!
 //! One test binary for every console test (CI links the node once for
 //! all of them). Without Chromium the tests say they were skipped and
@@ -16,8 +19,11 @@ mod support;
 mod browser;
 mod cluster;
 mod delete;
+mod frozen;
 mod identity;
+mod large;
 mod operation;
+mod screens;
 
 use std::net::SocketAddr;
 

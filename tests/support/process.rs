@@ -53,7 +53,11 @@ pub fn spawn_server(config: &std::path::Path) -> ServerProcess {
         .expect("cascade serve starts");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("first line");
+    let mut reader = BufReader::new(stdout);
+    reader.read_line(&mut line).expect("first line");
+    // The rest is drained, not dropped: a server that prints another line
+    // (`console on …` with `[console]`) would die of EPIPE otherwise.
+    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
     let addr = line
         .trim()
         .strip_prefix("listening on ")

@@ -124,20 +124,22 @@ impl Node {
         nodes
     }
 
-    /// Every region of the cluster, this one first (reused for a second).
-    pub(crate) async fn cluster_status(&self) -> Result<Vec<RegionStatus>, Fault> {
+    /// Every region of the cluster, this one first (reused for a second);
+    /// a peer has `deadline` to answer (at most [`STATUS_DEADLINE`]: the
+    /// caller's own deadline may leave less, as the console's pages do).
+    pub(crate) async fn cluster_status(&self, deadline: Duration) -> Result<Vec<RegionStatus>, Fault> {
         let mut cache = self.status_cache.cluster.lock().await;
         if let Some((at, regions)) = cache.as_ref() {
             if at.elapsed() < STATUS_REUSE {
                 return Ok(regions.clone());
             }
         }
-        let regions = self.gather_status().await?;
+        let regions = self.gather_status(deadline.min(STATUS_DEADLINE)).await?;
         *cache = Some((crate::clock::monotonic_now(), regions.clone()));
         Ok(regions)
     }
 
-    async fn gather_status(&self) -> Result<Vec<RegionStatus>, Fault> {
+    async fn gather_status(&self, deadline: Duration) -> Result<Vec<RegionStatus>, Fault> {
         let own = RegionStatus {
             region: self.region.to_string(),
             address: self.advertised.lock().ok().and_then(|a| a.clone()).unwrap_or_default(),
@@ -149,7 +151,7 @@ impl Node {
             protocol_version: self.peers.own_version,
         };
         let asked = self.peers.regions().map(|region| async move {
-            let answer = self.peers.region_figures(region, STATUS_DEADLINE).await;
+            let answer = self.peers.region_figures(region, deadline).await;
             (region, answer)
         });
         let answers = futures::future::join_all(asked).await;

@@ -598,7 +598,10 @@ impl Admin for AdminApi {
         request: Request<v1::GetClusterStatusRequest>,
     ) -> Result<Response<v1::ClusterStatus>, Status> {
         self.authorize_admin(&caller(&request), Verb::AdminClusterStatus)?;
-        let regions = self.node.cluster_status().await?;
+        // Within the caller's deadline: a frozen peer is listed
+        // unreachable in time for the caller to read it.
+        let deadline = crate::api::forward::budget_within(crate::status::STATUS_DEADLINE, request.metadata());
+        let regions = self.node.cluster_status(deadline).await?;
         Ok(Response::new(v1::ClusterStatus {
             answered_by: self.node.region.to_string(),
             answered_by_node: self.node.role.as_ref().map(|r| r.me.node.clone()).unwrap_or_default(),

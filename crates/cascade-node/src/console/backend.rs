@@ -23,6 +23,11 @@ pub(super) mod cluster;
 /// answers within about this long even while a region is unreachable.
 pub(crate) const CALL_BUDGET: Duration = Duration::from_millis(900);
 
+/// A resource page reads in two rounds, one after the other (the
+/// resource, then its references both ways at once): each round has half
+/// the page's budget, so a frozen owner costs the page `CALL_BUDGET`.
+const RESOURCE_ROUND: Duration = Duration::from_millis(450);
+
 /// Outcomes per page of an operation.
 pub(crate) const OUTCOMES_PAGE: u32 = 50;
 
@@ -121,7 +126,7 @@ impl Backend {
         Ok(self
             .resources()
             .await?
-            .get(as_caller(caller, request)?)
+            .get(as_caller_within(caller, request, RESOURCE_ROUND)?)
             .await?
             .into_inner())
     }
@@ -186,7 +191,7 @@ impl Backend {
         Ok(self
             .resources()
             .await?
-            .list_references(as_caller(caller, request)?)
+            .list_references(as_caller_within(caller, request, RESOURCE_ROUND)?)
             .await?
             .into_inner())
     }
@@ -197,14 +202,26 @@ impl Backend {
     /// operation's totals from `GetOperation`. Both Admin calls need the
     /// caller to be allowed them (`admin.status`, `admin.list_deletions`).
     pub(super) async fn running_operations(&self, caller: &Caller) -> Result<RunningOperations, ConsoleError> {
+        // Three rounds one after the other (the regions, their deletions,
+        // the operations' totals) within one page's budget: each round has
+        // a third of it, so a frozen region costs each round its third and
+        // the page still answers within `CALL_BUDGET`.
+        let round = CALL_BUDGET / 3;
         let admin = self.admin().await?;
         let status = admin
             .clone()
-            .get_cluster_status(as_caller(caller, v1::GetClusterStatusRequest {})?)
+            .get_cluster_status(as_caller_within(caller, v1::GetClusterStatusRequest {}, round)?)
             .await?
             .into_inner();
         let mut running = RunningOperations::default();
-        let asks = status.regions.iter().map(|region| {
+        // A region that did not answer the status is not asked again in
+        // the same page: it is named with the status's reason.
+        let (asked, silent): (Vec<_>, Vec<_>) = status.regions.iter().partition(|r| r.reachable);
+        running.unanswered = silent
+            .into_iter()
+            .map(|r| (r.region.clone(), r.error.clone()))
+            .collect();
+        let asks = asked.into_iter().map(|region| {
             let mut admin = admin.clone();
             let request = v1::ListDeletionsRequest {
                 region: region.region.clone(),
@@ -212,7 +229,7 @@ impl Backend {
                 ..Default::default()
             };
             async move {
-                let answer = match as_caller(caller, request) {
+                let answer = match as_caller_within(caller, request, round) {
                     Ok(request) => admin.list_deletions(request).await.map_err(ConsoleError::from),
                     Err(e) => Err(e),
                 };
@@ -261,7 +278,7 @@ impl Backend {
                 outcomes_page_size: 1,
                 outcomes_page_token: String::new(),
             };
-            let answer = match (self.resources().await, as_caller(caller, request)) {
+            let answer = match (self.resources().await, as_caller_within(caller, request, round)) {
                 (Ok(mut client), Ok(request)) => client.get_operation(request).await.map_err(ConsoleError::from),
                 (Err(e), _) | (_, Err(e)) => Err(e),
             };
@@ -284,8 +301,14 @@ impl Backend {
 /// `message` as the caller's call: its token as `authorization: Bearer`,
 /// and the console's deadline (`grpc-timeout`), which the node keeps to.
 fn as_caller<M>(caller: &Caller, message: M) -> Result<tonic::Request<M>, ConsoleError> {
+    as_caller_within(caller, message, CALL_BUDGET)
+}
+
+/// [`as_caller`] with `timeout` as its deadline (a share of a page's
+/// budget; at least a millisecond, as `grpc-timeout` cannot say 0).
+fn as_caller_within<M>(caller: &Caller, message: M, timeout: Duration) -> Result<tonic::Request<M>, ConsoleError> {
     let mut request = tonic::Request::new(message);
-    request.set_timeout(CALL_BUDGET);
+    request.set_timeout(timeout.max(Duration::from_millis(1)));
     if let Some(token) = &caller.token {
         let value = format!("Bearer {token}")
             .parse()

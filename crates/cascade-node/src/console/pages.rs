@@ -177,6 +177,24 @@ pub(super) fn failure(region: &str, error: &ConsoleError, next: &str) -> Respons
     page.into_response_with(error.status())
 }
 
+/// A page about `unreachable`'s data (a resource it owns) that it did not
+/// give in time: says so, naming the region as the other pages name one
+/// that does not answer (`.unreachable`, `data-region`).
+pub(super) fn region_failure(region: &str, unreachable: &str, error: &ConsoleError, next: &str) -> Response {
+    let page = layout(
+        region,
+        error.title(),
+        html! {
+            h1 { (error.title()) }
+            p.unreachable role="alert" data-region=(unreachable) {
+                "Region " strong { (unreachable) } " is unreachable: " (error.to_string())
+                ". " a href=(next) { "Reload" } " to try again."
+            }
+        },
+    );
+    page.into_response_with(error.status())
+}
+
 pub(super) fn not_found(region: &str) -> Response {
     failure(
         region,

@@ -332,6 +332,13 @@ async fn resource_page(
     };
     match page.await {
         Ok(page) => page.into_response_with(StatusCode::OK),
+        // Another region's resource, not read in time: name that region.
+        Err(e @ ConsoleError::Unavailable(_)) => match name.split_once('/') {
+            Some((owner, _)) if owner != console.region.as_str() => {
+                pages::region_failure(&console.region, owner, &e, &here)
+            }
+            _ => pages::failure(&console.region, &e, &here),
+        },
         Err(e) => pages::failure(&console.region, &e, &here),
     }
 }
