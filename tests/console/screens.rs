@@ -97,6 +97,13 @@ async fn the_demo_console_shows_a_cascade_in_progress_and_a_stuck_one_for_the_re
             >= Some(2),
         "the tree shows the members"
     );
+    // Held only by its rate, it goes on by itself: not flagged stuck (the
+    // first picture was, until explain told a rate from a budget).
+    assert_eq!(
+        browser.eval("document.querySelector('#stuck') === null").await,
+        serde_json::Value::Bool(true),
+        "a cascade paced by its rate is flagged stuck"
+    );
     take(&mut browser, "console-operation.png").await;
     browser
         .wait_for(

@@ -150,8 +150,13 @@ fn reasons_of(
                     "{refusal}: held until the policy allows it, or an administrator retries or force-purges it"
                 ));
             }
-            if crate::protocol::held_by_operation(reason) {
-                // Its operation's budget, rate, pause or cancel holds its
+            if crate::protocol::paced_by_operation(reason) {
+                // Its operation's rate, or a budget lease on its way: it
+                // goes on by itself, so it is not stuck (the console's
+                // pictures once flagged a cascade under `--rate` stuck).
+                reasons.push(format!("{reason}: its cascade goes on at that pace"));
+            } else if crate::protocol::held_by_operation(reason) {
+                // Its operation's budget, pause or cancel holds its
                 // cascade: a person raises, resumes or leaves it.
                 stuck = true;
                 reasons.push(format!(
@@ -295,5 +300,28 @@ mod tests {
         let deleting = BTreeMap::from([(ResourceName::parse("rb/d/z").expect("name"), BlockerState::Deleting)]);
         let out = explain(vec![c, a], &deleting, &BTreeSet::new(), Timestamp(0));
         assert!(!out[1].stuck, "{:?}", out[1].reasons);
+    }
+
+    /// The README's picture of a cascade under `--rate 1` showed it stuck:
+    /// a hold by the rate lets go by itself; one by the budget waits for a
+    /// person.
+    #[test]
+    fn a_member_held_by_its_rate_is_not_stuck_and_one_held_by_its_budget_is() {
+        let held = |reason: &str| DeletionStatus::Blocked {
+            blockers: Vec::new(),
+            reason: reason.to_owned(),
+        };
+        let states = BTreeMap::new();
+        for (reason, stuck) in [
+            ("rate limit: at most 1 new member(s) a second", false),
+            ("waiting for a budget lease from region ra", false),
+            ("budget reached (100 of 100)", true),
+            ("operation paused by ops", true),
+        ] {
+            let member = part("ra/c/y", DeletionReason::Requested, held(reason));
+            let out = explain(vec![member], &states, &BTreeSet::new(), Timestamp(0));
+            assert_eq!(out[0].stuck, stuck, "{reason}: {:?}", out[0].reasons);
+            assert!(out[0].reasons[0].starts_with(reason), "{:?}", out[0].reasons);
+        }
     }
 }

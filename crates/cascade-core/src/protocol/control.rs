@@ -66,6 +66,15 @@ pub const HELD_BY_OPERATION: [&str; 5] = [
     "waiting for a budget lease",
 ];
 
+/// Whether a hold by the operation's controls lets go by itself: its
+/// rate admits the next members a moment later, and a lease of budget is
+/// on its way from the root's region. Not stuck: nobody has to act.
+pub fn paced_by_operation(reason: &str) -> bool {
+    ["rate limit", "waiting for a budget lease"]
+        .iter()
+        .any(|p| reason.starts_with(p))
+}
+
 /// Whether a BLOCKED reason is a hold by the operation's controls.
 pub fn held_by_operation(reason: &str) -> bool {
     HELD_BY_OPERATION.iter().any(|p| reason.starts_with(p))

@@ -75,8 +75,9 @@ use crate::state::WriteSet;
 
 pub use admin::{force_purge, is_stuck, record_audit, retry_deletion, AdminRequest, MAX_ADMIN_REASON};
 pub use control::{
-    accept_budget_lease, control_operation, extend_budget, grant_budget, held_by_operation, register_operation, Bounds,
-    BudgetGrant, Control, LeaseWanted, HELD_BY_OPERATION, HELD_RECHECK_MS, MAX_LEASE, PAUSED_RECHECK_MS,
+    accept_budget_lease, control_operation, extend_budget, grant_budget, held_by_operation, paced_by_operation,
+    register_operation, Bounds, BudgetGrant, Control, LeaseWanted, HELD_BY_OPERATION, HELD_RECHECK_MS, MAX_LEASE,
+    PAUSED_RECHECK_MS,
 };
 pub use create_update::{create, update};
 pub use delete::delete;
