@@ -318,8 +318,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // SIGHUP reads the policy file again (`[auth] policy_file`), as a
     // change of the file does on its own within a second, and the schema
     // file (`schema`), which a change of the file reloads too.
-    cascade_node::auth::policy::reload_on_sighup();
-    cascade_node::schema_reload::reload_on_sighup();
+    cascade_node::reload_signal::reload_on_sighup();
     let served = serve_node(file).await;
     if let Some(provider) = provider {
         // The spans still in the exporter's batch. A blocking call whose

@@ -88,6 +88,8 @@ mod plan_tokens;
 // Reloading the schema file (issue 31): SIGHUP, a file watch, a call; the
 // writer puts a reloaded schema in force.
 pub mod schema_reload;
+// SIGHUP, one for the process: the policy and schema watchers follow it.
+pub mod reload_signal;
 mod status_cache;
 mod trace_context;
 mod writer;

@@ -1,5 +1,5 @@
 //! Reloading the schema file while the node runs (issue 31): on SIGHUP to
-//! `cascade serve` ([`reload_on_sighup`]), when the file changes (a
+//! `cascade serve` ([`crate::reload_signal::reload_on_sighup`]), when the file changes (a
 //! debounced watch of its directory, [`spawn_watch`]), and on a call
 //! ([`SchemaReloader::reload`], which both of them call too, as does
 //! `RunningNode::reload_schema`).
@@ -24,7 +24,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cascade_core::{RegionId, Schema, SchemaError};
@@ -224,41 +224,7 @@ fn load(path: &Path, max_retention_ms: u64) -> Result<Schema, ReloadError> {
     Ok(schema)
 }
 
-/// Reload requests of the whole process (SIGHUP): a generation count every
-/// node's schema watcher follows.
-fn reload_requests() -> &'static watch::Sender<u64> {
-    static REQUESTS: OnceLock<watch::Sender<u64>> = OnceLock::new();
-    REQUESTS.get_or_init(|| watch::channel(0).0)
-}
-
-/// Asks every node of this process to read its schema file again now
-/// (what SIGHUP does in `cascade serve`).
-pub fn request_reload() {
-    reload_requests().send_modify(|generation| *generation = generation.wrapping_add(1));
-}
-
-/// Calls [`request_reload`] on every SIGHUP for as long as the process
-/// runs. Only the `cascade serve` binary installs it (beside the policy
-/// file's, `auth::policy::reload_on_sighup`: each SIGHUP reaches both).
-pub fn reload_on_sighup() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::hangup()) {
-            Ok(mut hangups) => {
-                tokio::spawn(async move {
-                    while hangups.recv().await.is_some() {
-                        info!("SIGHUP: reading the schema file again");
-                        request_reload();
-                    }
-                });
-            }
-            Err(e) => warn!(error = %e, "cannot listen for SIGHUP: the schema reloads only when its file changes"),
-        }
-    }
-}
-
-/// Reloads on every [`request_reload`] and whenever the schema file
+/// Reloads on every [`crate::reload_signal::request_reload`] (SIGHUP) and whenever the schema file
 /// changes (debounced by [`WATCH_DEBOUNCE`]), until `stopping` turns true.
 /// None when the node has no schema file. A watch that cannot be set up
 /// is a warning: SIGHUP still reloads.
@@ -280,7 +246,7 @@ pub(crate) async fn spawn_watch(
             None
         }
     };
-    let mut requests = reload_requests().subscribe();
+    let mut requests = crate::reload_signal::subscribe();
     // Logged and audited by the reload itself.
     let _ = reloader.reload(ReloadCause::FileChanged).await;
     Some(tokio::spawn(async move {

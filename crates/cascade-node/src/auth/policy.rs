@@ -22,7 +22,7 @@
 //! two entities a request needs are built per call from the principal and
 //! the target (no file IO; the type names and the action uids are built
 //! once). A reload happens when the file changes (read and
-//! compared every [`POLL_INTERVAL`]) or on SIGHUP ([`request_reload`], which
+//! compared every [`POLL_INTERVAL`]) or on SIGHUP ([`crate::reload_signal::request_reload`], which
 //! the `cascade serve` binary calls on the signal). A file that does not
 //! parse or does not validate is refused with its line and column (a
 //! throttled WARN, the metric `cascade_policy_file_refused`), and the
@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -563,42 +563,8 @@ fn compile(validator: &Validator, names: &Names, path: &Path, text: &str) -> Res
     Ok(InForce { policies, index, rules })
 }
 
-/// Reload requests of the whole process (SIGHUP): a generation count every
-/// policy watcher of the process follows.
-fn reload_requests() -> &'static tokio::sync::watch::Sender<u64> {
-    static REQUESTS: OnceLock<tokio::sync::watch::Sender<u64>> = OnceLock::new();
-    REQUESTS.get_or_init(|| tokio::sync::watch::channel(0).0)
-}
-
-/// Asks every node of this process to read its policy file again now,
-/// changed or not (what SIGHUP does in `cascade serve`).
-pub fn request_reload() {
-    reload_requests().send_modify(|generation| *generation = generation.wrapping_add(1));
-}
-
-/// Calls [`request_reload`] on every SIGHUP, for as long as the process
-/// runs. Only the `cascade serve` binary installs it: a test process runs
-/// many nodes and reloads by rewriting their files.
-pub fn reload_on_sighup() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::hangup()) {
-            Ok(mut hangups) => {
-                tokio::spawn(async move {
-                    while hangups.recv().await.is_some() {
-                        info!("SIGHUP: reading the policy file again");
-                        request_reload();
-                    }
-                });
-            }
-            Err(e) => warn!(error = %e, "cannot listen for SIGHUP: the policy reloads only when its file changes"),
-        }
-    }
-}
-
 /// Reloads `authorizer`'s file every [`POLL_INTERVAL`] if it changed, and
-/// at once on [`request_reload`], until the authorizer is dropped (its
+/// at once on [`crate::reload_signal::request_reload`] (SIGHUP), until the authorizer is dropped (its
 /// node stopped). Reading runs off the async workers.
 pub(crate) fn watch_policy_file(authorizer: Weak<PolicyAuthorizer>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -606,7 +572,7 @@ pub(crate) fn watch_policy_file(authorizer: Weak<PolicyAuthorizer>) {
         return;
     };
     runtime.spawn(async move {
-        let mut requests = reload_requests().subscribe();
+        let mut requests = crate::reload_signal::subscribe();
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first tick is immediate: the file was just read.
