@@ -70,14 +70,18 @@ async fn with_a_region_frozen_mid_cascade_the_pages_load_within_a_second_and_nam
         .expect("an operation");
 
     let console = console_of(cluster, "eu-west");
-    browser.goto(&format!("{console}/login?next=/operations")).await;
+    let operation_url = format!("{console}/operations/{}", op.id);
+    // Signed in straight to the operation's page: a `goto` right after the
+    // form's submit raced its redirect, and the redirect could win (CI
+    // once ended on /operations and waited there for 60 s).
+    browser
+        .goto(&format!("{console}/login?next=/operations/{}", op.id))
+        .await;
     browser
         .eval(&format!(
             "document.querySelector('#token').value = '{ADMIN_TOKEN}'; document.querySelector('form.login').submit(); true"
         ))
         .await;
-    let operation_url = format!("{console}/operations/{}", op.id);
-    browser.goto(&operation_url).await;
     browser
         .wait_for(
             "the cascade running, held by the router",
