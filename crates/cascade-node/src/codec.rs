@@ -660,6 +660,13 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
     if let Some(g) = w.generation {
         b.put(Table::Meta, GENERATION.to_vec(), g.to_be_bytes().to_vec());
     }
+    if let Some(schema) = &w.schema_in_force {
+        b.put(
+            Table::Meta,
+            crate::schema_in_force::STORED_SCHEMA.to_vec(),
+            schema.as_bytes().to_vec(),
+        );
+    }
     for entry in &w.audit {
         b.put(Table::Audit, entry.id.as_bytes().to_vec(), entry.encode(Table::Audit)?);
     }

@@ -11,15 +11,33 @@
 //! A version is the first 16 hex digits of the SHA-256 of the core's
 //! canonical form ([`Schema::canonical_text`]: order, comments and spelled
 //! out defaults do not change it) and the file's optional `label`.
+//!
+//! The schema in force is stored too, in the meta table under
+//! [`STORED_SCHEMA`] (every engine: it is a key like the others): a reload
+//! writes it in the batch of its audit entry (`writer/schema_swap.rs`),
+//! and a node writes it at start. Its stored form is TOML with every kind,
+//! reference and attribute spelled out, in name order ([`stored_form`]):
+//! it loads back as any schema file does, with the same version. At start
+//! a file whose version differs from the stored one goes through the same
+//! compatibility check as a reload, against the stored data
+//! ([`check_at_start`]): refused, the node does not start (unless
+//! `--accept-schema-unchecked`, which the audit log records).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use cascade_core::schema::KindSpec;
 use cascade_core::Schema;
 
 use crate::auth::identity::{hex, sha256};
+use crate::codec::StoreState;
+use crate::store::{Batch, StoreError, Table};
+
+/// The meta key of the schema in force, in its [`stored_form`].
+pub(crate) const STORED_SCHEMA: &[u8] = b"schema_in_force";
 
 /// Hex digits of the digest a version shows (64 bits: enough to tell
 /// schemas apart at a glance, short enough for a status column).
@@ -112,9 +130,147 @@ impl SchemaHolder {
     }
 }
 
+/// The stored form of `schema`: TOML with its label, every kind and
+/// every reference in name order, defaults spelled out. Loads back with
+/// [`Schema::from_toml`] to a schema of the same version.
+pub(crate) fn stored_form(schema: &Schema) -> String {
+    #[derive(serde::Serialize)]
+    struct File<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<&'a str>,
+        kinds: BTreeMap<&'a str, &'a KindSpec>,
+    }
+    let file = File {
+        label: schema.label(),
+        kinds: schema.kinds().collect(),
+    };
+    // Strings, booleans and maps of them: nothing TOML cannot write.
+    toml::to_string(&file).unwrap_or_else(|e| format!("# not serializable: {e}\n"))
+}
+
+/// Why the stored schema could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum StoredSchemaError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stored form does not load: the store was written by something else.
+    #[error("the schema stored in the region's store does not load: {0}")]
+    Invalid(String),
+}
+
+/// The schema this region last put in force, if it stored one (a store
+/// written before schemas were stored has none).
+pub(crate) fn read_stored(store: &StoreState<'_>) -> Result<Option<Schema>, StoredSchemaError> {
+    let Some(bytes) = store.store.get(Table::Meta, STORED_SCHEMA)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8(bytes).map_err(|e| StoredSchemaError::Invalid(e.to_string()))?;
+    Schema::from_toml(&text)
+        .map(Some)
+        .map_err(|e| StoredSchemaError::Invalid(e.to_string()))
+}
+
+/// What the start check decided (see [`check_at_start`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AtStart {
+    /// The file declares the stored schema, or nothing was stored yet.
+    Same,
+    /// The file changes the stored schema and the stored data allows it.
+    Changed { from: SchemaVersion, diff: String },
+    /// The stored data forbids the change, and the operator said to take
+    /// it anyway (`--accept-schema-unchecked`): audited at start.
+    Overridden {
+        from: SchemaVersion,
+        diff: String,
+        reasons: Vec<String>,
+    },
+}
+
+/// A schema the stored data forbids at start: the node refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartRefused {
+    #[error(transparent)]
+    Stored(#[from] StoredSchemaError),
+    #[error(
+        "{file}: refused at start: this region's store holds data of schema {stored}, and {reasons}. \
+         Start with the schema in force (or remove what the change orphans first); \
+         `cascade serve --accept-schema-unchecked` starts anyway (audited)",
+        reasons = .reasons.join("; ")
+    )]
+    Incompatible {
+        file: String,
+        stored: SchemaVersion,
+        reasons: Vec<String>,
+    },
+}
+
+/// Checks `schema` (read from `file`, None: the embedded or given one)
+/// against the schema the region stored and its data, with the same
+/// compatibility check a reload runs; stores it unless refused. Runs
+/// before the writer starts (nothing else writes yet).
+pub(crate) fn check_at_start(
+    store: &StoreState<'_>,
+    region: &str,
+    schema: &Schema,
+    file: Option<&std::path::Path>,
+    accept_unchecked: bool,
+) -> Result<AtStart, StartRefused> {
+    let next = SchemaVersion::of(schema);
+    let store_it = |store: &StoreState<'_>| -> Result<(), StoreError> {
+        let mut batch = Batch::default();
+        batch.put(Table::Meta, STORED_SCHEMA.to_vec(), stored_form(schema).into_bytes());
+        store.store.commit(batch)
+    };
+    let Some(stored) = read_stored(store)? else {
+        store_it(store).map_err(StoredSchemaError::from)?;
+        return Ok(AtStart::Same);
+    };
+    let from = SchemaVersion::of(&stored);
+    if from == next {
+        return Ok(AtStart::Same);
+    }
+    let diff = stored.diff(schema);
+    let reasons: Vec<String> = crate::schema_reload::compat_check(store, region, &diff)
+        .map_err(StoredSchemaError::from)?
+        .into_iter()
+        .filter_map(|judged| judged.refusal)
+        .collect();
+    let summary = diff.summary();
+    let outcome = if reasons.is_empty() {
+        AtStart::Changed { from, diff: summary }
+    } else if accept_unchecked {
+        AtStart::Overridden {
+            from,
+            diff: summary,
+            reasons,
+        }
+    } else {
+        return Err(StartRefused::Incompatible {
+            file: file.map_or_else(
+                || "the schema given to the node".to_owned(),
+                |f| f.display().to_string(),
+            ),
+            stored: from,
+            reasons,
+        });
+    };
+    store_it(store).map_err(StoredSchemaError::from)?;
+    Ok(outcome)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stored_form_loads_back_to_the_same_version_and_label() {
+        let text = "label = \"v2\"\n[kinds.b.refs.a]\nkind = \"a\"\non_delete = \"cascade\"\n\
+                    [kinds.a]\nretain = \"7d\"\n";
+        let schema = Schema::from_toml(text).unwrap();
+        let back = Schema::from_toml(&stored_form(&schema)).unwrap();
+        assert_eq!(SchemaVersion::of(&back), SchemaVersion::of(&schema));
+        assert_eq!(back.label(), Some("v2"));
+    }
 
     #[test]
     fn a_version_is_a_short_digest_of_the_canonical_form_with_the_label_beside_it() {

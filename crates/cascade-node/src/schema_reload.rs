@@ -27,16 +27,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cascade_core::schema::{CompatItem, SchemaDiff, Tally};
 use cascade_core::{RegionId, Schema, SchemaError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::codec::StoreState;
 use crate::schema_in_force::{InForce, SchemaHolder, SchemaVersion};
+use crate::store::{Store, StoreError};
 use crate::writer::{ReloadCause, Swapped, WriterHandle};
 
 /// The largest schema file a reload reads (a schema at its bounds, 1,024
 /// kinds of 128 references, is far smaller).
-pub const MAX_SCHEMA_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// `Admin.CheckSchema` takes as much (`cascade_proto::bounds`).
+pub const MAX_SCHEMA_FILE_BYTES: u64 = cascade_proto::bounds::MAX_SCHEMA_TEXT_BYTES as u64;
 
 /// How long the watcher waits for a burst of file events to end before it
 /// reloads once.
@@ -89,6 +93,90 @@ pub enum ReloadError {
     /// audit entry's commit).
     #[error("the writer did not take the schema: {0}")]
     Writer(String),
+}
+
+/// One change a compatibility check counted, and its refusal (None: the
+/// stored data allows it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judged {
+    pub item: CompatItem,
+    pub tally: Tally,
+    pub refusal: Option<String>,
+}
+
+/// The compatibility check of a schema change against what the region
+/// stores: each change the core says stored data may forbid, counted
+/// (bounded: [`crate::writer::COMPAT_SCAN_LIMIT`] rows a count) and
+/// judged. The one check a reload (in the writer), the start
+/// (`schema_in_force::check_at_start`) and `Admin.CheckSchema` run.
+pub(crate) fn compat_check(store: &StoreState<'_>, region: &str, diff: &SchemaDiff) -> Result<Vec<Judged>, StoreError> {
+    diff.compat_items()
+        .into_iter()
+        .map(|item| {
+            let tally = crate::writer::compat_count(store, region, &item.question)?;
+            let refusal = item.judge(tally);
+            Ok(Judged { item, tally, refusal })
+        })
+        .collect()
+}
+
+/// What a schema would change against the schema in force, and what the
+/// stored data would refuse of it (`Admin.CheckSchema`): nothing changes.
+#[derive(Debug, Clone)]
+pub struct SchemaCheck {
+    pub in_force: SchemaVersion,
+    pub checked: SchemaVersion,
+    pub diff: SchemaDiff,
+    pub judged: Vec<Judged>,
+}
+
+impl SchemaCheck {
+    /// A reload of it would be refused.
+    pub fn refused(&self) -> bool {
+        self.judged.iter().any(|j| j.refusal.is_some())
+    }
+}
+
+/// Loads `text` as a reload loads its file (`shown` names it in errors) and
+/// runs the compatibility check against `store` and the schema in force,
+/// changing nothing. Reads the store on the calling thread (at most one
+/// bounded count per change).
+pub(crate) fn check_text(
+    holder: &SchemaHolder,
+    store: &dyn Store,
+    region: &str,
+    text: &str,
+    shown: &str,
+    max_retention_ms: u64,
+) -> Result<SchemaCheck, ReloadError> {
+    let schema = load_text(text, shown, max_retention_ms)?;
+    let current = holder.current();
+    let diff = current.schema.diff(&schema);
+    let judged = compat_check(&StoreState { store }, region, &diff).map_err(|e| ReloadError::Read {
+        path: shown.to_owned(),
+        message: format!("the store did not answer the check: {e}"),
+    })?;
+    Ok(SchemaCheck {
+        in_force: current.version.clone(),
+        checked: SchemaVersion::of(&schema),
+        diff,
+        judged,
+    })
+}
+
+impl crate::node::Node {
+    /// `text` checked as a reload of it would be, against the schema in
+    /// force and this region's data, changing nothing (`Admin.CheckSchema`).
+    pub(crate) fn check_schema_text(&self, text: &str) -> Result<SchemaCheck, ReloadError> {
+        check_text(
+            &self.schema_in_force,
+            self.store.as_ref(),
+            self.region.as_str(),
+            text,
+            "schema_text",
+            self.policy.max_retention_ms,
+        )
+    }
 }
 
 /// What a reload needs of its node; cheap to clone.
@@ -212,7 +300,17 @@ fn load(path: &Path, max_retention_ms: u64) -> Result<Schema, ReloadError> {
         path: shown(),
         message: format!("not UTF-8 (at byte {})", e.utf8_error().valid_up_to()),
     })?;
-    let schema = Schema::from_toml(&text).map_err(|error| ReloadError::Invalid { path: shown(), error })?;
+    load_text(&text, &shown(), max_retention_ms)
+}
+
+/// Loads a schema file's text with the checks of a reload; `shown` names
+/// the file in errors.
+fn load_text(text: &str, shown: &str, max_retention_ms: u64) -> Result<Schema, ReloadError> {
+    let shown = || shown.to_owned();
+    if text.len() as u64 > MAX_SCHEMA_FILE_BYTES {
+        return Err(ReloadError::TooLarge { path: shown() });
+    }
+    let schema = Schema::from_toml(text).map_err(|error| ReloadError::Invalid { path: shown(), error })?;
     if let Some((kind, ms)) = schema.longest_retain().filter(|(_, ms)| *ms > max_retention_ms) {
         return Err(ReloadError::Retention {
             path: shown(),

@@ -46,7 +46,10 @@ pub use handle::WriterHandle;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
 pub use schema_swap::ReloadCause;
-pub(crate) use schema_swap::{Swapped, COMPAT_SCAN_LIMIT};
+pub(crate) use schema_swap::{
+    count as compat_count, Swapped, COMPAT_SCAN_LIMIT, OPERATOR as SCHEMA_OPERATOR,
+    RELOAD_ACTION as SCHEMA_RELOAD_ACTION,
+};
 pub use write_stats::{WriteStats, WriteStatsSnapshot};
 
 /// What the writer needs; shared by every incarnation of the actor.
