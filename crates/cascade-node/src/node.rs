@@ -82,7 +82,7 @@ pub enum NodeError {
     /// The schema file changes the schema the region stored in a way its
     /// stored data forbids (`schema_in_force::check_at_start`).
     #[error(transparent)]
-    Schema(#[from] crate::schema_in_force::StartRefused),
+    Schema(#[from] crate::schema_reload::StartRefused),
 }
 
 /// The node's surroundings, injectable so a simulation controls them.
@@ -324,7 +324,7 @@ impl Node {
         };
         StoreState { store: store.as_ref() }.upgrade()?;
         let at_start = crate::writer::off_the_workers(store.waits_on_io(), || {
-            crate::schema_in_force::check_at_start(
+            crate::schema_reload::check_at_start(
                 &StoreState { store: store.as_ref() },
                 settings.region.as_str(),
                 &settings.schema,
@@ -495,8 +495,8 @@ impl Node {
     /// Audits a start whose schema file changed the stored schema (as a
     /// reload is audited), and loudly one that `--accept-schema-unchecked`
     /// let through despite the stored data.
-    async fn audit_schema_at_start(&self, at_start: crate::schema_in_force::AtStart, file: Option<&std::path::Path>) {
-        use crate::schema_in_force::AtStart;
+    async fn audit_schema_at_start(&self, at_start: crate::schema_reload::AtStart, file: Option<&std::path::Path>) {
+        use crate::schema_reload::AtStart;
         let (diff, outcome) = match at_start {
             AtStart::Same => return,
             AtStart::Changed { from, diff } => {

@@ -20,7 +20,7 @@
 //! it loads back as any schema file does, with the same version. At start
 //! a file whose version differs from the stored one goes through the same
 //! compatibility check as a reload, against the stored data
-//! ([`check_at_start`]): refused, the node does not start (unless
+//! (`schema_reload::check_at_start`): refused, the node does not start (unless
 //! `--accept-schema-unchecked`, which the audit log records).
 
 use std::collections::BTreeMap;
@@ -33,11 +33,8 @@ use cascade_core::schema::KindSpec;
 use cascade_core::Schema;
 
 use crate::auth::identity::{hex, sha256};
-use crate::codec::StoreState;
-use crate::store::{Batch, StoreError, Table};
-
-/// The meta key of the schema in force, in its [`stored_form`].
-pub(crate) const STORED_SCHEMA: &[u8] = b"schema_in_force";
+use crate::codec::{StoreState, SCHEMA_IN_FORCE};
+use crate::store::{StoreError, Table};
 
 /// Hex digits of the digest a version shows (64 bits: enough to tell
 /// schemas apart at a glance, short enough for a status column).
@@ -161,101 +158,13 @@ pub enum StoredSchemaError {
 /// The schema this region last put in force, if it stored one (a store
 /// written before schemas were stored has none).
 pub(crate) fn read_stored(store: &StoreState<'_>) -> Result<Option<Schema>, StoredSchemaError> {
-    let Some(bytes) = store.store.get(Table::Meta, STORED_SCHEMA)? else {
+    let Some(bytes) = store.store.get(Table::Meta, SCHEMA_IN_FORCE)? else {
         return Ok(None);
     };
     let text = String::from_utf8(bytes).map_err(|e| StoredSchemaError::Invalid(e.to_string()))?;
     Schema::from_toml(&text)
         .map(Some)
         .map_err(|e| StoredSchemaError::Invalid(e.to_string()))
-}
-
-/// What the start check decided (see [`check_at_start`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AtStart {
-    /// The file declares the stored schema, or nothing was stored yet.
-    Same,
-    /// The file changes the stored schema and the stored data allows it.
-    Changed { from: SchemaVersion, diff: String },
-    /// The stored data forbids the change, and the operator said to take
-    /// it anyway (`--accept-schema-unchecked`): audited at start.
-    Overridden {
-        from: SchemaVersion,
-        diff: String,
-        reasons: Vec<String>,
-    },
-}
-
-/// A schema the stored data forbids at start: the node refuses to start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartRefused {
-    #[error(transparent)]
-    Stored(#[from] StoredSchemaError),
-    #[error(
-        "{file}: refused at start: this region's store holds data of schema {stored}, and {reasons}. \
-         Start with the schema in force (or remove what the change orphans first); \
-         `cascade serve --accept-schema-unchecked` starts anyway (audited)",
-        reasons = .reasons.join("; ")
-    )]
-    Incompatible {
-        file: String,
-        stored: SchemaVersion,
-        reasons: Vec<String>,
-    },
-}
-
-/// Checks `schema` (read from `file`, None: the embedded or given one)
-/// against the schema the region stored and its data, with the same
-/// compatibility check a reload runs; stores it unless refused. Runs
-/// before the writer starts (nothing else writes yet).
-pub(crate) fn check_at_start(
-    store: &StoreState<'_>,
-    region: &str,
-    schema: &Schema,
-    file: Option<&std::path::Path>,
-    accept_unchecked: bool,
-) -> Result<AtStart, StartRefused> {
-    let next = SchemaVersion::of(schema);
-    let store_it = |store: &StoreState<'_>| -> Result<(), StoreError> {
-        let mut batch = Batch::default();
-        batch.put(Table::Meta, STORED_SCHEMA.to_vec(), stored_form(schema).into_bytes());
-        store.store.commit(batch)
-    };
-    let Some(stored) = read_stored(store)? else {
-        store_it(store).map_err(StoredSchemaError::from)?;
-        return Ok(AtStart::Same);
-    };
-    let from = SchemaVersion::of(&stored);
-    if from == next {
-        return Ok(AtStart::Same);
-    }
-    let diff = stored.diff(schema);
-    let reasons: Vec<String> = crate::schema_reload::compat_check(store, region, &diff)
-        .map_err(StoredSchemaError::from)?
-        .into_iter()
-        .filter_map(|judged| judged.refusal)
-        .collect();
-    let summary = diff.summary();
-    let outcome = if reasons.is_empty() {
-        AtStart::Changed { from, diff: summary }
-    } else if accept_unchecked {
-        AtStart::Overridden {
-            from,
-            diff: summary,
-            reasons,
-        }
-    } else {
-        return Err(StartRefused::Incompatible {
-            file: file.map_or_else(
-                || "the schema given to the node".to_owned(),
-                |f| f.display().to_string(),
-            ),
-            stored: from,
-            reasons,
-        });
-    };
-    store_it(store).map_err(StoredSchemaError::from)?;
-    Ok(outcome)
 }
 
 #[cfg(test)]

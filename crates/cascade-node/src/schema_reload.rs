@@ -27,15 +27,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cascade_core::schema::{CompatItem, SchemaDiff, Tally};
+use cascade_core::schema::SchemaDiff;
 use cascade_core::{RegionId, Schema, SchemaError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::codec::StoreState;
 use crate::schema_in_force::{InForce, SchemaHolder, SchemaVersion};
-use crate::store::{Store, StoreError};
-use crate::writer::{ReloadCause, Swapped, WriterHandle};
+use crate::store::{Batch, Store, StoreError, Table};
+use crate::writer::{compat_check, Judged, ReloadCause, Swapped, WriterHandle};
 
 /// The largest schema file a reload reads (a schema at its bounds, 1,024
 /// kinds of 128 references, is far smaller).
@@ -95,31 +95,6 @@ pub enum ReloadError {
     Writer(String),
 }
 
-/// One change a compatibility check counted, and its refusal (None: the
-/// stored data allows it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Judged {
-    pub item: CompatItem,
-    pub tally: Tally,
-    pub refusal: Option<String>,
-}
-
-/// The compatibility check of a schema change against what the region
-/// stores: each change the core says stored data may forbid, counted
-/// (bounded: [`crate::writer::COMPAT_SCAN_LIMIT`] rows a count) and
-/// judged. The one check a reload (in the writer), the start
-/// (`schema_in_force::check_at_start`) and `Admin.CheckSchema` run.
-pub(crate) fn compat_check(store: &StoreState<'_>, region: &str, diff: &SchemaDiff) -> Result<Vec<Judged>, StoreError> {
-    diff.compat_items()
-        .into_iter()
-        .map(|item| {
-            let tally = crate::writer::compat_count(store, region, &item.question)?;
-            let refusal = item.judge(tally);
-            Ok(Judged { item, tally, refusal })
-        })
-        .collect()
-}
-
 /// What a schema would change against the schema in force, and what the
 /// stored data would refuse of it (`Admin.CheckSchema`): nothing changes.
 #[derive(Debug, Clone)]
@@ -162,21 +137,6 @@ pub(crate) fn check_text(
         diff,
         judged,
     })
-}
-
-impl crate::node::Node {
-    /// `text` checked as a reload of it would be, against the schema in
-    /// force and this region's data, changing nothing (`Admin.CheckSchema`).
-    pub(crate) fn check_schema_text(&self, text: &str) -> Result<SchemaCheck, ReloadError> {
-        check_text(
-            &self.schema_in_force,
-            self.store.as_ref(),
-            self.region.as_str(),
-            text,
-            "schema_text",
-            self.policy.max_retention_ms,
-        )
-    }
 }
 
 /// What a reload needs of its node; cheap to clone.
@@ -402,6 +362,98 @@ fn watch_file(file: &Path, changed: tokio::sync::mpsc::Sender<()>) -> Result<Fil
     )?;
     debouncer.watcher().watch(&dir, notify::RecursiveMode::NonRecursive)?;
     Ok(debouncer)
+}
+
+/// What the start check decided (see [`check_at_start`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AtStart {
+    /// The file declares the stored schema, or nothing was stored yet.
+    Same,
+    /// The file changes the stored schema and the stored data allows it.
+    Changed { from: SchemaVersion, diff: String },
+    /// The stored data forbids the change, and the operator said to take
+    /// it anyway (`--accept-schema-unchecked`): audited at start.
+    Overridden {
+        from: SchemaVersion,
+        diff: String,
+        reasons: Vec<String>,
+    },
+}
+
+/// A schema the stored data forbids at start: the node refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartRefused {
+    #[error(transparent)]
+    Stored(#[from] crate::schema_in_force::StoredSchemaError),
+    #[error(
+        "{file}: refused at start: this region's store holds data of schema {stored}, and {reasons}. \
+         Start with the schema in force (or remove what the change orphans first); \
+         `cascade serve --accept-schema-unchecked` starts anyway (audited)",
+        reasons = .reasons.join("; ")
+    )]
+    Incompatible {
+        file: String,
+        stored: SchemaVersion,
+        reasons: Vec<String>,
+    },
+}
+
+/// Checks `schema` (read from `file`, None: the embedded or given one)
+/// against the schema the region stored and its data, with the same
+/// compatibility check a reload runs; stores it unless refused. Runs
+/// before the writer starts (nothing else writes yet).
+pub(crate) fn check_at_start(
+    store: &StoreState<'_>,
+    region: &str,
+    schema: &Schema,
+    file: Option<&std::path::Path>,
+    accept_unchecked: bool,
+) -> Result<AtStart, StartRefused> {
+    let next = SchemaVersion::of(schema);
+    let store_it = |store: &StoreState<'_>| -> Result<(), StoreError> {
+        let mut batch = Batch::default();
+        batch.put(
+            Table::Meta,
+            crate::codec::SCHEMA_IN_FORCE.to_vec(),
+            crate::schema_in_force::stored_form(schema).into_bytes(),
+        );
+        store.store.commit(batch)
+    };
+    let Some(stored) = crate::schema_in_force::read_stored(store)? else {
+        store_it(store).map_err(crate::schema_in_force::StoredSchemaError::from)?;
+        return Ok(AtStart::Same);
+    };
+    let from = SchemaVersion::of(&stored);
+    if from == next {
+        return Ok(AtStart::Same);
+    }
+    let diff = stored.diff(schema);
+    let reasons: Vec<String> = compat_check(store, region, &diff)
+        .map_err(crate::schema_in_force::StoredSchemaError::from)?
+        .into_iter()
+        .filter_map(|judged| judged.refusal)
+        .collect();
+    let summary = diff.summary();
+    let outcome = if reasons.is_empty() {
+        AtStart::Changed { from, diff: summary }
+    } else if accept_unchecked {
+        AtStart::Overridden {
+            from,
+            diff: summary,
+            reasons,
+        }
+    } else {
+        return Err(StartRefused::Incompatible {
+            file: file.map_or_else(
+                || "the schema given to the node".to_owned(),
+                |f| f.display().to_string(),
+            ),
+            stored: from,
+            reasons,
+        });
+    };
+    store_it(store).map_err(crate::schema_in_force::StoredSchemaError::from)?;
+    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -137,7 +137,7 @@ impl WriterState {
             store: self.ctx.store.as_ref(),
         };
         let region = self.ctx.region.to_string();
-        let refusals: Vec<String> = crate::schema_reload::compat_check(&store, &region, &diff)
+        let refusals: Vec<String> = super::compat_check(&store, &region, &diff)
             .map_err(storage)?
             .into_iter()
             .filter_map(|judged| judged.refusal)

@@ -34,9 +34,17 @@ impl AdminApi {
         req.check_bounds()?;
         self.authorize_admin(&principal, Verb::AdminCheckSchema)?;
         let node = &self.node;
-        let checked =
-            crate::writer::off_the_workers(node.store.waits_on_io(), || node.check_schema_text(&req.schema_text))
-                .map_err(|e| refusal(&req.schema_text, e))?;
+        let checked = crate::writer::off_the_workers(node.store.waits_on_io(), || {
+            crate::schema_reload::check_text(
+                &node.schema_in_force,
+                node.store.as_ref(),
+                node.region.as_str(),
+                &req.schema_text,
+                "schema_text",
+                node.policy.max_retention_ms,
+            )
+        })
+        .map_err(|e| refusal(&req.schema_text, e))?;
         Ok(Response::new(present(region, checked)))
     }
 }
