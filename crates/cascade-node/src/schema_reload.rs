@@ -456,9 +456,56 @@ pub(crate) fn check_at_start(
     Ok(outcome)
 }
 
+/// Every engine keeps the schema in force as the start check needs it
+/// (the memory store, sled and fjall here; PostgreSQL in
+/// `store/postgres/tests.rs`): nothing stored, the first start stores its
+/// schema; the same schema again is the same; a change the (empty) data
+/// allows is taken and stored, and reads back with its version.
+#[cfg(test)]
+pub(crate) fn the_start_check_stores_and_reads_back_the_schema_on(store: &dyn Store) {
+    let state = StoreState { store };
+    let first = Schema::from_toml(
+        "[kinds.project]\n[kinds.network.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n",
+    )
+    .expect("a schema");
+    let second = Schema::from_toml("label = \"projects\"\n[kinds.project]\n").expect("a schema");
+    assert_eq!(crate::schema_in_force::read_stored(&state).unwrap(), None);
+    assert_eq!(
+        check_at_start(&state, "eu-west", &first, None, false).unwrap(),
+        AtStart::Same
+    );
+    let stored = crate::schema_in_force::read_stored(&state)
+        .unwrap()
+        .expect("stored at the first start");
+    assert_eq!(SchemaVersion::of(&stored), SchemaVersion::of(&first));
+    assert_eq!(
+        check_at_start(&state, "eu-west", &first, None, false).unwrap(),
+        AtStart::Same
+    );
+    match check_at_start(&state, "eu-west", &second, None, false).unwrap() {
+        AtStart::Changed { from, diff } => {
+            assert_eq!(from, SchemaVersion::of(&first));
+            assert_eq!(diff, "kinds -network; label (none) → projects");
+        }
+        other => panic!("{other:?}"),
+    }
+    let stored = crate::schema_in_force::read_stored(&state).unwrap().expect("stored");
+    assert_eq!(SchemaVersion::of(&stored), SchemaVersion::of(&second));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_in_force_is_stored_and_checked_at_start_on_sled_fjall_and_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        the_start_check_stores_and_reads_back_the_schema_on(&crate::store::MemoryStore::default());
+        for engine in [crate::store::StorageEngine::Sled, crate::store::StorageEngine::Fjall] {
+            let store = crate::store::open_store(engine, Some(&dir.path().join(engine.to_string()))).unwrap();
+            the_start_check_stores_and_reads_back_the_schema_on(store.as_ref());
+        }
+    }
 
     #[test]
     fn a_file_that_is_missing_too_large_not_utf8_or_keeps_too_long_is_refused_naming_it() {
