@@ -124,6 +124,12 @@ struct ServeArgs {
     /// file's `[auth]` is where `required` and its means are set.
     #[arg(long = "auth", env = "CASCADE_AUTH", value_name = "MODE")]
     auth_mode: Option<String>,
+    /// Start even when the schema file changes the schema this region
+    /// stored in a way its stored data forbids (a kind removed that still
+    /// has resources, ...): without it such a start is refused with the
+    /// reason and the count. For this start only; written to the audit log.
+    #[arg(long)]
+    accept_schema_unchecked: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -319,7 +325,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     // change of the file does on its own within a second, and the schema
     // file (`schema`), which a change of the file reloads too.
     cascade_node::reload_signal::reload_on_sighup();
-    let served = serve_node(file).await;
+    let served = serve_node(file, args.accept_schema_unchecked).await;
     if let Some(provider) = provider {
         // The spans still in the exporter's batch. A blocking call whose
         // export needs the runtime: off its workers.
@@ -332,8 +338,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
     served
 }
 
-async fn serve_node(file: ConfigFile) -> Result<()> {
-    let settings = NodeSettings::from_file(&file)?;
+async fn serve_node(file: ConfigFile, accept_schema_unchecked: bool) -> Result<()> {
+    let mut settings = NodeSettings::from_file(&file)?;
+    settings.accept_schema_unchecked = accept_schema_unchecked;
     if settings.auth.mode == AuthMode::Off {
         tracing::warn!(
             region = %settings.region,

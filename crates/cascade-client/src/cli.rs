@@ -15,6 +15,7 @@ mod delete;
 mod find;
 mod node_config;
 mod observe;
+mod schema;
 mod undelete;
 use crate::client::{AdminClient, Client, ClientError, ClientTls};
 use crate::render::{self, TimeDisplay};
@@ -24,6 +25,8 @@ pub use delete::{DeleteArgs, OperationControl, EXIT_NOT_CONFIRMED, EXIT_STUCK, E
 use node_config::run_check;
 pub use node_config::CheckArgs;
 pub use observe::HealthArgs;
+pub use schema::SchemaCommand;
+use schema::{run_schema_check, run_schema_diff, run_schema_diff_against};
 pub use undelete::UndeleteArgs;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -247,7 +250,8 @@ pub enum Command {
         #[arg(long)]
         count: Option<u64>,
     },
-    /// Check a schema file, or compare two, without a node (does not use --server).
+    /// Check a schema file, or compare two without a node (does not use
+    /// --server), or check one against a running node (`diff --against`).
     #[command(subcommand)]
     Schema(SchemaCommand),
     /// Check the cross-region invariants of a whole cluster (at quiescence).
@@ -257,136 +261,6 @@ pub enum Command {
     /// transient (a region with queued releases or attaches is reported as
     /// not quiescent). Does not use --server.
     Check(CheckArgs),
-}
-
-/// `cascade schema …`.
-#[derive(Debug, Clone, Subcommand)]
-pub enum SchemaCommand {
-    /// Print every cascade path the schema can leave stuck (a kind reached
-    /// by a cascade that a kind outside it can block), every cascade cycle,
-    /// and every error, each naming its path (a cycle of `block`
-    /// references and an empty file are errors). Exit status 1 on an
-    /// error; `cascade serve` prints the same findings at start and at
-    /// every reload (SIGHUP, a change of the file), and refuses a schema
-    /// with errors.
-    Check {
-        /// The schema file (TOML, `[kinds.KIND.refs.FIELD]`).
-        file: std::path::PathBuf,
-    },
-    /// What changing schema OLD to NEW adds, removes and changes, and which
-    /// of its changes a node's reload checks against the data it stores
-    /// (refused while they would orphan something). Reads the two files
-    /// only: the counts are the node's, at its reload. Exit status 1 when
-    /// either file does not load.
-    Diff {
-        /// The schema in force.
-        old: std::path::PathBuf,
-        /// The schema to reload.
-        new: std::path::PathBuf,
-    },
-}
-
-/// `cascade schema diff OLD NEW`: the diff and what a reload would check.
-fn run_schema_diff(old: &std::path::Path, new: &std::path::Path, json: bool) -> Result<i32, ClientError> {
-    let load = |file: &std::path::Path| -> Result<cascade_core::Schema, String> {
-        let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        cascade_core::Schema::from_toml(&text).map_err(|e| format!("{}: {e}", file.display()))
-    };
-    let (old_schema, new_schema) = match (load(old), load(new)) {
-        (Ok(o), Ok(n)) => (o, n),
-        (o, n) => {
-            let errors: Vec<String> = [o.err(), n.err()].into_iter().flatten().collect();
-            if json {
-                print_json(&serde_json::json!({"errors": errors}));
-            } else {
-                for e in &errors {
-                    println!("error: {e}");
-                }
-            }
-            return Ok(1);
-        }
-    };
-    let diff = old_schema.diff(&new_schema);
-    let checked: Vec<String> = diff
-        .compat_items()
-        .iter()
-        .map(|item| {
-            let what = match &item.question {
-                cascade_core::schema::StoredQuestion::KindStored { kind } => {
-                    format!("refused while resources of kind {kind} are stored")
-                }
-                cascade_core::schema::StoredQuestion::FieldSet { kind, field } => {
-                    format!("refused while stored {kind} resources set {field}")
-                }
-                cascade_core::schema::StoredQuestion::DeletionsOf { kinds } => {
-                    format!("refused while deletions of {} are running", kinds.join(" or "))
-                }
-            };
-            format!("{}: {what}", item.path)
-        })
-        .collect();
-    if json {
-        print_json(&serde_json::json!({
-            "diff": diff,
-            "summary": diff.summary(),
-            "checked_against_stored_data": checked,
-        }));
-    } else {
-        println!("{}", diff.summary());
-        if checked.is_empty() {
-            println!("nothing a reload checks against stored data: every change is taken");
-        } else {
-            println!("a reload checks against the data each region stores:");
-            for line in &checked {
-                println!("  {line}");
-            }
-        }
-    }
-    Ok(0)
-}
-
-/// `cascade schema check FILE`: the findings, and the exit status.
-fn run_schema_check(file: &std::path::Path, json: bool) -> Result<i32, ClientError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| ClientError::Usage(format!("cannot read {}: {e}", file.display())))?;
-    match cascade_core::Schema::from_toml(&text) {
-        Err(e) => {
-            if json {
-                print_json(&serde_json::json!({"file": file, "errors": [e.to_string()], "stuck": [], "cycles": []}));
-            } else {
-                println!("error: {}: {e}", file.display());
-            }
-            Ok(1)
-        }
-        Ok(schema) => {
-            let check = schema.check();
-            if json {
-                print_json(&serde_json::json!({
-                    "file": file,
-                    "errors": [],
-                    "stuck": check.stuck,
-                    "cycles": check.cycles,
-                    "truncated": check.truncated,
-                }));
-            } else {
-                let lines = check.lines();
-                for line in &lines {
-                    println!("{line}");
-                }
-                let kinds = schema.kinds().count();
-                if lines.is_empty() {
-                    println!("ok: {kinds} kinds; no cascade path can get stuck, no cascade cycle");
-                } else {
-                    println!(
-                        "{} stuck path(s), {} cycle(s) in {kinds} kinds; no error",
-                        check.stuck.len(),
-                        check.cycles.len()
-                    );
-                }
-            }
-            Ok(0)
-        }
-    }
 }
 
 /// `cascade finalizer …`: what a finalizer controller calls.
@@ -498,8 +372,16 @@ pub async fn run(args: &ClientArgs, command: Command) -> Result<i32, ClientError
     if let Command::Schema(SchemaCommand::Check { file }) = &command {
         return run_schema_check(file, json);
     }
-    if let Command::Schema(SchemaCommand::Diff { old, new }) = &command {
-        return run_schema_diff(old, new, json);
+    if let Command::Schema(SchemaCommand::Diff {
+        files,
+        against,
+        admin_token,
+    }) = &command
+    {
+        return match against {
+            Some(endpoint) => run_schema_diff_against(args, files, endpoint, admin_token.clone(), json).await,
+            None => run_schema_diff(files, json),
+        };
     }
     if let Command::Health(health) = &command {
         return observe::run_health(health, args, json).await;

@@ -416,6 +416,13 @@ impl AdminClient {
         Ok(self.inner.clone().list_audit(self.request(req)?).await?.into_inner())
     }
 
+    /// A schema file's text checked against the node's schema in force and
+    /// stored data, changing nothing (`cascade schema diff --against`).
+    pub async fn check_schema(&self, schema_text: String) -> Result<v1::CheckSchemaResponse, ClientError> {
+        let req = v1::CheckSchemaRequest { schema_text };
+        Ok(self.inner.clone().check_schema(self.request(req)?).await?.into_inner())
+    }
+
     /// May the caller (or another principal) do a verb to a resource
     /// (`cascade auth can-i`)? The owner's live policy answers.
     pub async fn can_i(&self, req: v1::CanIRequest) -> Result<v1::CanIResponse, ClientError> {

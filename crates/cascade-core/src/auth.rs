@@ -142,11 +142,14 @@ pub enum Verb {
     /// Undelete (issue 29), on the deletion's root: take back a
     /// soft-deleting operation in every region it reached.
     Undelete,
+    /// Admin.CheckSchema: a schema file checked against the schema in
+    /// force and the stored data (issue 31).
+    AdminCheckSchema,
 }
 
 impl Verb {
     /// Every verb, in a fixed order (policy schemas, docs, tests).
-    pub const ALL: [Verb; 22] = [
+    pub const ALL: [Verb; 23] = [
         Verb::Get,
         Verb::List,
         Verb::Watch,
@@ -169,6 +172,7 @@ impl Verb {
         Verb::OperationCancel,
         Verb::AdminExtendBudget,
         Verb::Undelete,
+        Verb::AdminCheckSchema,
     ];
 
     /// Its name in policies, errors and the audit log.
@@ -196,6 +200,7 @@ impl Verb {
             Verb::OperationCancel => "operation.cancel",
             Verb::AdminExtendBudget => "admin.extend_budget",
             Verb::Undelete => "undelete",
+            Verb::AdminCheckSchema => "admin.check_schema",
         }
     }
 

@@ -108,6 +108,10 @@ pub struct WriteSet {
     pub generation: Option<u64>,
     /// Audit log entries appended (administrative actions).
     pub audit: Vec<AuditEntry>,
+    /// The schema put in force, in its stored form (issue 31: a reload
+    /// stores it in the batch of its audit entry, so a restart finds the
+    /// schema the region's data was last checked against).
+    pub schema_in_force: Option<String>,
 }
 
 impl WriteSet {
@@ -127,6 +131,7 @@ impl WriteSet {
             && self.pending_attach.is_empty()
             && self.generation.is_none()
             && self.audit.is_empty()
+            && self.schema_in_force.is_none()
     }
 
     /// Number of keys written: the unit of the storage cost of a step.
@@ -146,6 +151,7 @@ impl WriteSet {
             + self.pending_attach.len()
             + usize::from(self.generation.is_some())
             + self.audit.len()
+            + usize::from(self.schema_in_force.is_some())
     }
 }
 

@@ -53,6 +53,13 @@
 //!   redrive, a crash of ra's driver), racing the expiry (a clock jump), a
 //!   second Delete of a restored member and an update of the unset
 //!   referrer `f`.
+//! - optionally (issue 31, [`Config::schema_change`], see
+//!   [`schema_change`]): any region reloads its schema between two steps,
+//!   at any moment: a kind added, then the router's `block` gateway made
+//!   `unset`; each reload judged by the core's compatibility rules over
+//!   the region's stored state, as the node judges it, and a refused one
+//!   changes nothing. A region's steps run under the schema it has in
+//!   force.
 //!
 //! Losses, crashes and clock jumps are bounded by the [`Config`]; the
 //! undelete run by one fault, three clock jumps per region, a window of
@@ -95,10 +102,11 @@ use cascade_core::{
 use stateright::{Model, Property};
 
 pub mod lease;
+pub mod schema_change;
 pub mod undelete;
 
 /// The properties that must hold in every state (what a depth-bounded search can check).
-pub const ALWAYS: [&str; 10] = [
+pub const ALWAYS: [&str; 11] = [
     "1 no dangling reference",
     "1 every live reference has its back-reference at the owner",
     "2 no resurrection",
@@ -109,6 +117,7 @@ pub const ALWAYS: [&str; 10] = [
     "an undeleted member is never also purged",
     "a finished undelete reports every member restored (live) or not restored (with a reason)",
     "no purged name held under a new uid, no reference put back after its referrer changed",
+    "no reference's on_delete changed in a region while a deletion of its kinds runs there",
 ];
 
 /// The regions of the model, by index.
@@ -179,6 +188,11 @@ pub struct Config {
     /// the expiry, a second Delete of a restored member and an update of
     /// the unset referrer (see [`undelete`]). Needs `retain_ms > 0`.
     pub undelete: bool,
+    /// Each region may reload its schema between two steps, at any moment
+    /// (issue 31, see [`schema_change`]): a kind added, then a `block`
+    /// reference of the cascade changed to `unset`, each judged by the
+    /// compatibility check a reload runs.
+    pub schema_change: bool,
 }
 
 impl Config {
@@ -198,6 +212,7 @@ impl Config {
             budget: None,
             controls: false,
             undelete: false,
+            schema_change: false,
         }
     }
 
@@ -251,6 +266,18 @@ impl Config {
             // both orders of the race are reachable.
             retain_ms: 100,
             ..Self::soft_delete()
+        }
+    }
+
+    /// [`Config::bounded`] with schema reloads in every region (see
+    /// [`schema_change`]); no duplicates or periodic check (covered by the
+    /// other runs; they only add states here).
+    pub fn schema_change() -> Self {
+        Self {
+            schema_change: true,
+            duplicates: false,
+            check_backrefs: false,
+            ..Self::bounded()
         }
     }
 
@@ -361,6 +388,15 @@ pub struct State {
     pub touched: Option<bool>,
     /// Uids the undelete brought back (from the outboxes' Undeleted events).
     pub restored: BTreeSet<Uid>,
+    /// Each region's schema in force: an index into `CascadeModel::schemas`.
+    pub schema_at: [u8; 3],
+    /// The region's last reload was refused, and nothing happened since.
+    pub reload_refused: [bool; 3],
+    /// Some reload was refused.
+    pub ever_refused: bool,
+    /// The region put the policy change in force while a network or router
+    /// was DELETING there.
+    pub changed_while_deleting: [bool; 3],
 }
 
 /// Feeds `Debug` output into a hasher without allocating.
@@ -462,12 +498,23 @@ pub enum Action {
     DeleteAgain,
     /// A client updates the unset referrer ([`undelete::REFERRER`]).
     TouchReferrer,
+    /// `region` reloads its schema to the next of [`schema_change::schemas`],
+    /// between two of its steps; refused (and nothing changes) when its
+    /// stored data forbids it.
+    ReloadSchema {
+        region: usize,
+    },
 }
 
 /// The model: the schema, policy, config, and what setup produced.
 pub struct CascadeModel {
     pub config: Config,
+    /// The example schema, which every stored row was attached under (the
+    /// invariants' schema).
     pub schema: Schema,
+    /// The schemas a region reloads through ([`schema_change`]); the first
+    /// is `schema`.
+    pub schemas: Vec<Schema>,
     pub region_ids: Vec<RegionId>,
     pub init: State,
     /// Every resource setup created: name → uid.
@@ -648,11 +695,16 @@ impl CascadeModel {
             deleted_again: None,
             touched: None,
             restored: BTreeSet::new(),
+            schema_at: [0; 3],
+            reload_refused: [false; 3],
+            ever_refused: false,
+            changed_while_deleting: [false; 3],
         };
         let mut init = init;
         Self::compact(&mut init);
         Self {
             schema: setup.schema,
+            schemas: schema_change::schemas(),
             region_ids: setup.region_ids,
             ids: setup.ids,
             initial,
@@ -661,9 +713,10 @@ impl CascadeModel {
         }
     }
 
+    /// A step of `region`, under the schema it has in force.
     fn ctx(&self, s: &State, region: usize) -> Ctx<'_> {
         Ctx {
-            schema: &self.schema,
+            schema: &self.schemas[usize::from(s.schema_at[region])],
             region: &self.region_ids[region],
             now: s.regions[region].now,
             policy: &self.config.policy,
@@ -900,6 +953,7 @@ impl Model for CascadeModel {
         }
         self.control_actions(s, actions);
         self.undelete_actions(s, actions);
+        self.schema_actions(s, actions);
         if self.config.racing_create && !s.late_created {
             actions.push(Action::CreateLate);
         }
@@ -1009,7 +1063,11 @@ impl Model for CascadeModel {
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
+        if !matches!(action, Action::ReloadSchema { .. }) {
+            s.reload_refused = [false; 3];
+        }
         match action {
+            Action::ReloadSchema { region } => self.reload_step(&mut s, region),
             Action::DeleteRoot => {
                 s.root_deleted = true;
                 let mut ids = ids_after(&self.ids, 0);
@@ -1293,6 +1351,7 @@ impl Model for CascadeModel {
             Property::always(ALWAYS[7], |m, s| m.restored_but_gone(s).is_empty()),
             Property::always(ALWAYS[8], |m, s| m.unaccounted(s).is_empty()),
             Property::always(ALWAYS[9], |m, s| m.restored_wrongly(s).is_empty()),
+            Property::always(ALWAYS[10], |m, s| m.changed_under_a_deletion(s).is_empty()),
             // Every maximal path is finite (faults and clock jumps are bounded),
             // so this is checked at the states where nothing more can happen.
             Property::eventually("every deletion of the closure finishes or is explained", |m, s| {
@@ -1301,6 +1360,16 @@ impl Model for CascadeModel {
             Property::eventually("the undelete ends (or never could start)", |m, s| {
                 !m.config.undelete || m.undelete_settled(s)
             }),
+            // Coverage of the reloads (trivially found without them).
+            Property::sometimes("a reload refused while the cascade ran", |m, s: &State| {
+                !m.config.schema_change || s.ever_refused
+            }),
+            Property::sometimes(
+                "a region ran the changed policy while another ran the old one",
+                |m, s: &State| {
+                    !m.config.schema_change || (s.schema_at.contains(&2) && s.schema_at.iter().any(|a| *a < 2))
+                },
+            ),
             // Coverage of the races (trivially found without the undelete).
             Property::sometimes("an undelete restored members in two regions", |m, s| {
                 !m.config.undelete || m.undelete_restored_across_regions(s)

@@ -12,6 +12,12 @@
 //!   the same with soft delete and the client's Undelete (issue 29), its
 //!   answers lost and its driver crashed, racing the expiry, a second
 //!   Delete of a restored member and an update of the unset referrer.
+//! - `random_runs_with_schema_reloads_during_the_cascade` and
+//!   `exhaustive_near_the_root_with_schema_reloads`: the same with every
+//!   region reloading its schema at any moment (issue 31): a kind added,
+//!   then the router's `block` gateway changed to `unset`, each judged by
+//!   a reload's compatibility check (refused under a running deletion of
+//!   its kinds, and then not applied).
 //! - `deep` (ignored; also `cargo run -p cascade-model --release --example deep`):
 //!   the larger configuration with message-level faults and the racing create.
 
@@ -147,6 +153,33 @@ fn random_runs_with_an_undelete_racing_the_expiry_and_a_second_delete() {
     // and purged, a finished undelete accounts for every member, and it
     // always ends.
     random_complete_runs(Config::undelete(), 29, "undelete");
+}
+
+#[test]
+fn random_runs_with_schema_reloads_during_the_cascade() {
+    random_complete_runs(Config::schema_change(), 31, "schema reloads");
+}
+
+#[test]
+fn exhaustive_near_the_root_with_schema_reloads() {
+    let started = Instant::now();
+    let checker = CascadeModel::new(Config::schema_change())
+        .checker()
+        .threads(2)
+        .target_max_depth(6)
+        .spawn_bfs()
+        .join();
+    println!(
+        "exhaustive (schema reloads): {} states ({} unique), depth {}, {:.1?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed()
+    );
+    assert!(checker.unique_state_count() > 1_000);
+    for name in ALWAYS {
+        checker.assert_no_discovery(name);
+    }
 }
 
 #[test]

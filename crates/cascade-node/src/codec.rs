@@ -57,6 +57,8 @@ pub mod stored;
 mod tests;
 
 const NEXT_REVISION: &[u8] = b"next_revision";
+/// The schema in force, in its stored form (`schema_in_force::stored_form`).
+pub(crate) const SCHEMA_IN_FORCE: &[u8] = b"schema_in_force";
 
 /// A row that does not decode, or an index entry without its row, is met
 /// again by every scan that passes it: one line a window, with the count.
@@ -659,6 +661,9 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
     }
     if let Some(g) = w.generation {
         b.put(Table::Meta, GENERATION.to_vec(), g.to_be_bytes().to_vec());
+    }
+    if let Some(schema) = &w.schema_in_force {
+        b.put(Table::Meta, SCHEMA_IN_FORCE.to_vec(), schema.as_bytes().to_vec());
     }
     for entry in &w.audit {
         b.put(Table::Audit, entry.id.as_bytes().to_vec(), entry.encode(Table::Audit)?);

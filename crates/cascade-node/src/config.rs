@@ -429,6 +429,11 @@ pub struct NodeSettings {
     /// Where to serve the web console (`[console] listen`; None: not
     /// served; port 0 picks one).
     pub console_listen: Option<std::net::SocketAddr>,
+    /// Start even when the schema changes the one the region stored in a
+    /// way its stored data forbids (`cascade serve
+    /// --accept-schema-unchecked`; audited). Not in the config file: an
+    /// override for one start, not a setting.
+    pub accept_schema_unchecked: bool,
 }
 
 impl NodeSettings {
@@ -458,6 +463,7 @@ impl NodeSettings {
             auth: crate::auth::AuthSettings::default(),
             audit: crate::auth::AuditSettings::default(),
             console_listen: None,
+            accept_schema_unchecked: false,
         }
     }
 

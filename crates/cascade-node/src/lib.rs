@@ -120,6 +120,6 @@ pub use api::server::RunningNode;
 pub use api::standby::{serve_standby, StandbySettings, WRITER_HEALTH_SERVICE};
 pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};
-pub use schema_in_force::SchemaVersion;
-pub use schema_reload::{ReloadError, ReloadOutcome, SchemaReloader};
+pub use schema_in_force::{SchemaVersion, StoredSchemaError};
+pub use schema_reload::{ReloadError, ReloadOutcome, SchemaReloader, StartRefused};
 pub use writer::{ReloadCause, WriteStats, WriteStatsSnapshot};

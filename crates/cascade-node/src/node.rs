@@ -31,7 +31,7 @@ use cascade_core::operation_view::OperationPage;
 use cascade_core::peer::{self, PeerBackRef, ReleaseReport, RemoteDeleting};
 use cascade_core::{BackRef, BackRefKey, CoreError, Ctx, OperationId, RegionId, ResourceName, Schema, Uid};
 use tokio::sync::{broadcast, watch};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::audit::RefusalBudget;
 use crate::clock::{Clock, SystemClock};
@@ -79,6 +79,10 @@ pub enum NodeError {
     /// The settings contradict each other (TLS identity, peer addresses).
     #[error("configuration: {0}")]
     Config(String),
+    /// The schema file changes the schema the region stored in a way its
+    /// stored data forbids (`schema_in_force::check_at_start`).
+    #[error(transparent)]
+    Schema(#[from] crate::schema_reload::StartRefused),
 }
 
 /// The node's surroundings, injectable so a simulation controls them.
@@ -319,6 +323,15 @@ impl Node {
             None => open_store_with_cache(settings.engine, settings.data_dir.as_deref(), settings.cache_bytes)?,
         };
         StoreState { store: store.as_ref() }.upgrade()?;
+        let at_start = crate::writer::off_the_workers(store.waits_on_io(), || {
+            crate::schema_reload::check_at_start(
+                &StoreState { store: store.as_ref() },
+                settings.region.as_str(),
+                &settings.schema,
+                settings.schema_file.as_deref(),
+                settings.accept_schema_unchecked,
+            )
+        })?;
         let (events, _) = broadcast::channel(4096);
         let (shutting_down, _) = watch::channel(false);
         if let Some(tls) = &settings.tls {
@@ -421,7 +434,7 @@ impl Node {
             settings.region.clone(),
             settings.policy.max_retention_ms,
         );
-        Ok(Self {
+        let started = Self {
             region: settings.region,
             schema_in_force,
             schema_reloader,
@@ -472,7 +485,50 @@ impl Node {
                 .iter()
                 .map(|(r, a)| (r.to_string(), a.to_string()))
                 .collect(),
-        })
+        };
+        started
+            .audit_schema_at_start(at_start, settings.schema_file.as_deref())
+            .await;
+        Ok(started)
+    }
+
+    /// Audits a start whose schema file changed the stored schema (as a
+    /// reload is audited), and loudly one that `--accept-schema-unchecked`
+    /// let through despite the stored data.
+    async fn audit_schema_at_start(&self, at_start: crate::schema_reload::AtStart, file: Option<&std::path::Path>) {
+        use crate::schema_reload::AtStart;
+        let (diff, outcome) = match at_start {
+            AtStart::Same => return,
+            AtStart::Changed { from, diff } => {
+                info!(region = %self.region, %from, to = %self.schema_in_force.version(), %diff, "schema changed at start");
+                (diff, format!("ok at start (from {from})"))
+            }
+            AtStart::Overridden { from, diff, reasons } => {
+                let reasons = reasons.join("; ");
+                warn!(region = %self.region, %from, to = %self.schema_in_force.version(), %diff, %reasons,
+                    "--accept-schema-unchecked: a schema the stored data forbids is in force");
+                (
+                    diff,
+                    format!("accepted unchecked at start (from {from}; --accept-schema-unchecked): {reasons}"),
+                )
+            }
+        };
+        let target = file.map_or_else(
+            || "the schema given to the node".to_owned(),
+            |f| f.display().to_string(),
+        );
+        let request = cascade_core::protocol::AdminRequest {
+            who: crate::writer::SCHEMA_OPERATOR.to_owned(),
+            action: crate::writer::SCHEMA_RELOAD_ACTION.to_owned(),
+            target,
+            reason: diff,
+        };
+        let mut context = self.audit_context(&cascade_core::auth::Principal::anonymous(), "start", None);
+        context.who = crate::writer::SCHEMA_OPERATOR.to_owned();
+        context.via = "start".to_owned();
+        if let Err(e) = self.audit(request, outcome, context).await {
+            warn!(region = %self.region, error = %e, "the schema change at start could not be audited");
+        }
     }
 
     /// Where the node serves its Prometheus metrics (`http://ADDR/metrics`),

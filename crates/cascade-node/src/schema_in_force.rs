@@ -11,15 +11,30 @@
 //! A version is the first 16 hex digits of the SHA-256 of the core's
 //! canonical form ([`Schema::canonical_text`]: order, comments and spelled
 //! out defaults do not change it) and the file's optional `label`.
+//!
+//! The schema in force is stored too, in the meta table under
+//! [`STORED_SCHEMA`] (every engine: it is a key like the others): a reload
+//! writes it in the batch of its audit entry (`writer/schema_swap.rs`),
+//! and a node writes it at start. Its stored form is TOML with every kind,
+//! reference and attribute spelled out, in name order ([`stored_form`]):
+//! it loads back as any schema file does, with the same version. At start
+//! a file whose version differs from the stored one goes through the same
+//! compatibility check as a reload, against the stored data
+//! (`schema_reload::check_at_start`): refused, the node does not start (unless
+//! `--accept-schema-unchecked`, which the audit log records).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use cascade_core::schema::KindSpec;
 use cascade_core::Schema;
 
 use crate::auth::identity::{hex, sha256};
+use crate::codec::{StoreState, SCHEMA_IN_FORCE};
+use crate::store::{StoreError, Table};
 
 /// Hex digits of the digest a version shows (64 bits: enough to tell
 /// schemas apart at a glance, short enough for a status column).
@@ -112,9 +127,59 @@ impl SchemaHolder {
     }
 }
 
+/// The stored form of `schema`: TOML with its label, every kind and
+/// every reference in name order, defaults spelled out. Loads back with
+/// [`Schema::from_toml`] to a schema of the same version.
+pub(crate) fn stored_form(schema: &Schema) -> String {
+    #[derive(serde::Serialize)]
+    struct File<'a> {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        label: Option<&'a str>,
+        kinds: BTreeMap<&'a str, &'a KindSpec>,
+    }
+    let file = File {
+        label: schema.label(),
+        kinds: schema.kinds().collect(),
+    };
+    // Strings, booleans and maps of them: nothing TOML cannot write.
+    toml::to_string(&file).unwrap_or_else(|e| format!("# not serializable: {e}\n"))
+}
+
+/// Why the stored schema could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum StoredSchemaError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The stored form does not load: the store was written by something else.
+    #[error("the schema stored in the region's store does not load: {0}")]
+    Invalid(String),
+}
+
+/// The schema this region last put in force, if it stored one (a store
+/// written before schemas were stored has none).
+pub(crate) fn read_stored(store: &StoreState<'_>) -> Result<Option<Schema>, StoredSchemaError> {
+    let Some(bytes) = store.store.get(Table::Meta, SCHEMA_IN_FORCE)? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8(bytes).map_err(|e| StoredSchemaError::Invalid(e.to_string()))?;
+    Schema::from_toml(&text)
+        .map(Some)
+        .map_err(|e| StoredSchemaError::Invalid(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stored_form_loads_back_to_the_same_version_and_label() {
+        let text = "label = \"v2\"\n[kinds.b.refs.a]\nkind = \"a\"\non_delete = \"cascade\"\n\
+                    [kinds.a]\nretain = \"7d\"\n";
+        let schema = Schema::from_toml(text).unwrap();
+        let back = Schema::from_toml(&stored_form(&schema)).unwrap();
+        assert_eq!(SchemaVersion::of(&back), SchemaVersion::of(&schema));
+        assert_eq!(back.label(), Some("v2"));
+    }
 
     #[test]
     fn a_version_is_a_short_digest_of_the_canonical_form_with_the_label_beside_it() {

@@ -27,16 +27,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cascade_core::schema::SchemaDiff;
 use cascade_core::{RegionId, Schema, SchemaError};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::codec::StoreState;
 use crate::schema_in_force::{InForce, SchemaHolder, SchemaVersion};
-use crate::writer::{ReloadCause, Swapped, WriterHandle};
+use crate::store::{Batch, Store, StoreError, Table};
+use crate::writer::{compat_check, Judged, ReloadCause, Swapped, WriterHandle};
 
 /// The largest schema file a reload reads (a schema at its bounds, 1,024
 /// kinds of 128 references, is far smaller).
-pub const MAX_SCHEMA_FILE_BYTES: u64 = 4 * 1024 * 1024;
+/// `Admin.CheckSchema` takes as much (`cascade_proto::bounds`).
+pub const MAX_SCHEMA_FILE_BYTES: u64 = cascade_proto::bounds::MAX_SCHEMA_TEXT_BYTES as u64;
 
 /// How long the watcher waits for a burst of file events to end before it
 /// reloads once.
@@ -89,6 +93,50 @@ pub enum ReloadError {
     /// audit entry's commit).
     #[error("the writer did not take the schema: {0}")]
     Writer(String),
+}
+
+/// What a schema would change against the schema in force, and what the
+/// stored data would refuse of it (`Admin.CheckSchema`): nothing changes.
+#[derive(Debug, Clone)]
+pub struct SchemaCheck {
+    pub in_force: SchemaVersion,
+    pub checked: SchemaVersion,
+    pub diff: SchemaDiff,
+    pub judged: Vec<Judged>,
+}
+
+impl SchemaCheck {
+    /// A reload of it would be refused.
+    pub fn refused(&self) -> bool {
+        self.judged.iter().any(|j| j.refusal.is_some())
+    }
+}
+
+/// Loads `text` as a reload loads its file (`shown` names it in errors) and
+/// runs the compatibility check against `store` and the schema in force,
+/// changing nothing. Reads the store on the calling thread (at most one
+/// bounded count per change).
+pub(crate) fn check_text(
+    holder: &SchemaHolder,
+    store: &dyn Store,
+    region: &str,
+    text: &str,
+    shown: &str,
+    max_retention_ms: u64,
+) -> Result<SchemaCheck, ReloadError> {
+    let schema = load_text(text, shown, max_retention_ms)?;
+    let current = holder.current();
+    let diff = current.schema.diff(&schema);
+    let judged = compat_check(&StoreState { store }, region, &diff).map_err(|e| ReloadError::Read {
+        path: shown.to_owned(),
+        message: format!("the store did not answer the check: {e}"),
+    })?;
+    Ok(SchemaCheck {
+        in_force: current.version.clone(),
+        checked: SchemaVersion::of(&schema),
+        diff,
+        judged,
+    })
 }
 
 /// What a reload needs of its node; cheap to clone.
@@ -212,7 +260,17 @@ fn load(path: &Path, max_retention_ms: u64) -> Result<Schema, ReloadError> {
         path: shown(),
         message: format!("not UTF-8 (at byte {})", e.utf8_error().valid_up_to()),
     })?;
-    let schema = Schema::from_toml(&text).map_err(|error| ReloadError::Invalid { path: shown(), error })?;
+    load_text(&text, &shown(), max_retention_ms)
+}
+
+/// Loads a schema file's text with the checks of a reload; `shown` names
+/// the file in errors.
+fn load_text(text: &str, shown: &str, max_retention_ms: u64) -> Result<Schema, ReloadError> {
+    let shown = || shown.to_owned();
+    if text.len() as u64 > MAX_SCHEMA_FILE_BYTES {
+        return Err(ReloadError::TooLarge { path: shown() });
+    }
+    let schema = Schema::from_toml(text).map_err(|error| ReloadError::Invalid { path: shown(), error })?;
     if let Some((kind, ms)) = schema.longest_retain().filter(|(_, ms)| *ms > max_retention_ms) {
         return Err(ReloadError::Retention {
             path: shown(),
@@ -306,9 +364,148 @@ fn watch_file(file: &Path, changed: tokio::sync::mpsc::Sender<()>) -> Result<Fil
     Ok(debouncer)
 }
 
+/// What the start check decided (see [`check_at_start`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AtStart {
+    /// The file declares the stored schema, or nothing was stored yet.
+    Same,
+    /// The file changes the stored schema and the stored data allows it.
+    Changed { from: SchemaVersion, diff: String },
+    /// The stored data forbids the change, and the operator said to take
+    /// it anyway (`--accept-schema-unchecked`): audited at start.
+    Overridden {
+        from: SchemaVersion,
+        diff: String,
+        reasons: Vec<String>,
+    },
+}
+
+/// A schema the stored data forbids at start: the node refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartRefused {
+    #[error(transparent)]
+    Stored(#[from] crate::schema_in_force::StoredSchemaError),
+    #[error(
+        "{file}: refused at start: this region's store holds data of schema {stored}, and {reasons}. \
+         Start with the schema in force (or remove what the change orphans first); \
+         `cascade serve --accept-schema-unchecked` starts anyway (audited)",
+        reasons = .reasons.join("; ")
+    )]
+    Incompatible {
+        file: String,
+        stored: SchemaVersion,
+        reasons: Vec<String>,
+    },
+}
+
+/// Checks `schema` (read from `file`, None: the embedded or given one)
+/// against the schema the region stored and its data, with the same
+/// compatibility check a reload runs; stores it unless refused. Runs
+/// before the writer starts (nothing else writes yet).
+pub(crate) fn check_at_start(
+    store: &StoreState<'_>,
+    region: &str,
+    schema: &Schema,
+    file: Option<&std::path::Path>,
+    accept_unchecked: bool,
+) -> Result<AtStart, StartRefused> {
+    let next = SchemaVersion::of(schema);
+    let store_it = |store: &StoreState<'_>| -> Result<(), StoreError> {
+        let mut batch = Batch::default();
+        batch.put(
+            Table::Meta,
+            crate::codec::SCHEMA_IN_FORCE.to_vec(),
+            crate::schema_in_force::stored_form(schema).into_bytes(),
+        );
+        store.store.commit(batch)
+    };
+    let Some(stored) = crate::schema_in_force::read_stored(store)? else {
+        store_it(store).map_err(crate::schema_in_force::StoredSchemaError::from)?;
+        return Ok(AtStart::Same);
+    };
+    let from = SchemaVersion::of(&stored);
+    if from == next {
+        return Ok(AtStart::Same);
+    }
+    let diff = stored.diff(schema);
+    let reasons: Vec<String> = compat_check(store, region, &diff)
+        .map_err(crate::schema_in_force::StoredSchemaError::from)?
+        .into_iter()
+        .filter_map(|judged| judged.refusal)
+        .collect();
+    let summary = diff.summary();
+    let outcome = if reasons.is_empty() {
+        AtStart::Changed { from, diff: summary }
+    } else if accept_unchecked {
+        AtStart::Overridden {
+            from,
+            diff: summary,
+            reasons,
+        }
+    } else {
+        return Err(StartRefused::Incompatible {
+            file: file.map_or_else(
+                || "the schema given to the node".to_owned(),
+                |f| f.display().to_string(),
+            ),
+            stored: from,
+            reasons,
+        });
+    };
+    store_it(store).map_err(crate::schema_in_force::StoredSchemaError::from)?;
+    Ok(outcome)
+}
+
+/// Every engine keeps the schema in force as the start check needs it
+/// (the memory store, sled and fjall here; PostgreSQL in
+/// `store/postgres/tests.rs`): nothing stored, the first start stores its
+/// schema; the same schema again is the same; a change the (empty) data
+/// allows is taken and stored, and reads back with its version.
+#[cfg(test)]
+pub(crate) fn the_start_check_stores_and_reads_back_the_schema_on(store: &dyn Store) {
+    let state = StoreState { store };
+    let first = Schema::from_toml(
+        "[kinds.project]\n[kinds.network.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n",
+    )
+    .expect("a schema");
+    let second = Schema::from_toml("label = \"projects\"\n[kinds.project]\n").expect("a schema");
+    assert_eq!(crate::schema_in_force::read_stored(&state).unwrap(), None);
+    assert_eq!(
+        check_at_start(&state, "eu-west", &first, None, false).unwrap(),
+        AtStart::Same
+    );
+    let stored = crate::schema_in_force::read_stored(&state)
+        .unwrap()
+        .expect("stored at the first start");
+    assert_eq!(SchemaVersion::of(&stored), SchemaVersion::of(&first));
+    assert_eq!(
+        check_at_start(&state, "eu-west", &first, None, false).unwrap(),
+        AtStart::Same
+    );
+    match check_at_start(&state, "eu-west", &second, None, false).unwrap() {
+        AtStart::Changed { from, diff } => {
+            assert_eq!(from, SchemaVersion::of(&first));
+            assert_eq!(diff, "kinds -network; label (none) → projects");
+        }
+        other => panic!("{other:?}"),
+    }
+    let stored = crate::schema_in_force::read_stored(&state).unwrap().expect("stored");
+    assert_eq!(SchemaVersion::of(&stored), SchemaVersion::of(&second));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_in_force_is_stored_and_checked_at_start_on_sled_fjall_and_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        the_start_check_stores_and_reads_back_the_schema_on(&crate::store::MemoryStore::default());
+        for engine in [crate::store::StorageEngine::Sled, crate::store::StorageEngine::Fjall] {
+            let store = crate::store::open_store(engine, Some(&dir.path().join(engine.to_string()))).unwrap();
+            the_start_check_stores_and_reads_back_the_schema_on(store.as_ref());
+        }
+    }
 
     #[test]
     fn a_file_that_is_missing_too_large_not_utf8_or_keeps_too_long_is_refused_naming_it() {

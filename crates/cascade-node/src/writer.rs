@@ -13,6 +13,7 @@
 //! revision that a crash could take back.
 
 mod audited;
+mod compat;
 mod group;
 mod handle;
 mod healing;
@@ -41,12 +42,15 @@ use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
+pub(crate) use compat::{compat_check, Judged};
 pub use group::Reply;
 pub use handle::WriterHandle;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
 pub use schema_swap::ReloadCause;
-pub(crate) use schema_swap::{Swapped, COMPAT_SCAN_LIMIT};
+pub(crate) use schema_swap::{
+    Swapped, COMPAT_SCAN_LIMIT, OPERATOR as SCHEMA_OPERATOR, RELOAD_ACTION as SCHEMA_RELOAD_ACTION,
+};
 pub use write_stats::{WriteStats, WriteStatsSnapshot};
 
 /// What the writer needs; shared by every incarnation of the actor.

@@ -28,6 +28,9 @@ use crate::v1;
 
 /// The longest verb name (`admin.retry_deletion` is 20 bytes).
 const MAX_CAN_I_VERB_BYTES: usize = 32;
+/// The largest schema file's text `Admin.CheckSchema` takes: the most a
+/// schema file may hold (a node's reload reads no more).
+pub const MAX_SCHEMA_TEXT_BYTES: usize = 4 * 1024 * 1024;
 /// The most groups `cascade auth can-i --group` may name.
 const MAX_CAN_I_GROUPS: usize = 64;
 
@@ -259,6 +262,7 @@ bounded! {
         page_token(&r.page_token, "page_token")
     };
     v1::GetClusterStatusRequest => |_r| Ok(());
+    v1::CheckSchemaRequest => |r| text(&r.schema_text, MAX_SCHEMA_TEXT_BYTES, || "schema_text".to_owned());
     v1::ExtendBudgetRequest => |r| {
         uid(&r.operation_id, "operation_id")?;
         short(&r.reason, MAX_REASON_BYTES, "reason")

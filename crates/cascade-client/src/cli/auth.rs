@@ -58,7 +58,7 @@ pub struct CanIArgs {
     /// operation's root), undelete (on a deletion's root), or an Admin verb (admin.list_deletions,
     /// admin.retry_deletion, admin.force_purge, admin.list_audit,
     /// admin.cluster_status, admin.impersonate, admin.purge,
-    /// admin.extend_budget).
+    /// admin.extend_budget, admin.check_schema).
     pub verb: String,
     /// A resource's full name `{region}/{kind}/{id}`; omitted for a verb on
     /// a region as a whole (a listing, a watch, an Admin call: see --region).

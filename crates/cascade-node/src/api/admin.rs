@@ -12,6 +12,7 @@
 //! certified region of its cluster or a node of its own region (a standby,
 //! which forwards every call to its writer: `api/standby.rs`).
 
+mod check_schema;
 mod purge;
 
 use std::sync::Arc;
@@ -614,6 +615,15 @@ impl Admin for AdminApi {
     /// as one operation (`api/admin/purge.rs`).
     async fn purge(&self, request: Request<v1::PurgeRequest>) -> Result<Response<v1::PurgeResponse>, Status> {
         self.run_purge(request).await
+    }
+
+    /// A schema file checked against the schema in force and the stored
+    /// data, changing nothing (`api/admin/check_schema.rs`).
+    async fn check_schema(
+        &self,
+        request: Request<v1::CheckSchemaRequest>,
+    ) -> Result<Response<v1::CheckSchemaResponse>, Status> {
+        self.run_check_schema(request).await
     }
 
     /// Open to every caller (it answers about the caller, from the policy

@@ -137,11 +137,11 @@ impl WriterState {
             store: self.ctx.store.as_ref(),
         };
         let region = self.ctx.region.to_string();
-        let mut refusals = Vec::new();
-        for item in diff.compat_items() {
-            let tally = count(&store, &region, &item.question).map_err(storage)?;
-            refusals.extend(item.judge(tally));
-        }
+        let refusals: Vec<String> = super::compat_check(&store, &region, &diff)
+            .map_err(storage)?
+            .into_iter()
+            .filter_map(|judged| judged.refusal)
+            .collect();
         if !refusals.is_empty() {
             let outcome = format!("refused: {}", refusals.join("; "));
             let entry = self.reload_entry(target, cause, &summary, &outcome);
@@ -149,7 +149,12 @@ impl WriterState {
             return Ok(Swapped::Refused(refusals));
         }
         let entry = self.reload_entry(target, cause, &summary, "ok");
-        if self.commit_audit(entry)? {
+        // The schema in force is stored in the batch of its audit entry:
+        // a restart checks its file against it (`schema_in_force.rs`).
+        let mut writes = WriteSet::default();
+        writes.audit.push(entry);
+        writes.schema_in_force = Some(crate::schema_in_force::stored_form(&next.schema));
+        if self.commit(writes)? {
             self.kick(myself);
         }
         self.ctx.schema.put(next.clone());

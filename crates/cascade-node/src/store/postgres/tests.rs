@@ -76,6 +76,8 @@ fn postgres_store_conforms_and_survives_reopen() {
     batches_are_atomic_to_readers(writer(&db), true);
     let Some(db) = fresh_database("reopen") else { return };
     survives_reopen(|| writer(&db));
+    let Some(db) = fresh_database("schema") else { return };
+    crate::schema_reload::the_start_check_stores_and_reads_back_the_schema_on(&*writer(&db));
 }
 
 #[test]
