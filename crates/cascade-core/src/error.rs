@@ -295,6 +295,22 @@ pub enum CoreError {
         /// The owner's reason.
         reason: String,
     },
+    /// A reference that crosses regions whose schemas differ (a rolling
+    /// schema change under way): `region` does not know a kind or a
+    /// reference field the request needs. Refused before anything is
+    /// written, and FAILED_PRECONDITION rather than INVALID_ARGUMENT: the
+    /// same request succeeds once that region reloads its schema.
+    #[error("region {region:?} does not know {what} yet{}; reload its schema, then retry", version_note(version))]
+    SchemaUnknown {
+        /// The region whose schema lacks it.
+        region: String,
+        /// What it lacks: `kind "volume"`, `reference field volume.project`.
+        what: String,
+        /// That region's schema version (digest and label), filled in by
+        /// the node that answers (the core does not compute digests);
+        /// empty when unknown.
+        version: String,
+    },
     /// A peer region could not be reached.
     #[error("region {region} is unavailable: {reason}")]
     RegionUnavailable {
@@ -463,6 +479,7 @@ impl CoreError {
             | CoreError::CreateAborted { .. }
             | CoreError::PlanRequired { .. }
             | CoreError::AttachRefused { .. }
+            | CoreError::SchemaUnknown { .. }
             | CoreError::OperationControl { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
             CoreError::RegionUnavailable { .. } | CoreError::CreateUnsettled { .. } => ErrorCode::Unavailable,
@@ -477,6 +494,15 @@ impl CoreError {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+/// [`CoreError::SchemaUnknown`]'s note of the region's schema version.
+fn version_note(version: &str) -> String {
+    if version.is_empty() {
+        String::new()
+    } else {
+        format!(" (its schema version {version})")
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::CoreError;
+use crate::limits::quote;
 use crate::model::{BackRef, RefTarget, ResourceState, Timestamp};
 use crate::protocol::{self, Ctx, Step};
 use crate::state::{StateRead, Tx};
@@ -67,9 +68,26 @@ pub fn attach<S: StateRead + ?Sized>(
                 local: ctx.region.to_string(),
             });
         }
+        // The referrer's region validated this reference against its
+        // schema: a kind or field this region lacks means the two run
+        // different schemas (a rolling change), which a reload here
+        // settles; anything else is a malformed request.
+        let referrer_kind = e.referrer.name.kind();
+        if ctx.schema.kind(referrer_kind).is_none() {
+            return Err(schema_unknown(ctx, format!("kind {}", quote(referrer_kind))));
+        }
+        if ctx.schema.reference(referrer_kind, &e.field).is_none() {
+            return Err(schema_unknown(
+                ctx,
+                format!("reference field {}", quote(&format!("{referrer_kind}.{}", e.field))),
+            ));
+        }
+        if ctx.schema.kind(e.target.name.kind()).is_none() {
+            return Err(schema_unknown(ctx, format!("kind {}", quote(e.target.name.kind()))));
+        }
         let spec = ctx
             .schema
-            .reference(e.referrer.name.kind(), &e.field)
+            .reference(referrer_kind, &e.field)
             .filter(|s| s.kind == e.target.name.kind() && s.on_delete.tracked())
             .ok_or_else(|| {
                 CoreError::invalid(
@@ -102,6 +120,15 @@ pub fn attach<S: StateRead + ?Sized>(
         value: n,
         writes: tx.finish(),
     })
+}
+
+/// This region's schema lacks `what` (its version is the node's to add).
+fn schema_unknown(ctx: Ctx<'_>, what: String) -> CoreError {
+    CoreError::SchemaUnknown {
+        region: ctx.region.to_string(),
+        what,
+        version: String::new(),
+    }
 }
 
 /// The attach's target must be this region's ACTIVE resource of the

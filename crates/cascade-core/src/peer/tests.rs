@@ -349,3 +349,54 @@ fn update_commits_a_cross_region_reference_before_attaching_and_takes_it_back_wh
     let last = rb.state.events.last().unwrap();
     assert!(last.message.contains("taken back"), "{}", last.message);
 }
+
+/// Issue 31: a referrer's region that runs a newer schema than the owner
+/// (a rolling change) asks it to attach a kind or field the owner does not
+/// know. The owner refuses naming itself and what it lacks, as a
+/// precondition a reload settles, and writes nothing; a reference its
+/// schema knows but that is malformed stays INVALID_ARGUMENT.
+#[test]
+fn an_attach_of_a_kind_or_field_the_owner_does_not_know_is_refused_as_schema_unknown_and_writes_nothing() {
+    let mut ra = Region::new("ra");
+    let project = ra.create("ra/project/p", &[]);
+    let project = RefTarget {
+        name: project.name.clone(),
+        uid: project.uid,
+    };
+    let rows_before = ra.state.backrefs.len();
+    let entry = |referrer: &str, field: &str| PeerBackRef {
+        target: project.clone(),
+        referrer: remote(referrer, 5),
+        field: field.into(),
+        generation: 1,
+    };
+    let cases = [
+        (entry("rb/volume/v", "project"), "kind \"volume\""),
+        (entry("rb/network/n", "owner"), "reference field \"network.owner\""),
+    ];
+    for (e, what) in cases {
+        let refused = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/network/ok", "project"), e])
+            .expect_err("the owner's schema lacks it");
+        assert_eq!(refused.code(), crate::ErrorCode::FailedPrecondition, "{refused}");
+        assert_eq!(
+            refused.to_string(),
+            format!("region \"ra\" does not know {what} yet; reload its schema, then retry")
+        );
+    }
+    assert_eq!(ra.state.backrefs.len(), rows_before, "all or none: nothing attached");
+
+    // Known to the owner, but not a reference to a project: the request is wrong.
+    let wrong = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/port/p", "network")]).expect_err("wrong target kind");
+    assert_eq!(wrong.code(), crate::ErrorCode::InvalidArgument, "{wrong}");
+
+    // Once the owner runs a schema with the kind, the same attach is taken.
+    ra.schema = Schema::from_toml(&format!(
+        "{}\n[kinds.volume.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n",
+        crate::schema::EXAMPLE_SCHEMA
+    ))
+    .unwrap();
+    let step = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/volume/v", "project")]).expect("known now");
+    assert_eq!(step.value, 1);
+    ra.state.apply(step.writes);
+    assert_eq!(ra.state.backrefs.len(), rows_before + 1);
+}
