@@ -123,6 +123,13 @@ fn assert_refused_naming(refused: &cascade_client::ClientError, region: &str, wh
     let shown = refused.to_string();
     assert!(shown.contains(&says), "{shown} should say {says:?}");
     assert!(shown.contains("reload its schema, then retry"), "{shown}");
+    // A client acts on the details, without reading the message.
+    let cascade_client::ClientError::Status(status) = refused else {
+        panic!("not a status: {refused}");
+    };
+    let details = cascade_proto::status::error_details(status).expect("error details");
+    assert_eq!(details.reason, v1::ErrorReason::SchemaUnknown as i32, "{details:?}");
+    assert_eq!(details.region, region);
 }
 
 /// Mid-roll (eu-west and us-east reloaded, ap-south not yet): references

@@ -488,6 +488,25 @@ impl CoreError {
         }
     }
 
+    /// The [`CoreError::SchemaUnknown`] whose message another region's node
+    /// sent as `message` (its Peer.Attach refusal), to pass it on in the
+    /// same terms rather than wrapped as a refused attach; None when the
+    /// message is not one (a node of another version), and the caller
+    /// keeps the refusal as it came.
+    pub fn schema_unknown_from(region: &str, message: &str) -> Option<CoreError> {
+        let rest = message.strip_prefix(&format!("region {region:?} does not know "))?;
+        let rest = rest.strip_suffix("; reload its schema, then retry")?;
+        let (what, version) = match rest.split_once(" yet (its schema version ") {
+            Some((what, version)) => (what, version.strip_suffix(')')?),
+            None => (rest.strip_suffix(" yet")?, ""),
+        };
+        Some(CoreError::SchemaUnknown {
+            region: region.to_owned(),
+            what: what.to_owned(),
+            version: version.to_owned(),
+        })
+    }
+
     /// An [`CoreError::InvalidArgument`] naming the request `field` at fault.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::InvalidArgument {
@@ -544,4 +563,33 @@ pub fn describe_blockers(blockers: &[Blocker]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node passes another region's schema refusal on in the same words
+    /// and class, with or without that region's version; anything else is
+    /// not taken for one.
+    #[test]
+    fn a_schema_unknown_refusal_reads_back_from_its_message() {
+        for version in ["b80f49131c008885 \"volumes\"", ""] {
+            let sent = CoreError::SchemaUnknown {
+                region: "ap-south".into(),
+                what: "reference field \"volume.project\"".into(),
+                version: version.into(),
+            };
+            let read = CoreError::schema_unknown_from("ap-south", &sent.to_string());
+            assert_eq!(read.as_ref(), Some(&sent), "{sent}");
+        }
+        let other = CoreError::schema_unknown_from("ap-south", "backrefs[0].field: kind \"volume\" has no tracked reference");
+        assert_eq!(other, None);
+        let elsewhere = CoreError::SchemaUnknown {
+            region: "us-east".into(),
+            what: "kind \"volume\"".into(),
+            version: String::new(),
+        };
+        assert_eq!(CoreError::schema_unknown_from("ap-south", &elsewhere.to_string()), None);
+    }
 }

@@ -79,7 +79,8 @@ fn bad_answer(region: &str, rpc: &'static str, status: Status) -> RemoteError {
 /// An owner's refusal of an attach, in the terms the client would hear for
 /// a local target: a missing, DELETING or re-created target is the same
 /// core error (its field is completed in the request's terms by
-/// `cascade_core::request_path`); another refusal is `AttachRefused`; an
+/// `cascade_core::request_path`), and so is a schema the owner does not
+/// have yet (`SchemaUnknown`); another refusal is `AttachRefused`; an
 /// owner that cannot serve it now is unavailable (the reconciler retries).
 fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
     let details = error_details(s).unwrap_or_default();
@@ -106,6 +107,13 @@ fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
                 actual,
             }
         }
+        // The owner does not know the referrer's kind or field yet (a
+        // rolling schema change): the client hears it in the owner's words.
+        (Code::FailedPrecondition, ErrorReason::SchemaUnknown, _) => CoreError::schema_unknown_from(region, s.message())
+            .unwrap_or_else(|| CoreError::AttachRefused {
+                region: region.to_owned(),
+                reason: s.message().to_owned(),
+            }),
         (Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument, ..) => CoreError::AttachRefused {
             region: region.to_owned(),
             reason: s.message().to_owned(),
