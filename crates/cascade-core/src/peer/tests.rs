@@ -400,3 +400,80 @@ fn an_attach_of_a_kind_or_field_the_owner_does_not_know_is_refused_as_schema_unk
     ra.state.apply(step.writes);
     assert_eq!(ra.state.backrefs.len(), rows_before + 1);
 }
+
+/// Issue 31, Build 3's second half, and why it needs no hold: with attach
+/// refusing a kind or field the owner does not know, the one way a
+/// deletion can reach a region whose schema lacks a kind is an owner that
+/// reloaded *back* to a schema without it while it holds the rows of
+/// another region's referrers of that kind (its reload check counts its
+/// own resources, and it stores none of that kind). The walk does not ask
+/// its schema about them: each row carries the `on_delete` it was attached
+/// with, and the referrer's own region (whose schema must keep the kind
+/// while it stores resources of it) deletes or unsets it. So the member is
+/// neither failed nor held: it waits for the release and then finishes.
+#[test]
+fn an_owner_whose_schema_dropped_a_remote_referrers_kind_still_walks_its_rows_and_finishes() {
+    let volumes = Schema::from_toml(&format!(
+        "{}\n[kinds.volume.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n",
+        crate::schema::EXAMPLE_SCHEMA
+    ))
+    .unwrap();
+    let mut ra = Region::new("ra");
+    ra.schema = volumes;
+    let project = ra.create("ra/project/p", &[]);
+    let project = RefTarget {
+        name: project.name.clone(),
+        uid: project.uid,
+    };
+    let row = PeerBackRef {
+        target: project.clone(),
+        referrer: remote("rb/volume/v", 5),
+        field: "project".into(),
+        generation: 1,
+    };
+    let step = attach(&ra.state, ra.ctx(), "rb", vec![row.clone()]).expect("ra knows volumes");
+    ra.state.apply(step.writes);
+
+    // Reloaded back to a schema without volumes.
+    ra.schema = Schema::from_toml(crate::schema::EXAMPLE_SCHEMA).unwrap();
+    assert!(ra.schema.kind("volume").is_none());
+    let req = crate::protocol::DeleteRequest {
+        name: project.name.to_string(),
+        cascade: true,
+        requested_by: "tester".into(),
+        ..Default::default()
+    };
+    let ctx = Ctx {
+        schema: &ra.schema,
+        region: &ra.region,
+        now: Timestamp(ra.now),
+        policy: &ra.policy,
+        authorizer: &crate::auth::AllowAll,
+    };
+    let step = crate::protocol::delete(&ra.state, ctx, &mut ra.ids, req).expect("the delete is accepted");
+    ra.state.apply(step.writes);
+    ra.run_work();
+    let status = &ra.state.deletions[&project.uid].status;
+    assert!(
+        matches!(status, crate::model::DeletionStatus::Waiting { regions, .. } if regions == &["rb".to_owned()]),
+        "waits for rb's release, neither held nor failed: {status:?}"
+    );
+
+    // rb cascades its volume and releases the row; the node's collect of
+    // the operation's parts confirms the closure: the deletion finishes.
+    let step = release(&ra.state, ra.ctx(), Some("rb"), vec![row]).unwrap();
+    assert_eq!(step.value.released, 1);
+    ra.state.apply(step.writes);
+    ra.run_work();
+    let op = ra.state.operations.values().next().expect("the operation").clone();
+    let step = crate::protocol::confirm_remote_closure(&ra.state, ra.ctx(), op.id, op.changes).unwrap();
+    assert!(step.value, "the closure is confirmed");
+    ra.state.apply(step.writes);
+    ra.run_work();
+    assert!(
+        !ra.state.deletions.contains_key(&project.uid),
+        "finished: {:?}",
+        ra.state.deletions.get(&project.uid)
+    );
+    assert!(!ra.state.resources.contains_key(&project.name), "purged");
+}
