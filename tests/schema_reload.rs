@@ -281,7 +281,10 @@ async fn a_kind_and_references_added_to_the_files_one_region_at_a_time_are_refus
         let entries = reload_entries(&admin(&c.node(region).node.endpoint()).await, region).await;
         let applied: Vec<&v1::AuditEntry> = entries.iter().filter(|e| e.outcome == "ok").collect();
         assert_eq!(applied.len(), 1, "{region}: {entries:#?}");
-        assert_eq!((applied[0].who.as_str(), applied[0].via.as_str()), ("operator", "file watch"));
+        assert_eq!(
+            (applied[0].who.as_str(), applied[0].via.as_str()),
+            ("operator", "file watch")
+        );
         assert_eq!(
             applied[0].reason,
             "kinds +volume; refs +network.volume +volume.project; label (none) → volumes"
@@ -352,7 +355,11 @@ async fn a_kind_and_references_reloaded_by_sighup_one_process_at_a_time_are_refu
                 .find(|e| e.outcome == "ok")
         })
         .await;
-        assert_eq!((entry.who.as_str(), entry.via.as_str()), ("operator", "signal"), "{entry:?}");
+        assert_eq!(
+            (entry.who.as_str(), entry.via.as_str()),
+            ("operator", "signal"),
+            "{entry:?}"
+        );
         assert!(entry.reason.starts_with("kinds +volume;"), "{entry:?}");
     }
 

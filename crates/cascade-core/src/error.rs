@@ -300,7 +300,10 @@ pub enum CoreError {
     /// reference field the request needs. Refused before anything is
     /// written, and FAILED_PRECONDITION rather than INVALID_ARGUMENT: the
     /// same request succeeds once that region reloads its schema.
-    #[error("region {region:?} does not know {what} yet{}; reload its schema, then retry", version_note(version))]
+    #[error(
+        "region {region:?} does not know {what} yet{}; reload its schema, then retry",
+        version_note(version)
+    )]
     SchemaUnknown {
         /// The region whose schema lacks it.
         region: String,
@@ -583,7 +586,10 @@ mod tests {
             let read = CoreError::schema_unknown_from("ap-south", &sent.to_string());
             assert_eq!(read.as_ref(), Some(&sent), "{sent}");
         }
-        let other = CoreError::schema_unknown_from("ap-south", "backrefs[0].field: kind \"volume\" has no tracked reference");
+        let other = CoreError::schema_unknown_from(
+            "ap-south",
+            "backrefs[0].field: kind \"volume\" has no tracked reference",
+        );
         assert_eq!(other, None);
         let elsewhere = CoreError::SchemaUnknown {
             region: "us-east".into(),

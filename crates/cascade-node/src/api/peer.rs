@@ -11,8 +11,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cascade_core::model::EventType;
 use cascade_core::limits::quote;
+use cascade_core::model::EventType;
 use cascade_core::{peer, BackRefKey, CoreError, RegionId, ResourceName, Uid};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;

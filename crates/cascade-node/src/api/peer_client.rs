@@ -109,11 +109,12 @@ fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
         }
         // The owner does not know the referrer's kind or field yet (a
         // rolling schema change): the client hears it in the owner's words.
-        (Code::FailedPrecondition, ErrorReason::SchemaUnknown, _) => CoreError::schema_unknown_from(region, s.message())
-            .unwrap_or_else(|| CoreError::AttachRefused {
+        (Code::FailedPrecondition, ErrorReason::SchemaUnknown, _) => {
+            CoreError::schema_unknown_from(region, s.message()).unwrap_or_else(|| CoreError::AttachRefused {
                 region: region.to_owned(),
                 reason: s.message().to_owned(),
-            }),
+            })
+        }
         (Code::NotFound | Code::FailedPrecondition | Code::InvalidArgument, ..) => CoreError::AttachRefused {
             region: region.to_owned(),
             reason: s.message().to_owned(),
