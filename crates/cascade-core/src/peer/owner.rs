@@ -10,7 +10,7 @@ use crate::limits::quote;
 use crate::model::{BackRef, RefTarget, ResourceState, Timestamp};
 use crate::protocol::{self, Ctx, Step};
 use crate::state::{StateRead, Tx};
-use crate::{OnDelete, Uid};
+use crate::{OnDelete, RegionId, Schema, Uid};
 
 use super::PeerBackRef;
 
@@ -73,18 +73,14 @@ pub fn attach<S: StateRead + ?Sized>(
         // different schemas (a rolling change), which a reload here
         // settles; anything else is a malformed request.
         let referrer_kind = e.referrer.name.kind();
-        if ctx.schema.kind(referrer_kind).is_none() {
-            return Err(schema_unknown(ctx, format!("kind {}", quote(referrer_kind))));
-        }
+        known_kind(ctx.schema, ctx.region, referrer_kind)?;
         if ctx.schema.reference(referrer_kind, &e.field).is_none() {
             return Err(schema_unknown(
-                ctx,
+                ctx.region,
                 format!("reference field {}", quote(&format!("{referrer_kind}.{}", e.field))),
             ));
         }
-        if ctx.schema.kind(e.target.name.kind()).is_none() {
-            return Err(schema_unknown(ctx, format!("kind {}", quote(e.target.name.kind()))));
-        }
+        known_kind(ctx.schema, ctx.region, e.target.name.kind())?;
         let spec = ctx
             .schema
             .reference(referrer_kind, &e.field)
@@ -122,10 +118,22 @@ pub fn attach<S: StateRead + ?Sized>(
     })
 }
 
+/// Owner: `kind` (of a name a peer looks up or attaches) is one of this
+/// region's schema; otherwise the peer runs a schema this region does not
+/// have yet (a rolling change), and the refusal says so rather than "not
+/// found" or "malformed": no resource of it can be here, and a reload here
+/// settles it.
+pub fn known_kind(schema: &Schema, region: &RegionId, kind: &str) -> Result<(), CoreError> {
+    match schema.kind(kind) {
+        Some(_) => Ok(()),
+        None => Err(schema_unknown(region, format!("kind {}", quote(kind)))),
+    }
+}
+
 /// This region's schema lacks `what` (its version is the node's to add).
-fn schema_unknown(ctx: Ctx<'_>, what: String) -> CoreError {
+fn schema_unknown(region: &RegionId, what: String) -> CoreError {
     CoreError::SchemaUnknown {
-        region: ctx.region.to_string(),
+        region: region.to_string(),
         what,
         version: String::new(),
     }

@@ -384,6 +384,16 @@ fn an_attach_of_a_kind_or_field_the_owner_does_not_know_is_refused_as_schema_unk
         );
     }
     assert_eq!(ra.state.backrefs.len(), rows_before, "all or none: nothing attached");
+    // A peer's Lookup of a volume of ra is refused the same way.
+    let lookup = known_kind(&ra.schema, &ra.region, "volume").expect_err("no volume can be in ra");
+    assert_eq!(lookup.code(), crate::ErrorCode::FailedPrecondition, "{lookup}");
+    assert!(
+        lookup
+            .to_string()
+            .starts_with("region \"ra\" does not know kind \"volume\" yet"),
+        "{lookup}"
+    );
+    assert_eq!(known_kind(&ra.schema, &ra.region, "project"), Ok(()));
 
     // Known to the owner, but not a reference to a project: the request is wrong.
     let wrong = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/port/p", "network")]).expect_err("wrong target kind");

@@ -11,7 +11,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use cascade_core::limits::quote;
 use cascade_core::model::EventType;
 use cascade_core::{peer, BackRefKey, CoreError, RegionId, ResourceName, Uid};
 use cascade_proto::bounds::{fit_page, Bounded};
@@ -299,16 +298,7 @@ impl Peer for PeerApi {
         request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let name = parse_name(&request.into_inner().name, "name")?;
-        if self.node.schema().kind(name.kind()).is_none() {
-            // A peer that knows the kind asks a region that does not (a
-            // rolling schema change): no such resource can be here, and
-            // the reference is refused naming this region, not "not found".
-            return Err(self.schema_unknown(CoreError::SchemaUnknown {
-                region: self.node.region.to_string(),
-                what: format!("kind {}", quote(name.kind())),
-                version: String::new(),
-            }));
-        }
+        peer::known_kind(&self.node.schema(), &self.node.region, name.kind()).map_err(|e| self.schema_unknown(e))?;
         match self.node.lookup_local(&name)? {
             LocalLookup::Live(uid) => Ok(Response::new(v1::ObjectRef {
                 name: name.to_string(),
