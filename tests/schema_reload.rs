@@ -336,6 +336,12 @@ async fn a_kind_and_references_reloaded_by_sighup_one_process_at_a_time_are_refu
     }
     let (eu, us, ap) = (&clients[0], &clients[1], &clients[2]);
     eu.create(spec_in("eu-west/project/p", &[])).await.unwrap();
+    // A process reads its file once more as it starts serving (audited as
+    // the file watch's): a call answered by each means that read is done,
+    // and the only reload left to come is the signal's.
+    for (_, endpoint) in &regions {
+        status_versions(&admin(endpoint).await).await;
+    }
 
     for (i, region) in ROLL.iter().enumerate() {
         if *region == "ap-south" {
