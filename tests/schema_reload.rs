@@ -4,6 +4,10 @@
 //! restart; one that would orphan stored data, or does not load, is
 //! refused with the count or the line and path, and the schema in force
 //! stays; a reload lands between two writer steps of a running cascade.
+//! Rolled out one region at a time (through the files, and by SIGHUP to
+//! `cascade serve` processes), a reference into a region that has not
+//! reloaded yet is refused FAILED_PRECONDITION naming it, and works once
+//! it has.
 
 mod support;
 
