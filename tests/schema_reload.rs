@@ -4,6 +4,10 @@
 //! restart; one that would orphan stored data, or does not load, is
 //! refused with the count or the line and path, and the schema in force
 //! stays; a reload lands between two writer steps of a running cascade.
+//! Rolled out one region at a time (through the files, and by SIGHUP to
+//! `cascade serve` processes), a reference into a region that has not
+//! reloaded yet is refused FAILED_PRECONDITION naming it, and works once
+//! it has.
 
 mod support;
 
@@ -111,11 +115,120 @@ fn network(name: &str, project: &str, volume: Option<&str>) -> v1::ResourceSpec 
     }
 }
 
+/// The regions of the rolling tests, in the order they reload: ap-south last.
+const ROLL: [&str; 3] = ["eu-west", "us-east", "ap-south"];
+
+/// A refusal of a reference into a region that does not know its kind:
+/// FAILED_PRECONDITION (the same call succeeds after that region reloads),
+/// naming the region and what it lacks.
+fn assert_refused_naming(refused: &cascade_client::ClientError, region: &str, what: &str) {
+    assert_eq!(code(refused), Some(tonic::Code::FailedPrecondition), "{refused}");
+    let says = format!("region \"{region}\" does not know {what} yet (its schema version ");
+    let shown = refused.to_string();
+    assert!(shown.contains(&says), "{shown} should say {says:?}");
+    assert!(shown.contains("reload its schema, then retry"), "{shown}");
+    // A client acts on the details, without reading the message.
+    let cascade_client::ClientError::Status(status) = refused else {
+        panic!("not a status: {refused}");
+    };
+    let details = cascade_proto::status::error_details(status).expect("error details");
+    assert_eq!(details.reason, v1::ErrorReason::SchemaUnknown as i32, "{details:?}");
+    assert_eq!(details.region, region);
+}
+
+/// Mid-roll (eu-west and us-east reloaded, ap-south not yet): references
+/// from a reloaded region into ap-south are refused naming it, both ways
+/// (ap-south does not know the referrer's kind; it does not know the
+/// target's), and neither region writes anything.
+async fn references_into_the_region_not_reloaded_yet_are_refused_naming_it(
+    eu: &Client,
+    us: &Client,
+    ap: &Client,
+    ap_endpoint: &str,
+) {
+    ap.create(spec_in("ap-south/project/q", &[])).await.unwrap();
+    let rows_before = dump(ap_endpoint).await.unwrap().backrefs.len();
+
+    // A volume (a kind ap-south does not know) belonging to its project.
+    let refused = eu
+        .create(spec_in("eu-west/volume/v0", &[("project", &["ap-south/project/q"])]))
+        .await
+        .expect_err("ap-south cannot hold the back-reference of a volume");
+    assert_refused_naming(&refused, "ap-south", "kind \"volume\"");
+    // A network naming a volume of ap-south, a kind ap-south does not know.
+    let refused = us
+        .create(network(
+            "us-east/network/n0",
+            "eu-west/project/p",
+            Some("ap-south/volume/x"),
+        ))
+        .await
+        .expect_err("ap-south holds no volume");
+    assert_refused_naming(&refused, "ap-south", "kind \"volume\"");
+
+    // Never accepted and then dropped: nothing at either end.
+    for (client, name) in [(eu, "eu-west/volume/v0"), (us, "us-east/network/n0")] {
+        let got = client.get(name).await.expect_err("not created");
+        assert_eq!(code(&got), Some(tonic::Code::NotFound), "{name}: {got}");
+    }
+    assert_eq!(dump(ap_endpoint).await.unwrap().backrefs.len(), rows_before);
+}
+
+/// After the last reload: the creates refused mid-roll are taken, and
+/// deleting the two projects cascades across the three regions.
+async fn after_the_roll_volumes_are_created_and_cascade_across_regions(
+    eu: &Client,
+    us: &Client,
+    ap: &Client,
+    regions: &[(String, String)],
+) {
+    us.create(spec_in("us-east/volume/v1", &[("project", &["eu-west/project/p"])]))
+        .await
+        .unwrap();
+    ap.create(network(
+        "ap-south/network/n1",
+        "eu-west/project/p",
+        Some("us-east/volume/v1"),
+    ))
+    .await
+    .unwrap();
+    eu.create(spec_in("eu-west/volume/v0", &[("project", &["ap-south/project/q"])]))
+        .await
+        .expect("ap-south knows volumes now");
+    ap.create(spec_in("ap-south/volume/x", &[("project", &["eu-west/project/p"])]))
+        .await
+        .unwrap();
+    us.create(network(
+        "us-east/network/n0",
+        "eu-west/project/p",
+        Some("ap-south/volume/x"),
+    ))
+    .await
+    .expect("ap-south holds the volume now");
+
+    let op = delete_and_wait(eu, "eu-west/project/p", true).await;
+    assert_eq!(op.state, v1::OperationState::Succeeded as i32, "{op:?}");
+    let op = delete_and_wait(ap, "ap-south/project/q", true).await;
+    assert_eq!(op.state, v1::OperationState::Succeeded as i32, "{op:?}");
+    for (client, name) in [
+        (us, "us-east/volume/v1"),
+        (ap, "ap-south/network/n1"),
+        (ap, "ap-south/volume/x"),
+        (us, "us-east/network/n0"),
+        (eu, "eu-west/volume/v0"),
+    ] {
+        wait_gone(client, name).await;
+    }
+    wait_quiescent_at(regions).await;
+    assert_no_violations_at(regions).await;
+}
+
+/// Done-when 1 of issue 31 over in-process nodes, each watching its own
+/// schema file: the files change one region at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kind_and_references_added_in_every_region_one_at_a_time_are_created_and_cascade_across_regions() {
+async fn a_kind_and_references_added_to_the_files_one_region_at_a_time_are_refused_into_the_last_then_cascade() {
     let dir = tempfile::tempdir().unwrap();
-    let regions = ["eu-west", "us-east", "ap-south"];
-    let c = start_cluster_with(&regions, schema_file(dir.path(), BASE)).await;
+    let c = start_cluster_with(&ROLL, schema_file(dir.path(), BASE)).await;
     let (eu, us, ap) = (c.client("eu-west"), c.client("us-east"), c.client("ap-south"));
     let before = c.node("eu-west").node.schema_version();
 
@@ -127,25 +240,25 @@ async fn a_kind_and_references_added_in_every_region_one_at_a_time_are_created_a
         .expect_err("volume is no kind before the reload");
     assert_eq!(code(&refused), Some(tonic::Code::InvalidArgument), "{refused}");
 
-    // One region at a time: each reload says what it adds.
-    for region in regions {
-        rewrite(&path_of(dir.path(), region), VOLUMES);
-        let outcome = c.node(region).node.reload_schema().await;
-        let now = c.node(region).node.schema_version();
-        assert_eq!(now.label.as_deref(), Some("volumes"), "{region}: {outcome:?}");
-        assert_ne!(now.digest, before.digest, "{region}");
-        match outcome {
-            Ok(ReloadOutcome::Applied { from, to, diff }) => {
-                assert_eq!((from, to), (before.clone(), now.clone()));
-                assert_eq!(
-                    diff,
-                    "kinds +volume; refs +network.volume +volume.project; label (none) → volumes"
-                );
-            }
-            // The file watch saw the new file first and put it in force.
-            Ok(ReloadOutcome::Unchanged(v)) => assert_eq!(v, now),
-            Err(e) => panic!("{region}: reload refused: {e}"),
+    // A call answered by each node: its watch is set up (see
+    // `a_schema_file_rewritten_in_place_is_picked_up_by_the_watch`).
+    for region in ROLL {
+        status_versions(&admin(&c.node(region).node.endpoint()).await).await;
+    }
+
+    // One region at a time, through its file only.
+    for region in ROLL {
+        if region == "ap-south" {
+            let ap_endpoint = c.node("ap-south").node.endpoint();
+            references_into_the_region_not_reloaded_yet_are_refused_naming_it(eu, us, ap, &ap_endpoint).await;
         }
+        rewrite(&path_of(dir.path(), region), VOLUMES);
+        let node = &c.node(region).node;
+        eventually(Duration::from_secs(10), "the watch to reload the schema", || async {
+            (node.schema_version() != before).then_some(())
+        })
+        .await;
+        assert_eq!(node.schema_version().label.as_deref(), Some("volumes"), "{region}");
     }
     let after = c.node("eu-west").node.schema_version();
 
@@ -165,32 +278,102 @@ async fn a_kind_and_references_added_in_every_region_one_at_a_time_are_created_a
     )
     .await;
 
-    // The new kind and references, across regions.
-    us.create(spec_in("us-east/volume/v1", &[("project", &["eu-west/project/p"])]))
-        .await
-        .unwrap();
-    ap.create(network(
-        "ap-south/network/n1",
-        "eu-west/project/p",
-        Some("us-east/volume/v1"),
-    ))
-    .await
-    .unwrap();
-    let op = delete_and_wait(eu, "eu-west/project/p", true).await;
-    assert_eq!(op.state, v1::OperationState::Succeeded as i32, "{op:?}");
-    wait_gone(us, "us-east/volume/v1").await;
-    wait_gone(ap, "ap-south/network/n1").await;
-    wait_quiescent(&c).await;
-    assert_no_violations(&c).await;
+    after_the_roll_volumes_are_created_and_cascade_across_regions(eu, us, ap, &c.endpoints()).await;
 
-    // Each region audited its reload once, for the operator, with the diff.
-    for region in regions {
+    // Each region audited its reload once, by the file watch, with the diff.
+    for region in ROLL {
         let entries = reload_entries(&admin(&c.node(region).node.endpoint()).await, region).await;
         let applied: Vec<&v1::AuditEntry> = entries.iter().filter(|e| e.outcome == "ok").collect();
         assert_eq!(applied.len(), 1, "{region}: {entries:#?}");
-        assert_eq!(applied[0].who, "operator");
-        assert!(applied[0].reason.starts_with("kinds +volume;"), "{:?}", applied[0]);
+        assert_eq!(
+            (applied[0].who.as_str(), applied[0].via.as_str()),
+            ("operator", "file watch")
+        );
+        assert_eq!(
+            applied[0].reason,
+            "kinds +volume; refs +network.volume +volume.project; label (none) → volumes"
+        );
     }
+}
+
+/// Done-when 1 of issue 31 over three `cascade serve` processes, reloaded
+/// by SIGHUP one at a time. Each schema file is a symlink into another
+/// directory whose target is rewritten: the file watch (of the link's
+/// directory) does not see it, so only the signal reloads it.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_and_references_reloaded_by_sighup_one_process_at_a_time_are_refused_into_the_last_then_cascade() {
+    let dir = tempfile::tempdir().unwrap();
+    let (links, targets) = (dir.path().join("etc"), dir.path().join("versions"));
+    std::fs::create_dir_all(&links).unwrap();
+    std::fs::create_dir_all(&targets).unwrap();
+    let ports = free_ports(ROLL.len());
+    let endpoint_of = |i: usize| format!("http://127.0.0.1:{}", ports[i]);
+    let mut servers = Vec::new();
+    for (i, region) in ROLL.iter().enumerate() {
+        let target = targets.join(format!("{region}.toml"));
+        std::fs::write(&target, BASE).unwrap();
+        let schema = links.join(format!("{region}.toml"));
+        std::os::unix::fs::symlink(&target, &schema).unwrap();
+        let mut text = format!(
+            "region = \"{region}\"\nlisten = \"127.0.0.1:{}\"\ndata_dir = \"{}\"\nschema = \"{}\"\n\n\
+             [auth]\nmode = \"none\"\n\n[admin]\ntoken = \"{TOKEN}\"\n\n[deletion]\ntick_ms = 50\n\n[peers]\n",
+            ports[i],
+            dir.path().join(region).display(),
+            schema.display()
+        );
+        for (j, peer) in ROLL.iter().enumerate().filter(|(j, _)| *j != i) {
+            text += &format!("{peer} = \"{}\"\n", endpoint_of(j));
+        }
+        let config = dir.path().join(format!("{region}-config.toml"));
+        std::fs::write(&config, text).unwrap();
+        servers.push(spawn_server(&config));
+    }
+    let regions: Vec<(String, String)> = ROLL
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.to_string(), endpoint_of(i)))
+        .collect();
+    let mut clients = Vec::new();
+    for (_, endpoint) in &regions {
+        clients.push(Client::connect(endpoint).await.expect("client connects"));
+    }
+    let (eu, us, ap) = (&clients[0], &clients[1], &clients[2]);
+    eu.create(spec_in("eu-west/project/p", &[])).await.unwrap();
+    // A process reads its file once more as it starts serving (audited as
+    // the file watch's): a call answered by each means that read is done,
+    // and the only reload left to come is the signal's.
+    for (_, endpoint) in &regions {
+        status_versions(&admin(endpoint).await).await;
+    }
+
+    for (i, region) in ROLL.iter().enumerate() {
+        if *region == "ap-south" {
+            references_into_the_region_not_reloaded_yet_are_refused_naming_it(eu, us, ap, &regions[2].1).await;
+        }
+        std::fs::write(targets.join(format!("{region}.toml")), VOLUMES).unwrap();
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &servers[i].pid().to_string()])
+            .status()
+            .expect("kill(1) runs");
+        assert!(status.success(), "kill -HUP: {status}");
+        let admin = admin(&regions[i].1).await;
+        let entry = eventually(Duration::from_secs(10), "the SIGHUP reload to be audited", || async {
+            reload_entries(&admin, region)
+                .await
+                .into_iter()
+                .find(|e| e.outcome == "ok")
+        })
+        .await;
+        assert_eq!(
+            (entry.who.as_str(), entry.via.as_str()),
+            ("operator", "signal"),
+            "{entry:?}"
+        );
+        assert!(entry.reason.starts_with("kinds +volume;"), "{entry:?}");
+    }
+
+    after_the_roll_volumes_are_created_and_cascade_across_regions(eu, us, ap, &regions).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -295,6 +295,25 @@ pub enum CoreError {
         /// The owner's reason.
         reason: String,
     },
+    /// A reference that crosses regions whose schemas differ (a rolling
+    /// schema change under way): `region` does not know a kind or a
+    /// reference field the request needs. Refused before anything is
+    /// written, and FAILED_PRECONDITION rather than INVALID_ARGUMENT: the
+    /// same request succeeds once that region reloads its schema.
+    #[error(
+        "region {region:?} does not know {what} yet{}; reload its schema, then retry",
+        version_note(version)
+    )]
+    SchemaUnknown {
+        /// The region whose schema lacks it.
+        region: String,
+        /// What it lacks: `kind "volume"`, `reference field volume.project`.
+        what: String,
+        /// That region's schema version (digest and label), filled in by
+        /// the node that answers (the core does not compute digests);
+        /// empty when unknown.
+        version: String,
+    },
     /// A peer region could not be reached.
     #[error("region {region} is unavailable: {reason}")]
     RegionUnavailable {
@@ -463,6 +482,7 @@ impl CoreError {
             | CoreError::CreateAborted { .. }
             | CoreError::PlanRequired { .. }
             | CoreError::AttachRefused { .. }
+            | CoreError::SchemaUnknown { .. }
             | CoreError::OperationControl { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
             CoreError::RegionUnavailable { .. } | CoreError::CreateUnsettled { .. } => ErrorCode::Unavailable,
@@ -471,12 +491,40 @@ impl CoreError {
         }
     }
 
+    /// The [`CoreError::SchemaUnknown`] whose message another region's node
+    /// sent as `message` (its Peer.Attach refusal), to pass it on in the
+    /// same terms rather than wrapped as a refused attach; None when the
+    /// message is not one (a node of another version), and the caller
+    /// keeps the refusal as it came.
+    pub fn schema_unknown_from(region: &str, message: &str) -> Option<CoreError> {
+        let rest = message.strip_prefix(&format!("region {region:?} does not know "))?;
+        let rest = rest.strip_suffix("; reload its schema, then retry")?;
+        let (what, version) = match rest.split_once(" yet (its schema version ") {
+            Some((what, version)) => (what, version.strip_suffix(')')?),
+            None => (rest.strip_suffix(" yet")?, ""),
+        };
+        Some(CoreError::SchemaUnknown {
+            region: region.to_owned(),
+            what: what.to_owned(),
+            version: version.to_owned(),
+        })
+    }
+
     /// An [`CoreError::InvalidArgument`] naming the request `field` at fault.
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
         CoreError::InvalidArgument {
             field: field.into(),
             message: message.into(),
         }
+    }
+}
+
+/// [`CoreError::SchemaUnknown`]'s note of the region's schema version.
+fn version_note(version: &str) -> String {
+    if version.is_empty() {
+        String::new()
+    } else {
+        format!(" (its schema version {version})")
     }
 }
 
@@ -518,4 +566,36 @@ pub fn describe_blockers(blockers: &[Blocker]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node passes another region's schema refusal on in the same words
+    /// and class, with or without that region's version; anything else is
+    /// not taken for one.
+    #[test]
+    fn a_schema_unknown_refusal_reads_back_from_its_message() {
+        for version in ["b80f49131c008885 \"volumes\"", ""] {
+            let sent = CoreError::SchemaUnknown {
+                region: "ap-south".into(),
+                what: "reference field \"volume.project\"".into(),
+                version: version.into(),
+            };
+            let read = CoreError::schema_unknown_from("ap-south", &sent.to_string());
+            assert_eq!(read.as_ref(), Some(&sent), "{sent}");
+        }
+        let other = CoreError::schema_unknown_from(
+            "ap-south",
+            "backrefs[0].field: kind \"volume\" has no tracked reference",
+        );
+        assert_eq!(other, None);
+        let elsewhere = CoreError::SchemaUnknown {
+            region: "us-east".into(),
+            what: "kind \"volume\"".into(),
+            version: String::new(),
+        };
+        assert_eq!(CoreError::schema_unknown_from("ap-south", &elsewhere.to_string()), None);
+    }
 }

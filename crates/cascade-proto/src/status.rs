@@ -19,6 +19,7 @@
 //! | reference pinned to a uid the target does not have | FAILED_PRECONDITION | `UID_MISMATCH`, `field`, `resource` (current uid) |
 //! | delete refused by blockers or dependents | FAILED_PRECONDITION | `REFERENCED`, `blockers`, `dependents`, `more` |
 //! | attach refused by the owner; create aborted | FAILED_PRECONDITION | `REFUSED`, `region` or `resource` |
+//! | a reference across regions whose schemas differ: `region` does not know its kind or field yet | FAILED_PRECONDITION | `SCHEMA_UNKNOWN`, `region` |
 //! | delete of a resource that holds liens | FAILED_PRECONDITION | `LIENED`, `resource`, `liens` |
 //! | RemoveLien of a lien not held / AddLien of a held id with another reason | NOT_FOUND / ALREADY_EXISTS | `LIEN`, `field` = `lien_id`, `resource` |
 //! | ReportFinalizerFailure of a finalizer not listed | NOT_FOUND | `FINALIZER`, `field` = `finalizer`, `resource` |
@@ -189,6 +190,10 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
         CoreError::AttachRefused { region, .. } => v1::ErrorDetails {
             region: region.clone(),
             ..with(ErrorReason::Refused)
+        },
+        CoreError::SchemaUnknown { region, .. } => v1::ErrorDetails {
+            region: region.clone(),
+            ..with(ErrorReason::SchemaUnknown)
         },
         CoreError::RegionUnavailable { region, .. } => v1::ErrorDetails {
             region: region.clone(),

@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::CoreError;
+use crate::limits::quote;
 use crate::model::{BackRef, RefTarget, ResourceState, Timestamp};
 use crate::protocol::{self, Ctx, Step};
 use crate::state::{StateRead, Tx};
-use crate::{OnDelete, Uid};
+use crate::{OnDelete, RegionId, Schema, Uid};
 
 use super::PeerBackRef;
 
@@ -67,9 +68,22 @@ pub fn attach<S: StateRead + ?Sized>(
                 local: ctx.region.to_string(),
             });
         }
+        // The referrer's region validated this reference against its
+        // schema: a kind or field this region lacks means the two run
+        // different schemas (a rolling change), which a reload here
+        // settles; anything else is a malformed request.
+        let referrer_kind = e.referrer.name.kind();
+        known_kind(ctx.schema, ctx.region, referrer_kind)?;
+        if ctx.schema.reference(referrer_kind, &e.field).is_none() {
+            return Err(schema_unknown(
+                ctx.region,
+                format!("reference field {}", quote(&format!("{referrer_kind}.{}", e.field))),
+            ));
+        }
+        known_kind(ctx.schema, ctx.region, e.target.name.kind())?;
         let spec = ctx
             .schema
-            .reference(e.referrer.name.kind(), &e.field)
+            .reference(referrer_kind, &e.field)
             .filter(|s| s.kind == e.target.name.kind() && s.on_delete.tracked())
             .ok_or_else(|| {
                 CoreError::invalid(
@@ -102,6 +116,27 @@ pub fn attach<S: StateRead + ?Sized>(
         value: n,
         writes: tx.finish(),
     })
+}
+
+/// Owner: `kind` (of a name a peer looks up or attaches) is one of this
+/// region's schema; otherwise the peer runs a schema this region does not
+/// have yet (a rolling change), and the refusal says so rather than "not
+/// found" or "malformed": no resource of it can be here, and a reload here
+/// settles it.
+pub fn known_kind(schema: &Schema, region: &RegionId, kind: &str) -> Result<(), CoreError> {
+    match schema.kind(kind) {
+        Some(_) => Ok(()),
+        None => Err(schema_unknown(region, format!("kind {}", quote(kind)))),
+    }
+}
+
+/// This region's schema lacks `what` (its version is the node's to add).
+fn schema_unknown(region: &RegionId, what: String) -> CoreError {
+    CoreError::SchemaUnknown {
+        region: region.to_string(),
+        what,
+        version: String::new(),
+    }
 }
 
 /// The attach's target must be this region's ACTIVE resource of the

@@ -349,3 +349,141 @@ fn update_commits_a_cross_region_reference_before_attaching_and_takes_it_back_wh
     let last = rb.state.events.last().unwrap();
     assert!(last.message.contains("taken back"), "{}", last.message);
 }
+
+/// Issue 31: a referrer's region that runs a newer schema than the owner
+/// (a rolling change) asks it to attach a kind or field the owner does not
+/// know. The owner refuses naming itself and what it lacks, as a
+/// precondition a reload settles, and writes nothing; a reference its
+/// schema knows but that is malformed stays INVALID_ARGUMENT.
+#[test]
+fn an_attach_of_a_kind_or_field_the_owner_does_not_know_is_refused_as_schema_unknown_and_writes_nothing() {
+    let mut ra = Region::new("ra");
+    let project = ra.create("ra/project/p", &[]);
+    let project = RefTarget {
+        name: project.name.clone(),
+        uid: project.uid,
+    };
+    let rows_before = ra.state.backrefs.len();
+    let entry = |referrer: &str, field: &str| PeerBackRef {
+        target: project.clone(),
+        referrer: remote(referrer, 5),
+        field: field.into(),
+        generation: 1,
+    };
+    let cases = [
+        (entry("rb/volume/v", "project"), "kind \"volume\""),
+        (entry("rb/network/n", "owner"), "reference field \"network.owner\""),
+    ];
+    for (e, what) in cases {
+        let refused = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/network/ok", "project"), e])
+            .expect_err("the owner's schema lacks it");
+        assert_eq!(refused.code(), crate::ErrorCode::FailedPrecondition, "{refused}");
+        assert_eq!(
+            refused.to_string(),
+            format!("region \"ra\" does not know {what} yet; reload its schema, then retry")
+        );
+    }
+    assert_eq!(ra.state.backrefs.len(), rows_before, "all or none: nothing attached");
+    // A peer's Lookup of a volume of ra is refused the same way.
+    let lookup = known_kind(&ra.schema, &ra.region, "volume").expect_err("no volume can be in ra");
+    assert_eq!(lookup.code(), crate::ErrorCode::FailedPrecondition, "{lookup}");
+    assert!(
+        lookup
+            .to_string()
+            .starts_with("region \"ra\" does not know kind \"volume\" yet"),
+        "{lookup}"
+    );
+    assert_eq!(known_kind(&ra.schema, &ra.region, "project"), Ok(()));
+
+    // Known to the owner, but not a reference to a project: the request is wrong.
+    let wrong = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/port/p", "network")]).expect_err("wrong target kind");
+    assert_eq!(wrong.code(), crate::ErrorCode::InvalidArgument, "{wrong}");
+
+    // Once the owner runs a schema with the kind, the same attach is taken.
+    ra.schema = Schema::from_toml(&format!(
+        "{}\n[kinds.volume.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n",
+        crate::schema::EXAMPLE_SCHEMA
+    ))
+    .unwrap();
+    let step = attach(&ra.state, ra.ctx(), "rb", vec![entry("rb/volume/v", "project")]).expect("known now");
+    assert_eq!(step.value, 1);
+    ra.state.apply(step.writes);
+    assert_eq!(ra.state.backrefs.len(), rows_before + 1);
+}
+
+/// Issue 31, Build 3's second half, and why it needs no hold: with attach
+/// refusing a kind or field the owner does not know, the one way a
+/// deletion can reach a region whose schema lacks a kind is an owner that
+/// reloaded *back* to a schema without it while it holds the rows of
+/// another region's referrers of that kind (its reload check counts its
+/// own resources, and it stores none of that kind). The walk does not ask
+/// its schema about them: each row carries the `on_delete` it was attached
+/// with, and the referrer's own region (whose schema must keep the kind
+/// while it stores resources of it) deletes or unsets it. So the member is
+/// neither failed nor held: it waits for the release and then finishes.
+#[test]
+fn an_owner_whose_schema_dropped_a_remote_referrers_kind_still_walks_its_rows_and_finishes() {
+    let volumes = Schema::from_toml(&format!(
+        "{}\n[kinds.volume.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n",
+        crate::schema::EXAMPLE_SCHEMA
+    ))
+    .unwrap();
+    let mut ra = Region::new("ra");
+    ra.schema = volumes;
+    let project = ra.create("ra/project/p", &[]);
+    let project = RefTarget {
+        name: project.name.clone(),
+        uid: project.uid,
+    };
+    let row = PeerBackRef {
+        target: project.clone(),
+        referrer: remote("rb/volume/v", 5),
+        field: "project".into(),
+        generation: 1,
+    };
+    let step = attach(&ra.state, ra.ctx(), "rb", vec![row.clone()]).expect("ra knows volumes");
+    ra.state.apply(step.writes);
+
+    // Reloaded back to a schema without volumes.
+    ra.schema = Schema::from_toml(crate::schema::EXAMPLE_SCHEMA).unwrap();
+    assert!(ra.schema.kind("volume").is_none());
+    let req = crate::protocol::DeleteRequest {
+        name: project.name.to_string(),
+        cascade: true,
+        requested_by: "tester".into(),
+        ..Default::default()
+    };
+    let ctx = Ctx {
+        schema: &ra.schema,
+        region: &ra.region,
+        now: Timestamp(ra.now),
+        policy: &ra.policy,
+        authorizer: &crate::auth::AllowAll,
+    };
+    let step = crate::protocol::delete(&ra.state, ctx, &mut ra.ids, req).expect("the delete is accepted");
+    ra.state.apply(step.writes);
+    ra.run_work();
+    let status = &ra.state.deletions[&project.uid].status;
+    assert!(
+        matches!(status, crate::model::DeletionStatus::Waiting { regions, .. } if regions == &["rb".to_owned()]),
+        "waits for rb's release, neither held nor failed: {status:?}"
+    );
+
+    // rb cascades its volume and releases the row; the node's collect of
+    // the operation's parts confirms the closure: the deletion finishes.
+    let step = release(&ra.state, ra.ctx(), Some("rb"), vec![row]).unwrap();
+    assert_eq!(step.value.released, 1);
+    ra.state.apply(step.writes);
+    ra.run_work();
+    let op = ra.state.operations.values().next().expect("the operation").clone();
+    let step = crate::protocol::confirm_remote_closure(&ra.state, ra.ctx(), op.id, op.changes).unwrap();
+    assert!(step.value, "the closure is confirmed");
+    ra.state.apply(step.writes);
+    ra.run_work();
+    assert!(
+        !ra.state.deletions.contains_key(&project.uid),
+        "finished: {:?}",
+        ra.state.deletions.get(&project.uid)
+    );
+    assert!(!ra.state.resources.contains_key(&project.name), "purged");
+}

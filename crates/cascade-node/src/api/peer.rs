@@ -12,10 +12,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use cascade_core::model::EventType;
-use cascade_core::{peer, BackRefKey, RegionId, ResourceName, Uid};
+use cascade_core::{peer, BackRefKey, CoreError, RegionId, ResourceName, Uid};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
-use cascade_proto::status::{invalid_field, with_details};
+use cascade_proto::status::{invalid_field, status_from_core, with_details};
 use cascade_proto::v1::{self, peer_server::Peer, ErrorReason};
 use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
@@ -23,6 +23,7 @@ use tracing::{info_span, warn};
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::stream::{outbox_stream, with_heartbeats};
 use crate::api::{parse_name, parse_operation_id};
+use crate::error::Fault;
 use crate::node::{LocalLookup, Node};
 use crate::outbox::Watcher;
 use crate::peers::WATCH_HEARTBEAT;
@@ -49,6 +50,28 @@ fn not_found(name: &ResourceName, reason: ErrorReason, uid: &str) -> Status {
         ..Default::default()
     };
     with_details(tonic::Code::NotFound, format!("{name} not found"), &details)
+}
+
+impl PeerApi {
+    /// A refusal for a schema this region does not have yet, with the
+    /// version of the one it runs (which the core does not know).
+    fn schema_unknown(&self, e: CoreError) -> Status {
+        let e = match e {
+            CoreError::SchemaUnknown { region, what, .. } => CoreError::SchemaUnknown {
+                region,
+                what,
+                version: {
+                    let v = self.node.schema_in_force.version();
+                    match v.label {
+                        Some(label) => format!("{} {label:?}", v.digest),
+                        None => v.digest,
+                    }
+                },
+            },
+            other => other,
+        };
+        status_from_core(&e)
+    }
 }
 
 /// The protocol version a call announced in its metadata; a caller that
@@ -275,6 +298,7 @@ impl Peer for PeerApi {
         request.get_ref().check_bounds()?;
         self.authorize_any(&request)?;
         let name = parse_name(&request.into_inner().name, "name")?;
+        peer::known_kind(&self.node.schema(), &self.node.region, name.kind()).map_err(|e| self.schema_unknown(e))?;
         match self.node.lookup_local(&name)? {
             LocalLookup::Live(uid) => Ok(Response::new(v1::ObjectRef {
                 name: name.to_string(),
@@ -297,7 +321,10 @@ impl Peer for PeerApi {
         let req = request.into_inner();
         self.limit(req.backrefs.len())?;
         let entries = backrefs(req.backrefs)?;
-        let attached = self.node.attach(from, entries).await?;
+        let attached = match self.node.attach(from, entries).await {
+            Err(Fault::Refused(e @ CoreError::SchemaUnknown { .. })) => return Err(self.schema_unknown(e)),
+            other => other?,
+        };
         Ok(Response::new(v1::AttachResponse {
             attached: attached as u32,
         }))

@@ -76,11 +76,10 @@ fn bad_answer(region: &str, rpc: &'static str, status: Status) -> RemoteError {
     }
 }
 
-/// An owner's refusal of an attach, in the terms the client would hear for
-/// a local target: a missing, DELETING or re-created target is the same
-/// core error (its field is completed in the request's terms by
-/// `cascade_core::request_path`); another refusal is `AttachRefused`; an
-/// owner that cannot serve it now is unavailable (the reconciler retries).
+/// An owner's refusal of an attach, in the client's terms: a missing,
+/// DELETING or re-created target is the core error a local one gives (its
+/// field completed by `cascade_core::request_path`), as is `SchemaUnknown`;
+/// else `AttachRefused`, or unavailable (the reconciler retries).
 fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
     let details = error_details(s).unwrap_or_default();
     let reason = ErrorReason::try_from(details.reason).unwrap_or(ErrorReason::Unspecified);
@@ -89,10 +88,14 @@ fn attach_refusal(region: &str, sent: &[PeerBackRef], s: &Status) -> CoreError {
         .as_ref()
         .and_then(|r| ResourceName::parse(&r.name).ok());
     let field = details.field.clone();
-    match (s.code(), reason, target) {
-        (Code::FailedPrecondition, ErrorReason::Deleting, Some(target)) => CoreError::TargetDeleting { field, target },
-        (Code::NotFound, ErrorReason::NotFound, Some(target)) => CoreError::TargetNotFound { field, target },
-        (Code::FailedPrecondition, ErrorReason::UidMismatch, Some(target)) => {
+    let lacks = (reason == ErrorReason::SchemaUnknown).then(|| CoreError::schema_unknown_from(region, s.message()));
+    match (s.code(), reason, target, lacks.flatten()) {
+        (.., Some(schema_unknown)) => schema_unknown,
+        (Code::FailedPrecondition, ErrorReason::Deleting, Some(target), _) => {
+            CoreError::TargetDeleting { field, target }
+        }
+        (Code::NotFound, ErrorReason::NotFound, Some(target), _) => CoreError::TargetNotFound { field, target },
+        (Code::FailedPrecondition, ErrorReason::UidMismatch, Some(target), _) => {
             let expected = sent
                 .iter()
                 .find(|e| e.target.name == target && field == format!("refs.{}", e.field))
