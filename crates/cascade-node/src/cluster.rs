@@ -931,8 +931,7 @@ impl Node {
             assembler.answer(answer);
         }
         let mut view = assembler.finish()?;
-        view.unreachable.extend(first.without_part);
-        view.unreachable.sort();
+        view.add_unreachable(first.without_part);
         Ok(view)
     }
 }
