@@ -25,7 +25,7 @@ const MAX_TREE_DEPTH: usize = 64;
 /// How fast members are finished.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::console) enum Rate {
-    /// Between the last two reads of a live page, members per second.
+    /// Over the last reads of a live page (`live.rs`), members per second.
     Live(f64),
     /// From the start to the end of a finished operation.
     Average(f64),
@@ -129,7 +129,7 @@ pub(in crate::console) fn live_operation(
             }
             p #rate {
                 @match rate {
-                    Some(Rate::Live(r)) => { "Rate: " strong { (format!("{r:.0}")) } " members/s (last second)" }
+                    Some(Rate::Live(r)) => { "Rate: " strong { (format!("{r:.0}")) } " members/s (over the last few seconds)" }
                     Some(Rate::Average(r)) => { "Average rate: " strong { (format!("{r:.0}")) } " members/s" }
                     None => { "Rate: measuring…" }
                 }
