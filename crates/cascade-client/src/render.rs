@@ -298,7 +298,7 @@ fn region_progress_text(op: &v1::Operation) -> String {
             } else {
                 "unreachable (its part is unknown)".to_owned()
             };
-            vec![format!("    {}:", r.region), said]
+            vec![format!("    {}", r.region), said]
         })
         .collect();
     table(&rows)
