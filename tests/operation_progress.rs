@@ -111,7 +111,10 @@ async fn list_operations_pages_every_regions_operations_to_the_end_and_filters_b
     // Two operations rooted in eu-west, one in us-east.
     for network in ["eu-west/network/a", "eu-west/network/b", "us-east/network/c"] {
         let region = network.split('/').next().unwrap_or_default();
-        let project = format!("{region}/project/for-{}", network.rsplit('/').next().unwrap_or_default());
+        let project = format!(
+            "{region}/project/for-{}",
+            network.rsplit('/').next().unwrap_or_default()
+        );
         let client = cluster.client(region);
         client.create(spec_in(&project, &[])).await.expect("a project");
         client

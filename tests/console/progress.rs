@@ -85,7 +85,9 @@ async fn region_rows(browser: &mut Browser) -> BTreeMap<String, (bool, [u64; 5])
         .await;
     let rows: Vec<(String, bool, [u64; 5])> =
         serde_json::from_value(rows.clone()).unwrap_or_else(|e| panic!("{e}: {rows}"));
-    rows.into_iter().map(|(region, reachable, c)| (region, (reachable, c))).collect()
+    rows.into_iter()
+        .map(|(region, reachable, c)| (region, (reachable, c)))
+        .collect()
 }
 
 fn counts(p: Option<v1::Progress>) -> [u64; 5] {
@@ -94,8 +96,8 @@ fn counts(p: Option<v1::Progress>) -> [u64; 5] {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_reader_sees_each_regions_progress_rise_live_and_the_operation_listed_and_a_caller_allowed_nothing_an_empty_list()
-{
+async fn a_reader_sees_each_regions_progress_rise_live_and_the_operation_listed_and_a_caller_allowed_nothing_an_empty_list(
+) {
     let Some(mut browser) = Browser::launch("progress::per_region_and_every_caller").await else {
         return;
     };
@@ -248,7 +250,9 @@ async fn a_reader_sees_each_regions_progress_rise_live_and_the_operation_listed_
         "{note}"
     );
     assert_eq!(
-        browser.eval("document.querySelectorAll('tr[data-operation]').length").await,
+        browser
+            .eval("document.querySelectorAll('tr[data-operation]').length")
+            .await,
         serde_json::json!(0),
         "nothing listed for a caller allowed nothing"
     );

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 mod admin;
 mod controls;
 mod plan;
+mod regions;
 mod times;
 mod undelete;
 pub use admin::{
@@ -248,16 +249,7 @@ fn operation_json_fields(op: &v1::Operation) -> Value {
         }).collect::<Vec<_>>(),
         "next_outcomes_page_token": op.next_outcomes_page_token,
         "unreachable_regions": op.unreachable_regions,
-        "region_progress": op.region_progress.iter().map(|r| {
-            let p = r.progress.unwrap_or_default();
-            json!({
-                "region": r.region,
-                "reachable": r.reachable,
-                "state": op_state_name(r.state),
-                "progress": {"deleted": p.deleted, "unset": p.unset, "pending": p.pending, "blocked": p.blocked,
-                    "failed": p.failed, "restored": p.restored, "not_restored": p.not_restored},
-            })
-        }).collect::<Vec<_>>(),
+        "region_progress": regions::region_progress_json(op),
     })
 }
 
@@ -273,35 +265,6 @@ pub fn progress_text(op: &v1::Operation) -> String {
         "{} deleted, {} unset, {} pending ({} blocked), {} failed",
         p.deleted, p.unset, p.pending, p.blocked, p.failed
     )
-}
-
-/// One line per region of `Operation.region_progress`, under the totals
-/// and with the same words; nothing when the node sent none (one region).
-fn region_progress_text(op: &v1::Operation) -> String {
-    if op.region_progress.len() < 2 {
-        return String::new();
-    }
-    let rows: Vec<Vec<String>> = op
-        .region_progress
-        .iter()
-        .map(|r| {
-            let said = if r.reachable {
-                let p = r.progress.unwrap_or_default();
-                if op.undelete_of.is_empty() {
-                    format!(
-                        "{} deleted, {} unset, {} pending ({} blocked), {} failed",
-                        p.deleted, p.unset, p.pending, p.blocked, p.failed
-                    )
-                } else {
-                    format!("{} restored, {} not restored", p.restored, p.not_restored)
-                }
-            } else {
-                "unreachable (its part is unknown)".to_owned()
-            };
-            vec![format!("    {}", r.region), said]
-        })
-        .collect();
-    table(&rows)
 }
 
 pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
@@ -322,7 +285,7 @@ pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
         out += &format!("  {}\n", when.join("; "));
     }
     out += &format!("  {}\n", progress_text(op));
-    out += &region_progress_text(op);
+    out += &regions::region_progress_text(op);
     if let Some(line) = controls::controls_text(op) {
         out += &format!("  {line}\n");
     }

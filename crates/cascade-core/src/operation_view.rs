@@ -558,7 +558,12 @@ mod tests {
         .expect("new");
         while let Some(req) = a.next_request() {
             let answer = match req.region.as_str() {
-                "ra" => serve(&req, "ra/project/p", OperationState::Running, &["ra/port/a1", "ra/port/a2"]),
+                "ra" => serve(
+                    &req,
+                    "ra/project/p",
+                    OperationState::Running,
+                    &["ra/port/a1", "ra/port/a2"],
+                ),
                 "rb" => PartAnswer::Unreachable,
                 "rc" => serve(&req, "ra/project/p", OperationState::Succeeded, &["rc/port/c1"]),
                 _ => PartAnswer::NoPart,

@@ -79,7 +79,13 @@ impl ResourcesApi {
             let mut owner = self.node.peers.resources(&region).map_err(crate::api::refused)?;
             let mut forwarded = Request::new(req);
             forwarded.set_timeout(forward_budget);
-            return Ok(call_owner(&region, "ListOperations", forward_budget, owner.list_operations(forwarded)).await?);
+            return Ok(call_owner(
+                &region,
+                "ListOperations",
+                forward_budget,
+                owner.list_operations(forwarded),
+            )
+            .await?);
         }
         let (operations, next) = self.own_page(&principal, &req, asked, budget).await?;
         Ok(v1::ListOperationsResponse {
@@ -285,7 +291,10 @@ impl ResourcesApi {
                 // A peer's answer: at most a page, and a token that moves on
                 // (else a walk of every region could repeat or never end).
                 if page.operations.len() > size {
-                    return Err(format!("answered {} operations for a page of {size}", page.operations.len()));
+                    return Err(format!(
+                        "answered {} operations for a page of {size}",
+                        page.operations.len()
+                    ));
                 }
                 let next = (!page.next_page_token.is_empty()).then_some(page.next_page_token);
                 if let Some(n) = &next {

@@ -434,7 +434,9 @@ mod tests {
             ..Default::default()
         };
         let html = live_operation(&op, None, None).into_string();
-        let row = html.find(r#"data-region-progress="eu-west" data-reachable="true""#).expect(&html);
+        let row = html
+            .find(r#"data-region-progress="eu-west" data-reachable="true""#)
+            .expect(&html);
         assert!(html[row..].contains(r#"data-count="deleted">7<"#), "{html}");
         assert!(html[row..].contains(r#"data-count="pending">2<"#), "{html}");
         assert!(
