@@ -169,7 +169,7 @@ impl ResourcesApi {
         let selectors = selectors_of(&req);
         let mut positions =
             match ListPageToken::decode(&req.page_token).map_err(|e| invalid_field("page_token", e.to_string()))? {
-                None => regions.iter().map(|r| (r.clone(), RegionPosition::Start)).collect(),
+                None => BTreeMap::new(),
                 Some(token) if token.selectors != selectors => {
                     return Err(invalid_field(
                         "page_token",
@@ -188,6 +188,11 @@ impl ResourcesApi {
             if let RegionPosition::After(after) = position {
                 parse_operation_id(after, "page_token")?;
             }
+        }
+        // A region that joined the cluster since the token was issued
+        // is listed from its start.
+        for region in &regions {
+            positions.entry(region.clone()).or_insert(RegionPosition::Start);
         }
         let open: Vec<(String, String)> = positions
             .iter()
@@ -243,7 +248,7 @@ impl ResourcesApi {
         let next_page_token = if positions.values().any(RegionPosition::is_open) {
             ListPageToken {
                 selectors,
-                regions: positions.into_iter().collect::<BTreeMap<_, _>>(),
+                regions: positions,
             }
             .encode()
         } else {
