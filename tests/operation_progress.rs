@@ -152,6 +152,26 @@ async fn list_operations_pages_every_regions_operations_to_the_end_and_filters_b
     expected.sort();
     assert_eq!(seen, expected, "every operation once");
 
+    // A token is for the filters it was issued with.
+    let first = client
+        .list_operations(v1::ListOperationsRequest {
+            page_size: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("a first page");
+    assert!(!first.next_page_token.is_empty(), "{first:?}");
+    let refused = client
+        .list_operations(v1::ListOperationsRequest {
+            page_size: 1,
+            page_token: first.next_page_token,
+            state: v1::OperationState::Failed as i32,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a token of other filters is refused");
+    assert!(refused.to_string().contains("page_token"), "{refused}");
+
     let running = client
         .list_operations(v1::ListOperationsRequest {
             state: v1::OperationState::Running as i32,
