@@ -23,6 +23,7 @@ mod frozen;
 mod identity;
 mod large;
 mod operation;
+mod progress;
 mod screens;
 
 use std::net::SocketAddr;

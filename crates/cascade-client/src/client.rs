@@ -320,6 +320,19 @@ impl Client {
             .into_inner())
     }
 
+    /// A page of the operations the caller may read (`Resources.ListOperations`).
+    pub async fn list_operations(
+        &self,
+        req: v1::ListOperationsRequest,
+    ) -> Result<v1::ListOperationsResponse, ClientError> {
+        Ok(self
+            .inner
+            .clone()
+            .list_operations(self.authorized(req))
+            .await?
+            .into_inner())
+    }
+
     pub async fn get_operation(&self, id: &str, outcomes: u32) -> Result<v1::Operation, ClientError> {
         let req = v1::GetOperationRequest {
             id: id.to_owned(),

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 mod admin;
 mod controls;
 mod plan;
+mod regions;
 mod times;
 mod undelete;
 pub use admin::{
@@ -248,6 +249,7 @@ fn operation_json_fields(op: &v1::Operation) -> Value {
         }).collect::<Vec<_>>(),
         "next_outcomes_page_token": op.next_outcomes_page_token,
         "unreachable_regions": op.unreachable_regions,
+        "region_progress": regions::region_progress_json(op),
     })
 }
 
@@ -283,6 +285,7 @@ pub fn operation_text(op: &v1::Operation, times: &TimeDisplay) -> String {
         out += &format!("  {}\n", when.join("; "));
     }
     out += &format!("  {}\n", progress_text(op));
+    out += &regions::region_progress_text(op);
     if let Some(line) = controls::controls_text(op) {
         out += &format!("  {line}\n");
     }

@@ -87,6 +87,59 @@ pub struct OperationView {
     pub next: Option<OutcomesCursor>,
     /// Regions whose part could not be read.
     pub unreachable: Vec<String>,
+    /// Each region's own counters, from the same reads as the sum, in
+    /// region order: a region with a part, and a region that could not be
+    /// read (`reachable: false`, zero counters). A region without a part is
+    /// not listed, so this holds at most one entry per region.
+    pub regions: Vec<RegionProgress>,
+}
+
+/// One region's part of an operation's progress, as [`OperationView`] lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionProgress {
+    /// The region whose part this is.
+    pub region: String,
+    /// The part's counters (zero when the region could not be read).
+    pub progress: Progress,
+    /// An undelete's part: members and references it brought back.
+    pub restored: u64,
+    /// An undelete's part: what it could not bring back.
+    pub not_restored: u64,
+    /// The part's state; None when the region could not be read.
+    pub state: Option<OperationState>,
+    /// False when the answering node could not read this region's part.
+    pub reachable: bool,
+}
+
+impl OperationView {
+    /// Names regions that could not be asked although the page went past
+    /// them (the node decided they hold no part: see `Node::operation`):
+    /// listed as unreachable and among the regions, both in region order.
+    pub fn add_unreachable(&mut self, regions: impl IntoIterator<Item = String>) {
+        for region in regions {
+            if !self.unreachable.contains(&region) {
+                self.unreachable.push(region.clone());
+            }
+            if !self.regions.iter().any(|r| r.region == region) {
+                self.regions.push(RegionProgress::unreachable(region));
+            }
+        }
+        self.unreachable.sort();
+        self.regions.sort_by(|a, b| a.region.cmp(&b.region));
+    }
+}
+
+impl RegionProgress {
+    fn unreachable(region: String) -> Self {
+        Self {
+            region,
+            progress: Progress::default(),
+            restored: 0,
+            not_restored: 0,
+            state: None,
+            reachable: false,
+        }
+    }
 }
 
 /// Drives the reading of an operation's parts for one page (see the module doc).
@@ -301,6 +354,22 @@ impl OperationAssembler {
             merged.end_time = None;
         }
         merged.progress = progress;
+        // Parts are read in region order, and an unreachable region is
+        // asked once: one entry per region, sorted.
+        let mut regions: Vec<RegionProgress> = self
+            .parts
+            .iter()
+            .map(|(region, part)| RegionProgress {
+                region: region.clone(),
+                progress: part.progress,
+                restored: part.undelete.as_ref().map_or(0, |u| u.restored),
+                not_restored: part.undelete.as_ref().map_or(0, |u| u.not_restored),
+                state: Some(part.state),
+                reachable: true,
+            })
+            .chain(self.unreachable.iter().cloned().map(RegionProgress::unreachable))
+            .collect();
+        regions.sort_by(|a, b| a.region.cmp(&b.region));
         if let Some(u) = merged.undelete.as_mut() {
             // An undelete's counters, summed over its parts like a deletion's.
             let parts = self.parts.iter().filter_map(|(_, p)| p.undelete.as_deref());
@@ -312,6 +381,7 @@ impl OperationAssembler {
             outcomes: self.outcomes,
             next: self.next,
             unreachable: self.unreachable,
+            regions,
         })
     }
 }
@@ -475,6 +545,49 @@ mod tests {
         assert_eq!(view.unreachable, ["rd"]);
         assert!(view.done, "{view:?}");
         assert_eq!(view.operation.state, OperationState::Succeeded);
+    }
+
+    #[test]
+    fn each_region_has_its_own_counters_which_sum_to_the_whole_and_an_unread_region_is_named_unreachable() {
+        let mut a = OperationAssembler::new(
+            OperationId(uuid::Uuid::from_u128(7)),
+            ["rd", "rc", "rb", "ra"].map(String::from),
+            None,
+            10,
+        )
+        .expect("new");
+        while let Some(req) = a.next_request() {
+            let answer = match req.region.as_str() {
+                "ra" => serve(
+                    &req,
+                    "ra/project/p",
+                    OperationState::Running,
+                    &["ra/port/a1", "ra/port/a2"],
+                ),
+                "rb" => PartAnswer::Unreachable,
+                "rc" => serve(&req, "ra/project/p", OperationState::Succeeded, &["rc/port/c1"]),
+                _ => PartAnswer::NoPart,
+            };
+            a.answer(answer);
+        }
+        let mut view = a.finish().expect("view");
+        // The node names a region it went past (decided to hold no part).
+        view.add_unreachable(["re".to_owned()]);
+        let listed: Vec<(&str, u64, bool)> = view
+            .regions
+            .iter()
+            .map(|r| (r.region.as_str(), r.progress.deleted, r.reachable))
+            .collect();
+        assert_eq!(
+            listed,
+            [("ra", 2, true), ("rb", 0, false), ("rc", 1, true), ("re", 0, false)],
+            "rd had no part: not listed"
+        );
+        let sum: u64 = view.regions.iter().map(|r| r.progress.deleted).sum();
+        assert_eq!(sum, view.operation.progress.deleted);
+        assert_eq!(view.regions[0].state, Some(OperationState::Running));
+        assert_eq!(view.regions[1].state, None);
+        assert_eq!(view.unreachable, ["rb", "re"]);
     }
 
     #[test]

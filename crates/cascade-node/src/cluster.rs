@@ -931,9 +931,77 @@ impl Node {
             assembler.answer(answer);
         }
         let mut view = assembler.finish()?;
-        view.unreachable.extend(first.without_part);
-        view.unreachable.sort();
+        view.add_unreachable(first.without_part);
         Ok(view)
+    }
+}
+
+/// Stored operations examined at most for one page of ListOperations.
+pub(crate) const MAX_OPERATIONS_SCANNED: usize = 10_000;
+
+/// One region's page of the operations whose root it owns
+/// ([`Node::origin_operations`]).
+#[derive(Debug, Default)]
+pub(crate) struct OriginPage {
+    /// Their ids, in the order they started (ids are time-ordered).
+    pub ids: Vec<OperationId>,
+    /// The last operation examined, when the table goes on after it.
+    pub next: Option<OperationId>,
+}
+
+impl Node {
+    /// Up to `limit` operations whose root this region owns (the origin's
+    /// record; other regions' parts are read through it), after `after`,
+    /// or from the first started at or after `from_ms` (ids are UUIDv7:
+    /// their first six bytes are the start's unix milliseconds, so the
+    /// walk starts there). At most [`MAX_OPERATIONS_SCANNED`] stored
+    /// operations are examined; `next` says where to go on.
+    pub(crate) fn origin_operations(
+        &self,
+        after: Option<OperationId>,
+        from_ms: Option<u64>,
+        limit: usize,
+    ) -> Result<OriginPage, Fault> {
+        let mut position: Option<Vec<u8>> = match (after, from_ms) {
+            (Some(id), _) => Some(id.0.as_bytes().to_vec()),
+            // The smallest id of that millisecond, less one: the scan is
+            // after its key, and no real id is all zeros after the time.
+            (None, Some(ms)) => {
+                let mut key = [0u8; 16];
+                key[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
+                Some(key.to_vec())
+            }
+            (None, None) => None,
+        };
+        let state = self.state();
+        let mut page = OriginPage::default();
+        let mut scanned = 0;
+        while page.ids.len() < limit && scanned < MAX_OPERATIONS_SCANNED {
+            let chunk = (limit - page.ids.len()).max(64).min(MAX_OPERATIONS_SCANNED - scanned);
+            let rows: Vec<cascade_core::model::Operation> =
+                state.scan(crate::store::Table::Operations, &[], position.as_deref(), chunk)?;
+            let Some(last) = rows.last() else {
+                return Ok(page);
+            };
+            position = Some(last.id.0.as_bytes().to_vec());
+            let full = rows.len() == chunk;
+            for op in rows {
+                scanned += 1;
+                if op.root.name.region() == self.region.as_str() {
+                    page.ids.push(op.id);
+                    if page.ids.len() == limit {
+                        // The table may go on: the next page starts after it.
+                        page.next = Some(op.id);
+                        return Ok(page);
+                    }
+                }
+            }
+            if !full {
+                return Ok(page);
+            }
+        }
+        page.next = position.and_then(|k| uuid::Uuid::from_slice(&k).ok()).map(OperationId);
+        Ok(page)
     }
 }
 

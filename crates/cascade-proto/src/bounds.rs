@@ -176,6 +176,11 @@ bounded! {
         short(&r.name_prefix, MAX_NAME_PREFIX_BYTES, "name_prefix")?;
         short(&r.attribute_selector, MAX_SELECTOR_BYTES, "attribute_selector")
     };
+    v1::ListOperationsRequest => |r| {
+        // A listing of every region carries each region's position.
+        short(&r.page_token, MAX_LIST_PAGE_TOKEN_BYTES, "page_token")?;
+        region(&r.region, "region")
+    };
     v1::ListReferencesRequest => |r| {
         name(&r.name)?;
         page_token(&r.page_token, "page_token")

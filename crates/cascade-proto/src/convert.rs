@@ -16,7 +16,7 @@ use cascade_core::model::{
     BackRef, BackRefKey, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, FinalizerFailure,
     ForcedPurge, Operation, OperationState, Outcome, OutcomeAction, RefTarget, Resource, ResourceState,
 };
-use cascade_core::operation_view::{OperationPage, OperationView};
+use cascade_core::operation_view::{OperationPage, OperationView, RegionProgress};
 use cascade_core::protocol::{DeleteRequest, FinalizerReport, Plan, RefRequest, ResourceSpec};
 use cascade_core::{OnDelete, OperationId, RegionId, ResourceName, Uid};
 use tonic::Status;
@@ -314,6 +314,7 @@ pub fn operation(op: &Operation, outcomes: &[Outcome], next_page_token: String) 
             .as_ref()
             .map(|u| u.regions_left.iter().cloned().collect())
             .unwrap_or_default(),
+        region_progress: Vec::new(),
     }
 }
 
@@ -378,11 +379,37 @@ pub fn operation_view(view: &OperationView, next_page_token: String) -> v1::Oper
     let mut out = operation(&view.operation, &view.outcomes, next_page_token);
     out.done = view.done;
     out.unreachable_regions = view.unreachable.clone();
+    out.region_progress = view.regions.iter().map(region_progress).collect();
     // What one region's part reached is the closure check's business
     // (`part_summary_from`), not a merged view's.
     out.reached_regions.clear();
     out.reports_reached = false;
     out
+}
+
+/// One region's counters of an aggregated operation.
+fn region_progress(r: &RegionProgress) -> v1::RegionProgress {
+    let state = match r.state {
+        None => v1::OperationState::Unspecified,
+        Some(OperationState::Running) => v1::OperationState::Running,
+        Some(OperationState::Succeeded) => v1::OperationState::Succeeded,
+        Some(OperationState::Failed) => v1::OperationState::Failed,
+        Some(OperationState::Cancelled) => v1::OperationState::Cancelled,
+    };
+    v1::RegionProgress {
+        region: r.region.clone(),
+        progress: Some(v1::Progress {
+            deleted: r.progress.deleted,
+            unset: r.progress.unset,
+            pending: r.progress.pending,
+            blocked: r.progress.blocked,
+            failed: r.progress.failed,
+            restored: r.restored,
+            not_restored: r.not_restored,
+        }),
+        reachable: r.reachable,
+        state: state as i32,
+    }
 }
 
 /// What the closure check needs of a region's part (`Peer.OperationPart`):

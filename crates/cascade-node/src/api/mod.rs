@@ -40,6 +40,7 @@ pub(crate) mod authn;
 pub(crate) mod forward;
 pub(crate) mod grpc_metrics;
 pub(crate) mod limits;
+pub(crate) mod list_operations;
 pub(crate) mod listing;
 pub(crate) mod operation_control;
 pub(crate) mod peer;

@@ -11,7 +11,8 @@
 //! whenever one of its events commits (and polls other regions), so it
 //! replays nothing and compaction cannot make it skip a change.
 //! PauseOperation, ResumeOperation and CancelOperation are in
-//! `operation_control.rs` (they reach the root's region and every other).
+//! `operation_control.rs` (they reach the root's region and every other);
+//! ListOperations in `list_operations.rs`.
 //!
 //! Size: one file because the Resources service is one trait impl; what
 //! grows (listings, operation controls) lives in its own module, and the
@@ -107,7 +108,7 @@ fn present_explanation(e: &Explanation) -> v1::DeletionExplanation {
 /// The wire form of an operation, with its cursor as an opaque page token;
 /// its outcomes end early when they would take more than `page_bytes`,
 /// with a token after the last one kept.
-fn present_operation(view: &OperationView, page_bytes: usize) -> v1::Operation {
+pub(crate) fn present_operation(view: &OperationView, page_bytes: usize) -> v1::Operation {
     let token = view
         .next
         .as_ref()
@@ -177,7 +178,7 @@ impl ResourcesApi {
 
     /// `get` on what an operation read shows: its root, or this region
     /// when the read names none.
-    fn authorize_operation_read(
+    pub(crate) fn authorize_operation_read(
         &self,
         principal: &Principal,
         verb: Verb,
@@ -296,6 +297,15 @@ impl Resources for ResourcesApi {
     ) -> Result<Response<v1::Operation>, Status> {
         let (id, reason) = (request.get_ref().id.clone(), request.get_ref().reason.clone());
         self.control(request, Control::Cancel, id, reason).await
+    }
+
+    // Running and recent operations: `api/list_operations.rs`.
+    async fn list_operations(
+        &self,
+        request: Request<v1::ListOperationsRequest>,
+    ) -> Result<Response<v1::ListOperationsResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        Ok(Response::new(self.list_operations_call(request).await?))
     }
 
     // Undelete of a whole cascade: `api/undelete.rs`.

@@ -28,6 +28,11 @@ pub(crate) const CALL_BUDGET: Duration = Duration::from_millis(900);
 /// the page's budget, so a frozen owner costs the page `CALL_BUDGET`.
 const RESOURCE_ROUND: Duration = Duration::from_millis(450);
 
+/// The operations page's `ListOperations` calls: three quarters of the
+/// page's budget, so a frozen region, which the node gives up at this
+/// deadline, leaves the page time to answer within `CALL_BUDGET`.
+const LIST_SHARE: Duration = Duration::from_millis(675);
+
 /// Outcomes per page of an operation.
 pub(crate) const OUTCOMES_PAGE: u32 = 50;
 
@@ -37,8 +42,12 @@ pub(crate) const REFERENCES_PAGE: u32 = 50;
 /// Deletions read per region for the operations page.
 pub(crate) const DELETIONS_PER_REGION: u32 = 500;
 
-/// Operations the operations page shows (the most members first).
+/// Operations the operations page asks for, per region and per list
+/// (running; started within `RECENT`).
 pub(crate) const OPERATIONS_SHOWN: usize = 20;
+
+/// How far back the operations page lists finished operations too.
+pub(crate) const RECENT: Duration = Duration::from_secs(3600);
 
 /// The `requested_by` of the console's deletes (the operation shows it
 /// beside the principal, who is the caller).
@@ -196,28 +205,83 @@ impl Backend {
             .into_inner())
     }
 
-    /// The running deletions of every region, by operation (the
-    /// operations page): the regions from `GetClusterStatus`, each
-    /// region's deletion table from `ListDeletions`, at once, and each
-    /// operation's totals from `GetOperation`. Both Admin calls need the
-    /// caller to be allowed them (`admin.status`, `admin.list_deletions`).
+    /// The operations page: the operations the caller may read that are
+    /// running or started within `RECENT`, from `ListOperations` (the
+    /// node decides per operation as for `GetOperation`; every caller),
+    /// and, where the caller may read them (an administrator), each
+    /// region's deletion table from `Admin.ListDeletions` for what is in
+    /// flight and stuck. All at once, within one page's budget.
     pub(super) async fn running_operations(&self, caller: &Caller) -> Result<RunningOperations, ConsoleError> {
-        // Three rounds one after the other (the regions, their deletions,
-        // the operations' totals) within one page's budget: each round has
-        // a third of it, so a frozen region costs each round its third and
-        // the page still answers within `CALL_BUDGET`.
-        let round = CALL_BUDGET / 3;
+        let (running, recent, tables) = futures::join!(
+            self.list_operations(caller, v1::OperationState::Running, 0),
+            self.list_operations(caller, v1::OperationState::Unspecified, RECENT.as_secs() as u32),
+            self.deletion_tables(caller),
+        );
+        let mut page = RunningOperations::default();
+        for list in [running?, recent?] {
+            for u in list.unreachable {
+                if !page.unanswered.iter().any(|(r, _)| *r == u.region) {
+                    page.unanswered.push((u.region, u.reason));
+                }
+            }
+            if !list.next_page_token.is_empty() {
+                page.more = true;
+            }
+            for op in list.operations {
+                let entry = page.by_operation.entry(op.id.clone()).or_default();
+                entry.shown = true;
+                entry.operation = Some(op);
+            }
+        }
+        match tables {
+            Ok(tables) => page.merge_tables(tables),
+            // Not an administrator: the tables are not theirs to read,
+            // and the page shows what ListOperations gave.
+            Err(ConsoleError::Forbidden(_) | ConsoleError::Unauthenticated(_)) => {}
+            Err(e) => page.tables_problem = Some(e.to_string()),
+        }
+        Ok(page)
+    }
+
+    /// One page of `ListOperations` of every region, as the caller.
+    async fn list_operations(
+        &self,
+        caller: &Caller,
+        state: v1::OperationState,
+        started_within_seconds: u32,
+    ) -> Result<v1::ListOperationsResponse, ConsoleError> {
+        let request = v1::ListOperationsRequest {
+            page_size: OPERATIONS_SHOWN as u32,
+            state: state as i32,
+            started_within_seconds,
+            ..Default::default()
+        };
+        Ok(self
+            .resources()
+            .await?
+            .list_operations(as_caller_within(caller, request, LIST_SHARE)?)
+            .await?
+            .into_inner())
+    }
+
+    /// Each region's deletion table (`Admin.GetClusterStatus` for the
+    /// regions, then `Admin.ListDeletions` of each at once), each round
+    /// within two fifths of the page's budget (the two rounds and the
+    /// page's rendering within it). Forbidden unless the caller may
+    /// (`admin.status`, `admin.list_deletions`).
+    async fn deletion_tables(&self, caller: &Caller) -> Result<DeletionTables, ConsoleError> {
+        let round = CALL_BUDGET * 2 / 5;
         let admin = self.admin().await?;
         let status = admin
             .clone()
             .get_cluster_status(as_caller_within(caller, v1::GetClusterStatusRequest {}, round)?)
             .await?
             .into_inner();
-        let mut running = RunningOperations::default();
+        let mut tables = DeletionTables::default();
         // A region that did not answer the status is not asked again in
         // the same page: it is named with the status's reason.
         let (asked, silent): (Vec<_>, Vec<_>) = status.regions.iter().partition(|r| r.reachable);
-        running.unanswered = silent
+        tables.unanswered = silent
             .into_iter()
             .map(|r| (r.region.clone(), r.error.clone()))
             .collect();
@@ -239,63 +303,22 @@ impl Backend {
         for (region, answer) in futures::future::join_all(asks).await {
             match answer {
                 Ok(page) => {
-                    if !page.next_page_token.is_empty() {
-                        running.cut_regions.push(region.clone());
-                    }
-                    for entry in page.deletions {
-                        let Some(resource) = entry.resource else { continue };
-                        let Some(deletion) = resource.deletion.as_ref() else {
-                            continue;
-                        };
-                        let status = deletion.status().as_str_name();
-                        let status = status.strip_prefix("DELETION_STATUS_").unwrap_or(status).to_owned();
-                        let operation = running.by_operation.entry(deletion.operation_id.clone()).or_default();
-                        *operation
-                            .in_flight
-                            .entry(region.clone())
-                            .or_default()
-                            .entry(status)
-                            .or_default() += 1;
-                        operation.members += 1;
-                        if entry.stuck {
-                            operation.stuck += 1;
-                        }
-                    }
+                    tables.pages.push((region, page));
                 }
-                Err(e) => running.unanswered.push((region, e.to_string())),
+                Err(ConsoleError::Forbidden(why)) => return Err(ConsoleError::Forbidden(why)),
+                Err(e) => tables.unanswered.push((region, e.to_string())),
             }
         }
-        let mut ids: Vec<(usize, String)> = running
-            .by_operation
-            .iter()
-            .map(|(id, op)| (op.members, id.clone()))
-            .collect();
-        ids.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-        ids.truncate(OPERATIONS_SHOWN);
-        let reads = ids.iter().map(|(_, id)| async move {
-            let request = v1::GetOperationRequest {
-                id: id.clone(),
-                outcomes_page_size: 1,
-                outcomes_page_token: String::new(),
-            };
-            let answer = match (self.resources().await, as_caller_within(caller, request, round)) {
-                (Ok(mut client), Ok(request)) => client.get_operation(request).await.map_err(ConsoleError::from),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-            };
-            (id.clone(), answer.map(|a| a.into_inner()))
-        });
-        for (id, answer) in futures::future::join_all(reads).await {
-            if let Some(op) = running.by_operation.get_mut(&id) {
-                op.shown = true;
-                match answer {
-                    Ok(operation) => op.operation = Some(operation),
-                    Err(e) => op.error = Some(e.to_string()),
-                }
-            }
-        }
-        running.time_ms = status.time_ms;
-        Ok(running)
+        Ok(tables)
     }
+}
+
+/// The deletion tables an administrator reads: each region's page, and
+/// the regions that did not answer.
+#[derive(Debug, Default)]
+pub(super) struct DeletionTables {
+    pages: Vec<(String, v1::ListDeletionsResponse)>,
+    unanswered: Vec<(String, String)>,
 }
 
 /// `message` as the caller's call: its token as `authorization: Bearer`,
@@ -321,15 +344,52 @@ fn as_caller_within<M>(caller: &Caller, message: M, timeout: Duration) -> Result
 /// What the operations page shows.
 #[derive(Debug, Default)]
 pub(super) struct RunningOperations {
-    /// Operation id → what the regions' deletion tables hold of it.
+    /// Operation id (time-ordered: the order they started) → the
+    /// operation, and what the regions' deletion tables hold of it.
     pub by_operation: BTreeMap<String, RunningOperation>,
+    /// `ListOperations` had more than one page of them.
+    pub more: bool,
+    /// The deletion tables could not be read (an administrator's page).
+    pub tables_problem: Option<String>,
     /// Regions whose deletion table did not fit one read: their counts
     /// are lower bounds.
     pub cut_regions: Vec<String>,
     /// Regions that did not answer, and why.
     pub unanswered: Vec<(String, String)>,
-    /// When the answering node made its status (unix ms).
-    pub time_ms: i64,
+}
+
+impl RunningOperations {
+    /// Adds what the deletion tables hold: per operation, its members in
+    /// flight per region and status, and how many are stuck.
+    fn merge_tables(&mut self, tables: DeletionTables) {
+        for (region, why) in tables.unanswered {
+            if !self.unanswered.iter().any(|(r, _)| *r == region) {
+                self.unanswered.push((region, why));
+            }
+        }
+        for (region, page) in tables.pages {
+            if !page.next_page_token.is_empty() {
+                self.cut_regions.push(region.clone());
+            }
+            for entry in page.deletions {
+                let Some(deletion) = entry.resource.as_ref().and_then(|r| r.deletion.as_ref()) else {
+                    continue;
+                };
+                let status = enum_word(deletion.status().as_str_name(), "DELETION_STATUS_").to_owned();
+                let operation = self.by_operation.entry(deletion.operation_id.clone()).or_default();
+                *operation
+                    .in_flight
+                    .entry(region.clone())
+                    .or_default()
+                    .entry(status)
+                    .or_default() += 1;
+                operation.members += 1;
+                if entry.stuck {
+                    operation.stuck += 1;
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -338,10 +398,9 @@ pub(super) struct RunningOperation {
     pub in_flight: BTreeMap<String, BTreeMap<String, u64>>,
     pub members: usize,
     pub stuck: usize,
-    /// Read with `GetOperation` (the first `OPERATIONS_SHOWN` only).
+    /// Listed by `ListOperations` (so the caller may read it).
     pub shown: bool,
     pub operation: Option<v1::Operation>,
-    pub error: Option<String>,
 }
 
 /// The name of a prost enum value without its type's prefix:

@@ -5,7 +5,7 @@
 //! every stream ends when the node stops. At most `MAX_LIVE_STREAMS` are
 //! open at once per node (each costs two API reads a second).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +26,10 @@ use cascade_proto::v1;
 /// How often a live page reads the API again.
 pub(crate) const LIVE_EVERY: Duration = Duration::from_secs(1);
 
+/// Reads a rate is measured over: members finished between the oldest
+/// kept read and this one, per second.
+const RATE_READS: usize = 5;
+
 /// Live streams open at once on one node; more are refused (503) and the
 /// browser's EventSource tries again later.
 pub(crate) const MAX_LIVE_STREAMS: usize = 64;
@@ -35,8 +39,9 @@ struct Live {
     console: Arc<Console>,
     caller: Caller,
     ticks: Interval,
-    /// The previous read: when, and members finished by then (per operation).
-    last: Option<(Instant, BTreeMap<String, u64>)>,
+    /// The last reads (at most `RATE_READS`, oldest first): when, and
+    /// members finished by then (per operation).
+    reads: VecDeque<(Instant, BTreeMap<String, u64>)>,
     /// The operation is done: one `done` event is left to send.
     ending: bool,
     ended: bool,
@@ -51,7 +56,7 @@ impl Live {
             console,
             caller,
             ticks,
-            last: None,
+            reads: VecDeque::new(),
             ending: false,
             ended: false,
             _permit: permit,
@@ -67,10 +72,11 @@ impl Live {
         }
     }
 
-    /// Members per second of each operation since the previous read.
+    /// Members per second of each operation over the last reads (up to
+    /// `RATE_READS`: one slow second does not make the rate jump).
     fn rates(&mut self, at: Instant, finished: BTreeMap<String, u64>) -> BTreeMap<String, f64> {
         let mut rates = BTreeMap::new();
-        if let Some((then, before)) = &self.last {
+        if let Some((then, before)) = self.reads.front() {
             let seconds = at.duration_since(*then).as_secs_f64();
             if seconds > 0.0 {
                 for (id, now) in &finished {
@@ -80,7 +86,10 @@ impl Live {
                 }
             }
         }
-        self.last = Some((at, finished));
+        if self.reads.len() == RATE_READS {
+            self.reads.pop_front();
+        }
+        self.reads.push_back((at, finished));
         rates
     }
 }

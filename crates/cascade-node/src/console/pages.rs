@@ -203,8 +203,10 @@ pub(super) fn not_found(region: &str) -> Response {
     )
 }
 
-/// The operations page's live part: every running operation with its
-/// totals, its members still in flight per region, and its rate.
+/// The operations page's live part: every operation the caller may read
+/// that is running or recent, with its totals, its counts per region
+/// (`region_progress`), its rate, and, for an administrator, its members
+/// still in flight per region and status from the deletion tables.
 pub(super) fn operations_table(running: &RunningOperations, rates: &dyn Fn(&str) -> Option<f64>) -> Markup {
     html! {
         @for (region, why) in &running.unanswered {
@@ -215,14 +217,21 @@ pub(super) fn operations_table(running: &RunningOperations, rates: &dyn Fn(&str)
         @if !running.cut_regions.is_empty() {
             p.note { "More deletions than one read holds in " (running.cut_regions.join(", ")) ": their counts are lower bounds." }
         }
-        @if running.by_operation.is_empty() {
-            p.empty { "No deletion is running." }
+        @if let Some(problem) = &running.tables_problem {
+            p.note { "The deletion tables could not be read: " (problem) }
+        }
+        @if !running.by_operation.values().any(|op| op.shown) {
+            p.empty #no-operations {
+                "No operation you may read is running or started in the last hour. "
+                "The list holds the operations whose root your identity may read ("
+                code { "cascade auth can-i get NAME" } " says whether you may); open another by its id."
+            }
         } @else {
             table.operations {
                 thead { tr {
                     th { "Operation" } th { "Root" } th { "State" }
                     th { "Deleted" } th { "Unset" } th { "Pending" } th { "Blocked" } th { "Failed" }
-                    th { "Rate" } th { "In flight, per region" }
+                    th { "Rate" } th { "Per region" }
                 } }
                 tbody {
                     @for (id, op) in running.by_operation.iter().filter(|(_, op)| op.shown) {
@@ -239,6 +248,19 @@ pub(super) fn operations_table(running: &RunningOperations, rates: &dyn Fn(&str)
                             td.count { (progress.failed) }
                             td.count { @match rates(id) { Some(rate) => { (format!("{rate:.0}/s")) } None => { "…" } } }
                             td {
+                                @for r in op.operation.iter().flat_map(|o| &o.region_progress) {
+                                    @let p = r.progress.unwrap_or_default();
+                                    span.region-progress data-region-progress=(r.region) {
+                                        strong { (r.region) } " "
+                                        @if r.reachable {
+                                            (p.deleted) "d " (p.unset) "u " (p.pending) "p "
+                                            @if p.blocked > 0 { span.status-blocked { (p.blocked) " blocked " } }
+                                            @if p.failed > 0 { span.status-failed { (p.failed) " failed " } }
+                                        } @else {
+                                            span.region-unreachable { "unreachable " }
+                                        }
+                                    }
+                                }
                                 @for (region, statuses) in &op.in_flight {
                                     span.region-flight {
                                         strong { (region) } ": "
@@ -248,14 +270,12 @@ pub(super) fn operations_table(running: &RunningOperations, rates: &dyn Fn(&str)
                                     }
                                 }
                                 @if op.stuck > 0 { span.stuck { (op.stuck) " stuck" } }
-                                @if let Some(e) = &op.error { span.problem { (e) } }
                             }
                         }
                     }
                 }
             }
-            @let hidden = running.by_operation.values().filter(|op| !op.shown).count();
-            @if hidden > 0 { p.note { (hidden) " smaller operations not shown." } }
+            @if running.more { p.note { "More operations than one page holds: the first of each region are shown; open another by its id." } }
         }
     }
 }
@@ -265,12 +285,13 @@ pub(super) fn operations(region: &str, table: Markup) -> Page {
         region,
         "Operations",
         html! {
-            h1 { "Running deletions" }
+            h1 { "Operations" }
             p.help {
-                "Every region's deletion table, by operation, as "
-                code { "cascade admin deletions" } " lists it, with each operation's totals from "
-                code { "cascade operation" } ". Updated live. A finished operation leaves this list: "
-                "open it by its id."
+                "The operations you may read that are running or started in the last hour, in every region, as "
+                code { "Resources.ListOperations" } " lists them: "
+                "totals, then per region deleted (d), unset (u), pending (p), blocked and failed; "
+                "the rate is members finished per second over the last few updates. "
+                "An administrator also sees each region's deletion table (members in flight, stuck). Updated live."
             }
             div #live data-live="/operations/live" { (table) }
         },

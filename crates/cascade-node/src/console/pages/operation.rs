@@ -25,7 +25,7 @@ const MAX_TREE_DEPTH: usize = 64;
 /// How fast members are finished.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::console) enum Rate {
-    /// Between the last two reads of a live page, members per second.
+    /// Over the last reads of a live page (`live.rs`), members per second.
     Live(f64),
     /// From the start to the end of a finished operation.
     Average(f64),
@@ -92,13 +92,7 @@ pub(in crate::console) fn live_operation(
 ) -> Markup {
     let state = enum_word(op.state().as_str_name(), "OPERATION_STATE_").to_owned();
     let p = op.progress.unwrap_or_default();
-    let counts = [
-        ("deleted", p.deleted),
-        ("unset", p.unset),
-        ("pending", p.pending),
-        ("blocked", p.blocked),
-        ("failed", p.failed),
-    ];
+    let counts = counters(&p);
     // Each unreachable region once, with the explanation's reason when it has one.
     let mut unreachable: BTreeMap<&str, String> = op
         .unreachable_regions
@@ -135,12 +129,13 @@ pub(in crate::console) fn live_operation(
             }
             p #rate {
                 @match rate {
-                    Some(Rate::Live(r)) => { "Rate: " strong { (format!("{r:.0}")) } " members/s (last second)" }
+                    Some(Rate::Live(r)) => { "Rate: " strong { (format!("{r:.0}")) } " members/s (over the last few seconds)" }
                     Some(Rate::Average(r)) => { "Average rate: " strong { (format!("{r:.0}")) } " members/s" }
                     None => { "Rate: measuring…" }
                 }
             }
         }
+        (region_progress(op))
         @for (region, why) in &unreachable {
             p.unreachable role="alert" data-region=(region) {
                 "Region " strong { (region) } " is unreachable: " (why)
@@ -153,6 +148,53 @@ pub(in crate::console) fn live_operation(
             Some(Ok(e)) => { (tree(e)) }
         }
     }
+}
+
+/// Each region's counters (`Operation.region_progress`, from the same
+/// reads as the totals above), a row per region; a region whose part could
+/// not be read says so instead of showing zeros.
+fn region_progress(op: &v1::Operation) -> Markup {
+    html! {
+        @if !op.region_progress.is_empty() {
+            section.region-progress {
+                h2 { "Progress per region" }
+                table #region-progress .regions {
+                    thead { tr {
+                        th { "Region" } th { "State" }
+                        @for what in COUNTERS { th { (what) } }
+                    } }
+                    tbody {
+                        @for r in &op.region_progress {
+                            @let p = r.progress.unwrap_or_default();
+                            @let state = enum_word(r.state().as_str_name(), "OPERATION_STATE_").to_owned();
+                            tr data-region-progress=(r.region) data-reachable=(if r.reachable { "true" } else { "false" }) {
+                                th { (r.region) }
+                                @if r.reachable {
+                                    td { span class={"state state-" (state.to_lowercase())} { (state) } }
+                                    @for (what, n) in counters(&p) { td.count data-count=(what) { (n) } }
+                                } @else {
+                                    td.region-unreachable colspan=(1 + COUNTERS.len()) { "unreachable: its counts are unknown" }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The counters a page shows, in its order.
+const COUNTERS: [&str; 5] = ["deleted", "unset", "pending", "blocked", "failed"];
+
+fn counters(p: &v1::Progress) -> [(&'static str, u64); 5] {
+    [
+        ("deleted", p.deleted),
+        ("unset", p.unset),
+        ("pending", p.pending),
+        ("blocked", p.blocked),
+        ("failed", p.failed),
+    ]
 }
 
 /// In-flight members per region and status, then the tree by parent.
@@ -366,6 +408,42 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("did not answer within 0.5s; last heard 1m ago"), "{html}");
+    }
+
+    #[test]
+    fn each_region_has_a_row_of_its_counts_and_an_unreachable_one_says_so() {
+        let op = v1::Operation {
+            state: v1::OperationState::Running as i32,
+            region_progress: vec![
+                v1::RegionProgress {
+                    region: "eu-west".into(),
+                    progress: Some(v1::Progress {
+                        deleted: 7,
+                        pending: 2,
+                        ..Default::default()
+                    }),
+                    reachable: true,
+                    state: v1::OperationState::Running as i32,
+                },
+                v1::RegionProgress {
+                    region: "<b>ap</b>".into(),
+                    reachable: false,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let html = live_operation(&op, None, None).into_string();
+        let row = html
+            .find(r#"data-region-progress="eu-west" data-reachable="true""#)
+            .expect(&html);
+        assert!(html[row..].contains(r#"data-count="deleted">7<"#), "{html}");
+        assert!(html[row..].contains(r#"data-count="pending">2<"#), "{html}");
+        assert!(
+            html.contains(r#"data-region-progress="&lt;b&gt;ap&lt;/b&gt;" data-reachable="false""#),
+            "{html}"
+        );
+        assert!(html.contains("unreachable: its counts are unknown"), "{html}");
     }
 
     #[test]
