@@ -254,6 +254,7 @@ pub fn limits() -> Vec<Limit> {
         row("console", "a live page reads the API again every", Amount::Time(crate::console::LIVE_EVERY), ""),
         row("console", "live pages followed at once per node (more: 503, the browser retries)", items(crate::console::MAX_LIVE_STREAMS), ""),
         row("console", "a token kept in the console's cookie", bytes(crate::console::MAX_TOKEN_BYTES), ""),
+        row("console", "host names in `allowed_hosts`", items(crate::config::MAX_CONSOLE_ALLOWED_HOSTS), ""),
         row("console", "outcomes per page of an operation", Amount::Items(u64::from(crate::console::OUTCOMES_PAGE)), ""),
         row("console", "references per page, each way", Amount::Items(u64::from(crate::console::REFERENCES_PAGE)), ""),
         row("console", "members of an operation's tree drawn", items(crate::console::MAX_TREE_MEMBERS), ""),

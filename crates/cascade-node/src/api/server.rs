@@ -224,6 +224,8 @@ fn console_setup(node: &Node) -> Result<crate::console::ConsoleSetup, NodeError>
         client_tls,
         https_identity,
         region: node.region.to_string(),
+        listen: node.console_addr,
+        allowed_hosts: node.console_allowed_hosts.clone(),
     })
 }
 
