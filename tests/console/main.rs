@@ -20,6 +20,8 @@ mod browser;
 mod cluster;
 mod delete;
 mod frozen;
+mod history;
+mod hosts;
 mod identity;
 mod large;
 mod operation;

@@ -51,7 +51,9 @@ mod session;
 pub(crate) use server::{serve, ConsoleSetup};
 
 // Its limits, for the table of every limit (`api/limits.rs`).
-pub(crate) use backend::{CALL_BUDGET, DELETIONS_PER_REGION, OPERATIONS_SHOWN, OUTCOMES_PAGE, REFERENCES_PAGE};
+pub(crate) use backend::{
+    CALL_BUDGET, DELETIONS_PER_REGION, HISTORY_PAGE, OPERATIONS_SHOWN, OUTCOMES_PAGE, REFERENCES_PAGE,
+};
 pub(crate) use live::{LIVE_EVERY, MAX_LIVE_STREAMS};
 pub(crate) use pages::MAX_TREE_MEMBERS;
 pub(crate) use session::MAX_TOKEN_BYTES;

@@ -305,6 +305,9 @@ struct ResourceQuery {
     referrers: String,
     #[serde(default)]
     targets: String,
+    /// A page of its history after the newest.
+    #[serde(default)]
+    history: String,
 }
 
 async fn resource_page(
@@ -321,7 +324,26 @@ async fn resource_page(
         let name = resource_name(&name)?;
         let referrers_token = page_token(&query.referrers)?;
         let targets_token = page_token(&query.targets)?;
-        let resource = console.backend.resource(&caller, &name).await?;
+        let history_token = page_token(&query.history)?;
+        // The history beside the resource: a resource that is gone (Get
+        // NOT_FOUND) still has the events its region keeps.
+        let (resource, history) = futures::join!(
+            console.backend.resource(&caller, &name),
+            console.backend.history(&caller, &name, history_token),
+        );
+        let history = history.map_err(|e| e.to_string());
+        let resource = match resource {
+            Ok(resource) => resource,
+            Err(ConsoleError::NotFound(why)) if history.is_ok() => {
+                return Ok(pages::resource_gone(
+                    &console.region,
+                    &name,
+                    &why,
+                    history.as_ref().map_err(Clone::clone),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         let (referrers, targets) = futures::join!(
             console
                 .backend
@@ -337,6 +359,7 @@ async fn resource_page(
             &resource,
             referrers.as_ref().map_err(Clone::clone),
             targets.as_ref().map_err(Clone::clone),
+            history.as_ref().map_err(Clone::clone),
         ))
     };
     match page.await {
