@@ -13,7 +13,7 @@ use crate::with_console;
 
 /// Sends one HTTP/1.1 request with `host` to the console at `addr`;
 /// the status code and the body.
-async fn request(addr: &str, method: &str, path: &str, host: &str, extra: &str) -> (u16, String) {
+pub async fn request(addr: &str, method: &str, path: &str, host: &str, extra: &str) -> (u16, String) {
     let mut tcp = TcpStream::connect(addr).await.expect("connect to the console");
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"

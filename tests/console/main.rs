@@ -20,6 +20,7 @@ mod browser;
 mod cluster;
 mod delete;
 mod frozen;
+mod ha;
 mod history;
 mod hosts;
 mod identity;
