@@ -44,7 +44,10 @@ async fn a_standbys_console_serves_an_operation_and_keeps_serving_it_after_the_w
     let writer = cluster.wait_writer("eu-west", Duration::from_secs(20)).await;
     let standby = 1 - writer;
     let client = cluster.client("eu-west", standby).await;
-    client.create(spec_in("eu-west/project/ha-console", &[])).await.expect("create");
+    client
+        .create(spec_in("eu-west/project/ha-console", &[]))
+        .await
+        .expect("create");
     let operation = client
         .delete(delete_req("eu-west/project/ha-console", true))
         .await

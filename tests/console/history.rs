@@ -40,14 +40,21 @@ async fn a_resources_page_lists_its_history_down_to_the_unset_by_another_regions
     let cluster = start_cluster_with(&REGIONS, with_console).await;
     let eu = cluster.client("eu-west");
     let us = cluster.client("us-east");
-    us.create(spec_in("us-east/project/history-pr", &[])).await.expect("project");
+    us.create(spec_in("us-east/project/history-pr", &[]))
+        .await
+        .expect("project");
     us.create(spec_in(GROUP, &[("project", &["us-east/project/history-pr"])]))
         .await
         .expect("security group");
-    eu.create(spec_in("eu-west/project/history-pe", &[])).await.expect("project");
-    eu.create(spec_in("eu-west/network/history-net", &[("project", &["eu-west/project/history-pe"])]))
+    eu.create(spec_in("eu-west/project/history-pe", &[]))
         .await
-        .expect("network");
+        .expect("project");
+    eu.create(spec_in(
+        "eu-west/network/history-net",
+        &[("project", &["eu-west/project/history-pe"])],
+    ))
+    .await
+    .expect("network");
     // Created, then an attribute changed, then a reference added.
     let mut port = spec_in(PORT, &[("network", &["eu-west/network/history-net"])]);
     eu.create(port.clone()).await.expect("port");
@@ -124,7 +131,10 @@ async fn a_resources_page_lists_its_history_down_to_the_unset_by_another_regions
 async fn get_history_pages_newest_first_cuts_a_large_page_and_refuses_a_forged_token() {
     let node = start_node().await;
     let client = &node.client;
-    client.create(spec_in("eu-west/project/many-changes", &[])).await.expect("create");
+    client
+        .create(spec_in("eu-west/project/many-changes", &[]))
+        .await
+        .expect("create");
     let mut spec = spec_in("eu-west/project/many-changes", &[]);
     for i in 0..204 {
         spec.attributes.insert("step".into(), i.to_string());
@@ -155,7 +165,13 @@ async fn get_history_pages_newest_first_cuts_a_large_page_and_refuses_a_forged_t
     }
     assert_eq!(walked, revisions);
     // No page size: 50.
-    assert_eq!(history(client, "eu-west/project/many-changes", 0, "").await.events.len(), 50);
+    assert_eq!(
+        history(client, "eu-west/project/many-changes", 0, "")
+            .await
+            .events
+            .len(),
+        50
+    );
     let forged = client
         .raw()
         .get_history(v1::GetHistoryRequest {

@@ -15,9 +15,8 @@ use crate::with_console;
 /// the status code and the body.
 pub async fn request(addr: &str, method: &str, path: &str, host: &str, extra: &str) -> (u16, String) {
     let mut tcp = TcpStream::connect(addr).await.expect("connect to the console");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n");
     tcp.write_all(request.as_bytes()).await.expect("send");
     let mut answer = String::new();
     tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut answer))
@@ -42,7 +41,11 @@ async fn a_request_naming_a_foreign_host_is_refused_and_the_consoles_own_names_a
     let url = node.node.console_url().expect("a console");
     let addr = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
     let port = addr.rsplit_once(':').expect("a port").1.to_owned();
-    for own in [addr.clone(), format!("localhost:{port}"), "console.example.com".to_owned()] {
+    for own in [
+        addr.clone(),
+        format!("localhost:{port}"),
+        "console.example.com".to_owned(),
+    ] {
         let (status, answer) = request(&addr, "GET", "/cluster", &own, "").await;
         assert_ne!(status, 421, "{own}: {answer}");
     }

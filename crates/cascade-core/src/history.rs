@@ -109,10 +109,7 @@ fn entry(previous: Option<&Event>, event: &Event) -> HistoryEntry {
 /// have removed others: added is named first), removed some, or neither.
 /// Without the state before, an update is only "updated".
 fn references_changed(previous: Option<&Event>, event: &Event) -> HistoryKind {
-    let (Some(before), Some(after)) = (
-        previous.and_then(|e| e.snapshot.as_ref()),
-        event.snapshot.as_ref(),
-    ) else {
+    let (Some(before), Some(after)) = (previous.and_then(|e| e.snapshot.as_ref()), event.snapshot.as_ref()) else {
         return HistoryKind::Updated;
     };
     let targets = |r: &crate::model::Resource| {

@@ -41,7 +41,10 @@ impl ResourcesApi {
         let before = match req.page_token.as_str() {
             "" => None,
             token => Some(token.parse::<u64>().map_err(|_| {
-                invalid_field("page_token", format!("{} is not a page token of GetHistory", quote(token)))
+                invalid_field(
+                    "page_token",
+                    format!("{} is not a page token of GetHistory", quote(token)),
+                )
             })?),
         };
         let page = self.node.history(&name, before, page_size)?;

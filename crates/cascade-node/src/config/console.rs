@@ -44,7 +44,9 @@ pub(super) fn console_allowed_hosts(file: &ConsoleConfig) -> Result<Vec<String>,
         .map(|name| {
             let usable = !name.is_empty()
                 && name.len() <= MAX_HOST_NAME_BYTES
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
             if usable {
                 Ok(name.trim_end_matches('.').to_ascii_lowercase())
             } else {

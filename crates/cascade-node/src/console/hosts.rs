@@ -55,7 +55,7 @@ impl AllowedHosts {
             }),
             Err(_) => {
                 let name = name.trim_end_matches('.').to_ascii_lowercase();
-                self.names.iter().any(|n| *n == name)
+                self.names.contains(&name)
             }
         };
         if allowed {
@@ -134,7 +134,12 @@ mod tests {
     #[test]
     fn a_rebound_name_or_another_address_is_refused_and_quoted_short() {
         let on_loopback = hosts("127.0.0.1:8080", &[]);
-        for foreign in ["attacker.example:8080", "10.1.0.7:8080", "localhost.attacker.example", ""] {
+        for foreign in [
+            "attacker.example:8080",
+            "10.1.0.7:8080",
+            "localhost.attacker.example",
+            "",
+        ] {
             let why = on_loopback.check(Some(foreign)).expect_err(foreign);
             assert!(why.starts_with("refused: "), "{why}");
         }

@@ -182,15 +182,20 @@ mod tests {
             ..Default::default()
         };
         let empty = v1::ListReferencesResponse::default();
-        let html = resource("eu-west", &r, Ok(&empty), Err("<b>no</b>".into()), Err("<i>x</i>".into()))
-            .0
-            .into_string();
+        let html = resource(
+            "eu-west",
+            &r,
+            Ok(&empty),
+            Err("<b>no</b>".into()),
+            Err("<i>x</i>".into()),
+        )
+        .0
+        .into_string();
         assert!(!html.contains("<script>alert"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
         assert!(html.contains("&lt;b&gt;no&lt;/b&gt;"), "{html}");
         assert!(html.contains("&lt;i&gt;x&lt;/i&gt;"), "{html}");
     }
-
 
     #[test]
     fn a_kept_history_says_where_it_starts() {
@@ -205,9 +210,14 @@ mod tests {
             next_page_token: String::new(),
             compacted_before_revision: 5,
         };
-        let html = resource_gone("eu-west", "eu-west/port/p", "not found", Ok(&page)).0.into_string();
+        let html = resource_gone("eu-west", "eu-west/port/p", "not found", Ok(&page))
+            .0
+            .into_string();
         assert!(html.contains("unset by cascade"), "{html}");
         assert!(html.contains("History before revision 5 was compacted"), "{html}");
-        assert!(html.contains("/operations/0b5e5c1e-0000-4000-8000-000000000001"), "{html}");
+        assert!(
+            html.contains("/operations/0b5e5c1e-0000-4000-8000-000000000001"),
+            "{html}"
+        );
     }
 }
