@@ -7,7 +7,7 @@ use std::time::Duration;
 use cascade_proto::v1;
 
 use crate::browser::Browser;
-use crate::support::{delete_req, eventually, spec_in, start_cluster_with, start_node};
+use crate::support::{delete_req, eventually, spec_in, start_cluster_with, start_node, wait_gone};
 use crate::{console_of, with_console};
 
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
@@ -125,6 +125,28 @@ async fn a_resources_page_lists_its_history_down_to_the_unset_by_another_regions
             &format!("location.pathname === '/operations/{operation}' && document.readyState === 'complete'"),
         )
         .await;
+
+    // Deleted (Get answers NOT_FOUND), its page still tells its story.
+    eu.delete(delete_req(PORT, false)).await.expect("delete the port");
+    wait_gone(eu, PORT).await;
+    browser.goto(&format!("{console}/resources/{PORT}")).await;
+    let shown = browser
+        .wait_for(
+            "the history of a resource that is gone",
+            Duration::from_secs(20),
+            "document.querySelector('.state-gone') !== null && \
+             Array.from(document.querySelectorAll('#history .kind')).map(k => k.textContent)",
+        )
+        .await;
+    let shown: Vec<String> = serde_json::from_value(shown).expect("kinds");
+    assert!(
+        shown.first().is_some_and(|k| k == "deleted" || k == "soft deleted"),
+        "{shown:?}"
+    );
+    assert!(
+        shown.ends_with(&["unset by cascade", "reference added", "updated", "created"].map(String::from)),
+        "{shown:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -115,7 +115,7 @@ pub(in crate::console) fn resource_gone(
         region,
         name,
         html! {
-            h1 { code.name { (name) } " " span.state.state-gone { "GONE" } }
+            h1 { code.name { (name) } " " span.state.state-gone { "NOT FOUND" } }
             p.problem role="alert" { (why) }
             (history_section(name, history))
         },
