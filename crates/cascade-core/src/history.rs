@@ -127,3 +127,105 @@ fn references_changed(previous: Option<&Event>, event: &Event) -> HistoryKind {
         HistoryKind::Updated
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::auth::Principal;
+    use crate::model::{RefTarget, Resource, ResourceState};
+    use crate::{ResourceName, Uid};
+
+    const PORT: &str = "eu-west/port/p";
+    const GROUP_UID: &str = "00000000-0000-4000-8000-000000000002";
+
+    fn event(
+        revision: Revision,
+        event_type: EventType,
+        groups: &[&str],
+        operation: Option<&str>,
+        message: &str,
+    ) -> Event {
+        let name = ResourceName::parse(PORT).unwrap();
+        let uid = Uid::parse("00000000-0000-4000-8000-000000000001").unwrap();
+        let targets: Vec<RefTarget> = groups
+            .iter()
+            .map(|g| RefTarget {
+                name: ResourceName::parse(g).unwrap(),
+                uid: Uid::parse(GROUP_UID).unwrap(),
+            })
+            .collect();
+        let refs = if targets.is_empty() {
+            BTreeMap::new()
+        } else {
+            BTreeMap::from([("security_groups".to_owned(), targets)])
+        };
+        Event {
+            revision,
+            event_type,
+            resource: RefTarget {
+                name: name.clone(),
+                uid,
+            },
+            snapshot: Some(Resource {
+                name,
+                uid,
+                state: ResourceState::Active,
+                attributes: BTreeMap::new(),
+                refs,
+                revision,
+                create_time: Timestamp(1),
+                update_time: Timestamp(revision),
+                finalizers: Vec::new(),
+                liens: Vec::new(),
+                soft_deleted: None,
+            }),
+            operation: operation.map(|o| OperationId::parse(o).unwrap()),
+            message: message.to_owned(),
+            time: Timestamp(revision),
+            no_cascade: false,
+            cause: None,
+            principal: Principal::anonymous(),
+            retain_ms: 0,
+        }
+    }
+
+    #[test]
+    fn updates_are_told_apart_by_what_they_did_to_the_references_newest_first() {
+        let op = "00000000-0000-4000-8000-0000000000aa";
+        let group = "us-east/security_group/g";
+        let events = [
+            event(3, EventType::Created, &[], None, "created"),
+            event(5, EventType::Updated, &[], None, "updated"),
+            event(8, EventType::Updated, &[group], None, "updated"),
+            event(
+                13,
+                EventType::Updated,
+                &[],
+                Some(op),
+                "security_groups cleared: us-east/security_group/g is being deleted",
+            ),
+            event(21, EventType::Updated, &[group], None, "updated"),
+            event(34, EventType::Updated, &[], None, "updated"),
+        ];
+        let kinds: Vec<(Revision, HistoryKind)> = entries(None, &events).iter().map(|e| (e.revision, e.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (34, HistoryKind::ReferenceRemoved),
+                (21, HistoryKind::ReferenceAdded),
+                (13, HistoryKind::UnsetByCascade),
+                (8, HistoryKind::ReferenceAdded),
+                (5, HistoryKind::Updated),
+                (3, HistoryKind::Created),
+            ]
+        );
+        // Without the event before it, an update is only "updated".
+        assert_eq!(entries(None, &events[4..5])[0].kind, HistoryKind::Updated);
+        assert_eq!(
+            entries(Some(&events[3]), &events[4..5])[0].kind,
+            HistoryKind::ReferenceAdded
+        );
+    }
+}
