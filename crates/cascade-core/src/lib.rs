@@ -43,6 +43,7 @@ pub mod auth;
 pub mod closure;
 pub mod error;
 pub mod explain;
+pub mod history;
 pub mod invariants;
 pub mod limits;
 pub mod listing;

@@ -56,6 +56,7 @@
 //!
 //! [console]           # optional: the web console (README, "The console")
 //! listen = "127.0.0.1:8080"   # http://ADDR/, or https:// with [tls]
+//! allowed_hosts = ["console.example.com"]   # names a proxy serves it as (besides the address and localhost)
 //!
 //! [tls]               # mutual TLS: all three, or none (plain text)
 //! ca = "certs/ca.pem"        # the cluster's CA
@@ -86,7 +87,7 @@ mod console;
 mod storage;
 pub use auth::{AuditConfig, AuthConfig, JwtConfig, RateConfig};
 use cascade_tls::{NodeTls, TlsFiles};
-pub use console::ConsoleConfig;
+pub use console::{ConsoleConfig, MAX_CONSOLE_ALLOWED_HOSTS};
 use storage::{check_cluster_name, postgres_settings};
 pub use storage::{DEFAULT_CLUSTER, PG_PASSWORD_ENV};
 
@@ -434,6 +435,9 @@ pub struct NodeSettings {
     /// --accept-schema-unchecked`; audited). Not in the config file: an
     /// override for one start, not a setting.
     pub accept_schema_unchecked: bool,
+    /// Host names the console answers to besides its listen address and
+    /// `localhost` (`[console] allowed_hosts`, lower-cased).
+    pub console_allowed_hosts: Vec<String>,
 }
 
 impl NodeSettings {
@@ -464,6 +468,7 @@ impl NodeSettings {
             audit: crate::auth::AuditSettings::default(),
             console_listen: None,
             accept_schema_unchecked: false,
+            console_allowed_hosts: Vec::new(),
         }
     }
 
@@ -543,6 +548,7 @@ impl NodeSettings {
             })?);
         }
         settings.console_listen = console::console_listen(&file.console)?;
+        settings.console_allowed_hosts = console::console_allowed_hosts(&file.console)?;
         apply_limits(&file.limits, &mut settings.limits)?;
         apply_links(&file.links, &mut settings.links)?;
         if let Some(tls) = &file.tls {

@@ -22,6 +22,8 @@
 //!   Policy that runs no script but the console's own file).
 //! - `context.rs`: what every handler shares, and the checks of ids,
 //!   names and page tokens from a browser.
+//! - `hosts.rs`: the host a request names must be the console's own (its
+//!   address, `localhost`, `[console] allowed_hosts`): no DNS rebinding.
 //! - `session.rs`: who the browser is (the token); signing in and out are
 //!   routes of `server.rs`.
 //! - `backend.rs`: the API calls, each within `CALL_BUDGET`, and what a
@@ -40,6 +42,7 @@ mod cluster;
 mod context;
 mod delete;
 mod error;
+mod hosts;
 mod live;
 mod pages;
 mod server;
@@ -48,7 +51,9 @@ mod session;
 pub(crate) use server::{serve, ConsoleSetup};
 
 // Its limits, for the table of every limit (`api/limits.rs`).
-pub(crate) use backend::{CALL_BUDGET, DELETIONS_PER_REGION, OPERATIONS_SHOWN, OUTCOMES_PAGE, REFERENCES_PAGE};
+pub(crate) use backend::{
+    CALL_BUDGET, DELETIONS_PER_REGION, HISTORY_PAGE, OPERATIONS_SHOWN, OUTCOMES_PAGE, REFERENCES_PAGE,
+};
 pub(crate) use live::{LIVE_EVERY, MAX_LIVE_STREAMS};
 pub(crate) use pages::MAX_TREE_MEMBERS;
 pub(crate) use session::MAX_TOKEN_BYTES;

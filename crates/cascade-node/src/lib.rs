@@ -63,6 +63,7 @@ mod admin;
 mod closure_check;
 mod cluster;
 mod explain;
+mod history;
 mod links;
 mod listing;
 // Operation budgets and controls (issue 29): a bounded delete's

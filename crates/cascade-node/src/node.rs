@@ -211,6 +211,9 @@ pub struct Node {
     /// opens like the metrics' and taken by `serve` (`console.rs`).
     pub(crate) console_listener: Mutex<Option<std::net::TcpListener>>,
     pub(crate) console_addr: Option<std::net::SocketAddr>,
+    /// `[console] allowed_hosts`: names the console answers to besides its
+    /// address and `localhost`.
+    pub(crate) console_allowed_hosts: Vec<String>,
     /// Whether the writer's last commit succeeded (gRPC health follows it).
     pub(crate) committing: Arc<watch::Sender<bool>>,
     /// The address peers and clients reach this node at, when known (for
@@ -473,6 +476,7 @@ impl Node {
             metrics_addr,
             console_listener: Mutex::new(console_listener),
             console_addr,
+            console_allowed_hosts: settings.console_allowed_hosts.clone(),
             committing,
             advertised,
             audit_name,

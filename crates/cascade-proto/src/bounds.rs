@@ -185,6 +185,10 @@ bounded! {
         name(&r.name)?;
         page_token(&r.page_token, "page_token")
     };
+    v1::GetHistoryRequest => |r| {
+        name(&r.name)?;
+        page_token(&r.page_token, "page_token")
+    };
     v1::UpdateRequest => |r| {
         r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, ""))?;
         short(&r.etag, MAX_ETAG_BYTES, "etag")

@@ -39,6 +39,7 @@ pub(crate) mod admin;
 pub(crate) mod authn;
 pub(crate) mod forward;
 pub(crate) mod grpc_metrics;
+pub(crate) mod history;
 pub(crate) mod limits;
 pub(crate) mod list_operations;
 pub(crate) mod listing;

@@ -494,6 +494,14 @@ impl Resources for ResourcesApi {
         Ok(Response::new(self.list_references_of(request).await?))
     }
 
+    async fn get_history(
+        &self,
+        request: Request<v1::GetHistoryRequest>,
+    ) -> Result<Response<v1::GetHistoryResponse>, Status> {
+        request.get_ref().check_bounds()?;
+        Ok(Response::new(self.history_of(request).await?))
+    }
+
     async fn update(&self, request: Request<v1::UpdateRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);

@@ -85,10 +85,20 @@ pub async fn serve_region_node(
         let _ = stop_tx.send(true);
     });
     let connections = Connections::accept(listener);
+    // One console for the process's life, across its roles; the node a
+    // writer opens serves none of its own.
+    let console = {
+        let mut stop = stop_rx.clone();
+        crate::api::server::start_region_console(&settings, bound, async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })?
+    };
+    let mut settings = settings;
+    settings.console_listen = None;
     let takeovers = Arc::new(AtomicU64::new(0));
     loop {
         let Some((epoch, asked_at)) = standby(&settings, &shared, &me, &connections, stop_rx.clone()).await? else {
-            return Ok(());
+            return stopped(console).await;
         };
         takeovers.fetch_add(1, Ordering::Relaxed);
         let role = WriterRole {
@@ -98,12 +108,21 @@ pub async fn serve_region_node(
             takeovers: takeovers.clone(),
         };
         match write(&settings, &shared, role, asked_at, &connections, stop_rx.clone()).await? {
-            Ended::Shutdown => return Ok(()),
+            Ended::Shutdown => return stopped(console).await,
             Ended::SteppedDown(why) => {
                 warn!(region = %settings.region, node = %me.node, epoch, %why, "stepped down: this node is a standby again");
             }
         }
     }
+}
+
+/// The process stops: its console (told by the same signal) closes its
+/// connections first.
+async fn stopped(console: Option<tokio::task::JoinHandle<()>>) -> Result<(), NodeError> {
+    if let Some(console) = console {
+        let _ = console.await;
+    }
+    Ok(())
 }
 
 /// Accepted connections, handed to the server of the current role.

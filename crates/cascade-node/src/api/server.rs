@@ -210,21 +210,74 @@ fn console_setup(node: &Node) -> Result<crate::console::ConsoleSetup, NodeError>
     let api_endpoint = node.advertised.lock().ok().and_then(|a| a.clone()).ok_or_else(|| {
         NodeError::Config("console.listen: the node's own API address is not known (it serves no listener)".into())
     })?;
-    let (client_tls, https_identity) = match &node.tls {
+    Ok(console_setup_of(
+        api_endpoint,
+        node.tls.as_ref(),
+        node.region.as_str(),
+        node.console_addr,
+        &node.console_allowed_hosts,
+    ))
+}
+
+fn console_setup_of(
+    api_endpoint: String,
+    tls: Option<&cascade_tls::NodeTls>,
+    region: &str,
+    listen: Option<SocketAddr>,
+    allowed_hosts: &[String],
+) -> crate::console::ConsoleSetup {
+    let (client_tls, https_identity) = match tls {
         Some(tls) => {
             let mut client = tls.as_client();
             let identity = client.identity.take();
-            client.server_name = Some(cascade_tls::identity_name(node.region.as_str()));
+            client.server_name = Some(cascade_tls::identity_name(region));
             (Some(client), identity)
         }
         None => (None, None),
     };
-    Ok(crate::console::ConsoleSetup {
+    crate::console::ConsoleSetup {
         api_endpoint,
         client_tls,
         https_identity,
-        region: node.region.to_string(),
-    })
+        region: region.to_owned(),
+        listen,
+        allowed_hosts: allowed_hosts.to_vec(),
+    }
+}
+
+/// The console of a process of a region of several nodes (`[ha]`,
+/// `api/roles.rs`): bound once and served for the process's whole life,
+/// standby or writer, since it is a client of the process's own API
+/// address (`api`), which a standby forwards to the writer and a writer
+/// answers itself; so a takeover does not close it, and its pages answer
+/// what the API answers meanwhile. None when `[console] listen` is not set.
+pub(crate) fn start_region_console(
+    settings: &NodeSettings,
+    api: SocketAddr,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<Option<tokio::task::JoinHandle<()>>, NodeError> {
+    let Some(addr) = settings.console_listen else {
+        return Ok(None);
+    };
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|e| NodeError::Config(format!("console.listen: cannot listen on {addr}: {e}")))?;
+    listener.set_nonblocking(true)?;
+    let listen = listener.local_addr()?;
+    let listener = TcpListener::from_std(listener)?;
+    let scheme = if settings.tls.is_some() { "https" } else { "http" };
+    let setup = console_setup_of(
+        format!("{scheme}://{api}"),
+        settings.tls.as_ref(),
+        settings.region.as_str(),
+        Some(listen),
+        &settings.console_allowed_hosts,
+    );
+    let region = settings.region.to_string();
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = crate::console::serve(setup, listener, stop).await {
+            tracing::error!(%region, error = %e, "the console stopped");
+        }
+    })))
 }
 
 /// A node serving in a background task (tests, the demo).

@@ -39,6 +39,9 @@ pub(crate) const OUTCOMES_PAGE: u32 = 50;
 /// References per page, each way.
 pub(crate) const REFERENCES_PAGE: u32 = 50;
 
+/// Events per page of a resource's history.
+pub(crate) const HISTORY_PAGE: u32 = 20;
+
 /// Deletions read per region for the operations page.
 pub(crate) const DELETIONS_PER_REGION: u32 = 500;
 
@@ -201,6 +204,28 @@ impl Backend {
             .resources()
             .await?
             .list_references(as_caller_within(caller, request, RESOURCE_ROUND)?)
+            .await?
+            .into_inner())
+    }
+
+    /// One page of a resource's history, newest first (`GetHistory`,
+    /// answered by its owner): read beside `Get`, so a resource that is
+    /// gone still shows what its region keeps of it.
+    pub(super) async fn history(
+        &self,
+        caller: &Caller,
+        name: &str,
+        page_token: &str,
+    ) -> Result<v1::GetHistoryResponse, ConsoleError> {
+        let request = v1::GetHistoryRequest {
+            name: name.to_owned(),
+            page_size: HISTORY_PAGE,
+            page_token: page_token.to_owned(),
+        };
+        Ok(self
+            .resources()
+            .await?
+            .get_history(as_caller_within(caller, request, RESOURCE_ROUND)?)
             .await?
             .into_inner())
     }

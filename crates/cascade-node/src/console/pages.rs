@@ -3,12 +3,12 @@
 //! attribute holding `<script>` is shown as text, never run). The pages
 //! work without script; `console.js` only swaps in what `live.rs` sends.
 //! The operation page is in `pages/operation.rs`, the dry run before a
-//! delete and its button in `pages/delete.rs`.
+//! delete and its button in `pages/delete.rs`, a resource's page with its
+//! history in `pages/resource.rs`.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use cascade_core::model::Timestamp;
-use cascade_proto::v1;
 use maud::{html, Markup, DOCTYPE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
@@ -18,9 +18,11 @@ use super::error::ConsoleError;
 pub(super) mod cluster;
 mod delete;
 mod operation;
+mod resource;
 pub(super) use delete::{delete_refused, dry_run, dry_run_refused};
 pub(crate) use operation::MAX_TREE_MEMBERS;
 pub(super) use operation::{live_operation, operation_page, Rate};
+pub(super) use resource::{resource, resource_gone};
 
 /// A rendered page (or a fragment of one, sent live).
 pub(super) struct Page(pub Markup);
@@ -298,117 +300,9 @@ pub(super) fn operations(region: &str, table: Markup) -> Page {
     )
 }
 
-/// A resource: attributes, references both ways (a page each), its
-/// deletion when it is being deleted.
-pub(super) fn resource(
-    region: &str,
-    r: &v1::Resource,
-    referrers: Result<&v1::ListReferencesResponse, String>,
-    targets: Result<&v1::ListReferencesResponse, String>,
-) -> Page {
-    let state = enum_word(r.state().as_str_name(), "RESOURCE_STATE_").to_owned();
-    layout(
-        region,
-        &r.name,
-        html! {
-            h1 { code.name { (r.name) } " " span class={"state state-" (state.to_lowercase())} { (state) } }
-            @if r.deletion.is_none() {
-                p { a #delete-link href=(delete_href(&r.name)) { "Delete…" } " (a dry run first: what the cascade would do, then a button if you may)" }
-            }
-            dl.facts {
-                dt { "Kind" } dd { (r.kind) }
-                dt { "Region" } dd { (r.region) }
-                dt { "Uid" } dd { code { (r.uid) } }
-                dt { "Revision" } dd { (r.revision) }
-                dt { "Created" } dd { (instant(r.create_time_ms)) }
-                dt { "Updated" } dd { (instant(r.update_time_ms)) }
-                @if !r.finalizers.is_empty() { dt { "Finalizers" } dd { (r.finalizers.join(", ")) } }
-                @for lien in &r.liens { dt { "Lien" } dd { (lien.id) " " (lien.reason) } }
-            }
-            @if let Some(d) = &r.deletion {
-                section.deletion {
-                    h2 { "Being deleted" }
-                    p {
-                        "Status " strong { (enum_word(d.status().as_str_name(), "DELETION_STATUS_")) }
-                        ", " (d.reason) ", operation "
-                        a href=(operation_href(&d.operation_id)) { code { (d.operation_id) } }
-                    }
-                    @if !d.message.is_empty() { p.reason { (d.message) } }
-                }
-            }
-            section {
-                h2 { "Attributes" }
-                @if r.attributes.is_empty() { p.empty { "None." } } @else {
-                    table.attributes {
-                        @for (k, v) in r.attributes.iter().collect::<std::collections::BTreeMap<_, _>>() {
-                            tr { th { (k) } td { (v) } }
-                        }
-                    }
-                }
-            }
-            section {
-                h2 { "References it holds" }
-                (references_table(&r.name, "targets", targets, false))
-            }
-            section {
-                h2 { "Referrers, in every region" }
-                (references_table(&r.name, "referrers", referrers, true))
-            }
-        },
-    )
-}
-
-fn references_table(
-    name: &str,
-    param: &str,
-    page: Result<&v1::ListReferencesResponse, String>,
-    referrers: bool,
-) -> Markup {
-    html! {
-        @match page {
-            Err(why) => { p.problem { (why) } }
-            Ok(page) if page.references.is_empty() => { p.empty { "None." } }
-            Ok(page) => {
-                table.references {
-                    thead { tr { th { @if referrers { "Referrer" } @else { "Target" } } th { "Field" } th { "On delete" } } }
-                    tbody {
-                        @for reference in &page.references {
-                            @let other = if referrers { &reference.referrer } else { &reference.target };
-                            tr {
-                                td { a href=(resource_href(other)) { (other) } }
-                                td { (reference.field) }
-                                td class={"policy policy-" (reference.on_delete)} { (reference.on_delete) }
-                            }
-                        }
-                    }
-                }
-                @if !page.next_page_token.is_empty() {
-                    a.next href={(resource_href(name)) "?" (param) "=" (query_value(&page.next_page_token))} { "Next page" }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_hostile_value_is_text_in_the_page() {
-        let r = v1::Resource {
-            name: "eu-west/port/p".into(),
-            attributes: [("note".to_owned(), "<script>alert(1)</script>".to_owned())].into(),
-            ..Default::default()
-        };
-        let empty = v1::ListReferencesResponse::default();
-        let html = resource("eu-west", &r, Ok(&empty), Err("<b>no</b>".into()))
-            .0
-            .into_string();
-        assert!(!html.contains("<script>alert"), "{html}");
-        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
-        assert!(html.contains("&lt;b&gt;no&lt;/b&gt;"), "{html}");
-    }
 
     #[test]
     fn a_link_keeps_a_name_or_token_in_its_own_segment() {

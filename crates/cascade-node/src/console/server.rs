@@ -32,6 +32,7 @@ use super::backend::{Backend, OUTCOMES_PAGE};
 use super::context::{operation_id, page_token, resource_name, Console};
 use super::delete;
 use super::error::ConsoleError;
+use super::hosts::{only_own_hosts, AllowedHosts};
 use super::live::{self, MAX_LIVE_STREAMS};
 use super::pages;
 use super::session::{local_path, usable_token, Caller, TOKEN_COOKIE};
@@ -65,6 +66,11 @@ pub(crate) struct ConsoleSetup {
     pub https_identity: Option<(String, String)>,
     /// The region of the node, shown on every page.
     pub region: String,
+    /// The console's own listen address: a request may name it as its host.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `[console] allowed_hosts`: other names a request may give as its
+    /// host (`hosts.rs`).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Why the console could not start (the node's start fails with it).
@@ -97,7 +103,8 @@ pub(crate) async fn serve(
     if let Ok(addr) = listener.local_addr() {
         info!(region = %console.region, url = %format!("{scheme}://{addr}/"), "console serving");
     }
-    let app = routes(console);
+    let hosts = Arc::new(AllowedHosts::new(setup.listen, &setup.allowed_hosts));
+    let app = routes(console, hosts);
     let graceful = GracefulShutdown::new();
     let builder = auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
@@ -162,7 +169,7 @@ fn https_config(cert_pem: &str, key_pem: &str) -> Result<Arc<rustls::ServerConfi
     Ok(Arc::new(config))
 }
 
-fn routes(console: Arc<Console>) -> Router {
+fn routes(console: Arc<Console>, hosts: Arc<AllowedHosts>) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/operations") }))
         .route(
@@ -185,6 +192,8 @@ fn routes(console: Arc<Console>) -> Router {
         .route("/resources/{*name}", get(resource_page).post(delete::submit))
         .route("/cluster", get(super::cluster::cluster_page))
         .fallback(not_found)
+        // Before any route: a request naming another host is refused.
+        .layer(axum::middleware::from_fn_with_state(hosts, only_own_hosts))
         .layer(tower::util::MapResponseLayer::new(protective_headers))
         .with_state(console)
 }
@@ -296,6 +305,9 @@ struct ResourceQuery {
     referrers: String,
     #[serde(default)]
     targets: String,
+    /// A page of its history after the newest.
+    #[serde(default)]
+    history: String,
 }
 
 async fn resource_page(
@@ -312,7 +324,26 @@ async fn resource_page(
         let name = resource_name(&name)?;
         let referrers_token = page_token(&query.referrers)?;
         let targets_token = page_token(&query.targets)?;
-        let resource = console.backend.resource(&caller, &name).await?;
+        let history_token = page_token(&query.history)?;
+        // The history beside the resource: a resource that is gone (Get
+        // NOT_FOUND) still has the events its region keeps.
+        let (resource, history) = futures::join!(
+            console.backend.resource(&caller, &name),
+            console.backend.history(&caller, &name, history_token),
+        );
+        let history = history.map_err(|e| e.to_string());
+        let resource = match resource {
+            Ok(resource) => resource,
+            Err(ConsoleError::NotFound(why)) if history.is_ok() => {
+                return Ok(pages::resource_gone(
+                    &console.region,
+                    &name,
+                    &why,
+                    history.as_ref().map_err(Clone::clone),
+                ));
+            }
+            Err(e) => return Err(e),
+        };
         let (referrers, targets) = futures::join!(
             console
                 .backend
@@ -328,6 +359,7 @@ async fn resource_page(
             &resource,
             referrers.as_ref().map_err(Clone::clone),
             targets.as_ref().map_err(Clone::clone),
+            history.as_ref().map_err(Clone::clone),
         ))
     };
     match page.await {
