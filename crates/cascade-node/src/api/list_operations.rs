@@ -230,30 +230,7 @@ impl ResourcesApi {
             positions.insert(region, position);
         }
         // Region order, then the order they started (each region's page is).
-        let unreachable = positions
-            .iter()
-            .filter_map(|(region, p)| match p {
-                RegionPosition::GaveUp(reason) => Some(v1::UnreachableRegion {
-                    region: region.clone(),
-                    last_contact_ms: self
-                        .node
-                        .metrics
-                        .last_contact(region)
-                        .map_or(0, |seconds| (seconds * 1000.0) as i64),
-                    reason: reason.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        let next_page_token = if positions.values().any(RegionPosition::is_open) {
-            ListPageToken {
-                selectors,
-                regions: positions,
-            }
-            .encode()
-        } else {
-            String::new()
-        };
+        let (unreachable, next_page_token) = self.end_of_page(selectors, positions);
         Ok(v1::ListOperationsResponse {
             operations,
             next_page_token,

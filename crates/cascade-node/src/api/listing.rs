@@ -159,6 +159,42 @@ impl ResourcesApi {
 
     /// One page of this region, cut to the byte budget, with its own token
     /// (the last name it holds or examined).
+    /// What a page across regions ends with: the regions that gave up,
+    /// each with its last contact, and the next page's token (every
+    /// region's position; empty once every region is done). List and
+    /// ListOperations end their pages the same way.
+    pub(super) fn end_of_page(
+        &self,
+        selectors: u64,
+        positions: BTreeMap<String, RegionPosition>,
+    ) -> (Vec<v1::UnreachableRegion>, String) {
+        let unreachable = positions
+            .iter()
+            .filter_map(|(region, p)| match p {
+                RegionPosition::GaveUp(reason) => Some(v1::UnreachableRegion {
+                    region: region.clone(),
+                    last_contact_ms: self
+                        .node
+                        .metrics
+                        .last_contact(region)
+                        .map_or(0, |seconds| (seconds * 1000.0) as i64),
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let next_page_token = if positions.values().any(RegionPosition::is_open) {
+            ListPageToken {
+                selectors,
+                regions: positions,
+            }
+            .encode()
+        } else {
+            String::new()
+        };
+        (unreachable, next_page_token)
+    }
+
     async fn local_page(&self, req: &v1::ListRequest) -> Result<WirePage, Status> {
         let query = query_of(req)?;
         let after = if req.page_token.is_empty() {
@@ -299,30 +335,7 @@ impl ResourcesApi {
             resources = merge_pages(&mut positions, answers, kept, |r| r.name.as_str());
         }
         debug_assert_eq!(resources.len(), kept);
-        let unreachable = positions
-            .iter()
-            .filter_map(|(region, p)| match p {
-                RegionPosition::GaveUp(reason) => Some(v1::UnreachableRegion {
-                    region: region.clone(),
-                    last_contact_ms: self
-                        .node
-                        .metrics
-                        .last_contact(region)
-                        .map_or(0, |seconds| (seconds * 1000.0) as i64),
-                    reason: reason.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        let next_page_token = if positions.values().any(RegionPosition::is_open) {
-            ListPageToken {
-                selectors,
-                regions: positions,
-            }
-            .encode()
-        } else {
-            String::new()
-        };
+        let (unreachable, next_page_token) = self.end_of_page(selectors, positions);
         Ok(v1::ListResponse {
             resources,
             next_page_token,
