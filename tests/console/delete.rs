@@ -16,18 +16,15 @@
 //! A cascade from n deletes n, s and q and unsets f's `port`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cascade_client::{AdminClient, Client};
-use cascade_node::auth::{AuthMode, AuthSettings};
-use cascade_node::NodeSettings;
 use cascade_proto::v1;
-use cascade_tls::DevPki;
 use serde_json::json;
 
 use crate::browser::Browser;
-use crate::support::{spec_in, start_cluster_tls_with, start_cluster_with, state, targets, Cluster};
+use crate::signed_in::{secured, sign_in, Secured};
+use crate::support::{spec_in, start_cluster_with, state, targets};
 use crate::{console_of, with_console};
 
 const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
@@ -44,61 +41,12 @@ const ADMIN_TOKEN: &str = "console-delete-admin-token-4Rt9";
 const ALICE_TOKEN: &str = "console-delete-alice-token-8Vw2";
 /// In `readers`: may get, list and watch, nothing else.
 const READER_TOKEN: &str = "console-delete-reader-token-1Zx6";
-
-fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Three TLS regions requiring a token, under the shipped example policy,
-/// each serving its console.
-struct Secured {
-    cluster: Cluster,
-    pki: DevPki,
-    _files: tempfile::TempDir,
-}
-
-async fn secured() -> Secured {
-    let files = tempfile::tempdir().expect("a temporary directory");
-    let mut tokens = String::new();
-    for (token, principal, group) in [
-        (ADMIN_TOKEN, "admin", "admins"),
-        (ALICE_TOKEN, "alice", "net-admins"),
-        (READER_TOKEN, "reader", "readers"),
-    ] {
-        tokens += &format!(
-            "[[token]]\nprincipal = \"{principal}\"\ngroups = [\"{group}\"]\nsha256 = \"{}\"\n\n",
-            sha256_hex(token)
-        );
-    }
-    std::fs::write(files.path().join("tokens.toml"), tokens).expect("the tokens file");
-    std::fs::write(
-        files.path().join("policy.cedar"),
-        include_str!("../../deploy/auth/policy.cedar"),
-    )
-    .expect("the policy file");
-    let pki = DevPki::generate(&REGIONS).expect("a development CA");
-    let dir = files.path().to_owned();
-    let cluster = start_cluster_tls_with(&REGIONS, &pki, |s| require_tokens(s, &dir)).await;
-    Secured {
-        cluster,
-        pki,
-        _files: files,
-    }
-}
-
-fn require_tokens(s: &mut NodeSettings, dir: &Path) {
-    with_console(s);
-    s.auth = AuthSettings {
-        mode: AuthMode::Required,
-        tokens_file: Some(dir.join("tokens.toml")),
-        policy_file: Some(dir.join("policy.cedar")),
-        ..AuthSettings::default()
-    };
-}
+/// The three identities, as the tokens file names them.
+const TOKENS: [(&str, &str, &str); 3] = [
+    (ADMIN_TOKEN, "admin", "admins"),
+    (ALICE_TOKEN, "alice", "net-admins"),
+    (READER_TOKEN, "reader", "readers"),
+];
 
 impl Secured {
     async fn client(&self, region: &str, token: &str) -> Client {
@@ -186,23 +134,6 @@ async fn shown_counts(browser: &mut Browser) -> BTreeMap<String, [u64; 3]> {
     rows.into_iter().collect()
 }
 
-async fn sign_in(browser: &mut Browser, console: &str, token: &str) {
-    browser.goto(&format!("{console}/login?next=/operations")).await;
-    let token = serde_json::to_string(token).expect("a string");
-    browser
-        .eval(&format!(
-            "document.querySelector('#token').value = {token}; document.querySelector('form.login').submit(); true"
-        ))
-        .await;
-    browser
-        .wait_for(
-            "the sign-in to land",
-            Duration::from_secs(20),
-            "location.pathname === '/operations'",
-        )
-        .await;
-}
-
 /// A POST of the delete form made by hand from the open page (not its
 /// button): the caller's own cookie and this console's origin, so only
 /// the API can refuse it. Its status and the page it answered.
@@ -234,7 +165,7 @@ async fn a_caller_who_may_delete_sees_the_plan_and_the_button_whose_press_delete
     let Some(mut browser) = Browser::launch("delete::press_deletes").await else {
         return;
     };
-    let secured = secured().await;
+    let secured = secured(&TOKENS).await;
     let mut admins = BTreeMap::new();
     for region in REGIONS {
         admins.insert(region, secured.client(region, ADMIN_TOKEN).await);
@@ -250,7 +181,7 @@ async fn a_caller_who_may_delete_sees_the_plan_and_the_button_whose_press_delete
 
     // Through another region's node than the network's.
     let console = console_of(&secured.cluster, "us-east");
-    sign_in(&mut browser, &console, ADMIN_TOKEN).await;
+    sign_in(&mut browser, &console, ADMIN_TOKEN, "/operations").await;
     // The resource page links to the dry run.
     browser.goto(&format!("{console}/resources/{NETWORK}")).await;
     let opened = Instant::now();
@@ -364,7 +295,7 @@ async fn a_caller_who_may_not_delete_sees_no_button_and_a_delete_posted_by_hand_
     let Some(mut browser) = Browser::launch("delete::refused_by_the_api").await else {
         return;
     };
-    let secured = secured().await;
+    let secured = secured(&TOKENS).await;
     let mut admins = BTreeMap::new();
     for region in REGIONS {
         admins.insert(region, secured.client(region, ADMIN_TOKEN).await);
@@ -395,7 +326,7 @@ async fn a_caller_who_may_not_delete_sees_no_button_and_a_delete_posted_by_hand_
 
     // alice may start a cascade from a network, not delete its port: the
     // dry run answers her, naming the port, and the page has no button.
-    sign_in(&mut browser, &console, ALICE_TOKEN).await;
+    sign_in(&mut browser, &console, ALICE_TOKEN, "/operations").await;
     browser.goto(&format!("{console}{page}")).await;
     browser
         .wait_for(
@@ -443,7 +374,7 @@ async fn a_caller_who_may_not_delete_sees_no_button_and_a_delete_posted_by_hand_
 
     // A reader may not even plan it: the API refuses the dry run (it is
     // authorized as the delete is), the page says so, and has no button.
-    sign_in(&mut browser, &console, READER_TOKEN).await;
+    sign_in(&mut browser, &console, READER_TOKEN, "/operations").await;
     browser.goto(&format!("{console}{page}")).await;
     let refused = browser
         .wait_for(

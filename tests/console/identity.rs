@@ -12,6 +12,7 @@ use cascade_tls::DevPki;
 use serde_json::Value;
 
 use crate::browser::Browser;
+use crate::signed_in::{sha256_hex, submit_sign_in};
 use crate::support::{spec_in, start_cluster_tls_with};
 use crate::{console_of, with_console};
 
@@ -19,24 +20,6 @@ const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
 
 /// The static token of the tests' one identity.
 const TOKEN: &str = "console-test-token-7Hq2";
-
-fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-async fn sign_in(browser: &mut Browser, console: &str, token: &str, next: &str) {
-    browser.goto(&format!("{console}/login?next={next}")).await;
-    let token = serde_json::to_string(token).expect("a string");
-    browser
-        .eval(&format!(
-            "document.querySelector('#token').value = {token}; document.querySelector('form.login').submit(); true"
-        ))
-        .await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_page_shows_what_the_callers_token_may_read_and_hostile_values_only_as_text() {
@@ -98,7 +81,7 @@ async fn a_page_shows_what_the_callers_token_may_read_and_hostile_values_only_as
     );
 
     // A token the node does not accept: the node refuses, not the console.
-    sign_in(&mut browser, &console, "not-a-token-of-this-cluster", page).await;
+    submit_sign_in(&mut browser, &console, "not-a-token-of-this-cluster", page).await;
     browser
         .wait_for(
             "a refusal",
@@ -107,7 +90,7 @@ async fn a_page_shows_what_the_callers_token_may_read_and_hostile_values_only_as
         )
         .await;
 
-    sign_in(&mut browser, &console, TOKEN, page).await;
+    submit_sign_in(&mut browser, &console, TOKEN, page).await;
     browser
         .wait_for(
             "the resource page",

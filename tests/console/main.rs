@@ -28,6 +28,7 @@ mod large;
 mod operation;
 mod progress;
 mod screens;
+mod signed_in;
 
 use std::net::SocketAddr;
 

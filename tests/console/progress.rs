@@ -9,20 +9,15 @@
 //! sees an empty list with a note, not an error page.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cascade_client::Client;
-use cascade_node::auth::{AuthMode, AuthSettings};
-use cascade_node::NodeSettings;
 use cascade_proto::v1;
-use cascade_tls::DevPki;
 
 use crate::browser::Browser;
-use crate::support::{spec_in, start_cluster_tls_with};
-use crate::{console_of, with_console};
-
-const REGIONS: [&str; 3] = ["eu-west", "us-east", "ap-south"];
+use crate::console_of;
+use crate::signed_in::{secured, sign_in, REGIONS};
+use crate::support::spec_in;
 
 /// In `admins`: may do everything (starts the cascade).
 const ADMIN_TOKEN: &str = "console-progress-admin-token-6Yb3";
@@ -36,42 +31,6 @@ const PORTS_PER_REGION: usize = 150;
 
 const PROJECT: &str = "eu-west/project/p";
 const NETWORK: &str = "eu-west/network/n";
-
-fn sha256_hex(text: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, text.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn require_tokens(s: &mut NodeSettings, dir: &Path) {
-    with_console(s);
-    s.auth = AuthSettings {
-        mode: AuthMode::Required,
-        tokens_file: Some(dir.join("tokens.toml")),
-        policy_file: Some(dir.join("policy.cedar")),
-        ..AuthSettings::default()
-    };
-}
-
-async fn sign_in(browser: &mut Browser, console: &str, token: &str, next: &str) {
-    browser.goto(&format!("{console}/login?next={next}")).await;
-    let token = serde_json::to_string(token).expect("a string");
-    browser
-        .eval(&format!(
-            "document.querySelector('#token').value = {token}; document.querySelector('form.login').submit(); true"
-        ))
-        .await;
-    let landed = serde_json::to_string(next).expect("a string");
-    browser
-        .wait_for(
-            "the sign-in to land",
-            Duration::from_secs(20),
-            &format!("location.pathname === {landed} && document.readyState === 'complete'"),
-        )
-        .await;
-}
 
 /// The operation page's rows per region: region → reachable and the five
 /// counts (deleted, unset, pending, blocked, failed), as a person reads them.
@@ -101,27 +60,13 @@ async fn a_reader_sees_each_regions_progress_rise_live_and_the_operation_listed_
     let Some(mut browser) = Browser::launch("progress::per_region_and_every_caller").await else {
         return;
     };
-    let files = tempfile::tempdir().expect("a temporary directory");
-    let mut tokens = String::new();
-    for (token, principal, group) in [
+    let secured = secured(&[
         (ADMIN_TOKEN, "admin", "admins"),
         (READER_TOKEN, "reader", "readers"),
         (NOBODY_TOKEN, "nobody", "strangers"),
-    ] {
-        tokens += &format!(
-            "[[token]]\nprincipal = \"{principal}\"\ngroups = [\"{group}\"]\nsha256 = \"{}\"\n\n",
-            sha256_hex(token)
-        );
-    }
-    std::fs::write(files.path().join("tokens.toml"), tokens).expect("the tokens file");
-    std::fs::write(
-        files.path().join("policy.cedar"),
-        include_str!("../../deploy/auth/policy.cedar"),
-    )
-    .expect("the policy file");
-    let pki = DevPki::generate(&REGIONS).expect("a development CA");
-    let dir = files.path().to_owned();
-    let cluster = start_cluster_tls_with(&REGIONS, &pki, |s| require_tokens(s, &dir)).await;
+    ])
+    .await;
+    let (cluster, pki) = (&secured.cluster, &secured.pki);
     let mut admins = BTreeMap::new();
     for region in REGIONS {
         let client = Client::connect_with(&cluster.node(region).node.endpoint(), Some(&pki.client()))
@@ -160,7 +105,7 @@ async fn a_reader_sees_each_regions_progress_rise_live_and_the_operation_listed_
         .expect("an operation");
 
     // The reader, through another region's node.
-    let console = console_of(&cluster, "us-east");
+    let console = console_of(cluster, "us-east");
     let page = format!("/operations/{}", op.id);
     sign_in(&mut browser, &console, READER_TOKEN, &page).await;
     browser.eval("window.sameDocument = true").await;

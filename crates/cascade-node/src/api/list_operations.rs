@@ -12,7 +12,6 @@
 //! ([`ListPageToken`]), and a region that did not answer is given up and
 //! named on every later page, as a listing of every region does.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cascade_core::auth::{Principal, Verb};
@@ -25,6 +24,7 @@ use cascade_proto::v1;
 use tonic::{Request, Status};
 
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::listing::positions_in_token;
 use crate::api::listing::LIST_BUDGET;
 use crate::api::parse_operation_id;
 use crate::api::principal::caller;
@@ -167,17 +167,7 @@ impl ResourcesApi {
             )));
         }
         let selectors = selectors_of(&req);
-        let mut positions =
-            match ListPageToken::decode(&req.page_token).map_err(|e| invalid_field("page_token", e.to_string()))? {
-                None => BTreeMap::new(),
-                Some(token) if token.selectors != selectors => {
-                    return Err(invalid_field(
-                        "page_token",
-                        "was issued for a listing with other filters (state, started_within_seconds)",
-                    ))
-                }
-                Some(token) => token.regions,
-            };
+        let mut positions = positions_in_token(&req.page_token, selectors, "filters (state, started_within_seconds)")?;
         for (region, position) in &positions {
             if !regions.contains(region) {
                 return Err(invalid_field(

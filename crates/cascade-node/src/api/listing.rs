@@ -101,6 +101,24 @@ fn moves_forward(region: &str, after: &str, items: &[v1::Resource], next: Option
     }
 }
 
+/// The regions' positions a page token carries (none: the first page),
+/// refused when it was issued for other `selectors` (`what`, for the
+/// message: the request's fields they fingerprint).
+pub(super) fn positions_in_token(
+    page_token: &str,
+    selectors: u64,
+    what: &str,
+) -> Result<BTreeMap<String, RegionPosition>, Status> {
+    match ListPageToken::decode(page_token).map_err(|e| invalid_field("page_token", e.to_string()))? {
+        None => Ok(BTreeMap::new()),
+        Some(token) if token.selectors != selectors => Err(invalid_field(
+            "page_token",
+            format!("was issued for a listing with other {what}"),
+        )),
+        Some(token) => Ok(token.regions),
+    }
+}
+
 impl ResourcesApi {
     /// `Resources.List`: this region, another (forwarded), or every region.
     pub(crate) async fn list_resources(&self, request: Request<v1::ListRequest>) -> Result<v1::ListResponse, Status> {
@@ -231,17 +249,11 @@ impl ResourcesApi {
         // Refuse bad selectors before asking anyone.
         query_of(&req)?;
         let selectors = selectors_of(&req);
-        let mut positions =
-            match ListPageToken::decode(&req.page_token).map_err(|e| invalid_field("page_token", e.to_string()))? {
-                None => BTreeMap::new(),
-                Some(token) if token.selectors != selectors => {
-                    return Err(invalid_field(
-                        "page_token",
-                        "was issued for a listing with other selectors (kind, state, name_prefix, attribute_selector)",
-                    ))
-                }
-                Some(token) => token.regions,
-            };
+        let mut positions = positions_in_token(
+            &req.page_token,
+            selectors,
+            "selectors (kind, state, name_prefix, attribute_selector)",
+        )?;
         // A position the token carries must be a name of its own region:
         // anything else was not issued by a node (a region asked with it
         // would refuse it, and be given up instead of the caller told).
