@@ -156,6 +156,42 @@ impl ResourceName {
         })
     }
 
+    /// A name read back from a store this node's writers filled, where
+    /// every name was [`ResourceName::parse`]d before it was written: only
+    /// its shape is checked again (two slashes, three non-empty parts
+    /// within their lengths), not each character. Decoding re-validated
+    /// every stored name on every read, 14 % of a cross-region create's
+    /// instructions (docs/BENCHMARKS.md, "Decoding stored records"). A
+    /// value that is not a name at all (a cut or foreign record) is still
+    /// refused, with the same error as `parse`; requests use `parse`.
+    pub fn from_stored(value: &str) -> Result<Self, NameError> {
+        let err = |reason| NameError {
+            what: "resource name",
+            value: quote(value),
+            reason,
+        };
+        let form = || err("must have the form {region}/{kind}/{id}");
+        let region_len = value.find('/').ok_or_else(form)?;
+        let kind_start = region_len + 1;
+        let kind_len = value[kind_start..].find('/').ok_or_else(form)?;
+        let id_start = kind_start + kind_len + 1;
+        let id = &value[id_start..];
+        if id.contains('/') {
+            return Err(form());
+        }
+        if region_len == 0 || kind_len == 0 || id.is_empty() {
+            return Err(err("no part may be empty"));
+        }
+        if region_len > 32 || kind_len > 63 || id.len() > 63 {
+            return Err(err("a part is longer than its limit"));
+        }
+        Ok(Self {
+            full: value.to_owned(),
+            kind_start,
+            id_start,
+        })
+    }
+
     /// Builds and validates the name of `id` of `kind` in `region`.
     pub fn new(region: &RegionId, kind: &str, id: &str) -> Result<Self, NameError> {
         Self::parse(&format!("{region}/{kind}/{id}"))
@@ -311,6 +347,40 @@ mod tests {
         ] {
             let err = ResourceName::parse(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_stored_name_reads_back_with_the_same_parts_as_parsed() {
+        for valid in ["eu-1/port/p-01", "r0/network/n", "a/b/c"] {
+            let parsed = ResourceName::parse(valid).unwrap();
+            let stored = ResourceName::from_stored(valid).unwrap();
+            assert_eq!(stored, parsed);
+            assert_eq!(
+                (stored.region(), stored.kind(), stored.id()),
+                (parsed.region(), parsed.kind(), parsed.id())
+            );
+        }
+    }
+
+    /// What a cut or foreign value holds instead of a name is refused, not
+    /// turned into a name whose parts are wrong.
+    #[test]
+    fn a_stored_value_that_is_not_a_name_is_refused_with_the_reason() {
+        let long = format!("eu/port/{}", "a".repeat(64));
+        for (bad, why) in [
+            ("no-name", "form"),
+            ("eu/port", "form"),
+            ("eu/port/a/b", "form"),
+            ("eu//a", "empty"),
+            ("/port/a", "empty"),
+            ("eu/port/", "empty"),
+            ("", "form"),
+            (long.as_str(), "limit"),
+        ] {
+            let err = ResourceName::from_stored(bad).unwrap_err();
+            assert_eq!(err.what, "resource name");
+            assert!(err.to_string().contains(why), "{bad}: {err}");
         }
     }
 

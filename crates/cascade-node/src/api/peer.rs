@@ -23,6 +23,7 @@ use tracing::{info_span, warn};
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::stream::{outbox_stream, with_heartbeats};
 use crate::api::{parse_name, parse_operation_id};
+use crate::codec::EventHead;
 use crate::error::Fault;
 use crate::node::{LocalLookup, Node};
 use crate::outbox::Watcher;
@@ -369,7 +370,7 @@ impl Peer for PeerApi {
             Watcher::Peer {
                 region: watcher.to_string(),
             },
-            |e| e.event_type.concerns_importers(),
+            |e: &EventHead<'_>| e.event_type.concerns_importers(),
             move |e| v1::PeerEvent {
                 traceparent: node.trace_marks.of(e.revision).unwrap_or_default(),
                 revision: e.revision,

@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::limits::quote;
-use cascade_core::model::Event;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
 use cascade_core::protocol::{AddLien, Control, DeleteOutcome, ResourceSpec};
 use cascade_core::{CoreError, ResourceName};
@@ -41,6 +40,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::admin::Refusal;
+use crate::codec::EventHead;
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, vouching_region};
 use crate::api::stream::outbox_stream;
@@ -834,7 +834,7 @@ impl Resources for ResourcesApi {
             self.node.feed(),
             req.from_revision,
             watcher,
-            move |e: &Event| kind.as_deref().is_none_or(|k| e.resource.name.kind() == k),
+            move |e: &EventHead<'_>| kind.as_deref().is_none_or(|k| e.kind() == k),
             convert::event,
             span,
         );

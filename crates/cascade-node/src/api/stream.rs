@@ -15,6 +15,11 @@
 //! (`cascade_proto::status::compacted`), the same status as a fresh watch
 //! from below the floor, and `Overtaken` (`outbox.rs`) counts and warns.
 //! What a stream read before a compaction is still sent: it is contiguous.
+//!
+//! The filter sees an event's head ([`EventHead`]: revision, type, name),
+//! so a replay from the store decodes only the events it sends and passes
+//! over the others by revision (a peer's Watch sends the deletion events
+//! of an outbox that is mostly CREATED events).
 
 use cascade_core::model::{Event, Revision};
 use cascade_proto::status::{compacted, storage_unavailable};
@@ -23,7 +28,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use tracing::{debug, error, Instrument, Span};
 
-use crate::codec::StoreState;
+use crate::codec::{EventHead, Listed, StoreState};
 use crate::outbox::{OutboxFeed, Watcher};
 use crate::store::{Store, StoreError};
 
@@ -39,7 +44,7 @@ pub(crate) struct Pacing {
 /// The servers' pacing: 256 items queued, pages of 512 events.
 pub(crate) const PACING: Pacing = Pacing { queued: 256, page: 512 };
 
-/// Streams events with revision >= `from` that pass `wanted`, converted by
+/// Streams events with revision >= `from` whose head passes `wanted`, converted by
 /// `wire`. `from` 0 means from the oldest retained event; below the
 /// floor, or overtaken by compaction later, the stream ends with
 /// OUT_OF_RANGE (reason COMPACTED, the revision to resume from).
@@ -47,7 +52,7 @@ pub fn outbox_stream<T: Send + 'static>(
     feed: OutboxFeed,
     from: Revision,
     watcher: Watcher,
-    wanted: impl Fn(&Event) -> bool + Send + Sync + 'static,
+    wanted: impl Fn(&EventHead<'_>) -> bool + Send + Sync + 'static,
     wire: impl Fn(&Event) -> T + Send + Sync + 'static,
     span: Span,
 ) -> ReceiverStream<Result<T, Status>> {
@@ -60,7 +65,7 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
     feed: OutboxFeed,
     from: Revision,
     watcher: Watcher,
-    wanted: impl Fn(&Event) -> bool + Send + Sync + 'static,
+    wanted: impl Fn(&EventHead<'_>) -> bool + Send + Sync + 'static,
     wire: impl Fn(&Event) -> T + Send + Sync + 'static,
     span: Span,
     pacing: Pacing,
@@ -96,7 +101,7 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
             let mut passed_any = false;
             loop {
                 loop {
-                    let page = match read_page(store.as_ref(), next, page_size, published.below()) {
+                    let page = match read_page(store.as_ref(), next, page_size, published.below(), &wanted) {
                         Ok(Page::Events(page)) => page,
                         Ok(Page::CaughtUp) => break,
                         Ok(Page::Compacted { floor }) if from_oldest && !passed_any => {
@@ -114,10 +119,12 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
                         }
                     };
                     passed_any = true;
-                    for e in page.iter() {
-                        next = e.revision + 1;
-                        if wanted(e) && tx.send(Ok(wire(e))).await.is_err() {
-                            return;
+                    for entry in page {
+                        next = entry.revision() + 1;
+                        if let Listed::Event(e) = entry {
+                            if tx.send(Ok(wire(&e))).await.is_err() {
+                                return;
+                            }
                         }
                     }
                 }
@@ -136,7 +143,7 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
                         Ok(e) if e.revision == next => {
                             next += 1;
                             passed_any = true;
-                            if wanted(&e) && tx.send(Ok(wire(&e))).await.is_err() {
+                            if wanted(&EventHead::of(&e)) && tx.send(Ok(wire(&e))).await.is_err() {
                                 return;
                             }
                         }
@@ -154,8 +161,9 @@ pub(crate) fn paced_outbox_stream<T: Send + 'static>(
 
 /// What one read of the outbox found at the revision a stream needs next.
 enum Page {
-    /// Events from exactly that revision on, contiguous.
-    Events(Vec<Event>),
+    /// Events from exactly that revision on, contiguous: those the filter
+    /// wanted, decoded, and the others by revision.
+    Events(Vec<Listed>),
     /// Nothing there yet: follow the live feed.
     CaughtUp,
     /// It was compacted; `floor` is the oldest revision retained.
@@ -165,8 +173,15 @@ enum Page {
 /// Reads up to `limit` events from `next`, below `published` (what the
 /// writer flushed and published; above it a batch may be partly applied,
 /// or lost if its flush failed: those come from the live feed), checking
-/// that nothing between `next` and the first one read is missing.
-fn read_page(store: &dyn Store, next: Revision, limit: usize, published: Revision) -> Result<Page, StoreError> {
+/// that nothing between `next` and the first one read is missing. Only the
+/// events `wanted` takes are decoded past their head.
+fn read_page(
+    store: &dyn Store,
+    next: Revision,
+    limit: usize,
+    published: Revision,
+    wanted: &dyn Fn(&EventHead<'_>) -> bool,
+) -> Result<Page, StoreError> {
     let state = StoreState { store };
     if next >= published {
         // Nothing durable to replay yet; but `next` may have been
@@ -179,11 +194,11 @@ fn read_page(store: &dyn Store, next: Revision, limit: usize, published: Revisio
         });
     }
     let limit = usize::try_from(published - next).map_or(limit, |before| before.min(limit));
-    let mut page = state.events_from(next, limit)?;
-    let first = page.first().map(|e| e.revision);
+    let mut page = state.events_wanted(next, limit, wanted)?;
+    let first = page.first().map(Listed::revision);
     // Cut the page at the first revision out of sequence (never, with
     // dense revisions): the next read starts there and finds out why.
-    let contiguous = page.iter().zip(next..).take_while(|(e, r)| e.revision == *r).count();
+    let contiguous = page.iter().zip(next..).take_while(|(e, r)| e.revision() == *r).count();
     page.truncate(contiguous);
     if !page.is_empty() {
         return Ok(Page::Events(page));
@@ -394,7 +409,7 @@ mod tests {
                 self.feed(),
                 from,
                 Watcher::Client { addr: None },
-                move |e: &Event| wanted(e.revision),
+                move |e: &EventHead<'_>| wanted(e.revision),
                 |e: &Event| e.revision,
                 Span::none(),
                 pacing,
@@ -488,7 +503,7 @@ mod tests {
             Watcher::Peer {
                 region: "us-east".into(),
             },
-            |_: &Event| true,
+            |_: &EventHead<'_>| true,
             |e: &Event| e.revision,
             Span::none(),
             PACING,
@@ -593,7 +608,7 @@ mod tests {
                     outbox.feed(),
                     from,
                     Watcher::Client { addr: None },
-                    move |e: &Event| wanted(e.revision),
+                    move |e: &EventHead<'_>| wanted(e.revision),
                     |e: &Event| (e.revision, e.time.0),
                     Span::none(),
                     Pacing { queued, page },

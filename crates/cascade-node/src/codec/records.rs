@@ -73,6 +73,31 @@ pub(super) fn decode_stored<'de, D: serde::Deserialize<'de>>(body: &'de [u8]) ->
     Ok(disk)
 }
 
+/// The [`stored::EventHead`] of a stored event, the rest of the value
+/// left unread; None for a value in legacy JSON, which has no head to
+/// read apart (the caller decodes it whole). A value that is not an
+/// event of a known version is corruption, as for [`decode`].
+pub(super) fn event_head(bytes: &[u8]) -> Result<Option<stored::EventHead<'_>>, StoreError> {
+    let corrupt = |message| StoreError::Corrupt {
+        table: Table::Outbox.name(),
+        message,
+    };
+    match bytes.first() {
+        Some(
+            &version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4
+            | VERSION_POSTCARD_V5),
+        ) => {
+            #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
+            let head = postcard::take_from_bytes::<stored::EventHead<'_>>(&bytes[1..])
+                .map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))?;
+            Ok(Some(head.0))
+        }
+        Some(b'{' | b'"') => Ok(None),
+        Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
+        None => Err(corrupt("an empty value".into())),
+    }
+}
+
 /// A record that has no layout but version 1's.
 macro_rules! records {
     ($($core:ty => $stored:ident),* $(,)?) => {$(
