@@ -1320,3 +1320,146 @@ fn soft_delete_layouts_append_to_the_earlier_ones() {
     let back: Event = decode(Table::Outbox, &event).expect("decodes");
     assert_eq!(back.retain_ms, 0);
 }
+
+// ---- reading less than the whole value ----
+
+/// `bytes` with the first occurrence of `from` replaced by `to` (the same
+/// length, so the value's framing is unchanged).
+fn replaced(bytes: &[u8], from: &str, to: &str) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from.as_bytes())
+        .expect("the value holds it");
+    let mut out = bytes.to_vec();
+    out[at..at + to.len()].copy_from_slice(to.as_bytes());
+    out
+}
+
+/// A reference target read back without the per-character checks of a
+/// request's name still has to be a name: a value whose target is not one
+/// is corruption of its table, naming what it holds instead.
+#[test]
+fn a_stored_reference_target_that_is_not_a_name_is_corruption() {
+    let bytes = typical_resource().encode(Table::Resources).expect("encodes");
+    let bad = replaced(&bytes, "eu-west/network/n-1", "eu-west-network-n-1");
+    match decode::<Resource>(Table::Resources, &bad) {
+        Err(StoreError::Corrupt { table, message }) => {
+            assert_eq!(table, "resources");
+            assert!(message.contains("eu-west-network-n-1"), "{message}");
+            assert!(message.contains("{region}/{kind}/{id}"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same target in an event's snapshot, and as the event's resource.
+    let event = typical_event().encode(Table::Outbox).expect("encodes");
+    for (from, to) in [
+        ("eu-west/network/n-1", "eu-west-network-n-1"),
+        ("eu-west/port/p-0042", "eu-west//portp-0042"),
+    ] {
+        let bad = replaced(&event, from, to);
+        assert!(
+            matches!(decode::<Event>(Table::Outbox, &bad), Err(StoreError::Corrupt { table: "outbox", .. })),
+            "{to}"
+        );
+    }
+}
+
+/// An outbox holding `events` (any layout, and one in legacy JSON when
+/// `legacy` is given) at their revisions.
+fn outbox_of(events: &[Event], legacy: Option<&Event>) -> MemoryStore {
+    let store = MemoryStore::default();
+    let mut batch = Batch::default();
+    for e in events {
+        batch.put(
+            Table::Outbox,
+            super::revision_key(e.revision),
+            e.encode(Table::Outbox).expect("encodes"),
+        );
+    }
+    if let Some(e) = legacy {
+        batch.put(Table::Outbox, super::revision_key(e.revision), json(e));
+    }
+    store.commit(batch).expect("commits");
+    store
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// A filtered read sees each event's revision, type and name as the
+    /// event has them, whatever its layout (each later one wraps the
+    /// first) or a legacy JSON one; it returns the events it wanted, whole,
+    /// and the others by revision, in revision order.
+    #[test]
+    fn a_filtered_outbox_read_sees_each_events_head_and_decodes_only_what_it_keeps(
+        events in prop::collection::vec((event(), principal(), 0..3u64), 1..6),
+        legacy in event(),
+    ) {
+        let events: Vec<Event> = events
+            .into_iter()
+            .enumerate()
+            .map(|(i, (e, p, retain))| Event { revision: i as u64 + 1, principal: p, retain_ms: retain, ..e })
+            .collect();
+        let legacy = Event { revision: events.len() as u64 + 1, ..legacy };
+        let store = outbox_of(&events, Some(&legacy));
+        let state = StoreState { store: &store };
+        let all: Vec<&Event> = events.iter().chain([&legacy]).collect();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let odd = |h: &super::EventHead<'_>| {
+            seen.borrow_mut().push((h.revision, h.event_type, h.resource.to_string(), h.kind().to_string()));
+            h.revision % 2 == 1
+        };
+        let listed = state.events_wanted(1, 100, &odd).expect("reads");
+        let heads: Vec<_> = all
+            .iter()
+            .map(|e| (e.revision, e.event_type, e.resource.name.to_string(), e.resource.name.kind().to_string()))
+            .collect();
+        prop_assert_eq!(seen.into_inner(), heads);
+        prop_assert_eq!(listed.len(), all.len());
+        for (entry, e) in listed.iter().zip(&all) {
+            match entry {
+                super::Listed::Event(read) => {
+                    prop_assert!(e.revision % 2 == 1);
+                    prop_assert_eq!(read, *e);
+                }
+                super::Listed::Passed(r) => {
+                    prop_assert!(e.revision % 2 == 0);
+                    prop_assert_eq!(*r, e.revision);
+                }
+            }
+        }
+    }
+}
+
+/// What the filter passes over is not decoded past its head: an event
+/// whose snapshot is damaged is passed over by revision, and still
+/// refused as corruption by a read that wants it.
+#[test]
+fn a_filtered_outbox_read_passes_over_an_unwanted_event_without_decoding_its_body() {
+    let event = typical_event();
+    let store = outbox_of(&[], None);
+    let damaged = replaced(
+        &event.encode(Table::Outbox).expect("encodes"),
+        "eu-west/network/n-1",
+        "eu-west-network-n-1",
+    );
+    let mut batch = Batch::default();
+    batch.put(Table::Outbox, super::revision_key(event.revision), damaged);
+    store.commit(batch).expect("commits");
+    let state = StoreState { store: &store };
+    let listed = state.events_wanted(0, 10, &|_| false).expect("passed over");
+    assert!(matches!(listed.as_slice(), [super::Listed::Passed(r)] if *r == event.revision), "{listed:?}");
+    assert!(matches!(
+        state.events_wanted(0, 10, &|_| true),
+        Err(StoreError::Corrupt { table: "outbox", .. })
+    ));
+    // A head that does not read is corruption whatever the filter says.
+    let mut batch = Batch::default();
+    batch.put(Table::Outbox, super::revision_key(1), vec![VERSION_POSTCARD_V1, 0xff]);
+    store.commit(batch).expect("commits");
+    assert!(matches!(
+        state.events_wanted(0, 10, &|_| false),
+        Err(StoreError::Corrupt { table: "outbox", .. })
+    ));
+}
