@@ -41,8 +41,8 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, EventType, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion,
-    Resource, Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Event, EventType, Operation, Outcome, PendingAttach, PendingRelease,
+    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
 };
 use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};

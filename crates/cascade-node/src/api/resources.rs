@@ -40,13 +40,13 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::admin::Refusal;
-use crate::codec::EventHead;
 use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, vouching_region};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
 use crate::audit::AuditContext;
 use crate::cluster::OPERATION_READ_TIMEOUT;
+use crate::codec::EventHead;
 use crate::error::{Denied, Fault};
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
 

@@ -1359,7 +1359,10 @@ fn a_stored_reference_target_that_is_not_a_name_is_corruption() {
     ] {
         let bad = replaced(&event, from, to);
         assert!(
-            matches!(decode::<Event>(Table::Outbox, &bad), Err(StoreError::Corrupt { table: "outbox", .. })),
+            matches!(
+                decode::<Event>(Table::Outbox, &bad),
+                Err(StoreError::Corrupt { table: "outbox", .. })
+            ),
             "{to}"
         );
     }
@@ -1449,7 +1452,10 @@ fn a_filtered_outbox_read_passes_over_an_unwanted_event_without_decoding_its_bod
     store.commit(batch).expect("commits");
     let state = StoreState { store: &store };
     let listed = state.events_wanted(0, 10, &|_| false).expect("passed over");
-    assert!(matches!(listed.as_slice(), [super::Listed::Passed(r)] if *r == event.revision), "{listed:?}");
+    assert!(
+        matches!(listed.as_slice(), [super::Listed::Passed(r)] if *r == event.revision),
+        "{listed:?}"
+    );
     assert!(matches!(
         state.events_wanted(0, 10, &|_| true),
         Err(StoreError::Corrupt { table: "outbox", .. })
