@@ -171,18 +171,26 @@ impl ResourceName {
             reason,
         };
         let form = || err("must have the form {region}/{kind}/{id}");
-        let region_len = value.find('/').ok_or_else(form)?;
-        let kind_start = region_len + 1;
-        let kind_len = value[kind_start..].find('/').ok_or_else(form)?;
-        let id_start = kind_start + kind_len + 1;
-        let id = &value[id_start..];
-        if id.contains('/') {
+        // One pass over the bytes for both slashes and a third (a name is
+        // short: a plain loop costs less than `str::find`'s searcher,
+        // called three times).
+        let mut slashes = [0usize; 2];
+        let mut found = 0;
+        for (at, &b) in value.as_bytes().iter().enumerate() {
+            if b == b'/' {
+                *slashes.get_mut(found).ok_or_else(form)? = at;
+                found += 1;
+            }
+        }
+        if found != 2 {
             return Err(form());
         }
-        if region_len == 0 || kind_len == 0 || id.is_empty() {
+        let (kind_start, id_start) = (slashes[0] + 1, slashes[1] + 1);
+        let (region_len, kind_len, id_len) = (slashes[0], slashes[1] - kind_start, value.len() - id_start);
+        if region_len == 0 || kind_len == 0 || id_len == 0 {
             return Err(err("no part may be empty"));
         }
-        if region_len > 32 || kind_len > 63 || id.len() > 63 {
+        if region_len > 32 || kind_len > 63 || id_len > 63 {
             return Err(err("a part is longer than its limit"));
         }
         Ok(Self {

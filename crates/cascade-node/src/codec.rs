@@ -173,8 +173,9 @@ impl<'a> EventHead<'a> {
 /// An entry of a filtered read of the outbox ([`StoreState::events_wanted`]).
 #[derive(Debug)]
 pub enum Listed {
-    /// An event the filter wanted, decoded.
-    Event(Event),
+    /// An event the filter wanted, decoded (boxed: a page is mostly
+    /// passed entries, which need not each take an event's size).
+    Event(Box<Event>),
     /// An event the filter passed over: its revision alone (a stream must
     /// still count it to see that the revisions it read are contiguous).
     Passed(Revision),
@@ -332,7 +333,7 @@ impl StoreState<'_> {
                         resource: &head.resource.name,
                     };
                     if wanted(&seen) {
-                        decode(Table::Outbox, &v).map(Listed::Event)
+                        decode(Table::Outbox, &v).map(|e| Listed::Event(Box::new(e)))
                     } else {
                         Ok(Listed::Passed(revision))
                     }
@@ -340,7 +341,7 @@ impl StoreState<'_> {
                 None => {
                     let event: Event = decode(Table::Outbox, &v)?;
                     Ok(if wanted(&EventHead::of(&event)) {
-                        Listed::Event(event)
+                        Listed::Event(Box::new(event))
                     } else {
                         Listed::Passed(event.revision)
                     })

@@ -1424,7 +1424,7 @@ proptest! {
             match entry {
                 super::Listed::Event(read) => {
                     prop_assert!(e.revision % 2 == 1);
-                    prop_assert_eq!(read, *e);
+                    prop_assert_eq!(&**read, *e);
                 }
                 super::Listed::Passed(r) => {
                     prop_assert!(e.revision % 2 == 0);
