@@ -163,7 +163,8 @@ impl ResourceName {
     /// every stored name on every read, 14 % of a cross-region create's
     /// instructions (docs/BENCHMARKS.md, "Decoding stored records"). A
     /// value that is not a name at all (a cut or foreign record) is still
-    /// refused, with the same error as `parse`; requests use `parse`.
+    /// refused, a [`NameError`] of a resource name quoting it and saying
+    /// which rule it breaks; requests use `parse`.
     pub fn from_stored(value: &str) -> Result<Self, NameError> {
         let err = |reason| NameError {
             what: "resource name",
