@@ -76,6 +76,7 @@ pub fn run_in(spec: &RowSpec, schema: &str) -> Result<Row> {
 
     let mut latencies = Vec::new();
     let (mut next_put, mut next_remove) = (0u64, 0u64);
+    let cpu_before = crate::harness::process_cpu_s();
     let started = Instant::now();
     while next_put < puts || next_remove < removes {
         let mut batch = Batch::default();
@@ -100,8 +101,11 @@ pub fn run_in(spec: &RowSpec, schema: &str) -> Result<Row> {
         latencies.push(ms(t.elapsed()));
     }
     let wall = started.elapsed().as_secs_f64();
+    let cpu = crate::harness::process_cpu_s().zip(cpu_before).map(|(after, before)| after - before);
     let deleted = spec.deleted.unwrap_or(spec.n).max(1);
     row.wall_s = Some(round3(wall));
+    row.cascade_cpu_s = cpu.map(crate::harness::round2);
+    row.cpu_us_per_deleted = cpu.map(|s| crate::harness::round2(s * 1e6 / deleted as f64));
     row.rate_per_s = Some((deleted as f64 / wall.max(1e-9)).round());
     row.p50_ms = percentile(&latencies, 0.50);
     row.p99_ms = percentile(&latencies, 0.99);

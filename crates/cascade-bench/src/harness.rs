@@ -300,6 +300,20 @@ fn proc_status_mb(field: &str) -> Option<f64> {
     Some(round2(kb / 1024.0))
 }
 
+/// CPU time (user and system, every thread) this process has used so
+/// far, in seconds. Linux's `/proc/self/stat` counts it in ticks of
+/// `USER_HZ`, which is 100 on every Linux ABI: a 10 ms resolution.
+pub fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces:
+    // count from after the last ')'. Field 3 (the state) comes first;
+    // utime and stime are fields 14 and 15.
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let utime: f64 = fields.nth(11)?.parse().ok()?;
+    let stime: f64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
 /// Resident set size now.
 pub fn rss_mb() -> Option<f64> {
     proc_status_mb("VmRSS:")

@@ -312,6 +312,7 @@ pub async fn measure_deletion(
         None
     };
     let writes = tokio::spawn(concurrent_writes(writer_client, region, stop.clone()));
+    let cpu_before = harness::process_cpu_s();
     let started = Instant::now();
     let answer = client
         .delete(delete_request(root))
@@ -321,6 +322,7 @@ pub async fn measure_deletion(
     let id = answer.operation.ok_or("the Delete answered no operation")?.id;
     let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(n)).await;
     let wall = started.elapsed().as_secs_f64();
+    let cpu = harness::process_cpu_s().zip(cpu_before).map(|(after, before)| after - before);
     stop.store(true, Ordering::Relaxed);
     let (latencies, failed) = writes.await?;
     let deletes = match deleter {
@@ -356,6 +358,8 @@ pub async fn measure_deletion(
     row.unset = Some(progress.unset);
     row.wall_s = Some(round3(wall));
     row.rate_per_s = Some((progress.deleted as f64 / wall).round());
+    row.cascade_cpu_s = cpu.map(round2);
+    row.cpu_us_per_deleted = cpu.map(|s| round2(s * 1e6 / progress.deleted.max(1) as f64));
     row.key_writes = Some(key_writes);
     row.value_bytes = Some(value_bytes);
     row.batches = Some(batches);

@@ -234,6 +234,14 @@ pub struct Row {
     pub populate_s: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub populate_rate_per_s: Option<f64>,
+    /// P1, P2: CPU seconds the row's process (its nodes and its clients)
+    /// used from the Delete until the operation was seen done, and that
+    /// per deleted resource in µs. On a shared machine the wall time
+    /// counts the waits for a core; this does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cascade_cpu_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_us_per_deleted: Option<f64>,
     /// RSS: nodes open and idle; before the Delete; peak from the Delete to
     /// quiescence; after quiescence.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -12,12 +12,12 @@
 //! node. The node guarantees it with a single writer.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
     AuditEntry, BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease,
-    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
+    RefTarget, RemoteDeletion, Resource, ResourceState, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::schema::OnDelete;
@@ -112,6 +112,12 @@ pub struct WriteSet {
     /// stores it in the batch of its audit entry, so a restart finds the
     /// schema the region's data was last checked against).
     pub schema_in_force: Option<String>,
+    /// The state the snapshot held for each resource this step put or
+    /// removed, where the step read it before writing it (not a key
+    /// write: the node's metrics count resources by state from it, so it
+    /// need not read and decode again what the step has just read; a
+    /// resource missing here is read back from the store).
+    pub stored_states: BTreeMap<ResourceName, ResourceState>,
 }
 
 impl WriteSet {
@@ -165,7 +171,8 @@ pub struct Tx<'s, S: StateRead + ?Sized> {
     /// step; the invariant checker's `uid_index` check), so writing one of
     /// them back under its name need not rewrite the entry (an unset
     /// referrer and a member entering DELETING each spared a key write).
-    indexed: RefCell<BTreeSet<Uid>>,
+    /// With the state each was read in, for [`WriteSet::stored_states`].
+    indexed: RefCell<BTreeMap<Uid, ResourceState>>,
 }
 
 macro_rules! overlay_get {
@@ -184,7 +191,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             base,
             writes: WriteSet::default(),
             next_revision: None,
-            indexed: RefCell::new(BTreeSet::new()),
+            indexed: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -207,7 +214,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
             None => {
                 let stored = self.base.resource(name)?;
                 if let Some(r) = &stored {
-                    self.indexed.borrow_mut().insert(r.uid);
+                    self.indexed.borrow_mut().insert(r.uid, r.state);
                 }
                 Ok(stored)
             }
@@ -224,6 +231,24 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         Ok(self.resource(&name)?.filter(|r| r.uid == uid))
     }
 
+    /// The incarnation `t` names, if it still exists: read by its name and
+    /// kept only if the uid is the one named. A uid names one resource,
+    /// under one name, for ever, so this is [`Tx::resource_by_uid`]
+    /// without the read of the uid index (a back-reference row names its
+    /// referrer both ways: a cascade's walk reads each referrer this way).
+    pub fn incarnation(&self, t: &RefTarget) -> Result<Option<Resource>, StorageError> {
+        let found = self.resource(&t.name)?.filter(|r| r.uid == t.uid);
+        debug_assert!(
+            match &found {
+                Some(r) => self.resource_by_uid(t.uid).is_ok_and(|by_uid| by_uid.as_ref() == Some(r)),
+                None => self.resource_by_uid(t.uid).is_ok_and(|by_uid| by_uid.is_none()),
+            },
+            "{} read by name and by uid disagree",
+            t.name
+        );
+        Ok(found)
+    }
+
     /// Whether this step wrote (created or changed) the resource `name`.
     pub fn is_written(&self, name: &ResourceName) -> bool {
         self.writes.resources.get(name).is_some_and(Option::is_some)
@@ -233,17 +258,32 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     /// holds that entry unchanged (a resource read from the snapshot and
     /// written back under its name: an update).
     pub fn put_resource(&mut self, r: Resource) {
-        let stored_entry = self.indexed.get_mut().contains(&r.uid) && !self.writes.uid_index.contains_key(&r.uid);
+        let read_as = self.indexed.get_mut().get(&r.uid).copied();
+        let stored_entry = read_as.is_some() && !self.writes.uid_index.contains_key(&r.uid);
         if !stored_entry {
             self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
         }
+        self.note_stored_state(&r.name, read_as);
         self.writes.resources.insert(r.name.clone(), Some(r));
     }
 
     /// Removes a resource and its uid index entry (a purge).
     pub fn remove_resource(&mut self, name: &ResourceName, uid: Uid) {
+        let read_as = self.indexed.get_mut().get(&uid).copied();
+        self.note_stored_state(name, read_as);
         self.writes.uid_index.insert(uid, None);
         self.writes.resources.insert(name.clone(), None);
+    }
+
+    /// Keeps the snapshot's state of `name` at the step's first write of
+    /// it, when the step read it (`read_as`: the state its uid was read
+    /// in; a uid names one incarnation, so one name).
+    fn note_stored_state(&mut self, name: &ResourceName, read_as: Option<ResourceState>) {
+        if let Some(state) = read_as {
+            if !self.writes.resources.contains_key(name) {
+                self.writes.stored_states.insert(name.clone(), state);
+            }
+        }
     }
 
     /// Back-references of `target` after `after`, up to `limit`, merged

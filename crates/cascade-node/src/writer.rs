@@ -496,8 +496,9 @@ impl WriterState {
     }
 
     /// The stored state of each resource `writes` puts or removes, in its
-    /// order (None: not stored), for the metrics' resources by state. The
-    /// step has just read them: the engine's cache answers.
+    /// order (None: not stored), for the metrics' resources by state: as
+    /// the step read it (`WriteSet::stored_states`), else read back (a
+    /// create, or a write the step made without reading).
     fn replaced_states(
         &self,
         state: &StoreState<'_>,
@@ -506,7 +507,19 @@ impl WriterState {
         writes
             .resources
             .keys()
-            .map(|name| Ok(state.get_resource(name)?.map(|r| r.state)))
+            .map(|name| match writes.stored_states.get(name) {
+                Some(read) => {
+                    // What the step says it read is what the store holds
+                    // (every debug build's test checks the core's note).
+                    debug_assert_eq!(
+                        state.get_resource(name).ok().flatten().map(|r| r.state),
+                        Some(*read),
+                        "the step's note of {name}'s stored state"
+                    );
+                    Ok(Some(*read))
+                }
+                None => Ok(state.get_resource(name)?.map(|r| r.state)),
+            })
             .collect()
     }
 

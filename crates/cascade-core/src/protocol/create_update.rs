@@ -223,7 +223,7 @@ pub(crate) fn abort_creating<S: StateRead + ?Sized>(
     // Only members of its own batch can reference a CREATING resource, and
     // they are CREATING too: they go with it.
     for b in tx.backrefs(r.uid, None, usize::MAX)? {
-        if let Some(sibling) = tx.resource_by_uid(b.referrer.uid)? {
+        if let Some(sibling) = tx.incarnation(&b.referrer)? {
             if sibling.state == ResourceState::Creating {
                 abort_creating(tx, ctx, sibling)?;
             }

@@ -201,7 +201,7 @@ fn check_preconditions<S: StateRead + ?Sized>(
                         let keeps_others = if is_remote(ctx, &b.referrer.name) {
                             remote_kept.contains(&b.key())
                         } else {
-                            match tx.resource_by_uid(b.referrer.uid)? {
+                            match tx.incarnation(&b.referrer)? {
                                 Some(r) => keeps_live_other_target(tx, ctx, &r, &b.field, resource.uid)?,
                                 None => false,
                             }
@@ -320,7 +320,7 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
                         if deleted.contains_key(&b.referrer.uid) {
                             continue;
                         }
-                        let Some(q) = tx.resource_by_uid(b.referrer.uid)? else {
+                        let Some(q) = tx.incarnation(&b.referrer)? else {
                             continue;
                         };
                         if q.state != ResourceState::Active {
@@ -367,7 +367,7 @@ pub(crate) fn plan_closure<S: StateRead + ?Sized>(
             continue;
         }
         let referrer_deleting = tx
-            .resource_by_uid(b.referrer.uid)?
+            .incarnation(&b.referrer)?
             .is_some_and(|r| r.state == ResourceState::Deleting);
         blocked.push(PlannedBlock {
             resource,

@@ -504,7 +504,7 @@ fn full_pass<S: StateRead + ?Sized>(
         for b in tx.blocking_backrefs(deletion.target.uid, ctx.policy.max_listed)? {
             let referrer_deleting = !is_remote(ctx, &b.referrer.name)
                 && tx
-                    .resource_by_uid(b.referrer.uid)?
+                    .incarnation(&b.referrer)?
                     .is_some_and(|r| r.state == ResourceState::Deleting);
             blockers.push(Blocker {
                 referrer: b.referrer.name,
@@ -806,7 +806,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     // operation's leave first (budget, rate, not cancelled): without it,
     // nothing of the referrer or its row changes.
     if b.on_delete == OnDelete::Cascade && !no_cascade && has_controls(tx, operation)? {
-        if let Some(referrer) = tx.resource_by_uid(b.referrer.uid)? {
+        if let Some(referrer) = tx.incarnation(&b.referrer)? {
             let holds: Vec<Uid> = referrer
                 .refs
                 .get(&b.field)
@@ -823,7 +823,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     let checked = !deletion.forced && !ctx.authorizer.allows_everything();
     let mut delete_refused = false;
     if checked {
-        if let Some(referrer) = tx.resource_by_uid(b.referrer.uid)? {
+        if let Some(referrer) = tx.incarnation(&b.referrer)? {
             let holds: Vec<Uid> = referrer
                 .refs
                 .get(&b.field)
@@ -854,7 +854,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         debug_assert_eq!(b.target.uid, target.uid, "a walk acts on its own target's rows");
         tx.remove_backref(b.key());
     }
-    let Some(mut referrer) = tx.resource_by_uid(b.referrer.uid)? else {
+    let Some(mut referrer) = tx.incarnation(&b.referrer)? else {
         return Ok(Acted::Done); // the referrer is gone: the back-reference was stale
     };
     if referrer.state == ResourceState::Creating {
