@@ -56,7 +56,7 @@ impl RegionId {
         if !first.is_ascii_lowercase() {
             return Err(err("must start with a lowercase letter"));
         }
-        if value.len() > 32 {
+        if value.len() > MAX_REGION_LEN {
             return Err(err("must be at most 32 characters"));
         }
         if !is_lower_alnum_dash(value) {
@@ -101,7 +101,7 @@ pub fn validate_kind(value: &str) -> Result<(), NameError> {
     if !first.is_ascii_lowercase() {
         return Err(err("must start with a lowercase letter"));
     }
-    if value.len() > 63 {
+    if value.len() > MAX_KIND_LEN {
         return Err(err("must be at most 63 characters"));
     }
     if !value
@@ -112,6 +112,12 @@ pub fn validate_kind(value: &str) -> Result<(), NameError> {
     }
     Ok(())
 }
+
+/// The longest region, kind and id of a name, in bytes (all ASCII): what
+/// `parse` checks with the characters, and `from_stored` alone.
+const MAX_REGION_LEN: usize = 32;
+const MAX_KIND_LEN: usize = 63;
+const MAX_ID_LEN: usize = 63;
 
 /// `{region}/{kind}/{id}`, validated. Ordered and hashed as its string form,
 /// which is also its storage key (so a prefix scan lists one kind of a region).
@@ -191,7 +197,7 @@ impl ResourceName {
         if region_len == 0 || kind_len == 0 || id_len == 0 {
             return Err(err("no part may be empty"));
         }
-        if region_len > 32 || kind_len > 63 || id_len > 63 {
+        if region_len > MAX_REGION_LEN || kind_len > MAX_KIND_LEN || id_len > MAX_ID_LEN {
             return Err(err("a part is longer than its limit"));
         }
         Ok(Self {
@@ -229,7 +235,7 @@ fn validate_id(id: &str) -> Result<(), &'static str> {
     if !(first.is_ascii_lowercase() || first.is_ascii_digit()) {
         return Err("id must start with a-z or 0-9");
     }
-    if id.len() > 63 {
+    if id.len() > MAX_ID_LEN {
         return Err("id must be at most 63 characters");
     }
     if !is_lower_alnum_dash(id) {
