@@ -265,7 +265,8 @@ impl StoreState<'_> {
         for ((key, _), row) in page.iter().zip(rows) {
             let referrer = &row.referrer;
             reads.key(Table::BlockingBackrefs, key.clone());
-            reads.key(Table::UidIndex, referrer.uid.as_bytes().to_vec());
+            // Not its uid index entry: a walk reads a referrer by the name
+            // its row gives (`Tx::incarnation`).
             reads.key(Table::Resources, referrer.name.as_str().as_bytes().to_vec());
             reads.key(Table::PendingAttach, referrer.uid.as_bytes().to_vec());
             reads.key(Table::Deletions, referrer.uid.as_bytes().to_vec());
