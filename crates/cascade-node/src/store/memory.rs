@@ -18,7 +18,38 @@ pub struct MemoryStore {
     floors: ScanFloors,
 }
 
+/// What one table of a [`MemoryStore`] holds: its entries, their bytes,
+/// and the bytes of the allocations that hold them (a key or value
+/// allocated larger than it is counts whole), so a profile can tell the
+/// data from the container.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TableFootprint {
+    pub entries: u64,
+    pub key_bytes: u64,
+    pub value_bytes: u64,
+    /// The entries' own allocations (not the ordered map's nodes).
+    pub allocated_bytes: u64,
+}
+
 impl MemoryStore {
+    /// What each table holds now (tables never written are absent). It
+    /// walks every entry under the lock: for profiles, not for a request.
+    pub fn footprint(&self) -> BTreeMap<Table, TableFootprint> {
+        self.lock()
+            .iter()
+            .map(|(table, t)| {
+                let mut f = TableFootprint::default();
+                for (k, v) in t {
+                    f.entries += 1;
+                    f.key_bytes += k.len() as u64;
+                    f.value_bytes += v.len() as u64;
+                    f.allocated_bytes += (k.capacity() + v.capacity()) as u64;
+                }
+                (*table, f)
+            })
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Tables> {
         // A panic while holding the lock cannot leave a half-applied batch
         // (batches are applied without panicking paths), so poisoning is moot.
