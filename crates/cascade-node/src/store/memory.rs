@@ -4,8 +4,9 @@
 //! [`Packed`]) in one ordered set per table. Why: `cascade-bench` runs its
 //! nodes on this engine in its own process, and with a `BTreeMap` of two
 //! `Vec`s per entry the container weighed more than the data (a P1 of 1M
-//! ports peaked at 1.15–1.57 GB, for ... MB of keys and values:
-//! docs/BENCHMARKS.md, "P4: the memory engine's footprint").
+//! ports peaked at 1,135 MB for 533 MB of keys and values: about 120
+//! bytes per entry beyond them; docs/BENCHMARKS.md, "P4: the memory
+//! engine's footprint").
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
