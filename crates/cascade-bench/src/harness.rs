@@ -15,7 +15,7 @@ use cascade_proto::v1;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use cascade_node::store::StorageEngine;
+use cascade_node::store::{MemoryStore, StorageEngine, Table, TableFootprint};
 
 use crate::postgres::{self, PgTarget, ProfileSnapshot, ProfiledStore, StoreProfile};
 use crate::spec::Engine;
@@ -64,6 +64,9 @@ pub struct Member {
     /// Postgres: the calls its store made (None on the other engines,
     /// which are not wrapped, so their figures stay as they were).
     pub store_profile: Option<Arc<StoreProfile>>,
+    /// Engine memory: the node's store, handed to it by the harness so a
+    /// row can say what its tables hold (`Cluster::memory_footprint`).
+    pub memory: Option<Arc<MemoryStore>>,
     /// Peers in its settings (each has one watch stream to this node's).
     pub peers: usize,
     /// Where it serves its metrics (`ClusterSpec::metrics`).
@@ -153,6 +156,7 @@ impl Cluster {
                 .iter()
                 .map(|&j| Ok((RegionId::parse(&spec.regions[j])?, endpoints[j].clone().into())))
                 .collect::<Result<BTreeMap<_, _>>>()?;
+            let mut memory = None;
             let (node, store_profile) = if spec.engine == Engine::Postgres {
                 let target = spec.postgres.ok_or("engine postgres without a database")?;
                 let schema = postgres::schema_name(region);
@@ -167,6 +171,16 @@ impl Cluster {
                     ..NodeEnv::default()
                 };
                 (Node::open_with(settings, env).await?, Some(profile))
+            } else if spec.engine == Engine::Memory {
+                // The store `Node::open` would open (no data directory), kept
+                // here too so that its tables can be counted.
+                let store = Arc::new(MemoryStore::default());
+                memory = Some(store.clone());
+                let env = NodeEnv {
+                    store: Some(store),
+                    ..NodeEnv::default()
+                };
+                (Node::open_with(settings, env).await?, None)
             } else {
                 (Node::open(settings).await?, None)
             };
@@ -182,6 +196,7 @@ impl Cluster {
                 client: Client::connect(&endpoints[i]).await?,
                 stats,
                 store_profile,
+                memory,
                 peers: peers.len(),
                 metrics_addr,
                 shutdown: Some(tx),
@@ -202,6 +217,24 @@ impl Cluster {
             .iter()
             .filter_map(|m| m.store_profile.as_ref())
             .fold(ProfileSnapshot::default(), |sum, p| sum.plus(p.snapshot()))
+    }
+
+    /// Engine memory: what every node's tables hold, summed per table, the
+    /// largest first, then the total (None on the other engines).
+    pub fn memory_footprint(&self) -> Option<String> {
+        let mut sum: BTreeMap<Table, TableFootprint> = BTreeMap::new();
+        let mut any = false;
+        for store in self.members.iter().filter_map(|m| m.memory.as_ref()) {
+            any = true;
+            for (table, f) in store.footprint() {
+                let s = sum.entry(table).or_default();
+                s.entries += f.entries;
+                s.key_bytes += f.key_bytes;
+                s.value_bytes += f.value_bytes;
+                s.allocated_bytes += f.allocated_bytes;
+            }
+        }
+        any.then(|| describe_footprint(&sum))
     }
 
     /// Whether the nodes run on postgres (their store calls are counted).
@@ -281,6 +314,38 @@ pub async fn scrape(addr: std::net::SocketAddr, metric: &str) -> Result<f64> {
         .lines()
         .find_map(|line| line.strip_prefix(metric)?.strip_prefix(' ')?.trim().parse().ok())
         .ok_or_else(|| format!("{addr}: no metric {metric}").into())
+}
+
+/// Tables as `name: entries, key MB, value MB, allocated MB`, the largest
+/// allocation first, then the total.
+fn describe_footprint(tables: &BTreeMap<Table, TableFootprint>) -> String {
+    let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mut rows: Vec<_> = tables.iter().filter(|(_, f)| f.entries > 0).collect();
+    rows.sort_by_key(|(_, f)| std::cmp::Reverse(f.allocated_bytes));
+    let mut total = TableFootprint::default();
+    let mut parts = Vec::new();
+    for (table, f) in rows {
+        total.entries += f.entries;
+        total.key_bytes += f.key_bytes;
+        total.value_bytes += f.value_bytes;
+        total.allocated_bytes += f.allocated_bytes;
+        parts.push(format!(
+            "{} {} entries, keys {:.1} MB, values {:.1} MB, allocated {:.1} MB",
+            table.name(),
+            f.entries,
+            mb(f.key_bytes),
+            mb(f.value_bytes),
+            mb(f.allocated_bytes)
+        ));
+    }
+    parts.push(format!(
+        "total {} entries, keys {:.1} MB, values {:.1} MB, allocated {:.1} MB",
+        total.entries,
+        mb(total.key_bytes),
+        mb(total.value_bytes),
+        mb(total.allocated_bytes)
+    ));
+    parts.join("; ")
 }
 
 /// `a - b`, field by field.

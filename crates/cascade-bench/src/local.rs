@@ -244,6 +244,7 @@ pub async fn p1(spec_: &RowSpec) -> Result<Row> {
     cluster
         .wait_quiet(Duration::from_millis(300), Duration::from_secs(10))
         .await;
+    row.store_footprint = cluster.memory_footprint();
 
     measure_deletion(&cluster, 0, &plan.root, spec_.n, spec_.delete_probe, &mut row).await?;
     cluster.stop().await;

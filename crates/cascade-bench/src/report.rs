@@ -99,6 +99,14 @@ pub fn table(rows: &[Row]) -> String {
                 r.scenario, r.engine, r.n
             );
         }
+        if let Some(footprint) = &r.store_footprint {
+            let shape = r.shape.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "store tables: {} {shape} {} n={} after populate: {footprint}",
+                r.scenario, r.engine, r.n
+            );
+        }
         if let Some(v) = r.vacuum_s {
             let shape = r.shape.as_deref().unwrap_or("-");
             let _ = writeln!(out, "native {shape} n={}: VACUUM after the DELETE {v:.3} s", r.n);

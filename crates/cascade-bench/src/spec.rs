@@ -266,6 +266,10 @@ pub struct Row {
     /// the wall time (`postgres::ProfiledStore`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_profile: Option<String>,
+    /// P1 on memory: what the store's tables hold once the population is
+    /// in (`Cluster::memory_footprint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_footprint: Option<String>,
     /// P3: samples taken, peer watch streams open, the import streams of the topology.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,

@@ -64,12 +64,20 @@ async fn smoke_with(spec: RowSpec) -> crate::spec::Row {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p1_smoke_memory() {
-    smoke(Engine::Memory).await;
+    let row = smoke_with(p1_spec(Engine::Memory, 200)).await;
+    // The population's tables, counted once it is in: the network, the
+    // project and the 200 ports are resources.
+    let footprint = row.store_footprint.expect("a memory row says what its tables hold");
+    assert!(
+        footprint.contains("resources 202 entries") && footprint.contains("total "),
+        "{footprint}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p1_smoke_sled() {
-    smoke(Engine::Sled).await;
+    let row = smoke_with(p1_spec(Engine::Sled, 200)).await;
+    assert_eq!(row.store_footprint, None, "only the memory engine's tables are counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -34,7 +34,7 @@ pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
 pub use fjall_store::FjallStore;
 pub use floors::{scan_from_floor, ScanFloors};
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
-pub use memory::MemoryStore;
+pub use memory::{MemoryStore, TableFootprint};
 pub use postgres::{
     check_schema_name, open_postgres, PostgresSettings, PostgresStore, DEFAULT_SCHEMA, MAX_MEMBERS, SCHEMA_VERSION,
 };
