@@ -560,6 +560,43 @@ pub enum ReconcilerMsg {
     Tick,
 }
 
+/// Compaction batches one tick runs at most. With one batch a tick the
+/// outbox fell behind any writer that appends more than a batch's events a
+/// tick (5,000 a second at the 200 ms tick; a BatchCreate population
+/// appends 30,000–40,000, a cascade on the memory engine 200,000): it held
+/// 887,000 of a million creates' events against a retention of 100,000
+/// (docs/BENCHMARKS.md, "P4: the memory engine's footprint"). Batches go
+/// one writer message each, so other writes interleave with them.
+const MOST_COMPACTION_BATCHES_PER_TICK: usize = 64;
+
+/// Compacts the outbox below `below` in batches until it is there, the
+/// batches a tick allows are spent, or half a tick has gone by (the rest
+/// of the tick is the reconciler's other work).
+async fn compact_outbox(node: &Node, below: u64, tick: Duration, failed: &Throttle) {
+    let started = clock::monotonic_now();
+    let mut removed = 0;
+    for _ in 0..MOST_COMPACTION_BATCHES_PER_TICK {
+        match node.writer.compact_outbox(below).await {
+            Ok(n) => {
+                failed.reset();
+                removed += n;
+                if n < crate::writer::OUTBOX_COMPACTION_BATCH || started.elapsed() >= tick / 2 {
+                    break;
+                }
+            }
+            Err(e) => {
+                if let Some(more) = failed.admit() {
+                    warn!(region = %node.region, error = %e, suppressed = more.count(), "outbox compaction failed{more}");
+                }
+                break;
+            }
+        }
+    }
+    if removed > 0 {
+        debug!(region = %node.region, removed, below, "outbox compacted");
+    }
+}
+
 struct ReconcilerState {
     ctx: LinkContext,
     /// Creates younger than this may still be in flight in a request.
@@ -651,19 +688,7 @@ impl Actor for Reconciler {
         state.tick_queued.store(false, Ordering::Release);
         let node = state.ctx.node.clone();
         if let Some(below) = node.compactable_below() {
-            match node.writer.compact_outbox(below).await {
-                Ok(n) => {
-                    state.compaction_failed.reset();
-                    if n > 0 {
-                        debug!(region = %node.region, removed = n, below, "outbox compacted");
-                    }
-                }
-                Err(e) => {
-                    if let Some(more) = state.compaction_failed.admit() {
-                        warn!(region = %node.region, error = %e, suppressed = more.count(), "outbox compaction failed{more}");
-                    }
-                }
-            }
+            compact_outbox(&node, below, state.ctx.tick, &state.compaction_failed).await;
         }
         crate::closure_check::confirm_closures(&node, &state.closure_failed).await;
         crate::operation_control::reconcile(&node, &state.control_failed).await;

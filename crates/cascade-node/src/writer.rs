@@ -45,6 +45,7 @@ use cascade_core::model::Event;
 pub(crate) use compat::{compat_check, Judged};
 pub use group::Reply;
 pub use handle::WriterHandle;
+pub(crate) use handle::OUTBOX_COMPACTION_BATCH;
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
 pub use schema_swap::ReloadCause;

@@ -5,6 +5,10 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+/// Events one compaction batch removes at most: one writer message, so a
+/// client's write waits behind at most this many removals.
+pub(crate) const OUTBOX_COMPACTION_BATCH: usize = 1_000;
+
 use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec};
 use cascade_core::{CoreError, Ctx, IdSource, Resource};
 use ractor::{Actor, ActorRef, RpcReplyPort};
@@ -104,15 +108,16 @@ impl WriterHandle {
         .await
     }
 
-    /// Compacts the outbox below `below` (one bounded batch), in the writer
-    /// so it is ordered with every other write of the node.
+    /// Compacts the outbox below `below` (one batch of at most
+    /// [`OUTBOX_COMPACTION_BATCH`] events), in the writer so it is ordered
+    /// with every other write of the node.
     pub async fn compact_outbox(&self, below: u64) -> Result<usize, Fault> {
         self.call(|reply| {
             WriterMsg::Apply(Box::new(move |state: &mut WriterState, _: &ActorRef<WriterMsg>| {
                 let result = StoreState {
                     store: state.ctx.store.as_ref(),
                 }
-                .compact_outbox(below, 1_000)
+                .compact_outbox(below, OUTBOX_COMPACTION_BATCH)
                 .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
                 // Removing acknowledged revisions claims nothing durable.
                 Reply::now(reply, result)
