@@ -525,13 +525,31 @@ impl WriterState {
     }
 
     /// One work step, kept to its time budget (`writer/work_budget.rs`).
+    ///
+    /// The step opens a group (`writer/group.rs`): its commit waits for
+    /// the group's flush, which the client steps queued while it ran join,
+    /// so a small write that came in meanwhile waits for one flush, not
+    /// for the step's and then its own.
     fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
         let started = crate::clock::monotonic_now();
         let policy = self.work_budget.policy(&self.ctx.policy);
-        let report = self.run(myself, |state, ctx, _| {
+        self.group = Some(group::Group::default());
+        let ran = self.run(myself, |state, ctx, _| {
             protocol::process_work(state, Ctx { policy: &policy, ..ctx })
-        })?;
-        self.work_budget.step_took(started.elapsed(), report.more);
+        });
+        let ran_for = started.elapsed();
+        let report = match ran {
+            Ok(report) => report,
+            Err(e) => {
+                // Refused or not committed: the group holds nothing.
+                self.group = None;
+                return Err(e);
+            }
+        };
+        // The step's length is its own: its reads and commit, and the
+        // flush; not the client steps that joined its group.
+        let flushed_in = self.close_group(myself, Vec::new())?;
+        self.work_budget.step_took(ran_for + flushed_in, report.more);
         self.ctx.metrics.deletions_retried(report.retried);
         if report.more || report.items > 0 {
             self.kick(myself);
