@@ -27,7 +27,7 @@ mod write_stats;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec, WorkReport};
+use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec};
 use cascade_core::state::WriteSet;
 use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -536,34 +536,6 @@ impl WriterState {
         step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError>,
     ) -> Result<T, CoreError> {
         self.run_audited(myself, step, None, |_| Vec::new())
-    }
-
-    /// One work step, kept to its time budget (`writer/work_budget.rs`).
-    fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
-        let started = crate::clock::monotonic_now();
-        let policy = self.work_budget.policy(&self.ctx.policy);
-        let report = self.run(myself, |state, ctx, _| {
-            protocol::process_work(state, Ctx { policy: &policy, ..ctx })
-        })?;
-        self.work_budget.step_took(started.elapsed(), report.more);
-        self.ctx.metrics.deletions_retried(report.retried);
-        if report.more || report.items > 0 {
-            self.kick(myself);
-        }
-        if !report.awaiting_closure.is_empty() {
-            if let Ok(mut checks) = self.ctx.closure_checks.lock() {
-                checks.extend(report.awaiting_closure.iter().copied());
-            }
-        }
-        if !report.budget_wanted.is_empty() {
-            if let Ok(mut wants) = self.ctx.budget_wants.lock() {
-                for want in &report.budget_wanted {
-                    let entry = wants.entry(want.operation).or_insert_with(|| want.clone());
-                    entry.wanted = entry.wanted.max(want.wanted);
-                }
-            }
-        }
-        Ok(report)
     }
 }
 

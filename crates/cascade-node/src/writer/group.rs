@@ -10,7 +10,10 @@
 //! them. Here the writer takes the client steps first whatever message
 //! woke it (`WriterState::serve_clients` runs before every message): a
 //! client's write waits for the step in progress, never for a `Work`
-//! queued before it.
+//! queued before it. And it does not wait for that step's flush: a work
+//! step opens a group of its own, and the client steps queued while a
+//! group's steps ran join it before its one flush
+//! ([`WriterState::close_group`]).
 //!
 //! Each step reads what the steps before it committed (the engine shows a
 //! committed batch before its flush), so the group is the same sequence of
@@ -172,6 +175,13 @@ impl WriterState {
     pub(super) fn run_group(&mut self, myself: &ActorRef<WriterMsg>, steps: Vec<WriterMsg>) {
         self.group = Some(Group::default());
         let mut replies = Vec::with_capacity(steps.len());
+        self.run_client_steps(myself, steps, &mut replies);
+        // Each reply carries the flush's outcome to its caller.
+        let _flushed = self.close_group(myself, replies);
+    }
+
+    /// Runs client steps in the group in progress, gathering their replies.
+    fn run_client_steps(&mut self, myself: &ActorRef<WriterMsg>, steps: Vec<WriterMsg>, replies: &mut Vec<Reply>) {
         for step in steps {
             let started = crate::clock::monotonic_now();
             let (caller, step) = match step {
@@ -182,16 +192,37 @@ impl WriterState {
             self.ctx.metrics.writer_step(name, started.elapsed());
             replies.extend(reply);
         }
+    }
+
+    /// Ends the group in progress: the client steps queued while it ran
+    /// join it first (at most [`MAX_GROUP_STEPS`] more), then one flush
+    /// makes every commit of the group durable, then the events are
+    /// published in commit order and each reply is sent. Returns how long
+    /// the flush took, or its error.
+    ///
+    /// Why the late steps join: a client's write that arrives while a step
+    /// runs would otherwise wait for that step's flush and then its own
+    /// (two fsyncs in a row); joining, it waits for the rest of the step
+    /// and one flush, which also makes the other's durable.
+    pub(super) fn close_group(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        mut replies: Vec<Reply>,
+    ) -> Result<std::time::Duration, CoreError> {
+        let late = self.clients.take(myself, MAX_GROUP_STEPS);
+        self.run_client_steps(myself, late, &mut replies);
         let committed = self.group.take().map(|g| g.committed).unwrap_or_default();
         let started = crate::clock::monotonic_now();
         let flushed = {
             let _span = info_span!("group_flush", steps = replies.len(), commits = committed.len()).entered();
             self.flush_and_publish(committed)
         };
-        self.ctx.metrics.writer_step("group_flush", started.elapsed());
+        let took = started.elapsed();
+        self.ctx.metrics.writer_step("group_flush", took);
         for reply in replies {
             reply.send(flushed.as_ref().err());
         }
+        flushed.map(|()| took)
     }
 
     /// Whether a step of the group in progress committed anything yet.

@@ -1,19 +1,24 @@
-//! How much one work step may do: the policy's bounds in items
-//! (`batch_items`, `batch_budget`), scaled down so that a step also keeps
-//! to a time budget. A client's write waits for the step in progress
-//! (`writer/group.rs` serves it next), so the step's length is what a
+//! One work step (`WriterState::work`), and how much it may do: the
+//! policy's bounds in items (`batch_items`, `batch_budget`), scaled down
+//! so that a step also keeps to a time budget. A client's write waits for
+//! the rest of the step in progress (it then joins the step's group and
+//! its one flush, `writer/group.rs`), so the step's length is what a
 //! small write waits for during a long cascade.
 //!
 //! The time budget comes from the flush's measured cost: a step
 //! [`FLUSHES_PER_STEP`] times as long as its flush spends at most about an
 //! eighth of the cascade's time in fsyncs; it is never above
 //! [`MOST_STEP`] (the small write's p99 target is 20 ms: the rest of one
-//! step, then its own step and flush) nor below [`LEAST_STEP`] (steps of
+//! step, then its own step and the group's flush) nor below [`LEAST_STEP`] (steps of
 //! the memory engine, whose flush costs nothing, keep their size).
 
 use std::time::Duration;
 
-use cascade_core::Policy;
+use cascade_core::protocol::{self, WorkReport};
+use cascade_core::{CoreError, Ctx, Policy};
+use ractor::ActorRef;
+
+use super::{WriterMsg, WriterState};
 
 /// A step's time over its flush's: the flush's share of a cascade.
 const FLUSHES_PER_STEP: u32 = 8;
@@ -80,6 +85,54 @@ impl WorkBudget {
     #[cfg(test)]
     pub(super) fn scale(&self) -> f64 {
         self.scale
+    }
+}
+
+impl WriterState {
+    /// One work step, kept to its time budget.
+    ///
+    /// The step opens a group (`writer/group.rs`): its commit waits for
+    /// the group's flush, which the client steps queued while it ran join,
+    /// so a small write that came in meanwhile waits for one flush, not
+    /// for the step's and then its own.
+    pub(super) fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
+        let started = crate::clock::monotonic_now();
+        let policy = self.work_budget.policy(&self.ctx.policy);
+        self.group = Some(super::group::Group::default());
+        let ran = self.run(myself, |state, ctx, _| {
+            protocol::process_work(state, Ctx { policy: &policy, ..ctx })
+        });
+        let ran_for = started.elapsed();
+        let report = match ran {
+            Ok(report) => report,
+            Err(e) => {
+                // Refused or not committed: the group holds nothing.
+                self.group = None;
+                return Err(e);
+            }
+        };
+        // The step's length is its own: its reads and commit, and the
+        // flush; not the client steps that joined its group.
+        let flushed_in = self.close_group(myself, Vec::new())?;
+        self.work_budget.step_took(ran_for + flushed_in, report.more);
+        self.ctx.metrics.deletions_retried(report.retried);
+        if report.more || report.items > 0 {
+            self.kick(myself);
+        }
+        if !report.awaiting_closure.is_empty() {
+            if let Ok(mut checks) = self.ctx.closure_checks.lock() {
+                checks.extend(report.awaiting_closure.iter().copied());
+            }
+        }
+        if !report.budget_wanted.is_empty() {
+            if let Ok(mut wants) = self.ctx.budget_wants.lock() {
+                for want in &report.budget_wanted {
+                    let entry = wants.entry(want.operation).or_insert_with(|| want.clone());
+                    entry.wanted = entry.wanted.max(want.wanted);
+                }
+            }
+        }
+        Ok(report)
     }
 }
 
