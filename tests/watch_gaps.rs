@@ -295,3 +295,51 @@ async fn cascade_watch_below_the_floor_names_the_revision_to_resume_from() {
     assert!(stdout.contains("p6") && stdout.contains("p7"), "{stdout}");
     t.node.stop().await.unwrap();
 }
+
+/// The outbox is bounded by its retention whatever the write rate: the
+/// reconciler used to compact one batch of 1,000 events a tick, so any
+/// writer faster than that (5,000 events a second at the default tick; a
+/// BatchCreate population writes 30,000–40,000) left the outbox growing
+/// (887,000 events of a million creates kept against a retention of
+/// 100,000, docs/BENCHMARKS.md "P4"). Why our checks missed it: every
+/// test of compaction wrote fewer events than one tick's batch could
+/// take, or waited for many ticks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_written_faster_than_a_compaction_batch_a_tick_comes_back_to_its_retention_within_three_ticks() {
+    // Long ticks, so that a batch a tick is far too slow to catch up in
+    // the ticks the test waits for.
+    const TICK: Duration = Duration::from_secs(4);
+    const WRITTEN: usize = 25;
+    let t = start_node_with(cascade_core::schema::EXAMPLE_SCHEMA, |s| {
+        s.outbox_retention = RETENTION;
+        s.tick = TICK;
+        s.metrics_listen = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let metrics = t.node.metrics_addr().expect("metrics served");
+    let writing = std::time::Instant::now();
+    for batch in 0..WRITTEN {
+        let specs = (0..BATCH)
+            .map(|i| spec(&format!("project/fast-{batch}-{i}"), &[]))
+            .collect();
+        t.client.batch_create(specs).await.expect("batch created");
+    }
+    let wrote_in = writing.elapsed();
+    let last = sample(&scrape(metrics).await, "cascade_outbox_last_revision");
+    assert!(last >= (BATCH * WRITTEN) as u64, "{last} events written");
+    // What makes this test able to fail: at one batch of 1,000 a tick, the
+    // ticks of the writes and the three and a half waited for remove at
+    // most (writes / tick + 5) thousand events, fewer than the 25,000
+    // written while the writes take under 18 ticks.
+    assert!(
+        wrote_in < TICK * 18,
+        "the writes took {wrote_in:?}: too slow for the test to tell one batch a tick from more"
+    );
+    // A tick catches up to twice the retention, the next one's first batch
+    // takes the rest; half a tick more for the ticks' phase.
+    eventually(TICK * 3 + TICK / 2, "the outbox back within its retention", || async {
+        let floor = sample(&scrape(metrics).await, "cascade_outbox_floor_revision");
+        (floor + RETENTION > last).then_some(())
+    })
+    .await;
+}

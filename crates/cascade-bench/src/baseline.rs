@@ -101,7 +101,9 @@ pub fn run_in(spec: &RowSpec, schema: &str) -> Result<Row> {
         latencies.push(ms(t.elapsed()));
     }
     let wall = started.elapsed().as_secs_f64();
-    let cpu = crate::harness::process_cpu_s().zip(cpu_before).map(|(after, before)| after - before);
+    let cpu = crate::harness::process_cpu_s()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
     let deleted = spec.deleted.unwrap_or(spec.n).max(1);
     row.wall_s = Some(round3(wall));
     row.cascade_cpu_s = cpu.map(crate::harness::round2);

@@ -323,7 +323,9 @@ pub async fn measure_deletion(
     let id = answer.operation.ok_or("the Delete answered no operation")?.id;
     let waited = harness::wait_operation(&client, &id, Duration::from_millis(5), deadline_for(n)).await;
     let wall = started.elapsed().as_secs_f64();
-    let cpu = harness::process_cpu_s().zip(cpu_before).map(|(after, before)| after - before);
+    let cpu = harness::process_cpu_s()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
     stop.store(true, Ordering::Relaxed);
     let (latencies, failed) = writes.await?;
     let deletes = match deleter {

@@ -240,7 +240,9 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         let found = self.resource(&t.name)?.filter(|r| r.uid == t.uid);
         debug_assert!(
             match &found {
-                Some(r) => self.resource_by_uid(t.uid).is_ok_and(|by_uid| by_uid.as_ref() == Some(r)),
+                Some(r) => self
+                    .resource_by_uid(t.uid)
+                    .is_ok_and(|by_uid| by_uid.as_ref() == Some(r)),
                 None => self.resource_by_uid(t.uid).is_ok_and(|by_uid| by_uid.is_none()),
             },
             "{} read by name and by uid disagree",

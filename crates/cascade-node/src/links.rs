@@ -569,18 +569,30 @@ pub enum ReconcilerMsg {
 /// one writer message each, so other writes interleave with them.
 const MOST_COMPACTION_BATCHES_PER_TICK: usize = 64;
 
-/// Compacts the outbox below `below` in batches until it is there, the
-/// batches a tick allows are spent, or half a tick has gone by (the rest
-/// of the tick is the reconciler's other work).
+/// Compacts the outbox below `below`: one batch a tick, and more while the
+/// events past the retention are more than a retention's worth again, until
+/// the batches a tick allows are spent or half a tick has gone by (the rest
+/// of the tick is the reconciler's other work). So the outbox holds at most
+/// about twice its retention under any write rate the writer sustains,
+/// and a burst smaller than that is compacted a batch a tick after it,
+/// not inside it (where its removals would share the writer with the
+/// burst: P1 on sled at 100,000, 16 % slower when every tick caught up).
 async fn compact_outbox(node: &Node, below: u64, tick: Duration, failed: &Throttle) {
     let started = clock::monotonic_now();
+    // Without the floor (a failed read) one batch goes, as before.
+    let mut backlog = node
+        .state()
+        .outbox_floor()
+        .map_or(0, |floor| below.saturating_sub(floor));
     let mut removed = 0;
     for _ in 0..MOST_COMPACTION_BATCHES_PER_TICK {
         match node.writer.compact_outbox(below).await {
             Ok(n) => {
                 failed.reset();
                 removed += n;
-                if n < crate::writer::OUTBOX_COMPACTION_BATCH || started.elapsed() >= tick / 2 {
+                backlog = backlog.saturating_sub(n as u64);
+                let caught_up = backlog <= node.outbox_retention;
+                if n < crate::writer::OUTBOX_COMPACTION_BATCH || caught_up || started.elapsed() >= tick / 2 {
                     break;
                 }
             }
