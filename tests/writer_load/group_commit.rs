@@ -143,20 +143,7 @@ async fn a_create_during_a_cascade_shares_the_work_steps_flush() {
         serving,
         _dir,
     } = counted_node(|s| s.policy.batch_budget = STEP_BUDGET).await;
-    client
-        .batch_create(vec![
-            spec("project/p", &[]),
-            spec("network/n", &[("project", &["project/p"])]),
-        ])
-        .await
-        .unwrap();
-    for chunk in (0..PORTS).collect::<Vec<_>>().chunks(1_000) {
-        let specs = chunk
-            .iter()
-            .map(|i| spec(&format!("port/p{i}"), &[("network", &["network/n"])]))
-            .collect();
-        client.batch_create(specs).await.unwrap();
-    }
+    crate::a_network_with_ports(&client, PORTS).await;
     let op = client.delete(delete_req("network/n", true)).await.unwrap();
     let id = op.operation.expect("an operation").id;
 

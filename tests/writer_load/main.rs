@@ -11,3 +11,23 @@ mod support;
 
 mod group_commit;
 mod held_writes;
+
+/// The cascade both tests delete: a project, `network/n` in it, and
+/// `ports` ports on the network, created a thousand at a time.
+async fn a_network_with_ports(client: &cascade_client::Client, ports: usize) {
+    use support::spec;
+    client
+        .batch_create(vec![
+            spec("project/p", &[]),
+            spec("network/n", &[("project", &["project/p"])]),
+        ])
+        .await
+        .unwrap();
+    for chunk in (0..ports).collect::<Vec<_>>().chunks(1_000) {
+        let specs = chunk
+            .iter()
+            .map(|i| spec(&format!("port/p{i}"), &[("network", &["network/n"])]))
+            .collect();
+        client.batch_create(specs).await.unwrap();
+    }
+}
