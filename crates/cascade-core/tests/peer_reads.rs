@@ -1,13 +1,16 @@
 //! What the cross-region steps of a batch cost in reads of the state: the
-//! owner's attach of a batch, the importer's settle of it, and the owner's
-//! release of a page of rows. Counted, not timed.
+//! importer's create of a batch, the owner's attach of it, the importer's
+//! settle of it, and the owner's release of a page of rows. Counted, not
+//! timed.
 //!
 //! Why these tests exist: P5 (a thousand ports in one region referencing a
 //! network in another, per BatchCreate) read the network once per port in
 //! the owner's attach, and every port four times (by uid, twice) plus its
 //! target's tombstone once in the importer's settle; P2's owner read the
 //! deletion record twice, the operation and the queue entry once per
-//! released row (`docs/BENCHMARKS.md`, "Across regions: P5 and P2"). Each
+//! released row (`docs/BENCHMARKS.md`, "Across regions: P5 and P2"); the
+//! importer's create read the shared target's tombstone once per member
+//! ("P5 (2026-11-27)"). Each
 //! of these is now one read per step of what the batch shares, and one
 //! read of each member.
 
@@ -319,23 +322,7 @@ fn a_settle_after_the_target_was_reported_deleting_removes_the_batch() {
             (p.name.clone(), p.uid, keys)
         })
         .collect();
-    // The tombstone alone, as a DELETING event leaves it before its walk
-    // reaches the ports.
-    let mut tombstone = WriteSet::default();
-    tombstone.remote_deletions.insert(
-        network.uid,
-        Some(RemoteDeletion {
-            target: network.clone(),
-            operation: OperationId(uuid::Uuid::from_u128(7)),
-            seen_at: importer.now,
-            purged: false,
-            no_cascade: false,
-            forced: false,
-            principal: Default::default(),
-            retain_ms: 0,
-        }),
-    );
-    importer.state.apply(tombstone);
+    tombstone_of(&mut importer, &network);
     let step = peer::settle_batch(&importer.state, ctx!(importer), members, Ok(())).expect("the settle runs");
     assert!(
         matches!(step.value, Err(CoreError::TargetDeleting { .. })),
@@ -349,6 +336,79 @@ fn a_settle_after_the_target_was_reported_deleting_removes_the_batch() {
             .all(|p| importer.state.state.resource(&p.name).expect("reads").is_none()),
         "every member of the batch is removed"
     );
+}
+
+/// A tombstone of `target` in `importer`, as the owner's DELETING event
+/// leaves it before its walk reaches the referrers.
+fn tombstone_of(importer: &mut Region, target: &RefTarget) {
+    let mut tombstone = WriteSet::default();
+    tombstone.remote_deletions.insert(
+        target.uid,
+        Some(RemoteDeletion {
+            target: target.clone(),
+            operation: OperationId(uuid::Uuid::from_u128(7)),
+            seen_at: importer.now,
+            purged: false,
+            no_cascade: false,
+            forced: false,
+            principal: Default::default(),
+            retain_ms: 0,
+        }),
+    );
+    importer.state.apply(tombstone);
+}
+
+/// The importer's create of a batch asks whether the remote target the
+/// members share was reported DELETING once, not once per member (before:
+/// 1,000 tombstone reads for 1,000 ports on one network; P5's profile,
+/// docs/BENCHMARKS.md "P5 (2026-11-27)").
+#[test]
+fn a_create_of_a_batch_reads_its_remote_targets_tombstone_once() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    importer.state.reset();
+    let ports = ports_on(&mut importer, &network);
+    assert_eq!(ports.len(), BATCH);
+    assert!(ports.iter().all(|p| p.state == ResourceState::Creating));
+    let tombstones = importer.state.tombstones.get();
+    assert_eq!(
+        tombstones, 1,
+        "creating {BATCH} ports on one remote network read {tombstones} tombstones"
+    );
+}
+
+/// The once-per-step answer still refuses: a batch whose remote target was
+/// reported DELETING is refused whole, naming the first member's reference
+/// as the request names it.
+#[test]
+fn a_create_of_a_batch_on_a_target_reported_deleting_is_refused_naming_the_first_member() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    tombstone_of(&mut importer, &network);
+    let specs: Vec<ResourceSpec> = (0..3)
+        .map(|i| ResourceSpec {
+            name: format!("r1/port/p-{i}"),
+            refs: [(
+                "network".to_owned(),
+                vec![RefRequest {
+                    name: network.name.to_string(),
+                    uid: Some(network.uid),
+                }],
+            )]
+            .into(),
+            ..ResourceSpec::default()
+        })
+        .collect();
+    let refused = protocol::create(&importer.state, ctx!(importer), &mut importer.ids, specs);
+    match refused {
+        Err(CoreError::TargetDeleting { field, target }) => {
+            assert_eq!(field, "resources[0].refs.network");
+            assert_eq!(target, network.name);
+        }
+        other => panic!("expected TargetDeleting, got {other:?}"),
+    }
 }
 
 /// The owner's release of a page of rows of one deleting target reads the
