@@ -640,7 +640,8 @@ pub fn ref_target(r: Option<v1::ObjectRef>, field: &str) -> Result<RefTarget, St
 /// [`ref_target`] with its path built only for a refusal.
 fn ref_target_at(r: Option<v1::ObjectRef>, field: &dyn Fn() -> String) -> Result<RefTarget, Status> {
     let r = r.ok_or_else(|| invalid_field(&field(), "is required"))?;
-    let name = cascade_core::ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{}.name", field()), e))?;
+    let name =
+        cascade_core::ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{}.name", field()), e))?;
     let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{}.uid", field()), e))?;
     Ok(RefTarget { name, uid })
 }

@@ -14,9 +14,7 @@ use crate::state::{StateRead, Tx};
 
 use super::backrefs::{attach_backrefs, outgoing_backrefs, release_ref, remote_region, tracked_keys};
 use super::bookkeeping::put_with_event;
-use super::validate::{
-    check_etag, local_name, resolve_refs, validate_attributes, validate_finalizers, MemberField,
-};
+use super::validate::{check_etag, local_name, resolve_refs, validate_attributes, validate_finalizers, MemberField};
 use super::{target_of, Ctx, ResourceSpec, Step};
 
 /// Creates resources, all or none, in order (a later one may reference an earlier one).

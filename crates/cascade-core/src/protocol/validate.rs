@@ -55,7 +55,11 @@ impl FieldPath for MemberField<'_> {
 }
 
 /// Parses a name that must be of this region and of a kind of the schema.
-pub(super) fn local_name(ctx: Ctx<'_>, raw: &str, field: &(impl FieldPath + ?Sized)) -> Result<ResourceName, CoreError> {
+pub(super) fn local_name(
+    ctx: Ctx<'_>,
+    raw: &str,
+    field: &(impl FieldPath + ?Sized),
+) -> Result<ResourceName, CoreError> {
     let name = ResourceName::parse(raw).map_err(|e| CoreError::invalid(field.path(), e.to_string()))?;
     if name.region() != ctx.region.as_str() {
         return Err(CoreError::WrongRegion {

@@ -413,7 +413,8 @@ impl Resources for ResourcesApi {
         let mut regions = BTreeSet::new();
         let mut names = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
-            let name = ResourceName::parse(&spec.name).map_err(|e| invalid_field(&format!("resources[{i}].name"), e))?;
+            let name =
+                ResourceName::parse(&spec.name).map_err(|e| invalid_field(&format!("resources[{i}].name"), e))?;
             if !regions.contains(name.region()) {
                 regions.insert(name.region().to_owned());
             }
