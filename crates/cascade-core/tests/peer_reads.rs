@@ -1,13 +1,16 @@
 //! What the cross-region steps of a batch cost in reads of the state: the
-//! owner's attach of a batch, the importer's settle of it, and the owner's
-//! release of a page of rows. Counted, not timed.
+//! importer's create of a batch, the owner's attach of it, the importer's
+//! settle of it, and the owner's release of a page of rows. Counted, not
+//! timed.
 //!
 //! Why these tests exist: P5 (a thousand ports in one region referencing a
 //! network in another, per BatchCreate) read the network once per port in
 //! the owner's attach, and every port four times (by uid, twice) plus its
 //! target's tombstone once in the importer's settle; P2's owner read the
 //! deletion record twice, the operation and the queue entry once per
-//! released row (`docs/BENCHMARKS.md`, "Across regions: P5 and P2"). Each
+//! released row (`docs/BENCHMARKS.md`, "Across regions: P5 and P2"); the
+//! importer's create read the shared target's tombstone once per member
+//! ("P5 (2026-11-27)"). Each
 //! of these is now one read per step of what the batch shares, and one
 //! read of each member.
 
@@ -27,6 +30,7 @@ struct Counted {
     resources: Cell<u64>,
     names: Cell<u64>,
     tombstones: Cell<u64>,
+    pending: Cell<u64>,
     deletions: Cell<u64>,
     operations: Cell<u64>,
     work: Cell<u64>,
@@ -46,6 +50,7 @@ impl Counted {
             &self.resources,
             &self.names,
             &self.tombstones,
+            &self.pending,
             &self.deletions,
             &self.operations,
             &self.work,
@@ -101,6 +106,7 @@ impl StateRead for Counted {
         self.state.remote_deletion(uid)
     }
     fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, error::StorageError> {
+        bump(&self.pending);
         self.state.pending_attach(uid)
     }
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, error::StorageError> {
@@ -298,6 +304,80 @@ fn a_settle_of_a_batch_reads_each_member_once() {
     );
 }
 
+/// The keys a batch's create recorded as pending for each member.
+fn pending_members(importer: &Region, ports: &[Resource]) -> Vec<(ResourceName, Uid, Vec<BackRefKey>)> {
+    ports
+        .iter()
+        .map(|p| {
+            let keys = importer
+                .state
+                .state
+                .pending_attach(p.uid)
+                .expect("reads")
+                .expect("pending")
+                .keys;
+            (p.name.clone(), p.uid, keys)
+        })
+        .collect()
+}
+
+/// A settle that attached every remote reference of its members removes
+/// their pending rows without reading them: whatever a row still holds is
+/// among what was attached (before: one read of each member's row, a fifth
+/// of the settle's instructions in P5's profile).
+#[test]
+fn a_settle_that_attached_every_reference_reads_no_pending_row() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    let members = pending_members(&importer, &ports);
+
+    importer.state.reset();
+    let step = peer::settle_batch(&importer.state, ctx!(importer), members, Ok(())).expect("the settle runs");
+    let settled = step.value.expect("every member is confirmed");
+    assert!(settled.iter().all(|r| r.state == ResourceState::Active));
+    let pending = importer.state.pending.get();
+    assert_eq!(pending, 0, "settling {BATCH} members read {pending} pending rows");
+    importer.state.apply(step.writes);
+    assert!(
+        importer.state.state.pending_attach.is_empty(),
+        "nothing is left pending"
+    );
+}
+
+/// A member whose settle attached only part of its remote references (here
+/// none) stays CREATING with its row: what is left is still to attach.
+#[test]
+fn a_settle_that_attached_part_of_a_members_references_leaves_it_pending() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    let ports = ports_on(&mut importer, &network);
+    let mut members = pending_members(&importer, &ports[..2]);
+    let left = members[1].2.clone();
+    members[1].2.clear();
+
+    let step = peer::settle_batch(&importer.state, ctx!(importer), members, Ok(())).expect("the settle runs");
+    let settled = step.value.expect("nothing was refused");
+    assert_eq!(settled[0].state, ResourceState::Active);
+    assert_eq!(settled[1].state, ResourceState::Creating);
+    importer.state.apply(step.writes);
+    let row = importer
+        .state
+        .state
+        .pending_attach(ports[1].uid)
+        .expect("reads")
+        .expect("the second member is still pending");
+    assert_eq!(row.keys, left, "its reference is still to attach");
+    assert!(importer
+        .state
+        .state
+        .pending_attach(ports[0].uid)
+        .expect("reads")
+        .is_none());
+}
+
 /// A settle whose target was reported DELETING meanwhile still removes
 /// the whole batch (the once-per-target tombstone read decides for all).
 #[test]
@@ -319,23 +399,7 @@ fn a_settle_after_the_target_was_reported_deleting_removes_the_batch() {
             (p.name.clone(), p.uid, keys)
         })
         .collect();
-    // The tombstone alone, as a DELETING event leaves it before its walk
-    // reaches the ports.
-    let mut tombstone = WriteSet::default();
-    tombstone.remote_deletions.insert(
-        network.uid,
-        Some(RemoteDeletion {
-            target: network.clone(),
-            operation: OperationId(uuid::Uuid::from_u128(7)),
-            seen_at: importer.now,
-            purged: false,
-            no_cascade: false,
-            forced: false,
-            principal: Default::default(),
-            retain_ms: 0,
-        }),
-    );
-    importer.state.apply(tombstone);
+    tombstone_of(&mut importer, &network);
     let step = peer::settle_batch(&importer.state, ctx!(importer), members, Ok(())).expect("the settle runs");
     assert!(
         matches!(step.value, Err(CoreError::TargetDeleting { .. })),
@@ -349,6 +413,79 @@ fn a_settle_after_the_target_was_reported_deleting_removes_the_batch() {
             .all(|p| importer.state.state.resource(&p.name).expect("reads").is_none()),
         "every member of the batch is removed"
     );
+}
+
+/// A tombstone of `target` in `importer`, as the owner's DELETING event
+/// leaves it before its walk reaches the referrers.
+fn tombstone_of(importer: &mut Region, target: &RefTarget) {
+    let mut tombstone = WriteSet::default();
+    tombstone.remote_deletions.insert(
+        target.uid,
+        Some(RemoteDeletion {
+            target: target.clone(),
+            operation: OperationId(uuid::Uuid::from_u128(7)),
+            seen_at: importer.now,
+            purged: false,
+            no_cascade: false,
+            forced: false,
+            principal: Default::default(),
+            retain_ms: 0,
+        }),
+    );
+    importer.state.apply(tombstone);
+}
+
+/// The importer's create of a batch asks whether the remote target the
+/// members share was reported DELETING once, not once per member (before:
+/// 1,000 tombstone reads for 1,000 ports on one network; P5's profile,
+/// docs/BENCHMARKS.md "P5 (2026-11-27)").
+#[test]
+fn a_create_of_a_batch_reads_its_remote_targets_tombstone_once() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    importer.state.reset();
+    let ports = ports_on(&mut importer, &network);
+    assert_eq!(ports.len(), BATCH);
+    assert!(ports.iter().all(|p| p.state == ResourceState::Creating));
+    let tombstones = importer.state.tombstones.get();
+    assert_eq!(
+        tombstones, 1,
+        "creating {BATCH} ports on one remote network read {tombstones} tombstones"
+    );
+}
+
+/// The once-per-step answer still refuses: a batch whose remote target was
+/// reported DELETING is refused whole, naming the first member's reference
+/// as the request names it.
+#[test]
+fn a_create_of_a_batch_on_a_target_reported_deleting_is_refused_naming_the_first_member() {
+    let mut owner = Region::new("r0");
+    let network = owner.network();
+    let mut importer = Region::new("r1");
+    tombstone_of(&mut importer, &network);
+    let specs: Vec<ResourceSpec> = (0..3)
+        .map(|i| ResourceSpec {
+            name: format!("r1/port/p-{i}"),
+            refs: [(
+                "network".to_owned(),
+                vec![RefRequest {
+                    name: network.name.to_string(),
+                    uid: Some(network.uid),
+                }],
+            )]
+            .into(),
+            ..ResourceSpec::default()
+        })
+        .collect();
+    let refused = protocol::create(&importer.state, ctx!(importer), &mut importer.ids, specs);
+    match refused {
+        Err(CoreError::TargetDeleting { field, target }) => {
+            assert_eq!(field, "resources[0].refs.network");
+            assert_eq!(target, network.name);
+        }
+        other => panic!("expected TargetDeleting, got {other:?}"),
+    }
 }
 
 /// The owner's release of a page of rows of one deleting target reads the

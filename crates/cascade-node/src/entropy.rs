@@ -3,8 +3,9 @@
 //! [`Clock`], so a simulation that seeds them (and the clock) replays a run
 //! exactly from one number.
 //!
-//! A real node uses [`SystemUids`] (`Uuid::now_v7`: wall clock plus OS
-//! randomness) and seeds its jitter from the wall clock's sub-second noise,
+//! A real node uses [`SystemUids`] (`Uuid::now_v7`: wall clock plus random
+//! bits from `rand`'s thread-local generator, which the OS seeds: uuid's
+//! `fast-rng`, so minting a uid is no system call) and seeds its jitter from the wall clock's sub-second noise,
 //! so links of different nodes do not reconnect in lockstep. A simulated
 //! node uses [`SeededUids`] and a fixed jitter seed.
 
@@ -20,7 +21,9 @@ pub trait UidSource: Send + Sync + 'static {
     fn next_uuid(&self) -> Uuid;
 }
 
-/// UUID v7 from the system clock and OS randomness.
+/// UUID v7 from the system clock and a generator the OS seeds (not a
+/// `getrandom` call per uid: two per created resource, its uid and its
+/// audit entry's, were 4 % of P5's CPU; docs/BENCHMARKS.md "P5 (2026-11-27)").
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemUids;
 

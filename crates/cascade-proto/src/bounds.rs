@@ -61,8 +61,14 @@ fn items(len: usize, max: usize, field: impl FnOnce() -> String) -> Result<(), S
     Err(invalid_field(&field(), format!("holds {len} items (at most {max})")))
 }
 
+/// A place in a request, spelled out only for a refusal: a batch of a
+/// thousand specs built four paths per reference that no answer read
+/// (docs/BENCHMARKS.md, "P5 (2026-11-27)").
+type At<'a> = &'a dyn Fn() -> String;
+
 /// `at.field`, or `field` at the top of a request.
-fn path(at: &str, field: &str) -> String {
+fn path(at: At<'_>, field: &str) -> String {
+    let at = at();
     if at.is_empty() {
         field.to_owned()
     } else {
@@ -70,16 +76,16 @@ fn path(at: &str, field: &str) -> String {
     }
 }
 
-fn object_ref(r: &v1::ObjectRef, at: &str) -> Result<(), Status> {
+fn object_ref(r: &v1::ObjectRef, at: At<'_>) -> Result<(), Status> {
     text(&r.name, MAX_NAME_BYTES, || path(at, "name"))?;
     text(&r.uid, MAX_UID_BYTES, || path(at, "uid"))
 }
 
-fn optional_ref(r: &Option<v1::ObjectRef>, at: &str) -> Result<(), Status> {
+fn optional_ref(r: &Option<v1::ObjectRef>, at: At<'_>) -> Result<(), Status> {
     r.as_ref().map_or(Ok(()), |r| object_ref(r, at))
 }
 
-fn resource_spec(spec: &v1::ResourceSpec, at: &str) -> Result<(), Status> {
+fn resource_spec(spec: &v1::ResourceSpec, at: At<'_>) -> Result<(), Status> {
     text(&spec.name, MAX_NAME_BYTES, || path(at, "name"))?;
     let attributes = || path(at, "attributes");
     items(spec.attributes.len(), MAX_ATTRIBUTES, attributes)?;
@@ -91,17 +97,17 @@ fn resource_spec(spec: &v1::ResourceSpec, at: &str) -> Result<(), Status> {
             if key.is_empty() {
                 attributes()
             } else {
-                path(&attributes(), key)
+                path(&attributes, key)
             }
         })?;
     }
     items(spec.refs.len(), MAX_REF_FIELDS, || path(at, "refs"))?;
     for (i, r) in spec.refs.iter().enumerate() {
-        let at = path(at, &format!("refs[{i}]"));
-        text(&r.field, MAX_KIND_BYTES, || path(&at, "field"))?;
-        items(r.targets.len(), MAX_TARGETS_PER_FIELD, || path(&at, "targets"))?;
+        let field_at = || path(at, &format!("refs[{i}]"));
+        text(&r.field, MAX_KIND_BYTES, || path(&field_at, "field"))?;
+        items(r.targets.len(), MAX_TARGETS_PER_FIELD, || path(&field_at, "targets"))?;
         for (j, t) in r.targets.iter().enumerate() {
-            object_ref(t, &path(&at, &format!("targets[{j}]")))?;
+            object_ref(t, &|| path(&field_at, &format!("targets[{j}]")))?;
         }
     }
     items(spec.finalizers.len(), MAX_FINALIZERS, || path(at, "finalizers"))?;
@@ -115,9 +121,9 @@ fn backrefs(list: &[v1::PeerBackRef]) -> Result<(), Status> {
     // Their number is the node's `[limits] max_batch_create`, checked by
     // the Peer service.
     for (i, b) in list.iter().enumerate() {
-        let at = format!("backrefs[{i}]");
-        optional_ref(&b.target, &path(&at, "target"))?;
-        optional_ref(&b.referrer, &path(&at, "referrer"))?;
+        let at = || format!("backrefs[{i}]");
+        optional_ref(&b.target, &|| path(&at, "target"))?;
+        optional_ref(&b.referrer, &|| path(&at, "referrer"))?;
         text(&b.field, MAX_KIND_BYTES, || path(&at, "field"))?;
         text(&b.on_delete, MAX_ON_DELETE_BYTES, || path(&at, "on_delete"))?;
     }
@@ -159,11 +165,11 @@ bounded! {
     // cascade.v1.Resources
     // A single resource's fields are named as the core names them, from
     // the resource (`name`, `attributes`), as in a batch (`resources[2].name`).
-    v1::CreateRequest => |r| r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, ""));
+    v1::CreateRequest => |r| r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, &String::new));
     v1::BatchCreateRequest => |r| {
         // Their number is the node's `[limits] max_batch_create`.
         for (i, spec) in r.resources.iter().enumerate() {
-            resource_spec(spec, &format!("resources[{i}]"))?;
+            resource_spec(spec, &|| format!("resources[{i}]"))?;
         }
         Ok(())
     };
@@ -190,7 +196,7 @@ bounded! {
         page_token(&r.page_token, "page_token")
     };
     v1::UpdateRequest => |r| {
-        r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, ""))?;
+        r.resource.as_ref().map_or(Ok(()), |s| resource_spec(s, &String::new))?;
         short(&r.etag, MAX_ETAG_BYTES, "etag")
     };
     v1::DeleteRequest => |r| {
@@ -305,7 +311,7 @@ bounded! {
     v1::PeerPlanRequest => |r| {
         items(r.seeds.len(), MAX_PLAN_SEEDS, || "seeds".to_owned())?;
         for (i, s) in r.seeds.iter().enumerate() {
-            object_ref(s, &format!("seeds[{i}]"))?;
+            object_ref(s, &|| format!("seeds[{i}]"))?;
         }
         // The principal the asking region vouches for: an id and groups
         // no longer than the audit log keeps, a means named in a word.
@@ -344,17 +350,17 @@ bounded! {
     v1::UndeletePartRequest => |r| {
         uid(&r.operation_id, "operation_id")?;
         uid(&r.undelete_of, "undelete_of")?;
-        optional_ref(&r.root, "root")?;
+        optional_ref(&r.root, &|| "root".to_owned())?;
         items(r.would_restore.len(), cascade_core::limits::MAX_UNDELETE_LISTED, || "would_restore".to_owned())?;
         for (i, t) in r.would_restore.iter().enumerate() {
-            object_ref(t, &format!("would_restore[{i}]"))?;
+            object_ref(t, &|| format!("would_restore[{i}]"))?;
         }
         short(&r.requested_by, MAX_AUDIT_WHO_BYTES, "requested_by")
     };
     v1::OperationControlRequest => |r| {
         uid(&r.operation_id, "operation_id")?;
         if let Some(root) = &r.root {
-            object_ref(root, "root")?;
+            object_ref(root, &|| "root".to_owned())?;
         }
         short(&r.requested_by, MAX_AUDIT_WHO_BYTES, "requested_by")?;
         short(&r.reason, MAX_REASON_BYTES, "reason")

@@ -62,7 +62,19 @@ pub fn resource_spec_with(
     field: &str,
     many: &dyn Fn(&str) -> bool,
 ) -> Result<ResourceSpec, Status> {
+    resource_spec_at(spec, &|| field.to_owned(), many)
+}
+
+/// [`resource_spec_with`] with the prefix built only for a refusal (a
+/// batch's `resources[3]`, formatted per spec, was a format per member
+/// that no answer read: docs/BENCHMARKS.md, "P5 (2026-11-27)").
+pub fn resource_spec_at(
+    spec: v1::ResourceSpec,
+    field: &dyn Fn() -> String,
+    many: &dyn Fn(&str) -> bool,
+) -> Result<ResourceSpec, Status> {
     let at = |path: String| {
+        let field = field();
         if field.is_empty() {
             path
         } else {
@@ -79,12 +91,19 @@ pub fn resource_spec_with(
         }
         let mut targets = Vec::with_capacity(r.targets.len());
         for (j, t) in r.targets.into_iter().enumerate() {
-            let target = if many(&r.field) {
-                format!("refs.{}[{j}]", r.field)
+            // The path is spelled out only for a bad uid: a batch of a
+            // thousand specs formatted two strings per target otherwise
+            // (docs/BENCHMARKS.md, "P5 (2026-11-27)").
+            let uid = if t.uid.is_empty() {
+                None
             } else {
-                format!("refs.{}", r.field)
+                let target = if many(&r.field) {
+                    format!("refs.{}[{j}]", r.field)
+                } else {
+                    format!("refs.{}", r.field)
+                };
+                optional_uid(&t.uid, &at(format!("{target}.uid")))?
             };
-            let uid = optional_uid(&t.uid, &at(format!("{target}.uid")))?;
             targets.push(RefRequest { name: t.name, uid });
         }
         refs.insert(r.field, targets);
@@ -615,18 +634,34 @@ pub fn denied_member(d: &cascade_core::protocol::PlannedDenial) -> v1::DeniedMem
 
 /// A wire object reference with both parts, as peers exchange them.
 pub fn ref_target(r: Option<v1::ObjectRef>, field: &str) -> Result<RefTarget, Status> {
-    let r = r.ok_or_else(|| invalid_field(field, "is required"))?;
-    let name = cascade_core::ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{field}.name"), e))?;
-    let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{field}.uid"), e))?;
+    ref_target_at(r, &|| field.to_owned())
+}
+
+/// [`ref_target`] with its path built only for a refusal.
+fn ref_target_at(r: Option<v1::ObjectRef>, field: &dyn Fn() -> String) -> Result<RefTarget, Status> {
+    let r = r.ok_or_else(|| invalid_field(&field(), "is required"))?;
+    let name =
+        cascade_core::ResourceName::parse(&r.name).map_err(|e| invalid_field(&format!("{}.name", field()), e))?;
+    let uid = Uid::parse(&r.uid).map_err(|e| invalid_field(&format!("{}.uid", field()), e))?;
     Ok(RefTarget { name, uid })
 }
 
 /// Decodes a back-reference of a Peer request; `field` prefixes the path
 /// named in an INVALID_ARGUMENT refusal.
 pub fn peer_backref_from(b: v1::PeerBackRef, field: &str) -> Result<cascade_core::peer::PeerBackRef, Status> {
+    peer_backref_at(b, &|| field.to_owned())
+}
+
+/// [`peer_backref_from`] with the prefix built only for a refusal.
+pub fn peer_backref_at(
+    b: v1::PeerBackRef,
+    field: &dyn Fn() -> String,
+) -> Result<cascade_core::peer::PeerBackRef, Status> {
     Ok(cascade_core::peer::PeerBackRef {
-        target: ref_target(b.target, &format!("{field}.target"))?,
-        referrer: ref_target(b.referrer, &format!("{field}.referrer"))?,
+        // The paths are built only for a refusal: an Attach of a thousand
+        // rows built two per row (docs/BENCHMARKS.md, "P5 (2026-11-27)").
+        target: ref_target_at(b.target, &|| format!("{}.target", field()))?,
+        referrer: ref_target_at(b.referrer, &|| format!("{}.referrer", field()))?,
         field: b.field,
         generation: b.generation,
     })

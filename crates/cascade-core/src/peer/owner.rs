@@ -54,10 +54,11 @@ pub fn attach<S: StateRead + ?Sized>(
     // each target per step, not one per row.
     let mut live: BTreeSet<RefTarget> = BTreeSet::new();
     for (i, e) in entries.into_iter().enumerate() {
-        let at = format!("backrefs[{i}]");
+        // Spelled out only for a refusal (one allocation per row otherwise).
+        let at = |field: &str| format!("backrefs[{i}].{field}");
         if e.referrer.name.region() != from_region {
             return Err(CoreError::invalid(
-                format!("{at}.referrer"),
+                at("referrer"),
                 format!("{} is not in region {from_region}", e.referrer.name),
             ));
         }
@@ -87,7 +88,7 @@ pub fn attach<S: StateRead + ?Sized>(
             .filter(|s| s.kind == e.target.name.kind() && s.on_delete.tracked())
             .ok_or_else(|| {
                 CoreError::invalid(
-                    format!("{at}.field"),
+                    at("field"),
                     format!(
                         "kind {:?} has no tracked reference {:?} to a {}",
                         e.referrer.name.kind(),

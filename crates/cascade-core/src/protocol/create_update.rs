@@ -5,6 +5,8 @@
 //! references in one step. A DELETING resource only takes the removal of
 //! finalizers here; deletion itself is `delete.rs` and `work.rs`.
 
+use std::collections::BTreeMap;
+
 use crate::error::CoreError;
 use crate::model::{BackRefKey, EventType, PendingAttach, Resource, ResourceState};
 use crate::name::{IdSource, Uid};
@@ -12,7 +14,7 @@ use crate::state::{StateRead, Tx};
 
 use super::backrefs::{attach_backrefs, outgoing_backrefs, release_ref, remote_region, tracked_keys};
 use super::bookkeeping::put_with_event;
-use super::validate::{check_etag, local_name, resolve_refs, validate_attributes, validate_finalizers};
+use super::validate::{check_etag, local_name, resolve_refs, validate_attributes, validate_finalizers, MemberField};
 use super::{target_of, Ctx, ResourceSpec, Step};
 
 /// Creates resources, all or none, in order (a later one may reference an earlier one).
@@ -25,6 +27,8 @@ pub fn create<S: StateRead + ?Sized>(
     let mut tx = Tx::new(state);
     let mut created = Vec::with_capacity(specs.len());
     let many = specs.len() > 1;
+    // Remote targets seen DELETING, read once per target for the batch.
+    let mut deleting = BTreeMap::new();
     // A batch with any reference into another region is created CREATING as
     // a whole and settled as a whole (see `peer::settle_batch`), so a later
     // member may reference an earlier one and the batch stays all or nothing.
@@ -35,12 +39,9 @@ pub fn create<S: StateRead + ?Sized>(
             .any(|t| t.name.split('/').next().is_some_and(|r| r != ctx.region.as_str()))
     });
     for (i, spec) in specs.into_iter().enumerate() {
-        let at = |field: &str| {
-            if many {
-                format!("resources[{i}].{field}")
-            } else {
-                field.to_owned()
-            }
+        let at = |field| MemberField {
+            member: many.then_some(i),
+            field,
         };
         let name = local_name(ctx, &spec.name, &at("name"))?;
         validate_attributes(&spec.attributes, &at("attributes"))?;
@@ -72,7 +73,7 @@ pub fn create<S: StateRead + ?Sized>(
             };
             return Err(CoreError::AlreadyExists { name, detail });
         }
-        let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, &at("refs"), None)?;
+        let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, &at("refs"), None, &mut deleting)?;
         let uid = Uid(ids.next_uuid());
         // References into other regions are attached at their owners before
         // the resource becomes ACTIVE (see `peer::activate`).
@@ -137,7 +138,15 @@ pub fn update<S: StateRead + ?Sized>(
     if current.state == ResourceState::Deleting {
         return finish_finalizers(tx, ctx, current, spec);
     }
-    let refs = resolve_refs(&tx, ctx, name.kind(), &spec.refs, "refs", Some(&current.refs))?;
+    let refs = resolve_refs(
+        &tx,
+        ctx,
+        name.kind(),
+        &spec.refs,
+        "refs",
+        Some(&current.refs),
+        &mut BTreeMap::new(),
+    )?;
     let mut next = current.clone();
     next.attributes = spec.attributes;
     next.refs = refs;

@@ -111,7 +111,7 @@ fn from_region(raw: &str) -> Result<RegionId, Status> {
 fn backrefs(list: Vec<v1::PeerBackRef>) -> Result<Vec<peer::PeerBackRef>, Status> {
     list.into_iter()
         .enumerate()
-        .map(|(i, b)| convert::peer_backref_from(b, &format!("backrefs[{i}]")))
+        .map(|(i, b)| convert::peer_backref_at(b, &|| format!("backrefs[{i}]")))
         .collect()
 }
 

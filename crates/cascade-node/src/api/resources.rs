@@ -201,11 +201,26 @@ impl ResourcesApi {
     /// (`refs.network.uid`, `refs.ports[0].uid`).
     fn decode_spec(&self, spec: v1::ResourceSpec, field: &str) -> Result<ResourceSpec, Status> {
         let kind = ResourceName::parse(&spec.name).map(|n| n.kind().to_owned()).ok();
-        let many = |f: &str| match &kind {
+        self.decode_spec_kind(spec, kind.as_deref(), &|| field.to_owned())
+    }
+
+    /// [`Self::decode_spec`] of a batch's member `i`, whose name the caller
+    /// parsed (the path `resources[i]` is built only for a refusal).
+    fn decode_spec_of(&self, spec: v1::ResourceSpec, name: &ResourceName, i: usize) -> Result<ResourceSpec, Status> {
+        self.decode_spec_kind(spec, Some(name.kind()), &|| format!("resources[{i}]"))
+    }
+
+    fn decode_spec_kind(
+        &self,
+        spec: v1::ResourceSpec,
+        kind: Option<&str>,
+        field: &dyn Fn() -> String,
+    ) -> Result<ResourceSpec, Status> {
+        let many = |f: &str| match kind {
             Some(kind) => self.node.schema().reference(kind, f).is_none_or(|r| r.many),
             None => true,
         };
-        convert::resource_spec_with(spec, field, &many)
+        convert::resource_spec_at(spec, field, &many)
     }
 
     /// The audit context of a change `principal` asks for: `verb` on
@@ -398,8 +413,11 @@ impl Resources for ResourcesApi {
         let mut regions = BTreeSet::new();
         let mut names = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
-            let name = parse_name(&spec.name, &format!("resources[{i}].name"))?;
-            regions.insert(name.region().to_owned());
+            let name =
+                ResourceName::parse(&spec.name).map_err(|e| invalid_field(&format!("resources[{i}].name"), e))?;
+            if !regions.contains(name.region()) {
+                regions.insert(name.region().to_owned());
+            }
             names.push(name);
         }
         if regions.len() > 1 {
@@ -408,24 +426,29 @@ impl Resources for ResourcesApi {
                 "a batch creates resources of one region (it is one transaction at their owner)",
             ));
         }
-        if let Some(first) = specs.first() {
-            if let Some((region, mut owner)) =
-                self.route(&parse_name(&first.name, "resources[0].name")?, "resources[0].name")?
-            {
+        if let Some(first) = names.first() {
+            if let Some((region, mut owner)) = self.route(first, "resources[0].name")? {
                 let call = owner.batch_create(v1::BatchCreateRequest { resources: specs });
                 let created = call_owner(&region, "BatchCreate", FORWARD_TIMEOUT, call).await?;
                 return Ok(Response::new(created));
             }
         }
         // One transaction: refused whole when any resource is, naming each.
+        // Each resource is decided on its own, once; the batch is audited
+        // (one entry per resource) with the first one's rule.
         let mut denied: Option<Denied> = None;
+        let mut first_rule: Option<String> = None;
         for name in &names {
-            if let Err(Fault::Denied(one)) = self.node.authorize(&principal, Verb::Create, Target::Resource(name)) {
-                match &mut denied {
+            match self.node.authorize(&principal, Verb::Create, Target::Resource(name)) {
+                Ok(decision) => {
+                    first_rule.get_or_insert(decision.rule);
+                }
+                Err(Fault::Denied(one)) => match &mut denied {
                     None => denied = Some(one),
                     Some(all) if all.members.len() < Denied::MAX_MEMBERS => all.members.extend(one.members),
                     Some(all) => all.more += 1,
-                }
+                },
+                Err(other) => return Err(other.into()),
             }
         }
         if let Some(denied) = denied {
@@ -444,21 +467,13 @@ impl Resources for ResourcesApi {
             self.node.audit_refusal(refusal).await;
             return Err(status);
         }
-        // Each resource is decided on its own; the batch is audited (one
-        // entry per resource) with the first one's rule.
-        let mut audit = None;
-        for (i, spec) in specs.iter().enumerate() {
-            let name = parse_name(&spec.name, &format!("resources[{i}].name"))?;
-            let context = self
-                .audited(&principal, through.as_deref(), Verb::Create, &name, "create")
-                .await?;
-            audit.get_or_insert(context);
-        }
-        let audit = audit.ok_or_else(|| invalid_field("resources", "must hold 1 or more resources"))?;
+        let rule = first_rule.ok_or_else(|| invalid_field("resources", "must hold 1 or more resources"))?;
+        let audit = self.node.audit_context(&principal, &rule, through.as_deref());
         let specs = specs
             .into_iter()
+            .zip(&names)
             .enumerate()
-            .map(|(i, s)| self.decode_spec(s, &format!("resources[{i}]")))
+            .map(|(i, (s, name))| self.decode_spec_of(s, name, i))
             .collect::<Result<Vec<_>, _>>()?;
         let created = self.node.create(specs, audit).await?;
         let resources = created
