@@ -232,6 +232,7 @@ impl Cluster {
                 s.key_bytes += f.key_bytes;
                 s.value_bytes += f.value_bytes;
                 s.allocated_bytes += f.allocated_bytes;
+                s.pages += f.pages;
             }
         }
         any.then(|| describe_footprint(&sum))
@@ -316,7 +317,7 @@ pub async fn scrape(addr: std::net::SocketAddr, metric: &str) -> Result<f64> {
         .ok_or_else(|| format!("{addr}: no metric {metric}").into())
 }
 
-/// Tables as `name: entries, key MB, value MB, allocated MB`, the largest
+/// Tables as `name: entries, key MB, value MB, allocated MB, pages`, the largest
 /// allocation first, then the total.
 fn describe_footprint(tables: &BTreeMap<Table, TableFootprint>) -> String {
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
@@ -329,21 +330,24 @@ fn describe_footprint(tables: &BTreeMap<Table, TableFootprint>) -> String {
         total.key_bytes += f.key_bytes;
         total.value_bytes += f.value_bytes;
         total.allocated_bytes += f.allocated_bytes;
+        total.pages += f.pages;
         parts.push(format!(
-            "{} {} entries, keys {:.1} MB, values {:.1} MB, allocated {:.1} MB",
+            "{} {} entries, keys {:.1} MB, values {:.1} MB, allocated {:.1} MB in {} pages",
             table.name(),
             f.entries,
             mb(f.key_bytes),
             mb(f.value_bytes),
-            mb(f.allocated_bytes)
+            mb(f.allocated_bytes),
+            f.pages
         ));
     }
     parts.push(format!(
-        "total {} entries, keys {:.1} MB, values {:.1} MB, allocated {:.1} MB",
+        "total {} entries, keys {:.1} MB, values {:.1} MB, allocated {:.1} MB in {} pages",
         total.entries,
         mb(total.key_bytes),
         mb(total.value_bytes),
-        mb(total.allocated_bytes)
+        mb(total.allocated_bytes),
+        total.pages
     ));
     parts.join("; ")
 }

@@ -16,7 +16,9 @@
 //!   record's (its finalizer failures, written only when a controller
 //!   reported one), and the audit entry's (the principal's groups, how it
 //!   proved itself, the node, the region it came through and the rule:
-//!   every entry a node of issue 27 writes). A record
+//!   every entry a node of issue 27 writes), and a back-reference row's
+//!   (version 1 without the uids and the field its key holds, read back
+//!   with the key: [`stored::BackRefV2`]). A record
 //!   is decoded by its own version byte, so a store holding both opens
 //!   without a migration.
 //! - [`VERSION_POSTCARD_V3`] also names the third layout of a resource (a
@@ -106,8 +108,9 @@ pub const VERSION_POSTCARD_V1: u8 = 0x01;
 /// [`stored::WorkItem`]), and a resource and an event (the liens of the
 /// resource, [`stored::ResourceV2`], [`stored::EventV2`]), written only when
 /// there is a lien, and a deletion record (its finalizer failures,
-/// [`stored::DeletionRecordV2`]), written only when there is one; every
-/// other record is written as version 1.
+/// [`stored::DeletionRecordV2`]), written only when there is one; and a
+/// back-reference row, without what its key holds ([`stored::BackRefV2`]),
+/// written for every row. Every other record is written as version 1.
 pub const VERSION_POSTCARD_V2: u8 = 0x02;
 
 /// The first byte of a value whose body is postcard 1 of the third layout
@@ -139,7 +142,9 @@ pub const VERSION_POSTCARD_V4: u8 = 0x04;
 pub const VERSION_POSTCARD_V5: u8 = 0x05;
 
 mod records;
+#[cfg(test)]
 use records::decode;
+use records::decode_keyed;
 pub use records::Record;
 
 /// What a Watch filters an event on: its revision, its type and its
@@ -201,7 +206,10 @@ pub struct StoreState<'a> {
 
 impl StoreState<'_> {
     fn get<T: Record>(&self, table: Table, key: &[u8]) -> Result<Option<T>, StoreError> {
-        self.store.get(table, key)?.map(|v| decode(table, &v)).transpose()
+        self.store
+            .get(table, key)?
+            .map(|v| decode_keyed(table, key, &v))
+            .transpose()
     }
 
     /// Decoded entries of a prefix scan.
@@ -215,7 +223,7 @@ impl StoreState<'_> {
         self.store
             .scan(table, prefix, after, limit)?
             .into_iter()
-            .map(|(_, v)| decode(table, &v))
+            .map(|(k, v)| decode_keyed(table, &k, &v))
             .collect()
     }
 
@@ -232,7 +240,7 @@ impl StoreState<'_> {
         let last = page.last().map(|(k, _)| k.clone());
         let rows = page
             .into_iter()
-            .filter_map(|(_, v)| match decode(Table::Backrefs, &v) {
+            .filter_map(|(k, v)| match decode_keyed(Table::Backrefs, &k, &v) {
                 Ok(row) => Some(row),
                 Err(e) => {
                     if let Some(more) = UNDECODED_ROWS.admit() {
@@ -325,7 +333,7 @@ impl StoreState<'_> {
         self.store
             .scan(Table::Outbox, &[], after.as_deref(), limit)?
             .into_iter()
-            .map(|(_, v)| match records::event_head(&v)? {
+            .map(|(k, v)| match records::event_head(&v)? {
                 Some(head) => {
                     let revision = head.revision;
                     let seen = EventHead {
@@ -334,13 +342,13 @@ impl StoreState<'_> {
                         resource: &head.resource.name,
                     };
                     if wanted(&seen) {
-                        decode(Table::Outbox, &v).map(|e| Listed::Event(Box::new(e)))
+                        decode_keyed(Table::Outbox, &k, &v).map(|e| Listed::Event(Box::new(e)))
                     } else {
                         Ok(Listed::Passed(revision))
                     }
                 }
                 None => {
-                    let event: Event = decode(Table::Outbox, &v)?;
+                    let event: Event = decode_keyed(Table::Outbox, &k, &v)?;
                     Ok(if wanted(&EventHead::of(&event)) {
                         Listed::Event(Box::new(event))
                     } else {
@@ -508,15 +516,15 @@ impl StoreState<'_> {
         for (k, _) in self.store.scan(Table::DueIndex, &[], None, usize::MAX)? {
             batch.remove(Table::DueIndex, k);
         }
-        for (_, v) in self.store.scan(Table::RetryQueue, &[], None, usize::MAX)? {
-            let w: WorkItem = decode(Table::RetryQueue, &v)?;
+        for (k, v) in self.store.scan(Table::RetryQueue, &[], None, usize::MAX)? {
+            let w: WorkItem = decode_keyed(Table::RetryQueue, &k, &v)?;
             batch.put(Table::DueIndex, due_key(w.next_attempt_at, w.target.uid), Vec::new());
         }
         for (k, _) in self.store.scan(Table::BlockingBackrefs, &[], None, usize::MAX)? {
             batch.remove(Table::BlockingBackrefs, k);
         }
         for (k, v) in self.store.scan(Table::Backrefs, &[], None, usize::MAX)? {
-            let row: BackRef = decode(Table::Backrefs, &v)?;
+            let row: BackRef = decode_keyed(Table::Backrefs, &k, &v)?;
             if row.on_delete == OnDelete::Block {
                 batch.put(Table::BlockingBackrefs, k, Vec::new());
             }
@@ -579,7 +587,7 @@ impl StateRead for StoreState<'_> {
             .map_err(storage)?;
         let rows = page
             .iter()
-            .map(|(_, v)| decode::<BackRef>(Table::Backrefs, v))
+            .map(|(k, v)| decode_keyed::<BackRef>(Table::Backrefs, k, v))
             .collect::<Result<Vec<_>, _>>()
             .map_err(storage)?;
         // A page of a walk (not a check that any row exists, limit 1):
@@ -713,7 +721,10 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         } else if state.store.get(Table::BlockingBackrefs, &key)?.is_some() {
             b.remove(Table::BlockingBackrefs, key.clone());
         }
-        put_or_remove(&mut b, Table::Backrefs, key, v)?;
+        match v {
+            Some(row) => b.put(Table::Backrefs, key, records::encode_backref(k, row)?),
+            None => b.remove(Table::Backrefs, key),
+        }
     }
     for (uid, v) in &w.deletions {
         put_or_remove(&mut b, Table::Deletions, uid.as_bytes().to_vec(), v)?;
@@ -762,7 +773,8 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         b.put(Table::Meta, SCHEMA_IN_FORCE.to_vec(), schema.as_bytes().to_vec());
     }
     for entry in &w.audit {
-        b.put(Table::Audit, entry.id.as_bytes().to_vec(), entry.encode(Table::Audit)?);
+        let (key, value) = records::encode_audit_row(entry)?;
+        b.put(Table::Audit, key, value);
     }
     if !w.audit.is_empty() {
         // The count moves in the batch that adds the entries; until the

@@ -20,6 +20,13 @@ pub trait Record: Sized + DeserializeOwned {
     fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError>;
     /// A body of `version` (without its version byte) back into the record.
     fn decode_body(version: u8, body: &[u8]) -> Result<Self, String>;
+    /// A body of `version` stored under `key`: a layout may leave out
+    /// what its key holds (a back-reference's version 2). By default the
+    /// key is not needed.
+    fn decode_keyed(version: u8, key: &[u8], body: &[u8]) -> Result<Self, String> {
+        let _ = key;
+        Self::decode_body(version, body)
+    }
 }
 
 /// Why a value did not encode. It cannot happen: postcard into a `Vec`
@@ -118,41 +125,82 @@ macro_rules! records {
 
 records! {
     ResourceName => ResourceName,
-    BackRef => BackRef,
     PendingRelease => PendingRelease,
     PendingAttach => PendingAttach,
 }
 
-/// A record whose version 2 only appends a field that is usually empty:
-/// written as version 1 (the bytes it always had) unless that field has
-/// something to say.
-macro_rules! records_with_an_optional_second_layout {
-    ($($core:ty => $one:ident, $two:ident, $needs_two:expr);* $(;)?) => {$(
-        impl Record for $core {
-            fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
-                let needs_two: fn(&$core) -> bool = $needs_two;
-                if needs_two(self) {
-                    encode_stored(table, VERSION_POSTCARD_V2, &stored::$two::from(self))
-                } else {
-                    encode_stored(table, VERSION_POSTCARD_V1, &stored::$one::from(self))
-                }
-            }
-            fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
-                let decoded = match version {
-                    VERSION_POSTCARD_V1 => decode_stored::<stored::$one<'_>>(body)?.try_into(),
-                    VERSION_POSTCARD_V2 => decode_stored::<stored::$two<'_>>(body)?.try_into(),
-                    _ => return Err(format!("no layout of version {version} (this node knows 1 and 2)")),
-                };
-                decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
-            }
+/// Written by itself as version 1 (it does not know its key); its table's
+/// rows as version 2, without what their key holds ([`encode_backref`]).
+impl Record for BackRef {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        encode_stored(table, VERSION_POSTCARD_V1, &stored::BackRef::from(self))
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::BackRef<'_>>(body)?
+                .try_into()
+                .map_err(|e: cascade_core::name::NameError| e.to_string()),
+            VERSION_POSTCARD_V2 => Err("version 2 of a back-reference is read with its key".into()),
+            _ => Err(format!("no layout of version {version} (this node knows 1 and 2)")),
         }
-    )*};
+    }
+    fn decode_keyed(version: u8, key: &[u8], body: &[u8]) -> Result<Self, String> {
+        match version {
+            VERSION_POSTCARD_V2 => decode_stored::<stored::BackRefV2<'_>>(body)?.with_key(key),
+            _ => Self::decode_body(version, body),
+        }
+    }
 }
 
-records_with_an_optional_second_layout! {
-    AuditEntry => AuditEntry, AuditEntryV2, |e| {
-        !(e.groups.is_empty() && e.via.is_empty() && e.node.is_empty() && e.through.is_empty() && e.rule.is_empty())
-    };
+/// A back-reference row's value under its key `key`: version 2, which
+/// leaves out the uids and the field the key holds, when `key` is the
+/// row's own; else version 1, which holds them.
+pub(super) fn encode_backref(key: &BackRefKey, row: &BackRef) -> Result<Vec<u8>, StoreError> {
+    let own = key.target == row.target.uid && key.referrer == row.referrer.uid && key.field == row.field;
+    if own {
+        encode_stored(Table::Backrefs, VERSION_POSTCARD_V2, &stored::BackRefV2::from(row))
+    } else {
+        row.encode(Table::Backrefs)
+    }
+}
+
+/// Written by itself in version 2 when it has issue 27's fields, else 1
+/// (it does not know its key); its table's rows as version 3, without the
+/// id their key is ([`encode_audit_row`]).
+impl Record for AuditEntry {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        let issue_27 = !(self.groups.is_empty()
+            && self.via.is_empty()
+            && self.node.is_empty()
+            && self.through.is_empty()
+            && self.rule.is_empty());
+        if issue_27 {
+            encode_stored(table, VERSION_POSTCARD_V2, &stored::AuditEntryV2::from(self))
+        } else {
+            encode_stored(table, VERSION_POSTCARD_V1, &stored::AuditEntry::from(self))
+        }
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::AuditEntry<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::AuditEntryV2<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V3 => return Err("version 3 of an audit entry is read with its key".into()),
+            _ => return Err(format!("no layout of version {version} (this node knows 1 to 3)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
+    fn decode_keyed(version: u8, key: &[u8], body: &[u8]) -> Result<Self, String> {
+        match version {
+            VERSION_POSTCARD_V3 => decode_stored::<stored::AuditEntryV3<'_>>(body)?.with_key(key),
+            _ => Self::decode_body(version, body),
+        }
+    }
+}
+
+/// An audit row's key and value: the id, and version 3, which leaves it out.
+pub(super) fn encode_audit_row(entry: &AuditEntry) -> Result<(Vec<u8>, Vec<u8>), StoreError> {
+    let value = encode_stored(Table::Audit, VERSION_POSTCARD_V3, &stored::AuditEntryV3::from(entry))?;
+    Ok((entry.id.as_bytes().to_vec(), value))
 }
 
 /// A record whose versions 2 and 3 each append a field that is usually
@@ -266,7 +314,14 @@ impl Record for WorkItem {
     }
 }
 
+/// A value read without its key (a layout that needs it fails as corrupt).
+#[cfg(test)]
 pub(super) fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
+    decode_keyed(table, &[], bytes)
+}
+
+/// A value stored under `key`.
+pub(super) fn decode_keyed<T: Record>(table: Table, key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
     let corrupt = |message| StoreError::Corrupt {
         table: table.name(),
         message,
@@ -275,9 +330,8 @@ pub(super) fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreEr
         Some(
             &version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4
             | VERSION_POSTCARD_V5),
-        ) => {
-            T::decode_body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))
-        }
+        ) => T::decode_keyed(version, key, &bytes[1..])
+            .map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}"))),
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),
         Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
         None => Err(corrupt("an empty value".into())),

@@ -481,6 +481,61 @@ impl TryFrom<BackRef<'_>> for model::BackRef {
     }
 }
 
+/// [`model::BackRef`], version 2 (see [`super::VERSION_POSTCARD_V2`]):
+/// version 1 without what its key already holds (the target's uid, the
+/// referrer's uid and the field: `codec::backref_key`), which is read back
+/// from the key ([`BackRefV2::with_key`]). Written for every row whose key
+/// is its own (every row this node writes), 40 bytes fewer for a field
+/// of 7 bytes: a back-reference is the most numerous row of a store (one
+/// per reference). Version 1 still reads as it is.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BackRefV2<'a> {
+    #[serde(borrow)]
+    pub target: Cow<'a, str>,
+    #[serde(borrow)]
+    pub referrer: Cow<'a, str>,
+    pub on_delete: OnDelete,
+    pub generation: u64,
+    pub attached_at: u64,
+}
+
+impl<'a> From<&'a model::BackRef> for BackRefV2<'a> {
+    fn from(b: &'a model::BackRef) -> Self {
+        BackRefV2 {
+            target: Cow::Borrowed(b.target.name.as_str()),
+            referrer: Cow::Borrowed(b.referrer.name.as_str()),
+            on_delete: b.on_delete.into(),
+            generation: b.generation,
+            attached_at: b.attached_at.0,
+        }
+    }
+}
+
+impl BackRefV2<'_> {
+    /// The back-reference, with the uids and the field from `key` (its
+    /// row's key: the target's 16 bytes, the referrer's, the field).
+    pub fn with_key(self, key: &[u8]) -> Result<model::BackRef, String> {
+        let short = || format!("a key of {} bytes holds no back-reference (at least 32)", key.len());
+        let (target, rest) = key.split_first_chunk::<16>().ok_or_else(short)?;
+        let (referrer, field) = rest.split_first_chunk::<16>().ok_or_else(short)?;
+        let field = std::str::from_utf8(field).map_err(|e| format!("the key's field is not UTF-8: {e}"))?;
+        Ok(model::BackRef {
+            target: model::RefTarget {
+                name: name(&self.target).map_err(|e| e.to_string())?,
+                uid: uid(*target),
+            },
+            referrer: model::RefTarget {
+                name: name(&self.referrer).map_err(|e| e.to_string())?,
+                uid: uid(*referrer),
+            },
+            field: field.to_owned(),
+            on_delete: self.on_delete.into(),
+            generation: self.generation,
+            attached_at: Timestamp(self.attached_at),
+        })
+    }
+}
+
 /// [`model::DeletionReason`].
 #[derive(Debug, Serialize, Deserialize)]
 pub enum DeletionReason<'a> {
@@ -1472,6 +1527,77 @@ impl TryFrom<AuditEntryV2<'_>> for model::AuditEntry {
             node: string(e.node),
             through: string(e.through),
             rule: string(e.rule),
+        })
+    }
+}
+
+/// [`model::AuditEntry`], version 3 (see [`super::VERSION_POSTCARD_V3`]):
+/// version 2 without its id, which is the row's key and is read back from
+/// it ([`AuditEntryV3::with_key`]). Written for every row of the audit
+/// table (the log keeps up to `[audit] max_entries`, a million by
+/// default: 16 bytes each); versions 1 and 2 still read as they are.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuditEntryV3<'a> {
+    pub time: u64,
+    #[serde(borrow)]
+    pub who: Cow<'a, str>,
+    #[serde(borrow)]
+    pub action: Cow<'a, str>,
+    #[serde(borrow)]
+    pub target: Cow<'a, str>,
+    #[serde(borrow)]
+    pub reason: Cow<'a, str>,
+    #[serde(borrow)]
+    pub outcome: Cow<'a, str>,
+    #[serde(borrow)]
+    pub groups: Cow<'a, [String]>,
+    #[serde(borrow)]
+    pub via: Cow<'a, str>,
+    #[serde(borrow)]
+    pub node: Cow<'a, str>,
+    #[serde(borrow)]
+    pub through: Cow<'a, str>,
+    #[serde(borrow)]
+    pub rule: Cow<'a, str>,
+}
+
+impl<'a> From<&'a model::AuditEntry> for AuditEntryV3<'a> {
+    fn from(e: &'a model::AuditEntry) -> Self {
+        AuditEntryV3 {
+            time: e.time.0,
+            who: Cow::Borrowed(e.who.as_str()),
+            action: Cow::Borrowed(e.action.as_str()),
+            target: Cow::Borrowed(e.target.as_str()),
+            reason: Cow::Borrowed(e.reason.as_str()),
+            outcome: Cow::Borrowed(e.outcome.as_str()),
+            groups: Cow::Borrowed(e.groups.as_slice()),
+            via: Cow::Borrowed(e.via.as_str()),
+            node: Cow::Borrowed(e.node.as_str()),
+            through: Cow::Borrowed(e.through.as_str()),
+            rule: Cow::Borrowed(e.rule.as_str()),
+        }
+    }
+}
+
+impl AuditEntryV3<'_> {
+    /// The entry, with its id from `key` (its row's key: the id's 16 bytes).
+    pub fn with_key(self, key: &[u8]) -> Result<model::AuditEntry, String> {
+        let id: Id = key
+            .try_into()
+            .map_err(|_| format!("a key of {} bytes is no audit entry's id (16)", key.len()))?;
+        Ok(model::AuditEntry {
+            id: uid(id),
+            time: Timestamp(self.time),
+            who: string(self.who),
+            action: string(self.action),
+            target: string(self.target),
+            reason: string(self.reason),
+            outcome: string(self.outcome),
+            groups: strings(self.groups),
+            via: string(self.via),
+            node: string(self.node),
+            through: string(self.through),
+            rule: string(self.rule),
         })
     }
 }

@@ -14,8 +14,8 @@ use proptest::prelude::*;
 use uuid::Uuid;
 
 use super::{
-    decode, encode_writes, Record, StoreState, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3,
-    VERSION_POSTCARD_V4, VERSION_POSTCARD_V5,
+    backref_key as backref_row_key, decode, encode_writes, records, Record, StoreState, VERSION_POSTCARD_V1,
+    VERSION_POSTCARD_V2, VERSION_POSTCARD_V3, VERSION_POSTCARD_V4, VERSION_POSTCARD_V5,
 };
 use crate::store::{Batch, MemoryStore, Store, StoreError, Table};
 use cascade_core::auth::{Principal, Via};
@@ -476,6 +476,18 @@ proptest! {
     #[test]
     fn backrefs_round_trip(v in backref()) { both_ways(Table::Backrefs, &v)?; }
 
+    /// A row of the back-reference table is written without what its key
+    /// holds, and reads back whole with the key.
+    #[test]
+    fn backref_rows_round_trip_through_their_key(v in backref()) {
+        let key = v.key();
+        let bytes = records::encode_backref(&key, &v).expect("encodes");
+        prop_assert_eq!(bytes.first(), Some(&VERSION_POSTCARD_V2));
+        prop_assert!(bytes.len() + 32 + v.field.len() <= v.encode(Table::Backrefs).expect("encodes").len());
+        let back: BackRef = records::decode_keyed(Table::Backrefs, &backref_row_key(&key), &bytes).expect("decodes");
+        prop_assert_eq!(back, v);
+    }
+
     #[test]
     fn deletions_round_trip(v in deletion(), p in principal()) {
         let v = DeletionRecord { principal: p, ..v };
@@ -543,6 +555,17 @@ proptest! {
 
     #[test]
     fn audit_entries_round_trip(v in audit_entry()) { both_ways_as(Table::Audit, &v, audit_second_layout(&v))?; }
+
+    /// A row of the audit table is written without its id (its key), and
+    /// reads back whole with the key.
+    #[test]
+    fn audit_rows_round_trip_through_their_key(v in audit_entry()) {
+        let (key, bytes) = records::encode_audit_row(&v).expect("encodes");
+        prop_assert_eq!(&key[..], v.id.as_bytes());
+        prop_assert_eq!(bytes.first(), Some(&VERSION_POSTCARD_V3));
+        let back: AuditEntry = records::decode_keyed(Table::Audit, &key, &bytes).expect("decodes");
+        prop_assert_eq!(back, v);
+    }
 
     /// Cutting a value short, or adding to its end, is corruption, never a
     /// different record.
@@ -858,6 +881,73 @@ const PINNED_BACKREF: &str = concat!(
     "03",                                     // generation: varint
     "8080b3c19c33",                           // attached_at: varint of 1_760_000_000_000
 );
+
+/// An audit row's version 3 is version 2 without the id its key is;
+/// version 2 still reads, and version 3 without its key is corruption.
+#[test]
+fn audit_row_version_3_is_version_2_without_its_id() {
+    let entry = typical_audit_entry();
+    let (key, v3) = records::encode_audit_row(&entry).expect("encodes");
+    let v2 = entry.encode(Table::Audit).expect("encodes");
+    assert_eq!(v2.first(), Some(&VERSION_POSTCARD_V2));
+    assert_eq!(v3.first(), Some(&VERSION_POSTCARD_V3));
+    assert_eq!(v3[1..], v2[17..], "the same fields after the id");
+    for value in [&v2, &v3] {
+        let read: AuditEntry = records::decode_keyed(Table::Audit, &key, value).expect("reads with its key");
+        assert_eq!(read, entry);
+    }
+    let err = records::decode_keyed::<AuditEntry>(Table::Audit, &key[..15], &v3).expect_err("no id");
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+}
+
+/// A back-reference row's version 2 is version 1 without the two uids
+/// and the field its key holds: 49 bytes where version 1 has 89.
+#[test]
+fn backref_row_version_2_bytes_are_pinned() {
+    let row = typical_backref();
+    let bytes = records::encode_backref(&row.key(), &row).expect("encodes");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_BACKREF_ROW_V2);
+    let key = backref_row_key(&row.key());
+    let back: BackRef = records::decode_keyed(Table::Backrefs, &key, &bytes).expect("reads with its key");
+    assert_eq!(back, row);
+}
+
+const PINNED_BACKREF_ROW_V2: &str = concat!(
+    "02",                                     // the version byte
+    "13",                                     // target's name: 19 bytes,
+    "65752d776573742f6e6574776f726b2f6e2d31", //   "eu-west/network/n-1"
+    "13",                                     // referrer's name: 19 bytes,
+    "65752d776573742f706f72742f702d30303432", //   "eu-west/port/p-0042"
+    "00",                                     // on_delete: variant 0, Cascade
+    "03",                                     // generation: varint
+    "8080b3c19c33",                           // attached_at: varint of 1_760_000_000_000
+);
+
+/// A store written before version 2 keeps its rows in version 1, which
+/// read as they are; a version-2 value read without its key, or under a
+/// key too short to hold the uids, is corruption, never a wrong row.
+#[test]
+fn backref_rows_of_version_1_still_read_and_version_2_needs_its_key() {
+    let row = typical_backref();
+    let key = backref_row_key(&row.key());
+    let v1 = row.encode(Table::Backrefs).expect("encodes");
+    assert_eq!(v1.first(), Some(&VERSION_POSTCARD_V1));
+    let read: BackRef = records::decode_keyed(Table::Backrefs, &key, &v1).expect("version 1 reads");
+    assert_eq!(read, row);
+
+    let v2 = records::encode_backref(&row.key(), &row).expect("encodes");
+    for key in [&[][..], &key[..20]] {
+        let err = records::decode_keyed::<BackRef>(Table::Backrefs, key, &v2).expect_err("not a row");
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    }
+
+    // A row filed under another row's key (never written) keeps its uids.
+    let mut other = row.key();
+    other.field = "subnet".into();
+    let bytes = records::encode_backref(&other, &row).expect("encodes");
+    assert_eq!(bytes.first(), Some(&VERSION_POSTCARD_V1));
+}
 
 /// An audit entry's version 2 appends the principal's groups, `via`, the
 /// node, the region it came through and the rule to version 1's fields.
