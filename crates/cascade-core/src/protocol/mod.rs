@@ -91,7 +91,7 @@ pub use undelete::{
     finish_undelete_part, remote_targets, start_undelete, undelete_batch, undelete_part, UndeleteBatch, UndeletePhase,
     UndeleteReport,
 };
-pub use work::{confirm_remote_closure, process_work, process_work_until};
+pub use work::{confirm_remote_closure, process_work};
 
 pub(crate) use bookkeeping::{after_pending_changed, forget_released_row, wake_if_deleting};
 pub(crate) use create_update::{abort_creating, activate_creating, revert_references};
@@ -368,10 +368,6 @@ pub struct WorkReport {
     pub retried: usize,
     /// More work was due than one step takes: call again at once.
     pub more: bool,
-    /// The step ended early because its caller's `stop` said so
-    /// ([`process_work_until`]), not at its bounds: its length says
-    /// nothing about what its bounds cost.
-    pub stopped_early: bool,
     /// Operations whose root waits only for other regions' parts: the
     /// node asks them and, when all are finished, confirms with
     /// [`confirm_remote_closure`].

@@ -54,35 +54,6 @@ use super::{is_remote, target_of, Ctx, Step, WorkReport};
 /// purged so far (P1 unset on fjall, 100k: 8 s → 178 s; see
 /// `tests/tombstones.rs`, which runs with small steps for this).
 pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<Step<WorkReport>, CoreError> {
-    process_work_until(state, ctx, &never)
-}
-
-/// Never stops a step early (every caller but the node's work step).
-fn never() -> bool {
-    false
-}
-
-/// [`process_work`], ended early once `stop` says so: asked between
-/// referrers, and only after the step has acted on one, so every step
-/// makes progress. What the step did is committed as usual and the walk
-/// resumes where it stopped (as when its budget runs out). The node asks
-/// it to stop when a client's write has waited in its queue for a while:
-/// that write then waits for a part of a step, not for a whole one (the
-/// small write's p99 during a long cascade, issue 28). The predicate is
-/// the only thing here that is not a function of the state and `ctx`:
-/// where a step ends changes how the work is cut into batches, never what
-/// the batches do.
-pub fn process_work_until<S: StateRead + ?Sized>(
-    state: &S,
-    ctx: Ctx<'_>,
-    stop: &dyn Fn() -> bool,
-) -> Result<Step<WorkReport>, CoreError> {
-    let stopped = std::cell::Cell::new(false);
-    let stop = &|| {
-        let now = stop();
-        stopped.set(stopped.get() || now);
-        now
-    };
     let mut tx = Tx::new(state);
     let window = ctx.policy.batch_items.saturating_mul(WINDOW_FACTOR);
     let due = tx.due_work(ctx.now, window)?;
@@ -97,7 +68,7 @@ pub fn process_work_until<S: StateRead + ?Sized>(
     let mut unshared: BTreeSet<Option<OperationId>> = scheduled.iter().map(|(op, _)| *op).collect();
     let mut shares: BTreeMap<Option<OperationId>, usize> = BTreeMap::new();
     for (op, item) in scheduled {
-        if budget == 0 || (budget < ctx.policy.batch_budget && stop()) {
+        if budget == 0 {
             report.more = true;
             break;
         }
@@ -121,7 +92,7 @@ pub fn process_work_until<S: StateRead + ?Sized>(
         report.items += 1;
         let mut item_budget = (*share).min(budget);
         let before = item_budget;
-        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report, stop)?;
+        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report)?;
         let spent = before - item_budget;
         budget -= spent;
         *share -= spent;
@@ -129,7 +100,6 @@ pub fn process_work_until<S: StateRead + ?Sized>(
             report.more = true;
         }
     }
-    report.stopped_early = stopped.get();
     Ok(Step {
         value: report,
         writes: tx.finish(),
@@ -158,7 +128,7 @@ pub(crate) fn start_queued_work<S: StateRead + ?Sized>(
             continue;
         }
         report.items += 1;
-        if !step_deletion(tx, ctx, work, &mut budget, &mut report, &never)? {
+        if !step_deletion(tx, ctx, work, &mut budget, &mut report)? {
             report.more = true;
         }
     }
@@ -194,7 +164,7 @@ pub(crate) fn finish_accepted<S: StateRead + ?Sized>(
     let mut report = WorkReport::default();
     // An unfinished step (it cannot be: nothing to walk) stays due, as
     // after any work step; the report's counts are in the writes.
-    step_deletion(tx, ctx, work, &mut budget, &mut report, &never)?;
+    step_deletion(tx, ctx, work, &mut budget, &mut report)?;
     Ok(())
 }
 
@@ -207,7 +177,6 @@ fn step_deletion<S: StateRead + ?Sized>(
     mut work: WorkItem,
     budget: &mut usize,
     report: &mut WorkReport,
-    stop: &dyn Fn() -> bool,
 ) -> Result<bool, CoreError> {
     let uid = work.target.uid;
     if is_remote(ctx, &work.target.name) {
@@ -275,7 +244,7 @@ fn step_deletion<S: StateRead + ?Sized>(
     let mut walked_whole = false;
     if !work.walk.finished {
         let fresh = work.walk.after.is_none() && work.walk.blocking == 0 && work.walk.remote.is_empty();
-        let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals, stop)?;
+        let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)?;
         if !matches!(end, WalkEnd::Held(_)) {
             clear_held(tx, ctx, &resource, &mut record)?;
         }
@@ -431,9 +400,6 @@ enum WalkEnd {
 /// its refusal in `refusals`. Stops when the budget runs out (`walk` then
 /// holds the position), or before a referrer the operation's controls do
 /// not let it enter into deletion.
-// The walk's position, counts, budget and stop are the step's own state,
-// threaded through; a struct of them would only be unpacked again here.
-#[allow(clippy::too_many_arguments)]
 fn resume_walk<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -442,9 +408,7 @@ fn resume_walk<S: StateRead + ?Sized>(
     budget: &mut usize,
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
-    stop: &dyn Fn() -> bool,
 ) -> Result<WalkEnd, CoreError> {
-    let budget_at_start = *budget;
     let mut last_done = walk.after.take();
     let mut pages = BackRefPages::resume(deletion.target.uid, last_done.clone());
     let finished = loop {
@@ -459,13 +423,6 @@ fn resume_walk<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            if *budget < budget_at_start && stop() {
-                // Stopped before this row, as when held: the next step
-                // starts with it.
-                walk.after = last_done;
-                walk.finished = false;
-                return Ok(WalkEnd::OutOfBudget);
-            }
             let key = b.key();
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
@@ -551,9 +508,7 @@ fn full_pass<S: StateRead + ?Sized>(
     refusals: &mut Vec<String>,
 ) -> Result<PassEnd, CoreError> {
     let mut counted = Walk::default();
-    // Never cut short by `stop`: a pass that acts on nothing would start
-    // again from the first row each time.
-    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals, &never)? {
+    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals)? {
         WalkEnd::Finished => {}
         WalkEnd::OutOfBudget => return Ok(PassEnd::OutOfBudget),
         WalkEnd::Held(held) => return Ok(PassEnd::Held(held)),

@@ -49,8 +49,7 @@ pub(super) struct ClientQueue {
 
 #[derive(Default)]
 struct Queued {
-    /// Each step with when it was queued.
-    steps: VecDeque<(tokio::time::Instant, WriterMsg)>,
+    steps: VecDeque<WriterMsg>,
     /// A `Clients` message is in the writer's mailbox: no other is cast.
     wake_queued: bool,
     /// The writer was stopped for good: nothing more is queued.
@@ -70,7 +69,7 @@ impl ClientQueue {
         if queued.closed {
             return Err(WriterUnavailable("the writer was stopped".into()));
         }
-        queued.steps.push_back((crate::clock::monotonic_now(), step));
+        queued.steps.push_back(step);
         if queued.wake_queued {
             return Ok(());
         }
@@ -93,18 +92,9 @@ impl ClientQueue {
     fn take(&self, writer: &ActorRef<WriterMsg>, most: usize) -> Vec<WriterMsg> {
         let mut queued = self.queued();
         let count = queued.steps.len().min(most);
-        let taken: Vec<WriterMsg> = queued.steps.drain(..count).map(|(_, step)| step).collect();
+        let taken: Vec<WriterMsg> = queued.steps.drain(..count).collect();
         queued.wake_queued = !queued.steps.is_empty() && writer.cast(WriterMsg::Clients).is_ok();
         taken
-    }
-
-    /// Whether the step queued first has waited `wait` or longer: the
-    /// writer then ends its work step early (`writer/work_budget.rs`).
-    pub(super) fn waited(&self, wait: std::time::Duration) -> bool {
-        self.queued()
-            .steps
-            .front()
-            .is_some_and(|(since, _)| since.elapsed() >= wait)
     }
 
     /// The writer stopped for good (the node shuts down): the steps still

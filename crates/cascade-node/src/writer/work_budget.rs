@@ -5,11 +5,6 @@
 //! its one flush, `writer/group.rs`), so the step's length is what a
 //! small write waits for during a long cascade.
 //!
-//! A client's write that waits in the queue for
-//! [`CLIENT_WAIT_BEFORE_YIELD`] ends the step early, between two
-//! referrers (`protocol::process_work_until`): a write that arrives at a
-//! step's start would otherwise wait for all of it.
-//!
 //! The time budget comes from the flush's measured cost: a step
 //! [`FLUSHES_PER_STEP`] times as long as its flush spends at most about an
 //! eighth of the cascade's time in fsyncs; it is never above
@@ -34,14 +29,6 @@ const MOST_STEP: Duration = Duration::from_millis(10);
 const LEAST_STEP: Duration = Duration::from_millis(5);
 /// The smallest share of the policy's bounds a step is given.
 const LEAST_SCALE: f64 = 1.0 / 16.0;
-/// How long a client's write may wait in the queue before the work step
-/// in progress ends early (between two referrers) to let it in: the write
-/// then waits about this, the step's commit and the group's one flush,
-/// not the rest of a step of up to [`MOST_STEP`] first. Short enough for
-/// the small write's p99 target (20 ms, with a flush of several ms on a
-/// disk engine), long enough that a trickle of writes does not cut every
-/// step into slivers that each pay a flush.
-pub(super) const CLIENT_WAIT_BEFORE_YIELD: Duration = Duration::from_millis(3);
 
 /// The bounds of the next work step (see the module's doc).
 #[derive(Debug, Clone)]
@@ -112,10 +99,8 @@ impl WriterState {
         let started = crate::clock::monotonic_now();
         let policy = self.work_budget.policy(&self.ctx.policy);
         self.group = Some(super::group::Group::default());
-        let clients = self.clients.clone();
-        let client_waiting = move || clients.waited(CLIENT_WAIT_BEFORE_YIELD);
         let ran = self.run(myself, |state, ctx, _| {
-            protocol::process_work_until(state, Ctx { policy: &policy, ..ctx }, &client_waiting)
+            protocol::process_work(state, Ctx { policy: &policy, ..ctx })
         });
         let ran_for = started.elapsed();
         let report = match ran {
@@ -129,8 +114,7 @@ impl WriterState {
         // The step's length is its own: its reads and commit, and the
         // flush; not the client steps that joined its group.
         let flushed_in = self.close_group(myself, Vec::new())?;
-        self.work_budget
-            .step_took(ran_for + flushed_in, report.more && !report.stopped_early);
+        self.work_budget.step_took(ran_for + flushed_in, report.more);
         self.ctx.metrics.deletions_retried(report.retried);
         if report.more || report.items > 0 {
             self.kick(myself);
