@@ -374,7 +374,10 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
         spec_in("ra/project/p", &[]),
         spec_in("ra/network/n", &[("project", &["ra/project/p"])]),
     ];
-    specs.extend((0..LEAVES).map(|i| spec_in(&format!("ra/project/leaf{i}"), &[])));
+    // A second network whose ports are all in A: its cascade purges them
+    // as leaves, one PURGED event each (no DELETING), which B is sent.
+    specs.push(spec_in("ra/network/m", &[("project", &["ra/project/p"])]));
+    specs.extend((0..LEAVES).map(|i| port_on(&format!("ra/port/q{i}"), "ra/network/m")));
     a.batch_create(specs).await.unwrap();
     b.batch_create(
         (0..PORTS)
@@ -399,12 +402,14 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
         Ok(v1::OperationState::Succeeded),
         "{done:?}"
     );
-    // Leaves nothing in B references: their PURGED events only move B's cursor.
-    for i in 0..LEAVES {
-        a.delete(delete_req(&format!("ra/project/leaf{i}"), false))
-            .await
-            .unwrap();
-    }
+    // Ports nothing in B references: their PURGED events only move B's cursor.
+    let local = a
+        .delete(delete_req("ra/network/m", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    wait_operation(&a, &local.id).await;
     let (a_endpoint, b_endpoint) = (cluster.endpoint("ra"), cluster.endpoint("rb"));
     let last = dump(&a_endpoint).await.unwrap().last_revision;
     let applied_all = |d: &v1::DumpResponse| d.cursors.get("ra") == Some(&last) && unquiet(d).is_none();
