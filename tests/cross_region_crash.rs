@@ -425,7 +425,10 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
     wait_quiescent_at(&endpoints).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !applied_all(&dump(&b_endpoint).await.unwrap()) {
-        assert!(Instant::now() < deadline, "B never caught up with A's events after the restart");
+        assert!(
+            Instant::now() < deadline,
+            "B never caught up with A's events after the restart"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The crash lost what skipped its flush, and A sent it again: the
@@ -435,17 +438,28 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
         .get("cascade_peer_events_received_total{peer=\"ra\",type=\"purged\"}")
         .copied()
         .unwrap_or(0.0);
-    assert!(resent >= 1.0, "the restarted B was sent no PURGED event again: nothing was lost?");
+    assert!(
+        resent >= 1.0,
+        "the restarted B was sent no PURGED event again: nothing was lost?"
+    );
     eprintln!("{resent} PURGED events sent again after the restart");
 
     // Applied again to the same effect, and the releases sent again
     // changed nothing: the operation counts each port once.
     let done = a.get_operation(&op.id, 0).await.unwrap();
     let p = done.progress.unwrap();
-    assert_eq!(p.deleted, PORTS as u64 + 1, "every port and the network, each once: {p:?}");
+    assert_eq!(
+        p.deleted,
+        PORTS as u64 + 1,
+        "every port and the network, each once: {p:?}"
+    );
     assert_eq!((p.pending, p.blocked, p.failed), (0, 0, 0), "{p:?}");
     let a_dump = dump(&a_endpoint).await.unwrap();
-    assert!(a_dump.backrefs.is_empty(), "A holds no row of B's ports: {:?}", a_dump.backrefs);
+    assert!(
+        a_dump.backrefs.is_empty(),
+        "A holds no row of B's ports: {:?}",
+        a_dump.backrefs
+    );
     let b_dump = dump(&b_endpoint).await.unwrap();
     assert!(b_dump.remote_deletions.is_empty(), "{:?}", b_dump.remote_deletions);
     assert!(

@@ -131,19 +131,40 @@ fn only_a_batch_that_changes_what_others_may_read_needs_a_flush() {
     };
 
     let step = apply_remote_events(&state, ctx, "ra", vec![event(3, EventType::Purged, &unreferenced)]).unwrap();
-    assert_eq!(step.value, AppliedEvents { applied: 0, needs_flush: false });
-    assert!(step.writes.remote_deletions.is_empty() && step.writes.work.is_empty(), "no blind removals");
+    assert_eq!(
+        step.value,
+        AppliedEvents {
+            applied: 0,
+            needs_flush: false
+        }
+    );
+    assert!(
+        step.writes.remote_deletions.is_empty() && step.writes.work.is_empty(),
+        "no blind removals"
+    );
     state.apply(step.writes);
     assert_eq!(state.cursors["ra"], 3);
 
     let step = apply_remote_events(&state, ctx, "ra", vec![event(4, EventType::Deleting, &network)]).unwrap();
-    assert_eq!(step.value, AppliedEvents { applied: 1, needs_flush: true });
+    assert_eq!(
+        step.value,
+        AppliedEvents {
+            applied: 1,
+            needs_flush: true
+        }
+    );
     state.apply(step.writes);
 
     // Nothing here referenced it: its walk ended in the same step, and the
     // PURGED only drops the tombstone.
     let step = apply_remote_events(&state, ctx, "ra", vec![event(5, EventType::Purged, &network)]).unwrap();
-    assert_eq!(step.value, AppliedEvents { applied: 1, needs_flush: false });
+    assert_eq!(
+        step.value,
+        AppliedEvents {
+            applied: 1,
+            needs_flush: false
+        }
+    );
     state.apply(step.writes);
     assert!(state.remote_deletions.is_empty());
     assert_eq!(state.cursors["ra"], 5);
