@@ -21,10 +21,10 @@
 //! durable (`links.rs`, `ack`), since the owner compacts its outbox below
 //! the acknowledgements.
 //!
-//! Why: P3 at 50 regions on fjall, where a network deletion cost 66
-//! fsyncs over six nodes and a sample of the next deletion waited behind
-//! them; about half were these (docs/BENCHMARKS.md, "P3 at 50 regions and
-//! P2 on the memory engine"). `tests/cross_region_crash.rs` loses them in a
+//! Why: P3 at 50 regions on fjall, where a network deletion cost 60
+//! fsyncs over its nodes and a sample of the next deletion waited behind
+//! them; with these skipped it costs 26 (docs/BENCHMARKS.md, "P3 at 50
+//! regions and P2 on the memory engine"). `tests/cross_region_crash.rs` loses them in a
 //! SIGKILL and checks that they are sent again and applied once.
 
 use cascade_core::CoreError;
