@@ -335,3 +335,137 @@ async fn sigkill_during_cross_region_creates_at_the_default_tick_on_sled() {
 async fn sigkill_during_cross_region_creates_at_the_default_tick_on_fjall() {
     sigkill_during_cross_region_creates(200, StorageEngine::Fjall).await;
 }
+
+/// An importer's commits that skip their flush (the cursor moved over
+/// events that concern nothing there, the tombstone of a target its owner
+/// purged removed, releases the owner acknowledged removed: see
+/// `WriterState::commit_as`) are lost in a crash, and the owner sending
+/// the same again repairs it: nothing is applied twice or left behind.
+/// B runs fjall made to keep unflushed commits in the process, so the
+/// SIGKILL loses them as a power loss would (by default fjall hands each
+/// commit to the operating system at once, and a SIGKILL loses nothing),
+/// and B ticks every ten minutes, so no tick flushes them first. Only on
+/// fjall: sled flushes in the background every 500 ms, so whether a kill
+/// loses anything there is a matter of timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_on_fjall() {
+    const PORTS: usize = 10;
+    const LEAVES: usize = 10;
+    let engine = StorageEngine::Fjall;
+    let mut cluster = ProcCluster::new(&["ra", "rb"], |region| {
+        let deletion = if region == "rb" {
+            "tick_ms = 600000\ncheck_interval_ms = 600000"
+        } else {
+            "tick_ms = 50\ncheck_interval_ms = 500"
+        };
+        deletion_and_engine(deletion, engine)
+    });
+    // B again, with its metrics (what the restart received) and the knob.
+    cluster.kill("rb");
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], free_ports(1)[0]));
+    let config = cluster.config("rb");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("metrics_listen = \"{metrics}\"\n{text}")).unwrap();
+    let knob = [(cascade_node::store::KEEP_UNFLUSHED_IN_PROCESS, "1")];
+    cluster.start_with_env("rb", &knob);
+
+    let (a, b) = (cluster.client("ra").await, cluster.client("rb").await);
+    let mut specs = vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/n", &[("project", &["ra/project/p"])]),
+    ];
+    // A second network whose ports are all in A: its cascade purges them
+    // as leaves, one PURGED event each (no DELETING), which B is sent.
+    specs.push(spec_in("ra/network/m", &[("project", &["ra/project/p"])]));
+    specs.extend((0..LEAVES).map(|i| port_on(&format!("ra/port/q{i}"), "ra/network/m")));
+    a.batch_create(specs).await.unwrap();
+    b.batch_create(
+        (0..PORTS)
+            .map(|i| port_on(&format!("rb/port/p{i}"), "ra/network/n"))
+            .collect(),
+    )
+    .await
+    .unwrap();
+
+    // The network's cascade: B applies its DELETING (flushed: it purges
+    // the ports and queues their releases), then, without flushes of their
+    // own, the acknowledgement of the releases and the network's PURGED.
+    let op = a
+        .delete(delete_req("ra/network/n", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    let done = wait_operation(&a, &op.id).await;
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    // Ports nothing in B references: their PURGED events only move B's cursor.
+    let local = a
+        .delete(delete_req("ra/network/m", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    wait_operation(&a, &local.id).await;
+    let (a_endpoint, b_endpoint) = (cluster.endpoint("ra"), cluster.endpoint("rb"));
+    let last = dump(&a_endpoint).await.unwrap().last_revision;
+    let applied_all = |d: &v1::DumpResponse| d.cursors.get("ra") == Some(&last) && unquiet(d).is_none();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !applied_all(&dump(&b_endpoint).await.unwrap()) {
+        assert!(Instant::now() < deadline, "B never applied A's events up to {last}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    cluster.kill("rb");
+    cluster.start_with_env("rb", &knob);
+    let endpoints = cluster.endpoints();
+    wait_quiescent_at(&endpoints).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !applied_all(&dump(&b_endpoint).await.unwrap()) {
+        assert!(
+            Instant::now() < deadline,
+            "B never caught up with A's events after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The crash lost what skipped its flush, and A sent it again: the
+    // restarted B received PURGED events it had applied before the kill.
+    let resent = scrape(metrics)
+        .await
+        .get("cascade_peer_events_received_total{peer=\"ra\",type=\"purged\"}")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(
+        resent >= 1.0,
+        "the restarted B was sent no PURGED event again: nothing was lost?"
+    );
+    eprintln!("{resent} PURGED events sent again after the restart");
+
+    // Applied again to the same effect, and the releases sent again
+    // changed nothing: the operation counts each port once.
+    let done = a.get_operation(&op.id, 0).await.unwrap();
+    let p = done.progress.unwrap();
+    assert_eq!(
+        p.deleted,
+        PORTS as u64 + 1,
+        "every port and the network, each once: {p:?}"
+    );
+    assert_eq!((p.pending, p.blocked, p.failed), (0, 0, 0), "{p:?}");
+    let a_dump = dump(&a_endpoint).await.unwrap();
+    assert!(
+        a_dump.backrefs.is_empty(),
+        "A holds no row of B's ports: {:?}",
+        a_dump.backrefs
+    );
+    let b_dump = dump(&b_endpoint).await.unwrap();
+    assert!(b_dump.remote_deletions.is_empty(), "{:?}", b_dump.remote_deletions);
+    assert!(
+        !b_dump.resources.iter().any(|r| r.kind == "port"),
+        "B's ports stay gone"
+    );
+    assert_no_violations_at(&endpoints).await;
+    assert_engine(&cluster, engine);
+}

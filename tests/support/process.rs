@@ -39,6 +39,11 @@ impl Drop for ServerProcess {
 /// `listening on ADDR` line. The server logs at `error`; set
 /// `TEST_CASCADE_LOG` (e.g. `info`) to see more.
 pub fn spawn_server(config: &std::path::Path) -> ServerProcess {
+    spawn_server_with_env(config, &[])
+}
+
+/// [`spawn_server`] with more variables in the server's environment.
+pub fn spawn_server_with_env(config: &std::path::Path, env: &[(&str, &str)]) -> ServerProcess {
     use std::io::{BufRead, BufReader};
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cascade"))
         .args(["serve", "--config"])
@@ -47,6 +52,7 @@ pub fn spawn_server(config: &std::path::Path) -> ServerProcess {
             "CASCADE_LOG",
             std::env::var("TEST_CASCADE_LOG").unwrap_or_else(|_| "error".into()),
         )
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .spawn()
@@ -147,7 +153,12 @@ impl ProcCluster {
     }
 
     pub fn start(&mut self, region: &str) {
-        let server = spawn_server(&self.config(region));
+        self.start_with_env(region, &[]);
+    }
+
+    /// Starts a region's server with more variables in its environment.
+    pub fn start_with_env(&mut self, region: &str, env: &[(&str, &str)]) {
+        let server = spawn_server_with_env(&self.config(region), env);
         self.servers.insert(region.to_owned(), server);
     }
 

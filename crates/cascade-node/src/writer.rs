@@ -13,7 +13,9 @@
 //! revision that a crash could take back.
 
 mod audited;
+mod closure_checks;
 mod compat;
+mod durable;
 mod group;
 mod handle;
 mod healing;
@@ -42,6 +44,7 @@ use crate::metrics::NodeMetrics;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
+pub use closure_checks::ClosureChecks;
 pub(crate) use compat::{compat_check, Judged};
 pub use group::Reply;
 pub use handle::WriterHandle;
@@ -104,11 +107,6 @@ pub struct WriterContext {
     /// same the API asks; `auth/`).
     pub authorizer: Arc<dyn cascade_core::auth::Authorize>,
 }
-
-/// Operations to check for a finished cross-region closure. In memory: a
-/// root that waits is re-examined by the writer every
-/// `Policy::closure_check_ms`, which reports it again (also after a restart).
-pub type ClosureChecks = Arc<std::sync::Mutex<std::collections::BTreeSet<cascade_core::OperationId>>>;
 
 /// Leases to ask the root's region of a bounded operation for, by
 /// operation (the latest ask of each). In memory: a member waiting for
@@ -199,6 +197,9 @@ pub struct WriterState {
     /// How much one work step may do, kept to a time budget
     /// (`writer/work_budget.rs`).
     work_budget: work_budget::WorkBudget,
+    /// A commit that claims nothing skipped its flush and no flush has
+    /// covered it yet ([`WriterState::commit_as`]).
+    unflushed: bool,
 }
 
 /// A batch committed and not yet published: what its flush releases.
@@ -233,11 +234,28 @@ impl WriterState {
     /// an event that landed reaches watchers from the store (a stream
     /// replays the revisions it missed).
     fn commit(&mut self, writes: WriteSet) -> Result<bool, CoreError> {
+        self.commit_as(writes, true)
+    }
+
+    /// [`Self::commit`], for a step that says whether its writes claim
+    /// anything (`needs_flush`): one that claims nothing, emits no event,
+    /// queues no release and writes no audit entry skips its flush
+    /// (`writer/durable.rs` says when that is safe, and why).
+    fn commit_as(&mut self, writes: WriteSet, needs_flush: bool) -> Result<bool, CoreError> {
         if writes.is_empty() {
             return Ok(false);
         }
         let queued_work = writes.work.values().any(Option::is_some);
+        let claims_nothing = !needs_flush
+            && writes.events.is_empty()
+            && writes.audit.is_empty()
+            && !writes.pending_releases.values().any(Option::is_some);
         let committed = self.commit_unflushed(writes)?;
+        if claims_nothing {
+            // Nothing to publish: a later flush makes it durable.
+            self.unflushed = true;
+            return Ok(queued_work);
+        }
         match &mut self.group {
             // The group's flush publishes it, after its later steps.
             Some(group) => group.committed.push(committed),
@@ -297,12 +315,8 @@ impl WriterState {
             return Ok(());
         }
         let started = crate::clock::monotonic_now();
-        if let Err(e) = self.ctx.store.flush() {
-            self.commit_failed(&e);
-            return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
-        }
+        self.flush()?;
         self.work_budget.flushed(started.elapsed());
-        self.ctx.stats.record_flush();
         self.commit_succeeded();
         for batch in committed {
             self.publish(batch);
@@ -420,8 +434,11 @@ impl WriterState {
             HEALTH_PROBE_KEY.to_vec(),
             self.ctx.clock.now().0.to_be_bytes().to_vec(),
         );
+        let through = self.ctx.stats.committed();
         match self.ctx.store.commit(batch).and_then(|()| self.ctx.store.flush()) {
             Ok(()) => {
+                self.ctx.stats.record_flush(through);
+                self.unflushed = false;
                 self.commit_succeeded();
                 // The flush made durable what failed commits left behind.
                 let state = StoreState {
@@ -562,7 +579,10 @@ impl Actor for Writer {
             clients,
             group: None,
             work_budget: work_budget::WorkBudget::new(),
+            unflushed: false,
         };
+        // A predecessor that failed may have left a commit unflushed.
+        state.unflushed = state.ctx.stats.unflushed();
         // Client steps queued for a predecessor that failed are this one's.
         state.clients.wake(&myself);
         if !*state.ctx.committing.borrow() {
@@ -578,6 +598,8 @@ impl Actor for Writer {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
+        // A graceful stop leaves nothing for the restart to send again.
+        off_the_workers(state.ctx.store.waits_on_io(), || state.flush_leftovers());
         Ok(())
     }
 
@@ -624,6 +646,7 @@ impl Actor for Writer {
                     off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
                 }
                 if !state.healing.failing() {
+                    off_the_workers(state.ctx.store.waits_on_io(), || state.flush_leftovers());
                     state.kick(&myself);
                     state.retain_audit(&myself);
                 }

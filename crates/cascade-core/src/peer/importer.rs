@@ -53,6 +53,26 @@ pub fn keeps_another_target<S: StateRead + ?Sized>(
         .collect()
 }
 
+/// What [`apply_remote_events`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppliedEvents {
+    /// Events that changed anything here besides the cursor.
+    pub applied: usize,
+    /// Whether the step's writes claim anything, so that they must be
+    /// durable before anything leaves the node on their strength. False
+    /// when the batch only moved the cursor, removed the tombstone and
+    /// queue entry of deletions their owner purged, or marked a tombstone
+    /// purged: a crash that loses such writes loses the cursor move with
+    /// them, so the owner sends the same events again and they are applied
+    /// again, to the same effect (a PURGED without a tombstone does
+    /// nothing). Nothing else here depends on them: a removed tombstone
+    /// only stops refusing references to a uid its owner no longer has.
+    /// Why it matters: in P3 (50 regions) most events an importer applies
+    /// are PURGED events of resources nothing here references (every leaf
+    /// another region purges), and each was an fsync of its own.
+    pub needs_flush: bool,
+}
+
 /// Importer: applies a batch of the owner's outbox events, in order, and
 /// advances the cursor of `from_region` in the same step. Events at or
 /// below the cursor were applied before and are skipped.
@@ -61,10 +81,11 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     ctx: Ctx<'_>,
     from_region: &str,
     events: Vec<RemoteEvent>,
-) -> Result<Step<usize>, CoreError> {
+) -> Result<Step<AppliedEvents>, CoreError> {
     let mut tx = Tx::new(state);
     let mut cursor = tx.cursor(from_region)?;
     let mut applied = 0;
+    let mut needs_flush = false;
     let mut started = Vec::new();
     for e in events {
         if e.revision <= cursor {
@@ -95,6 +116,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                 started.push(uid);
                 tx.put_work(WorkItem::due_now(e.resource, ctx.now));
                 applied += 1;
+                needs_flush = true;
             }
             EventType::DeletionForced => {
                 let Some(operation) = e.operation else { continue };
@@ -110,6 +132,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                 )? {
                     started.push(uid);
                     applied += 1;
+                    needs_flush = true;
                 }
             }
             // A soft-deleted resource is gone for another region: its owner
@@ -124,17 +147,21 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
                 // referrer's) in place, and a tombstone kept for a walk
                 // that already ran would never be removed (simulation seed
                 // 869).
-                let walk_pending = tx.work(uid)?.is_some() && !tx.backrefs(uid, None, 1)?.is_empty();
+                let queued = tx.work(uid)?.is_some();
+                let walk_pending = queued && !tx.backrefs(uid, None, 1)?.is_empty();
                 match tx.remote_deletion(uid)? {
                     Some(mut tombstone) if walk_pending => {
                         tombstone.purged = true;
                         tx.put_remote_deletion(tombstone);
                     }
+                    // Nothing here references it (a leaf purged at its
+                    // owner): nothing to remove.
+                    None if !queued => continue,
                     tombstone => {
                         tx.remove_remote_deletion(uid);
                         tx.remove_work(uid);
                         if let Some(t) = tombstone {
-                            finish_part(&mut tx, ctx, t.operation)?;
+                            needs_flush |= finish_part(&mut tx, ctx, t.operation)?;
                         }
                     }
                 }
@@ -149,7 +176,7 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     // event, with no second write and fsync before other regions see it.
     protocol::start_queued_work(&mut tx, ctx, &started)?;
     Ok(Step {
-        value: applied,
+        value: AppliedEvents { applied, needs_flush },
         writes: tx.finish(),
     })
 }
@@ -470,6 +497,12 @@ fn deleting_target<S: StateRead + ?Sized>(
 
 /// Importer: the owner acknowledged these releases. A release queued again
 /// since (a newer generation) stays.
+///
+/// Its writes claim nothing: a crash that loses them keeps the releases
+/// queued, and they are sent again; the owner answers a release of a row
+/// it no longer has as absent (and one older than the row's attach as
+/// stale), changing nothing. So the node lets this step wait for a later
+/// flush instead of one of its own.
 pub fn releases_acknowledged<S: StateRead + ?Sized>(
     state: &S,
     region: &str,
@@ -496,12 +529,15 @@ pub fn releases_acknowledged<S: StateRead + ?Sized>(
 /// when nothing is pending. Found by the multi-region property test: the
 /// part stayed RUNNING with nothing pending, so the operation was never
 /// done.
-fn finish_part<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, id: OperationId) -> Result<(), CoreError> {
+///
+/// Returns whether it looked at a running part (and may have changed it).
+fn finish_part<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, id: OperationId) -> Result<bool, CoreError> {
     if tx
         .operation(id)?
         .is_some_and(|op| op.state == crate::model::OperationState::Running)
     {
         protocol::after_pending_changed(tx, ctx, id)?;
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }

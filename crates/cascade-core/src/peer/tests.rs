@@ -96,7 +96,78 @@ fn resync_replaces_missed_events_and_drops_purged_tombstones() {
         }],
     )
     .unwrap();
-    assert_eq!(step.value, 0);
+    assert_eq!(step.value, AppliedEvents::default());
+}
+
+/// What the node may commit without a flush of its own: a batch of events
+/// that only moves the cursor (a PURGED of a resource nothing here
+/// references) or removes a tombstone its walk is done with claims
+/// nothing; one that starts a walk does.
+#[test]
+fn only_a_batch_that_changes_what_others_may_read_needs_a_flush() {
+    let schema = Schema::from_toml(crate::schema::EXAMPLE_SCHEMA).unwrap();
+    let region = RegionId::parse("rb").unwrap();
+    let policy = Policy::default();
+    let ctx = Ctx {
+        schema: &schema,
+        region: &region,
+        now: Timestamp(10),
+        policy: &policy,
+        authorizer: &crate::auth::AllowAll,
+    };
+    let mut ids = SequentialIds::default();
+    let mut state = MemoryState::default();
+    let op = OperationId(uuid::Uuid::nil());
+    let unreferenced = target("ra/project/leaf", &mut ids);
+    let network = target("ra/network/n", &mut ids);
+    let event = |revision, event_type, resource: &RefTarget| RemoteEvent {
+        revision,
+        event_type,
+        resource: resource.clone(),
+        operation: Some(op),
+        no_cascade: false,
+        principal: Default::default(),
+        retain_ms: 0,
+    };
+
+    let step = apply_remote_events(&state, ctx, "ra", vec![event(3, EventType::Purged, &unreferenced)]).unwrap();
+    assert_eq!(
+        step.value,
+        AppliedEvents {
+            applied: 0,
+            needs_flush: false
+        }
+    );
+    assert!(
+        step.writes.remote_deletions.is_empty() && step.writes.work.is_empty(),
+        "no blind removals"
+    );
+    state.apply(step.writes);
+    assert_eq!(state.cursors["ra"], 3);
+
+    let step = apply_remote_events(&state, ctx, "ra", vec![event(4, EventType::Deleting, &network)]).unwrap();
+    assert_eq!(
+        step.value,
+        AppliedEvents {
+            applied: 1,
+            needs_flush: true
+        }
+    );
+    state.apply(step.writes);
+
+    // Nothing here referenced it: its walk ended in the same step, and the
+    // PURGED only drops the tombstone.
+    let step = apply_remote_events(&state, ctx, "ra", vec![event(5, EventType::Purged, &network)]).unwrap();
+    assert_eq!(
+        step.value,
+        AppliedEvents {
+            applied: 1,
+            needs_flush: false
+        }
+    );
+    state.apply(step.writes);
+    assert!(state.remote_deletions.is_empty());
+    assert_eq!(state.cursors["ra"], 5);
 }
 
 struct Region {

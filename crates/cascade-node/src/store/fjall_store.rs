@@ -76,12 +76,20 @@ fn engine(doing: &str, e: fjall::Error) -> StoreError {
     }
 }
 
+/// Set (to anything) in a node's environment, fjall keeps commits in the
+/// process until a flush, so a SIGKILL loses what was not flushed, as a
+/// power loss would. For crash tests of the commits that skip their flush
+/// (`tests/cross_region_crash.rs`): by default fjall hands every commit
+/// to the operating system at once, and a SIGKILL loses nothing of it.
+pub const KEEP_UNFLUSHED_IN_PROCESS: &str = "CASCADE_TEST_FJALL_KEEP_UNFLUSHED_IN_PROCESS";
+
 impl EngineHandles for Handles {
     const ENGINE: &'static str = "fjall";
 
     fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let db = Database::builder(dir)
             .cache_size(cache_bytes)
+            .manual_journal_persist(std::env::var_os(KEEP_UNFLUSHED_IN_PROCESS).is_some())
             .open()
             .map_err(|e| match e {
                 // fjall's own words for it are "FjallError: Locked".

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 pub(crate) use disk::{from_io, probe_writable};
 pub use disk::{DiskCondition, WRITE_PROBE, WRITE_PROBE_BYTES};
-pub use fjall_store::FjallStore;
+pub use fjall_store::{FjallStore, KEEP_UNFLUSHED_IN_PROCESS};
 pub use floors::{scan_from_floor, ScanFloors};
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::{MemoryStore, TableFootprint};

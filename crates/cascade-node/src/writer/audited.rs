@@ -26,6 +26,19 @@ impl WriterState {
         audit: Option<&AuditContext>,
         changes: impl FnOnce(&T) -> Vec<Change>,
     ) -> Result<T, CoreError> {
+        self.run_step(myself, step, audit, changes, |_| true)
+    }
+
+    /// [`Self::run_audited`], with `needs_flush` saying of the step's value
+    /// whether its writes claim anything (see `WriterState::commit_as`).
+    pub(super) fn run_step<T>(
+        &mut self,
+        myself: &ActorRef<WriterMsg>,
+        step: impl FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError>,
+        audit: Option<&AuditContext>,
+        changes: impl FnOnce(&T) -> Vec<Change>,
+        needs_flush: impl FnOnce(&T) -> bool,
+    ) -> Result<T, CoreError> {
         let WriterState { ctx: wctx, ids, .. } = self;
         let state = StoreState {
             store: wctx.store.as_ref(),
@@ -60,7 +73,8 @@ impl WriterState {
                     .push(audit.entry(id, now, change.action, &change.target, "ok"));
             }
         }
-        if self.commit(step.writes)? {
+        let needs_flush = needs_flush(&step.value);
+        if self.commit_as(step.writes, needs_flush)? {
             self.kick(myself);
         }
         Ok(step.value)

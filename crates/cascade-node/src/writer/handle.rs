@@ -108,6 +108,30 @@ impl WriterHandle {
         .await
     }
 
+    /// [`Self::apply`] for a step whose writes may claim nothing, as
+    /// `needs_flush` says of its value: then its commit waits for a later
+    /// flush instead of one of its own (`WriterState::commit_as`: only a
+    /// step whose loss in a crash is repaired by its peer sending the same
+    /// thing again may say so). Its answer comes with its group's (at once
+    /// when no step of the group needs a flush): it is for this node, which
+    /// must not pass it on to another on its strength.
+    pub async fn apply_may_skip_flush<T, F, N>(&self, step: F, needs_flush: N) -> Result<T, Fault>
+    where
+        T: Send + 'static,
+        F: FnOnce(&StoreState<'_>, Ctx<'_>, &mut dyn IdSource) -> Result<protocol::Step<T>, CoreError> + Send + 'static,
+        N: FnOnce(&T) -> bool + Send + 'static,
+    {
+        self.call(|reply| {
+            WriterMsg::Apply(Box::new(
+                move |state: &mut WriterState, myself: &ActorRef<WriterMsg>| {
+                    let result = state.run_step(myself, step, None, |_| Vec::new(), needs_flush);
+                    Reply::after_flush(reply, result, state.group_committed())
+                },
+            ))
+        })
+        .await
+    }
+
     /// Compacts the outbox below `below` (one batch of at most
     /// [`OUTBOX_COMPACTION_BATCH`] events), in the writer so it is ordered
     /// with every other write of the node.

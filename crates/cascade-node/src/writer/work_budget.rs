@@ -120,9 +120,8 @@ impl WriterState {
             self.kick(myself);
         }
         if !report.awaiting_closure.is_empty() {
-            if let Ok(mut checks) = self.ctx.closure_checks.lock() {
-                checks.extend(report.awaiting_closure.iter().copied());
-            }
+            // After the group's flush: the waiting root is durable.
+            self.ctx.closure_checks.report(report.awaiting_closure.iter().copied());
         }
         if !report.budget_wanted.is_empty() {
             if let Ok(mut wants) = self.ctx.budget_wants.lock() {

@@ -1,11 +1,17 @@
-//! What a node's writer committed since it opened (see [`WriteStats`]).
+//! What a node's writer committed since it opened (see [`WriteStats`]),
+//! and how much of it is durable.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Counters of what a node's writer committed since it opened. Relaxed
-/// atomics: readers want totals, not an ordering with the data.
+/// atomics for the totals: readers want totals, not an ordering with the
+/// data. `batches` and `flushed_through` are ordered with the data (see
+/// [`WriteStats::committed`]).
 #[derive(Debug, Default)]
 pub struct WriteStats {
+    /// Counted before each batch is committed, so a reader that saw a
+    /// batch's writes in the store then reads a count that includes it.
     batches: AtomicU64,
     key_writes: AtomicU64,
     value_bytes: AtomicU64,
@@ -13,6 +19,12 @@ pub struct WriteStats {
     /// client steps (`writer/group.rs`), so fewer than `batches` when
     /// queued writes share one.
     flushes: AtomicU64,
+    /// The count of `batches` when the last successful flush started:
+    /// every batch up to it is durable. Behind `batches` while a commit
+    /// that skipped its flush waits for a later one (`WriterState::commit_as`).
+    flushed_through: AtomicU64,
+    /// Woken after each successful flush.
+    flushed: tokio::sync::Notify,
 }
 
 /// A reading of [`WriteStats`].
@@ -29,13 +41,47 @@ pub struct WriteStatsSnapshot {
 impl WriteStats {
     pub(super) fn record(&self, batch: &crate::store::Batch) {
         let bytes: usize = batch.ops.iter().map(|(_, _, v)| v.as_ref().map_or(0, Vec::len)).sum();
-        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::SeqCst);
         self.key_writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
         self.value_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    pub(super) fn record_flush(&self) {
+    /// A flush succeeded that started when `through` batches were
+    /// committed: they are all durable.
+    pub(super) fn record_flush(&self, through: u64) {
         self.flushes.fetch_add(1, Ordering::Relaxed);
+        self.flushed_through.fetch_max(through, Ordering::SeqCst);
+        self.flushed.notify_waiters();
+    }
+
+    /// Batches committed so far. Read after reading something from the
+    /// store, it counts the batch that wrote it (see `batches`), so
+    /// [`Self::wait_flushed`] of it waits until that read is durable.
+    pub fn committed(&self) -> u64 {
+        self.batches.load(Ordering::SeqCst)
+    }
+
+    /// Whether the first `through` batches are durable, waiting at most
+    /// `within` for a flush that makes them so. The writer flushes a
+    /// commit that skipped its flush at its next tick at the latest.
+    pub async fn wait_flushed(&self, through: u64, within: Duration) -> bool {
+        let flushed = async {
+            loop {
+                // Made before the check: a flush between the two wakes it.
+                let next = self.flushed.notified();
+                if self.flushed_through.load(Ordering::SeqCst) >= through {
+                    return;
+                }
+                next.await;
+            }
+        };
+        tokio::time::timeout(within, flushed).await.is_ok()
+    }
+
+    /// Whether a committed batch waits for a flush (the writer's state
+    /// after a restart of the actor: its predecessor may have left one).
+    pub(super) fn unflushed(&self) -> bool {
+        self.flushed_through.load(Ordering::SeqCst) < self.committed()
     }
 
     /// Flushes so far (each made every batch committed before it durable).
@@ -52,5 +98,40 @@ impl WriteStats {
             key_writes: self.key_writes.load(Ordering::Relaxed),
             value_bytes: self.value_bytes.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> crate::store::Batch {
+        let mut b = crate::store::Batch::default();
+        b.put(crate::store::Table::Meta, b"k".to_vec(), b"v".to_vec());
+        b
+    }
+
+    /// What a link's acknowledgement waits for: a read of a batch that
+    /// skipped its flush is durable only once a flush that started after
+    /// it succeeded; one that started before does not count.
+    #[tokio::test]
+    async fn a_batch_committed_after_a_flush_started_waits_for_the_next_flush() {
+        let stats = std::sync::Arc::new(WriteStats::default());
+        stats.record(&batch());
+        let before_second = stats.committed();
+        stats.record(&batch());
+        let read = stats.committed();
+        assert!(stats.unflushed());
+        // A flush that started before the second batch leaves it waiting.
+        stats.record_flush(before_second);
+        assert!(!stats.wait_flushed(read, Duration::from_millis(20)).await);
+        let waiter = tokio::spawn({
+            let stats = stats.clone();
+            async move { stats.wait_flushed(read, Duration::from_secs(30)).await }
+        });
+        tokio::task::yield_now().await;
+        stats.record_flush(read);
+        assert!(waiter.await.expect("the waiter ends"), "woken by the flush");
+        assert!(!stats.unflushed());
     }
 }
