@@ -21,8 +21,9 @@
 //! conflict probe, no speculative insertion and its confirmation record:
 //! 3.6 against 6.3 ms for 512 rows of 300 bytes on this machine, loaded).
 //! What is known comes from the write-through cache (`cache.rs`), which
-//! is coherent because only the fenced writer writes: a key it read or
-//! removed, a key under a prefix it knows empty, and a key above the
+//! is coherent because only the fenced writer writes: a key it read and
+//! found absent (a key it removed is forgotten, not kept: `cache.rs`,
+//! `commit_ended`), a key under a prefix it knows empty, and a key above the
 //! table's highest key (learnt by the first commit into the table after a
 //! fence, kept up by every put since). A fence that fails raises, which aborts the
 //! transaction: every statement after it fails and the COMMIT rolls back,
@@ -268,8 +269,8 @@ type PendingRows<'a> =
 /// [`KEYS_PER_READ`] keys).
 pub(super) async fn prefetch(
     shared: Arc<Shared>,
-    keys: Vec<(Table, Vec<Vec<u8>>)>,
-    prefixes: PrefixRanges,
+    keys: Arc<Vec<(Table, Vec<Vec<u8>>)>>,
+    prefixes: Arc<PrefixRanges>,
     highest: Vec<Table>,
 ) -> Result<Prefetched, StoreError> {
     let target = &shared.target;
@@ -277,7 +278,7 @@ pub(super) async fn prefetch(
     let client = shared.readers.get().await.map_err(|e| pool_error(e, target))?;
     // Prepared first (a round trip each, once per connection).
     let mut key_reads = Vec::new();
-    for (table, keys) in &keys {
+    for (table, keys) in keys.iter() {
         let statement = client
             .prepare_cached(&shared.sql.get_many[*table as usize])
             .await
@@ -287,7 +288,7 @@ pub(super) async fn prefetch(
         }
     }
     let mut prefix_reads = Vec::new();
-    for (table, lows, highs) in &prefixes {
+    for (table, lows, highs) in prefixes.iter() {
         let statement = client
             .prepare_cached(&shared.sql.occupied_prefixes[*table as usize])
             .await

@@ -420,6 +420,9 @@ impl Store for PostgresStore {
             .collect();
         highest.sort_unstable();
         highest.dedup();
+        // Shared with the read's task, not copied for it.
+        let keys = Arc::new(keys);
+        let prefixes = Arc::new(prefixes);
         let found = self.run(commit::prefetch(
             self.shared.clone(),
             keys.clone(),
@@ -429,23 +432,25 @@ impl Store for PostgresStore {
         for (table, key) in found.highest {
             self.cache.remember_highest(generation, table, key);
         }
-        let mut rows: std::collections::HashMap<(Table, Vec<u8>), Vec<u8>> = found
-            .rows
-            .into_iter()
-            .map(|(table, (key, value))| ((table, key), value))
-            .collect();
-        for (table, keys) in keys {
-            for key in keys {
-                let value = rows.remove(&(table, key.clone()));
-                self.cache.remember(generation, table, key, value);
-            }
+        let mut rows: std::collections::HashMap<Table, std::collections::HashMap<Vec<u8>, Vec<u8>>> =
+            std::collections::HashMap::new();
+        for (table, (key, value)) in found.rows {
+            rows.entry(table).or_default().insert(key, value);
         }
+        self.cache.remember_all(
+            generation,
+            keys.iter().flat_map(|(table, keys)| {
+                let mut found = rows.remove(table).unwrap_or_default();
+                keys.iter()
+                    .map(move |key| (*table, key.clone(), found.remove(key.as_slice())))
+            }),
+        );
         let occupied: std::collections::HashSet<(Table, Vec<u8>)> = found.occupied.into_iter().collect();
-        for (table, lows, _) in prefixes {
+        for (table, lows, _) in prefixes.iter() {
             for prefix in lows {
-                let key = (table, prefix);
+                let key = (*table, prefix.clone());
                 if !occupied.contains(&key) {
-                    self.cache.remember_empty_prefix(generation, table, key.1);
+                    self.cache.remember_empty_prefix(generation, key.0, key.1);
                 }
             }
         }
