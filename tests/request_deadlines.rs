@@ -72,7 +72,11 @@ async fn create_with_deadline(endpoint: &str, spec: v1::ResourceSpec) -> (tonic:
 /// says so itself, DEADLINE_EXCEEDED naming the region, before the client's
 /// channel gives up (which says CANCELLED "Timeout expired").
 fn assert_deadline_exceeded_naming(status: &tonic::Status, region: &str, took: Duration) {
-    assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?} after {took:?}");
+    assert_eq!(
+        status.code(),
+        tonic::Code::DeadlineExceeded,
+        "{status:?} after {took:?}"
+    );
     let details = cascade_proto::error_details(status).unwrap_or_else(|| panic!("no details in {status:?}"));
     assert_eq!(details.region, region, "{status:?}");
     assert_eq!(details.reason, v1::ErrorReason::RegionUnavailable as i32, "{status:?}");
@@ -116,16 +120,33 @@ async fn a_cross_region_create_gives_up_at_its_clients_deadline_and_leaves_nothi
 
     pc.peer_proxy("rb", "ra").set(Fault::Hold);
     let creates = [
-        ("Attach (pinned uid)", &rb, port("rb/port/attach", target("ra/network/net", Some(&net)))),
-        ("Lookup (unpinned)", &rb, port("rb/port/lookup", target("ra/network/net", None))),
-        ("forwarded by ra", &ra, port("rb/port/forwarded", target("ra/network/net", Some(&net)))),
+        (
+            "Attach (pinned uid)",
+            &rb,
+            port("rb/port/attach", target("ra/network/net", Some(&net))),
+        ),
+        (
+            "Lookup (unpinned)",
+            &rb,
+            port("rb/port/lookup", target("ra/network/net", None)),
+        ),
+        (
+            "forwarded by ra",
+            &ra,
+            port("rb/port/forwarded", target("ra/network/net", Some(&net))),
+        ),
     ];
     for (what, endpoint, spec) in &creates {
         let (status, took) = create_with_deadline(endpoint, spec.clone()).await;
         println!("create waiting on {what} with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
         assert_deadline_exceeded_naming(&status, "ra", took);
         // Refused whole, at once: not CREATING waiting for a settle.
-        assert_eq!(stored_state(&rb, &spec.name).await, None, "{what}: rb still holds {}", spec.name);
+        assert_eq!(
+            stored_state(&rb, &spec.name).await,
+            None,
+            "{what}: rb still holds {}",
+            spec.name
+        );
     }
     let d = dump(&rb).await.expect("rb's dump");
     assert_eq!(d.pending_attach, 0, "no create of rb is left to settle");
@@ -134,13 +155,17 @@ async fn a_cross_region_create_gives_up_at_its_clients_deadline_and_leaves_nothi
     pc.peer_proxy("rb", "ra").set(Fault::Pass);
     let b = pc.cluster.client("rb");
     for (what, _, spec) in creates {
-        let created = eventually(Duration::from_secs(20), &format!("{what}: a retry to create it"), || async {
-            match b.create(spec.clone()).await {
-                Ok(r) => Some(r),
-                Err(e) if code(&e) == Some(tonic::Code::Unavailable) => None,
-                Err(e) => panic!("{what}: a retry once ra answers should create it afresh: {e}"),
-            }
-        })
+        let created = eventually(
+            Duration::from_secs(20),
+            &format!("{what}: a retry to create it"),
+            || async {
+                match b.create(spec.clone()).await {
+                    Ok(r) => Some(r),
+                    Err(e) if code(&e) == Some(tonic::Code::Unavailable) => None,
+                    Err(e) => panic!("{what}: a retry once ra answers should create it afresh: {e}"),
+                }
+            },
+        )
         .await;
         assert_eq!(state(&created), v1::ResourceState::Active, "{what}");
     }

@@ -13,8 +13,12 @@
 //! 4. ACTIVE — or, if an owner refused or a target was reported DELETING
 //!    meanwhile, removed, with releases queued for whatever was attached.
 //!
-//! A crash between 2 and 4, or a request cut midway (its client's deadline,
-//! a reset connection), leaves a `pending_attach` row; the reconciler (see
+//! Each call of 1 and 3 is within what is left of the client's deadline
+//! (`crate::peers::Deadline`): one that runs out of it refuses the create
+//! (DEADLINE_EXCEEDED), before 2 for a Lookup, with 4's removal for an
+//! Attach. A crash between 2 and 4, or a request cut midway without a
+//! deadline this node knows of (a client that gives up on its own, a reset
+//! connection), leaves a `pending_attach` row; the reconciler (see
 //! `links.rs`) repeats 3–4 for it, so the resource ends ACTIVE with its
 //! back-references or gone without them. Until then it is invisible, and a
 //! create of its name meets it (`CoreError::CreateUnsettled`): the node
@@ -248,7 +252,11 @@ impl Node {
     /// owner (one peer-call deadline per chunk, or what is left of the
     /// client's `deadline` when that is shorter), not the sum; the first
     /// refusal in region order is the answer.
-    pub(crate) async fn attach_at_owners(&self, entries: Vec<PeerBackRef>, deadline: &Deadline) -> Result<(), CoreError> {
+    pub(crate) async fn attach_at_owners(
+        &self,
+        entries: Vec<PeerBackRef>,
+        deadline: &Deadline,
+    ) -> Result<(), CoreError> {
         let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
         for e in entries {
             by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
@@ -592,7 +600,8 @@ impl Node {
             Ok(name) => self.state().get_resource(&name)?.map(|r| r.refs).unwrap_or_default(),
             Err(_) => BTreeMap::new(), // the core reports it
         };
-        self.resolve_remote(std::slice::from_mut(&mut spec), &held, deadline).await?;
+        self.resolve_remote(std::slice::from_mut(&mut spec), &held, deadline)
+            .await?;
         let refused = self.located(std::slice::from_ref(&spec));
         let updated = self.writer.update(spec, etag, Some(audit)).await.map_err(&refused)?;
         match self.attach_pending(&updated, deadline).await? {

@@ -197,12 +197,10 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             region: region.clone(),
             ..with(ErrorReason::SchemaUnknown)
         },
-        CoreError::RegionUnavailable { region, .. } | CoreError::DeadlineExceeded { region, .. } => {
-            v1::ErrorDetails {
-                region: region.clone(),
-                ..with(ErrorReason::RegionUnavailable)
-            }
-        }
+        CoreError::RegionUnavailable { region, .. } | CoreError::DeadlineExceeded { region, .. } => v1::ErrorDetails {
+            region: region.clone(),
+            ..with(ErrorReason::RegionUnavailable)
+        },
         CoreError::Storage(_) => with(ErrorReason::StorageUnavailable),
         CoreError::OperationControl { .. } => with(ErrorReason::Refused),
         CoreError::PlanChanged {

@@ -142,9 +142,17 @@ mod tests {
         let second = Duration::from_secs(1);
         let within = arrived(Duration::ZERO, second).for_call("us-east", "Attach").unwrap();
         // 900 ms: a tenth kept for the answer (less the microseconds since).
-        assert!(within <= Duration::from_millis(900) && within > Duration::from_millis(800), "{within:?}");
-        let later = arrived(Duration::from_millis(600), second).for_call("us-east", "Attach").unwrap();
-        assert!(later <= Duration::from_millis(300) && later > Duration::from_millis(200), "{later:?}");
+        assert!(
+            within <= Duration::from_millis(900) && within > Duration::from_millis(800),
+            "{within:?}"
+        );
+        let later = arrived(Duration::from_millis(600), second)
+            .for_call("us-east", "Attach")
+            .unwrap();
+        assert!(
+            later <= Duration::from_millis(300) && later > Duration::from_millis(200),
+            "{later:?}"
+        );
         let long = arrived(Duration::ZERO, Duration::from_secs(60));
         assert_eq!(long.for_call("us-east", "Attach"), Ok(PEER_CALL_TIMEOUT));
         assert_eq!(Deadline::NONE.for_call("us-east", "Attach"), Ok(PEER_CALL_TIMEOUT));
