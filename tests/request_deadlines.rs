@@ -3,9 +3,10 @@
 //! reference's target and the Attach at its owner give up when the client's
 //! time runs out, not after the node's own bound on a peer call (10 s), and
 //! the client hears DEADLINE_EXCEEDED naming the region, with the create
-//! refused whole: nothing left CREATING behind it.
+//! refused whole: nothing left CREATING behind it. So does a delete whose
+//! question to another region (KeepsAnotherTarget) is not answered in time.
 //!
-//! Real nodes on loopback; region rb reaches ra through a fault proxy
+//! Real nodes on loopback; one region reaches the other through a fault proxy
 //! (`tests/support/fault_proxy.rs`) that holds every byte, as a partition
 //! shorter than TCP's timeout does.
 
@@ -169,6 +170,50 @@ async fn a_cross_region_create_gives_up_at_its_clients_deadline_and_leaves_nothi
         .await;
         assert_eq!(state(&created), v1::ResourceState::Active, "{what}");
     }
+    wait_quiescent(&pc.cluster).await;
+    assert_no_violations(&pc.cluster).await;
+}
+
+/// A delete without cascade of ra's port asks rb, where a port group lists
+/// it (a `cascade` list owner), whether the group keeps another port. With
+/// ra's connection to rb held, the client's deadline bounds that question
+/// as it bounds a create's: DEADLINE_EXCEEDED naming rb within about the
+/// deadline, and nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_asks_another_region_gives_up_at_its_clients_deadline_and_deletes_nothing() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |_| {}).await;
+    let a = pc.cluster.client("ra");
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/net", &[("project", &["ra/project/p"])]),
+        spec_in("ra/port/p1", &[("network", &["ra/network/net"])]),
+    ])
+    .await
+    .expect("ra's port");
+    pc.cluster
+        .client("rb")
+        .create(spec_in("rb/port_group/g", &[("ports", &["ra/port/p1"])]))
+        .await
+        .expect("rb's group of ra's port");
+
+    pc.peer_proxy("ra", "rb").set(Fault::Hold);
+    let mut client: ResourcesClient<Channel> = ResourcesClient::connect(pc.cluster.node("ra").node.endpoint())
+        .await
+        .expect("client connects");
+    let mut request = tonic::Request::new(delete_req("ra/port/p1", false));
+    request.set_timeout(CLIENT_DEADLINE);
+    let started = Instant::now();
+    let status = client
+        .delete(request)
+        .await
+        .expect_err("rb, which must say whether its group keeps another port, is held");
+    let took = started.elapsed();
+    println!("delete without cascade waiting on KeepsAnotherTarget with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+    let port = a.get("ra/port/p1").await.expect("the port is still there");
+    assert!(port.deletion.is_none(), "nothing deleted: {port:?}");
+
+    pc.peer_proxy("ra", "rb").set(Fault::Pass);
     wait_quiescent(&pc.cluster).await;
     assert_no_violations(&pc.cluster).await;
 }
