@@ -24,7 +24,7 @@ use support::*;
 use tonic::transport::Channel;
 
 /// The client's own deadline.
-const CLIENT_DEADLINE: Duration = Duration::from_secs(1);
+const CLIENT_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What "about the client's deadline" means on a busy machine: well below
 /// the node's own bound on one peer call (10 s), which a create waited out
@@ -216,4 +216,62 @@ async fn a_delete_that_asks_another_region_gives_up_at_its_clients_deadline_and_
     pc.peer_proxy("ra", "rb").set(Fault::Pass);
     wait_quiescent(&pc.cluster).await;
     assert_no_violations(&pc.cluster).await;
+}
+
+/// A Get of a resource with an `allow_dangling` reference into another
+/// region asks that region whether the target still exists (the local view
+/// cannot tell once its tombstone is gone). With rb's connection to ra held,
+/// the client's deadline bounds that question too: the Get answers before
+/// the deadline with the reference as the local view has it, rather than
+/// waiting out the 2 s the question is given without a deadline (after
+/// which the client's channel had given up, CANCELLED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_asks_another_region_answers_within_its_clients_deadline() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |_| {}).await;
+    pc.cluster
+        .client("ra")
+        .create(spec_in("ra/qos_policy/gold", &[]))
+        .await
+        .expect("ra's policy");
+    let b = pc.cluster.client("rb");
+    b.batch_create(vec![
+        spec_in("rb/project/p", &[]),
+        spec_in("rb/network/local", &[("project", &["rb/project/p"])]),
+        spec_in(
+            "rb/port/x",
+            &[
+                ("network", &["rb/network/local"]),
+                ("qos_policy", &["ra/qos_policy/gold"]),
+            ],
+        ),
+    ])
+    .await
+    .expect("rb's port on ra's policy");
+
+    pc.peer_proxy("rb", "ra").set(Fault::Hold);
+    let mut client: ResourcesClient<Channel> = ResourcesClient::connect(pc.cluster.node("rb").node.endpoint())
+        .await
+        .expect("client connects");
+    let mut request = tonic::Request::new(v1::GetRequest {
+        name: "rb/port/x".to_owned(),
+        ..Default::default()
+    });
+    request.set_timeout(CLIENT_DEADLINE);
+    let started = Instant::now();
+    let got = client.get(request).await;
+    let took = started.elapsed();
+    println!("get asking ra about an allow_dangling target with a {CLIENT_DEADLINE:?} deadline: {took:?}");
+    let port = got.expect("answered within the client's deadline").into_inner();
+    assert!(took < CLIENT_DEADLINE, "{took:?}");
+    let qos = port
+        .refs
+        .iter()
+        .find(|f| f.field == "qos_policy")
+        .expect("qos_policy kept");
+    assert_eq!(
+        (qos.targets[0].name.as_str(), qos.targets[0].dangling),
+        ("ra/qos_policy/gold", false),
+        "as the local view has it"
+    );
+    pc.peer_proxy("rb", "ra").set(Fault::Pass);
 }

@@ -490,7 +490,7 @@ impl Resources for ResourcesApi {
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
-        let (_, forward_budget) = deadlines(&request);
+        let (deadline, forward_budget) = deadlines(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
@@ -499,7 +499,8 @@ impl Resources for ResourcesApi {
             return Ok(Response::new(found));
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
-        Ok(Response::new(present(&self.node.get(&name, raw.show_deleted).await?)))
+        let view = self.node.get(&name, raw.show_deleted, &deadline).await?;
+        Ok(Response::new(present(&view)))
     }
 
     async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
