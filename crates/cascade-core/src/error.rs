@@ -23,6 +23,9 @@ pub enum ErrorCode {
     /// Storage or a peer region could not be reached; the same request may
     /// succeed later.
     Unavailable,
+    /// The caller's own deadline left no time for a call to another region
+    /// the request needed; retry with a longer one.
+    DeadlineExceeded,
     /// A bug: the node broke one of the core's preconditions.
     Internal,
 }
@@ -322,6 +325,18 @@ pub enum CoreError {
         /// The transport failure or timeout, as the node saw it.
         reason: String,
     },
+    /// The caller's deadline ran out before `region` answered `call` (or
+    /// left no time to ask it): the request gave up there, as a client's
+    /// deadline asks, instead of waiting out the node's own bound on a
+    /// call to another region. What the request had written for it is
+    /// undone in the same way as when the region is unavailable.
+    #[error("the caller's deadline passed before region {region} answered {call}")]
+    DeadlineExceeded {
+        /// The region that was asked, or about to be.
+        region: String,
+        /// The call to it (`Attach`, `Lookup`, …).
+        call: String,
+    },
     /// A control of a running operation (pause, resume, cancel, a budget)
     /// that its state refuses: it ended, was cancelled, has no budget.
     #[error("operation {id} {why}")]
@@ -486,6 +501,7 @@ impl CoreError {
             | CoreError::OperationControl { .. } => ErrorCode::FailedPrecondition,
             CoreError::RemoteReference { .. } => ErrorCode::Internal,
             CoreError::RegionUnavailable { .. } | CoreError::CreateUnsettled { .. } => ErrorCode::Unavailable,
+            CoreError::DeadlineExceeded { .. } => ErrorCode::DeadlineExceeded,
             CoreError::EtagMismatch { .. } | CoreError::PlanChanged { .. } => ErrorCode::Aborted,
             CoreError::Storage(_) => ErrorCode::Unavailable,
         }

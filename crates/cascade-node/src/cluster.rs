@@ -13,8 +13,12 @@
 //! 4. ACTIVE — or, if an owner refused or a target was reported DELETING
 //!    meanwhile, removed, with releases queued for whatever was attached.
 //!
-//! A crash between 2 and 4, or a request cut midway (its client's deadline,
-//! a reset connection), leaves a `pending_attach` row; the reconciler (see
+//! Each call of 1 and 3 is within what is left of the client's deadline
+//! (`crate::peers::Deadline`): one that runs out of it refuses the create
+//! (DEADLINE_EXCEEDED), before 2 for a Lookup, with 4's removal for an
+//! Attach. A crash between 2 and 4, or a request cut midway without a
+//! deadline this node knows of (a client that gives up on its own, a reset
+//! connection), leaves a `pending_attach` row; the reconciler (see
 //! `links.rs`) repeats 3–4 for it, so the resource ends ACTIVE with its
 //! back-references or gone without them. Until then it is invisible, and a
 //! create of its name meets it (`CoreError::CreateUnsettled`): the node
@@ -54,7 +58,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::error::Fault;
 use crate::node::Node;
-use crate::peers::{LookupAnswer, PEER_CALL_TIMEOUT};
+use crate::peers::{Deadline, LookupAnswer};
 
 /// What an operation's first round of reads (every peer at once,
 /// counters only) found: the parts it read, which the page's counters-only
@@ -93,12 +97,17 @@ impl Node {
         }
     }
 
-    /// The uid of a live resource of another region, asked of its owner.
-    /// `at` is the request's path of the reference.
-    async fn lookup(&self, name: &ResourceName, at: &str) -> Result<Uid, Fault> {
+    /// The uid of a live resource of another region, asked of its owner
+    /// within what is left of the client's `deadline` (at most
+    /// `PEER_CALL_TIMEOUT`; not asked when nothing is left). `at` is the
+    /// request's path of the reference.
+    async fn lookup(&self, name: &ResourceName, at: &str, deadline: &Deadline) -> Result<Uid, Fault> {
         let field = at.to_owned();
         let target = name.clone();
-        match self.peers.lookup(name, PEER_CALL_TIMEOUT).await? {
+        let region = name.region();
+        let within = deadline.for_call(region, "Lookup")?;
+        let answer = self.peers.lookup(name, within).await;
+        match answer.map_err(|e| deadline.blame_remote(region, "Lookup", e))? {
             LookupAnswer::Live(uid) => Ok(uid),
             // The client hears what the owner's own clients hear.
             LookupAnswer::Deleting => Err(CoreError::TargetDeleting { field, target }.into()),
@@ -112,11 +121,13 @@ impl Node {
     /// asked of its owner once per request, up to [`CONCURRENT_LOOKUPS`] at
     /// a time: a batch of a thousand ports on one remote network is one
     /// lookup, not a thousand in a row. A refusal names the first
-    /// reference, in request order, that asked for the target.
+    /// reference, in request order, that asked for the target. Each lookup
+    /// is within what is left of the client's `deadline`.
     async fn resolve_remote(
         &self,
         specs: &mut [ResourceSpec],
         held: &BTreeMap<String, Vec<RefTarget>>,
+        deadline: &Deadline,
     ) -> Result<(), Fault> {
         let batch = specs.len() > 1;
         // Each distinct target string parsed once per request (None: not a
@@ -175,7 +186,7 @@ impl Node {
         for chunk in order.chunks(CONCURRENT_LOOKUPS) {
             let mut asks = Vec::with_capacity(chunk.len());
             for name in chunk {
-                asks.push(self.lookup(name, &wanted[name]));
+                asks.push(self.lookup(name, &wanted[name], deadline));
             }
             for (name, answer) in chunk.iter().zip(futures::future::join_all(asks).await) {
                 uids.insert(name, answer?);
@@ -207,7 +218,9 @@ impl Node {
     pub(crate) async fn reconcile(&self, r: &Resource) -> bool {
         let span = info_span!("reconcile_create", region = %self.region, name = %r.name, uid = %r.uid);
         async {
-            match self.attach_pending(r).await {
+            // The reconciler's own work, for no caller: each attach bounded
+            // by PEER_CALL_TIMEOUT alone.
+            match self.attach_pending(r, &Deadline::NONE).await {
                 Ok(Ok(now)) if now.state == ResourceState::Creating => {
                     debug!("attached; waits for a batch sibling it references");
                     false
@@ -236,16 +249,21 @@ impl Node {
 
     /// Attaches back-references at their owners, grouped per region. The
     /// regions are asked at once, so an attach takes as long as its slowest
-    /// owner (one peer-call deadline per chunk), not the sum; the first
+    /// owner (one peer-call deadline per chunk, or what is left of the
+    /// client's `deadline` when that is shorter), not the sum; the first
     /// refusal in region order is the answer.
-    pub(crate) async fn attach_at_owners(&self, entries: Vec<PeerBackRef>) -> Result<(), CoreError> {
+    pub(crate) async fn attach_at_owners(
+        &self,
+        entries: Vec<PeerBackRef>,
+        deadline: &Deadline,
+    ) -> Result<(), CoreError> {
         let mut by_region: BTreeMap<String, Vec<PeerBackRef>> = BTreeMap::new();
         for e in entries {
             by_region.entry(e.target.name.region().to_owned()).or_default().push(e);
         }
         let asks = by_region.iter().map(|(region, entries)| async move {
             for chunk in entries.chunks(self.limits.max_batch_create) {
-                self.peers.attach(region, &self.region, chunk).await?;
+                self.peers.attach(region, &self.region, chunk, deadline).await?;
             }
             Ok(())
         });
@@ -312,13 +330,13 @@ impl Node {
     /// confirmed while it waited for a sibling, has an empty key list, and
     /// returning it unchanged left it CREATING for ever (issue 23: the
     /// reconciler called it confirmed on every pass).
-    async fn attach_pending(&self, r: &Resource) -> Result<Result<Resource, CoreError>, Fault> {
+    async fn attach_pending(&self, r: &Resource, deadline: &Deadline) -> Result<Result<Resource, CoreError>, Fault> {
         let (keys, entries) = self.pending_entries(r.uid)?;
         if keys.is_empty() && r.state != ResourceState::Creating {
             return Ok(Ok(r.clone()));
         }
-        let attached = self.attach_at_owners(entries).await;
-        if let Err(e @ CoreError::RegionUnavailable { .. }) = &attached {
+        let attached = self.attach_at_owners(entries, deadline).await;
+        if let Some(e) = attached.as_ref().err().filter(|e| unanswered(e)) {
             if r.state == ResourceState::Active {
                 // The reference is committed and the intent durable: the
                 // reconciler attaches it once the region is back. Taking it
@@ -402,19 +420,30 @@ impl Node {
     /// create UNAVAILABLE naming their region.
     /// Each resource created is audited for `audit`, in the step that
     /// commits it (CREATING or ACTIVE).
+    ///
+    /// Every call to another region is within what is left of the client's
+    /// `deadline`: a lookup that runs out of it refuses the create before
+    /// anything is written, and so does a deadline that leaves no time to
+    /// attach; an attach that runs out of it removes the CREATING resources
+    /// as a refusal does (`CoreError::DeadlineExceeded` either way).
     pub(crate) async fn create(
         &self,
         mut specs: Vec<ResourceSpec>,
         audit: crate::audit::AuditContext,
+        deadline: &Deadline,
     ) -> Result<Vec<Resource>, Fault> {
-        self.resolve_remote(&mut specs, &BTreeMap::new()).await?;
+        self.resolve_remote(&mut specs, &BTreeMap::new(), deadline).await?;
+        if let Some(region) = self.first_attach_region(&specs) {
+            // Not written at all when it could not be attached in time.
+            deadline.for_call(&region, "Attach")?;
+        }
         let mut rounds = specs.len() + 1;
         let created = loop {
             rounds -= 1;
             match self.writer.create(specs.clone(), Some(audit.clone())).await {
                 Err(Fault::Refused(CoreError::CreateUnsettled { name, uid })) if rounds > 0 => {
                     debug!(region = %self.region, %name, %uid, "an earlier create of the name is unsettled; settling it first");
-                    self.finish_unsettled(&specs, &name, uid).await?;
+                    self.finish_unsettled(&specs, &name, uid, deadline).await?;
                 }
                 other => break other.map_err(|e| self.locate(&specs, e))?,
             }
@@ -429,7 +458,7 @@ impl Node {
             entries.append(&mut e);
             members.push((r.name.clone(), r.uid, keys));
         }
-        let attached = self.attach_at_owners(entries).await;
+        let attached = self.attach_at_owners(entries, deadline).await;
         if let Err(e) = &attached {
             info!(region = %self.region, count = members.len(), error = %e, "cross-region create aborted");
         }
@@ -446,9 +475,16 @@ impl Node {
     /// after the siblings it references — all confirmed, or all removed, so
     /// a batch retried as it was sent stays all or nothing. Ok once they are
     /// confirmed, removed or refused (the caller tries its create again);
-    /// owners that cannot be asked now (`RegionUnavailable`, the earlier
-    /// create removed with it) are the caller's answer.
-    async fn finish_unsettled(&self, specs: &[ResourceSpec], name: &ResourceName, uid: Uid) -> Result<(), Fault> {
+    /// owners that cannot be asked now (`RegionUnavailable`, or
+    /// `DeadlineExceeded` within what is left of the client's `deadline`;
+    /// the earlier create removed with it) are the caller's answer.
+    async fn finish_unsettled(
+        &self,
+        specs: &[ResourceSpec],
+        name: &ResourceName,
+        uid: Uid,
+        deadline: &Deadline,
+    ) -> Result<(), Fault> {
         let Some(met) = self.creating(name)?.filter(|r| r.uid == uid) else {
             return Ok(()); // settled meanwhile
         };
@@ -469,18 +505,40 @@ impl Node {
             members.push((r.name, r.uid, keys));
         }
         let count = members.len();
-        let attached = self.attach_at_owners(entries).await;
+        let attached = self.attach_at_owners(entries, deadline).await;
         match self.settle_members(members, true, attached).await? {
             Ok(settled) => {
                 debug!(region = %self.region, count, active = settled.iter().filter(|r| r.state == ResourceState::Active).count(), "earlier create settled");
                 Ok(())
             }
-            Err(e @ CoreError::RegionUnavailable { .. }) => Err(e.into()),
+            Err(e) if unanswered(&e) => Err(e.into()),
             Err(e) => {
                 info!(region = %self.region, count, reason = %e, "earlier create refused and removed");
                 Ok(())
             }
         }
+    }
+
+    /// The region of the first reference of `specs` a create would attach
+    /// at its owner (a tracked one into another region), if any.
+    fn first_attach_region(&self, specs: &[ResourceSpec]) -> Option<String> {
+        let schema = self.schema();
+        specs.iter().find_map(|spec| {
+            let own = ResourceName::parse(&spec.name).ok()?;
+            spec.refs.iter().find_map(|(field, targets)| {
+                let tracked = schema
+                    .reference(own.kind(), field)
+                    .is_some_and(|r| r.on_delete.tracked());
+                if !tracked {
+                    return None;
+                }
+                targets
+                    .iter()
+                    .filter_map(|t| ResourceName::parse(&t.name).ok())
+                    .map(|t| t.region().to_owned())
+                    .find(|region| region != self.region.as_str())
+            })
+        })
     }
 
     /// The resource of `name` if it is CREATING.
@@ -527,24 +585,28 @@ impl Node {
 
     /// Updates a resource of this region. New cross-region references are
     /// committed first (with a durable intent) and then attached; an owner
-    /// that refuses gets its reference taken back and the call fails.
-    /// Audited for `audit` in the step that commits it.
+    /// that refuses gets its reference taken back and the call fails; one
+    /// that does not answer within `PEER_CALL_TIMEOUT`, or what is left of
+    /// the client's `deadline`, leaves the update committed and its attach
+    /// to the reconciler. Audited for `audit` in the step that commits it.
     pub(crate) async fn update(
         &self,
         mut spec: ResourceSpec,
         etag: Option<String>,
         audit: crate::audit::AuditContext,
+        deadline: &Deadline,
     ) -> Result<Resource, Fault> {
         let held = match ResourceName::parse(&spec.name) {
             Ok(name) => self.state().get_resource(&name)?.map(|r| r.refs).unwrap_or_default(),
             Err(_) => BTreeMap::new(), // the core reports it
         };
-        self.resolve_remote(std::slice::from_mut(&mut spec), &held).await?;
+        self.resolve_remote(std::slice::from_mut(&mut spec), &held, deadline)
+            .await?;
         let refused = self.located(std::slice::from_ref(&spec));
         let updated = self.writer.update(spec, etag, Some(audit)).await.map_err(&refused)?;
-        match self.attach_pending(&updated).await? {
+        match self.attach_pending(&updated, deadline).await? {
             Ok(r) => Ok(r),
-            Err(e @ CoreError::RegionUnavailable { .. }) => {
+            Err(e) if unanswered(&e) => {
                 // Committed; confirmed later by the reconciler.
                 // Every update meets it while an owner is away: one line a window.
                 static ATTACH_DEFERRED: crate::log_throttle::Throttle =
@@ -572,17 +634,21 @@ impl Node {
     /// plan: the same walk, made for it even when the policy allows
     /// everything, must find exactly that plan; and a cascade above
     /// `[limits] confirm_above` needs one (see `plan_bound.rs`).
+    ///
+    /// The regions asked before a delete without cascade are asked within
+    /// what is left of the client's `deadline` (at most `PEER_CALL_TIMEOUT`).
     pub(crate) async fn delete(
         &self,
         mut req: DeleteRequest,
         expect_plan: Option<&str>,
         budget: std::time::Duration,
+        deadline: &Deadline,
         audit: crate::audit::AuditContext,
     ) -> Result<(DeleteOutcome, Vec<String>), Fault> {
         // An orphan delete refuses for no `cascade` referrer: nothing to ask.
         if !req.cascade && !req.orphan {
             let name = ResourceName::parse(&req.name).map_err(|e| CoreError::invalid("name", e.to_string()))?;
-            req.remote_kept = self.remote_kept(&name).await?;
+            req.remote_kept = self.remote_kept(&name, deadline).await?;
         }
         let cascade = req.cascade && !req.orphan;
         let principal = req.principal.clone();
@@ -759,7 +825,7 @@ impl Node {
     /// refuses the delete for every other remote `cascade` referrer. A
     /// region that cannot be asked makes the delete UNAVAILABLE: refusing
     /// would list dependents that may not be, accepting could cascade.
-    async fn remote_kept(&self, name: &ResourceName) -> Result<BTreeSet<BackRefKey>, Fault> {
+    async fn remote_kept(&self, name: &ResourceName, deadline: &Deadline) -> Result<BTreeSet<BackRefKey>, Fault> {
         let state = self.state();
         let Some(target) = state.get_resource(name)? else {
             return Ok(BTreeSet::new());
@@ -782,7 +848,10 @@ impl Node {
         let mut kept = BTreeSet::new();
         for (region, rows) in by_region {
             for chunk in rows.chunks(self.limits.max_batch_create) {
-                let answer = self.peers.keeps_another_target(&region, &self.region, chunk).await?;
+                let answer = self
+                    .peers
+                    .keeps_another_target(&region, &self.region, chunk, deadline)
+                    .await?;
                 kept.extend(
                     chunk
                         .iter()
@@ -1003,6 +1072,16 @@ impl Node {
         page.next = position.and_then(|k| uuid::Uuid::from_slice(&k).ok()).map(OperationId);
         Ok(page)
     }
+}
+
+/// An owner that did not answer: unavailable, or not within the client's
+/// deadline. Either leaves a committed reference to the reconciler, and
+/// is the answer of a create that could not finish an earlier one.
+fn unanswered(e: &CoreError) -> bool {
+    matches!(
+        e,
+        CoreError::RegionUnavailable { .. } | CoreError::DeadlineExceeded { .. }
+    )
 }
 
 /// The resource with this uid (through the uid index), in any state.

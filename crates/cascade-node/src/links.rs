@@ -350,17 +350,13 @@ async fn ack(node: &Node, peer: &str, last: &mut Option<(u64, Instant)>, within:
 ///
 /// Starts after `after`, the highest key it sent so far (everything before
 /// it was acknowledged and removed), unless the writer queued a release at
-/// or before that key since (`ReleaseHints`): then this call starts from
-/// the first key, once. `after` itself never moves back. Why: every
-/// removed release is a tombstone in an LSM engine until compaction, and a
-/// scan from the first key on every call walked over all of them
-/// (`tests/tombstones.rs`).
+/// or before that key since (`ReleaseHints`): then this call starts just
+/// before the lowest such key, once ([`release_scan_start`]). `after`
+/// itself never moves back. Why: every removed release is a tombstone in
+/// an LSM engine until compaction, and a scan from the first key on every
+/// call walked over all of them (`tests/tombstones.rs`).
 async fn flush_releases(node: &Node, peer: &str, after: &mut Option<Vec<u8>>) -> Result<usize, Fault> {
-    let behind = node
-        .release_hints
-        .take(peer)
-        .is_some_and(|lowest| after.as_ref().is_some_and(|sent| lowest <= *sent));
-    let from = if behind { None } else { after.clone() };
+    let (from, behind) = release_scan_start(node.release_hints.take(peer), after.as_deref());
     let sent = send_releases(node, peer, from, after).await;
     if sent.is_err() && behind {
         // The hint was taken: until a pass from the first key succeeds,
@@ -369,6 +365,31 @@ async fn flush_releases(node: &Node, peer: &str, after: &mut Option<Vec<u8>>) ->
         *after = None;
     }
     sent
+}
+
+/// Where a send of queued releases starts (the key it scans after; None:
+/// the first key), given the lowest key the writer queued a release at
+/// since the last send (`hint`) and the highest key sent so far (`sent`);
+/// and whether that is behind `sent`.
+///
+/// A hint at or below `sent` is a release queued behind the position: the
+/// send starts just before the hinted key (the key less its last byte:
+/// every key from the hinted one on comes after it), not at the first key.
+/// Every release below the hinted key was queued, and hinted, before the
+/// sends that passed its place. Why not the first key: the writer hints a
+/// release once its batch is flushed, after the commit made it visible, so
+/// a send running meanwhile may already have sent and removed it; its late
+/// hint then sent the next send over every tombstone of the table
+/// (`tests/tombstones.rs` under load: 6,431 passed for 3,000 removed). An
+/// empty hint (the store was reopened: `ReleaseHints::take`) is the first key.
+fn release_scan_start(hint: Option<Vec<u8>>, sent: Option<&[u8]>) -> (Option<Vec<u8>>, bool) {
+    match hint {
+        Some(lowest) if sent.is_some_and(|sent| lowest.as_slice() <= sent) => {
+            let before = lowest.split_last().map(|(_, head)| head.to_vec());
+            (before.filter(|head| !head.is_empty()), true)
+        }
+        _ => (sent.map(<[u8]>::to_vec), false),
+    }
 }
 
 /// Sends the queued releases after `from`, a page at a time, raising
@@ -962,5 +983,39 @@ impl Links {
     pub async fn stop(&self) {
         let _ = self.supervisor.cast(LinkSupervisorMsg::Stop);
         let _ = tokio::time::timeout(Duration::from_secs(10), self.supervisor.wait(None)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_scan_start;
+
+    /// A release key of the test: a prefix and one more byte.
+    fn key(last: u8) -> Vec<u8> {
+        vec![b'r', b'a', 0, last]
+    }
+
+    #[test]
+    fn a_release_hinted_behind_the_position_is_sent_from_just_before_it_not_from_the_first_key() {
+        let sent = key(200);
+        // Hinted behind: the scan starts after the hinted key less its last
+        // byte, below the hinted key and far past the first key.
+        let (from, behind) = release_scan_start(Some(key(50)), Some(&sent));
+        let from = from.expect("not the first key");
+        assert!(behind);
+        assert!(from < key(50) && from >= key(0)[..3].to_vec(), "{from:?}");
+        // The very key the position was sent to counts as behind.
+        assert!(release_scan_start(Some(sent.clone()), Some(&sent)).1);
+        // Hinted ahead of the position, or nothing hinted: on from it.
+        assert_eq!(
+            release_scan_start(Some(key(201)), Some(&sent)),
+            (Some(sent.clone()), false)
+        );
+        assert_eq!(release_scan_start(None, Some(&sent)), (Some(sent.clone()), false));
+        // Nothing sent yet: from the first key.
+        assert_eq!(release_scan_start(Some(key(7)), None), (None, false));
+        // The store was reopened (an empty hint): from the first key.
+        assert_eq!(release_scan_start(Some(Vec::new()), Some(&sent)), (None, true));
+        assert_eq!(release_scan_start(Some(vec![1]), Some(&sent)), (None, true));
     }
 }

@@ -100,11 +100,14 @@ impl Node {
     /// A page of this region's resources in name order that `query`
     /// keeps, after `after` (module doc: at most [`MAX_LIST_SCANNED`] rows
     /// examined; the page may be short, even empty, with a next name).
+    /// Owners of remote `allow_dangling` targets are asked within what is
+    /// left of the client's `deadline` (`Node::mark_remote_dangling`).
     pub(crate) async fn list(
         &self,
         query: &ListQuery,
         page_size: usize,
         after: Option<&ResourceName>,
+        deadline: &crate::peers::Deadline,
     ) -> Result<ListPage, Fault> {
         let mut prefix = format!("{}/", self.region);
         if let Some(kind) = &query.kind {
@@ -140,7 +143,7 @@ impl Node {
                     return Ok(ListPage { items, next });
                 }
                 let mut view = self.view(r)?;
-                self.mark_remote_dangling(&mut view, &mut owners).await;
+                self.mark_remote_dangling(&mut view, &mut owners, deadline).await;
                 items.push(view);
             }
             if complete {

@@ -41,7 +41,7 @@ use crate::entropy::{stable_hash, wall_clock_seed, SeededUids, SystemUids, UidSo
 use crate::error::{Fault, WriterUnavailable};
 use crate::metrics::NodeMetrics;
 use crate::outbox::{OutboxFeed, Overtaken};
-use crate::peers::{LookupAnswer, PeerConnector, Peers};
+use crate::peers::{Deadline, LookupAnswer, PeerConnector, Peers};
 use crate::schema_in_force::SchemaHolder;
 use crate::schema_reload::SchemaReloader;
 use crate::status_cache::StatusCache;
@@ -703,8 +703,11 @@ impl Node {
 
     /// Asks the owners of remote `allow_dangling` targets whether they still
     /// exist (the incarnation named). An owner that cannot be asked leaves
-    /// the mark as the local view had it. `owners` remembers the answers
-    /// within one request, so a page (or a dump) asks once per target.
+    /// the mark as the local view had it, and so does one the client's
+    /// `deadline` leaves no time to ask (each is asked within what is left
+    /// of it, and at most [`DANGLING_LOOKUP_TIMEOUT`]). `owners` remembers
+    /// the answers within one request, so a page (or a dump) asks once per
+    /// target.
     ///
     /// Needed because the local view alone cannot tell: the tombstone of a
     /// remote deletion goes with its PURGED event, after which a remote
@@ -714,6 +717,7 @@ impl Node {
         &self,
         view: &mut ResourceView,
         owners: &mut BTreeMap<ResourceName, RemoteLookup>,
+        deadline: &Deadline,
     ) {
         let r = &view.resource;
         for (field, targets) in &r.refs {
@@ -729,10 +733,13 @@ impl Node {
                     continue;
                 }
                 if !owners.contains_key(&t.name) {
-                    let answer = match self.peers.lookup(&t.name, DANGLING_LOOKUP_TIMEOUT).await {
-                        Ok(LookupAnswer::Live(uid)) => RemoteLookup::Found(uid),
-                        Ok(LookupAnswer::Deleting | LookupAnswer::Absent) => RemoteLookup::Gone,
+                    let answer = match deadline.for_call(t.name.region(), "Lookup") {
                         Err(_) => RemoteLookup::Unknown,
+                        Ok(within) => match self.peers.lookup(&t.name, within.min(DANGLING_LOOKUP_TIMEOUT)).await {
+                            Ok(LookupAnswer::Live(uid)) => RemoteLookup::Found(uid),
+                            Ok(LookupAnswer::Deleting | LookupAnswer::Absent) => RemoteLookup::Gone,
+                            Err(_) => RemoteLookup::Unknown,
+                        },
                     };
                     owners.insert(t.name.clone(), answer);
                 }
@@ -752,8 +759,15 @@ impl Node {
     /// invisible). NOT_FOUND if absent; INVALID_ARGUMENT for an unknown kind.
     /// A soft-deleted (DELETED) one is read only with `show_deleted`;
     /// without, NOT_FOUND says it is soft-deleted and until when (the
-    /// caller was authorized to read the name before this is asked).
-    pub(crate) async fn get(&self, name: &ResourceName, show_deleted: bool) -> Result<ResourceView, Fault> {
+    /// caller was authorized to read the name before this is asked). The
+    /// owners of remote `allow_dangling` targets are asked within what is
+    /// left of the client's `deadline` ([`Self::mark_remote_dangling`]).
+    pub(crate) async fn get(
+        &self,
+        name: &ResourceName,
+        show_deleted: bool,
+        deadline: &Deadline,
+    ) -> Result<ResourceView, Fault> {
         self.known_kind(
             name.kind(),
             "name",
@@ -773,7 +787,8 @@ impl Node {
             },
             Some(r) if r.state != ResourceState::Creating => {
                 let mut view = self.view(r)?;
-                self.mark_remote_dangling(&mut view, &mut BTreeMap::new()).await;
+                self.mark_remote_dangling(&mut view, &mut BTreeMap::new(), deadline)
+                    .await;
                 Ok(view)
             }
             _ => Err(CoreError::NotFound(name.clone()).into()),
@@ -924,11 +939,13 @@ impl Node {
             cursors: state.cursors()?,
             last_revision: state.next_revision_stored()?.saturating_sub(1),
         };
-        // Marked as Get marks them, so the checker sees what a reader sees.
+        // Marked as Get marks them, so the checker sees what a reader sees
+        // (each owner within DANGLING_LOOKUP_TIMEOUT: a dump's reader gives
+        // no deadline of its own).
         let mut owners = BTreeMap::new();
         for r in resources {
             let mut view = self.view(r)?;
-            self.mark_remote_dangling(&mut view, &mut owners).await;
+            self.mark_remote_dangling(&mut view, &mut owners, &Deadline::NONE).await;
             dump.resources.push(view);
         }
         Ok(dump)

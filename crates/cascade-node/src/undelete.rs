@@ -38,7 +38,7 @@ use crate::audit::{AuditContext, Change};
 use crate::cluster::CONCURRENT_LOOKUPS;
 use crate::error::Fault;
 use crate::node::Node;
-use crate::peers::{LookupAnswer, RemoteError, PEER_CALL_TIMEOUT};
+use crate::peers::{Deadline, LookupAnswer, RemoteError, PEER_CALL_TIMEOUT};
 
 /// One region's round of an undelete, asked by the root's region: the
 /// whole part there, a page of outcomes per writer step.
@@ -421,7 +421,10 @@ impl Node {
                 }
             }
         }
-        match self.attach_at_owners(entries).await {
+        // The part's own bound covers it (its caller, the root's region,
+        // asks within UNDELETE_CALL_TIMEOUT, and a reconciler pass has no
+        // caller): each attach within PEER_CALL_TIMEOUT.
+        match self.attach_at_owners(entries, &Deadline::NONE).await {
             Ok(()) => {
                 let settled = self
                     .writer

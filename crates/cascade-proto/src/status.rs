@@ -30,6 +30,7 @@
 //! | plan-bound delete whose closure changed since its dry run | ABORTED | `PLAN_CHANGED`, `resource`, `field` = `expect_plan`, `plan_changes`, `more`, `plan_members` |
 //! | cascade above `[limits] confirm_above` without a plan token | FAILED_PRECONDITION | `PLAN_REQUIRED`, `resource`, `field` = `expect_plan`, `plan_members` |
 //! | owner region unreachable or timing out | UNAVAILABLE | `REGION_UNAVAILABLE`, `region` |
+//! | the caller's deadline ran out waiting for (or before asking) a region its request needed | DEADLINE_EXCEEDED | `REGION_UNAVAILABLE`, `region` |
 //! | storage or writer down | UNAVAILABLE | `STORAGE_UNAVAILABLE` |
 //! | message over the size limit (the node's server layer) | RESOURCE_EXHAUSTED | none |
 //! | watch below the compaction floor, fresh or overtaken (`cascade-node`'s stream; [`compacted`]) | OUT_OF_RANGE | `COMPACTED`, `resume_revision` |
@@ -52,6 +53,7 @@ pub fn code_of(code: ErrorCode) -> Code {
         ErrorCode::FailedPrecondition => Code::FailedPrecondition,
         ErrorCode::Aborted => Code::Aborted,
         ErrorCode::Unavailable => Code::Unavailable,
+        ErrorCode::DeadlineExceeded => Code::DeadlineExceeded,
         ErrorCode::Internal => Code::Internal,
     }
 }
@@ -195,7 +197,7 @@ pub fn details_of(err: &CoreError) -> v1::ErrorDetails {
             region: region.clone(),
             ..with(ErrorReason::SchemaUnknown)
         },
-        CoreError::RegionUnavailable { region, .. } => v1::ErrorDetails {
+        CoreError::RegionUnavailable { region, .. } | CoreError::DeadlineExceeded { region, .. } => v1::ErrorDetails {
             region: region.clone(),
             ..with(ErrorReason::RegionUnavailable)
         },

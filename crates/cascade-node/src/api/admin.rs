@@ -299,10 +299,14 @@ impl AdminApi {
         status
     }
 
+    /// An entry with the record it holds, not one read again now: an
+    /// action's answer is the record as the action left it, and a forced
+    /// deletion the writer purged meanwhile has none left to read (a
+    /// ForcePurge answered without its `deletion`, tests/admin.rs under load).
     fn present(&self, e: DeletionEntry) -> Result<v1::DeletionEntry, Status> {
         let view = self.node.view(e.resource)?;
         Ok(v1::DeletionEntry {
-            resource: Some(convert::resource(&view.resource, view.record.as_ref(), &view.dangling)),
+            resource: Some(convert::resource(&view.resource, Some(&e.record), &view.dangling)),
             attempts: e.work.as_ref().map_or(0, |w| w.attempts),
             next_attempt_ms: e.work.as_ref().map_or(0, |w| convert::ms(w.next_attempt_at)),
             last_error: e.work.and_then(|w| w.last_error).unwrap_or_default(),

@@ -34,16 +34,21 @@
 //! A call that gathers from other regions for its client (ExplainDeletion)
 //! has one deadline in all, derived from the client's own ([`caller_deadline`],
 //! [`budget_within`]) rather than [`FORWARD_TIMEOUT`]; forwarded, it carries
-//! that deadline to the owner.
+//! that deadline to the owner. So does every forwarded call, and the calls a
+//! node makes on other regions while it serves a client's create, update or
+//! delete (the Lookup and Attach of a cross-region reference, a delete's
+//! KeepsAnotherTarget) are each bounded by what is left of the client's
+//! deadline ([`deadline_of`], `crate::peers::Deadline`), and at most
+//! [`crate::peers::PEER_CALL_TIMEOUT`].
 
 use std::future::Future;
 use std::time::Duration;
 
 use cascade_proto::status_from_core;
 use tonic::metadata::MetadataMap;
-use tonic::{Response, Status};
+use tonic::{Request, Response, Status};
 
-use crate::peers::{RelayedCode, RelayedStatus, RemoteError};
+use crate::peers::{answer_margin, Deadline, RelayedCode, RelayedStatus, RemoteError};
 
 /// Deadline of a forwarded client call. The owner may itself call other
 /// regions for it (a create's Lookup and Attach, each bounded by
@@ -74,15 +79,38 @@ pub(crate) fn caller_deadline(metadata: &MetadataMap) -> Option<Duration> {
 
 /// The time a call that gathers from other regions has: `default`, or less
 /// when the caller's own deadline ([`caller_deadline`]) leaves less, keeping
-/// a tenth of it (at least 20 ms) for the answer to get back.
+/// a tenth of it (at least 20 ms) for the answer to get back
+/// ([`crate::peers::answer_margin`]).
 pub(crate) fn budget_within(default: Duration, metadata: &MetadataMap) -> Duration {
     match caller_deadline(metadata) {
-        Some(caller) => {
-            let margin = (caller / 10).max(Duration::from_millis(20));
-            default.min(caller.saturating_sub(margin))
-        }
+        Some(caller) => default.min(caller.saturating_sub(answer_margin(caller))),
         None => default,
     }
+}
+
+/// The caller's deadline as the domain carries it to the calls it makes on
+/// other regions for this call (a create's Lookup and Attach, a delete's
+/// KeepsAnotherTarget): read from its `grpc-timeout` now, as the call
+/// arrives ([`caller_deadline`]).
+pub(crate) fn deadline_of(metadata: &MetadataMap) -> Deadline {
+    Deadline::from_caller(caller_deadline(metadata))
+}
+
+/// A client's call as it arrives: its deadline for the calls this node
+/// makes on other regions for it ([`deadline_of`]), and the budget of a
+/// forward to its owner ([`FORWARD_TIMEOUT`], or less as the caller's own
+/// deadline leaves: [`budget_within`]).
+pub(crate) fn deadlines<T>(request: &Request<T>) -> (Deadline, Duration) {
+    let metadata = request.metadata();
+    (deadline_of(metadata), budget_within(FORWARD_TIMEOUT, metadata))
+}
+
+/// `message` as a call to another region's node that carries `budget` as
+/// its `grpc-timeout`: the owner keeps to the client's deadline too.
+pub(crate) fn with_timeout<T>(message: T, budget: Duration) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(budget);
+    request
 }
 
 /// The status this node answers its own client with.

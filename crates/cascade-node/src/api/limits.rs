@@ -178,7 +178,7 @@ pub fn limits() -> Vec<Limit> {
         row("stored", "refused calls audited", Amount::PerSecond(u64::from(crate::audit::AUDITED_REFUSALS_PER_SECOND)), ""),
         // Calls that gather from other regions, and their deadlines.
         row("fan-out", "a call to another region (unless a caller's deadline is shorter)", Amount::Time(PEER_CALL_TIMEOUT), ""),
-        row("fan-out", "a request forwarded to its owner", Amount::Time(crate::api::forward::FORWARD_TIMEOUT), ""),
+        row("fan-out", "a request forwarded to its owner (unless a caller's deadline is shorter)", Amount::Time(crate::api::forward::FORWARD_TIMEOUT), ""),
         row("fan-out", "a List of every region, every region together", Amount::Time(crate::api::listing::LIST_BUDGET), ""),
         row("fan-out", "regions a List of every region asks (more: refused)", items(core_limits::MAX_LIST_REGIONS), ""),
         row("fan-out", "Admin.Purge, every region together (its count, then its start)", Amount::Time(crate::api::admin::PURGE_BUDGET), ""),

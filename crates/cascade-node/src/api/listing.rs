@@ -28,11 +28,12 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, call_owner, deadline_of, FORWARD_TIMEOUT};
 use crate::api::parse_name;
 use crate::api::principal::caller;
 use crate::api::resources::{present, ResourcesApi};
 use crate::listing::{ListQuery, ReferencesFrom, ReferencesPage};
+use crate::peers::Deadline;
 
 /// A listing of every region: one page from every region together, unless
 /// the caller's own deadline leaves less.
@@ -125,6 +126,7 @@ impl ResourcesApi {
         let budget = budget_within(LIST_BUDGET, request.metadata());
         // A forward to one region has the caller's deadline, when shorter.
         let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let deadline = deadline_of(request.metadata());
         let principal = caller(&request);
         let req = request.into_inner();
         if req.all_regions {
@@ -155,7 +157,7 @@ impl ResourcesApi {
             return Ok(call_owner(&region, "List", forward_budget, owner.list(forwarded)).await?);
         }
         self.authorize_listing(&principal, &req)?;
-        let (resources, next) = self.local_page(&req).await?;
+        let (resources, next) = self.local_page(&req, &deadline).await?;
         Ok(v1::ListResponse {
             resources,
             next_page_token: next.unwrap_or_default(),
@@ -213,14 +215,19 @@ impl ResourcesApi {
         (unreachable, next_page_token)
     }
 
-    async fn local_page(&self, req: &v1::ListRequest) -> Result<WirePage, Status> {
+    /// This region's page; the owners of its remote `allow_dangling`
+    /// targets asked within what is left of `deadline`.
+    async fn local_page(&self, req: &v1::ListRequest, deadline: &Deadline) -> Result<WirePage, Status> {
         let query = query_of(req)?;
         let after = if req.page_token.is_empty() {
             None
         } else {
             Some(parse_name(&req.page_token, "page_token")?)
         };
-        let page = self.node.list(&query, req.page_size as usize, after.as_ref()).await?;
+        let page = self
+            .node
+            .list(&query, req.page_size as usize, after.as_ref(), deadline)
+            .await?;
         let mut resources: Vec<v1::Resource> = page.items.iter().map(present).collect();
         let mut next = page.next.map(|n| n.to_string());
         if fit_page(&mut resources, self.node.limits.page_bytes()) {
@@ -306,7 +313,10 @@ impl ResourcesApi {
                             ))),
                         );
                     }
-                    match tokio::time::timeout(budget, self.local_page(&one)).await {
+                    // Its lookups within the budget, so that the page is
+                    // not cut by it.
+                    let within = Deadline::from_caller(Some(budget));
+                    match tokio::time::timeout(budget, self.local_page(&one, &within)).await {
                         Ok(page) => page.map_err(PageFailure::Own),
                         // Reading its own page can wait on other regions
                         // (a remote allow_dangling target's lookup): named

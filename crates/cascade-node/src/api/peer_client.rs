@@ -8,7 +8,13 @@
 //! [`RegionFigures`], [`WatchedEvent`], [`WatchEnd`], [`RemoteError`]).
 //!
 //! Every call goes through [`Peers::call`], which owns the deadline and the
-//! classification of what came back (see [`crate::api::forward`]): an
+//! classification of what came back (see [`crate::api::forward`]). A call
+//! made for a client's request is bounded by what is left of that client's
+//! deadline, and at most [`PEER_CALL_TIMEOUT`] ([`Deadline`]: Attach,
+//! KeepsAnotherTarget here; the domain does the same for its Lookups); one
+//! made by a background task (a link's Watch, ListDeleting, Ack and
+//! CheckBackrefs, the outbox's Release, the reconciler's Attach) has no
+//! caller and [`PEER_CALL_TIMEOUT`] alone. What came back is: an
 //! answer, the owner's own error status, an owner that could not be asked,
 //! or an answer that could not be decoded. The methods below then read the
 //! answer in the protocol's terms (a Lookup's NOT_FOUND whose details say
@@ -38,8 +44,8 @@ use tonic::{Code, Response, Status};
 use crate::api::forward::{call_owner, relayed_status};
 use crate::api::trace_propagation::InjectTraceContext;
 use crate::peers::{
-    AnnouncingChannel, ExplainPart, LookupAnswer, Peers, RegionFigures, RegionNode, RelayedCode, RemoteError, WatchEnd,
-    WatchedEvent, MAX_REGION_NODES, PEER_CALL_TIMEOUT,
+    AnnouncingChannel, Deadline, ExplainPart, LookupAnswer, Peers, RegionFigures, RegionNode, RelayedCode, RemoteError,
+    WatchEnd, WatchedEvent, MAX_REGION_NODES, PEER_CALL_TIMEOUT,
 };
 
 /// Entries asked for per `Peer.ListDeleting` page (the owner's default
@@ -259,17 +265,27 @@ impl Peers {
         }
     }
 
-    /// Attaches back-references at their owner `region`, as `from`. A
-    /// refusal comes back in the protocol's terms (see [`attach_refusal`]).
-    pub(crate) async fn attach(&self, region: &str, from: &RegionId, chunk: &[PeerBackRef]) -> Result<(), CoreError> {
+    /// Attaches back-references at their owner `region`, as `from`, within
+    /// what is left of `deadline` (the client's whose create or update this
+    /// is; [`Deadline::NONE`] for the reconciler) and at most
+    /// [`PEER_CALL_TIMEOUT`]. A refusal comes back in the protocol's terms
+    /// (see [`attach_refusal`]); an owner that does not answer before the
+    /// client's deadline is `CoreError::DeadlineExceeded`, and one that
+    /// leaves no time is not asked.
+    pub(crate) async fn attach(
+        &self,
+        region: &str,
+        from: &RegionId,
+        chunk: &[PeerBackRef],
+        deadline: &Deadline,
+    ) -> Result<(), CoreError> {
+        let within = deadline.for_call(region, "Attach")?;
         let req = v1::AttachRequest {
             from_region: from.to_string(),
             backrefs: chunk.iter().map(convert::peer_backref).collect(),
         };
-        match self
-            .call(region, "Attach", PEER_CALL_TIMEOUT, |mut c| async move {
-                c.attach(req).await
-            })
+        let attached = match self
+            .call(region, "Attach", within, |mut c| async move { c.attach(req).await })
             .await
         {
             Ok(_) => Ok(()),
@@ -281,7 +297,8 @@ impl Peers {
                 region: region.to_owned(),
                 reason: bad.to_string(),
             }),
-        }
+        };
+        attached.map_err(|e| deadline.blame(region, "Attach", e))
     }
 
     /// `region`'s part of a dry run from `seeds`; None when it cannot be
@@ -361,13 +378,14 @@ impl Peers {
     }
 
     /// Asks `region` a yes/no question about each of `rows` (one call of
-    /// the CheckBackrefs shape), answered in the same order.
+    /// the CheckBackrefs shape) within `within`, answered in the same order.
     async fn ask_about_rows<F, Fut>(
         &self,
         region: &str,
         rpc: &'static str,
         from: &RegionId,
         rows: &[PeerBackRef],
+        within: Duration,
         call: F,
     ) -> Result<Vec<bool>, RemoteError>
     where
@@ -378,42 +396,56 @@ impl Peers {
             from_region: from.to_string(),
             backrefs: rows.iter().map(convert::peer_backref).collect(),
         };
-        self.call(region, rpc, PEER_CALL_TIMEOUT, |c| call(c, req))
+        self.call(region, rpc, within, |c| call(c, req))
             .await
             .map(|r| r.standing)
     }
 
     /// Asks `region` which of its list owners named by `rows` keep another
-    /// live target (before a delete without cascade). Any answer but the
-    /// list is unavailable: the delete cannot be decided without it.
+    /// live target (before a delete without cascade), within what is left
+    /// of the client's `deadline` and at most [`PEER_CALL_TIMEOUT`]. Any
+    /// answer but the list is unavailable (the delete cannot be decided
+    /// without it), or the caller's deadline once that passed.
     pub(crate) async fn keeps_another_target(
         &self,
         region: &str,
         from: &RegionId,
         rows: &[PeerBackRef],
+        deadline: &Deadline,
     ) -> Result<Vec<bool>, RemoteError> {
-        self.ask_about_rows(region, "KeepsAnotherTarget", from, rows, |mut c, req| async move {
+        let rpc = "KeepsAnotherTarget";
+        let within = deadline.for_call(region, rpc).map_err(RemoteError::Unreachable)?;
+        self.ask_about_rows(region, rpc, from, rows, within, |mut c, req| async move {
             c.keeps_another_target(req).await
         })
         .await
-        .map_err(|e| unavailable_unless_answered(region, "KeepsAnotherTarget", e))
+        .map_err(|e| deadline.blame_remote(region, rpc, e))
+        .map_err(|e| unavailable_unless_answered(region, rpc, e))
     }
 
     /// Importer side of seed 002's periodic check, asked by the owner: which
-    /// of `rows` still stand at `region`.
+    /// of `rows` still stand at `region`. A link's background task: no
+    /// caller's deadline, [`PEER_CALL_TIMEOUT`].
     pub(crate) async fn check_backrefs(
         &self,
         region: &str,
         from: &RegionId,
         rows: &[PeerBackRef],
     ) -> Result<Vec<bool>, RemoteError> {
-        self.ask_about_rows(region, "CheckBackrefs", from, rows, |mut c, req| async move {
-            c.check_backrefs(req).await
-        })
+        self.ask_about_rows(
+            region,
+            "CheckBackrefs",
+            from,
+            rows,
+            PEER_CALL_TIMEOUT,
+            |mut c, req| async move { c.check_backrefs(req).await },
+        )
         .await
     }
 
-    /// Sends released back-references to their owner `region`.
+    /// Sends released back-references to their owner `region`. The outbox
+    /// of releases sends them in the background, for no caller: the fixed
+    /// [`PEER_CALL_TIMEOUT`] is its bound.
     pub(crate) async fn release(&self, region: &str, from: &RegionId, rows: &[PeerBackRef]) -> Result<(), RemoteError> {
         let req = v1::ReleaseRequest {
             from_region: from.to_string(),
@@ -426,7 +458,8 @@ impl Peers {
         .map(|_| ())
     }
 
-    /// Tells `region` how far `from` applied its outbox.
+    /// Tells `region` how far `from` applied its outbox (a link's
+    /// background task: no caller, [`PEER_CALL_TIMEOUT`]).
     pub(crate) async fn ack(&self, region: &str, from: &RegionId, revision: u64) -> Result<(), RemoteError> {
         let req = v1::AckRequest {
             region: from.to_string(),
@@ -448,7 +481,8 @@ impl Peers {
     /// [`read_deleting_pages`] for what makes a listing unusable);
     /// the revision is the first page's, taken before any was read, so an
     /// entry that changes between pages comes again as an event. Entries
-    /// that do not decode are skipped.
+    /// that do not decode are skipped. A link's resync, for no caller:
+    /// each page within [`PEER_CALL_TIMEOUT`].
     pub(crate) async fn list_deleting(
         &self,
         region: &str,
@@ -471,7 +505,9 @@ impl Peers {
 
     /// Follows `region`'s outbox from revision `from_revision`, as `watcher`:
     /// its DELETING and PURGED events (an event that does not decode is
-    /// skipped), until the stream ends.
+    /// skipped), until the stream ends. A link's, for no caller: the stream
+    /// opens within [`PEER_CALL_TIMEOUT`] and then lasts as long as the
+    /// link (its silence timeout ends it).
     pub(crate) async fn watch(
         &self,
         region: &str,
@@ -637,164 +673,4 @@ fn region_figures_from(f: v1::RegionFigures) -> RegionFigures {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::cell::RefCell;
-    use std::collections::VecDeque;
-
-    use super::*;
-
-    /// A uid that sorts by `n`.
-    fn uid(n: u128) -> String {
-        uuid::Uuid::from_u128(n).to_string()
-    }
-
-    fn page(uids: &[u128], next: Option<u128>, revision: u64) -> v1::ListDeletingResponse {
-        v1::ListDeletingResponse {
-            deleting: uids
-                .iter()
-                .map(|&n| v1::DeletingEntry {
-                    resource: Some(v1::ObjectRef {
-                        name: format!("ra/project/p{n}"),
-                        uid: uid(n),
-                        dangling: false,
-                    }),
-                    operation_id: uid(1000 + n),
-                    no_cascade: false,
-                    forced: false,
-                    principal: None,
-                    retain_ms: 0,
-                })
-                .collect(),
-            revision,
-            next_page_token: next.map(uid).unwrap_or_default(),
-        }
-    }
-
-    /// The owner's pages, served in order; the tokens asked for are kept.
-    /// Asked once more than it has pages, it fails the test: the reader
-    /// would otherwise go on for ever.
-    struct Owner {
-        pages: RefCell<VecDeque<v1::ListDeletingResponse>>,
-        asked: RefCell<Vec<String>>,
-    }
-
-    impl Owner {
-        fn new(pages: Vec<v1::ListDeletingResponse>) -> Self {
-            Self {
-                pages: RefCell::new(pages.into()),
-                asked: RefCell::default(),
-            }
-        }
-
-        async fn read(&self, max_rows: usize) -> Result<(Vec<RemoteDeleting>, u64), RemoteError> {
-            read_deleting_pages("ra", max_rows, true, |token| {
-                self.asked.borrow_mut().push(token);
-                let next = self.pages.borrow_mut().pop_front();
-                let asked = self.asked.borrow().len();
-                async move { Ok(next.unwrap_or_else(|| panic!("page {asked} asked for: the reader does not stop"))) }
-            })
-            .await
-        }
-    }
-
-    fn names(listing: &[RemoteDeleting]) -> Vec<String> {
-        listing.iter().map(|d| d.target.name.to_string()).collect()
-    }
-
-    fn refused(answer: Result<(Vec<RemoteDeleting>, u64), RemoteError>, says: &str) {
-        match answer {
-            Err(RemoteError::BadAnswer { region, rpc, message }) => {
-                assert_eq!((region.as_str(), rpc), ("ra", "ListDeleting"));
-                assert!(message.contains(says), "{message:?} does not say {says:?}");
-            }
-            other => panic!("expected a BadAnswer saying {says:?}, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_listing_is_read_to_its_last_page_with_the_first_pages_revision() {
-        let owner = Owner::new(vec![
-            page(&[1, 2], Some(2), 40),
-            page(&[5], Some(5), 41),
-            page(&[9], None, 42),
-        ]);
-        let (listing, revision) = owner.read(MAX_LIST_DELETING_ROWS).await.expect("the whole listing");
-        assert_eq!(
-            names(&listing),
-            ["ra/project/p1", "ra/project/p2", "ra/project/p5", "ra/project/p9"]
-        );
-        assert_eq!(revision, 40);
-        assert_eq!(*owner.asked.borrow(), [String::new(), uid(2), uid(5)]);
-    }
-
-    /// A resync acts for each deletion's principal, as its DELETING event
-    /// would have (the listing used to carry none: anonymous, refused).
-    #[tokio::test]
-    async fn a_resync_listing_carries_each_deletions_principal() {
-        use cascade_core::auth::{Principal, Via};
-        let mut listed = page(&[1, 2], None, 40);
-        let (id, groups) = ("admin".to_owned(), vec!["admins".to_owned()]);
-        let admin = Principal {
-            id,
-            groups,
-            via: Via::Token,
-        };
-        listed.deleting[0].principal = Some(crate::api::principal::to_wire(&admin));
-        let owner = Owner::new(vec![listed]);
-        let (listing, _) = owner.read(MAX_LIST_DELETING_ROWS).await.expect("the whole listing");
-        let principals: Vec<Principal> = listing.into_iter().map(|d| d.principal).collect();
-        assert_eq!(principals, [admin, Principal::anonymous()]);
-    }
-
-    /// A token that does not advance used to end the listing there, as if
-    /// it were the last page: the DELETING resources after it were never
-    /// seen by this region.
-    #[tokio::test]
-    async fn a_next_token_that_repeats_fails_the_listing_instead_of_ending_it() {
-        let owner = Owner::new(vec![
-            page(&[1, 2], Some(2), 40),
-            page(&[2], Some(2), 40),
-            page(&[7], None, 40),
-        ]);
-        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "does not advance");
-    }
-
-    /// A token that goes back (A, B, A) used to be followed for ever.
-    #[tokio::test]
-    async fn a_next_token_that_goes_back_fails_the_listing_instead_of_looping() {
-        let cycle = || vec![page(&[1], Some(1), 40), page(&[3], Some(3), 40)];
-        let owner = Owner::new([cycle(), cycle(), cycle(), cycle()].concat());
-        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "does not advance");
-        assert_eq!(
-            owner.asked.borrow().len(),
-            3,
-            "refused at the first token that went back"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_token_that_is_no_uid_or_an_empty_page_that_is_not_the_last_fails_the_listing() {
-        let mut garbage = page(&[1], None, 40);
-        garbage.next_page_token = "x".repeat(10_000);
-        let owner = Owner::new(vec![garbage]);
-        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "is not a uid");
-        assert_eq!(owner.asked.borrow().len(), 1);
-
-        let owner = Owner::new(vec![
-            page(&[1], Some(1), 40),
-            page(&[], Some(4), 40),
-            page(&[5], None, 40),
-        ]);
-        refused(owner.read(MAX_LIST_DELETING_ROWS).await, "holds no entry");
-    }
-
-    /// Tokens that keep advancing cannot keep the reader going past its
-    /// bound on entries, which bounds the pages too.
-    #[tokio::test]
-    async fn a_listing_longer_than_its_bound_is_refused() {
-        let pages = (1..=20).map(|n| page(&[n], Some(n), 40)).collect();
-        let owner = Owner::new(pages);
-        refused(owner.read(10).await, "more than 10 entries");
-        assert_eq!(owner.asked.borrow().len(), 11);
-    }
-}
+mod tests;

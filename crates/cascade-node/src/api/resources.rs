@@ -40,7 +40,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::admin::Refusal;
-use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, call_owner, deadlines, with_timeout};
 use crate::api::principal::{caller, vouching_region};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
@@ -376,6 +376,7 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (deadline, forward_budget) = deadlines(&request);
         let raw = request.into_inner();
         let spec = raw
             .resource
@@ -383,7 +384,8 @@ impl Resources for ResourcesApi {
             .ok_or_else(|| invalid_field("resource", "is required"))?;
         let name = parse_name(&spec.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let created = call_owner(&region, "Create", FORWARD_TIMEOUT, owner.create(raw)).await?;
+            let call = owner.create(with_timeout(raw, forward_budget));
+            let created = call_owner(&region, "Create", forward_budget, call).await?;
             return Ok(Response::new(created));
         }
         let name = parse_name(&spec.name, "name")?;
@@ -391,7 +393,7 @@ impl Resources for ResourcesApi {
             .audited(&principal, through.as_deref(), Verb::Create, &name, "create")
             .await?;
         let spec = self.decode_spec(spec, "")?;
-        let mut created = self.node.create(vec![spec], audit).await?;
+        let mut created = self.node.create(vec![spec], audit, &deadline).await?;
         let r = created
             .pop()
             .ok_or_else(|| Status::internal("create returned nothing"))?;
@@ -405,6 +407,7 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (deadline, forward_budget) = deadlines(&request);
         let specs = request.into_inner().resources;
         let max = self.node.limits.max_batch_create;
         if specs.is_empty() || specs.len() > max {
@@ -428,8 +431,9 @@ impl Resources for ResourcesApi {
         }
         if let Some(first) = names.first() {
             if let Some((region, mut owner)) = self.route(first, "resources[0].name")? {
-                let call = owner.batch_create(v1::BatchCreateRequest { resources: specs });
-                let created = call_owner(&region, "BatchCreate", FORWARD_TIMEOUT, call).await?;
+                let forwarded = with_timeout(v1::BatchCreateRequest { resources: specs }, forward_budget);
+                let call = owner.batch_create(forwarded);
+                let created = call_owner(&region, "BatchCreate", forward_budget, call).await?;
                 return Ok(Response::new(created));
             }
         }
@@ -475,7 +479,7 @@ impl Resources for ResourcesApi {
             .enumerate()
             .map(|(i, (s, name))| self.decode_spec_of(s, name, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let created = self.node.create(specs, audit).await?;
+        let created = self.node.create(specs, audit, &deadline).await?;
         let resources = created
             .into_iter()
             .map(|r| self.node.view(r).map(|v| present(&v)))
@@ -486,14 +490,17 @@ impl Resources for ResourcesApi {
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let (deadline, forward_budget) = deadlines(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let found = call_owner(&region, "Get", FORWARD_TIMEOUT, owner.get(raw)).await?;
+            let call = owner.get(with_timeout(raw, forward_budget));
+            let found = call_owner(&region, "Get", forward_budget, call).await?;
             return Ok(Response::new(found));
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
-        Ok(Response::new(present(&self.node.get(&name, raw.show_deleted).await?)))
+        let view = self.node.get(&name, raw.show_deleted, &deadline).await?;
+        Ok(Response::new(present(&view)))
     }
 
     async fn list(&self, request: Request<v1::ListRequest>) -> Result<Response<v1::ListResponse>, Status> {
@@ -521,6 +528,7 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (deadline, forward_budget) = deadlines(&request);
         let req = request.into_inner();
         let spec = req
             .resource
@@ -528,7 +536,8 @@ impl Resources for ResourcesApi {
             .ok_or_else(|| invalid_field("resource", "is required"))?;
         let name = parse_name(&spec.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let updated = call_owner(&region, "Update", FORWARD_TIMEOUT, owner.update(req)).await?;
+            let call = owner.update(with_timeout(req, forward_budget));
+            let updated = call_owner(&region, "Update", forward_budget, call).await?;
             return Ok(Response::new(updated));
         }
         let name = parse_name(&spec.name, "name")?;
@@ -537,7 +546,7 @@ impl Resources for ResourcesApi {
             .await?;
         let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
-        let r = self.node.update(spec, etag, audit).await?;
+        let r = self.node.update(spec, etag, audit, &deadline).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -548,10 +557,12 @@ impl Resources for ResourcesApi {
         let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (deadline, forward_budget) = deadlines(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let answer = call_owner(&region, "Delete", FORWARD_TIMEOUT, owner.delete(raw)).await?;
+            let call = owner.delete(with_timeout(raw, forward_budget));
+            let answer = call_owner(&region, "Delete", forward_budget, call).await?;
             return Ok(Response::new(answer));
         }
         let expect_plan = (!raw.expect_plan.is_empty()).then(|| raw.expect_plan.clone());
@@ -571,7 +582,9 @@ impl Resources for ResourcesApi {
         // may not change) is audited like the root's own, and so are the
         // plan's (a cascade unconfirmed or bound to a changed closure): an
         // operator reads who tried a large delete, and what had changed.
-        let delete = self.node.delete(req, expect_plan.as_deref(), budget, audit.clone());
+        let delete = self
+            .node
+            .delete(req, expect_plan.as_deref(), budget, &deadline, audit.clone());
         let (outcome, unreachable) = match delete.await {
             Ok(done) => done,
             Err(fault @ Fault::Denied(_)) => return Err(self.audit_refused(audit, action, &name, fault).await),
@@ -613,10 +626,12 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (_, forward_budget) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let answer = call_owner(&region, "AddLien", FORWARD_TIMEOUT, owner.add_lien(req)).await?;
+            let call = owner.add_lien(with_timeout(req, forward_budget));
+            let answer = call_owner(&region, "AddLien", forward_budget, call).await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -643,10 +658,12 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (_, forward_budget) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let answer = call_owner(&region, "RemoveLien", FORWARD_TIMEOUT, owner.remove_lien(req)).await?;
+            let call = owner.remove_lien(with_timeout(req, forward_budget));
+            let answer = call_owner(&region, "RemoveLien", forward_budget, call).await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -669,10 +686,12 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (_, forward_budget) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let answer = call_owner(&region, "RemoveFinalizer", FORWARD_TIMEOUT, owner.remove_finalizer(req)).await?;
+            let call = owner.remove_finalizer(with_timeout(req, forward_budget));
+            let answer = call_owner(&region, "RemoveFinalizer", forward_budget, call).await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -697,16 +716,12 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
+        let (_, forward_budget) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let answer = call_owner(
-                &region,
-                "ReportFinalizerFailure",
-                FORWARD_TIMEOUT,
-                owner.report_finalizer_failure(req),
-            )
-            .await?;
+            let call = owner.report_finalizer_failure(with_timeout(req, forward_budget));
+            let answer = call_owner(&region, "ReportFinalizerFailure", forward_budget, call).await?;
             return Ok(Response::new(answer));
         }
         let audit = self

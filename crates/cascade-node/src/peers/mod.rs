@@ -6,7 +6,8 @@
 //! its typed methods — `lookup`, `attach`, `plan`, `operation_part`,
 //! `explain_part`, `region_figures`, `watch`, `release`, `ack`,
 //! `check_backrefs`, `keeps_another_target`, `list_deleting` — with core
-//! values, and gets back core values, the answers of this module
+//! values (and, for a call made for a client, its [`Deadline`]), and gets
+//! back core values, the answers of this module
 //! ([`LookupAnswer`], [`WatchedEvent`], [`WatchEnd`], [`ExplainPart`],
 //! [`RegionFigures`]) or a [`RemoteError`].
 //!
@@ -36,6 +37,7 @@
 //! unchanged.
 
 mod answers;
+mod deadline;
 mod remote_error;
 
 /// The most nodes of one region a status lists (the rest are left out).
@@ -44,6 +46,7 @@ pub(crate) const MAX_REGION_NODES: usize = 32;
 pub(crate) use answers::{
     ControlAction, ControlToDeliver, ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, WatchedEvent,
 };
+pub(crate) use deadline::{answer_margin, Deadline};
 pub(crate) use remote_error::{RelayedCode, RelayedStatus, RemoteError};
 
 use std::collections::BTreeMap;
@@ -126,7 +129,9 @@ impl std::fmt::Display for PeerAddresses {
     }
 }
 
-/// Bound on one peer call; a peer that does not answer is unavailable.
+/// Bound on one peer call; a peer that does not answer is unavailable. A
+/// call made for a client's request is bounded by what is left of that
+/// client's deadline when that is shorter ([`Deadline`]).
 pub const PEER_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How links between regions dial, ping and decide that a peer is gone

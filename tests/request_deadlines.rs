@@ -1,0 +1,277 @@
+//! A client's deadline bounds the calls to other regions a node makes for
+//! its request (README, "Creates across regions"): the Lookup of a
+//! reference's target and the Attach at its owner give up when the client's
+//! time runs out, not after the node's own bound on a peer call (10 s), and
+//! the client hears DEADLINE_EXCEEDED naming the region, with the create
+//! refused whole: nothing left CREATING behind it. So does a delete whose
+//! question to another region (KeepsAnotherTarget) is not answered in time.
+//!
+//! Real nodes on loopback; one region reaches the other through a fault proxy
+//! (`tests/support/fault_proxy.rs`) that holds every byte, as a partition
+//! shorter than TCP's timeout does.
+
+// Test code: elapsed times are real time, and are printed (`--nocapture`).
+#![allow(clippy::disallowed_methods, clippy::print_stdout)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use cascade_proto::v1;
+use cascade_proto::v1::resources_client::ResourcesClient;
+use support::fault_proxy::Fault;
+use support::*;
+use tonic::transport::Channel;
+
+/// The client's own deadline.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// What "about the client's deadline" means on a busy machine: well below
+/// the node's own bound on one peer call (10 s), which a create waited out
+/// before (and the client's channel cut it at its deadline with CANCELLED).
+const ANSWERED_WITHIN: Duration = Duration::from_secs(3);
+
+/// A reference to `name` pinned to `uid` (no Lookup: the create goes
+/// straight to its CREATING write and the Attach), or unpinned.
+fn target(name: &str, uid: Option<&str>) -> v1::ObjectRef {
+    v1::ObjectRef {
+        name: name.to_owned(),
+        uid: uid.unwrap_or_default().to_owned(),
+        ..Default::default()
+    }
+}
+
+fn port(name: &str, network: v1::ObjectRef) -> v1::ResourceSpec {
+    v1::ResourceSpec {
+        name: name.to_owned(),
+        refs: vec![v1::ReferenceField {
+            field: "network".to_owned(),
+            targets: vec![network],
+        }],
+        ..Default::default()
+    }
+}
+
+/// A Create sent to `endpoint` with the client's deadline
+/// ([`CLIENT_DEADLINE`], as `grpc-timeout`): its error and how long it took.
+async fn create_with_deadline(endpoint: &str, spec: v1::ResourceSpec) -> (tonic::Status, Duration) {
+    let mut client: ResourcesClient<Channel> = ResourcesClient::connect(endpoint.to_owned())
+        .await
+        .expect("client connects");
+    let mut request = tonic::Request::new(v1::CreateRequest { resource: Some(spec) });
+    request.set_timeout(CLIENT_DEADLINE);
+    let started = Instant::now();
+    let answer = client.create(request).await;
+    let took = started.elapsed();
+    match answer {
+        Ok(created) => panic!("the owner of the reference is held, yet the create answered {created:?}"),
+        Err(status) => (status, took),
+    }
+}
+
+/// The client's deadline ran out waiting for region `region`: the node
+/// says so itself, DEADLINE_EXCEEDED naming the region, before the client's
+/// channel gives up (which says CANCELLED "Timeout expired").
+fn assert_deadline_exceeded_naming(status: &tonic::Status, region: &str, took: Duration) {
+    assert_eq!(
+        status.code(),
+        tonic::Code::DeadlineExceeded,
+        "{status:?} after {took:?}"
+    );
+    let details = cascade_proto::error_details(status).unwrap_or_else(|| panic!("no details in {status:?}"));
+    assert_eq!(details.region, region, "{status:?}");
+    assert_eq!(details.reason, v1::ErrorReason::RegionUnavailable as i32, "{status:?}");
+    assert!(took < ANSWERED_WITHIN, "answered after {took:?}: {status:?}");
+}
+
+/// What a region's dump holds of `name`: its state, if it is there at all
+/// (CREATING included, which a Get does not show).
+async fn stored_state(endpoint: &str, name: &str) -> Option<v1::ResourceState> {
+    let d = dump(endpoint).await.expect("dump");
+    d.resources.iter().find(|r| r.name == name).map(state)
+}
+
+/// Region rb creates ports on ra's network while rb's connection to ra is
+/// held: with the reference's uid pinned the create is written CREATING
+/// and waits on the Attach; unpinned it waits on the Lookup; through ra it
+/// is forwarded to rb with the client's deadline and waits there. Each
+/// time the client hears DEADLINE_EXCEEDED naming ra within about its
+/// deadline, and rb holds nothing of the port (not even CREATING, invisible
+/// to a Get, that only a retry or the reconciler would settle). Once ra can
+/// be asked again, the same creates succeed afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_region_create_gives_up_at_its_clients_deadline_and_leaves_nothing_behind() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |_| {}).await;
+    let a = pc.cluster.client("ra");
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/net", &[("project", &["ra/project/p"])]),
+    ])
+    .await
+    .expect("ra's network");
+    let net = a.get("ra/network/net").await.expect("ra's network").uid;
+    let rb = pc.cluster.node("rb").node.endpoint();
+    let ra = pc.cluster.node("ra").node.endpoint();
+    // rb has asked ra once (its channel is up): the hold meets a live connection.
+    pc.cluster
+        .client("rb")
+        .create(port("rb/port/warm", target("ra/network/net", None)))
+        .await
+        .expect("a create while ra answers");
+
+    pc.peer_proxy("rb", "ra").set(Fault::Hold);
+    let creates = [
+        (
+            "Attach (pinned uid)",
+            &rb,
+            port("rb/port/attach", target("ra/network/net", Some(&net))),
+        ),
+        (
+            "Lookup (unpinned)",
+            &rb,
+            port("rb/port/lookup", target("ra/network/net", None)),
+        ),
+        (
+            "forwarded by ra",
+            &ra,
+            port("rb/port/forwarded", target("ra/network/net", Some(&net))),
+        ),
+    ];
+    for (what, endpoint, spec) in &creates {
+        let (status, took) = create_with_deadline(endpoint, spec.clone()).await;
+        println!("create waiting on {what} with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+        assert_deadline_exceeded_naming(&status, "ra", took);
+        // Refused whole, at once: not CREATING waiting for a settle.
+        assert_eq!(
+            stored_state(&rb, &spec.name).await,
+            None,
+            "{what}: rb still holds {}",
+            spec.name
+        );
+    }
+    let d = dump(&rb).await.expect("rb's dump");
+    assert_eq!(d.pending_attach, 0, "no create of rb is left to settle");
+
+    // ra answers again: the very same creates succeed, as fresh creates.
+    pc.peer_proxy("rb", "ra").set(Fault::Pass);
+    let b = pc.cluster.client("rb");
+    for (what, _, spec) in creates {
+        let created = eventually(
+            Duration::from_secs(20),
+            &format!("{what}: a retry to create it"),
+            || async {
+                match b.create(spec.clone()).await {
+                    Ok(r) => Some(r),
+                    Err(e) if code(&e) == Some(tonic::Code::Unavailable) => None,
+                    Err(e) => panic!("{what}: a retry once ra answers should create it afresh: {e}"),
+                }
+            },
+        )
+        .await;
+        assert_eq!(state(&created), v1::ResourceState::Active, "{what}");
+    }
+    wait_quiescent(&pc.cluster).await;
+    assert_no_violations(&pc.cluster).await;
+}
+
+/// A delete without cascade of ra's port asks rb, where a port group lists
+/// it (a `cascade` list owner), whether the group keeps another port. With
+/// ra's connection to rb held, the client's deadline bounds that question
+/// as it bounds a create's: DEADLINE_EXCEEDED naming rb within about the
+/// deadline, and nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_that_asks_another_region_gives_up_at_its_clients_deadline_and_deletes_nothing() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |_| {}).await;
+    let a = pc.cluster.client("ra");
+    a.batch_create(vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/net", &[("project", &["ra/project/p"])]),
+        spec_in("ra/port/p1", &[("network", &["ra/network/net"])]),
+    ])
+    .await
+    .expect("ra's port");
+    pc.cluster
+        .client("rb")
+        .create(spec_in("rb/port_group/g", &[("ports", &["ra/port/p1"])]))
+        .await
+        .expect("rb's group of ra's port");
+
+    pc.peer_proxy("ra", "rb").set(Fault::Hold);
+    let mut client: ResourcesClient<Channel> = ResourcesClient::connect(pc.cluster.node("ra").node.endpoint())
+        .await
+        .expect("client connects");
+    let mut request = tonic::Request::new(delete_req("ra/port/p1", false));
+    request.set_timeout(CLIENT_DEADLINE);
+    let started = Instant::now();
+    let status = client
+        .delete(request)
+        .await
+        .expect_err("rb, which must say whether its group keeps another port, is held");
+    let took = started.elapsed();
+    println!("delete without cascade waiting on KeepsAnotherTarget with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+    let port = a.get("ra/port/p1").await.expect("the port is still there");
+    assert!(port.deletion.is_none(), "nothing deleted: {port:?}");
+
+    pc.peer_proxy("ra", "rb").set(Fault::Pass);
+    wait_quiescent(&pc.cluster).await;
+    assert_no_violations(&pc.cluster).await;
+}
+
+/// A Get of a resource with an `allow_dangling` reference into another
+/// region asks that region whether the target still exists (the local view
+/// cannot tell once its tombstone is gone). With rb's connection to ra held,
+/// the client's deadline bounds that question too: the Get answers before
+/// the deadline with the reference as the local view has it, rather than
+/// waiting out the 2 s the question is given without a deadline (after
+/// which the client's channel had given up, CANCELLED).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_that_asks_another_region_answers_within_its_clients_deadline() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |_| {}).await;
+    pc.cluster
+        .client("ra")
+        .create(spec_in("ra/qos_policy/gold", &[]))
+        .await
+        .expect("ra's policy");
+    let b = pc.cluster.client("rb");
+    b.batch_create(vec![
+        spec_in("rb/project/p", &[]),
+        spec_in("rb/network/local", &[("project", &["rb/project/p"])]),
+        spec_in(
+            "rb/port/x",
+            &[
+                ("network", &["rb/network/local"]),
+                ("qos_policy", &["ra/qos_policy/gold"]),
+            ],
+        ),
+    ])
+    .await
+    .expect("rb's port on ra's policy");
+
+    pc.peer_proxy("rb", "ra").set(Fault::Hold);
+    let mut client: ResourcesClient<Channel> = ResourcesClient::connect(pc.cluster.node("rb").node.endpoint())
+        .await
+        .expect("client connects");
+    let mut request = tonic::Request::new(v1::GetRequest {
+        name: "rb/port/x".to_owned(),
+        ..Default::default()
+    });
+    request.set_timeout(CLIENT_DEADLINE);
+    let started = Instant::now();
+    let got = client.get(request).await;
+    let took = started.elapsed();
+    println!("get asking ra about an allow_dangling target with a {CLIENT_DEADLINE:?} deadline: {took:?}");
+    let port = got.expect("answered within the client's deadline").into_inner();
+    assert!(took < CLIENT_DEADLINE, "{took:?}");
+    let qos = port
+        .refs
+        .iter()
+        .find(|f| f.field == "qos_policy")
+        .expect("qos_policy kept");
+    assert_eq!(
+        (qos.targets[0].name.as_str(), qos.targets[0].dangling),
+        ("ra/qos_policy/gold", false),
+        "as the local view has it"
+    );
+    pc.peer_proxy("rb", "ra").set(Fault::Pass);
+}
