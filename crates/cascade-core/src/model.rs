@@ -568,7 +568,9 @@ impl WorkItem {
 /// its rows again until the count of one region reaches 0. The full pass
 /// is the truth: it runs before the target is finished, while `block` rows
 /// or finalizers hold it, and every `Policy::backoff_cap_ms` in any case,
-/// and it sets the counts afresh.
+/// and it sets the counts afresh. A walk that started and finished in one
+/// step needs none: it read every row in that step's one transaction, so
+/// its counts are what a full pass would find.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Walk {
     /// Every row at or before this key has been seen (acted on or counted).

@@ -238,13 +238,16 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
     /// referrer both ways: a cascade's walk reads each referrer this way).
     pub fn incarnation(&self, t: &RefTarget) -> Result<Option<Resource>, StorageError> {
         let found = self.resource(&t.name)?.filter(|r| r.uid == t.uid);
+        // The check's own read may fail where the step's succeeded (sled,
+        // once a write failed on a full disk, refuses a read that must first
+        // split a leaf): that is the store in trouble, not a disagreement,
+        // and the step itself does not make that read. Taken for one, it
+        // panicked a debug build's writer in every incarnation, and the node
+        // never retried its store (`tests/failing_reads.rs`; the node's in
+        // `faults::disk_full::a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishes_once_the_disk_is_freed`).
         debug_assert!(
-            match &found {
-                Some(r) => self
-                    .resource_by_uid(t.uid)
-                    .is_ok_and(|by_uid| by_uid.as_ref() == Some(r)),
-                None => self.resource_by_uid(t.uid).is_ok_and(|by_uid| by_uid.is_none()),
-            },
+            self.resource_by_uid(t.uid)
+                .map_or(true, |by_uid| by_uid.as_ref() == found.as_ref()),
             "{} read by name and by uid disagree",
             t.name
         );

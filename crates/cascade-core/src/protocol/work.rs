@@ -239,13 +239,17 @@ fn step_deletion<S: StateRead + ?Sized>(
     }
     let mut refusals = Vec::new();
     let mut record = record;
+    // Whether this step's walk saw every row, start to end, in this one
+    // transaction (see `counted_in_this_step` below).
+    let mut walked_whole = false;
     if !work.walk.finished {
+        let fresh = work.walk.after.is_none() && work.walk.blocking == 0 && work.walk.remote.is_empty();
         let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)?;
         if !matches!(end, WalkEnd::Held(_)) {
             clear_held(tx, ctx, &resource, &mut record)?;
         }
         match end {
-            WalkEnd::Finished => {}
+            WalkEnd::Finished => walked_whole = fresh,
             WalkEnd::OutOfBudget => {
                 requeue_unfinished(tx, ctx, work);
                 return Ok(false);
@@ -264,8 +268,18 @@ fn step_deletion<S: StateRead + ?Sized>(
         && resource.liens.is_empty()
         && work.walk.remote_left() > 0
         && ctx.now < work.walk.recount_at;
+    // A walk that started and finished in this step read, in this same
+    // transaction, every row the full pass would read, and acted on every
+    // local row it could (each removed): what is left is what it counted.
+    // The full pass would only read the same rows again (on an LSM engine,
+    // first the tombstones of every row the walk removed: a tree's every
+    // inner member paid for its referrers twice).
+    let counted_in_this_step = walked_whole;
     let (blockers, waiting) = if counted_remote_only {
         (Vec::new(), work.walk.remote.clone())
+    } else if counted_in_this_step {
+        let blockers = list_blockers(tx, ctx, &deletion, &work.walk)?;
+        (blockers, work.walk.remote.clone())
     } else {
         refusals.clear();
         let (counted, blockers) = match full_pass(tx, ctx, &deletion, budget, report, &mut refusals)? {
@@ -499,6 +513,18 @@ fn full_pass<S: StateRead + ?Sized>(
         WalkEnd::OutOfBudget => return Ok(PassEnd::OutOfBudget),
         WalkEnd::Held(held) => return Ok(PassEnd::Held(held)),
     }
+    let blockers = list_blockers(tx, ctx, deletion, &counted)?;
+    Ok(PassEnd::Done(counted, blockers))
+}
+
+/// The `block` rows to list as what holds a deletion whose walk counted
+/// `counted.blocking` of them (none read when it counted none).
+fn list_blockers<S: StateRead + ?Sized>(
+    tx: &Tx<'_, S>,
+    ctx: Ctx<'_>,
+    deletion: &Applied<'_>,
+    counted: &Walk,
+) -> Result<Vec<Blocker>, CoreError> {
     let mut blockers = Vec::new();
     if counted.blocking > 0 {
         for b in tx.blocking_backrefs(deletion.target.uid, ctx.policy.max_listed)? {
@@ -513,7 +539,7 @@ fn full_pass<S: StateRead + ?Sized>(
             });
         }
     }
-    Ok(PassEnd::Done(counted, blockers))
+    Ok(blockers)
 }
 
 /// Records that an operation's part reached other regions. `changed`:

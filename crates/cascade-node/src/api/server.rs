@@ -67,25 +67,19 @@ impl Node {
         // with `[auth] mode = "none"`); Peer keeps its region certificate check.
         let gate = crate::api::authn::Gate::new(&node)?;
         // Health follows the writer: NOT_SERVING while commits fail.
-        // Subscribed before the first report, so no change is missed.
+        // Subscribed before the first report, so no change is missed. The
+        // first report is made before the server answers: made by the task
+        // below, a probe that came first was told the service is unknown
+        // (`faults::disk_full`'s first health check read no status in 2
+        // runs of 107).
         let mut committing = node.committing.subscribe();
+        let serving = *committing.borrow_and_update();
+        report_writer_health(&health, serving).await;
         let health_task = tokio::spawn(async move {
-            loop {
+            while committing.changed().await.is_ok() {
+                // The borrow ends here: it must not be held across the report.
                 let serving = *committing.borrow_and_update();
-                crate::api::report_health(&health, serving).await;
-                // A node that serves a `Node` is its region's writer (a
-                // standby reports NOT_SERVING for it: `api/standby.rs`).
-                let writer = if serving {
-                    tonic_health::ServingStatus::Serving
-                } else {
-                    tonic_health::ServingStatus::NotServing
-                };
-                health
-                    .set_service_status(crate::api::standby::WRITER_HEALTH_SERVICE, writer)
-                    .await;
-                if committing.changed().await.is_err() {
-                    break;
-                }
+                report_writer_health(&health, serving).await;
             }
         });
         let metrics_task = match node.metrics_listener.lock().ok().and_then(|mut l| l.take()) {
@@ -206,6 +200,22 @@ impl Node {
 /// region's certificate name to check it by (no client identity: the
 /// console calls as its browser's caller, never as this region) and the
 /// node's certificate to serve HTTPS with.
+/// Reports the server and its services SERVING or NOT_SERVING as the
+/// writer commits or not, and the writer's own health service with them:
+/// a node that serves a `Node` is its region's writer (a standby reports
+/// NOT_SERVING for it: `api/standby.rs`).
+async fn report_writer_health(health: &tonic_health::server::HealthReporter, serving: bool) {
+    crate::api::report_health(health, serving).await;
+    let writer = if serving {
+        tonic_health::ServingStatus::Serving
+    } else {
+        tonic_health::ServingStatus::NotServing
+    };
+    health
+        .set_service_status(crate::api::standby::WRITER_HEALTH_SERVICE, writer)
+        .await;
+}
+
 fn console_setup(node: &Node) -> Result<crate::console::ConsoleSetup, NodeError> {
     let api_endpoint = node.advertised.lock().ok().and_then(|a| a.clone()).ok_or_else(|| {
         NodeError::Config("console.listen: the node's own API address is not known (it serves no listener)".into())

@@ -23,6 +23,9 @@ pub struct TombstoneStore {
     tombstones: Mutex<BTreeMap<Table, BTreeSet<Vec<u8>>>>,
     passed: Mutex<BTreeMap<Table, u64>>,
     removed: Mutex<BTreeMap<Table, u64>>,
+    /// Live rows scans returned, per table: a scan that reads the same
+    /// rows again costs on every engine, tombstones or not.
+    returned: Mutex<BTreeMap<Table, u64>>,
 }
 
 impl TombstoneStore {
@@ -37,6 +40,14 @@ impl TombstoneStore {
     /// Tombstones scans stepped over so far, per table.
     pub fn passed_by_table(&self) -> BTreeMap<Table, u64> {
         self.passed.lock().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Live rows the scans of `table` returned so far.
+    pub fn returned(&self, table: Table) -> u64 {
+        self.returned
+            .lock()
+            .map(|r| r.get(&table).copied().unwrap_or(0))
+            .unwrap_or(0)
     }
 
     /// Keys of `table` removed so far.
@@ -55,6 +66,9 @@ impl Store for TombstoneStore {
 
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         let found = self.inner.scan(table, prefix, after, limit)?;
+        if let Ok(mut returned) = self.returned.lock() {
+            *returned.entry(table).or_default() += found.len() as u64;
+        }
         // What the scan read: from its start to its last entry, or to the
         // end of the prefix when it came back short.
         let upto = (found.len() >= limit)

@@ -9,6 +9,19 @@
 //! episode logged as one error line, a rate-limited warning while it
 //! lasts, and one info line with its figures when a commit succeeds.
 //!
+//! While an episode lasts no work step runs: the engine's handles may
+//! show what a failed commit left half applied (sled applies a batch's
+//! writes one after the other and keeps, in memory, those it applied
+//! before the error, until a reopen) and refuse some reads (sled's read that must split a
+//! leaf writes its log), so a step would be computed from them and fail
+//! again, or worse. The tick retries the store, and kicks the work once a
+//! commit succeeds. Work steps did run: the `Work` a step's own commit
+//! queued before its flush failed, and the first of a writer restarted
+//! mid-episode, before its first retry. On sled one of them panicked a
+//! debug build's writer on such a read, and so did each incarnation's
+//! first, before it ever retried the store: the node never healed
+//! (`faults::disk_full::a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishes_once_the_disk_is_freed`).
+//!
 //! Pure bookkeeping: the writer (`writer.rs`) does the commits, the
 //! reopen and the logging; time comes in as an argument.
 
