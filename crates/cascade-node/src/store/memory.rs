@@ -45,7 +45,7 @@ pub struct TableFootprint {
     pub key_bytes: u64,
     pub value_bytes: u64,
     /// The pages' buffers (their capacity) and the keys they are filed
-    /// under (not the map's nodes).
+    /// under (not the index's nodes, nor the slots' `Vec`s).
     pub allocated_bytes: u64,
     pub pages: u64,
 }
@@ -60,9 +60,12 @@ impl MemoryStore {
             .filter(|table| tables[table.index()].entries > 0)
             .map(|table| {
                 let mut f = TableFootprint::default();
-                for (bound, page) in &tables[table.index()].pages {
+                let pages = &tables[table.index()];
+                for (bound, &slot) in &pages.index {
+                    let page = pages.slots.get(slot as usize).map_or(&[][..], Vec::as_slice);
                     f.pages += 1;
-                    f.allocated_bytes += (bound.len() + page.capacity()) as u64;
+                    let capacity = pages.slots.get(slot as usize).map_or(0, Vec::capacity);
+                    f.allocated_bytes += (bound.len() + capacity) as u64;
                     for (key, value) in entries(page, 0) {
                         f.entries += 1;
                         f.key_bytes += key.len() as u64;
@@ -127,43 +130,128 @@ impl Store for MemoryStore {
 /// empties is dropped). A page's buffer is exactly as long as its offsets
 /// and entries (`reserve_exact`: the allocator's size class is its only
 /// slack).
+///
+/// The pages sit in slots, and the index maps each page's key to its
+/// slot, so that the last pages a lookup landed on ([`Recent`]) are
+/// reached again without a search of the index: a cascade reads, removes
+/// and appends keys in order, table by table, and the index's search (a
+/// node's keys compared one by one, each behind a pointer) was the most
+/// of this engine's CPU in P1 (docs/BENCHMARKS.md, "The memory engine's
+/// pages searched").
 #[derive(Debug, Default)]
 struct Pages {
-    pages: BTreeMap<Box<[u8]>, Vec<u8>>,
+    index: BTreeMap<Box<[u8]>, u32>,
+    /// The pages; a slot whose page was dropped is empty and in `free`.
+    slots: Vec<Vec<u8>>,
+    free: Vec<u32>,
+    /// The pages the last lookups landed on, the latest first; forgotten
+    /// whenever the index changes (a page split off or dropped).
+    recent: [Option<Recent>; RECENT],
     entries: u64,
 }
 
+/// How many pages of a table [`Pages::locate`] remembers: a step reads
+/// and writes one run of keys per table, and now and then a key elsewhere
+/// (the operation's target, a create beside the cascade).
+const RECENT: usize = 2;
+
+/// A page a lookup landed on: a key from its bound up to its last entry
+/// is in it, and, if it is the table's last page, any key from its bound.
+#[derive(Debug)]
+struct Recent {
+    bound: Vec<u8>,
+    slot: u32,
+    last: bool,
+}
+
 impl Pages {
-    fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        let (_, page) = self
-            .pages
+    /// The slot of the page that holds `key` (or would), None for a table
+    /// without pages.
+    fn locate(&mut self, key: &[u8]) -> Option<usize> {
+        for r in 0..RECENT {
+            let Some(seen) = &self.recent[r] else { continue };
+            let Some(page) = self.slots.get(seen.slot as usize) else {
+                continue;
+            };
+            let n = count(page);
+            if key >= seen.bound.as_slice() && (seen.last || (n > 0 && key <= key_at(page, n - 1))) {
+                let slot = seen.slot as usize;
+                self.recent[..=r].rotate_right(1);
+                return Some(slot);
+            }
+        }
+        let (bound, &slot) = self
+            .index
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
             .next_back()?;
+        let last = self.index.last_key_value().map(|(_, &s)| s) == Some(slot);
+        // The oldest is forgotten, its buffer reused.
+        let mut seen = self.recent[RECENT - 1].take().unwrap_or(Recent {
+            bound: Vec::new(),
+            slot,
+            last,
+        });
+        seen.bound.clear();
+        seen.bound.extend_from_slice(bound);
+        seen.slot = slot;
+        seen.last = last;
+        self.recent.rotate_right(1);
+        self.recent[0] = Some(seen);
+        Some(slot as usize)
+    }
+
+    /// The bound of the page [`Self::locate`] returned last.
+    fn located_bound(&self) -> &[u8] {
+        self.recent[0].as_ref().map_or(&[], |seen| seen.bound.as_slice())
+    }
+
+    /// Files `page` under `bound`, in a free slot if there is one.
+    fn add_page(&mut self, bound: Box<[u8]>, page: Vec<u8>) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                if let Some(empty) = self.slots.get_mut(slot as usize) {
+                    *empty = page;
+                }
+                slot
+            }
+            None => {
+                self.slots.push(page);
+                // A table of more than 4 billion pages (8 TB) is not
+                // held in memory.
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        self.index.insert(bound, slot);
+        self.recent = Default::default();
+    }
+
+    /// The pages in key order from the one filed under `from`.
+    fn pages_from<'a>(&'a self, from: &[u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.index
+            .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
+            .map(|(_, &slot)| self.slots.get(slot as usize).map_or(&[][..], Vec::as_slice))
+    }
+
+    fn get(&mut self, key: &[u8]) -> Option<&[u8]> {
+        let slot = self.locate(key)?;
+        let page = self.slots.get(slot)?;
         let i = search(page, key).ok()?;
         Some(entry(page, i).1)
     }
 
-    fn scan(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Vec<Entry> {
+    fn scan(&mut self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Vec<Entry> {
         let (start, past): (&[u8], bool) = match after {
             Some(a) if a >= prefix => (a, true),
             _ => (prefix, false),
         };
         let mut out = Vec::new();
-        if limit == 0 {
+        if limit == 0 || self.locate(start).is_none() {
             return out;
         }
         // The page that holds `start`, then every page after it; only the
         // first is searched (the others' keys are all past `start`).
-        let from = match self
-            .pages
-            .range::<[u8], _>((Bound::Unbounded, Bound::Included(start)))
-            .next_back()
-        {
-            Some((bound, _)) => Bound::Included(&**bound),
-            None => Bound::Unbounded,
-        };
         let mut first = true;
-        for (_, page) in self.pages.range::<[u8], _>((from, Bound::Unbounded)) {
+        for page in self.pages_from(self.located_bound()) {
             let at = if std::mem::take(&mut first) {
                 match search(page, start) {
                     Ok(i) if past => i + 1,
@@ -186,13 +274,9 @@ impl Pages {
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) {
-        let Some((_, page)) = self
-            .pages
-            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-        else {
+        let Some(page) = self.locate(key).and_then(|slot| self.slots.get_mut(slot)) else {
             // An empty table: its first page, under the empty key.
-            self.pages.insert(Box::default(), page_of(&[(key, value)]));
+            self.add_page(Box::default(), page_of(&[(key, value)]));
             self.entries += 1;
             return;
         };
@@ -229,16 +313,15 @@ impl Pages {
         }
         for right in pieces {
             let bound: Box<[u8]> = entry(&right, 0).0.into();
-            self.pages.insert(bound, right);
+            self.add_page(bound, right);
         }
     }
 
     fn remove(&mut self, key: &[u8]) {
-        let Some((bound, page)) = self
-            .pages
-            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-        else {
+        let Some(slot) = self.locate(key) else {
+            return;
+        };
+        let Some(page) = self.slots.get_mut(slot) else {
             return;
         };
         let Ok(i) = search(page, key) else {
@@ -246,9 +329,15 @@ impl Pages {
         };
         remove_at(page, i);
         self.entries -= 1;
-        if page.is_empty() && !bound.is_empty() {
-            let bound = bound.to_vec();
-            self.pages.remove(bound.as_slice());
+        // `locate` put the page it found first in `recent`.
+        let first = self.recent[0].as_ref().is_none_or(|seen| seen.bound.is_empty());
+        if page.is_empty() && !first {
+            *page = Vec::new();
+            if let Some(seen) = self.recent[0].take() {
+                self.index.remove(seen.bound.as_slice());
+            }
+            self.free.extend(u32::try_from(slot).ok());
+            self.recent = Default::default();
         } else if page.capacity() >= 2 * page.len() + 64 {
             // What a cascade removes is given back as it goes, not only
             // once a whole page is empty.
@@ -693,6 +782,59 @@ mod tests {
                 Some(value),
                 "{key:?}"
             );
+        }
+        let all = store.scan(Table::Resources, b"", None, usize::MAX).unwrap();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+
+    /// A cascade's pattern over many pages: runs of keys read, removed
+    /// and appended in order, each run interleaved with keys elsewhere in
+    /// the same table (which the pages remembered for the run must not
+    /// answer), through pages splitting off the end and emptied ones
+    /// dropped; every read answers as an ordered map does.
+    #[test]
+    fn runs_of_keys_in_order_among_keys_elsewhere_answer_as_an_ordered_map_does() {
+        let store = MemoryStore::default();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let key = |i: u32| format!("k{i:08}").into_bytes();
+        let mut batch = Batch::default();
+        for i in (0..20_000u32).step_by(2) {
+            batch.put(Table::Resources, key(i), vec![(i % 251) as u8; 40]);
+            model.insert(key(i), vec![(i % 251) as u8; 40]);
+        }
+        store.commit(batch).unwrap();
+        let check = |model: &BTreeMap<Vec<u8>, Vec<u8>>, k: &[u8]| {
+            assert_eq!(store.get(Table::Resources, k).unwrap().as_ref(), model.get(k), "{k:?}");
+        };
+        // Removed in order, in steps of 50, each step also reading a far
+        // key, writing one in a gap, and appending past the end.
+        for step in 0..150u32 {
+            let mut batch = Batch::default();
+            for i in (step * 100..(step + 1) * 100).step_by(2) {
+                check(&model, &key(i));
+                check(&model, &key(19_998 - i));
+                batch.remove(Table::Resources, key(i));
+                model.remove(&key(i));
+            }
+            let gap = key(10_001 + 2 * step);
+            batch.put(Table::Resources, gap.clone(), vec![1; 60]);
+            model.insert(gap, vec![1; 60]);
+            for j in 0..30 {
+                let end = key(20_000 + step * 30 + j);
+                batch.put(Table::Resources, end.clone(), vec![2; 90]);
+                model.insert(end, vec![2; 90]);
+            }
+            store.commit(batch).unwrap();
+            check(&model, &key(step * 100 + 1));
+            check(&model, &key(10_001 + 2 * step));
+            let from = key(step * 100);
+            let scanned = store.scan(Table::Resources, b"k", Some(&from), 120).unwrap();
+            let want: Vec<Entry> = model
+                .range((Bound::Excluded(from), Bound::Unbounded))
+                .take(120)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(scanned, want, "step {step}");
         }
         let all = store.scan(Table::Resources, b"", None, usize::MAX).unwrap();
         assert_eq!(all, model.into_iter().collect::<Vec<_>>());
