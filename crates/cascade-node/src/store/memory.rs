@@ -11,6 +11,12 @@
 //! peaked at 689–707 MB for 432 MB of entries); a `BTreeMap` of two `Vec`s
 //! per entry before that, about 120 (docs/BENCHMARKS.md, "P4: the memory
 //! engine's footprint" and "P4 under 600 MB").
+//!
+//! Size: about 900 lines, a third of them its tests: the page's layout, the
+//! search over its offsets, its split and the pages remembered per table
+//! hold one invariant together (every offset of a page of several
+//! entries under `PAGE_BYTES`, a remembered page's bound and last key),
+//! and the tests drive them through the `Store` against a `BTreeMap`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
