@@ -141,9 +141,9 @@ impl Store for MemoryStore {
 /// slot, so that the last pages a lookup landed on ([`Recent`]) are
 /// reached again without a search of the index: a cascade reads, removes
 /// and appends keys in order, table by table, and the index's search (a
-/// node's keys compared one by one, each behind a pointer) was the most
-/// of this engine's CPU in P1 (docs/BENCHMARKS.md, "The memory engine's
-/// pages searched").
+/// node's keys compared one by one, each behind a pointer) was about half
+/// of this engine's CPU in P1 flat (docs/BENCHMARKS.md, "The memory
+/// engine's pages searched").
 #[derive(Debug, Default)]
 struct Pages {
     index: BTreeMap<Box<[u8]>, u32>,
@@ -357,9 +357,11 @@ impl Pages {
 // the key and the value, which runs to the next entry (or the page's end).
 // The first offset is where the entries start, so it is also twice their
 // count; an empty page is an empty buffer. The offsets are what a lookup
-// searches by halves (a walk from the first entry cost P1 on this engine
-// 10–18 % more CPU per deleted resource: docs/BENCHMARKS.md, "The memory
-// engine's pages searched"); they take the place of each value's length.
+// searches by halves, and they give a page's last key in one read, which
+// `Pages::locate` asks on every lookup; they take the place of each
+// value's length. (The walk from the first entry that they replace was
+// 6 % of P1 flat's cascade, the search by halves about as much:
+// docs/BENCHMARKS.md, "The memory engine's pages searched".)
 
 /// The bytes of an entry's offset.
 const SLOT: usize = 2;
