@@ -1,15 +1,22 @@
 //! An in-memory engine: for simulation tests and for comparing engines.
 //!
 //! Each table is a run of pages in key order ([`Pages`]): a page is one
-//! buffer of its entries, each the key's length and the value's (LEB128),
-//! the key and the value, and the pages are in a `BTreeMap` under the
-//! lowest key each may hold. Why: `cascade-bench` runs its nodes on this
+//! buffer of its entries' offsets (two bytes each, searched by halves)
+//! and its entries, each the key's length (LEB128), the key and the
+//! value, and the pages are in a `BTreeMap` under the lowest key each may
+//! hold. Why: `cascade-bench` runs its nodes on this
 //! engine in its own process, and with an ordered set of one allocation
 //! per entry the set's half-full nodes and the allocations' size classes
 //! weighed about 50 bytes per entry beside the data (a P1 of 1M ports
 //! peaked at 689–707 MB for 432 MB of entries); a `BTreeMap` of two `Vec`s
 //! per entry before that, about 120 (docs/BENCHMARKS.md, "P4: the memory
 //! engine's footprint" and "P4 under 600 MB").
+//!
+//! Size: about 900 lines, a third of them its tests: the page's layout, the
+//! search over its offsets, its split and the pages remembered per table
+//! hold one invariant together (every offset of a page of several
+//! entries under `PAGE_BYTES`, a remembered page's bound and last key),
+//! and the tests drive them through the `Store` against a `BTreeMap`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -20,10 +27,10 @@ use super::{Batch, Entry, ScanFloors, Store, StoreError, Table};
 /// One run of pages per table, indexed by [`Table::index`].
 type Tables = [Pages; Table::ALL.len()];
 
-/// A page splits once its entries take more than this many bytes (an
-/// entry larger than a page is a page of its own). Larger pages carry
-/// less of the map per entry; smaller ones are faster to search, which is
-/// a walk from the page's first entry.
+/// A page splits once its offsets and entries take more than this many
+/// bytes (an entry larger than a page is a page of its own). Larger pages
+/// carry less of the map per entry; smaller ones move fewer bytes when an
+/// entry is written into them. It keeps every offset in a u16.
 const PAGE_BYTES: usize = 2048;
 
 #[derive(Debug, Default)]
@@ -44,7 +51,7 @@ pub struct TableFootprint {
     pub key_bytes: u64,
     pub value_bytes: u64,
     /// The pages' buffers (their capacity) and the keys they are filed
-    /// under (not the map's nodes).
+    /// under (not the index's nodes, nor the slots' `Vec`s).
     pub allocated_bytes: u64,
     pub pages: u64,
 }
@@ -59,9 +66,12 @@ impl MemoryStore {
             .filter(|table| tables[table.index()].entries > 0)
             .map(|table| {
                 let mut f = TableFootprint::default();
-                for (bound, page) in &tables[table.index()].pages {
+                let pages = &tables[table.index()];
+                for (bound, &slot) in &pages.index {
+                    let page = pages.slots.get(slot as usize).map_or(&[][..], Vec::as_slice);
                     f.pages += 1;
-                    f.allocated_bytes += (bound.len() + page.capacity()) as u64;
+                    let capacity = pages.slots.get(slot as usize).map_or(0, Vec::capacity);
+                    f.allocated_bytes += (bound.len() + capacity) as u64;
                     for (key, value) in entries(page, 0) {
                         f.entries += 1;
                         f.key_bytes += key.len() as u64;
@@ -123,48 +133,138 @@ impl Store for MemoryStore {
 /// under the lowest key it may hold and holds the keys from there up to
 /// the next page's; the first is filed under the empty key, so that every
 /// key has a page, and is kept when it empties (any other page that
-/// empties is dropped). A page's buffer is exactly as long as its entries
-/// (`reserve_exact`: the allocator's size class is its only slack).
+/// empties is dropped). A page's buffer is exactly as long as its offsets
+/// and entries (`reserve_exact`: the allocator's size class is its only
+/// slack).
+///
+/// The pages sit in slots, and the index maps each page's key to its
+/// slot, so that the last pages a lookup landed on ([`Recent`]) are
+/// reached again without a search of the index: a cascade reads, removes
+/// and appends keys in order, table by table, and the index's search (a
+/// node's keys compared one by one, each behind a pointer) was about half
+/// of this engine's CPU in P1 flat (docs/BENCHMARKS.md, "The memory
+/// engine's pages searched").
 #[derive(Debug, Default)]
 struct Pages {
-    pages: BTreeMap<Box<[u8]>, Vec<u8>>,
+    index: BTreeMap<Box<[u8]>, u32>,
+    /// The pages; a slot whose page was dropped is empty and in `free`.
+    slots: Vec<Vec<u8>>,
+    free: Vec<u32>,
+    /// The pages the last lookups landed on, the latest first; forgotten
+    /// whenever the index changes (a page split off or dropped).
+    recent: [Option<Recent>; RECENT],
     entries: u64,
 }
 
+/// How many pages of a table [`Pages::locate`] remembers: a step reads
+/// and writes one run of keys per table, and now and then a key elsewhere
+/// (the operation's target, a create beside the cascade).
+const RECENT: usize = 2;
+
+/// A page a lookup landed on: a key from its bound up to its last entry
+/// is in it, and, if it is the table's last page, any key from its bound.
+#[derive(Debug)]
+struct Recent {
+    bound: Vec<u8>,
+    slot: u32,
+    last: bool,
+}
+
 impl Pages {
-    fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        let (_, page) = self
-            .pages
+    /// The slot of the page that holds `key` (or would), None for a table
+    /// without pages.
+    fn locate(&mut self, key: &[u8]) -> Option<usize> {
+        for r in 0..RECENT {
+            let Some(seen) = &self.recent[r] else { continue };
+            let Some(page) = self.slots.get(seen.slot as usize) else {
+                continue;
+            };
+            let n = count(page);
+            if key >= seen.bound.as_slice() && (seen.last || (n > 0 && key <= key_at(page, n - 1))) {
+                let slot = seen.slot as usize;
+                self.recent[..=r].rotate_right(1);
+                return Some(slot);
+            }
+        }
+        let (bound, &slot) = self
+            .index
             .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
             .next_back()?;
-        match find(page, key) {
-            Found::At(at) => entries(page, at).next().map(|(_, value)| value),
-            Found::Before(_) => None,
-        }
+        let last = self.index.last_key_value().map(|(_, &s)| s) == Some(slot);
+        // The oldest is forgotten, its buffer reused.
+        let mut seen = self.recent[RECENT - 1].take().unwrap_or(Recent {
+            bound: Vec::new(),
+            slot,
+            last,
+        });
+        seen.bound.clear();
+        seen.bound.extend_from_slice(bound);
+        seen.slot = slot;
+        seen.last = last;
+        self.recent.rotate_right(1);
+        self.recent[0] = Some(seen);
+        Some(slot as usize)
     }
 
-    fn scan(&self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Vec<Entry> {
+    /// The bound of the page [`Self::locate`] returned last.
+    fn located_bound(&self) -> &[u8] {
+        self.recent[0].as_ref().map_or(&[], |seen| seen.bound.as_slice())
+    }
+
+    /// Files `page` under `bound`, in a free slot if there is one.
+    fn add_page(&mut self, bound: Box<[u8]>, page: Vec<u8>) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                if let Some(empty) = self.slots.get_mut(slot as usize) {
+                    *empty = page;
+                }
+                slot
+            }
+            None => {
+                self.slots.push(page);
+                // A table of more than 4 billion pages (8 TB) is not
+                // held in memory.
+                u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        self.index.insert(bound, slot);
+        self.recent = Default::default();
+    }
+
+    /// The pages in key order from the one filed under `from`.
+    fn pages_from<'a>(&'a self, from: &[u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.index
+            .range::<[u8], _>((Bound::Included(from), Bound::Unbounded))
+            .map(|(_, &slot)| self.slots.get(slot as usize).map_or(&[][..], Vec::as_slice))
+    }
+
+    fn get(&mut self, key: &[u8]) -> Option<&[u8]> {
+        let slot = self.locate(key)?;
+        let page = self.slots.get(slot)?;
+        let i = search(page, key).ok()?;
+        Some(entry(page, i).1)
+    }
+
+    fn scan(&mut self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Vec<Entry> {
         let (start, past): (&[u8], bool) = match after {
             Some(a) if a >= prefix => (a, true),
             _ => (prefix, false),
         };
         let mut out = Vec::new();
-        if limit == 0 {
+        if limit == 0 || self.locate(start).is_none() {
             return out;
         }
-        // The page that holds `start`, then every page after it.
-        let from = match self
-            .pages
-            .range::<[u8], _>((Bound::Unbounded, Bound::Included(start)))
-            .next_back()
-        {
-            Some((bound, _)) => Bound::Included(&**bound),
-            None => Bound::Unbounded,
-        };
-        for (_, page) in self.pages.range::<[u8], _>((from, Bound::Unbounded)) {
-            let at = match find(page, start) {
-                Found::At(at) if past => next_entry(page, at),
-                Found::At(at) | Found::Before(at) => at,
+        // The page that holds `start`, then every page after it; only the
+        // first is searched (the others' keys are all past `start`).
+        let mut first = true;
+        for page in self.pages_from(self.located_bound()) {
+            let at = if std::mem::take(&mut first) {
+                match search(page, start) {
+                    Ok(i) if past => i + 1,
+                    Ok(i) | Err(i) => i,
+                }
+            } else {
+                0
             };
             for (key, value) in entries(page, at) {
                 if !key.starts_with(prefix) {
@@ -180,54 +280,70 @@ impl Pages {
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) {
-        let Some((_, page)) = self
-            .pages
-            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-        else {
+        let Some(page) = self.locate(key).and_then(|slot| self.slots.get_mut(slot)) else {
             // An empty table: its first page, under the empty key.
-            let mut page = Vec::new();
-            write_entry(&mut page, 0..0, key, value);
-            self.pages.insert(Box::default(), page);
+            self.add_page(Box::default(), page_of(&[(key, value)]));
             self.entries += 1;
             return;
         };
-        let at = match find(page, key) {
-            Found::At(at) => {
-                let end = next_entry(page, at);
-                write_entry(page, at..end, key, value);
-                at
+        let n = count(page);
+        let (i, replaces, len) = match search(page, key) {
+            Ok(i) => {
+                let old = entry(page, i).1.len();
+                if old == value.len() {
+                    // A value of the same length (a counter, a state
+                    // flipped) is written over the old one, nothing moved.
+                    overwrite_value(page, i, value);
+                    return;
+                }
+                (i, true, (page.len() + value.len()).saturating_sub(old))
             }
-            Found::Before(at) => {
-                write_entry(page, at..at, key, value);
+            Err(i) => {
                 self.entries += 1;
-                at
+                (i, false, page.len() + SLOT + encoded_len(key, value))
             }
         };
-        if page.len() > PAGE_BYTES {
-            if let Some((bound, right)) = split(page, at) {
-                self.pages.insert(bound, right);
+        // Every offset stays under `PAGE_BYTES` (so in a u16) unless the
+        // page is one entry, whose only offset is the first.
+        let after = if replaces { n } else { n + 1 };
+        if len <= PAGE_BYTES || after == 1 {
+            if replaces {
+                remove_at(page, i);
             }
+            insert_at(page, i, key, value);
+            return;
+        }
+        let mut pieces = split(page, i, replaces, key, value).into_iter();
+        if let Some(left) = pieces.next() {
+            *page = left;
+        }
+        for right in pieces {
+            let bound: Box<[u8]> = entry(&right, 0).0.into();
+            self.add_page(bound, right);
         }
     }
 
     fn remove(&mut self, key: &[u8]) {
-        let Some((bound, page)) = self
-            .pages
-            .range_mut::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-        else {
+        let Some(slot) = self.locate(key) else {
             return;
         };
-        let Found::At(at) = find(page, key) else {
+        let Some(page) = self.slots.get_mut(slot) else {
             return;
         };
-        let end = next_entry(page, at);
-        page.drain(at..end);
+        let Ok(i) = search(page, key) else {
+            return;
+        };
+        remove_at(page, i);
         self.entries -= 1;
-        if page.is_empty() && !bound.is_empty() {
-            let bound = bound.to_vec();
-            self.pages.remove(bound.as_slice());
+        // `locate` put the page it found first in `recent`.
+        let first = self.recent[0].as_ref().is_none_or(|seen| seen.bound.is_empty());
+        if page.is_empty() && !first {
+            *page = Vec::new();
+            if let Some(seen) = self.recent[0].take() {
+                self.index.remove(seen.bound.as_slice());
+            }
+            self.free.extend(u32::try_from(slot).ok());
+            self.recent = Default::default();
         } else if page.capacity() >= 2 * page.len() + 64 {
             // What a cascade removes is given back as it goes, not only
             // once a whole page is empty.
@@ -236,56 +352,85 @@ impl Pages {
     }
 }
 
-/// Where a key is in a page: at the entry that starts at this offset, or
-/// not there, and it would go at this offset.
-enum Found {
-    At(usize),
-    Before(usize),
+// A page is one buffer: the offsets of its entries (a u16 each, little
+// endian), then the entries in key order, each the key's length (LEB128),
+// the key and the value, which runs to the next entry (or the page's end).
+// The first offset is where the entries start, so it is also twice their
+// count; an empty page is an empty buffer. The offsets are what a lookup
+// searches by halves, and they give a page's last key in one read, which
+// `Pages::locate` asks on every lookup; they take the place of each
+// value's length. (The walk from the first entry that they replace was
+// 6 % of P1 flat's cascade, the search by halves about as much:
+// docs/BENCHMARKS.md, "The memory engine's pages searched".)
+
+/// The bytes of an entry's offset.
+const SLOT: usize = 2;
+
+/// How many entries a page holds.
+fn count(page: &[u8]) -> usize {
+    offset(page, 0) / SLOT
 }
 
-fn find(page: &[u8], key: &[u8]) -> Found {
-    let mut at = 0;
-    while at < page.len() {
-        let (k, _, next) = entry_at(page, at);
-        match k.cmp(key) {
-            std::cmp::Ordering::Less => at = next,
-            std::cmp::Ordering::Equal => return Found::At(at),
-            std::cmp::Ordering::Greater => return Found::Before(at),
+/// Where entry `i` starts (0 past the offsets, which no caller asks for).
+fn offset(page: &[u8], i: usize) -> usize {
+    match page.get(SLOT * i..SLOT * i + SLOT) {
+        Some(&[lo, hi]) => usize::from(u16::from_le_bytes([lo, hi])),
+        _ => 0,
+    }
+}
+
+fn set_offset(page: &mut [u8], i: usize, at: usize) {
+    // Callers keep every offset of a page of several entries under
+    // `PAGE_BYTES`, and a page of one entry has its first offset only.
+    let at = u16::try_from(at).unwrap_or(u16::MAX);
+    if let Some(slot) = page.get_mut(SLOT * i..SLOT * i + SLOT) {
+        slot.copy_from_slice(&at.to_le_bytes());
+    }
+}
+
+/// The bytes of entry `i` of a page of `n` entries.
+fn entry_bytes(page: &[u8], n: usize, i: usize) -> std::ops::Range<usize> {
+    let start = offset(page, i);
+    let end = if i + 1 < n { offset(page, i + 1) } else { page.len() };
+    start..end.max(start)
+}
+
+/// Entry `i`'s key and value. The page is only ever written by this
+/// module; should its bytes not hold an entry, it reads as an empty one.
+fn entry(page: &[u8], i: usize) -> (&[u8], &[u8]) {
+    let bytes = page.get(entry_bytes(page, count(page), i)).unwrap_or_default();
+    let (key_len, at) = leb128(bytes, 0);
+    let key_end = at.saturating_add(key_len).min(bytes.len());
+    (
+        bytes.get(at..key_end).unwrap_or_default(),
+        bytes.get(key_end..).unwrap_or_default(),
+    )
+}
+
+/// Entry `i`'s key, for the search.
+fn key_at(page: &[u8], i: usize) -> &[u8] {
+    let start = offset(page, i);
+    let (key_len, at) = leb128(page, start);
+    page.get(at..at.saturating_add(key_len)).unwrap_or_default()
+}
+
+/// Where `key` is in a page (its entry's index), or where it would go.
+fn search(page: &[u8], key: &[u8]) -> Result<usize, usize> {
+    let (mut low, mut high) = (0, count(page));
+    while low < high {
+        let mid = low + (high - low) / 2;
+        match key_at(page, mid).cmp(key) {
+            std::cmp::Ordering::Less => low = mid + 1,
+            std::cmp::Ordering::Equal => return Ok(mid),
+            std::cmp::Ordering::Greater => high = mid,
         }
     }
-    Found::Before(at)
+    Err(low)
 }
 
-/// The entries of a page from the one at `at` on.
-fn entries(page: &[u8], mut at: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
-    std::iter::from_fn(move || {
-        if at >= page.len() {
-            return None;
-        }
-        let (key, value, next) = entry_at(page, at);
-        at = next;
-        Some((key, value))
-    })
-}
-
-/// Where the entry after the one at `at` starts.
-fn next_entry(page: &[u8], at: usize) -> usize {
-    entry_at(page, at).2
-}
-
-/// The entry at `at`: its key, its value and where the next one starts.
-/// The page is only ever written by [`write_entry`]; should its bytes not
-/// hold an entry, the rest of the page reads as one empty one.
-fn entry_at(page: &[u8], at: usize) -> (&[u8], &[u8], usize) {
-    let (key_len, at) = leb128(page, at);
-    let (value_len, at) = leb128(page, at);
-    let key_end = at.saturating_add(key_len).min(page.len());
-    let end = key_end.saturating_add(value_len).min(page.len());
-    (
-        page.get(at..key_end).unwrap_or_default(),
-        page.get(key_end..end).unwrap_or_default(),
-        end,
-    )
+/// The entries of a page from its `at`-th on.
+fn entries(page: &[u8], at: usize) -> impl Iterator<Item = (&[u8], &[u8])> {
+    (at..count(page)).map(move |i| entry(page, i))
 }
 
 /// A length at `at`, and where the bytes after it start.
@@ -315,69 +460,146 @@ fn put_leb128(out: &mut [u8; 10], mut n: usize) -> usize {
     i + 1
 }
 
-/// Replaces the bytes `range` of `page` with the entry (`key`, `value`),
-/// moving what follows once.
-fn write_entry(page: &mut Vec<u8>, range: std::ops::Range<usize>, key: &[u8], value: &[u8]) {
+/// The bytes of an entry, its offset aside.
+fn encoded_len(key: &[u8], value: &[u8]) -> usize {
+    put_leb128(&mut [0; 10], key.len()) + key.len() + value.len()
+}
+
+/// Writes the entry (`key`, `value`) at `at`, where its bytes are.
+fn write_entry(page: &mut [u8], at: usize, key: &[u8], value: &[u8]) {
     let mut key_len = [0u8; 10];
-    let mut value_len = [0u8; 10];
     let k = put_leb128(&mut key_len, key.len());
-    let v = put_leb128(&mut value_len, value.len());
-    let parts: [&[u8]; 4] = [&key_len[..k], &value_len[..v], key, value];
-    let new_len: usize = parts.iter().map(|p| p.len()).sum();
-    let old_len = page.len();
-    let (start, end) = (range.start, range.end);
-    if new_len > end - start {
-        let grow = new_len - (end - start);
-        page.reserve_exact(grow);
-        page.resize(old_len + grow, 0);
-        page.copy_within(end..old_len, end + grow);
-    } else if new_len < end - start {
-        page.drain(start + new_len..end);
-    }
-    let mut at = start;
-    for part in parts {
-        page[at..at + part.len()].copy_from_slice(part);
+    let mut at = at;
+    for part in [&key_len[..k], key, value] {
+        if let Some(to) = page.get_mut(at..at + part.len()) {
+            to.copy_from_slice(part);
+        }
         at += part.len();
     }
 }
 
-/// Splits a page grown past [`PAGE_BYTES`] by the entry written at `at`:
-/// the right part and the key it is filed under. When that entry ends the
-/// page (keys arriving in order: revisions, UUID v7 ids), it starts the
-/// right part alone and the left stays full; else the page splits at its
-/// middle entry. None for a page of one entry.
-fn split(page: &mut Vec<u8>, at: usize) -> Option<(Box<[u8]>, Vec<u8>)> {
-    let at_end = next_entry(page, at) == page.len();
-    let cut = if at_end && at > 0 {
-        at
-    } else {
-        let half = page.len() / 2;
-        let mut cut = 0;
-        loop {
-            let next = next_entry(page, cut);
-            if next >= page.len() || next > half {
-                // The entry that crosses the middle goes to whichever side
-                // leaves the two closer to even (and never leaves one empty).
-                if cut == 0 || (next < page.len() && next - half < half - cut) {
-                    cut = next;
-                }
-                break;
-            }
-            cut = next;
-        }
-        cut
-    };
-    if cut == 0 || cut >= page.len() {
-        return None;
+/// Writes `value` over entry `i`'s, of the same length.
+fn overwrite_value(page: &mut [u8], i: usize, value: &[u8]) {
+    let end = entry_bytes(page, count(page), i).end;
+    if let Some(to) = end.checked_sub(value.len()).and_then(|start| page.get_mut(start..end)) {
+        to.copy_from_slice(value);
     }
-    let right = page[cut..].to_vec();
-    // The left part too in an allocation of its own size: a buffer cut
-    // and shrunk in place keeps the allocator's block it grew into (a
-    // page of 2,080 bytes sits in mimalloc's 2,560-byte class, and its
-    // left part of 1,950 or 1,040 stayed there).
-    *page = page[..cut].to_vec();
-    let (bound, _, _) = entry_at(&right, 0);
-    Some((bound.into(), right))
+}
+
+/// Inserts the entry (`key`, `value`) as entry `i`: the page grows by
+/// exactly its bytes and its offset, and what follows moves once.
+fn insert_at(page: &mut Vec<u8>, i: usize, key: &[u8], value: &[u8]) {
+    let n = count(page);
+    let i = i.min(n);
+    let len = encoded_len(key, value);
+    let old_len = page.len();
+    // Where the new entry goes, before anything moves.
+    let at = if i < n { offset(page, i) } else { old_len.max(SLOT * n) };
+    page.reserve_exact(SLOT + len);
+    page.resize(old_len + SLOT + len, 0);
+    // The entries from `at` on move past the new one and its offset, the
+    // ones before it past the new offset, and the offsets from `i` on by
+    // one slot, each range to where nothing else is written.
+    page.copy_within(at..old_len, at + SLOT + len);
+    page.copy_within(SLOT * n..at, SLOT * n + SLOT);
+    page.copy_within(SLOT * i..SLOT * n, SLOT * i + SLOT);
+    for j in 0..=n {
+        let moved = match j.cmp(&i) {
+            std::cmp::Ordering::Less => offset(page, j) + SLOT,
+            std::cmp::Ordering::Equal => at + SLOT,
+            std::cmp::Ordering::Greater => offset(page, j) + SLOT + len,
+        };
+        set_offset(page, j, moved);
+    }
+    write_entry(page, at + SLOT, key, value);
+}
+
+/// Removes entry `i`: its bytes and its offset.
+fn remove_at(page: &mut Vec<u8>, i: usize) {
+    let n = count(page);
+    if i >= n {
+        return;
+    }
+    let std::ops::Range { start, end } = entry_bytes(page, n, i);
+    let len = end - start;
+    let old_len = page.len();
+    // The offsets after `i` move one slot back, then the entries before
+    // `i` onto the last slot, then the ones after it onto entry `i`.
+    page.copy_within(SLOT * (i + 1)..SLOT * n, SLOT * i);
+    page.copy_within(SLOT * n..start, SLOT * n - SLOT);
+    page.copy_within(end..old_len, start - SLOT);
+    page.truncate(old_len - SLOT - len);
+    for j in 0..n - 1 {
+        let moved = offset(page, j) - if j < i { SLOT } else { SLOT + len };
+        set_offset(page, j, moved);
+    }
+}
+
+/// A page of these entries, in key order, in a buffer of its size.
+fn page_of(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let head = SLOT * entries.len();
+    let size = head + entries.iter().map(|(k, v)| encoded_len(k, v)).sum::<usize>();
+    let mut page = vec![0u8; size];
+    let mut at = head;
+    for (i, (key, value)) in entries.iter().enumerate() {
+        set_offset(&mut page, i, at);
+        write_entry(&mut page, at, key, value);
+        at += encoded_len(key, value);
+    }
+    page
+}
+
+/// A page that writing (`key`, `value`) as its entry `i` (over the one
+/// there if `replaces`) would grow past [`PAGE_BYTES`], as the pages it
+/// splits into, in key order: each under `PAGE_BYTES` or a single entry.
+/// When the entry ends the page (keys arriving in order: revisions, UUID
+/// v7 ids), it starts a page alone and the left one stays full; else the
+/// page splits at its middle entry (again, should a part still be over).
+/// Each part is an allocation of its own size: a buffer cut and shrunk in
+/// place keeps the allocator's block it grew into (a page of 2,080 bytes
+/// sits in mimalloc's 2,560-byte class, and its left part of 1,950 or
+/// 1,040 stayed there).
+fn split(page: &[u8], i: usize, replaces: bool, key: &[u8], value: &[u8]) -> Vec<Vec<u8>> {
+    let mut all: Vec<(&[u8], &[u8])> = entries(page, 0).collect();
+    if replaces && i < all.len() {
+        all[i] = (key, value);
+    } else {
+        all.insert(i.min(all.len()), (key, value));
+    }
+    let sizes: Vec<usize> = all.iter().map(|(k, v)| SLOT + encoded_len(k, v)).collect();
+    let mut parts = Vec::new();
+    if i + 1 == all.len() && i > 0 {
+        cut(&sizes, 0..i, &mut parts);
+        parts.push(i..i + 1);
+    } else {
+        cut(&sizes, 0..all.len(), &mut parts);
+    }
+    parts.into_iter().map(|part| page_of(&all[part])).collect()
+}
+
+/// The parts of `range` of entries of these sizes, cut at their middle
+/// until each is at most [`PAGE_BYTES`] or a single entry.
+fn cut(sizes: &[usize], range: std::ops::Range<usize>, parts: &mut Vec<std::ops::Range<usize>>) {
+    let part = &sizes[range.clone()];
+    let total: usize = part.iter().sum();
+    if total <= PAGE_BYTES || part.len() <= 1 {
+        parts.push(range);
+        return;
+    }
+    let half = total / 2;
+    // The entry that crosses the middle goes to whichever side leaves the
+    // two closer to even, and never leaves one empty.
+    let (mut at, mut before) = (0, 0);
+    while at < part.len() && before + part[at] <= half {
+        before += part[at];
+        at += 1;
+    }
+    if at < part.len() && (at == 0 || before + part[at] - half < half - before) {
+        at += 1;
+    }
+    let at = range.start + at.clamp(1, part.len() - 1);
+    cut(sizes, range.start..at, parts);
+    cut(sizes, at..range.end, parts);
 }
 
 #[cfg(test)]
@@ -466,8 +688,8 @@ mod tests {
         );
         assert_eq!(
             resources.allocated_bytes,
-            10 * (2 + 20 + 100),
-            "one page, exactly as long as its entries: two bytes of lengths, the key, the value"
+            10 * (2 + 1 + 20 + 100),
+            "one page, exactly as long as its entries: an offset, the key's length, the key, the value"
         );
         assert_eq!(footprint[&Table::Meta].entries, 1);
         assert!(
@@ -491,10 +713,10 @@ mod tests {
             store.commit(batch).unwrap();
         }
         let outbox = store.footprint()[&Table::Outbox];
-        let bytes = outbox.entries * (2 + 8 + 120);
+        let bytes = outbox.entries * (2 + 1 + 8 + 120);
         assert_eq!(outbox.entries, 10_000);
         assert!(
-            outbox.pages <= bytes / (PAGE_BYTES as u64 - 130) + 1,
+            outbox.pages <= bytes / (PAGE_BYTES as u64 - 131) + 1,
             "{} pages for {bytes} bytes",
             outbox.pages
         );
@@ -529,6 +751,103 @@ mod tests {
         );
     }
 
+    /// Entries longer than a page's u16 offsets reach, among small ones
+    /// before, between and after them, and written over both ways (large
+    /// over small, small over large): every entry reads back as written,
+    /// in key order.
+    #[test]
+    fn entries_past_what_offsets_reach_read_back_among_small_ones() {
+        let store = MemoryStore::default();
+        let big = |n: u8| vec![n; 70_000 + usize::from(n)];
+        let mut model = BTreeMap::new();
+        let mut write = |batch: &mut Batch, key: Vec<u8>, value: Vec<u8>| {
+            batch.put(Table::Resources, key.clone(), value.clone());
+            model.insert(key, value);
+        };
+        let mut batch = Batch::default();
+        write(&mut batch, b"m".to_vec(), big(1));
+        store.commit(batch).unwrap();
+        for round in 0..3u8 {
+            let mut batch = Batch::default();
+            for i in 0..40u8 {
+                write(&mut batch, vec![b'a', i, round], vec![i; 30]);
+                write(&mut batch, vec![b'm', i, round], vec![i; 30]);
+                write(&mut batch, vec![b'z', i, round], vec![i; 30]);
+            }
+            write(&mut batch, vec![b'm', 20, round, 0], big(round + 2));
+            write(&mut batch, vec![b'z', 99, round], big(round + 5));
+            store.commit(batch).unwrap();
+        }
+        let mut batch = Batch::default();
+        write(&mut batch, b"m".to_vec(), big(9));
+        write(&mut batch, vec![b'm', 20, 1, 0], vec![1; 10]);
+        write(&mut batch, vec![b'a', 5, 0], big(7));
+        store.commit(batch).unwrap();
+
+        for (key, value) in &model {
+            assert_eq!(
+                store.get(Table::Resources, key).unwrap().as_ref(),
+                Some(value),
+                "{key:?}"
+            );
+        }
+        let all = store.scan(Table::Resources, b"", None, usize::MAX).unwrap();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+
+    /// A cascade's pattern over many pages: runs of keys read, removed
+    /// and appended in order, each run interleaved with keys elsewhere in
+    /// the same table (which the pages remembered for the run must not
+    /// answer), through pages splitting off the end and emptied ones
+    /// dropped; every read answers as an ordered map does.
+    #[test]
+    fn runs_of_keys_in_order_among_keys_elsewhere_answer_as_an_ordered_map_does() {
+        let store = MemoryStore::default();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let key = |i: u32| format!("k{i:08}").into_bytes();
+        let mut batch = Batch::default();
+        for i in (0..20_000u32).step_by(2) {
+            batch.put(Table::Resources, key(i), vec![(i % 251) as u8; 40]);
+            model.insert(key(i), vec![(i % 251) as u8; 40]);
+        }
+        store.commit(batch).unwrap();
+        let check = |model: &BTreeMap<Vec<u8>, Vec<u8>>, k: &[u8]| {
+            assert_eq!(store.get(Table::Resources, k).unwrap().as_ref(), model.get(k), "{k:?}");
+        };
+        // Removed in order, in steps of 50, each step also reading a far
+        // key, writing one in a gap, and appending past the end.
+        for step in 0..150u32 {
+            let mut batch = Batch::default();
+            for i in (step * 100..(step + 1) * 100).step_by(2) {
+                check(&model, &key(i));
+                check(&model, &key(19_998 - i));
+                batch.remove(Table::Resources, key(i));
+                model.remove(&key(i));
+            }
+            let gap = key(10_001 + 2 * step);
+            batch.put(Table::Resources, gap.clone(), vec![1; 60]);
+            model.insert(gap, vec![1; 60]);
+            for j in 0..30 {
+                let end = key(20_000 + step * 30 + j);
+                batch.put(Table::Resources, end.clone(), vec![2; 90]);
+                model.insert(end, vec![2; 90]);
+            }
+            store.commit(batch).unwrap();
+            check(&model, &key(step * 100 + 1));
+            check(&model, &key(10_001 + 2 * step));
+            let from = key(step * 100);
+            let scanned = store.scan(Table::Resources, b"k", Some(&from), 120).unwrap();
+            let want: Vec<Entry> = model
+                .range((Bound::Excluded(from), Bound::Unbounded))
+                .take(120)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(scanned, want, "step {step}");
+        }
+        let all = store.scan(Table::Resources, b"", None, usize::MAX).unwrap();
+        assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Put(Vec<u8>, Vec<u8>),
@@ -543,7 +862,8 @@ mod tests {
         let key = || proptest::collection::vec(0u8..4, 0..6);
         prop_oneof![
             4 => (key(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(|(k, v)| Op::Put(k, v)),
-            1 => (key(), 0usize..5000).prop_map(|(k, n)| Op::Put(k, vec![9; n])),
+            // Past a page, and past what a page's u16 offsets can reach.
+            1 => (key(), prop_oneof![0usize..5000, 65_000usize..70_000]).prop_map(|(k, n)| Op::Put(k, vec![9; n])),
             3 => key().prop_map(Op::Remove),
             2 => (key(), proptest::option::of(key()), 0usize..50).prop_map(|(p, a, l)| Op::Scan(p, a, l)),
             2 => key().prop_map(Op::Get),
