@@ -334,6 +334,7 @@ struct CountingStore {
     inner: MemoryStore,
     scans: AtomicUsize,
     rows: AtomicUsize,
+    most_rows_in_a_scan: AtomicUsize,
 }
 
 impl Store for CountingStore {
@@ -345,6 +346,7 @@ impl Store for CountingStore {
         if table == Table::Outbox {
             self.scans.fetch_add(1, Ordering::Relaxed);
             self.rows.fetch_add(page.len(), Ordering::Relaxed);
+            self.most_rows_in_a_scan.fetch_max(page.len(), Ordering::Relaxed);
         }
         Ok(page)
     }
@@ -380,4 +382,28 @@ fn a_read_scans_about_the_rows_its_events_take() {
     assert_eq!(state.events_from(1, 512).expect("reads").len(), 512);
     assert_eq!(small.rows.load(Ordering::Relaxed), 512, "no row past the page");
     assert_eq!(small.scans.load(Ordering::Relaxed), 2);
+}
+
+/// Compaction reads rows a few at a time (a scan returns their values,
+/// up to 64 KiB each), and still removes up to its limit in one batch.
+#[test]
+fn compaction_scans_a_few_rows_at_a_time_and_removes_its_limit() {
+    let store = CountingStore::default();
+    for step in 0..100u64 {
+        commit_step(&store, events(step * 3 + 1..=step * 3 + 3));
+    }
+    let state = StoreState { store: &store };
+    assert_eq!(state.compact_outbox(241, 1_000).expect("compacts"), 240, "80 rows of 3");
+    assert_eq!(state.outbox_floor().expect("reads"), 241);
+    assert!(
+        store.most_rows_in_a_scan.load(Ordering::Relaxed) <= super::COMPACTION_SCAN_ROWS,
+        "{:?} rows in one scan",
+        store.most_rows_in_a_scan
+    );
+    assert_eq!(
+        state.compact_outbox(301, 10).expect("compacts"),
+        30,
+        "10 rows, its limit"
+    );
+    assert_eq!(state.outbox_floor().expect("reads"), 271);
 }
