@@ -37,7 +37,7 @@ pub const MAX_EVENTS_PER_OUTBOX_ROW: usize = 256;
 /// bytes per event); one event larger than this is a row of its own. It
 /// bounds what a read holds for one row. On PostgreSQL a value over about
 /// 2 KB is compressed and kept out of line in chunks of about 2 KB
-/// (TOAST): a full row is then at most 32 chunk rows before compression,
+/// (TOAST): a full row is then about 33 chunk rows before compression,
 /// where its events were up to 256 rows of their own. 256 DELETING events
 /// with their snapshots (about 280 bytes each) are about 70 KiB, so on a
 /// cascade the two limits meet; a few snapshots of large resources fill a
