@@ -21,6 +21,10 @@ use tonic::transport::Endpoint;
 
 /// Events the node keeps past every peer's acknowledgement (it has none).
 const RETENTION: u64 = 100;
+/// What compaction may keep past the retention: it removes whole outbox
+/// rows (a commit's events, a BatchCreate's thousand in four rows), so a
+/// row that straddles the bound stays, up to a row's events less one.
+const ROW_SLACK: u64 = cascade_node::codec::MAX_EVENTS_PER_OUTBOX_ROW as u64 - 1;
 /// Resources per BatchCreate, and batches written while the reader waits:
 /// far more events than the stream can hold for it (a page of 512 read
 /// from the store, 256 queued, a 64 KiB HTTP/2 window of ~150-byte events).
@@ -124,10 +128,11 @@ async fn a_watch_overtaken_by_compaction_ends_with_the_revision_to_resume_from_a
     }
     let last = sample(&scrape(metrics).await, "cascade_outbox_last_revision");
     assert!(last > (BATCH * BATCHES) as u64, "{last} events written");
-    // The reconciler compacts every tick down to the retention.
+    // The reconciler compacts every tick down to the retention (and the
+    // row that straddles it).
     eventually(Duration::from_secs(30), "the outbox to be compacted", || async {
         let floor = sample(&scrape(metrics).await, "cascade_outbox_floor_revision");
-        (floor + RETENTION > last).then_some(())
+        (floor + RETENTION + ROW_SLACK > last).then_some(())
     })
     .await;
 
@@ -303,7 +308,12 @@ async fn cascade_watch_below_the_floor_names_the_revision_to_resume_from() {
 /// (887,000 events of a million creates kept against a retention of
 /// 100,000, docs/BENCHMARKS.md "P4"). Why our checks missed it: every
 /// test of compaction wrote fewer events than one tick's batch could
-/// take, or waited for many ticks.
+/// take, or waited for many ticks. Since the outbox holds a row per
+/// commit (issue 28), a batch is 1,000 rows, and the 25 BatchCreates here
+/// are about 100 rows: one batch a tick now keeps up with them, and only
+/// more than 1,000 commits a tick would show that failure again; what
+/// this still checks is that the outbox comes back to its retention (and
+/// the row that straddles it) within three ticks of a burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outbox_written_faster_than_a_compaction_batch_a_tick_comes_back_to_its_retention_within_three_ticks() {
     // Long ticks, so that a batch a tick is far too slow to catch up in
@@ -327,19 +337,17 @@ async fn an_outbox_written_faster_than_a_compaction_batch_a_tick_comes_back_to_i
     let wrote_in = writing.elapsed();
     let last = sample(&scrape(metrics).await, "cascade_outbox_last_revision");
     assert!(last >= (BATCH * WRITTEN) as u64, "{last} events written");
-    // What makes this test able to fail: at one batch of 1,000 a tick, the
-    // ticks of the writes and the three and a half waited for remove at
-    // most (writes / tick + 5) thousand events, fewer than the 25,000
-    // written while the writes take under 18 ticks.
+    // Written well within the ticks waited for below, so that those ticks
+    // are what compacts the burst.
     assert!(
         wrote_in < TICK * 18,
-        "the writes took {wrote_in:?}: too slow for the test to tell one batch a tick from more"
+        "the writes took {wrote_in:?}: too slow for the ticks the test waits for to matter"
     );
     // A tick catches up to twice the retention, the next one's first batch
     // takes the rest; half a tick more for the ticks' phase.
     eventually(TICK * 3 + TICK / 2, "the outbox back within its retention", || async {
         let floor = sample(&scrape(metrics).await, "cascade_outbox_floor_revision");
-        (floor + RETENTION > last).then_some(())
+        (floor + RETENTION + ROW_SLACK > last).then_some(())
     })
     .await;
 }

@@ -34,6 +34,19 @@
 //!   `codec/stored/budget.rs`), written only for an operation that has them.
 //! - [`VERSION_POSTCARD_V5`] (`0x05`): an operation's fifth layout, an
 //!   undelete's (issue 29, [`stored::OperationV5`]), wrapping the fourth.
+//! - [`VERSION_POSTCARD_V6`] (`0x06`): an outbox row holding several
+//!   events, one commit's (issue 28, [`stored::EventRun`]): each event's
+//!   own value (one of the layouts above) after the other. Since it, the
+//!   outbox has one row per commit (or a few, past
+//!   [`MAX_EVENTS_PER_OUTBOX_ROW`] or [`MAX_OUTBOX_ROW_BYTES`]), keyed by
+//!   the revision of the row's last event, not one row per event: a row of
+//!   one event is that event's value under its own revision, exactly as
+//!   every row was before, so a store holding both reads as one sequence.
+//!   A node from before runs reads a store with none, and refuses a run as
+//!   corrupt (`unknown value version byte 0x06`): going back to an older
+//!   build after a commit of several events needs the outbox emptied first
+//!   (its watchers then resync from the owner's listing, as after a
+//!   compaction). How rows are read and compacted: `codec/outbox.rs`.
 //! - `{` or `"`: no version byte, the whole value is the JSON of the core
 //!   type, as nodes before the binary encoding wrote it (an object; a plain
 //!   string for a name in the uid index). Read as it is, so a store from an
@@ -43,8 +56,8 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Event, EventType, Operation, Outcome, PendingAttach, PendingRelease,
-    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion, Resource,
+    Revision, Timestamp, WorkItem,
 };
 use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
@@ -54,7 +67,9 @@ use crate::store::{scan_from_floor, Batch, Entry, Prefetch, Store, StoreError, T
 pub use audit_log::AuditPruned;
 
 mod audit_log;
+mod outbox;
 pub mod stored;
+pub use outbox::{EventHead, Listed, MAX_EVENTS_PER_OUTBOX_ROW, MAX_OUTBOX_ROW_BYTES};
 #[cfg(test)]
 mod tests;
 
@@ -67,8 +82,6 @@ pub(crate) const SCHEMA_IN_FORCE: &[u8] = b"schema_in_force";
 static UNDECODED_ROWS: crate::log_throttle::Throttle =
     crate::log_throttle::Throttle::new(crate::log_throttle::DEFAULT_WINDOW);
 const GENERATION: &[u8] = b"generation";
-/// The first revision still in the outbox (everything below was compacted).
-const OUTBOX_FLOOR: &[u8] = b"outbox_floor";
 /// Pending releases are grouped by the owner region they go to.
 pub fn release_key(region: &str, k: &BackRefKey) -> Vec<u8> {
     let mut out = release_prefix(region);
@@ -141,59 +154,17 @@ pub const VERSION_POSTCARD_V4: u8 = 0x04;
 /// fourth. Written only for an undelete: every deletion keeps its bytes.
 pub const VERSION_POSTCARD_V5: u8 = 0x05;
 
+/// The first byte of an outbox row that holds a run of several events
+/// ([`stored::EventRun`]): each event's own value after the other. No
+/// record's own layout takes this byte, so a row's first byte tells a run
+/// from a single event. Written for a commit of more than one event.
+pub const VERSION_POSTCARD_V6: u8 = 0x06;
+
 mod records;
 #[cfg(test)]
 use records::decode;
 use records::decode_keyed;
 pub use records::Record;
-
-/// What a Watch filters an event on: its revision, its type and its
-/// resource's name. Read from a stored event without decoding the rest
-/// ([`StoreState::events_wanted`]), or taken from a decoded one
-/// ([`EventHead::of`]), so that one filter serves both.
-#[derive(Debug, Clone, Copy)]
-pub struct EventHead<'a> {
-    pub revision: Revision,
-    pub event_type: EventType,
-    /// The resource's name as stored (`{region}/{kind}/{id}`).
-    pub resource: &'a str,
-}
-
-impl<'a> EventHead<'a> {
-    /// The head of an event already decoded (the live feed's).
-    pub fn of(event: &'a Event) -> Self {
-        Self {
-            revision: event.revision,
-            event_type: event.event_type,
-            resource: event.resource.name.as_str(),
-        }
-    }
-
-    /// The kind part of the resource's name.
-    pub fn kind(&self) -> &'a str {
-        self.resource.split('/').nth(1).unwrap_or_default()
-    }
-}
-
-/// An entry of a filtered read of the outbox ([`StoreState::events_wanted`]).
-#[derive(Debug)]
-pub enum Listed {
-    /// An event the filter wanted, decoded (boxed: a page is mostly
-    /// passed entries, which need not each take an event's size).
-    Event(Box<Event>),
-    /// An event the filter passed over: its revision alone (a stream must
-    /// still count it to see that the revisions it read are contiguous).
-    Passed(Revision),
-}
-
-impl Listed {
-    pub fn revision(&self) -> Revision {
-        match self {
-            Listed::Event(e) => e.revision,
-            Listed::Passed(r) => *r,
-        }
-    }
-}
 
 fn storage(e: StoreError) -> StorageError {
     StorageError(e.to_string())
@@ -311,54 +282,6 @@ impl StoreState<'_> {
         self.scan(Table::Outcomes, id.0.as_bytes(), after.as_deref(), limit)
     }
 
-    /// Events with revision >= `from`, at most `limit`.
-    pub fn events_from(&self, from: Revision, limit: usize) -> Result<Vec<Event>, StoreError> {
-        let after = from.checked_sub(1).map(revision_key);
-        self.scan(Table::Outbox, &[], after.as_deref(), limit)
-    }
-
-    /// [`StoreState::events_from`] for a Watch: each event's head is read
-    /// first and the event decoded only when `wanted` takes it; the others
-    /// are listed by revision. A peer's Watch sends only the deletion
-    /// events of a region whose outbox is mostly CREATED events, and read
-    /// every one back whole to drop it (11.6 % of a cross-region create's
-    /// instructions; docs/BENCHMARKS.md, "Decoding stored records").
-    pub fn events_wanted(
-        &self,
-        from: Revision,
-        limit: usize,
-        wanted: &dyn Fn(&EventHead<'_>) -> bool,
-    ) -> Result<Vec<Listed>, StoreError> {
-        let after = from.checked_sub(1).map(revision_key);
-        self.store
-            .scan(Table::Outbox, &[], after.as_deref(), limit)?
-            .into_iter()
-            .map(|(k, v)| match records::event_head(&v)? {
-                Some(head) => {
-                    let revision = head.revision;
-                    let seen = EventHead {
-                        revision,
-                        event_type: head.event_type.into(),
-                        resource: &head.resource.name,
-                    };
-                    if wanted(&seen) {
-                        decode_keyed(Table::Outbox, &k, &v).map(|e| Listed::Event(Box::new(e)))
-                    } else {
-                        Ok(Listed::Passed(revision))
-                    }
-                }
-                None => {
-                    let event: Event = decode_keyed(Table::Outbox, &k, &v)?;
-                    Ok(if wanted(&EventHead::of(&event)) {
-                        Listed::Event(Box::new(event))
-                    } else {
-                        Listed::Passed(event.revision)
-                    })
-                }
-            })
-            .collect()
-    }
-
     /// Whether this node saw the remote resource `uid` enter DELETING.
     pub fn remote_deletion_of(&self, uid: Uid) -> Result<bool, StoreError> {
         Ok(self.store.get(Table::RemoteDeletions, uid.as_bytes())?.is_some())
@@ -380,51 +303,6 @@ impl StoreState<'_> {
 
     pub fn next_revision_stored(&self) -> Result<Revision, StoreError> {
         self.counter(Table::Meta, NEXT_REVISION, 1)
-    }
-
-    pub fn outbox_floor(&self) -> Result<Revision, StoreError> {
-        self.counter(Table::Meta, OUTBOX_FLOOR, 1)
-    }
-
-    /// Removes outbox events below `below` (at most `limit` per call) and
-    /// raises the floor past them. Returns how many were removed.
-    pub fn compact_outbox(&self, below: Revision, limit: usize) -> Result<usize, StoreError> {
-        let floor = self.outbox_floor()?;
-        if below <= floor {
-            return Ok(0);
-        }
-        // From the floor, not the first key: everything below it was
-        // removed, and on an LSM engine each removed key is a tombstone a
-        // scan from the start would step over again (quadratic: 16 % of the
-        // writer's CPU in a 1M cascade on fjall, `perf record`).
-        let after = floor.checked_sub(1).map(revision_key);
-        let keys = self.store.scan(Table::Outbox, &[], after.as_deref(), limit)?;
-        let mut batch = Batch::default();
-        let mut new_floor = floor;
-        for (k, _) in keys {
-            let rev = u64::from_be_bytes(k.as_slice().try_into().map_err(|_| StoreError::Corrupt {
-                table: Table::Outbox.name(),
-                message: "outbox key is not 8 bytes".into(),
-            })?);
-            if rev >= below {
-                break;
-            }
-            batch.remove(Table::Outbox, k);
-            new_floor = rev + 1;
-        }
-        let removed = batch.len();
-        if removed == 0 {
-            return Ok(0);
-        }
-        batch.put(Table::Meta, OUTBOX_FLOOR.to_vec(), new_floor.to_be_bytes().to_vec());
-        // No flush of its own: the removal claims nothing durable (the
-        // events are past the retention and every peer's acknowledgement,
-        // and the floor moves in the same batch), so a crash that loses it
-        // only keeps them a while longer, and the writer's next flush makes
-        // it durable. A flush per batch was one fsync per 1,000 events,
-        // which a cascade of a million paid about 900 times on sled.
-        self.store.commit(batch)?;
-        Ok(removed)
     }
 
     pub fn generation_stored(&self) -> Result<u64, StoreError> {
@@ -748,9 +626,7 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         }
         put_or_remove(&mut b, Table::RetryQueue, uid.as_bytes().to_vec(), v)?;
     }
-    for e in &w.events {
-        b.put(Table::Outbox, revision_key(e.revision), e.encode(Table::Outbox)?);
-    }
+    outbox::put_events(&mut b, &w.events)?;
     if let Some(r) = w.next_revision {
         b.put(Table::Meta, NEXT_REVISION.to_vec(), r.to_be_bytes().to_vec());
     }

@@ -241,6 +241,8 @@ pub fn limits() -> Vec<Limit> {
         row("store", "longest retry of a refused commit", Amount::Time(crate::writer::MAX_RETRY), ""),
         row("store", "test write before an engine is reopened", bytes(crate::store::WRITE_PROBE_BYTES), ""),
         row("store", "a repeated warning, logged once per", Amount::Time(crate::log_throttle::DEFAULT_WINDOW), ""),
+        row("store", "events per outbox row (a commit of more events writes more rows)", items(crate::codec::MAX_EVENTS_PER_OUTBOX_ROW), ""),
+        row("store", "bytes of events per outbox row (a larger event is a row of its own)", bytes(crate::codec::MAX_OUTBOX_ROW_BYTES), ""),
         // The schema.
         row("schema", "kinds", items(cascade_core::schema::MAX_KINDS), ""),
         row("schema", "reference fields per kind", items(cascade_core::schema::MAX_REFS_PER_KIND), ""),

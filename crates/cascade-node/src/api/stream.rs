@@ -311,6 +311,15 @@ mod tests {
             }
         }
 
+        /// Commits `n` events one step at a time: a row each, so that
+        /// compaction may stop between any two of them (it removes whole
+        /// rows, one commit's events).
+        fn commit_each(&self, n: u64) {
+            for _ in 0..n {
+                self.commit(1);
+            }
+        }
+
         /// Commits `n` events whose flush fails: readers of the store can
         /// see them, nothing is published. Returns them.
         fn commit_unflushed(&self, n: u64) -> Vec<Event> {
@@ -359,6 +368,8 @@ mod tests {
             let published = self.published.below();
             let next = self.state().next_revision_stored().unwrap();
             let mut batch = crate::store::Batch::default();
+            // Every row of a lost commit is keyed by a revision in this
+            // range (its last event's): commits are published whole.
             for revision in published..next {
                 batch.remove(crate::store::Table::Outbox, crate::codec::revision_key(revision));
             }
@@ -424,7 +435,7 @@ mod tests {
     #[tokio::test]
     async fn a_compacted_revision_answers_out_of_range_with_the_floor_to_resume_from() {
         let outbox = Outbox::new(4);
-        outbox.commit(10);
+        outbox.commit_each(10);
         assert_eq!(outbox.compact_keeping(5), 6);
         let mut stream = outbox.stream(3, |_| true, PACING);
         let first = tokio::time::timeout(std::time::Duration::from_secs(5), stream.next()).await;
@@ -442,7 +453,7 @@ mod tests {
     #[tokio::test]
     async fn from_the_oldest_starts_at_the_floor_wherever_it_is() {
         let outbox = Outbox::new(4);
-        outbox.commit(10);
+        outbox.commit_each(10);
         outbox.compact_keeping(4);
         let mut stream = outbox.stream(0, |_| true, PACING);
         let mut seen = Vec::new();
@@ -466,7 +477,7 @@ mod tests {
         for _ in 0..2 {
             seen.push(stream.next().await.unwrap().unwrap());
         }
-        outbox.commit(40);
+        outbox.commit_each(40);
         let floor = outbox.compact_keeping(10);
         assert_eq!(floor, 41);
         let end = loop {
@@ -495,7 +506,7 @@ mod tests {
     #[tokio::test]
     async fn an_overtaken_peer_stream_is_counted_as_a_peer() {
         let outbox = Outbox::new(4);
-        outbox.commit(10);
+        outbox.commit_each(10);
         outbox.compact_keeping(2);
         let mut stream = paced_outbox_stream(
             outbox.feed(),
@@ -512,6 +523,34 @@ mod tests {
         assert_eq!(resume_revision(&status), Some(9), "{status:?}");
         assert_eq!(outbox.metrics.watch_overtaken_count("peer"), 1);
         assert_eq!(outbox.overtaken(), 0, "not a client");
+    }
+
+    /// A commit's events are one row, which compaction removes whole: a
+    /// row that straddles the bound stays, the floor is its first
+    /// revision, and a stream from inside it starts exactly where it
+    /// asked; one from below the floor still ends with OUT_OF_RANGE.
+    #[tokio::test]
+    async fn compaction_keeps_a_commit_it_would_cut_and_a_stream_starts_inside_it() {
+        let outbox = Outbox::new(4);
+        outbox.commit(5);
+        outbox.commit(5);
+        assert_eq!(outbox.compact_keeping(7), 1, "1..=5 straddles 4: nothing removed");
+        assert_eq!(
+            outbox.compact_keeping(3),
+            6,
+            "1..=5 removed, 6..=10 straddles 8 and stays"
+        );
+        assert_eq!(outbox.history(0).first().map(|e| e.0), Some(6));
+        let mut inside = outbox.stream(7, |_| true, Pacing { queued: 2, page: 2 });
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let item = tokio::time::timeout(std::time::Duration::from_secs(5), inside.next()).await;
+            seen.push(item.expect("sent at once").expect("an item").expect("an event"));
+        }
+        assert_eq!(seen, vec![7, 8, 9, 10], "from inside the row, pages ending inside it");
+        let mut below = outbox.stream(5, |_| true, PACING);
+        let status = below.next().await.expect("an answer").expect_err("5 was compacted");
+        assert_eq!(resume_revision(&status), Some(6), "{status:?}");
     }
 
     #[derive(Debug, Clone)]

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     stored, VERSION_POSTCARD_V1, VERSION_POSTCARD_V2, VERSION_POSTCARD_V3, VERSION_POSTCARD_V4, VERSION_POSTCARD_V5,
+    VERSION_POSTCARD_V6,
 };
 use crate::store::{StoreError, Table};
 
@@ -102,6 +103,61 @@ pub(super) fn event_head(bytes: &[u8]) -> Result<Option<stored::EventHead<'_>>, 
         Some(b'{' | b'"') => Ok(None),
         Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
         None => Err(corrupt("an empty value".into())),
+    }
+}
+
+/// One outbox row's value from the values of its events (each
+/// [`Record::encode`]d, in revision order): a single event's value as it
+/// is (the bytes every row held before runs), several as a run
+/// ([`stored::EventRun`], version 6).
+pub(super) fn encode_outbox_row(mut values: Vec<Vec<u8>>) -> Result<Vec<u8>, StoreError> {
+    if values.len() == 1 {
+        return Ok(values.pop().unwrap_or_default());
+    }
+    let run = stored::EventRun {
+        events: values.iter().map(|v| stored::EventValue(v)).collect(),
+    };
+    encode_stored(Table::Outbox, VERSION_POSTCARD_V6, &run)
+}
+
+/// The events of one outbox row, oldest first: each one's value (version
+/// byte and body, or legacy JSON), read with [`event_head`] or
+/// [`decode_keyed`]. Nothing of an event is decoded here.
+pub(super) enum RowEvents<'a> {
+    /// A row of one event (every row written before runs).
+    One(std::option::IntoIter<&'a [u8]>),
+    /// A run of several ([`stored::EventRun`]).
+    Run(std::vec::IntoIter<stored::EventValue<'a>>),
+}
+
+impl<'a> Iterator for RowEvents<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match self {
+            RowEvents::One(one) => one.next(),
+            RowEvents::Run(run) => run.next().map(|v| v.0),
+        }
+    }
+}
+
+/// The events an outbox row holds ([`encode_outbox_row`]). A run that
+/// does not read, or holds no event, is corruption of the outbox.
+pub(super) fn outbox_row_events(bytes: &[u8]) -> Result<RowEvents<'_>, StoreError> {
+    match bytes.split_first() {
+        Some((&VERSION_POSTCARD_V6, body)) => {
+            let run: stored::EventRun<'_> = decode_stored(body).map_err(|e| StoreError::Corrupt {
+                table: Table::Outbox.name(),
+                message: format!("a run of events (version 0x06): {e}"),
+            })?;
+            if run.events.is_empty() {
+                return Err(StoreError::Corrupt {
+                    table: Table::Outbox.name(),
+                    message: "a run of no events".into(),
+                });
+            }
+            Ok(RowEvents::Run(run.events.into_iter()))
+        }
+        _ => Ok(RowEvents::One(Some(bytes).into_iter())),
     }
 }
 

@@ -1290,6 +1290,31 @@ impl TryFrom<EventV2<'_>> for model::Event {
     }
 }
 
+/// An outbox row of several events, one commit's (version 6, see
+/// [`super::VERSION_POSTCARD_V6`]): each event's own value, its version
+/// byte and body exactly as a row of one event holds it, in revision
+/// order. Postcard writes it as the count, then each value's length and
+/// bytes, so a reader takes each event's head ([`EventHead`]) without
+/// decoding the rest of it. A row of one event is that event's value
+/// alone, as every row was before runs.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventRun<'a> {
+    #[serde(borrow)]
+    pub events: Vec<EventValue<'a>>,
+}
+
+/// One event's stored value inside an [`EventRun`], borrowed: written as
+/// bytes (a length, then the bytes in one copy), read back without one.
+#[derive(Debug, Deserialize)]
+#[serde(transparent)]
+pub struct EventValue<'a>(#[serde(borrow)] pub &'a [u8]);
+
+impl Serialize for EventValue<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_bytes(self.0)
+    }
+}
+
 /// [`model::RemoteDeletion`].
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RemoteDeletion<'a> {
