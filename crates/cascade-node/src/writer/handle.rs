@@ -5,7 +5,8 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// Events one compaction batch removes at most: one writer message, so a
+/// Outbox rows one compaction batch removes at most (a row holds the
+/// events of one commit, `codec/outbox.rs`): one writer message, so a
 /// client's write waits behind at most this many removals.
 pub(crate) const OUTBOX_COMPACTION_BATCH: usize = 1_000;
 
@@ -133,8 +134,8 @@ impl WriterHandle {
     }
 
     /// Compacts the outbox below `below` (one batch of at most
-    /// [`OUTBOX_COMPACTION_BATCH`] events), in the writer so it is ordered
-    /// with every other write of the node.
+    /// [`OUTBOX_COMPACTION_BATCH`] rows; returns the events removed), in
+    /// the writer so it is ordered with every other write of the node.
     pub async fn compact_outbox(&self, below: u64) -> Result<usize, Fault> {
         self.call(|reply| {
             WriterMsg::Apply(Box::new(move |state: &mut WriterState, _: &ActorRef<WriterMsg>| {
