@@ -583,14 +583,14 @@ impl Actor for Writer {
             work_budget: work_budget::WorkBudget::new(),
             unflushed: false,
         };
-        // A predecessor that failed may have left a commit unflushed.
-        state.unflushed = state.ctx.stats.unflushed();
+        state.unflushed = state.ctx.stats.unflushed(); // A predecessor that failed may have left one.
+        if !*state.ctx.committing.borrow() {
+            // Restarted mid-episode or after a failure: the store is retried first (`writer/supervisor.rs`).
+            state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
+            off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
+        }
         // Client steps queued for a predecessor that failed are this one's.
         state.clients.wake(&myself);
-        if !*state.ctx.committing.borrow() {
-            // Restarted by the supervisor while commits were failing.
-            state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
-        }
         // Resume whatever was accepted before a restart or crash.
         state.kick(&myself);
         Ok(state)
