@@ -30,6 +30,18 @@ use tonic_health::pb::HealthCheckRequest;
 /// restart made thousands.
 const RESTARTS_IN_2_S_AT_MOST: u64 = 10;
 
+/// Counts the supervisor's log lines (warnings and errors): what an
+/// operator's log holds of the restarts, besides each panic's message.
+struct SupervisorLines(Arc<AtomicU64>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SupervisorLines {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() == "cascade_node::writer::supervisor" {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// A memory store whose reads panic while `panicking` is set, as a bug in
 /// a step would: no error to handle, a panic of the writer's actor.
 struct PanicsOnRead {
@@ -80,6 +92,16 @@ async fn health(channel: &tonic::transport::Channel) -> Option<ServingStatus> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_panics_at_every_start_is_restarted_with_backoff_and_serves_again_once_the_cause_is_gone() {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    // The process's subscriber (no other test of this binary sets one):
+    // the writer logs from the runtime's threads.
+    let lines = Arc::new(AtomicU64::new(0));
+    tracing_subscriber::registry()
+        .with(SupervisorLines(lines.clone()).with_filter(tracing_subscriber::filter::LevelFilter::WARN))
+        .try_init()
+        .expect("no other subscriber in this test binary");
     let store = Arc::new(PanicsOnRead {
         inner: MemoryStore::default(),
         panicking: AtomicBool::new(false),
@@ -186,6 +208,14 @@ async fn a_writer_that_panics_at_every_start_is_restarted_with_backoff_and_serve
         .get(&full("project/p"))
         .await
         .expect("what was written before is kept");
+    // One line for the whole episode (the throttle's window is 20 s),
+    // where each restart logged one before.
+    let total = store.panics.load(Ordering::SeqCst);
+    assert_eq!(
+        lines.load(Ordering::SeqCst),
+        1,
+        "the supervisor's lines for {total} panics"
+    );
     // Scraped once reads work again: a scrape reads the store too.
     let counted = scrape(metrics).await;
     let restarted = counted.get("cascade_writer_restarts_total").copied().unwrap_or(0.0);
