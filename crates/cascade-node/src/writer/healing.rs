@@ -86,6 +86,9 @@ pub(crate) struct Healed {
     pub reopens: u64,
     /// From the first failure to the commit that succeeded.
     pub lasted: Duration,
+    /// The episode was a restarted writer's (`Healing::resumed`) and its
+    /// first retry succeeded: the store never failed it.
+    pub restart_only: bool,
 }
 
 /// The writer's state of health; no episode while commits succeed.
@@ -99,6 +102,8 @@ struct Episode {
     since: Instant,
     failures: u64,
     reopens: u64,
+    /// Started by a restart (`Healing::resumed`), not by a failure.
+    resumed: bool,
     /// A failure that may clear was seen since the last reopen: the
     /// engine's handles may refuse for good, so reopen before retrying.
     reopen_wanted: bool,
@@ -119,6 +124,7 @@ impl Healing {
         healing.start(now, true);
         if let Some(e) = &mut healing.episode {
             e.retry_at = now;
+            e.resumed = true;
         }
         healing
     }
@@ -133,6 +139,7 @@ impl Healing {
             since: now,
             failures: 1,
             reopens: 0,
+            resumed: false,
             reopen_wanted,
             retry_at: now + backoff.next_wait(),
             backoff,
@@ -199,6 +206,7 @@ impl Healing {
             failures: e.failures,
             reopens: e.reopens,
             lasted: now.saturating_duration_since(e.since),
+            restart_only: e.resumed && e.failures == 1,
         })
     }
 }
@@ -248,10 +256,19 @@ mod tests {
     #[test]
     fn a_writer_restarted_mid_episode_retries_at_once_and_reopens_first() {
         let now = crate::clock::monotonic_now();
-        let h = Healing::resumed(now);
+        let mut h = Healing::resumed(now);
         assert!(h.failing());
         assert!(h.due(now), "a writer that dies at each start must still retry");
         assert!(h.reopen_wanted());
+        h.reopened();
+        let healed = h.healed(now).expect("the restart's episode");
+        assert!(healed.restart_only, "not news: the supervisor logged the restart");
+        let mut h = Healing::resumed(now);
+        h.failed(&full(), now);
+        assert!(
+            !h.healed(now).expect("an episode").restart_only,
+            "the store failed it: news"
+        );
     }
 
     #[test]

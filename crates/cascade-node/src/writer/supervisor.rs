@@ -23,15 +23,17 @@
 //!   held back (`log_throttle`);
 //! - is restarted after a wait that doubles from 100 ms to 2 s (the
 //!   store's retry policy, `healing::Backoff`), back to 100 ms once an
-//!   incarnation ran [`HEALTHY_RUN`]. A restart that itself fails (the
-//!   writer's start panicked) waits the next backoff too.
+//!   incarnation ran [`HEALTHY_RUN`], when one info line says the
+//!   restarts are over. A restart that itself fails (the writer's start
+//!   panicked) waits the next backoff too. The new writer's first commit
+//!   is not news at each restart: it says SERVING at debug level.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::time::Instant;
-use tracing::error;
+use tracing::{error, info};
 
 use super::group::ClientQueue;
 use super::healing::Backoff;
@@ -66,6 +68,9 @@ pub(super) enum SupervisorMsg {
     Stop,
     /// The backoff after a failure is over: start a new writer.
     Restart,
+    /// The writer restarted as this actor has run [`HEALTHY_RUN`]: if it
+    /// still runs, the restarts are over.
+    RanHealthy(ractor::ActorId),
 }
 
 impl SupervisorState {
@@ -106,20 +111,36 @@ impl SupervisorState {
         .await
         {
             Ok((writer, _)) => {
+                let id = writer.get_id();
                 if let Ok(mut cur) = self.current.write() {
                     *cur = writer;
                 }
                 self.started = Some(crate::clock::monotonic_now());
+                myself.send_after(HEALTHY_RUN, move || SupervisorMsg::RanHealthy(id));
             }
             // Its start panicked (its store retry, say): wait longer.
             Err(e) => self.writer_failed(myself, &e.to_string()),
         }
     }
 
-    /// Whether `cell` is the writer that runs now (a supervision event of
+    /// Whether `id` is the writer that runs now (a supervision event of
     /// an earlier one, or of a start that failed, changes nothing).
-    fn is_current(&self, cell: &ActorCell) -> bool {
-        self.started.is_some() && self.current.read().is_ok_and(|w| w.get_id() == cell.get_id())
+    fn is_current(&self, id: ractor::ActorId) -> bool {
+        self.started.is_some() && self.current.read().is_ok_and(|w| w.get_id() == id)
+    }
+
+    /// A restarted writer ran [`HEALTHY_RUN`]: one line says the restarts
+    /// are over (with those not logged), and the next failure waits the
+    /// first backoff again.
+    fn ran_healthy(&mut self) {
+        let held = self.failures.reset();
+        self.backoff.reset();
+        info!(
+            region = %self.ctx.region,
+            unlogged_failures = held.count(),
+            "the writer restarted {} s ago still runs: restarts are over{held}",
+            HEALTHY_RUN.as_secs()
+        );
     }
 }
 
@@ -170,6 +191,8 @@ impl Actor for Supervisor {
                 state.restart(&myself).await;
             }
             SupervisorMsg::Restart => {}
+            SupervisorMsg::RanHealthy(id) if !state.stopping && state.is_current(id) => state.ran_healthy(),
+            SupervisorMsg::RanHealthy(_) => {}
         }
         Ok(())
     }
@@ -181,10 +204,12 @@ impl Actor for Supervisor {
         state: &mut SupervisorState,
     ) -> Result<(), ActorProcessingErr> {
         match evt {
-            SupervisionEvent::ActorFailed(cell, err) if !state.stopping && state.is_current(&cell) => {
+            SupervisionEvent::ActorFailed(cell, err) if !state.stopping && state.is_current(cell.get_id()) => {
                 state.writer_failed(&myself, &err.to_string());
             }
-            SupervisionEvent::ActorTerminated(cell, _, reason) if !state.stopping && state.is_current(&cell) => {
+            SupervisionEvent::ActorTerminated(cell, _, reason)
+                if !state.stopping && state.is_current(cell.get_id()) =>
+            {
                 let reason = reason.unwrap_or_else(|| "no reason given".to_owned());
                 state.writer_failed(&myself, &format!("stopped unexpectedly: {reason}"));
             }
