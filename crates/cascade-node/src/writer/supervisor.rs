@@ -11,7 +11,7 @@
 //! - turns health NOT_SERVING (the `committing` flag: no writer runs, so no
 //!   write would be served), which also makes the next incarnation start
 //!   as a writer restarted mid-episode (`writer/healing.rs`,
-//!   `Healing::resumed`): before its first work step it retries the store
+//!   `Healing::resumed`): before it serves anything it retries the store
 //!   at once (a reopen, then a probe commit), and health is SERVING only
 //!   once that commit succeeds. A writer that dies at each start still
 //!   retries the store at each start, and heals once the cause goes away;
