@@ -83,6 +83,7 @@ pub struct NodeMetrics {
     writer_batch_keys: Histogram,
     writer_commit_failures: IntCounter,
     store_reopens: IntCounter,
+    writer_restarts: IntCounter,
     deletions: IntGaugeVec,
     retry_queue_depth: IntGauge,
     unfinished_work_seconds: Gauge,
@@ -183,6 +184,10 @@ impl NodeMetrics {
             store_reopens: registered(&r, build(IntCounter::new(
                 "cascade_store_reopens_total",
                 "Times the writer reopened the storage engine from its files to heal it (after a full disk, a read-only remount).",
+            ))),
+            writer_restarts: registered(&r, build(IntCounter::new(
+                "cascade_writer_restarts_total",
+                "Times the supervisor restarted a writer that failed (panicked), after a backoff of 100 ms doubling to 2 s.",
             ))),
             deletions: registered(&r, build(IntGaugeVec::new(
                 Opts::new(
@@ -417,6 +422,11 @@ impl NodeMetrics {
     /// The writer reopened the storage engine to heal it.
     pub(crate) fn store_reopened(&self) {
         self.store_reopens.inc();
+    }
+
+    /// The supervisor restarted a writer that failed.
+    pub(crate) fn writer_restarted(&self) {
+        self.writer_restarts.inc();
     }
 
     /// The link to `peer` is following its outbox (or not).

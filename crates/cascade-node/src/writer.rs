@@ -11,6 +11,10 @@
 //! step's batch is committed and flushed before its reply is sent and
 //! before its events are published, so a client or watcher never sees a
 //! revision that a crash could take back.
+//!
+//! Size: the actor's message loop, its commit path and its store healing
+//! share `WriterState`'s private fields; what splits off cleanly is already
+//! in `writer/` (groups, healing's account, audit, schema swaps).
 
 mod audited;
 mod closure_checks;
@@ -390,6 +394,10 @@ impl WriterState {
             return;
         };
         self.ctx.committing.send_if_modified(|ok| !std::mem::replace(ok, true));
+        if healed.restart_only {
+            // Not news at each restart of a writer that keeps failing: the supervisor logs those (throttled).
+            return debug!(region = %self.ctx.region, "a restarted writer commits: health is SERVING");
+        }
         let unlogged = self.work_failed.reset().count();
         info!(
             region = %self.ctx.region,
@@ -583,14 +591,14 @@ impl Actor for Writer {
             work_budget: work_budget::WorkBudget::new(),
             unflushed: false,
         };
-        // A predecessor that failed may have left a commit unflushed.
-        state.unflushed = state.ctx.stats.unflushed();
+        state.unflushed = state.ctx.stats.unflushed(); // A predecessor that failed may have left one.
+        if !*state.ctx.committing.borrow() {
+            // Restarted mid-episode or after a failure: the store is retried first (`writer/supervisor.rs`).
+            state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
+            off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
+        }
         // Client steps queued for a predecessor that failed are this one's.
         state.clients.wake(&myself);
-        if !*state.ctx.committing.borrow() {
-            // Restarted by the supervisor while commits were failing.
-            state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
-        }
         // Resume whatever was accepted before a restart or crash.
         state.kick(&myself);
         Ok(state)

@@ -110,6 +110,22 @@ impl ClientQueue {
         drop(dropped);
     }
 
+    /// The writer failed and its restart waits out a backoff
+    /// (`writer/supervisor.rs`): the steps queued are answered at once that
+    /// the writer stopped (UNAVAILABLE: none of them ran, the caller may
+    /// retry) instead of waiting for a writer that may fail on them again,
+    /// and a wake-up its mailbox lost is forgotten, so that the next push
+    /// tries the dead writer and is refused at once too.
+    pub(super) fn refuse_queued(&self) {
+        let dropped = {
+            let mut queued = self.queued();
+            queued.wake_queued = false;
+            std::mem::take(&mut queued.steps)
+        };
+        // Dropped outside the lock: each drops its caller's reply port.
+        drop(dropped);
+    }
+
     /// A new incarnation of the writer: its predecessor's wake-up, if any,
     /// died with its mailbox.
     pub(super) fn wake(&self, writer: &ActorRef<WriterMsg>) {

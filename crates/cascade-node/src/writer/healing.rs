@@ -40,6 +40,36 @@ pub(crate) const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// write and an fsync (and a 1 MiB probe file) every two seconds.
 pub(crate) const MAX_RETRY: Duration = Duration::from_secs(2);
 
+/// A capped exponential backoff: [`FIRST_RETRY`], doubled by each wait
+/// up to [`MAX_RETRY`]. The store's retries use it, and so do the
+/// supervisor's restarts of a writer that failed (`writer/supervisor.rs`):
+/// one policy for "try again" in the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { next: FIRST_RETRY }
+    }
+}
+
+impl Backoff {
+    /// The wait before the next try; the one after it waits twice as
+    /// long, up to [`MAX_RETRY`].
+    pub(crate) fn next_wait(&mut self) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(MAX_RETRY);
+        wait
+    }
+
+    /// Things went well: the next wait is the first again.
+    pub(crate) fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
 /// What a failure was, for the log: the first of an episode (one error
 /// line) or a later one (a warning at most once a window).
 pub(crate) enum Noted {
@@ -56,6 +86,9 @@ pub(crate) struct Healed {
     pub reopens: u64,
     /// From the first failure to the commit that succeeded.
     pub lasted: Duration,
+    /// The episode was a restarted writer's (`Healing::resumed`) and its
+    /// first retry succeeded: the store never failed it.
+    pub restart_only: bool,
 }
 
 /// The writer's state of health; no episode while commits succeed.
@@ -69,22 +102,30 @@ struct Episode {
     since: Instant,
     failures: u64,
     reopens: u64,
+    /// Started by a restart (`Healing::resumed`), not by a failure.
+    resumed: bool,
     /// A failure that may clear was seen since the last reopen: the
     /// engine's handles may refuse for good, so reopen before retrying.
     reopen_wanted: bool,
-    /// The next wait, doubled by each failed retry up to [`MAX_RETRY`].
-    delay: Duration,
+    /// The waits between retries, doubled by each failed one up to [`MAX_RETRY`].
+    backoff: Backoff,
     retry_at: Instant,
     still_failing: Throttle,
 }
 
 impl Healing {
     /// A writer that starts while health says NOT_SERVING (the actor was
-    /// restarted mid-episode): the cause is unknown, so the first retry
-    /// reopens (a reopen of a healthy store is what a restart does).
+    /// restarted mid-episode, or after it failed): the cause is unknown,
+    /// so the first retry reopens (a reopen of a healthy store is what a
+    /// restart does), and it is due at once: a writer that fails at each
+    /// start still retries the store each time (`writer/supervisor.rs`).
     pub(crate) fn resumed(now: Instant) -> Self {
         let mut healing = Self::default();
         healing.start(now, true);
+        if let Some(e) = &mut healing.episode {
+            e.retry_at = now;
+            e.resumed = true;
+        }
         healing
     }
 
@@ -93,13 +134,15 @@ impl Healing {
         // that it still fails start a window after it.
         let still_failing = Throttle::default();
         let _ = still_failing.admit();
+        let mut backoff = Backoff::default();
         self.episode = Some(Episode {
             since: now,
             failures: 1,
             reopens: 0,
+            resumed: false,
             reopen_wanted,
-            delay: FIRST_RETRY,
-            retry_at: now + FIRST_RETRY,
+            retry_at: now + backoff.next_wait(),
+            backoff,
             still_failing,
         });
     }
@@ -153,8 +196,7 @@ impl Healing {
     /// A retry failed: the next waits twice as long, up to [`MAX_RETRY`].
     pub(crate) fn retry_failed(&mut self, now: Instant) {
         if let Some(e) = &mut self.episode {
-            e.delay = (e.delay * 2).min(MAX_RETRY);
-            e.retry_at = now + e.delay;
+            e.retry_at = now + e.backoff.next_wait();
         }
     }
 
@@ -164,6 +206,7 @@ impl Healing {
             failures: e.failures,
             reopens: e.reopens,
             lasted: now.saturating_duration_since(e.since),
+            restart_only: e.resumed && e.failures == 1,
         })
     }
 }
@@ -208,6 +251,33 @@ mod tests {
         assert_eq!(healed.lasted, now - start);
         assert!(!h.failing());
         assert_eq!(h.healed(now), None, "a second success reports nothing");
+    }
+
+    #[test]
+    fn a_writer_restarted_mid_episode_retries_at_once_and_reopens_first() {
+        let now = crate::clock::monotonic_now();
+        let mut h = Healing::resumed(now);
+        assert!(h.failing());
+        assert!(h.due(now), "a writer that dies at each start must still retry");
+        assert!(h.reopen_wanted());
+        h.reopened();
+        let healed = h.healed(now).expect("the restart's episode");
+        assert!(healed.restart_only, "not news: the supervisor logged the restart");
+        let mut h = Healing::resumed(now);
+        h.failed(&full(), now);
+        assert!(
+            !h.healed(now).expect("an episode").restart_only,
+            "the store failed it: news"
+        );
+    }
+
+    #[test]
+    fn a_backoff_doubles_to_the_cap_and_starts_over_when_reset() {
+        let mut b = Backoff::default();
+        let waits: Vec<u128> = (0..7).map(|_| b.next_wait().as_millis()).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000]);
+        b.reset();
+        assert_eq!(b.next_wait(), FIRST_RETRY);
     }
 
     #[test]
