@@ -379,7 +379,7 @@ impl Admin for AdminApi {
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminExtendBudget);
         let deadline = deadline_of(request.metadata());
-        // Forwarded: refused, changing nothing, once its forwarder gave up.
+        // A forwarded action arriving after its forwarder gave up is refused.
         let answer_by = answer_by(request.metadata());
         let read = budget_within(crate::cluster::OPERATION_READ_TIMEOUT, request.metadata());
         let req = request.into_inner();
@@ -400,18 +400,10 @@ impl Admin for AdminApi {
         };
         if let Some(region) = self.node.owner_region(&root.name, "operation_id").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let forwarded = Self::forwarded(req, &admin);
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.extend_budget(r).await };
             return Ok(Response::new(
-                forward(
-                    region,
-                    "ExtendBudget",
-                    &deadline,
-                    self.node.clock.now(),
-                    forwarded,
-                    send,
-                )
-                .await?,
+                forward(region, "ExtendBudget", &deadline, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminExtendBudget) {
@@ -444,18 +436,10 @@ impl Admin for AdminApi {
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let forwarded = Self::forwarded(req, &admin);
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.list_deletions(r).await };
             return Ok(Response::new(
-                forward(
-                    &region,
-                    "ListDeletions",
-                    &deadline,
-                    self.node.clock.now(),
-                    forwarded,
-                    send,
-                )
-                .await?,
+                forward(&region, "ListDeletions", &deadline, now, forwarded, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListDeletions)?;
@@ -503,7 +487,7 @@ impl Admin for AdminApi {
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminRetryDeletion);
         let deadline = deadline_of(request.metadata());
-        // Forwarded: refused, changing nothing, once its forwarder gave up.
+        // A forwarded action arriving after its forwarder gave up is refused.
         let answer_by = answer_by(request.metadata());
         let req = request.into_inner();
         let audit = AdminRequest {
@@ -518,18 +502,10 @@ impl Admin for AdminApi {
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let forwarded = Self::forwarded(req, &admin);
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.retry_deletion(r).await };
             return Ok(Response::new(
-                forward(
-                    region,
-                    "RetryDeletion",
-                    &deadline,
-                    self.node.clock.now(),
-                    forwarded,
-                    send,
-                )
-                .await?,
+                forward(region, "RetryDeletion", &deadline, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminRetryDeletion) {
@@ -559,7 +535,7 @@ impl Admin for AdminApi {
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminForcePurge);
         let deadline = deadline_of(request.metadata());
-        // Forwarded: refused, changing nothing, once its forwarder gave up.
+        // A forwarded action arriving after its forwarder gave up is refused.
         let answer_by = answer_by(request.metadata());
         let req = request.into_inner();
         let audit = AdminRequest {
@@ -574,10 +550,10 @@ impl Admin for AdminApi {
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let forwarded = Self::forwarded(req, &admin);
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.force_purge(r).await };
             return Ok(Response::new(
-                forward(region, "ForcePurge", &deadline, self.node.clock.now(), forwarded, send).await?,
+                forward(region, "ForcePurge", &deadline, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminForcePurge) {
@@ -612,10 +588,10 @@ impl Admin for AdminApi {
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let forwarded = Self::forwarded(req, &admin);
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.list_audit(r).await };
             return Ok(Response::new(
-                forward(&region, "ListAudit", &deadline, self.node.clock.now(), forwarded, send).await?,
+                forward(&region, "ListAudit", &deadline, now, forwarded, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListAudit)?;
