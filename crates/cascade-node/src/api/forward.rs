@@ -280,7 +280,57 @@ fn describe_transport(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cascade_core::CoreError;
+    use std::cell::RefCell;
     use tonic::Code;
+
+    fn is_deadline_exceeded(answer: Result<(), RemoteError>, rpc: &str) {
+        match answer {
+            Err(RemoteError::Unreachable(CoreError::DeadlineExceeded { region, call })) => {
+                assert_eq!((region.as_str(), call.as_str()), ("rb", rpc));
+            }
+            other => panic!("expected the client's deadline, got {other:?}"),
+        }
+    }
+
+    /// With none of the client's deadline left the owner is not asked; an
+    /// owner that does not answer within it is the client's deadline, not
+    /// UNAVAILABLE; and the call carries both the time it has and the
+    /// instant its forwarder gives up.
+    #[tokio::test]
+    async fn a_forward_keeps_to_the_clients_deadline_and_carries_it() {
+        let sent = RefCell::new(None);
+        let send = |r: Request<()>| {
+            let carried = (caller_deadline(r.metadata()), answer_by(r.metadata()));
+            *sent.borrow_mut() = Some(carried);
+            std::future::pending::<Result<Response<()>, Status>>()
+        };
+        let spent = Deadline::within(Duration::ZERO);
+        is_deadline_exceeded(
+            forward("rb", "ForcePurge", &spent, Timestamp(1_000), Request::new(()), send).await,
+            "ForcePurge",
+        );
+        assert_eq!(*sent.borrow(), None, "not sent");
+
+        let short = Deadline::within(Duration::from_millis(50));
+        let send = |r: Request<()>| {
+            let carried = (caller_deadline(r.metadata()), answer_by(r.metadata()));
+            *sent.borrow_mut() = Some(carried);
+            std::future::pending::<Result<Response<()>, Status>>()
+        };
+        is_deadline_exceeded(
+            forward("rb", "ListDeletions", &short, Timestamp(1_000), Request::new(()), send).await,
+            "ListDeletions",
+        );
+        let (timeout, by) = sent.borrow().expect("sent");
+        let timeout = timeout.expect("a grpc-timeout");
+        assert!(
+            timeout <= Duration::from_millis(50) && timeout > Duration::ZERO,
+            "{timeout:?}"
+        );
+        let by = by.expect("the instant it gives up").0;
+        assert!((1_000..=1_050).contains(&by), "{by}");
+    }
 
     #[test]
     fn an_answer_passes_through_and_a_transport_failure_is_unavailable() {
