@@ -114,14 +114,14 @@ pub(crate) fn with_timeout<T>(message: T, budget: Duration) -> Request<T> {
     request
 }
 
-/// The header a forwarded call carries the instant its forwarder gives up
-/// in, in milliseconds of the node's clock (`Timestamp`). A
+/// The header in which a forwarded call carries the instant its forwarder
+/// gives up, in milliseconds of that node's clock (a `Timestamp`). A
 /// `grpc-timeout` counts from when the call arrives, and a call held on
 /// the way (a partition that heals) arrives after its forwarder gave up
 /// and answered DEADLINE_EXCEEDED: the owner refuses an Admin action whose
 /// step comes after this instant ([`answer_by`],
-/// `crate::peers::still_awaited`), so that an action refused
-/// for time has not happened (up to the skew of the two nodes' clocks).
+/// `crate::peers::still_awaited`), so that an action refused for time has
+/// not happened (as long as the two nodes' clocks agree to within it).
 pub(crate) const ANSWER_BY: &str = "cascade-answer-by-ms";
 
 /// The instant a forwarded call's forwarder gives up ([`ANSWER_BY`]);
@@ -136,13 +136,13 @@ pub(crate) fn answer_by(metadata: &MetadataMap) -> Option<Timestamp> {
 
 /// Forwards a client's call `rpc` to its owner `region` (`send` makes the
 /// call of `request`), within what is left of the client's `deadline` and
-/// at most [`FORWARD_TIMEOUT`], which the call carries as its
-/// `grpc-timeout` so that the owner keeps to it too, and as the instant
-/// it gives up, `now` (this node's clock) plus that ([`ANSWER_BY`]). With nothing left the
-/// owner is not asked; an owner that does not answer in time, or that ends
-/// the call on the deadline it carried, is the client's deadline: either
-/// way DEADLINE_EXCEEDED naming the region (`CoreError::DeadlineExceeded`),
-/// not UNAVAILABLE.
+/// at most [`FORWARD_TIMEOUT`]. The call carries that time as its
+/// `grpc-timeout`, so that the owner keeps to it too, and the instant this
+/// node gives up, `now` (its clock) plus that time ([`ANSWER_BY`]). With
+/// nothing left the owner is not asked; an owner that does not answer in
+/// time, or that ends the call on the deadline it carried, is the client's
+/// deadline: either way DEADLINE_EXCEEDED naming the region
+/// (`CoreError::DeadlineExceeded`), not UNAVAILABLE.
 pub(crate) async fn forward<M, T, Fut>(
     region: &str,
     rpc: &'static str,
