@@ -6,6 +6,10 @@
 //! refused whole: nothing left CREATING behind it. So does a delete whose
 //! question to another region (KeepsAnotherTarget) is not answered in time.
 //!
+//! An Admin call about another region (ListDeletions, ForcePurge, …) that
+//! its node forwards there keeps to the client's deadline the same way, and
+//! a forwarded action refused for time has not happened.
+//!
 //! Real nodes on loopback; one region reaches the other through a fault proxy
 //! (`tests/support/fault_proxy.rs`) that holds every byte, as a partition
 //! shorter than TCP's timeout does.
@@ -18,6 +22,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use cascade_proto::v1;
+use cascade_proto::v1::admin_client::AdminClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
 use support::fault_proxy::Fault;
 use support::*;
@@ -274,4 +279,114 @@ async fn a_get_that_asks_another_region_answers_within_its_clients_deadline() {
         "as the local view has it"
     );
     pc.peer_proxy("rb", "ra").set(Fault::Pass);
+}
+
+/// The `[admin] token` of the cluster of the Admin test.
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// An Admin call with the administrator's token and the client's deadline
+/// ([`CLIENT_DEADLINE`]).
+fn as_admin<M>(message: M) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CLIENT_DEADLINE);
+    let bearer = format!("Bearer {ADMIN_TOKEN}").parse().expect("an ASCII header");
+    request.metadata_mut().insert("authorization", bearer);
+    request
+}
+
+/// An administrator asks ra's node about rb's DELETING project (held by a
+/// finalizer) while ra's connection to rb is held: ListDeletions and a
+/// ForcePurge, each forwarded to rb, answer DEADLINE_EXCEEDED naming rb
+/// within about the client's deadline, rather than waiting out the 30 s a
+/// forward is given without one (the client's own channel gave up first,
+/// CANCELLED). Once rb answers again, the held ForcePurge reaches it after
+/// its forwarder gave up: rb refuses it, and the project is still
+/// DELETING, held by its finalizer, not forced, with no ForcePurge carried
+/// out in rb's audit log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_call_forwarded_to_a_held_region_gives_up_at_its_clients_deadline_and_changes_nothing() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |s| s.admin.token = Some(ADMIN_TOKEN.to_owned())).await;
+    let b = pc.cluster.client("rb");
+    let mut project = spec_in("rb/project/p", &[]);
+    project.finalizers = vec!["dns".to_owned()];
+    b.create(project).await.expect("rb's project");
+    b.delete(delete_req("rb/project/p", false))
+        .await
+        .expect("its deletion, held by its finalizer");
+    let mut admin = AdminClient::connect(pc.cluster.node("ra").node.endpoint())
+        .await
+        .expect("admin client connects");
+    let deletions = || v1::ListDeletionsRequest {
+        region: "rb".to_owned(),
+        ..Default::default()
+    };
+    // ra has forwarded an Admin call to rb once (its channel is up): the
+    // hold meets a live connection.
+    let listed = admin
+        .list_deletions(as_admin(deletions()))
+        .await
+        .expect("rb's deletions through ra")
+        .into_inner();
+    let names: Vec<_> = listed
+        .deletions
+        .iter()
+        .filter_map(|d| d.resource.as_ref())
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(names, ["rb/project/p"]);
+
+    pc.peer_proxy("ra", "rb").set(Fault::Hold);
+    let started = Instant::now();
+    let status = admin
+        .list_deletions(as_admin(deletions()))
+        .await
+        .expect_err("rb, which owns the deletions, is held");
+    let took = started.elapsed();
+    println!("ListDeletions forwarded to a held region with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+
+    let force = v1::ForcePurgeRequest {
+        name: "rb/project/p".to_owned(),
+        reason: "the test forces it while rb is held".to_owned(),
+        force: true,
+    };
+    let started = Instant::now();
+    let status = admin
+        .force_purge(as_admin(force))
+        .await
+        .expect_err("rb, which owns the project, is held");
+    let took = started.elapsed();
+    println!("ForcePurge forwarded to a held region with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+
+    // rb answers again: the held ForcePurge reaches it now, after its
+    // forwarder gave up (its stream reset behind it), and is refused: it
+    // changes nothing. (Before rb checked the instant its forwarder gave
+    // up, it was carried out here: "ForcePurge (force)", "ok".) The audit
+    // log is read through the same connection, after it.
+    pc.peer_proxy("ra", "rb").set(Fault::Pass);
+    let audit = v1::ListAuditRequest {
+        region: "rb".to_owned(),
+        ..Default::default()
+    };
+    let log = eventually(Duration::from_secs(20), "rb's audit log through ra", || {
+        let (mut admin, audit) = (admin.clone(), audit.clone());
+        async move { admin.list_audit(as_admin(audit)).await.ok() }
+    })
+    .await
+    .into_inner();
+    let forced: Vec<_> = log
+        .entries
+        .iter()
+        .filter(|e| e.action.starts_with("ForcePurge"))
+        .collect();
+    println!("rb's audit log of the late ForcePurge: {forced:?}");
+    assert!(
+        forced.iter().all(|e| e.outcome.starts_with("DeadlineExceeded")),
+        "a ForcePurge refused for time was carried out when it reached rb: {forced:?}"
+    );
+    let project = b.get("rb/project/p").await.expect("the project is still there");
+    assert_eq!(project.finalizers, ["dns"], "its finalizer still holds it: {project:?}");
+    let deletion = project.deletion.expect("still DELETING");
+    assert!(deletion.forced.is_none(), "not forced: {deletion:?}");
 }

@@ -17,6 +17,7 @@ use cascade_core::{OperationId, Timestamp, Uid};
 use crate::audit::AuditContext;
 use crate::error::Fault;
 use crate::node::Node;
+use crate::peers::still_awaited;
 use crate::store::Table;
 
 /// Which deletions a listing keeps.
@@ -125,11 +126,15 @@ impl Node {
         name: String,
         req: AdminRequest,
         audit: AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<DeletionEntry, Fault> {
         let (resource, record) = self
             .writer
             .apply_audited(
-                move |s, c, ids| protocol::retry_deletion(s, c, ids, &name, req),
+                move |s, c, ids| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "RetryDeletion")?;
+                    protocol::retry_deletion(s, c, ids, &name, req)
+                },
                 audit,
                 |_| Vec::new(),
             )
@@ -145,6 +150,7 @@ impl Node {
         req: AdminRequest,
         force: bool,
         audit: AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<DeletionEntry, Fault> {
         let min_age_ms = self.admin.force_purge_after_ms;
         let checked = name.clone();
@@ -152,7 +158,10 @@ impl Node {
         let (resource, record) = self
             .writer
             .apply_audited(
-                move |s, c, ids| protocol::force_purge(s, c, ids, &name, req, min_age_ms, force),
+                move |s, c, ids| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "ForcePurge")?;
+                    protocol::force_purge(s, c, ids, &name, req, min_age_ms, force)
+                },
                 audit,
                 |_| Vec::new(),
             )

@@ -22,7 +22,7 @@ use std::time::Duration;
 use cascade_core::model::{Operation, ResourceState};
 use cascade_core::protocol::{self, AdminRequest, BudgetGrant, Control, DeleteRequest, Step};
 use cascade_core::state::WriteSet;
-use cascade_core::{CoreError, OperationId, RefTarget, ResourceName};
+use cascade_core::{CoreError, OperationId, RefTarget, ResourceName, Timestamp};
 use tracing::{debug, info, warn};
 
 use crate::audit::AuditContext;
@@ -220,10 +220,15 @@ impl Node {
         max_deletions: u64,
         req: AdminRequest,
         audit: AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<Operation, Fault> {
         self.writer
             .apply_audited(
-                move |s, c, ids| protocol::extend_budget(s, c, ids, id, max_deletions, req),
+                move |s, c, ids| {
+                    // Forwarded by a node that gave up: refused, as nothing.
+                    crate::peers::still_awaited(answer_by, c.now, c.region.as_str(), "ExtendBudget")?;
+                    protocol::extend_budget(s, c, ids, id, max_deletions, req)
+                },
                 audit,
                 |_| Vec::new(),
             )

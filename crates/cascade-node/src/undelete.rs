@@ -17,11 +17,18 @@
 //! A region's part ([`Node::undelete_part_here`], also `Peer.UndeletePart`)
 //! pages through the deletion's outcomes there, asks the owners of the
 //! remote targets a page names whether they are live (`Peer.Lookup`, each
-//! within [`PEER_CALL_TIMEOUT`]), runs one writer step per page, then
+//! within what is left of the part's deadline and at most
+//! [`crate::peers::PEER_CALL_TIMEOUT`]: [`Deadline`]), runs one writer step per page, then
 //! attaches the restored references at their owners (as a create's are:
 //! durable intents first, the reconciler finishes what an owner that
 //! cannot be asked leaves). Every call to another region is within the
-//! caller's deadline, and at most [`UNDELETE_CALL_TIMEOUT`].
+//! caller's deadline, and at most [`UNDELETE_CALL_TIMEOUT`]: a part's
+//! deadline is what its drive has left of it (the root's own part), or the
+//! `grpc-timeout` the root's call to `Peer.UndeletePart` carries. A final
+//! round whose Lookup got no answer (its owner away, or the part's time
+//! ran out) decides nothing on that page: the part fails as an unreachable
+//! region's does, and the reconciler drives it again, rather than call
+//! the target not live and its referrer NOT_RESTORED for good.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -38,7 +45,7 @@ use crate::audit::{AuditContext, Change};
 use crate::cluster::CONCURRENT_LOOKUPS;
 use crate::error::Fault;
 use crate::node::Node;
-use crate::peers::{Deadline, LookupAnswer, RemoteError, PEER_CALL_TIMEOUT};
+use crate::peers::{Deadline, LookupAnswer, RemoteError};
 
 /// One region's round of an undelete, asked by the root's region: the
 /// whole part there, a page of outcomes per writer step.
@@ -284,10 +291,11 @@ impl Node {
     }
 
     async fn ask_part(&self, region: &str, ask: &PartAsk, left: Duration) -> Result<PartAnswer, Fault> {
-        if region == self.region.as_str() {
-            return self.undelete_part_here(ask.clone()).await;
-        }
         let deadline = left.min(UNDELETE_CALL_TIMEOUT);
+        if region == self.region.as_str() {
+            // Bounded as another region's part is, by what the drive has left.
+            return self.undelete_part_here(ask.clone(), &Deadline::within(deadline)).await;
+        }
         if deadline.is_zero() {
             return Err(CoreError::RegionUnavailable {
                 region: region.to_owned(),
@@ -308,8 +316,8 @@ impl Node {
 
     /// One round of this region's part (the root's own, or
     /// `Peer.UndeletePart`): every outcome of the deletion here, a page
-    /// per writer step.
-    pub(crate) async fn undelete_part_here(&self, ask: PartAsk) -> Result<PartAnswer, Fault> {
+    /// per writer step, its Lookups within `deadline` (see the module doc).
+    pub(crate) async fn undelete_part_here(&self, ask: PartAsk, deadline: &Deadline) -> Result<PartAnswer, Fault> {
         let mut answer = PartAnswer::default();
         let mut after: Option<ResourceName> = None;
         let mut live: BTreeMap<RefTarget, bool> = BTreeMap::new();
@@ -321,7 +329,12 @@ impl Node {
             let full = page.len() == OUTCOMES_PER_STEP;
             let wanted =
                 protocol::remote_targets(&self.state(), &self.schema(), self.region.as_str(), ask.phase, &page)?;
-            let mut remote_live = self.live_remotes(wanted, &mut live, &ask.would_restore).await;
+            let (mut remote_live, unanswered) =
+                self.live_remotes(wanted, &mut live, &ask.would_restore, deadline).await;
+            if let (true, Some(e)) = (ask.final_round, unanswered) {
+                // Not decided without its owners' answers (see the module doc).
+                return Err(e.into());
+            }
             if ask.dry_run {
                 // What any region's dry run would restore, this one's too.
                 remote_live.extend(ask.would_restore.iter().cloned());
@@ -374,31 +387,55 @@ impl Node {
     }
 
     /// Which of `wanted` (targets in other regions) are live at their
-    /// owners, each asked once per round, a few at a time; for a dry run
-    /// also those another region's dry run would restore.
+    /// owners, each asked once per round, a few at a time, each within what
+    /// is left of `deadline` (not asked when nothing is); for a dry run
+    /// also those another region's dry run would restore. With them, why a
+    /// Lookup got no answer (its owner could not be asked in time), if one
+    /// did not: its target counts as not live (it waits), which a final
+    /// round must not decide on.
     async fn live_remotes(
         &self,
         wanted: BTreeSet<RefTarget>,
         known: &mut BTreeMap<RefTarget, bool>,
         would_restore: &BTreeSet<RefTarget>,
-    ) -> BTreeSet<RefTarget> {
+        deadline: &Deadline,
+    ) -> (BTreeSet<RefTarget>, Option<CoreError>) {
         let ask: Vec<RefTarget> = wanted.iter().filter(|t| !known.contains_key(*t)).cloned().collect();
-        let answers: Vec<(RefTarget, bool)> = futures::stream::iter(ask)
+        let answers: Vec<(RefTarget, Result<bool, CoreError>)> = futures::stream::iter(ask)
             .map(|t| async move {
-                let live = matches!(
-                    self.peers.lookup(&t.name, PEER_CALL_TIMEOUT).await,
-                    Ok(LookupAnswer::Live(uid)) if uid == t.uid
-                );
-                (t, live)
+                let region = t.name.region();
+                let answer = match deadline.for_call(region, "Lookup") {
+                    Ok(within) => match self.peers.lookup(&t.name, within).await {
+                        Ok(LookupAnswer::Live(uid)) => Ok(uid == t.uid),
+                        Ok(LookupAnswer::Deleting | LookupAnswer::Absent) => Ok(false),
+                        // The owner could not be asked in time: no answer.
+                        Err(e) => match deadline.blame_remote(region, "Lookup", e) {
+                            RemoteError::Unreachable(e) => Err(e),
+                            // An answer of its own, or one that did not
+                            // decode: not live, as before.
+                            _ => Ok(false),
+                        },
+                    },
+                    Err(e) => Err(e),
+                };
+                (t, answer)
             })
             .buffer_unordered(CONCURRENT_LOOKUPS)
             .collect()
             .await;
-        known.extend(answers);
-        wanted
+        let mut failed = None;
+        for (t, answer) in answers {
+            let live = answer.unwrap_or_else(|e| {
+                failed.get_or_insert(e);
+                false
+            });
+            known.insert(t, live);
+        }
+        let live = wanted
             .into_iter()
             .filter(|t| known.get(t).copied().unwrap_or(false) || would_restore.contains(t))
-            .collect()
+            .collect();
+        (live, failed)
     }
 
     /// Attaches the cross-region references of restored resources at their

@@ -32,7 +32,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::admin::{AuditFilter, DeletionEntry, DeletionFilter, Refusal};
-use crate::api::forward::{call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{answer_by, budget_within, deadline_of, forward};
 use crate::api::principal::caller;
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
@@ -378,6 +378,10 @@ impl Admin for AdminApi {
         let admin = self.authenticate(&request, "ExtendBudget", &target).await?;
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminExtendBudget);
+        let deadline = deadline_of(request.metadata());
+        // A forwarded action arriving after its forwarder gave up is refused.
+        let answer_by = answer_by(request.metadata());
+        let read = budget_within(crate::cluster::OPERATION_READ_TIMEOUT, request.metadata());
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -391,16 +395,15 @@ impl Admin for AdminApi {
         let id = crate::api::parse_operation_id(&req.operation_id, "operation_id")?;
         let root = match self.node.state().get_operation(id).map_err(crate::error::Fault::from)? {
             Some(op) => op.root,
-            None => {
-                let read = crate::cluster::OPERATION_READ_TIMEOUT;
-                self.node.operation_within(id, 0, None, read).await?.operation.root
-            }
+            // Read from the regions within the caller's deadline too.
+            None => self.node.operation_within(id, 0, None, read).await?.operation.root,
         };
         if let Some(region) = self.node.owner_region(&root.name, "operation_id").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let call = client.extend_budget(Self::forwarded(req, &admin));
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let send = move |r| async move { client.extend_budget(r).await };
             return Ok(Response::new(
-                call_owner(region, "ExtendBudget", FORWARD_TIMEOUT, call).await?,
+                forward(region, "ExtendBudget", &deadline, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminExtendBudget) {
@@ -409,7 +412,7 @@ impl Admin for AdminApi {
         let span = info_span!("extend_budget", region = %self.node.region, operation = %id, who = %admin.who);
         match self
             .node
-            .extend_budget(id, req.max_deletions, audit.clone(), context.clone())
+            .extend_budget(id, req.max_deletions, audit.clone(), context.clone(), answer_by)
             .instrument(span)
             .await
         {
@@ -428,13 +431,15 @@ impl Admin for AdminApi {
         let target = request.get_ref().region.clone();
         let admin = self.authenticate(&request, "ListDeletions", &target).await?;
         let principal = caller(&request);
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let call = client.list_deletions(Self::forwarded(req, &admin));
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let send = move |r| async move { client.list_deletions(r).await };
             return Ok(Response::new(
-                call_owner(&region, "ListDeletions", FORWARD_TIMEOUT, call).await?,
+                forward(&region, "ListDeletions", &deadline, now, forwarded, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListDeletions)?;
@@ -481,6 +486,9 @@ impl Admin for AdminApi {
         let admin = self.authenticate(&request, "RetryDeletion", &target).await?;
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminRetryDeletion);
+        let deadline = deadline_of(request.metadata());
+        // A forwarded action arriving after its forwarder gave up is refused.
+        let answer_by = answer_by(request.metadata());
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -494,9 +502,10 @@ impl Admin for AdminApi {
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let call = client.retry_deletion(Self::forwarded(req, &admin));
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let send = move |r| async move { client.retry_deletion(r).await };
             return Ok(Response::new(
-                call_owner(region, "RetryDeletion", FORWARD_TIMEOUT, call).await?,
+                forward(region, "RetryDeletion", &deadline, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminRetryDeletion) {
@@ -505,7 +514,7 @@ impl Admin for AdminApi {
         let span = info_span!("retry_deletion", region = %self.node.region, name = %name, who = %admin.who);
         match self
             .node
-            .retry_deletion(req.name, audit.clone(), context.clone())
+            .retry_deletion(req.name, audit.clone(), context.clone(), answer_by)
             .instrument(span)
             .await
         {
@@ -525,6 +534,9 @@ impl Admin for AdminApi {
         let admin = self.authenticate(&request, "ForcePurge", &target).await?;
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminForcePurge);
+        let deadline = deadline_of(request.metadata());
+        // A forwarded action arriving after its forwarder gave up is refused.
+        let answer_by = answer_by(request.metadata());
         let req = request.into_inner();
         let audit = AdminRequest {
             who: admin.who.clone(),
@@ -538,9 +550,10 @@ impl Admin for AdminApi {
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let call = client.force_purge(Self::forwarded(req, &admin));
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let send = move |r| async move { client.force_purge(r).await };
             return Ok(Response::new(
-                call_owner(region, "ForcePurge", FORWARD_TIMEOUT, call).await?,
+                forward(region, "ForcePurge", &deadline, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminForcePurge) {
@@ -550,7 +563,7 @@ impl Admin for AdminApi {
             info_span!("force_purge", region = %self.node.region, name = %name, who = %admin.who, force = req.force);
         match self
             .node
-            .force_purge(req.name, audit.clone(), req.force, context.clone())
+            .force_purge(req.name, audit.clone(), req.force, context.clone(), answer_by)
             .instrument(span)
             .await
         {
@@ -570,13 +583,15 @@ impl Admin for AdminApi {
         let target = request.get_ref().region.clone();
         let admin = self.authenticate(&request, "ListAudit", &target).await?;
         let principal = caller(&request);
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let call = client.list_audit(Self::forwarded(req, &admin));
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let send = move |r| async move { client.list_audit(r).await };
             return Ok(Response::new(
-                call_owner(&region, "ListAudit", FORWARD_TIMEOUT, call).await?,
+                forward(&region, "ListAudit", &deadline, now, forwarded, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListAudit)?;
@@ -636,6 +651,7 @@ impl Admin for AdminApi {
     async fn can_i(&self, request: Request<v1::CanIRequest>) -> Result<Response<v1::CanIResponse>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         let verb = Verb::parse(&req.verb).ok_or_else(|| {
             let known: Vec<&str> = Verb::ALL.iter().map(|v| v.as_str()).collect();
@@ -664,8 +680,18 @@ impl Admin for AdminApi {
             // The caller travels with the call as with every call a node
             // makes for its client (`crate::peers::carrying`: vouched under
             // mutual TLS, its own bearer credential without).
-            let call = client.can_i(Request::new(req));
-            return Ok(Response::new(call_owner(&region, "CanI", FORWARD_TIMEOUT, call).await?));
+            let send = move |r| async move { client.can_i(r).await };
+            return Ok(Response::new(
+                forward(
+                    &region,
+                    "CanI",
+                    &deadline,
+                    self.node.clock.now(),
+                    Request::new(req),
+                    send,
+                )
+                .await?,
+            ));
         }
         let subject = if req.as_principal.is_empty() && req.as_groups.is_empty() {
             principal

@@ -44,6 +44,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use cascade_core::Timestamp;
 use cascade_proto::status_from_core;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
@@ -111,6 +112,59 @@ pub(crate) fn with_timeout<T>(message: T, budget: Duration) -> Request<T> {
     let mut request = Request::new(message);
     request.set_timeout(budget);
     request
+}
+
+/// The header in which a forwarded call carries the instant its forwarder
+/// gives up, in milliseconds of that node's clock (a `Timestamp`). A
+/// `grpc-timeout` counts from when the call arrives, and a call held on
+/// the way (a partition that heals) arrives after its forwarder gave up
+/// and answered DEADLINE_EXCEEDED: the owner refuses an Admin action whose
+/// step comes after this instant ([`answer_by`],
+/// `crate::peers::still_awaited`), so that an action refused for time has
+/// not happened (as long as the two nodes' clocks agree to within it).
+pub(crate) const ANSWER_BY: &str = "cascade-answer-by-ms";
+
+/// The instant a forwarded call's forwarder gives up ([`ANSWER_BY`]);
+/// None for a call that was not forwarded, or a value that is no number.
+pub(crate) fn answer_by(metadata: &MetadataMap) -> Option<Timestamp> {
+    let text = metadata.get(ANSWER_BY)?.to_str().ok()?;
+    if text.is_empty() || text.len() > 20 {
+        return None;
+    }
+    text.parse().ok().map(Timestamp)
+}
+
+/// Forwards a client's call `rpc` to its owner `region` (`send` makes the
+/// call of `request`), within what is left of the client's `deadline` and
+/// at most [`FORWARD_TIMEOUT`]. The call carries that time as its
+/// `grpc-timeout`, so that the owner keeps to it too, and the instant this
+/// node gives up, `now` (its clock) plus that time ([`ANSWER_BY`]). With
+/// nothing left the owner is not asked; an owner that does not answer in
+/// time, or that ends the call on the deadline it carried, is the client's
+/// deadline: either way DEADLINE_EXCEEDED naming the region
+/// (`CoreError::DeadlineExceeded`), not UNAVAILABLE.
+pub(crate) async fn forward<M, T, Fut>(
+    region: &str,
+    rpc: &'static str,
+    deadline: &Deadline,
+    now: Timestamp,
+    mut request: Request<M>,
+    send: impl FnOnce(Request<M>) -> Fut,
+) -> Result<T, RemoteError>
+where
+    Fut: Future<Output = Result<Response<T>, Status>>,
+{
+    let budget = deadline
+        .for_call_within(FORWARD_TIMEOUT, region, rpc)
+        .map_err(RemoteError::Unreachable)?;
+    request.set_timeout(budget);
+    let millis = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+    if let Ok(by) = now.plus_millis(millis).0.to_string().parse() {
+        request.metadata_mut().insert(ANSWER_BY, by);
+    }
+    call_owner(region, rpc, budget, send(request))
+        .await
+        .map_err(|e| deadline.blame_remote(region, rpc, e))
 }
 
 /// The status this node answers its own client with.
@@ -226,7 +280,57 @@ fn describe_transport(status: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cascade_core::CoreError;
+    use std::cell::RefCell;
     use tonic::Code;
+
+    fn is_deadline_exceeded(answer: Result<(), RemoteError>, rpc: &str) {
+        match answer {
+            Err(RemoteError::Unreachable(CoreError::DeadlineExceeded { region, call })) => {
+                assert_eq!((region.as_str(), call.as_str()), ("rb", rpc));
+            }
+            other => panic!("expected the client's deadline, got {other:?}"),
+        }
+    }
+
+    /// With none of the client's deadline left the owner is not asked; an
+    /// owner that does not answer within it is the client's deadline, not
+    /// UNAVAILABLE; and the call carries both the time it has and the
+    /// instant its forwarder gives up.
+    #[tokio::test]
+    async fn a_forward_keeps_to_the_clients_deadline_and_carries_it() {
+        let sent = RefCell::new(None);
+        let send = |r: Request<()>| {
+            let carried = (caller_deadline(r.metadata()), answer_by(r.metadata()));
+            *sent.borrow_mut() = Some(carried);
+            std::future::pending::<Result<Response<()>, Status>>()
+        };
+        let spent = Deadline::within(Duration::ZERO);
+        is_deadline_exceeded(
+            forward("rb", "ForcePurge", &spent, Timestamp(1_000), Request::new(()), send).await,
+            "ForcePurge",
+        );
+        assert_eq!(*sent.borrow(), None, "not sent");
+
+        let short = Deadline::within(Duration::from_millis(50));
+        let send = |r: Request<()>| {
+            let carried = (caller_deadline(r.metadata()), answer_by(r.metadata()));
+            *sent.borrow_mut() = Some(carried);
+            std::future::pending::<Result<Response<()>, Status>>()
+        };
+        is_deadline_exceeded(
+            forward("rb", "ListDeletions", &short, Timestamp(1_000), Request::new(()), send).await,
+            "ListDeletions",
+        );
+        let (timeout, by) = sent.borrow().expect("sent");
+        let timeout = timeout.expect("a grpc-timeout");
+        assert!(
+            timeout <= Duration::from_millis(50) && timeout > Duration::ZERO,
+            "{timeout:?}"
+        );
+        let by = by.expect("the instant it gives up").0;
+        assert!((1_000..=1_050).contains(&by), "{by}");
+    }
 
     #[test]
     fn an_answer_passes_through_and_a_transport_failure_is_unavailable() {

@@ -262,7 +262,9 @@ impl Peer for PeerApi {
         // Only the root's region drives an undelete's parts.
         let region = RegionId::parse(ask.root.name.region()).map_err(|e| invalid_field("root", e))?;
         self.authorize_as(&request, &region, "UndeletePart")?;
-        let answer = self.node.undelete_part_here(ask).await?;
+        // Its Lookups within the deadline the root's region gave the part.
+        let deadline = crate::api::forward::deadline_of(request.metadata());
+        let answer = self.node.undelete_part_here(ask, &deadline).await?;
         Ok(Response::new(crate::api::undelete::peer_answer(&answer)))
     }
 

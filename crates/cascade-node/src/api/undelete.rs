@@ -29,7 +29,9 @@ use crate::undelete::{PartAnswer, PartAsk};
 const UNDELETE_BUDGET: Duration = Duration::from_secs(60);
 
 impl Peers {
-    /// Asks `region` for one round of its part of an undelete.
+    /// Asks `region` for one round of its part of an undelete, within
+    /// `deadline`, which the call carries as its `grpc-timeout` (the part's
+    /// Lookups keep to it: `crate::undelete`).
     pub(crate) async fn undelete_part(
         &self,
         region: &str,
@@ -54,6 +56,7 @@ impl Peers {
                 .collect(),
             requested_by: ask.requested_by.clone(),
         };
+        let req = crate::api::forward::with_timeout(req, deadline);
         let answer = self
             .call(region, "UndeletePart", deadline, |mut c| async move {
                 c.undelete_part(req).await

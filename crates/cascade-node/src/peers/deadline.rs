@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use cascade_core::CoreError;
+use cascade_core::{CoreError, Timestamp};
 use tokio::time::Instant;
 
 use super::{RemoteError, PEER_CALL_TIMEOUT};
@@ -46,6 +46,15 @@ impl Deadline {
         Self::from_caller_at(crate::clock::monotonic_now(), caller)
     }
 
+    /// A deadline `left` from now, for work whose bound is already net of
+    /// its answer's margin (the root's own part of an undelete, within
+    /// what its drive has left of the client's deadline).
+    pub(crate) fn within(left: Duration) -> Self {
+        Deadline {
+            answer_by: crate::clock::monotonic_now().checked_add(left),
+        }
+    }
+
     fn from_caller_at(now: Instant, caller: Option<Duration>) -> Self {
         // A `grpc-timeout` can say 99,999,999 hours: one past what the
         // clock can add counts as none.
@@ -70,13 +79,21 @@ impl Deadline {
     /// nothing left, `CoreError::DeadlineExceeded`: the caller does not
     /// call the region at all.
     pub(crate) fn for_call(&self, region: &str, call: &str) -> Result<Duration, CoreError> {
+        self.for_call_within(PEER_CALL_TIMEOUT, region, call)
+    }
+
+    /// [`Deadline::for_call`] for a call whose own bound is `bound` rather
+    /// than [`PEER_CALL_TIMEOUT`] (a client's call forwarded to its owner,
+    /// which may itself call other regions: `api/forward.rs`'s
+    /// `FORWARD_TIMEOUT`).
+    pub(crate) fn for_call_within(&self, bound: Duration, region: &str, call: &str) -> Result<Duration, CoreError> {
         match self.left() {
-            None => Ok(PEER_CALL_TIMEOUT),
+            None => Ok(bound),
             Some(left) if left.is_zero() => Err(CoreError::DeadlineExceeded {
                 region: region.to_owned(),
                 call: call.to_owned(),
             }),
-            Some(left) => Ok(left.min(PEER_CALL_TIMEOUT)),
+            Some(left) => Ok(left.min(bound)),
         }
     }
 
@@ -116,6 +133,28 @@ impl Deadline {
         } else {
             e
         }
+    }
+}
+
+/// A step of an Admin action that a node of another region forwarded and
+/// gave up on at `answer_by` (the instant its call carried: `api/forward.rs`'s
+/// `ANSWER_BY`), taken at `now` in `region`: refused once that passed
+/// (`CoreError::DeadlineExceeded`), so that an action its client was
+/// answered DEADLINE_EXCEEDED for has not happened. A call held on the way
+/// arrives after its forwarder gave up, and its own `grpc-timeout` counts
+/// from its arrival. None (not forwarded): nothing to refuse.
+pub(crate) fn still_awaited(
+    answer_by: Option<Timestamp>,
+    now: Timestamp,
+    region: &str,
+    call: &str,
+) -> Result<(), CoreError> {
+    match answer_by {
+        Some(by) if now > by => Err(CoreError::DeadlineExceeded {
+            region: region.to_owned(),
+            call: call.to_owned(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -202,5 +241,19 @@ mod tests {
         assert_eq!(spent.blame("us-east", "Attach", refused.clone()), refused);
         // Without a caller's deadline nothing is ever the caller's.
         assert_eq!(Deadline::NONE.blame("us-east", "Attach", unavailable()), unavailable());
+    }
+
+    #[test]
+    fn a_forwarded_action_is_refused_once_its_forwarder_gave_up() {
+        let by = Some(Timestamp(1_000));
+        assert_eq!(still_awaited(by, Timestamp(1_000), "rb", "ForcePurge"), Ok(()));
+        assert_eq!(
+            still_awaited(by, Timestamp(1_001), "rb", "ForcePurge"),
+            Err(CoreError::DeadlineExceeded {
+                region: "rb".into(),
+                call: "ForcePurge".into()
+            })
+        );
+        assert_eq!(still_awaited(None, Timestamp(u64::MAX), "rb", "ForcePurge"), Ok(()));
     }
 }

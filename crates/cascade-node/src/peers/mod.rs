@@ -46,7 +46,7 @@ pub(crate) const MAX_REGION_NODES: usize = 32;
 pub(crate) use answers::{
     ControlAction, ControlToDeliver, ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, WatchedEvent,
 };
-pub(crate) use deadline::{answer_margin, Deadline};
+pub(crate) use deadline::{answer_margin, still_awaited, Deadline};
 pub(crate) use remote_error::{RelayedCode, RelayedStatus, RemoteError};
 
 use std::collections::BTreeMap;
