@@ -360,7 +360,18 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
         };
         deletion_and_engine(deletion, engine)
     });
-    // B again, with its metrics (what the restart received) and the knob.
+    // B again, with its metrics (what the restart received) and the knob;
+    // killed once it serves: a kill inside its first open of the store is
+    // not what this test is about (it once landed inside fjall's creation
+    // of the database, which `store::tests::a_fjall_database_whose_creation_was_cut_short_opens_afresh`
+    // now covers).
+    let serving = Instant::now() + Duration::from_secs(30);
+    while support::ha::health(&cluster.endpoint("rb"), "").await
+        != Some(tonic_health::pb::health_check_response::ServingStatus::Serving)
+    {
+        assert!(Instant::now() < serving, "rb serves after its first start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cluster.kill("rb");
     let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], free_ports(1)[0]));
     let config = cluster.config("rb");

@@ -87,6 +87,7 @@ impl EngineHandles for Handles {
     const ENGINE: &'static str = "fjall";
 
     fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        clear_interrupted_creation(dir)?;
         let db = Database::builder(dir)
             .cache_size(cache_bytes)
             .manual_journal_persist(std::env::var_os(KEEP_UNFLUSHED_IN_PROCESS).is_some())
@@ -111,6 +112,54 @@ impl EngineHandles for Handles {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { db, keyspaces })
     }
+}
+
+/// fjall's files of a database whose creation was cut short (the process
+/// killed inside fjall's `create_new`, which creates the journal before it
+/// writes its `version` marker): fjall's own open would call `create_new`
+/// again and fail on the journal it finds ("File exists"), so a node
+/// SIGKILLed in the first moments of its first start could never start
+/// again (`tests/cross_region_crash.rs` killed one there, in CI). Without
+/// the marker fjall never reads those files, and nothing was written
+/// through them (writes come after the open returns), so they hold no
+/// data: removed, and the database is created afresh.
+fn clear_interrupted_creation(dir: &Path) -> Result<(), StoreError> {
+    let io = |what: &str, e: std::io::Error| StoreError::Engine(format!("fjall: {what} in {}: {e}", dir.display()));
+    let journal = dir.join("0.jnl");
+    let created = dir
+        .join("version")
+        .try_exists()
+        .map_err(|e| io("cannot check the version marker", e))?;
+    if created || !journal.try_exists().map_err(|e| io("cannot check the journal", e))? {
+        return Ok(());
+    }
+    // Under fjall's lock: a process still inside its creation holds it,
+    // and its journal is not ours to remove (its open answers Locked).
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join("lock"))
+        .map_err(|e| io("cannot open the lock file", e))?;
+    if lock.try_lock().is_err() {
+        return Ok(());
+    }
+    tracing::warn!(
+        dir = %dir.display(),
+        "a fjall database whose creation was cut short (a journal, no version marker): created afresh"
+    );
+    std::fs::remove_file(&journal).map_err(|e| io("cannot remove the journal of a creation cut short", e))?;
+    let keyspaces = dir.join("keyspaces");
+    if keyspaces
+        .try_exists()
+        .map_err(|e| io("cannot check the keyspaces", e))?
+    {
+        std::fs::remove_dir_all(&keyspaces)
+            .map_err(|e| io("cannot remove the keyspaces of a creation cut short", e))?;
+    }
+    drop(lock);
+    Ok(())
 }
 
 impl Handles {

@@ -283,6 +283,32 @@ fn fjall_store_conforms_and_survives_reopen() {
     survives_reopen(|| Arc::new(FjallStore::open(&dir.path().join("c")).unwrap()));
 }
 
+/// A node SIGKILLed inside fjall's creation of its database (the journal
+/// made, the version marker not yet) must start again: fjall alone
+/// answered "File exists" for the journal at every later open
+/// (`cross_region_crash` killed a node there in CI).
+#[test]
+fn a_fjall_database_whose_creation_was_cut_short_opens_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut");
+    // What fjall's `create_new` leaves before its marker.
+    std::fs::create_dir_all(path.join("keyspaces")).unwrap();
+    std::fs::write(path.join("lock"), b"").unwrap();
+    std::fs::write(path.join("0.jnl"), b"").unwrap();
+    let store = FjallStore::open(&path).expect("a creation cut short is created afresh");
+    store.commit(put(&[(Table::Meta, b"k", b"v")])).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let store = FjallStore::open(&path).expect("and opens as any database after");
+    assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
+    // A database that was created keeps its data: only a journal without
+    // a marker is a creation cut short.
+    drop(store);
+    assert!(path.join("version").exists());
+    let store = FjallStore::open(&path).unwrap();
+    assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
+}
+
 #[test]
 fn engine_names_round_trip_and_sled_is_the_default() {
     assert_eq!(StorageEngine::default(), StorageEngine::Sled);
