@@ -27,14 +27,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
+use crate::{a_create_succeeds, health, start_on_store};
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
 use cascade_node::store::{Batch, DiskCondition, Entry, MemoryStore, Store, StoreError, Table};
-use cascade_node::{NodeEnv, NodeSettings, RunningNode};
+use cascade_node::NodeSettings;
 use cascade_proto::v1;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// The tmpfs a node gets: room for its data, filled by the test.
 const TMPFS_SIZE: &str = "48m";
@@ -42,16 +41,6 @@ const TMPFS_SIZE: &str = "48m";
 /// What the log may hold for one episode (fill, failures, heal, and the
 /// cascade's own lines). Before rate limiting, a 20 s episode wrote 216.
 const EPISODE_LINES_AT_MOST: usize = 20;
-
-async fn health(channel: &tonic::transport::Channel) -> Option<ServingStatus> {
-    let answer = HealthClient::new(channel.clone())
-        .check(HealthCheckRequest {
-            service: "cascade.v1.Resources".to_owned(),
-        })
-        .await
-        .ok()?;
-    ServingStatus::try_from(answer.into_inner().status).ok()
-}
 
 /// The `unshare` flags that give a child its own mount namespace in
 /// which it may mount a tmpfs, or why there are none.
@@ -280,15 +269,10 @@ async fn a_full_disk_heals_without_a_restart(engine: &str) {
 
     std::fs::remove_file(&filler).expect("the filler is removed");
     let freed = Instant::now();
-    let mut n = 0;
-    eventually(
+    a_create_succeeds(
+        &client,
         Duration::from_secs(15),
         "a create succeeds after the disk was freed",
-        || {
-            n += 1;
-            let client = client.clone();
-            async move { client.create(spec(&format!("project/after{n}"), &[])).await.ok() }
-        },
     )
     .await;
     let healed_in = freed.elapsed();
@@ -401,17 +385,7 @@ async fn a_failing_store_is_retried_with_backoff_and_reopened_then_serves_at_onc
         None,
     );
     settings.tick = Duration::from_millis(20);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let node = RunningNode::start_with(
-        settings,
-        NodeEnv {
-            store: Some(store.clone()),
-            ..NodeEnv::default()
-        },
-        listener,
-    )
-    .await
-    .expect("node starts");
+    let node = start_on_store(settings, store.clone()).await;
     let client = Client::connect(&node.endpoint()).await.unwrap();
     let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
         .unwrap()
@@ -587,17 +561,7 @@ async fn a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishe
     // Two subnets a step: the network's walk spans 150 steps, under way
     // when the disk fills.
     settings.policy.batch_budget = 2;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let node = RunningNode::start_with(
-        settings,
-        NodeEnv {
-            store: Some(store.clone()),
-            ..NodeEnv::default()
-        },
-        listener,
-    )
-    .await
-    .expect("node starts");
+    let node = start_on_store(settings, store.clone()).await;
     let client = Client::connect(&node.endpoint()).await.unwrap();
     let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
         .unwrap()
@@ -663,15 +627,10 @@ async fn a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishe
     );
 
     store.full.store(false, Ordering::SeqCst);
-    let mut n = 0;
-    eventually(
+    a_create_succeeds(
+        &client,
         Duration::from_secs(10),
         "a create succeeds after the disk was freed",
-        || {
-            n += 1;
-            let client = client.clone();
-            async move { client.create(spec(&format!("project/after{n}"), &[])).await.ok() }
-        },
     )
     .await;
     assert_eq!(health(&channel).await, Some(ServingStatus::Serving));

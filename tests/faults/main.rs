@@ -18,3 +18,57 @@ mod explain_deadline;
 mod links_heal;
 mod retriable_creates;
 mod writer_restarts;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cascade_client::Client;
+use cascade_node::store::Store;
+use cascade_node::{NodeEnv, NodeSettings, RunningNode};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+/// The node's gRPC health for its Resources service (None: no answer).
+async fn health(channel: &tonic::transport::Channel) -> Option<ServingStatus> {
+    let answer = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest {
+            service: "cascade.v1.Resources".to_owned(),
+        })
+        .await
+        .ok()?;
+    ServingStatus::try_from(answer.into_inner().status).ok()
+}
+
+/// A node in this process on `store` (a wrapper that misbehaves on cue),
+/// serving on a free port.
+async fn start_on_store(settings: NodeSettings, store: Arc<dyn Store>) -> RunningNode {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    RunningNode::start_with(
+        settings,
+        NodeEnv {
+            store: Some(store),
+            ..NodeEnv::default()
+        },
+        listener,
+    )
+    .await
+    .expect("node starts")
+}
+
+/// Creates fresh projects until one succeeds, within `limit`: what a
+/// client sees of a node that healed.
+async fn a_create_succeeds(client: &Client, limit: Duration, what: &str) {
+    let mut n = 0;
+    support::eventually(limit, what, || {
+        n += 1;
+        let client = client.clone();
+        async move {
+            client
+                .create(support::spec(&format!("project/after{n}"), &[]))
+                .await
+                .ok()
+        }
+    })
+    .await;
+}

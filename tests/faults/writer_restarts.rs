@@ -17,13 +17,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
+use crate::{a_create_succeeds, health, start_on_store};
 use cascade_client::Client;
 use cascade_core::{RegionId, Schema};
 use cascade_node::store::{Batch, Entry, MemoryStore, Store, StoreError, Table};
-use cascade_node::{NodeEnv, NodeSettings, RunningNode};
+use cascade_node::NodeSettings;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// Restarts a 2 s window may hold: the backoff's waits (100 ms doubling to
 /// 2 s) allow about five, whatever the machine's load; an immediate
@@ -80,16 +79,6 @@ impl Store for PanicsOnRead {
     }
 }
 
-async fn health(channel: &tonic::transport::Channel) -> Option<ServingStatus> {
-    let answer = HealthClient::new(channel.clone())
-        .check(HealthCheckRequest {
-            service: "cascade.v1.Resources".to_owned(),
-        })
-        .await
-        .ok()?;
-    ServingStatus::try_from(answer.into_inner().status).ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_panics_at_every_start_is_restarted_with_backoff_and_serves_again_once_the_cause_is_gone() {
     use tracing_subscriber::layer::SubscriberExt;
@@ -116,17 +105,7 @@ async fn a_writer_that_panics_at_every_start_is_restarted_with_backoff_and_serve
     // a tick of each start.
     settings.tick = Duration::from_millis(20);
     settings.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let node = RunningNode::start_with(
-        settings,
-        NodeEnv {
-            store: Some(store.clone()),
-            ..NodeEnv::default()
-        },
-        listener,
-    )
-    .await
-    .expect("node starts");
+    let node = start_on_store(settings, store.clone()).await;
     let metrics = node.metrics_addr().expect("metrics served");
     let client = Client::connect(&node.endpoint()).await.unwrap();
     let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
@@ -188,15 +167,10 @@ async fn a_writer_that_panics_at_every_start_is_restarted_with_backoff_and_serve
     // says SERVING, and writes are served, by the same process.
     store.panicking.store(false, Ordering::SeqCst);
     let healed = Instant::now();
-    let mut n = 0;
-    eventually(
+    a_create_succeeds(
+        &client,
         Duration::from_secs(10),
         "a create succeeds once reads stop panicking",
-        || {
-            n += 1;
-            let client = client.clone();
-            async move { client.create(spec(&format!("project/after{n}"), &[])).await.ok() }
-        },
     )
     .await;
     println!("writes served again {:?} after the cause went away", healed.elapsed());
