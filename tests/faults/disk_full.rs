@@ -14,7 +14,8 @@
 //! failing memory store, and a failure that may clear reopens the store;
 //! a store that, like sled, keeps a failed flush's error and refuses some
 //! reads until it is reopened heals all the same, and no work step runs
-//! on it meanwhile.
+//! on it meanwhile; a store that refuses only reads, while it commits, is
+//! NOT_SERVING until they work again.
 
 // Test code: real time for deadlines and elapsed times; progress printed.
 #![allow(clippy::disallowed_methods)]
@@ -641,6 +642,163 @@ async fn a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishe
         let gone = client.get(&full(name)).await;
         assert_eq!(gone.err().and_then(|e| e.code()), Some(tonic::Code::NotFound), "{name}");
     }
+    assert_no_violations_at(&[(REGION.to_owned(), node.endpoint())]).await;
+    node.stop().await.unwrap();
+}
+
+/// A memory store whose engine refuses every read of the due index while
+/// `refusing` is set, with an error that does not clear by itself (EIO),
+/// and commits all the while: a store in trouble that only a step's reads
+/// meet (sled refuses a read that must split a page once a write failed,
+/// whichever tree it is in). It counts the refused reads, the health
+/// probes and the reopens; a reopen changes nothing (the test says when
+/// reads work again).
+struct RefusesReads {
+    inner: MemoryStore,
+    refusing: AtomicBool,
+    refused_reads: AtomicU64,
+    probes: AtomicU64,
+    reopens: AtomicU64,
+}
+
+impl RefusesReads {
+    fn refuses(&self, table: Table) -> Result<(), StoreError> {
+        if table == Table::DueIndex && self.refusing.load(Ordering::SeqCst) {
+            self.refused_reads.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Engine(
+                "scan of due_index: Input/output error (os error 5) (simulated)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Store for RefusesReads {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.refuses(table)?;
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        self.refuses(table)?;
+        self.inner.scan(table, prefix, after, limit)
+    }
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if matches!(batch.ops.as_slice(), [(Table::Meta, key, _)] if key == b"health_probe") {
+            self.probes.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.commit(batch)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush()
+    }
+    fn waits_on_io(&self) -> bool {
+        false
+    }
+    fn reopen(&self) -> Result<(), StoreError> {
+        self.reopens.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A store that refuses the reads a cascade's work steps make, while its
+/// commits succeed, is a store in trouble: health goes NOT_SERVING and
+/// stays so while the reads are refused (a retry's heartbeat commits, but
+/// the episode ends only once a work step reads through), work steps wait
+/// for the retries instead of failing on every tick, the engine is
+/// reopened after three failed retries although its error is one that a
+/// reopen is not known to mend, and once the reads work again health is
+/// SERVING and the cascade finishes. Before, only a failed commit started
+/// an episode: health read SERVING throughout while every work step failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_only_reads_is_not_serving_until_its_reads_work_again_and_the_cascade_then_finishes() {
+    let store = Arc::new(RefusesReads {
+        inner: MemoryStore::default(),
+        refusing: AtomicBool::new(false),
+        refused_reads: AtomicU64::new(0),
+        probes: AtomicU64::new(0),
+        reopens: AtomicU64::new(0),
+    });
+    let mut settings = NodeSettings::new(
+        RegionId::parse(REGION).unwrap(),
+        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
+        None,
+    );
+    settings.tick = Duration::from_millis(20);
+    // Two subnets a step: the cascade takes dozens of them.
+    settings.policy.batch_budget = 2;
+    let node = start_on_store(settings, store.clone()).await;
+    let client = Client::connect(&node.endpoint()).await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    client.create(spec("project/p", &[])).await.expect("project");
+    client
+        .create(spec("network/n", &[("project", &["project/p"])]))
+        .await
+        .expect("network");
+    let subnets: Vec<String> = (0..100).map(|i| format!("subnet/s{i}")).collect();
+    client
+        .batch_create(
+            subnets
+                .iter()
+                .map(|name| spec(name, &[("network", &["network/n"])]))
+                .collect(),
+        )
+        .await
+        .expect("subnets");
+    // Reads of the due index refused from here on: the delete commits (it
+    // reads no due work), and its cascade's first work step is refused.
+    store.refusing.store(true, Ordering::SeqCst);
+    let operation = client
+        .delete(delete_req("project/p", true))
+        .await
+        .expect("the cascade is accepted")
+        .operation
+        .expect("an operation")
+        .id;
+    eventually(Duration::from_secs(10), "health NOT_SERVING", || async {
+        (health(&channel).await == Some(ServingStatus::NotServing)).then_some(())
+    })
+    .await;
+    // Retried with backoff (100, 200, 400 ms): the heartbeat commits each
+    // time, the work step after it is refused again, and the fourth retry
+    // reopens the engine first.
+    eventually(Duration::from_secs(10), "a reopen after failed retries", || async {
+        (store.reopens.load(Ordering::SeqCst) >= 1).then_some(())
+    })
+    .await;
+    let refused = store.refused_reads.load(Ordering::SeqCst);
+    let probes = store.probes.load(Ordering::SeqCst);
+    println!("reads refused: {refused}, retries: {probes}, before the first reopen");
+    assert!(probes >= 3, "reopened after {probes} retries, not three");
+    // One refused work step started the episode, then one a retry (the
+    // tick comes every 20 ms: a work step a tick would be dozens).
+    assert!(
+        refused <= probes + 2,
+        "{refused} refused reads for {probes} retries: work steps ran between retries"
+    );
+    assert_eq!(
+        health(&channel).await,
+        Some(ServingStatus::NotServing),
+        "the heartbeat commits, but reads are still refused"
+    );
+
+    store.refusing.store(false, Ordering::SeqCst);
+    let freed = Instant::now();
+    eventually(Duration::from_secs(5), "SERVING once reads work again", || async {
+        (health(&channel).await == Some(ServingStatus::Serving)).then_some(())
+    })
+    .await;
+    println!("SERVING {:?} after reads work again", freed.elapsed());
+    let done = wait_operation(&client, &operation).await;
+    assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:?}");
+    for name in subnets.iter().map(String::as_str).chain(["network/n", "project/p"]) {
+        let gone = client.get(&full(name)).await;
+        assert_eq!(gone.err().and_then(|e| e.code()), Some(tonic::Code::NotFound), "{name}");
+    }
+    a_create_succeeds(&client, Duration::from_secs(5), "a create succeeds").await;
     assert_no_violations_at(&[(REGION.to_owned(), node.endpoint())]).await;
     node.stop().await.unwrap();
 }

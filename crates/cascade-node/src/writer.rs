@@ -185,9 +185,13 @@ pub struct WriterState {
     /// A work step that fails fails again on every kick while the store
     /// refuses commits: one line a window, with the count.
     work_failed: crate::log_throttle::Throttle,
-    /// While commits fail: since when, how often, when to retry and
-    /// whether to reopen the engine first (`writer/healing.rs`).
+    /// While the store refuses commits or reads: since when, how often,
+    /// when to retry and whether to reopen the engine first
+    /// (`writer/healing.rs`).
     healing: healing::Healing,
+    /// The store as steps read it: tells a read the engine refused from a
+    /// record that does not decode (`store/watched.rs`).
+    reads: crate::store::WatchedReads,
     /// A `PruneAudit` is already in the mailbox.
     prune_queued: bool,
     /// Audit retention fails on every tick while the store refuses commits.
@@ -364,32 +368,48 @@ impl WriterState {
     /// next ones a warning a window with their count.
     fn commit_failed(&mut self, e: &crate::store::StoreError) {
         self.ctx.metrics.commit_failed();
-        self.store_failed(e);
+        self.store_failed(e, healing::Refused::Write);
     }
 
-    /// The store failed a commit, a retry or a reopen (see [`Self::commit_failed`]).
-    fn store_failed(&mut self, e: &crate::store::StoreError) {
+    /// A step's read was refused by the engine (`store::WatchedReads`; not
+    /// a record that does not decode, nor a name that is not found): the
+    /// store is in trouble as when a commit fails, and the episode ends
+    /// only once a retry's work step reads through (`writer/healing.rs`).
+    fn read_refused(&mut self, e: &crate::store::StoreError) {
+        self.store_failed(e, healing::Refused::Read);
+    }
+
+    /// The store failed a commit, a read, a retry or a reopen (see [`Self::commit_failed`]).
+    fn store_failed(&mut self, e: &crate::store::StoreError, refused: healing::Refused) {
         self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false));
-        match self.healing.failed(e, crate::clock::monotonic_now()) {
+        let (what, until) = match refused {
+            healing::Refused::Write => ("commit", "one succeeds"),
+            healing::Refused::Read => ("read", "a retry reads and commits"),
+        };
+        match self.healing.failed(e, refused, crate::clock::monotonic_now()) {
             healing::Noted::First => error!(
                 region = %self.ctx.region,
                 error = %e,
                 may_clear = e.may_clear(),
-                "the store refused a commit: health is NOT_SERVING until one succeeds; retrying with backoff"
+                "the store refused a {what}: health is NOT_SERVING until {until}; retrying with backoff"
             ),
             healing::Noted::Again(Some(more)) => warn!(
                 region = %self.ctx.region,
                 error = %e,
                 suppressed = more.count(),
-                "the store still refuses commits{more}"
+                "the store still refuses commits or reads{more}"
             ),
             healing::Noted::Again(None) => {}
         }
     }
 
     /// A commit succeeded: an episode of failures, if any, is over (one
-    /// line with its figures) and health is SERVING again.
+    /// line with its figures) and health is SERVING again; unless a read
+    /// was refused, which only a retry's step that reads through mends.
     fn commit_succeeded(&mut self) {
+        if self.healing.awaits_a_read() {
+            return;
+        }
         let Some(healed) = self.healing.healed(crate::clock::monotonic_now()) else {
             return;
         };
@@ -409,13 +429,16 @@ impl WriterState {
         );
     }
 
-    /// While commits fail, each tick whose retry is due tries again:
+    /// While the store fails, each tick whose retry is due tries again:
     /// reopens the engine when a failure that may clear was seen (its old
-    /// handles refuse for good), then commits a small batch (a heartbeat in
-    /// the meta table): a node with nothing to write would otherwise stay
-    /// NOT_SERVING after its disk recovered. A retry that fails doubles the
-    /// wait for the next, from 100 ms to 2 s (`writer/healing.rs`).
-    fn heal(&mut self) {
+    /// handles refuse for good), or when three retries failed on the same
+    /// handles, then commits a small batch (a heartbeat in the meta table):
+    /// a node with nothing to write would otherwise stay NOT_SERVING after
+    /// its disk recovered. When a read was refused, one work step follows
+    /// the heartbeat, and the episode ends once it read through. A retry
+    /// that fails doubles the wait for the next, from 100 ms to 2 s
+    /// (`writer/healing.rs`).
+    fn heal(&mut self, myself: &ActorRef<WriterMsg>) {
         let now = crate::clock::monotonic_now();
         if !self.healing.due(now) {
             return;
@@ -430,7 +453,7 @@ impl WriterState {
                             "the store could not be reopened, and this error does not clear by itself: \
                              the node needs an operator (restart it once the cause is fixed)");
                     }
-                    self.store_failed(&e);
+                    self.store_failed(&e, healing::Refused::Write);
                     self.healing.retry_failed(crate::clock::monotonic_now());
                     return;
                 }
@@ -455,12 +478,36 @@ impl WriterState {
                 if let Ok(next) = state.next_revision_stored() {
                     self.publish_landed(next);
                 }
+                if self.healing.awaits_a_read() {
+                    self.read_again(myself);
+                }
             }
             Err(e) => {
                 self.commit_failed(&e);
                 self.healing.retry_failed(crate::clock::monotonic_now());
             }
         }
+    }
+
+    /// A retry of a store that refused a read, once it commits: one work
+    /// step (no other runs while the store fails), which reads what the
+    /// cascades under way need. It ran with no refused read: the episode
+    /// is over (the step's own failure, a record that does not decode, is
+    /// the work's to report). A read refused again: the next retry waits.
+    fn read_again(&mut self, myself: &ActorRef<WriterMsg>) {
+        let failures = self.healing.failures();
+        let ran = self.work(myself);
+        if self.healing.failures() > failures {
+            self.healing.retry_failed(crate::clock::monotonic_now());
+            return;
+        }
+        if let Err(e) = ran {
+            if let Some(more) = self.work_failed.admit() {
+                warn!(error = %e, suppressed = more.count(), "deletion work step failed; will retry{more}");
+            }
+        }
+        self.healing.read_through();
+        self.commit_succeeded();
     }
 
     /// The engine was reopened from its files: what the node keeps in
@@ -577,7 +624,9 @@ impl Actor for Writer {
         (ctx, clients): Self::Arguments,
     ) -> Result<WriterState, ActorProcessingErr> {
         let ticker = myself.send_interval(ctx.tick, || WriterMsg::Tick);
+        let reads = crate::store::WatchedReads::new(ctx.store.clone());
         let mut state = WriterState {
+            reads,
             ids: SharedIds(ctx.ids.clone()),
             ctx,
             work_queued: false,
@@ -595,7 +644,7 @@ impl Actor for Writer {
         if !*state.ctx.committing.borrow() {
             // Restarted mid-episode or after a failure: the store is retried first (`writer/supervisor.rs`).
             state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
-            off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
+            off_the_workers(state.ctx.store.waits_on_io(), || state.heal(&myself));
         }
         // Client steps queued for a predecessor that failed are this one's.
         state.clients.wake(&myself);
@@ -651,11 +700,11 @@ impl Actor for Writer {
                 off_the_workers(state.ctx.store.waits_on_io(), || state.retain_audit(&myself));
             }
             WriterMsg::Tick => {
-                // While commits fail, work steps would only fail again:
+                // While the store fails, work steps would only fail again:
                 // the tick retries the store instead, and work resumes
-                // once a commit succeeds.
+                // once a retry succeeds.
                 if state.healing.failing() {
-                    off_the_workers(state.ctx.store.waits_on_io(), || state.heal());
+                    off_the_workers(state.ctx.store.waits_on_io(), || state.heal(&myself));
                 }
                 if !state.healing.failing() {
                     off_the_workers(state.ctx.store.waits_on_io(), || state.flush_leftovers());
@@ -663,7 +712,7 @@ impl Actor for Writer {
                     state.retain_audit(&myself);
                 }
             }
-            // No work step while commits fail (`writer/healing.rs` says why).
+            // No work step while the store fails (`writer/healing.rs` says why).
             WriterMsg::Work if skip_work => state.work_queued = false,
             WriterMsg::Work => {
                 state.work_queued = false;

@@ -23,6 +23,7 @@ mod postgres;
 mod reopen;
 mod sled_store;
 mod tombstones;
+mod watched;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,7 @@ pub use postgres::{
 };
 pub use sled_store::SledStore;
 pub use tombstones::TombstoneStore;
+pub(crate) use watched::WatchedReads;
 
 /// The logical tables. An engine maps each to a tree, a column family or a key prefix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -147,7 +149,7 @@ impl Batch {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The engine failed (IO, a lock held by another process, ...), with
     /// what was being done.

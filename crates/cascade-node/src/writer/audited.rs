@@ -39,10 +39,12 @@ impl WriterState {
         changes: impl FnOnce(&T) -> Vec<Change>,
         needs_flush: impl FnOnce(&T) -> bool,
     ) -> Result<T, CoreError> {
-        let WriterState { ctx: wctx, ids, .. } = self;
-        let state = StoreState {
-            store: wctx.store.as_ref(),
-        };
+        let WriterState {
+            ctx: wctx, ids, reads, ..
+        } = self;
+        // Read through `reads`: a read the engine refused is the store in
+        // trouble (`writer/healing.rs`), not this step's alone.
+        let state = StoreState { store: &*reads };
         // Loaded once: the step sees one schema from start to end.
         let in_force = wctx.schema.current();
         let ctx = Ctx {
@@ -53,7 +55,17 @@ impl WriterState {
             authorizer: &*wctx.authorizer,
         };
         let now = ctx.now;
-        let mut step = step(&state, ctx, ids)?;
+        let stepped = step(&state, ctx, ids);
+        let refused = reads.take_refused();
+        let mut step = match stepped {
+            Ok(step) => step,
+            Err(e) => {
+                if let (CoreError::Storage(_), Some(refused)) = (&e, refused) {
+                    self.read_refused(&refused);
+                }
+                return Err(e);
+            }
+        };
         // The entries a core step wrote know neither this node nor, in a
         // step no call asked for (a cascade's members, audited in a work
         // step), anything else of the shell's: the node is stamped on all.
