@@ -88,19 +88,24 @@ impl EngineHandles for Handles {
 
     fn open(dir: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         clear_interrupted_creation(dir)?;
-        let db = Database::builder(dir)
-            .cache_size(cache_bytes)
-            .manual_journal_persist(std::env::var_os(KEEP_UNFLUSHED_IN_PROCESS).is_some())
-            .open()
-            .map_err(|e| match e {
-                // fjall's own words for it are "FjallError: Locked".
-                fjall::Error::Locked => StoreError::Engine(format!(
-                    "fjall: cannot open the database at {}: another process holds its lock \
-                 (is another node running on this data_dir?)",
-                    dir.display()
-                )),
-                e => engine(&format!("cannot open the database at {}", dir.display()), e),
-            })?;
+        // fjall's marker, written before any keyspace is made: without it
+        // the database is created now, and has none yet.
+        let existed = dir.join("version").try_exists().map_err(|e| {
+            StoreError::Engine(format!(
+                "fjall: cannot check the version marker in {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let mut db = open_database(dir, cache_bytes)?;
+        if existed && creation_cut_short(&db, dir)? {
+            tracing::warn!(
+                dir = %dir.display(),
+                "a fjall database whose creation was cut short (some keyspaces made, not all; no data): created afresh"
+            );
+            drop(db);
+            start_afresh(dir)?;
+            db = open_database(dir, cache_bytes)?;
+        }
         let keyspaces = Table::ALL
             .iter()
             .map(|t| {
@@ -114,6 +119,96 @@ impl EngineHandles for Handles {
     }
 }
 
+/// Opens (or creates) fjall's database in `dir`, without its keyspaces.
+fn open_database(dir: &Path, cache_bytes: u64) -> Result<Database, StoreError> {
+    Database::builder(dir)
+        .cache_size(cache_bytes)
+        .manual_journal_persist(std::env::var_os(KEEP_UNFLUSHED_IN_PROCESS).is_some())
+        .open()
+        .map_err(|e| match e {
+            // fjall's own words for it are "FjallError: Locked".
+            fjall::Error::Locked => StoreError::Engine(format!(
+                "fjall: cannot open the database at {}: another process holds its lock \
+                 (is another node running on this data_dir?)",
+                dir.display()
+            )),
+            e => engine(&format!("cannot open the database at {}", dir.display()), e),
+        })
+}
+
+/// Whether `db` is a database whose first open was cut short between
+/// fjall's `version` marker and the last of its keyspaces (each is made
+/// in turn, and fjall records it in its meta keyspace), so that it must be
+/// created afresh: a node killed there met "cannot open keyspace outcomes:
+/// NotFound" at its next start (CI). Only when that is provably safe:
+/// nothing was ever written through it, because `open_store` writes the
+/// data directory's `ENGINE` file once the store is open, before any
+/// write, and no keyspace it has holds a row. A database that lacks a
+/// keyspace otherwise has lost one that may have held data, and is
+/// refused with an error that names it: opened, the table would read as
+/// empty (resources without their back-references, deletions without
+/// their queue).
+fn creation_cut_short(db: &Database, dir: &Path) -> Result<bool, StoreError> {
+    let present = db.list_keyspace_names();
+    let missing: Vec<&str> = Table::ALL
+        .iter()
+        .map(|t| t.name())
+        .filter(|name| !present.iter().any(|p| &**p == *name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(false);
+    }
+    let mut holding = Vec::new();
+    for name in &present {
+        let keyspace = db
+            .keyspace(name, KeyspaceCreateOptions::default)
+            .map_err(|e| engine(&format!("cannot open keyspace {}", &**name), e))?;
+        if !keyspace
+            .is_empty()
+            .map_err(|e| engine(&format!("cannot read keyspace {}", &**name), e))?
+        {
+            holding.push(String::from(&**name));
+        }
+    }
+    let marker = dir.join(super::ENGINE_MARKER);
+    let opened_before = marker
+        .try_exists()
+        .map_err(|e| StoreError::Engine(format!("fjall: cannot check {}: {e}", marker.display())))?;
+    if holding.is_empty() && !opened_before {
+        return Ok(true);
+    }
+    let why = if holding.is_empty() {
+        format!(
+            "it was opened before (its data_dir has an {} file)",
+            super::ENGINE_MARKER
+        )
+    } else {
+        format!("it holds data (in {})", holding.join(", "))
+    };
+    Err(StoreError::Engine(format!(
+        "fjall: the database at {} has no keyspace {}, though {why}: its files were lost (removed, or not \
+         restored with the rest); opened, those tables would read as empty, so it is refused. Restore the \
+         data_dir from a backup",
+        dir.display(),
+        missing.join(", ")
+    )))
+}
+
+/// Turns a database whose creation was cut short (`creation_cut_short`)
+/// into one whose creation never started: its `version` marker goes
+/// first, so that a kill meanwhile leaves what `clear_interrupted_creation`
+/// removes at the next open (journals without a marker).
+fn start_afresh(dir: &Path) -> Result<(), StoreError> {
+    let version = dir.join("version");
+    std::fs::remove_file(&version).map_err(|e| {
+        StoreError::Engine(format!(
+            "fjall: cannot remove {} of a creation cut short: {e}",
+            version.display()
+        ))
+    })?;
+    clear_interrupted_creation(dir)
+}
+
 /// fjall's files of a database whose creation was cut short (the process
 /// killed inside fjall's `create_new`, which creates the journal before it
 /// writes its `version` marker): fjall's own open would call `create_new`
@@ -122,15 +217,32 @@ impl EngineHandles for Handles {
 /// again (`tests/cross_region_crash.rs` killed one there, in CI). Without
 /// the marker fjall never reads those files, and nothing was written
 /// through them (writes come after the open returns), so they hold no
-/// data: removed, and the database is created afresh.
+/// data: removed, and the database is created afresh. The keyspaces go
+/// before the journals: a kill in between leaves a journal, and so the
+/// next open removes the rest.
 fn clear_interrupted_creation(dir: &Path) -> Result<(), StoreError> {
     let io = |what: &str, e: std::io::Error| StoreError::Engine(format!("fjall: {what} in {}: {e}", dir.display()));
-    let journal = dir.join("0.jnl");
     let created = dir
         .join("version")
         .try_exists()
         .map_err(|e| io("cannot check the version marker", e))?;
-    if created || !journal.try_exists().map_err(|e| io("cannot check the journal", e))? {
+    if created {
+        return Ok(());
+    }
+    let mut journals = Vec::new();
+    match std::fs::read_dir(dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let path = entry.map_err(|e| io("cannot list the files", e))?.path();
+                if path.extension().is_some_and(|ext| ext == "jnl") {
+                    journals.push(path);
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io("cannot list the files", e)),
+    }
+    if journals.is_empty() {
         return Ok(());
     }
     // Under fjall's lock: a process still inside its creation holds it,
@@ -149,7 +261,6 @@ fn clear_interrupted_creation(dir: &Path) -> Result<(), StoreError> {
         dir = %dir.display(),
         "a fjall database whose creation was cut short (a journal, no version marker): created afresh"
     );
-    std::fs::remove_file(&journal).map_err(|e| io("cannot remove the journal of a creation cut short", e))?;
     let keyspaces = dir.join("keyspaces");
     if keyspaces
         .try_exists()
@@ -157,6 +268,9 @@ fn clear_interrupted_creation(dir: &Path) -> Result<(), StoreError> {
     {
         std::fs::remove_dir_all(&keyspaces)
             .map_err(|e| io("cannot remove the keyspaces of a creation cut short", e))?;
+    }
+    for journal in journals {
+        std::fs::remove_file(&journal).map_err(|e| io("cannot remove the journal of a creation cut short", e))?;
     }
     drop(lock);
     Ok(())

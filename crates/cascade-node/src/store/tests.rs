@@ -309,6 +309,76 @@ fn a_fjall_database_whose_creation_was_cut_short_opens_afresh() {
     assert_eq!(store.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
 }
 
+/// What a node killed inside its first open leaves when fjall's `version`
+/// marker is written and only the first `made` keyspaces are: fjall
+/// itself, stopped at that point.
+fn fjall_creation_stopped_after(path: &Path, made: usize) {
+    let db = fjall::Database::builder(path).open().unwrap();
+    for table in &Table::ALL[..made] {
+        db.keyspace(table.name(), fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+    }
+}
+
+/// A node killed between fjall's marker and the last of its keyspaces
+/// starts again: the database, which never held a row, is created
+/// afresh, and every table reads and writes.
+#[test]
+fn a_fjall_database_cut_between_its_marker_and_its_keyspaces_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut");
+    fjall_creation_stopped_after(&path, 6);
+    let store = FjallStore::open(&path).expect("a creation cut short among its keyspaces opens");
+    for table in Table::ALL {
+        store.commit(put(&[(table, b"k", table.name().as_bytes())])).unwrap();
+    }
+    store.flush().unwrap();
+    drop(store);
+    let store = FjallStore::open(&path).expect("and opens as any database after");
+    for table in Table::ALL {
+        assert_eq!(store.get(table, b"k").unwrap(), Some(table.name().as_bytes().to_vec()));
+    }
+}
+
+/// A database that lost a keyspace is refused, naming it, when it may
+/// have held data: its other tables hold rows, or its data_dir was opened
+/// before (its ENGINE file). Opened, the lost table would read as empty.
+#[test]
+fn a_fjall_database_that_lost_a_keyspace_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let lose_outcomes = |path: &Path| {
+        let db = fjall::Database::builder(path).open().unwrap();
+        let outcomes = db
+            .keyspace(Table::Outcomes.name(), fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        db.delete_keyspace(outcomes).unwrap();
+    };
+
+    let with_data = dir.path().join("with_data");
+    let store = FjallStore::open(&with_data).unwrap();
+    store.commit(put(&[(Table::Resources, b"project/p", b"v")])).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    lose_outcomes(&with_data);
+    let refused = FjallStore::open(&with_data)
+        .err()
+        .expect("a database with data that lost a keyspace");
+    let message = refused.to_string();
+    assert!(message.contains("no keyspace outcomes"), "{message}");
+    assert!(message.contains("it holds data (in resources)"), "{message}");
+    assert!(!refused.may_clear(), "{refused:?}");
+
+    let opened_before = dir.path().join("opened_before");
+    drop(open_store(StorageEngine::Fjall, Some(&opened_before)).unwrap());
+    lose_outcomes(&opened_before);
+    let refused = open_store(StorageEngine::Fjall, Some(&opened_before))
+        .err()
+        .expect("an empty database opened before that lost a keyspace");
+    let message = refused.to_string();
+    assert!(message.contains("no keyspace outcomes"), "{message}");
+    assert!(message.contains("ENGINE file"), "{message}");
+}
+
 #[test]
 fn engine_names_round_trip_and_sled_is_the_default() {
     assert_eq!(StorageEngine::default(), StorageEngine::Sled);
