@@ -16,6 +16,11 @@
 //! reads until it is reopened heals all the same, and no work step runs
 //! on it meanwhile; a store that refuses only reads, while it commits, is
 //! NOT_SERVING until they work again.
+//!
+//! Size: a little over 800 lines: one story, a store in trouble that heals
+//! without a restart, told over a real full disk and over three stores in
+//! memory that fail as one does (commits, a kept error with refused reads,
+//! reads alone); each store sits beside the test that drives it.
 
 // Test code: real time for deadlines and elapsed times; progress printed.
 #![allow(clippy::disallowed_methods)]
