@@ -451,7 +451,8 @@ impl WriterState {
                         self.healing.stop_reopening();
                         error!(region = %self.ctx.region, error = %e,
                             "the store could not be reopened, and this error does not clear by itself: \
-                             the node needs an operator (restart it once the cause is fixed)");
+                             the node needs an operator (restart it once the cause is fixed); \
+                             it is tried again after more failed retries");
                     }
                     self.store_failed(&e, healing::Refused::Write);
                     self.healing.retry_failed(crate::clock::monotonic_now());
