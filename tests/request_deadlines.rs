@@ -535,7 +535,10 @@ async fn a_change_forwarded_to_a_held_owner_gives_up_at_its_clients_deadline_and
         Duration::from_secs(3),
         "a change its client was told DEADLINE_EXCEEDED for was carried out when it reached rb",
         || async {
-            let kept = b.get("rb/project/kept").await.map_err(|e| format!("the project: {e}"))?;
+            let kept = b
+                .get("rb/project/kept")
+                .await
+                .map_err(|e| format!("the project: {e}"))?;
             if let Some(deletion) = kept.deletion {
                 return Err(format!("the project is DELETING: {deletion:?}"));
             }
