@@ -32,7 +32,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::admin::{AuditFilter, DeletionEntry, DeletionFilter, Refusal};
-use crate::api::forward::{answer_by, budget_within, deadline_of, forward};
+use crate::api::forward::{answer_by, budget_within, deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::principal::caller;
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
@@ -403,7 +403,7 @@ impl Admin for AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.extend_budget(r).await };
             return Ok(Response::new(
-                forward(region, "ExtendBudget", &deadline, now, forwarded, send).await?,
+                forward(region, "ExtendBudget", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminExtendBudget) {
@@ -436,10 +436,10 @@ impl Admin for AdminApi {
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let (ask, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.list_deletions(r).await };
             return Ok(Response::new(
-                forward(&region, "ListDeletions", &deadline, now, forwarded, send).await?,
+                forward(&region, "ListDeletions", &deadline, FORWARD_TIMEOUT, now, ask, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListDeletions)?;
@@ -502,10 +502,10 @@ impl Admin for AdminApi {
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let (ask, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.retry_deletion(r).await };
             return Ok(Response::new(
-                forward(region, "RetryDeletion", &deadline, now, forwarded, send).await?,
+                forward(region, "RetryDeletion", &deadline, FORWARD_TIMEOUT, now, ask, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminRetryDeletion) {
@@ -553,7 +553,7 @@ impl Admin for AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.force_purge(r).await };
             return Ok(Response::new(
-                forward(region, "ForcePurge", &deadline, now, forwarded, send).await?,
+                forward(region, "ForcePurge", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminForcePurge) {
@@ -591,7 +591,7 @@ impl Admin for AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.list_audit(r).await };
             return Ok(Response::new(
-                forward(&region, "ListAudit", &deadline, now, forwarded, send).await?,
+                forward(&region, "ListAudit", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListAudit)?;
@@ -686,6 +686,7 @@ impl Admin for AdminApi {
                     &region,
                     "CanI",
                     &deadline,
+                    FORWARD_TIMEOUT,
                     self.node.clock.now(),
                     Request::new(req),
                     send,

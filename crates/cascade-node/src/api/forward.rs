@@ -168,17 +168,21 @@ where
 
 /// Forwards a client's call `rpc` to its owner `region` (`send` makes the
 /// call of `request`), within what is left of the client's `deadline` and
-/// at most [`FORWARD_TIMEOUT`]. The call carries that time as its
+/// at most `bound` (the call's own: [`FORWARD_TIMEOUT`], or an
+/// ExplainDeletion's `EXPLAIN_BUDGET`). The call carries that time as its
 /// `grpc-timeout`, so that the owner keeps to it too, and the instant this
 /// node gives up, `now` (its clock) plus that time ([`ANSWER_BY`]). With
 /// nothing left the owner is not asked; an owner that does not answer in
 /// time, or that ends the call on the deadline it carried, is the client's
-/// deadline: either way DEADLINE_EXCEEDED naming the region
-/// (`CoreError::DeadlineExceeded`), not UNAVAILABLE.
+/// deadline once that has passed: either way DEADLINE_EXCEEDED naming the
+/// region (`CoreError::DeadlineExceeded`), not UNAVAILABLE. An owner that
+/// does not answer within `bound` while the client's deadline has time left
+/// (or without one) is UNAVAILABLE naming the region.
 pub(crate) async fn forward<M, T, Fut>(
     region: &str,
     rpc: &'static str,
     deadline: &Deadline,
+    bound: Duration,
     now: Timestamp,
     mut request: Request<M>,
     send: impl FnOnce(Request<M>) -> Fut,
@@ -187,7 +191,7 @@ where
     Fut: Future<Output = Result<Response<T>, Status>>,
 {
     let budget = deadline
-        .for_call_within(FORWARD_TIMEOUT, region, rpc)
+        .for_call_within(bound, region, rpc)
         .map_err(RemoteError::Unreachable)?;
     request.set_timeout(budget);
     let millis = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
@@ -339,7 +343,16 @@ mod tests {
         };
         let spent = Deadline::within(Duration::ZERO);
         is_deadline_exceeded(
-            forward("rb", "ForcePurge", &spent, Timestamp(1_000), Request::new(()), send).await,
+            forward(
+                "rb",
+                "ForcePurge",
+                &spent,
+                FORWARD_TIMEOUT,
+                Timestamp(1_000),
+                Request::new(()),
+                send,
+            )
+            .await,
             "ForcePurge",
         );
         assert_eq!(*sent.borrow(), None, "not sent");
@@ -351,7 +364,16 @@ mod tests {
             std::future::pending::<Result<Response<()>, Status>>()
         };
         is_deadline_exceeded(
-            forward("rb", "ListDeletions", &short, Timestamp(1_000), Request::new(()), send).await,
+            forward(
+                "rb",
+                "ListDeletions",
+                &short,
+                FORWARD_TIMEOUT,
+                Timestamp(1_000),
+                Request::new(()),
+                send,
+            )
+            .await,
             "ListDeletions",
         );
         let (timeout, by) = sent.borrow().expect("sent");

@@ -123,17 +123,17 @@ impl ResourcesApi {
                 Control::Pause => {
                     let req = Request::new(v1::PauseOperationRequest { id: raw_id, reason });
                     let send = move |r| async move { owner.pause_operation(r).await };
-                    forward(&region, "PauseOperation", &deadline, now, req, send).await?
+                    forward(&region, "PauseOperation", &deadline, FORWARD_TIMEOUT, now, req, send).await?
                 }
                 Control::Resume => {
                     let req = Request::new(v1::ResumeOperationRequest { id: raw_id, reason });
                     let send = move |r| async move { owner.resume_operation(r).await };
-                    forward(&region, "ResumeOperation", &deadline, now, req, send).await?
+                    forward(&region, "ResumeOperation", &deadline, FORWARD_TIMEOUT, now, req, send).await?
                 }
                 Control::Cancel => {
                     let req = Request::new(v1::CancelOperationRequest { id: raw_id, reason });
                     let send = move |r| async move { owner.cancel_operation(r).await };
-                    forward(&region, "CancelOperation", &deadline, now, req, send).await?
+                    forward(&region, "CancelOperation", &deadline, FORWARD_TIMEOUT, now, req, send).await?
                 }
             };
             return Ok(Response::new(answer));

@@ -43,7 +43,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::admin::Refusal;
-use crate::api::forward::{budget_within, deadlines, forward, to_the_end};
+use crate::api::forward::{budget_within, deadline_of, deadlines, forward, to_the_end, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, vouching_region};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
@@ -52,7 +52,6 @@ use crate::cluster::OPERATION_READ_TIMEOUT;
 use crate::codec::EventHead;
 use crate::error::{Denied, Fault};
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
-use crate::peers::Deadline;
 
 /// The whole cross-region part of a dry run (every round of `Peer.Plan`):
 /// a region that has not answered by then is listed as unreachable.
@@ -384,17 +383,28 @@ impl Resources for ResourcesApi {
         let principal = caller(&request);
         // One deadline for the whole explanation, forwarded or not.
         let budget = budget_within(EXPLAIN_BUDGET, request.metadata());
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         let explanation = match (req.name.is_empty(), req.operation_id.is_empty()) {
             (false, true) => {
                 let name = parse_name(&req.name, "name")?;
                 if let Some((region, mut owner)) = self.route(&name, "name")? {
-                    // The owner explains within what is left of this
-                    // budget (it keeps its own margin); one that does not
-                    // answer in time is DEADLINE_EXCEEDED naming its region.
-                    let (within, now) = (Deadline::within(budget), self.node.clock.now());
+                    // The owner explains within the same deadline (it
+                    // keeps its own margin); one that does not answer in
+                    // it is UNAVAILABLE naming its region, DEADLINE_EXCEEDED
+                    // once the client's own deadline has passed.
                     let send = move |r| async move { owner.explain_deletion(r).await };
-                    let answer = forward(&region, "ExplainDeletion", &within, now, Request::new(req), send).await?;
+                    let (request, now) = (Request::new(req), self.node.clock.now());
+                    let answer = forward(
+                        &region,
+                        "ExplainDeletion",
+                        &deadline,
+                        EXPLAIN_BUDGET,
+                        now,
+                        request,
+                        send,
+                    )
+                    .await?;
                     return Ok(Response::new(answer));
                 }
                 self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
@@ -433,7 +443,16 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.create(r).await };
             let now = self.node.clock.now();
-            let created = forward(&region, "Create", &deadline, now, Request::new(raw), send).await?;
+            let created = forward(
+                &region,
+                "Create",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(raw),
+                send,
+            )
+            .await?;
             return Ok(Response::new(created));
         }
         let name = parse_name(&spec.name, "name")?;
@@ -484,7 +503,7 @@ impl Resources for ResourcesApi {
                 let forwarded = Request::new(v1::BatchCreateRequest { resources: specs });
                 let send = move |r| async move { owner.batch_create(r).await };
                 let now = self.node.clock.now();
-                let created = forward(&region, "BatchCreate", &deadline, now, forwarded, send).await?;
+                let created = forward(&region, "BatchCreate", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?;
                 return Ok(Response::new(created));
             }
         }
@@ -552,7 +571,7 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.get(r).await };
             let now = self.node.clock.now();
-            let found = forward(&region, "Get", &deadline, now, Request::new(raw), send).await?;
+            let found = forward(&region, "Get", &deadline, FORWARD_TIMEOUT, now, Request::new(raw), send).await?;
             return Ok(Response::new(found));
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
@@ -595,7 +614,16 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.update(r).await };
             let now = self.node.clock.now();
-            let updated = forward(&region, "Update", &deadline, now, Request::new(req), send).await?;
+            let updated = forward(
+                &region,
+                "Update",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(updated));
         }
         let name = parse_name(&spec.name, "name")?;
@@ -623,7 +651,16 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.delete(r).await };
             let now = self.node.clock.now();
-            let answer = forward(&region, "Delete", &deadline, now, Request::new(raw), send).await?;
+            let answer = forward(
+                &region,
+                "Delete",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(raw),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let expect_plan = (!raw.expect_plan.is_empty()).then(|| raw.expect_plan.clone());
@@ -687,7 +724,16 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.add_lien(r).await };
             let now = self.node.clock.now();
-            let answer = forward(&region, "AddLien", &deadline, now, Request::new(req), send).await?;
+            let answer = forward(
+                &region,
+                "AddLien",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -722,7 +768,16 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.remove_lien(r).await };
             let now = self.node.clock.now();
-            let answer = forward(&region, "RemoveLien", &deadline, now, Request::new(req), send).await?;
+            let answer = forward(
+                &region,
+                "RemoveLien",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -752,7 +807,16 @@ impl Resources for ResourcesApi {
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.remove_finalizer(r).await };
             let now = self.node.clock.now();
-            let answer = forward(&region, "RemoveFinalizer", &deadline, now, Request::new(req), send).await?;
+            let answer = forward(
+                &region,
+                "RemoveFinalizer",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -789,6 +853,7 @@ impl Resources for ResourcesApi {
                 &region,
                 "ReportFinalizerFailure",
                 &deadline,
+                FORWARD_TIMEOUT,
                 now,
                 Request::new(req),
                 send,

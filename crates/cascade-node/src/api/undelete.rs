@@ -158,7 +158,16 @@ impl ResourcesApi {
         if let Some((region, mut owner)) = self.route(&root_name, field)? {
             let send = move |r| async move { owner.undelete(r).await };
             let now = self.node.clock.now();
-            let answer = forward(&region, "Undelete", &client_deadline, now, Request::new(req), send).await?;
+            let answer = forward(
+                &region,
+                "Undelete",
+                &client_deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let of = self.node.deletion_to_undelete(id, name.as_ref())?;

@@ -44,7 +44,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use super::AdminApi;
-use crate::api::forward::{answer_by, budget_within, deadline_of, forward};
+use crate::api::forward::{answer_by, budget_within, deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, from_wire, to_wire};
 use crate::api::refused;
 use crate::auth::AuthMode;
@@ -116,7 +116,7 @@ impl AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.purge(r).await };
             return Ok(Response::new(
-                forward(&region, "Purge", &deadline, now, forwarded, send).await?,
+                forward(&region, "Purge", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminPurge) {
