@@ -204,10 +204,9 @@ impl AdminApi {
                 ..audit.clone()
             },
         };
-        let started = match self.node.start_purge_part(part, context.clone(), answer_by).await {
-            Ok(started) => started,
-            Err(e) => return Err(self.audited_refusal(audit, context, e).await),
-        };
+        let (node, ctx) = (self.node.clone(), context.clone());
+        let start = async move { node.start_purge_part(part, ctx, answer_by).await };
+        let started = self.carry_out(answer_by, start, audit.clone(), context).await?;
         let op = started.operation;
         if let Some(a) = answers.iter_mut().find(|a| a.region == own) {
             a.started = started.started.len() as u64;
