@@ -386,6 +386,29 @@ mod tests {
         assert!((1_000..=1_050).contains(&by), "{by}");
     }
 
+    /// The owner's side of a change: forwarded, it runs to its end though
+    /// its call is dropped (the forwarder's reset); not forwarded, it is
+    /// cut with its call, as before.
+    #[tokio::test]
+    async fn a_forwarded_change_runs_to_its_end_when_its_call_is_dropped() {
+        for (answer_by, finishes) in [(Some(Timestamp(1_000)), true), (None, false)] {
+            let (go, wait) = tokio::sync::oneshot::channel::<()>();
+            let (finished, done) = tokio::sync::oneshot::channel();
+            let work = async move {
+                let _ = wait.await;
+                let _ = finished.send(());
+                Ok::<_, Status>(())
+            };
+            let call = tokio::spawn(to_the_end(answer_by, work));
+            // The call starts (its work is under way), then is dropped.
+            tokio::task::yield_now().await;
+            call.abort();
+            let _ = call.await;
+            let _ = go.send(());
+            assert_eq!(done.await.is_ok(), finishes, "forwarded: {}", answer_by.is_some());
+        }
+    }
+
     #[test]
     fn an_answer_passes_through_and_a_transport_failure_is_unavailable() {
         let answered = Status::failed_precondition("refs.network: eu-west/network/n is being deleted");
