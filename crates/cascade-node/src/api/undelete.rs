@@ -156,18 +156,11 @@ impl ResourcesApi {
             ));
         };
         if let Some((region, mut owner)) = self.route(&root_name, field)? {
+            // The owner drives it within the whole undelete's budget.
+            let (bound, now) = (UNDELETE_BUDGET.max(FORWARD_TIMEOUT), self.node.clock.now());
             let send = move |r| async move { owner.undelete(r).await };
-            let now = self.node.clock.now();
-            let answer = forward(
-                &region,
-                "Undelete",
-                &client_deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?;
+            let (within, request) = (&client_deadline, Request::new(req));
+            let answer = forward(&region, "Undelete", within, bound, now, request, send).await?;
             return Ok(Response::new(answer));
         }
         let of = self.node.deletion_to_undelete(id, name.as_ref())?;
