@@ -6,9 +6,11 @@
 //! refused whole: nothing left CREATING behind it. So does a delete whose
 //! question to another region (KeepsAnotherTarget) is not answered in time.
 //!
-//! An Admin call about another region (ListDeletions, ForcePurge, …) that
-//! its node forwards there keeps to the client's deadline the same way, and
-//! a forwarded action refused for time has not happened.
+//! A call about another region's resource or an Admin call about another
+//! region (Get, Delete, Create, ListDeletions, ForcePurge, …) that its node
+//! forwards there keeps to the client's deadline the same way, and a
+//! forwarded change refused for time has not happened: held on the way, it
+//! reaches the owner after its forwarder gave up and is refused there.
 //!
 //! Real nodes on loopback; one region reaches the other through a fault proxy
 //! (`tests/support/fault_proxy.rs`) that holds every byte, as a partition
@@ -361,25 +363,28 @@ async fn an_admin_call_forwarded_to_a_held_region_gives_up_at_its_clients_deadli
 
     // rb answers again: the held ForcePurge reaches it now, after its
     // forwarder gave up (its stream reset behind it), and is refused: it
-    // changes nothing. (Before rb checked the instant its forwarder gave
-    // up, it was carried out here: "ForcePurge (force)", "ok".) The audit
-    // log is read through the same connection, after it.
+    // changes nothing, and rb's audit log says so. (Before rb checked the
+    // instant its forwarder gave up, it was carried out here: "ForcePurge
+    // (force)", "ok"; and before the refusal was audited in a task of its
+    // own, the reset dropped its entry.)
     pc.peer_proxy("ra", "rb").set(Fault::Pass);
     let audit = v1::ListAuditRequest {
         region: "rb".to_owned(),
         ..Default::default()
     };
-    let log = eventually(Duration::from_secs(20), "rb's audit log through ra", || {
+    let forced = eventually(Duration::from_secs(20), "the late ForcePurge in rb's audit log", || {
         let (mut admin, audit) = (admin.clone(), audit.clone());
-        async move { admin.list_audit(as_admin(audit)).await.ok() }
+        async move {
+            let log = admin.list_audit(as_admin(audit)).await.ok()?.into_inner();
+            let forced: Vec<_> = log
+                .entries
+                .into_iter()
+                .filter(|e| e.action.starts_with("ForcePurge"))
+                .collect();
+            (!forced.is_empty()).then_some(forced)
+        }
     })
-    .await
-    .into_inner();
-    let forced: Vec<_> = log
-        .entries
-        .iter()
-        .filter(|e| e.action.starts_with("ForcePurge"))
-        .collect();
+    .await;
     println!("rb's audit log of the late ForcePurge: {forced:?}");
     assert!(
         forced.iter().all(|e| e.outcome.starts_with("DeadlineExceeded")),
@@ -389,4 +394,192 @@ async fn an_admin_call_forwarded_to_a_held_region_gives_up_at_its_clients_deadli
     assert_eq!(project.finalizers, ["dns"], "its finalizer still holds it: {project:?}");
     let deletion = project.deletion.expect("still DELETING");
     assert!(deletion.forced.is_none(), "not forced: {deletion:?}");
+}
+
+/// `message` with the client's deadline ([`CLIENT_DEADLINE`]) as its
+/// `grpc-timeout`.
+fn within_deadline<M>(message: M) -> tonic::Request<M> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CLIENT_DEADLINE);
+    request
+}
+
+/// A Resources client of `region`'s node (not through its client proxy).
+async fn resources_at(pc: &ProxiedCluster, region: &str) -> ResourcesClient<Channel> {
+    ResourcesClient::connect(pc.cluster.node(region).node.endpoint())
+        .await
+        .expect("client connects")
+}
+
+/// Polls `check` for `limit`, every time asserting that it holds (`what`
+/// says what it is): a late change would show within that time.
+async fn holds_throughout<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Err(seen) = check().await {
+            panic!("{what}: {seen}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// ra's node forwards a Get, a List and a GetHistory about rb to rb while
+/// ra's connection to rb is held: each answers DEADLINE_EXCEEDED naming rb
+/// within about the client's deadline. (Before they went through the
+/// forward that keeps to it, they answered UNAVAILABLE "got no answer
+/// within 1.8s": a client could not tell its own deadline from a region
+/// that is down.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_forwarded_to_a_held_owner_answers_deadline_exceeded_naming_it() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |_| {}).await;
+    pc.cluster
+        .client("rb")
+        .create(spec_in("rb/project/p", &[]))
+        .await
+        .expect("rb's project");
+    let mut client = resources_at(&pc, "ra").await;
+    let get = || v1::GetRequest {
+        name: "rb/project/p".to_owned(),
+        ..Default::default()
+    };
+    // ra has forwarded a call to rb once (its channel is up): the hold
+    // meets a live connection.
+    client
+        .get(within_deadline(get()))
+        .await
+        .expect("rb's project through ra");
+
+    pc.peer_proxy("ra", "rb").set(Fault::Hold);
+    let started = Instant::now();
+    let status = client.get(within_deadline(get())).await.expect_err("rb is held");
+    let took = started.elapsed();
+    println!("Get forwarded to a held owner with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+
+    let list = v1::ListRequest {
+        region: "rb".to_owned(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let status = client.list(within_deadline(list)).await.expect_err("rb is held");
+    let took = started.elapsed();
+    println!("List forwarded to a held owner with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+
+    let history = v1::GetHistoryRequest {
+        name: "rb/project/p".to_owned(),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    let status = client
+        .get_history(within_deadline(history))
+        .await
+        .expect_err("rb is held");
+    let took = started.elapsed();
+    println!("GetHistory forwarded to a held owner with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+    pc.peer_proxy("ra", "rb").set(Fault::Pass);
+}
+
+/// ra's node forwards a Delete of rb's project, and a Create of another,
+/// to rb while ra's connection to rb is held: each answers
+/// DEADLINE_EXCEEDED naming rb within about the client's deadline. Once rb
+/// answers again, both reach it after their forwarder gave up (their
+/// streams reset behind them) and are refused there: for seconds after,
+/// the project is still there and not DELETING, the other was never
+/// created (not even CREATING), and rb's audit log has each as a refusal
+/// for time. (Before rb checked the instant its forwarder gave up, the
+/// late Delete was carried out here, after the client was told it failed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_forwarded_to_a_held_owner_gives_up_at_its_clients_deadline_and_is_not_carried_out_late() {
+    let pc = start_cluster_behind_proxies(&["ra", "rb"], |s| s.admin.token = Some(ADMIN_TOKEN.to_owned())).await;
+    let b = pc.cluster.client("rb");
+    b.create(spec_in("rb/project/kept", &[])).await.expect("rb's project");
+    let mut client = resources_at(&pc, "ra").await;
+    // ra's channel to rb is up: the hold meets a live connection.
+    client
+        .get(within_deadline(v1::GetRequest {
+            name: "rb/project/kept".to_owned(),
+            ..Default::default()
+        }))
+        .await
+        .expect("rb's project through ra");
+
+    pc.peer_proxy("ra", "rb").set(Fault::Hold);
+    let started = Instant::now();
+    let status = client
+        .delete(within_deadline(delete_req("rb/project/kept", false)))
+        .await
+        .expect_err("rb, which owns the project, is held");
+    let took = started.elapsed();
+    println!("Delete forwarded to a held owner with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+
+    let create = v1::CreateRequest {
+        resource: Some(spec_in("rb/project/late", &[])),
+    };
+    let started = Instant::now();
+    let status = client
+        .create(within_deadline(create))
+        .await
+        .expect_err("rb, which would own the project, is held");
+    let took = started.elapsed();
+    println!("Create forwarded to a held owner with a {CLIENT_DEADLINE:?} deadline: {took:?}, {status:?}");
+    assert_deadline_exceeded_naming(&status, "rb", took);
+
+    // rb answers again: the held Delete and Create reach it now.
+    pc.peer_proxy("ra", "rb").set(Fault::Pass);
+    let rb = pc.cluster.node("rb").node.endpoint();
+    holds_throughout(
+        Duration::from_secs(3),
+        "a change its client was told DEADLINE_EXCEEDED for was carried out when it reached rb",
+        || async {
+            let kept = b
+                .get("rb/project/kept")
+                .await
+                .map_err(|e| format!("the project: {e}"))?;
+            if let Some(deletion) = kept.deletion {
+                return Err(format!("the project is DELETING: {deletion:?}"));
+            }
+            match stored_state(&rb, "rb/project/late").await {
+                None => Ok(()),
+                Some(state) => Err(format!("rb/project/late is stored, {state:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Refused, and audited as refusals are.
+    let admin = AdminClient::connect(rb).await.expect("admin client connects");
+    let late = eventually(Duration::from_secs(20), "rb's audit log of the late changes", || {
+        let mut admin = admin.clone();
+        async move {
+            let log = admin
+                .list_audit(as_admin(v1::ListAuditRequest::default()))
+                .await
+                .ok()?
+                .into_inner();
+            let late: Vec<_> = log
+                .entries
+                .into_iter()
+                .filter(|e| {
+                    (e.action == "delete" && e.target == "rb/project/kept")
+                        || (e.action == "create" && e.target == "rb/project/late")
+                })
+                .collect();
+            (late.len() >= 2).then_some(late)
+        }
+    })
+    .await;
+    println!("rb's audit log of the late changes: {late:?}");
+    assert!(
+        late.iter().all(|e| e.outcome.starts_with("DeadlineExceeded")),
+        "each refused for time: {late:?}"
+    );
+    wait_quiescent(&pc.cluster).await;
+    assert_no_violations(&pc.cluster).await;
 }

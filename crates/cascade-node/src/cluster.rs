@@ -53,7 +53,7 @@ use cascade_core::plan::PlanDriver;
 use cascade_core::protocol::{DeleteOutcome, DeleteRequest, Plan, PlannedDenial, ResourceSpec, Step};
 use cascade_core::request_path::{locate_refusal, reference_path};
 use cascade_core::state::{StateRead, WriteSet};
-use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Uid};
+use cascade_core::{BackRefKey, CoreError, OnDelete, OperationId, RefTarget, ResourceName, Timestamp, Uid};
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::error::Fault;
@@ -359,7 +359,7 @@ impl Node {
         }
         let members = vec![(r.name.clone(), r.uid, keys)];
         let settled = self
-            .settle_members(members, r.state == ResourceState::Creating, attached)
+            .settle_members(members, r.state == ResourceState::Creating, attached, None)
             .await?;
         Ok(settled.and_then(|mut v| {
             v.pop()
@@ -373,15 +373,22 @@ impl Node {
     /// them since (a retry of the same create, the reconciler, the request
     /// that made them): a failure then undoes only the members still
     /// CREATING, never references another settle confirmed, and when every
-    /// member was confirmed meanwhile the create went through.
+    /// member was confirmed meanwhile the create went through. A create
+    /// forwarded by a node that gave up at `answer_by` settles past it as
+    /// refused (`crate::peers::still_awaited`), in the same step.
     async fn settle_members(
         &self,
         members: Vec<(ResourceName, Uid, Vec<BackRefKey>)>,
         were_creating: bool,
         attached: Result<(), CoreError>,
+        answer_by: Option<Timestamp>,
     ) -> Result<Result<Vec<Resource>, CoreError>, Fault> {
         self.writer
             .apply(move |s, c, _| {
+                let attached = match attached {
+                    Ok(()) => crate::peers::still_awaited(answer_by, c.now, c.region.as_str(), "Create"),
+                    failed => failed,
+                };
                 let Err(failure) = &attached else {
                     return peer::settle_batch(s, c, members, attached);
                 };
@@ -426,11 +433,18 @@ impl Node {
     /// anything is written, and so does a deadline that leaves no time to
     /// attach; an attach that runs out of it removes the CREATING resources
     /// as a refusal does (`CoreError::DeadlineExceeded` either way).
+    ///
+    /// A create forwarded by a node that gave up at `answer_by` is refused
+    /// past it: by its write step (nothing written), or, CREATING already,
+    /// by the step that would settle it ACTIVE (removed as for a refusal),
+    /// so that a create its client was answered DEADLINE_EXCEEDED for does
+    /// not appear later.
     pub(crate) async fn create(
         &self,
         mut specs: Vec<ResourceSpec>,
         audit: crate::audit::AuditContext,
         deadline: &Deadline,
+        answer_by: Option<Timestamp>,
     ) -> Result<Vec<Resource>, Fault> {
         self.resolve_remote(&mut specs, &BTreeMap::new(), deadline).await?;
         if let Some(region) = self.first_attach_region(&specs) {
@@ -440,7 +454,7 @@ impl Node {
         let mut rounds = specs.len() + 1;
         let created = loop {
             rounds -= 1;
-            match self.writer.create(specs.clone(), Some(audit.clone())).await {
+            match self.writer.create(specs.clone(), Some(audit.clone()), answer_by).await {
                 Err(Fault::Refused(CoreError::CreateUnsettled { name, uid })) if rounds > 0 => {
                     debug!(region = %self.region, %name, %uid, "an earlier create of the name is unsettled; settling it first");
                     self.finish_unsettled(&specs, &name, uid, deadline).await?;
@@ -462,7 +476,7 @@ impl Node {
         if let Err(e) = &attached {
             info!(region = %self.region, count = members.len(), error = %e, "cross-region create aborted");
         }
-        self.settle_members(members, true, attached)
+        self.settle_members(members, true, attached, answer_by)
             .await?
             .map_err(|e| self.locate(&specs, e.into()))
     }
@@ -506,7 +520,7 @@ impl Node {
         }
         let count = members.len();
         let attached = self.attach_at_owners(entries, deadline).await;
-        match self.settle_members(members, true, attached).await? {
+        match self.settle_members(members, true, attached, None).await? {
             Ok(settled) => {
                 debug!(region = %self.region, count, active = settled.iter().filter(|r| r.state == ResourceState::Active).count(), "earlier create settled");
                 Ok(())
@@ -588,13 +602,16 @@ impl Node {
     /// that refuses gets its reference taken back and the call fails; one
     /// that does not answer within `PEER_CALL_TIMEOUT`, or what is left of
     /// the client's `deadline`, leaves the update committed and its attach
-    /// to the reconciler. Audited for `audit` in the step that commits it.
+    /// to the reconciler. Audited for `audit` in the step that commits it,
+    /// which refuses an update forwarded by a node that gave up at
+    /// `answer_by` past it (nothing committed).
     pub(crate) async fn update(
         &self,
         mut spec: ResourceSpec,
         etag: Option<String>,
         audit: crate::audit::AuditContext,
         deadline: &Deadline,
+        answer_by: Option<Timestamp>,
     ) -> Result<Resource, Fault> {
         let held = match ResourceName::parse(&spec.name) {
             Ok(name) => self.state().get_resource(&name)?.map(|r| r.refs).unwrap_or_default(),
@@ -603,7 +620,11 @@ impl Node {
         self.resolve_remote(std::slice::from_mut(&mut spec), &held, deadline)
             .await?;
         let refused = self.located(std::slice::from_ref(&spec));
-        let updated = self.writer.update(spec, etag, Some(audit)).await.map_err(&refused)?;
+        let updated = self
+            .writer
+            .update(spec, etag, Some(audit), answer_by)
+            .await
+            .map_err(&refused)?;
         match self.attach_pending(&updated, deadline).await? {
             Ok(r) => Ok(r),
             Err(e) if unanswered(&e) => {
@@ -637,6 +658,8 @@ impl Node {
     ///
     /// The regions asked before a delete without cascade are asked within
     /// what is left of the client's `deadline` (at most `PEER_CALL_TIMEOUT`).
+    /// A delete forwarded by a node that gave up at `answer_by` is refused
+    /// past it by its step (nothing starts).
     pub(crate) async fn delete(
         &self,
         mut req: DeleteRequest,
@@ -644,6 +667,7 @@ impl Node {
         budget: std::time::Duration,
         deadline: &Deadline,
         audit: crate::audit::AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<(DeleteOutcome, Vec<String>), Fault> {
         // An orphan delete refuses for no `cascade` referrer: nothing to ask.
         if !req.cascade && !req.orphan {
@@ -667,7 +691,7 @@ impl Node {
         self.register_bounded(&mut req, budget).await?;
         // A deletion that starts is audited (`delete`, `cascade` or
         // `orphan`) in its step; a dry run changes nothing and is not.
-        match self.writer.delete(req, Some(audit)).await? {
+        match self.writer.delete(req, Some(audit), answer_by).await? {
             DeleteOutcome::DryRun(plan) => {
                 let (mut plan, unreachable) = self.plan_everywhere(plan, cascade, &principal, budget).await;
                 prepend_denials(&mut plan, root_denied);

@@ -98,7 +98,8 @@ impl Node {
     /// Pauses, resumes or cancels an operation: its root's region (this
     /// one) first, audited for `audit`, then every other region. Returns
     /// this region's part and the regions that could not be told (told
-    /// again by the reconciler).
+    /// again by the reconciler). Forwarded by a node that gave up at
+    /// `answer_by`, refused past it, changing nothing anywhere.
     pub(crate) async fn control_operation(
         &self,
         id: OperationId,
@@ -106,12 +107,17 @@ impl Node {
         req: AdminRequest,
         audit: AuditContext,
         deadline: Duration,
+        answer_by: Option<Timestamp>,
     ) -> Result<(Operation, Vec<String>), Fault> {
         let (who, reason) = (req.who.clone(), req.reason.clone());
         let part = self
             .writer
             .apply_audited(
-                move |s, c, ids| protocol::control_operation(s, c, ids, id, control, None, req),
+                move |s, c, ids| {
+                    let call = control.action();
+                    crate::peers::still_awaited(answer_by, c.now, c.region.as_str(), call)?;
+                    protocol::control_operation(s, c, ids, id, control, None, req)
+                },
                 audit,
                 |_| Vec::new(),
             )

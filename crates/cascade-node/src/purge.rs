@@ -13,10 +13,12 @@
 use cascade_core::limits::quote;
 use cascade_core::model::Resource;
 use cascade_core::protocol::{self, PurgeFilter, PurgeStarted, PurgeTally, StartPurge};
+use cascade_core::Timestamp;
 
 use crate::audit::{AuditContext, Change};
 use crate::error::Fault;
 use crate::node::Node;
+use crate::peers::still_awaited;
 use crate::store::Table;
 
 /// Rows a scan reads from the store at once.
@@ -83,10 +85,20 @@ impl Node {
     /// Starts this region's part of a forced purge in one writer step (see
     /// `protocol::start_purge`): the call's audit entry, stamped with
     /// `audit`, and one entry per member started (`purge`), in its commit.
-    pub(crate) async fn start_purge_part(&self, req: StartPurge, audit: AuditContext) -> Result<PurgeStarted, Fault> {
+    /// A Purge forwarded by a node that gave up at `answer_by` is refused
+    /// past it, starting nothing (`crate::peers::still_awaited`).
+    pub(crate) async fn start_purge_part(
+        &self,
+        req: StartPurge,
+        audit: AuditContext,
+        answer_by: Option<Timestamp>,
+    ) -> Result<PurgeStarted, Fault> {
         self.writer
             .apply_audited(
-                move |s, c, ids| protocol::start_purge(s, c, ids, req),
+                move |s, c, ids| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "Purge")?;
+                    protocol::start_purge(s, c, ids, req)
+                },
                 audit,
                 |started: &PurgeStarted| {
                     started

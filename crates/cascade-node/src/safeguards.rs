@@ -7,10 +7,12 @@
 
 use cascade_core::model::Resource;
 use cascade_core::protocol::FinalizerReport;
+use cascade_core::Timestamp;
 
 use crate::audit::{AuditContext, Change};
 use crate::error::Fault;
 use crate::node::Node;
+use crate::peers::still_awaited;
 
 /// The audit log's line for one resource a step changed.
 fn changed(action: &'static str, r: &Resource) -> Vec<Change> {
@@ -49,15 +51,21 @@ impl Node {
     }
 
     /// Places a lien on a resource of this region (see `protocol::lien`);
-    /// audited for `audit` in the same step.
+    /// audited for `audit` in the same step. Like every change of this
+    /// module, refused past `answer_by`, changing nothing, when a node that
+    /// forwarded it gave up then (`crate::peers::still_awaited`).
     pub(crate) async fn add_lien(
         &self,
         req: cascade_core::protocol::AddLien,
         audit: AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<Resource, Fault> {
         self.writer
             .apply_audited(
-                move |s, c, _| cascade_core::protocol::add_lien(s, c, req),
+                move |s, c, _| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "AddLien")?;
+                    cascade_core::protocol::add_lien(s, c, req)
+                },
                 audit,
                 |r: &Resource| changed("add_lien", r),
             )
@@ -72,10 +80,14 @@ impl Node {
         id: String,
         etag: Option<String>,
         audit: AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<Resource, Fault> {
         self.writer
             .apply_audited(
-                move |s, c, _| cascade_core::protocol::remove_lien(s, c, &name, &id, etag.as_deref()),
+                move |s, c, _| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "RemoveLien")?;
+                    cascade_core::protocol::remove_lien(s, c, &name, &id, etag.as_deref())
+                },
                 audit,
                 |r: &Resource| changed("remove_lien", r),
             )
@@ -84,10 +96,18 @@ impl Node {
 
     /// A finalizer controller's cleanup is done (see `protocol::finalizer`);
     /// audited for `audit` in the same step.
-    pub(crate) async fn remove_finalizer(&self, req: FinalizerReport, audit: AuditContext) -> Result<Resource, Fault> {
+    pub(crate) async fn remove_finalizer(
+        &self,
+        req: FinalizerReport,
+        audit: AuditContext,
+        answer_by: Option<Timestamp>,
+    ) -> Result<Resource, Fault> {
         self.writer
             .apply_audited(
-                move |s, c, _| cascade_core::protocol::remove_finalizer(s, c, req),
+                move |s, c, _| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "RemoveFinalizer")?;
+                    cascade_core::protocol::remove_finalizer(s, c, req)
+                },
                 audit,
                 |r: &Resource| changed("remove_finalizer", r),
             )
@@ -100,10 +120,14 @@ impl Node {
         &self,
         req: FinalizerReport,
         audit: AuditContext,
+        answer_by: Option<Timestamp>,
     ) -> Result<Resource, Fault> {
         self.writer
             .apply_audited(
-                move |s, c, _| cascade_core::protocol::report_finalizer_failure(s, c, req),
+                move |s, c, _| {
+                    still_awaited(answer_by, c.now, c.region.as_str(), "ReportFinalizerFailure")?;
+                    cascade_core::protocol::report_finalizer_failure(s, c, req)
+                },
                 audit,
                 |r: &Resource| changed("report_finalizer_failure", r),
             )

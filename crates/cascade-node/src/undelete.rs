@@ -37,7 +37,7 @@ use cascade_core::model::{Operation, OperationState, Outcome, ResourceState};
 use cascade_core::peer;
 use cascade_core::protocol::{self, Step, UndeleteBatch, UndeletePhase};
 use cascade_core::state::WriteSet;
-use cascade_core::{CoreError, OperationId, RefTarget, ResourceName};
+use cascade_core::{CoreError, OperationId, RefTarget, ResourceName, Timestamp};
 use futures::StreamExt;
 use tracing::{debug, info, warn};
 
@@ -141,6 +141,8 @@ impl Node {
 
     /// `Resources.Undelete` at the root's region: the undelete's part made
     /// (audited for `audit`), then driven in every region; or a dry run.
+    /// Forwarded by a node that gave up at `answer_by`, refused past it in
+    /// the step that would make the part: nothing undeleted.
     pub(crate) async fn undelete(
         &self,
         of: Operation,
@@ -148,6 +150,7 @@ impl Node {
         requested_by: String,
         audit: AuditContext,
         deadline: Duration,
+        answer_by: Option<Timestamp>,
     ) -> Result<Undeleted, Fault> {
         if dry_run {
             return self.undelete_dry_run(of, requested_by, deadline).await;
@@ -165,7 +168,10 @@ impl Node {
         let batch = self.batch_for(id, &of, requested_by, UndeletePhase::Members);
         self.writer
             .apply_audited(
-                move |s, c, _| protocol::start_undelete(s, c, batch, regions),
+                move |s, c, _| {
+                    crate::peers::still_awaited(answer_by, c.now, c.region.as_str(), "Undelete")?;
+                    protocol::start_undelete(s, c, batch, regions)
+                },
                 audit,
                 // The call's entry, in the step that makes the undelete.
                 |op: &Operation| {

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec};
 use cascade_core::state::WriteSet;
-use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource};
+use cascade_core::{CoreError, Ctx, IdSource, Policy, RegionId, Resource, Timestamp};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::broadcast;
 use tracing::{debug, error, info, info_span, warn};
@@ -45,6 +45,7 @@ use crate::clock::Clock;
 use crate::codec::{encode_writes, StoreState};
 use crate::entropy::UidSource;
 use crate::metrics::NodeMetrics;
+use crate::peers::still_awaited;
 use crate::store::Store;
 use crate::trace_context::TraceMarks;
 use cascade_core::model::Event;
@@ -122,22 +123,28 @@ pub type BudgetWants =
 /// A client's change carries who it is audited for (None: a step nobody
 /// asked for by name, such as settling a create, which is not audited);
 /// the writer appends one audit entry per change to the step's writes, so
-/// the change and its entry commit in one batch.
+/// the change and its entry commit in one batch. It also carries, when
+/// another region's node forwarded it, the instant that node gave up on it
+/// (`api/forward.rs`'s `ANSWER_BY`): the step refuses itself past it,
+/// writing nothing (`crate::peers::still_awaited`).
 pub enum WriterMsg {
     Create(
         Vec<ResourceSpec>,
         Option<AuditContext>,
+        Option<Timestamp>,
         RpcReplyPort<Result<Vec<Resource>, CoreError>>,
     ),
     Update(
         ResourceSpec,
         Option<String>,
         Option<AuditContext>,
+        Option<Timestamp>,
         RpcReplyPort<Result<Resource, CoreError>>,
     ),
     Delete(
         DeleteRequest,
         Option<AuditContext>,
+        Option<Timestamp>,
         RpcReplyPort<Result<DeleteOutcome, CoreError>>,
     ),
     /// Run one batch of due deletion work. At most one is in the mailbox
@@ -760,12 +767,15 @@ impl WriterState {
     ) -> (&'static str, Option<Reply>) {
         let region = self.ctx.region.to_string();
         match msg {
-            WriterMsg::Create(specs, audit, reply) => {
+            WriterMsg::Create(specs, audit, answer_by, reply) => {
                 let span = info_span!(parent: caller, "create", %region, count = specs.len(), name = specs.first().map(|s| s.name.as_str()).unwrap_or(""));
                 let _g = span.enter();
                 let result = self.run_audited(
                     myself,
-                    |s, c, ids| protocol::create(s, c, ids, specs),
+                    |s, c, ids| {
+                        still_awaited(answer_by, c.now, c.region.as_str(), "Create")?;
+                        protocol::create(s, c, ids, specs)
+                    },
                     audit.as_ref(),
                     audited::created,
                 );
@@ -782,12 +792,15 @@ impl WriterState {
                     Some(Reply::after_flush(reply, result, self.group_committed())),
                 )
             }
-            WriterMsg::Update(spec, etag, audit, reply) => {
+            WriterMsg::Update(spec, etag, audit, answer_by, reply) => {
                 let span = info_span!(parent: caller, "update", %region, name = %spec.name);
                 let _g = span.enter();
                 let result = self.run_audited(
                     myself,
-                    |s, c, _| protocol::update(s, c, spec, etag.as_deref()),
+                    |s, c, _| {
+                        still_awaited(answer_by, c.now, c.region.as_str(), "Update")?;
+                        protocol::update(s, c, spec, etag.as_deref())
+                    },
                     audit.as_ref(),
                     audited::updated,
                 );
@@ -796,13 +809,16 @@ impl WriterState {
                     Some(Reply::after_flush(reply, result, self.group_committed())),
                 )
             }
-            WriterMsg::Delete(req, audit, reply) => {
+            WriterMsg::Delete(req, audit, answer_by, reply) => {
                 let span = info_span!(parent: caller, "delete", %region, name = %req.name, cascade = req.cascade, dry_run = req.dry_run);
                 let _g = span.enter();
                 let started = audited::deletion_started(&req);
                 let result = self.run_audited(
                     myself,
-                    |s, c, ids| protocol::delete(s, c, ids, req),
+                    |s, c, ids| {
+                        still_awaited(answer_by, c.now, c.region.as_str(), "Delete")?;
+                        protocol::delete(s, c, ids, req)
+                    },
                     audit.as_ref(),
                     started,
                 );

@@ -12,6 +12,7 @@
 //! certified region of its cluster or a node of its own region (a standby,
 //! which forwards every call to its writer: `api/standby.rs`).
 
+mod actions;
 mod check_schema;
 mod purge;
 
@@ -32,7 +33,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, info_span, warn, Instrument};
 
 use crate::admin::{AuditFilter, DeletionEntry, DeletionFilter, Refusal};
-use crate::api::forward::{answer_by, budget_within, deadline_of, forward};
+use crate::api::forward::{answer_by, budget_within, deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::principal::caller;
 use crate::api::relay::{relayed_caller, Relayed};
 use crate::api::{parse_name, refused};
@@ -282,21 +283,7 @@ impl AdminApi {
     /// A refusal of an administrator's action, audited (the core cuts
     /// every field of the entry to its limit).
     async fn audited_status(&self, audit: AdminRequest, context: AuditContext, status: Status) -> Status {
-        match self
-            .node
-            .audit(audit, format!("{:?}: {}", status.code(), status.message()), context)
-            .await
-        {
-            Ok(_) => {
-                self.node.audit_failed.reset();
-            }
-            Err(e) => {
-                if let Some(more) = self.node.audit_failed.admit() {
-                    warn!(region = %self.node.region, error = %e, suppressed = more.count(), "could not write the audit log{more}");
-                }
-            }
-        }
-        status
+        actions::audited(&self.node, audit, context, status).await
     }
 
     /// An entry with the record it holds, not one read again now: an
@@ -403,25 +390,22 @@ impl Admin for AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.extend_budget(r).await };
             return Ok(Response::new(
-                forward(region, "ExtendBudget", &deadline, now, forwarded, send).await?,
+                forward(region, "ExtendBudget", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminExtendBudget) {
             return Err(self.audited_status(audit, context, denied).await);
         }
         let span = info_span!("extend_budget", region = %self.node.region, operation = %id, who = %admin.who);
-        match self
-            .node
-            .extend_budget(id, req.max_deletions, audit.clone(), context.clone(), answer_by)
-            .instrument(span)
-            .await
-        {
-            Ok(op) => {
-                info!(region = %self.node.region, operation = %id, max_deletions = req.max_deletions, who = %admin.who, "budget extended");
-                Ok(Response::new(crate::api::operation_control::present_part(&op)))
-            }
-            Err(e) => Err(self.audited_refusal(audit, context, e).await),
-        }
+        let (node, entry, ctx, max) = (self.node.clone(), audit.clone(), context.clone(), req.max_deletions);
+        let extend = async move {
+            node.extend_budget(id, max, entry, ctx, answer_by)
+                .instrument(span)
+                .await
+        };
+        let op = self.carry_out(answer_by, extend, audit, context).await?;
+        info!(region = %self.node.region, operation = %id, max_deletions = max, who = %admin.who, "budget extended");
+        Ok(Response::new(crate::api::operation_control::present_part(&op)))
     }
 
     async fn list_deletions(
@@ -436,10 +420,10 @@ impl Admin for AdminApi {
         req.check_bounds()?;
         if let Some(region) = self.other_region(&req.region, "region")? {
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let (ask, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.list_deletions(r).await };
             return Ok(Response::new(
-                forward(&region, "ListDeletions", &deadline, now, forwarded, send).await?,
+                forward(&region, "ListDeletions", &deadline, FORWARD_TIMEOUT, now, ask, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListDeletions)?;
@@ -502,28 +486,25 @@ impl Admin for AdminApi {
         let name = parse_name(&req.name, "name")?;
         if let Some(region) = self.node.owner_region(&name, "name").map_err(refused)? {
             let mut client = self.node.peers.admin(region).map_err(refused)?;
-            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let (ask, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.retry_deletion(r).await };
             return Ok(Response::new(
-                forward(region, "RetryDeletion", &deadline, now, forwarded, send).await?,
+                forward(region, "RetryDeletion", &deadline, FORWARD_TIMEOUT, now, ask, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminRetryDeletion) {
             return Err(self.audited_status(audit, context.clone(), denied).await);
         }
         let span = info_span!("retry_deletion", region = %self.node.region, name = %name, who = %admin.who);
-        match self
-            .node
-            .retry_deletion(req.name, audit.clone(), context.clone(), answer_by)
-            .instrument(span)
-            .await
-        {
-            Ok(entry) => {
-                info!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who, "deletion retried");
-                Ok(Response::new(self.present(entry)?))
-            }
-            Err(e) => Err(self.audited_refusal(audit, context, e).await),
-        }
+        let (node, entry, ctx) = (self.node.clone(), audit.clone(), context.clone());
+        let retry = async move {
+            node.retry_deletion(req.name, entry, ctx, answer_by)
+                .instrument(span)
+                .await
+        };
+        let entry = self.carry_out(answer_by, retry, audit, context).await?;
+        info!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who, "deletion retried");
+        Ok(Response::new(self.present(entry)?))
     }
 
     async fn force_purge(
@@ -553,7 +534,7 @@ impl Admin for AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.force_purge(r).await };
             return Ok(Response::new(
-                forward(region, "ForcePurge", &deadline, now, forwarded, send).await?,
+                forward(region, "ForcePurge", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminForcePurge) {
@@ -561,19 +542,16 @@ impl Admin for AdminApi {
         }
         let span =
             info_span!("force_purge", region = %self.node.region, name = %name, who = %admin.who, force = req.force);
-        match self
-            .node
-            .force_purge(req.name, audit.clone(), req.force, context.clone(), answer_by)
-            .instrument(span)
-            .await
-        {
-            Ok(entry) => {
-                warn!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who,
-                    reason = %audit.reason, "deletion forced through by an administrator");
-                Ok(Response::new(self.present(entry)?))
-            }
-            Err(e) => Err(self.audited_refusal(audit, context, e).await),
-        }
+        let (node, entry, ctx, reason) = (self.node.clone(), audit.clone(), context.clone(), audit.reason.clone());
+        let force = async move {
+            node.force_purge(req.name, entry, req.force, ctx, answer_by)
+                .instrument(span)
+                .await
+        };
+        let entry = self.carry_out(answer_by, force, audit, context).await?;
+        warn!(region = %self.node.region, name = %name, uid = %entry.resource.uid, who = %admin.who,
+            reason = %reason, "deletion forced through by an administrator");
+        Ok(Response::new(self.present(entry)?))
     }
 
     async fn list_audit(
@@ -591,7 +569,7 @@ impl Admin for AdminApi {
             let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
             let send = move |r| async move { client.list_audit(r).await };
             return Ok(Response::new(
-                forward(&region, "ListAudit", &deadline, now, forwarded, send).await?,
+                forward(&region, "ListAudit", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
             ));
         }
         self.authorize_admin(&principal, Verb::AdminListAudit)?;
@@ -686,6 +664,7 @@ impl Admin for AdminApi {
                     &region,
                     "CanI",
                     &deadline,
+                    FORWARD_TIMEOUT,
                     self.node.clock.now(),
                     Request::new(req),
                     send,

@@ -1,10 +1,11 @@
 //! Calls this node makes to another region's node on a client's behalf,
 //! and the one rule that turns their outcome into this node's answer.
 //!
-//! Forwarded requests (Create, BatchCreate, Get, Update, Delete for a name
-//! of another region), the Lookup and Attach of a cross-region reference,
-//! and the parts of an aggregated operation all go through
-//! [`call_owner`], which classifies what came back:
+//! Forwarded requests (every Resources call about a name or region of
+//! another region's, and the Admin calls about one: [`forward`]), the
+//! Lookup and Attach of a cross-region reference, and the parts of an
+//! aggregated operation all go through [`call_owner`], which classifies
+//! what came back:
 //!
 //! - **The owner answered** with a status of its own: [`RemoteError::Answered`],
 //!   the status as plain data ([`RelayedStatus`]: code, message, details,
@@ -15,8 +16,9 @@
 //!   or killed process, an HTTP/2 keepalive that went unanswered, any other
 //!   transport failure, or no answer within the deadline:
 //!   [`RemoteError::Unreachable`], UNAVAILABLE naming the region (clients
-//!   retry it). Without this, tonic reports most transport failures as
-//!   UNKNOWN "transport error".
+//!   retry it); DEADLINE_EXCEEDED instead once the deadline was the
+//!   client's ([`forward`]). Without this, tonic reports most transport
+//!   failures as UNKNOWN "transport error".
 //! - **The owner's answer could not be decoded** by this node:
 //!   [`RemoteError::BadAnswer`], INTERNAL (neither the client's fault, which
 //!   INVALID_ARGUMENT would say, nor something a retry fixes).
@@ -34,11 +36,13 @@
 //! A call that gathers from other regions for its client (ExplainDeletion)
 //! has one deadline in all, derived from the client's own ([`caller_deadline`],
 //! [`budget_within`]) rather than [`FORWARD_TIMEOUT`]; forwarded, it carries
-//! that deadline to the owner. So does every forwarded call, and the calls a
-//! node makes on other regions while it serves a client's create, update or
-//! delete (the Lookup and Attach of a cross-region reference, a delete's
-//! KeepsAnotherTarget) are each bounded by what is left of the client's
-//! deadline ([`deadline_of`], `crate::peers::Deadline`), and at most
+//! that deadline to the owner. Every forwarded call carries the client's
+//! deadline and the instant its forwarder gives up ([`forward`],
+//! [`ANSWER_BY`]), and the calls a node makes on other regions while it
+//! serves a client's create, update or delete (the Lookup and Attach of a
+//! cross-region reference, a delete's KeepsAnotherTarget) are each bounded
+//! by what is left of the client's deadline ([`deadline_of`],
+//! `crate::peers::Deadline`), and at most
 //! [`crate::peers::PEER_CALL_TIMEOUT`].
 
 use std::future::Future;
@@ -48,6 +52,7 @@ use cascade_core::Timestamp;
 use cascade_proto::status_from_core;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::peers::{answer_margin, Deadline, RelayedCode, RelayedStatus, RemoteError};
 
@@ -98,12 +103,13 @@ pub(crate) fn deadline_of(metadata: &MetadataMap) -> Deadline {
 }
 
 /// A client's call as it arrives: its deadline for the calls this node
-/// makes on other regions for it ([`deadline_of`]), and the budget of a
-/// forward to its owner ([`FORWARD_TIMEOUT`], or less as the caller's own
-/// deadline leaves: [`budget_within`]).
-pub(crate) fn deadlines<T>(request: &Request<T>) -> (Deadline, Duration) {
+/// makes on other regions for it, a forward to its owner included
+/// ([`deadline_of`]), and, when another region's node forwarded it here,
+/// the instant that node gives up ([`answer_by`]), past which the change
+/// it asks for is refused in its step (`crate::peers::still_awaited`).
+pub(crate) fn deadlines<T>(request: &Request<T>) -> (Deadline, Option<Timestamp>) {
     let metadata = request.metadata();
-    (deadline_of(metadata), budget_within(FORWARD_TIMEOUT, metadata))
+    (deadline_of(metadata), answer_by(metadata))
 }
 
 /// `message` as a call to another region's node that carries `budget` as
@@ -118,8 +124,9 @@ pub(crate) fn with_timeout<T>(message: T, budget: Duration) -> Request<T> {
 /// gives up, in milliseconds of that node's clock (a `Timestamp`). A
 /// `grpc-timeout` counts from when the call arrives, and a call held on
 /// the way (a partition that heals) arrives after its forwarder gave up
-/// and answered DEADLINE_EXCEEDED: the owner refuses an Admin action whose
-/// step comes after this instant ([`answer_by`],
+/// and answered DEADLINE_EXCEEDED: the owner refuses a change (a create,
+/// update, delete, lien, finalizer report, operation control, undelete,
+/// purge or Admin action) whose step comes after this instant ([`answer_by`],
 /// `crate::peers::still_awaited`), so that an action refused for time has
 /// not happened (as long as the two nodes' clocks agree to within it).
 pub(crate) const ANSWER_BY: &str = "cascade-answer-by-ms";
@@ -134,19 +141,48 @@ pub(crate) fn answer_by(metadata: &MetadataMap) -> Option<Timestamp> {
     text.parse().ok().map(Timestamp)
 }
 
+/// Runs `work`, this node's side of a change (its writer step, and the
+/// audit entry of a refusal), to its end: in a task of its own when
+/// another region's node forwarded the call (`answer_by` Some, read by
+/// [`answer_by`]). A forwarder that gives up resets its call, and the
+/// server then drops the call's handler at its next await: the step,
+/// queued in the writer, ran all the same, but the audit entry of its
+/// refusal for time (the very case of a forward that arrived late) was
+/// never written. A call not forwarded runs in its handler as before (a
+/// client that cancels cuts it there: see `cluster.rs` on a cut create).
+pub(crate) async fn to_the_end<T>(
+    answer_by: Option<Timestamp>,
+    work: impl Future<Output = Result<T, Status>> + Send + 'static,
+) -> Result<T, Status>
+where
+    T: Send + 'static,
+{
+    if answer_by.is_none() {
+        return work.await;
+    }
+    match tokio::spawn(work.in_current_span()).await {
+        Ok(done) => done,
+        Err(e) => Err(Status::internal(format!("the change stopped before its answer: {e}"))),
+    }
+}
+
 /// Forwards a client's call `rpc` to its owner `region` (`send` makes the
 /// call of `request`), within what is left of the client's `deadline` and
-/// at most [`FORWARD_TIMEOUT`]. The call carries that time as its
+/// at most `bound` (the call's own: [`FORWARD_TIMEOUT`], or an
+/// ExplainDeletion's `EXPLAIN_BUDGET`). The call carries that time as its
 /// `grpc-timeout`, so that the owner keeps to it too, and the instant this
 /// node gives up, `now` (its clock) plus that time ([`ANSWER_BY`]). With
 /// nothing left the owner is not asked; an owner that does not answer in
 /// time, or that ends the call on the deadline it carried, is the client's
-/// deadline: either way DEADLINE_EXCEEDED naming the region
-/// (`CoreError::DeadlineExceeded`), not UNAVAILABLE.
+/// deadline once that has passed: either way DEADLINE_EXCEEDED naming the
+/// region (`CoreError::DeadlineExceeded`), not UNAVAILABLE. An owner that
+/// does not answer within `bound` while the client's deadline has time left
+/// (or without one) is UNAVAILABLE naming the region.
 pub(crate) async fn forward<M, T, Fut>(
     region: &str,
     rpc: &'static str,
     deadline: &Deadline,
+    bound: Duration,
     now: Timestamp,
     mut request: Request<M>,
     send: impl FnOnce(Request<M>) -> Fut,
@@ -155,7 +191,7 @@ where
     Fut: Future<Output = Result<Response<T>, Status>>,
 {
     let budget = deadline
-        .for_call_within(FORWARD_TIMEOUT, region, rpc)
+        .for_call_within(bound, region, rpc)
         .map_err(RemoteError::Unreachable)?;
     request.set_timeout(budget);
     let millis = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
@@ -307,7 +343,16 @@ mod tests {
         };
         let spent = Deadline::within(Duration::ZERO);
         is_deadline_exceeded(
-            forward("rb", "ForcePurge", &spent, Timestamp(1_000), Request::new(()), send).await,
+            forward(
+                "rb",
+                "ForcePurge",
+                &spent,
+                FORWARD_TIMEOUT,
+                Timestamp(1_000),
+                Request::new(()),
+                send,
+            )
+            .await,
             "ForcePurge",
         );
         assert_eq!(*sent.borrow(), None, "not sent");
@@ -319,7 +364,16 @@ mod tests {
             std::future::pending::<Result<Response<()>, Status>>()
         };
         is_deadline_exceeded(
-            forward("rb", "ListDeletions", &short, Timestamp(1_000), Request::new(()), send).await,
+            forward(
+                "rb",
+                "ListDeletions",
+                &short,
+                FORWARD_TIMEOUT,
+                Timestamp(1_000),
+                Request::new(()),
+                send,
+            )
+            .await,
             "ListDeletions",
         );
         let (timeout, by) = sent.borrow().expect("sent");
@@ -330,6 +384,29 @@ mod tests {
         );
         let by = by.expect("the instant it gives up").0;
         assert!((1_000..=1_050).contains(&by), "{by}");
+    }
+
+    /// The owner's side of a change: forwarded, it runs to its end though
+    /// its call is dropped (the forwarder's reset); not forwarded, it is
+    /// cut with its call, as before.
+    #[tokio::test]
+    async fn a_forwarded_change_runs_to_its_end_when_its_call_is_dropped() {
+        for (answer_by, finishes) in [(Some(Timestamp(1_000)), true), (None, false)] {
+            let (go, wait) = tokio::sync::oneshot::channel::<()>();
+            let (finished, done) = tokio::sync::oneshot::channel();
+            let work = async move {
+                let _ = wait.await;
+                let _ = finished.send(());
+                Ok::<_, Status>(())
+            };
+            let call = tokio::spawn(to_the_end(answer_by, work));
+            // The call starts (its work is under way), then is dropped.
+            tokio::task::yield_now().await;
+            call.abort();
+            let _ = call.await;
+            let _ = go.send(());
+            assert_eq!(done.await.is_ok(), finishes, "forwarded: {}", answer_by.is_some());
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::parse_name;
 use crate::api::principal::caller;
 use crate::api::resources::ResourcesApi;
@@ -23,14 +23,23 @@ impl ResourcesApi {
         &self,
         request: Request<v1::GetHistoryRequest>,
     ) -> Result<v1::GetHistoryResponse, Status> {
-        let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let deadline = deadline_of(request.metadata());
         let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let mut forwarded = Request::new(req);
-            forwarded.set_timeout(forward_budget);
-            return Ok(call_owner(&region, "GetHistory", forward_budget, owner.get_history(forwarded)).await?);
+            let send = move |r| async move { owner.get_history(r).await };
+            let now = self.node.clock.now();
+            return Ok(forward(
+                &region,
+                "GetHistory",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?);
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
         let page_size = match req.page_size as usize {

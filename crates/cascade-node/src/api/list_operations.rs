@@ -23,7 +23,7 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::listing::positions_in_token;
 use crate::api::listing::LIST_BUDGET;
 use crate::api::parse_operation_id;
@@ -61,7 +61,7 @@ impl ResourcesApi {
         request: Request<v1::ListOperationsRequest>,
     ) -> Result<v1::ListOperationsResponse, Status> {
         let budget = budget_within(LIST_BUDGET, request.metadata());
-        let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let deadline = deadline_of(request.metadata());
         let principal = caller(&request);
         let req = request.into_inner();
         let asked = v1::OperationState::try_from(req.state).map_err(|_| invalid_field("state", "unknown state"))?;
@@ -77,13 +77,16 @@ impl ResourcesApi {
             }
             let region = req.region.clone();
             let mut owner = self.node.peers.resources(&region).map_err(crate::api::refused)?;
-            let mut forwarded = Request::new(req);
-            forwarded.set_timeout(forward_budget);
-            return Ok(call_owner(
+            let send = move |r| async move { owner.list_operations(r).await };
+            let now = self.node.clock.now();
+            return Ok(forward(
                 &region,
                 "ListOperations",
-                forward_budget,
-                owner.list_operations(forwarded),
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
             )
             .await?);
         }

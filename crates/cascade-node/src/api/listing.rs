@@ -28,7 +28,7 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{budget_within, call_owner, deadline_of, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::parse_name;
 use crate::api::principal::caller;
 use crate::api::resources::{present, ResourcesApi};
@@ -124,8 +124,7 @@ impl ResourcesApi {
     /// `Resources.List`: this region, another (forwarded), or every region.
     pub(crate) async fn list_resources(&self, request: Request<v1::ListRequest>) -> Result<v1::ListResponse, Status> {
         let budget = budget_within(LIST_BUDGET, request.metadata());
-        // A forward to one region has the caller's deadline, when shorter.
-        let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        // A forward to one region keeps to the caller's deadline too.
         let deadline = deadline_of(request.metadata());
         let principal = caller(&request);
         let req = request.into_inner();
@@ -152,9 +151,18 @@ impl ResourcesApi {
             }
             let region = req.region.clone();
             let mut owner = self.node.peers.resources(&region).map_err(crate::api::refused)?;
-            let mut forwarded = Request::new(req);
-            forwarded.set_timeout(forward_budget);
-            return Ok(call_owner(&region, "List", forward_budget, owner.list(forwarded)).await?);
+            let send = move |r| async move { owner.list(r).await };
+            let now = self.node.clock.now();
+            return Ok(forward(
+                &region,
+                "List",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?);
         }
         self.authorize_listing(&principal, &req)?;
         let (resources, next) = self.local_page(&req, &deadline).await?;
@@ -401,18 +409,21 @@ impl ResourcesApi {
         &self,
         request: Request<v1::ListReferencesRequest>,
     ) -> Result<v1::ListReferencesResponse, Status> {
-        let forward_budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let deadline = deadline_of(request.metadata());
         let principal = caller(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let mut forwarded = Request::new(req);
-            forwarded.set_timeout(forward_budget);
-            return Ok(call_owner(
+            let send = move |r| async move { owner.list_references(r).await };
+            let now = self.node.clock.now();
+            return Ok(forward(
                 &region,
                 "ListReferences",
-                forward_budget,
-                owner.list_references(forwarded),
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
             )
             .await?);
         }

@@ -18,7 +18,7 @@ use cascade_proto::v1;
 use tonic::{Request, Response, Status};
 use tracing::{info, info_span, Instrument};
 
-use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, deadlines, forward, to_the_end, FORWARD_TIMEOUT};
 use crate::api::parse_operation_id;
 use crate::api::principal::{caller, vouching_region};
 use crate::api::resources::ResourcesApi;
@@ -104,30 +104,36 @@ impl ResourcesApi {
         reason: String,
     ) -> Result<Response<v1::Operation>, Status> {
         request.get_ref().check_bounds()?;
-        let deadline = budget_within(FORWARD_TIMEOUT, request.metadata());
+        // The root's read and the other regions told within this.
+        let budget = budget_within(FORWARD_TIMEOUT, request.metadata());
+        let (deadline, answer_by) = deadlines(&request);
         let principal = caller(&request);
         let through = vouching_region(&request);
         let id = parse_operation_id(&raw_id, "id")?;
         let root = match self.node.state().get_operation(id).map_err(crate::error::Fault::from)? {
             Some(op) => op.root,
             None => {
-                let read = deadline.min(OPERATION_READ_TIMEOUT);
+                let read = budget.min(OPERATION_READ_TIMEOUT);
                 self.node.operation_within(id, 0, None, read).await?.operation.root
             }
         };
         if let Some((region, mut owner)) = self.route(&root.name, "id")? {
+            let now = self.node.clock.now();
             let answer = match control {
                 Control::Pause => {
-                    let req = v1::PauseOperationRequest { id: raw_id, reason };
-                    call_owner(&region, "PauseOperation", deadline, owner.pause_operation(req)).await?
+                    let req = Request::new(v1::PauseOperationRequest { id: raw_id, reason });
+                    let send = move |r| async move { owner.pause_operation(r).await };
+                    forward(&region, "PauseOperation", &deadline, FORWARD_TIMEOUT, now, req, send).await?
                 }
                 Control::Resume => {
-                    let req = v1::ResumeOperationRequest { id: raw_id, reason };
-                    call_owner(&region, "ResumeOperation", deadline, owner.resume_operation(req)).await?
+                    let req = Request::new(v1::ResumeOperationRequest { id: raw_id, reason });
+                    let send = move |r| async move { owner.resume_operation(r).await };
+                    forward(&region, "ResumeOperation", &deadline, FORWARD_TIMEOUT, now, req, send).await?
                 }
                 Control::Cancel => {
-                    let req = v1::CancelOperationRequest { id: raw_id, reason };
-                    call_owner(&region, "CancelOperation", deadline, owner.cancel_operation(req)).await?
+                    let req = Request::new(v1::CancelOperationRequest { id: raw_id, reason });
+                    let send = move |r| async move { owner.cancel_operation(r).await };
+                    forward(&region, "CancelOperation", &deadline, FORWARD_TIMEOUT, now, req, send).await?
                 }
             };
             return Ok(Response::new(answer));
@@ -147,15 +153,16 @@ impl ResourcesApi {
             reason,
         };
         let span = info_span!("operation_control", region = %self.node.region, operation = %id, action);
-        let (op, unreachable) = match self
-            .node
-            .control_operation(id, control, req, audit.clone(), deadline)
-            .instrument(span)
-            .await
-        {
-            Ok(done) => done,
-            Err(fault) => return Err(self.audit_refused(audit, action, &root.name, fault).await),
+        // Every refusal audited, one for time too (`ResourcesApi::change`).
+        let (api, context) = (self.clone(), audit.clone());
+        let controlled = async move {
+            let control = api.node.control_operation(id, control, req, context, budget, answer_by);
+            match control.instrument(span).await {
+                Ok(done) => Ok(done),
+                Err(fault) => Err(api.audit_refused(audit, action, &root.name, fault).await),
+            }
         };
+        let (op, unreachable) = to_the_end(answer_by, controlled).await?;
         info!(region = %self.node.region, operation = %id, who = %principal.id, action, unreachable = ?unreachable, "operation controlled");
         let mut answer = present_part(&op);
         answer.unreachable_regions = unreachable;

@@ -2,9 +2,11 @@
 //!
 //! Each call decodes its request, forwards it unchanged to the owner when
 //! it names another region's resource (so the owner answers, whichever node
-//! was asked), or calls the [`Node`] method that does the work, and encodes
-//! the answer. List and ListReferences are in `listing.rs` (a listing of
-//! every region fans out and merges). ExplainDeletion has one deadline (2 s, or less as the
+//! was asked; within the client's deadline, and a change is refused there
+//! once its forwarder gave up: `forward.rs`'s `forward`), or calls the
+//! [`Node`] method that does the work, and encodes the answer. List and
+//! ListReferences are in `listing.rs` (a listing of every region fans out
+//! and merges). ExplainDeletion has one deadline (2 s, or less as the
 //! client's own leaves), which a forward carries to the owner. Watch
 //! streams the outbox (`stream.rs`: ended with OUT_OF_RANGE when
 //! compaction overtakes it); WatchOperation re-reads the operation
@@ -19,6 +21,7 @@
 //! methods here are the adapters that delegate to it.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +30,7 @@ use cascade_core::auth::{Principal, Target, Verb};
 use cascade_core::limits::quote;
 use cascade_core::operation_view::{OperationView, OutcomesCursor};
 use cascade_core::protocol::{AddLien, Control, DeleteOutcome, ResourceSpec};
-use cascade_core::{CoreError, ResourceName};
+use cascade_core::{CoreError, ResourceName, Timestamp};
 use cascade_proto::bounds::{fit_page, Bounded};
 use cascade_proto::convert;
 use cascade_proto::page_token::OutcomesPageToken;
@@ -40,7 +43,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, Instrument};
 
 use crate::admin::Refusal;
-use crate::api::forward::{budget_within, call_owner, deadlines, with_timeout};
+use crate::api::forward::{budget_within, deadline_of, deadlines, forward, to_the_end, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, vouching_region};
 use crate::api::stream::outbox_stream;
 use crate::api::{parse_name, parse_operation_id, refused};
@@ -272,6 +275,50 @@ impl ResourcesApi {
         status
     }
 
+    /// Makes a change (`change`: the node's call that runs its writer
+    /// step) to its end, in a task of its own when another region's node
+    /// forwarded it (`answer_by`: see `forward.rs`'s `to_the_end`), and
+    /// audits its refusal as the policy's refusals are (`action` on
+    /// `name`, for `context`): the policy's or a plan's (a Delete's closure
+    /// check, a cascade unconfirmed or bound to a changed closure: an
+    /// operator reads who tried a large delete, and what had changed), or
+    /// one for time ([`Self::refused_late`]).
+    pub(crate) async fn change<T>(
+        &self,
+        answer_by: Option<Timestamp>,
+        change: impl Future<Output = Result<T, Fault>> + Send + 'static,
+        context: AuditContext,
+        action: &'static str,
+        name: &ResourceName,
+    ) -> Result<T, Status>
+    where
+        T: Send + 'static,
+    {
+        let (api, name) = (self.clone(), name.clone());
+        let made = async move {
+            match change.await {
+                Ok(done) => Ok(done),
+                Err(fault @ Fault::Denied(_)) => Err(api.audit_refused(context, action, &name, fault).await),
+                Err(fault @ Fault::Refused(CoreError::PlanChanged { .. } | CoreError::PlanRequired { .. })) => {
+                    Err(api.audit_refused(context, action, &name, fault).await)
+                }
+                Err(fault) if api.refused_late(&fault) => Err(api.audit_refused(context, action, &name, fault).await),
+                Err(fault) => Err(fault.into()),
+            }
+        };
+        to_the_end(answer_by, made).await
+    }
+
+    /// Whether `fault` is this region's refusal of a change forwarded here
+    /// that arrived after its forwarder gave up (refused in its step,
+    /// changing nothing: `crate::peers::still_awaited` names this region).
+    /// Nobody waits for that answer, so the audit log is where it shows. A
+    /// call to another region that ran out of the client's time names that
+    /// region, and is answered at once, before the client's own deadline.
+    fn refused_late(&self, fault: &Fault) -> bool {
+        matches!(fault, Fault::Refused(CoreError::DeadlineExceeded { region, .. }) if *region == self.node.region.as_str())
+    }
+
     async fn operation(
         &self,
         id: cascade_core::OperationId,
@@ -336,18 +383,28 @@ impl Resources for ResourcesApi {
         let principal = caller(&request);
         // One deadline for the whole explanation, forwarded or not.
         let budget = budget_within(EXPLAIN_BUDGET, request.metadata());
+        let deadline = deadline_of(request.metadata());
         let req = request.into_inner();
         let explanation = match (req.name.is_empty(), req.operation_id.is_empty()) {
             (false, true) => {
                 let name = parse_name(&req.name, "name")?;
                 if let Some((region, mut owner)) = self.route(&name, "name")? {
-                    // The owner explains within what is left of this
-                    // budget (it keeps its own margin); one that does not
-                    // answer in time is UNAVAILABLE naming its region.
-                    let mut forwarded = Request::new(req);
-                    forwarded.set_timeout(budget);
-                    let answer =
-                        call_owner(&region, "ExplainDeletion", budget, owner.explain_deletion(forwarded)).await?;
+                    // The owner explains within the same deadline (it
+                    // keeps its own margin); one that does not answer in
+                    // it is UNAVAILABLE naming its region, DEADLINE_EXCEEDED
+                    // once the client's own deadline has passed.
+                    let send = move |r| async move { owner.explain_deletion(r).await };
+                    let (request, now) = (Request::new(req), self.node.clock.now());
+                    let answer = forward(
+                        &region,
+                        "ExplainDeletion",
+                        &deadline,
+                        EXPLAIN_BUDGET,
+                        now,
+                        request,
+                        send,
+                    )
+                    .await?;
                     return Ok(Response::new(answer));
                 }
                 self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
@@ -376,7 +433,7 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (deadline, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let raw = request.into_inner();
         let spec = raw
             .resource
@@ -384,8 +441,18 @@ impl Resources for ResourcesApi {
             .ok_or_else(|| invalid_field("resource", "is required"))?;
         let name = parse_name(&spec.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.create(with_timeout(raw, forward_budget));
-            let created = call_owner(&region, "Create", forward_budget, call).await?;
+            let send = move |r| async move { owner.create(r).await };
+            let now = self.node.clock.now();
+            let created = forward(
+                &region,
+                "Create",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(raw),
+                send,
+            )
+            .await?;
             return Ok(Response::new(created));
         }
         let name = parse_name(&spec.name, "name")?;
@@ -393,7 +460,9 @@ impl Resources for ResourcesApi {
             .audited(&principal, through.as_deref(), Verb::Create, &name, "create")
             .await?;
         let spec = self.decode_spec(spec, "")?;
-        let mut created = self.node.create(vec![spec], audit, &deadline).await?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let create = async move { node.create(vec![spec], context, &deadline, answer_by).await };
+        let mut created = self.change(answer_by, create, audit, "create", &name).await?;
         let r = created
             .pop()
             .ok_or_else(|| Status::internal("create returned nothing"))?;
@@ -407,7 +476,7 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (deadline, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let specs = request.into_inner().resources;
         let max = self.node.limits.max_batch_create;
         if specs.is_empty() || specs.len() > max {
@@ -431,9 +500,10 @@ impl Resources for ResourcesApi {
         }
         if let Some(first) = names.first() {
             if let Some((region, mut owner)) = self.route(first, "resources[0].name")? {
-                let forwarded = with_timeout(v1::BatchCreateRequest { resources: specs }, forward_budget);
-                let call = owner.batch_create(forwarded);
-                let created = call_owner(&region, "BatchCreate", forward_budget, call).await?;
+                let forwarded = Request::new(v1::BatchCreateRequest { resources: specs });
+                let send = move |r| async move { owner.batch_create(r).await };
+                let now = self.node.clock.now();
+                let created = forward(&region, "BatchCreate", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?;
                 return Ok(Response::new(created));
             }
         }
@@ -479,7 +549,12 @@ impl Resources for ResourcesApi {
             .enumerate()
             .map(|(i, (s, name))| self.decode_spec_of(s, name, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let created = self.node.create(specs, audit, &deadline).await?;
+        let first = names
+            .first()
+            .ok_or_else(|| invalid_field("resources", "must hold 1 or more resources"))?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let create = async move { node.create(specs, context, &deadline, answer_by).await };
+        let created = self.change(answer_by, create, audit, "create", first).await?;
         let resources = created
             .into_iter()
             .map(|r| self.node.view(r).map(|v| present(&v)))
@@ -490,12 +565,13 @@ impl Resources for ResourcesApi {
     async fn get(&self, request: Request<v1::GetRequest>) -> Result<Response<v1::Resource>, Status> {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
-        let (deadline, forward_budget) = deadlines(&request);
+        let (deadline, _) = deadlines(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.get(with_timeout(raw, forward_budget));
-            let found = call_owner(&region, "Get", forward_budget, call).await?;
+            let send = move |r| async move { owner.get(r).await };
+            let now = self.node.clock.now();
+            let found = forward(&region, "Get", &deadline, FORWARD_TIMEOUT, now, Request::new(raw), send).await?;
             return Ok(Response::new(found));
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
@@ -528,7 +604,7 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (deadline, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let req = request.into_inner();
         let spec = req
             .resource
@@ -536,8 +612,18 @@ impl Resources for ResourcesApi {
             .ok_or_else(|| invalid_field("resource", "is required"))?;
         let name = parse_name(&spec.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.update(with_timeout(req, forward_budget));
-            let updated = call_owner(&region, "Update", forward_budget, call).await?;
+            let send = move |r| async move { owner.update(r).await };
+            let now = self.node.clock.now();
+            let updated = forward(
+                &region,
+                "Update",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(updated));
         }
         let name = parse_name(&spec.name, "name")?;
@@ -546,7 +632,9 @@ impl Resources for ResourcesApi {
             .await?;
         let spec = self.decode_spec(spec, "")?;
         let etag = (!req.etag.is_empty()).then_some(req.etag);
-        let r = self.node.update(spec, etag, audit, &deadline).await?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let update = async move { node.update(spec, etag, context, &deadline, answer_by).await };
+        let r = self.change(answer_by, update, audit, "update", &name).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -557,12 +645,22 @@ impl Resources for ResourcesApi {
         let budget = budget_within(DRY_RUN_BUDGET, request.metadata());
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (deadline, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let raw = request.into_inner();
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.delete(with_timeout(raw, forward_budget));
-            let answer = call_owner(&region, "Delete", forward_budget, call).await?;
+            let send = move |r| async move { owner.delete(r).await };
+            let now = self.node.clock.now();
+            let answer = forward(
+                &region,
+                "Delete",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(raw),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let expect_plan = (!raw.expect_plan.is_empty()).then(|| raw.expect_plan.clone());
@@ -580,19 +678,13 @@ impl Resources for ResourcesApi {
         req.principal = principal;
         // The closure check's refusal (a member of any region the caller
         // may not change) is audited like the root's own, and so are the
-        // plan's (a cascade unconfirmed or bound to a changed closure): an
-        // operator reads who tried a large delete, and what had changed.
-        let delete = self
-            .node
-            .delete(req, expect_plan.as_deref(), budget, &deadline, audit.clone());
-        let (outcome, unreachable) = match delete.await {
-            Ok(done) => done,
-            Err(fault @ Fault::Denied(_)) => return Err(self.audit_refused(audit, action, &name, fault).await),
-            Err(fault @ Fault::Refused(CoreError::PlanChanged { .. } | CoreError::PlanRequired { .. })) => {
-                return Err(self.audit_refused(audit, action, &name, fault).await)
-            }
-            Err(fault) => return Err(fault.into()),
+        // plan's and one that came too late (`Self::change`).
+        let (node, context) = (self.node.clone(), audit.clone());
+        let delete = async move {
+            let plan = expect_plan.as_deref();
+            node.delete(req, plan, budget, &deadline, context, answer_by).await
         };
+        let (outcome, unreachable) = self.change(answer_by, delete, audit, action, &name).await?;
         let response = match outcome {
             DeleteOutcome::Accepted(op) => v1::DeleteResponse {
                 operation: Some(convert::operation(&op, &[], String::new())),
@@ -626,12 +718,22 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (_, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.add_lien(with_timeout(req, forward_budget));
-            let answer = call_owner(&region, "AddLien", forward_budget, call).await?;
+            let send = move |r| async move { owner.add_lien(r).await };
+            let now = self.node.clock.now();
+            let answer = forward(
+                &region,
+                "AddLien",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -650,7 +752,9 @@ impl Resources for ResourcesApi {
             etag: (!req.etag.is_empty()).then_some(req.etag),
         };
         let audit = audit.noting(lien.requested_by.clone());
-        let r = self.node.add_lien(lien, audit).instrument(span).await?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let add = async move { node.add_lien(lien, context, answer_by).instrument(span).await };
+        let r = self.change(answer_by, add, audit, "add_lien", &name).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -658,12 +762,22 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (_, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.remove_lien(with_timeout(req, forward_budget));
-            let answer = call_owner(&region, "RemoveLien", forward_budget, call).await?;
+            let send = move |r| async move { owner.remove_lien(r).await };
+            let now = self.node.clock.now();
+            let answer = forward(
+                &region,
+                "RemoveLien",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -671,11 +785,12 @@ impl Resources for ResourcesApi {
             .await?;
         let span = info_span!("remove_lien", region = %self.node.region, name = %name, lien = %req.lien_id);
         let etag = (!req.etag.is_empty()).then_some(req.etag);
-        let r = self
-            .node
-            .remove_lien(req.name, req.lien_id, etag, audit)
-            .instrument(span)
-            .await?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let remove = async move {
+            let lien = node.remove_lien(req.name, req.lien_id, etag, context, answer_by);
+            lien.instrument(span).await
+        };
+        let r = self.change(answer_by, remove, audit, "remove_lien", &name).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -686,12 +801,22 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (_, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.remove_finalizer(with_timeout(req, forward_budget));
-            let answer = call_owner(&region, "RemoveFinalizer", forward_budget, call).await?;
+            let send = move |r| async move { owner.remove_finalizer(r).await };
+            let now = self.node.clock.now();
+            let answer = forward(
+                &region,
+                "RemoveFinalizer",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -705,7 +830,9 @@ impl Resources for ResourcesApi {
             .await?;
         let req = convert::remove_finalizer_request(req)?;
         let span = info_span!("remove_finalizer", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
-        let r = self.node.remove_finalizer(req, audit).instrument(span).await?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let remove = async move { node.remove_finalizer(req, context, answer_by).instrument(span).await };
+        let r = self.change(answer_by, remove, audit, "remove_finalizer", &name).await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 
@@ -716,12 +843,22 @@ impl Resources for ResourcesApi {
         request.get_ref().check_bounds()?;
         let principal = caller(&request);
         let through = vouching_region(&request);
-        let (_, forward_budget) = deadlines(&request);
+        let (deadline, answer_by) = deadlines(&request);
         let req = request.into_inner();
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
-            let call = owner.report_finalizer_failure(with_timeout(req, forward_budget));
-            let answer = call_owner(&region, "ReportFinalizerFailure", forward_budget, call).await?;
+            let send = move |r| async move { owner.report_finalizer_failure(r).await };
+            let now = self.node.clock.now();
+            let answer = forward(
+                &region,
+                "ReportFinalizerFailure",
+                &deadline,
+                FORWARD_TIMEOUT,
+                now,
+                Request::new(req),
+                send,
+            )
+            .await?;
             return Ok(Response::new(answer));
         }
         let audit = self
@@ -735,7 +872,14 @@ impl Resources for ResourcesApi {
             .await?;
         let req = convert::finalizer_failure_request(req)?;
         let span = info_span!("report_finalizer_failure", region = %self.node.region, name = %name, uid = ?req.uid, finalizer = %req.finalizer);
-        let r = self.node.report_finalizer_failure(req, audit).instrument(span).await?;
+        let (node, context) = (self.node.clone(), audit.clone());
+        let report = async move {
+            let failure = node.report_finalizer_failure(req, context, answer_by);
+            failure.instrument(span).await
+        };
+        let r = self
+            .change(answer_by, report, audit, "report_finalizer_failure", &name)
+            .await?;
         Ok(Response::new(present(&self.node.view(r)?)))
     }
 

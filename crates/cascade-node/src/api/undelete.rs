@@ -16,7 +16,7 @@ use cascade_proto::v1;
 use tonic::{Request, Response, Status};
 use tracing::{info, info_span, Instrument};
 
-use crate::api::forward::{budget_within, call_owner, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, deadlines, forward, to_the_end, FORWARD_TIMEOUT};
 use crate::api::parse_operation_id;
 use crate::api::principal::{caller, vouching_region};
 use crate::api::resources::ResourcesApi;
@@ -137,6 +137,7 @@ impl ResourcesApi {
     ) -> Result<Response<v1::UndeleteResponse>, Status> {
         request.get_ref().check_bounds()?;
         let deadline = budget_within(UNDELETE_BUDGET.max(FORWARD_TIMEOUT), request.metadata());
+        let (client_deadline, answer_by) = deadlines(&request);
         let principal = caller(&request);
         let through = vouching_region(&request);
         let req = request.get_ref().clone();
@@ -155,7 +156,11 @@ impl ResourcesApi {
             ));
         };
         if let Some((region, mut owner)) = self.route(&root_name, field)? {
-            let answer = call_owner(&region, "Undelete", deadline, owner.undelete(req)).await?;
+            // The owner drives it within the whole undelete's budget.
+            let (bound, now) = (UNDELETE_BUDGET.max(FORWARD_TIMEOUT), self.node.clock.now());
+            let send = move |r| async move { owner.undelete(r).await };
+            let (within, request) = (&client_deadline, Request::new(req));
+            let answer = forward(&region, "Undelete", within, bound, now, request, send).await?;
             return Ok(Response::new(answer));
         }
         let of = self.node.deletion_to_undelete(id, name.as_ref())?;
@@ -170,15 +175,16 @@ impl ResourcesApi {
             .await?;
         let span = info_span!("undelete", region = %self.node.region, undelete_of = %of.id, dry_run = req.dry_run);
         let root = of.root.name.clone();
-        let done = match self
-            .node
-            .undelete(of, req.dry_run, principal.id.clone(), audit.clone(), deadline)
-            .instrument(span)
-            .await
-        {
-            Ok(done) => done,
-            Err(fault) => return Err(self.audit_refused(audit, "undelete", &root, fault).await),
+        // Every refusal audited, one for time too (`ResourcesApi::change`).
+        let (api, context, who) = (self.clone(), audit.clone(), principal.id.clone());
+        let undeleted = async move {
+            let undelete = api.node.undelete(of, req.dry_run, who, context, deadline, answer_by);
+            match undelete.instrument(span).await {
+                Ok(done) => Ok(done),
+                Err(fault) => Err(api.audit_refused(audit, "undelete", &root, fault).await),
+            }
         };
+        let done = to_the_end(answer_by, undeleted).await?;
         info!(region = %self.node.region, undelete_of = %done.of, who = %principal.id, dry_run = req.dry_run,
             unreachable = ?done.unreachable, "undelete answered");
         let mut operation = done

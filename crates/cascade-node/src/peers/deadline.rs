@@ -136,11 +136,14 @@ impl Deadline {
     }
 }
 
-/// A step of an Admin action that a node of another region forwarded and
-/// gave up on at `answer_by` (the instant its call carried: `api/forward.rs`'s
-/// `ANSWER_BY`), taken at `now` in `region`: refused once that passed
-/// (`CoreError::DeadlineExceeded`), so that an action its client was
-/// answered DEADLINE_EXCEEDED for has not happened. A call held on the way
+/// A step of a change (a create, update, delete, lien, finalizer report,
+/// operation control, undelete, purge or Admin action) that a node of
+/// another region forwarded and gave up on at `answer_by` (the instant its
+/// call carried: `api/forward.rs`'s `ANSWER_BY`), taken at `now` in
+/// `region`: refused once that passed (`CoreError::DeadlineExceeded`), so
+/// that a change its client was answered DEADLINE_EXCEEDED for has not
+/// happened. Called first in the writer's step of the change, so that no
+/// window lies between the check and the commit. A call held on the way
 /// arrives after its forwarder gave up, and its own `grpc-timeout` counts
 /// from its arrival. None (not forwarded): nothing to refuse.
 pub(crate) fn still_awaited(

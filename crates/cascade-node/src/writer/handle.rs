@@ -11,7 +11,7 @@ use std::time::Duration;
 pub(crate) const OUTBOX_COMPACTION_BATCH: usize = 1_000;
 
 use cascade_core::protocol::{self, DeleteOutcome, DeleteRequest, ResourceSpec};
-use cascade_core::{CoreError, Ctx, IdSource, Resource};
+use cascade_core::{CoreError, Ctx, IdSource, Resource, Timestamp};
 use ractor::{Actor, ActorRef, RpcReplyPort};
 
 use super::group::{self, Reply};
@@ -73,23 +73,38 @@ impl WriterHandle {
         }
     }
 
-    /// Creates, audited for `audit` when given (one entry per resource).
-    pub async fn create(&self, specs: Vec<ResourceSpec>, audit: Option<AuditContext>) -> Result<Vec<Resource>, Fault> {
-        self.call(|r| WriterMsg::Create(specs, audit, r)).await
+    /// Creates, audited for `audit` when given (one entry per resource);
+    /// refused past `answer_by`, the instant a node that forwarded the
+    /// create gave up on it (see [`WriterMsg`]).
+    pub async fn create(
+        &self,
+        specs: Vec<ResourceSpec>,
+        audit: Option<AuditContext>,
+        answer_by: Option<Timestamp>,
+    ) -> Result<Vec<Resource>, Fault> {
+        self.call(|r| WriterMsg::Create(specs, audit, answer_by, r)).await
     }
 
+    /// Updates, audited for `audit` when given; refused past `answer_by`.
     pub async fn update(
         &self,
         spec: ResourceSpec,
         etag: Option<String>,
         audit: Option<AuditContext>,
+        answer_by: Option<Timestamp>,
     ) -> Result<Resource, Fault> {
-        self.call(|r| WriterMsg::Update(spec, etag, audit, r)).await
+        self.call(|r| WriterMsg::Update(spec, etag, audit, answer_by, r)).await
     }
 
     /// Deletes; a deletion that starts is audited for `audit` when given.
-    pub async fn delete(&self, req: DeleteRequest, audit: Option<AuditContext>) -> Result<DeleteOutcome, Fault> {
-        self.call(|r| WriterMsg::Delete(req, audit, r)).await
+    /// Refused past `answer_by`.
+    pub async fn delete(
+        &self,
+        req: DeleteRequest,
+        audit: Option<AuditContext>,
+        answer_by: Option<Timestamp>,
+    ) -> Result<DeleteOutcome, Fault> {
+        self.call(|r| WriterMsg::Delete(req, audit, answer_by, r)).await
     }
 
     /// Runs any protocol step in the writer, committing its writes.

@@ -44,7 +44,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
 use super::AdminApi;
-use crate::api::forward::{budget_within, call_owner};
+use crate::api::forward::{answer_by, budget_within, deadline_of, forward, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, from_wire, to_wire};
 use crate::api::refused;
 use crate::auth::AuthMode;
@@ -97,6 +97,9 @@ impl AdminApi {
         let principal = caller(&request);
         let context = self.admin_context(&request, &admin, Verb::AdminPurge);
         let budget = budget_within(PURGE_BUDGET, request.metadata());
+        let deadline = deadline_of(request.metadata());
+        // Forwarded: not started, changing nothing, once its forwarder gave up.
+        let answer_by = answer_by(request.metadata());
         let req = request.into_inner();
         let mut audit = AdminRequest {
             who: admin.who.clone(),
@@ -110,10 +113,11 @@ impl AdminApi {
         if let Some(region) = self.other_region(&req.region, "region")? {
             // That region's node drives it (and is its operation's root).
             let mut client = self.node.peers.admin(&region).map_err(refused)?;
-            let mut forwarded = Self::forwarded(req, &admin);
-            forwarded.set_timeout(budget);
-            let call = client.purge(forwarded);
-            return Ok(Response::new(call_owner(&region, "Purge", budget, call).await?));
+            let (forwarded, now) = (Self::forwarded(req, &admin), self.node.clock.now());
+            let send = move |r| async move { client.purge(r).await };
+            return Ok(Response::new(
+                forward(&region, "Purge", &deadline, FORWARD_TIMEOUT, now, forwarded, send).await?,
+            ));
         }
         if let Err(denied) = self.authorize_admin(&principal, Verb::AdminPurge) {
             return Err(self.audited_status(audit, context, denied).await);
@@ -200,10 +204,9 @@ impl AdminApi {
                 ..audit.clone()
             },
         };
-        let started = match self.node.start_purge_part(part, context.clone()).await {
-            Ok(started) => started,
-            Err(e) => return Err(self.audited_refusal(audit, context, e).await),
-        };
+        let (node, ctx) = (self.node.clone(), context.clone());
+        let start = async move { node.start_purge_part(part, ctx, answer_by).await };
+        let started = self.carry_out(answer_by, start, audit.clone(), context).await?;
         let op = started.operation;
         if let Some(a) = answers.iter_mut().find(|a| a.region == own) {
             a.started = started.started.len() as u64;
@@ -472,7 +475,8 @@ pub(crate) async fn purge_part(node: &Node, req: v1::PurgePartRequest) -> Result
             ..audit.clone()
         },
     };
-    match node.start_purge_part(part, context.clone()).await {
+    // Asked by the root's region for its purge, not forwarded for a client.
+    match node.start_purge_part(part, context.clone(), None).await {
         Ok(started) => {
             info!(region = %node.region, operation = %id, matched = count, started = started.started.len(),
                 "started this region's part of a forced purge");
