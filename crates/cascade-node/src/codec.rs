@@ -584,7 +584,11 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         Ok(())
     }
     for (name, v) in &w.resources {
-        put_or_remove(&mut b, Table::Resources, name.as_str().as_bytes().to_vec(), v)?;
+        let key = name.as_str().as_bytes().to_vec();
+        match v {
+            Some(resource) => b.put(Table::Resources, key, records::encode_resource_row(name, resource)?),
+            None => b.remove(Table::Resources, key),
+        }
     }
     for (uid, v) in &w.uid_index {
         put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v)?;

@@ -52,9 +52,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 mod budget;
+mod keyed;
 mod soft;
 mod undelete;
 pub use budget::{OperationControls, OperationV4};
+pub use keyed::{ResourceV4, ResourceV5};
 pub use soft::{EventV4, OperationV3, OutcomeV2, RemoteDeletionV4, ResourceV3, SoftDeletion, UnsetUndo};
 pub use undelete::{OperationV5, Undeletion};
 
