@@ -355,9 +355,77 @@ layered_records! {
         VERSION_POSTCARD_V3 => RemoteDeletionV3 if |r| stored::names_a_principal(&r.principal),
         VERSION_POSTCARD_V2 => RemoteDeletionV2 if |r| r.forced
     ] else RemoteDeletion;
-    Outcome => [
-        VERSION_POSTCARD_V2 => OutcomeV2 if |o| matches!(o.action, OutcomeAction::Unset { undo: Some(_), .. })
-    ] else Outcome;
+}
+
+/// Whether an outcome is an unset's with an undo record (the second
+/// layout's, and the fourth's, appendix).
+fn has_undo(o: &Outcome) -> bool {
+    matches!(o.action, OutcomeAction::Unset { undo: Some(_), .. })
+}
+
+/// Written by itself in the layouts that hold its resource's name (it
+/// does not know its key): version 1, or 2 with an unset's undo record;
+/// its table's rows in version 3 or 4, without the name their key holds
+/// ([`encode_outcome_row`]). A row of 1 or 2 (or legacy JSON) reads only
+/// under a key of its own name.
+impl Record for Outcome {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        if has_undo(self) {
+            encode_stored(table, VERSION_POSTCARD_V2, &stored::OutcomeV2::from(self))
+        } else {
+            encode_stored(table, VERSION_POSTCARD_V1, &stored::Outcome::from(self))
+        }
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::Outcome<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::OutcomeV2<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4 => {
+                return Err(format!("version {version} of an outcome is read with its key"))
+            }
+            _ => return Err(format!("no layout of version {version} (this node knows 1 to 4)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
+    fn decode_keyed(version: u8, key: &[u8], body: &[u8]) -> Result<Self, String> {
+        match version {
+            VERSION_POSTCARD_V3 => decode_stored::<stored::OutcomeV3<'_>>(body)?.with_key(key),
+            VERSION_POSTCARD_V4 => decode_stored::<stored::OutcomeV4<'_>>(body)?.with_key(key),
+            _ => Self::decode_body(version, body),
+        }
+    }
+    fn agrees_with_key(&self, key: &[u8]) -> Result<(), String> {
+        let name = key.get(16..).unwrap_or_default();
+        if self.resource.name.as_str().as_bytes() == name {
+            return Ok(());
+        }
+        Err(format!(
+            "the outcome of {} is filed under the key of {}",
+            cascade_core::limits::quote(self.resource.name.as_str()),
+            cascade_core::limits::quote(&String::from_utf8_lossy(name))
+        ))
+    }
+}
+
+/// An outcome row's value under the key of operation `op` and `name`
+/// (`codec::outcome_key`): version 3, or 4 with an undo record, neither
+/// of which holds the name. An outcome of another resource is refused.
+pub(super) fn encode_outcome_row(name: &ResourceName, outcome: &Outcome) -> Result<Vec<u8>, StoreError> {
+    if *name != outcome.resource.name {
+        return Err(StoreError::Corrupt {
+            table: Table::Outcomes.name(),
+            message: format!(
+                "the outcome of {} to be written under the key of {}",
+                cascade_core::limits::quote(outcome.resource.name.as_str()),
+                cascade_core::limits::quote(name.as_str())
+            ),
+        });
+    }
+    if has_undo(outcome) {
+        encode_stored(Table::Outcomes, VERSION_POSTCARD_V4, &stored::OutcomeV4::from(outcome))
+    } else {
+        encode_stored(Table::Outcomes, VERSION_POSTCARD_V3, &stored::OutcomeV3::from(outcome))
+    }
 }
 
 /// Written by itself in the layouts that hold its name (it does not know

@@ -1758,6 +1758,128 @@ fn a_resource_written_under_another_name_is_refused() {
     assert_eq!(state.get_resource(&r.name).expect("reads"), Some(r));
 }
 
+// ---- an outcome's row without its resource's name (issue 28, P4) ----
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// A row of the outcomes table is written without the resource's name
+    /// its key holds (version 3; version 4 with an unset's undo record),
+    /// exactly the name's bytes shorter, and reads back whole with the key.
+    #[test]
+    fn outcome_rows_round_trip_through_their_key(v in outcome(), op in op_id(), undo in prop::option::of(undo())) {
+        let v = match undo {
+            Some(undo) => Outcome { action: OutcomeAction::Unset { field: "network".into(), undo: Some(undo) }, ..v },
+            None => v,
+        };
+        let bytes = records::encode_outcome_row(&v.resource.name, &v).expect("encodes");
+        let named = v.encode(Table::Outcomes).expect("encodes");
+        let version = if named[0] == VERSION_POSTCARD_V2 { VERSION_POSTCARD_V4 } else { VERSION_POSTCARD_V3 };
+        prop_assert_eq!(bytes.first(), Some(&version));
+        prop_assert_eq!(bytes.len(), bytes.capacity(), "one exact allocation");
+        prop_assert_eq!(bytes.len() + 1 + v.resource.name.as_str().len(), named.len());
+        let key = super::outcome_key(op, &v.resource.name);
+        let back: Outcome = records::decode_keyed(Table::Outcomes, &key, &bytes).expect("decodes");
+        prop_assert_eq!(back, v);
+    }
+}
+
+/// The port's outcome in a cascade: deleted.
+fn typical_outcome() -> Outcome {
+    Outcome {
+        resource: target_of(&typical_resource()),
+        action: OutcomeAction::Deleted,
+        time: Timestamp(1_760_000_200_000),
+    }
+}
+
+/// An outcome row as every node before issue 28's P4 wrote it (version 1,
+/// with the name), checked in, still reads under its key; its row since
+/// is version 3, the same bytes without the name.
+#[test]
+fn outcome_row_bytes_are_pinned_and_version_1_still_reads() {
+    let o = typical_outcome();
+    let op = OperationId(Uuid::from_bytes([9; 16]));
+    let key = super::outcome_key(op, &o.resource.name);
+    let v1 = hex_bytes(PINNED_OUTCOME_V1);
+    assert_eq!(o.encode(Table::Outcomes).expect("encodes"), v1);
+    let read: Outcome = records::decode_keyed(Table::Outcomes, &key, &v1).expect("version 1 reads");
+    assert_eq!(read, o);
+    let row = records::encode_outcome_row(&o.resource.name, &o).expect("encodes");
+    let hex: String = row.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_OUTCOME_ROW_V3);
+    let read: Outcome = records::decode_keyed(Table::Outcomes, &key, &row).expect("version 3 reads");
+    assert_eq!(read, o);
+    // Through the store, as the operation's outcomes are listed.
+    let store = MemoryStore::default();
+    let mut batch = Batch::default();
+    batch.put(Table::Outcomes, key.clone(), v1);
+    let other = Outcome {
+        resource: rt("eu-west/port/p-0043", 8),
+        ..o.clone()
+    };
+    batch.put(
+        Table::Outcomes,
+        super::outcome_key(op, &other.resource.name),
+        records::encode_outcome_row(&other.resource.name, &other).expect("encodes"),
+    );
+    store.commit(batch).expect("commits");
+    let state = StoreState { store: &store };
+    assert_eq!(state.outcomes(op, None, 10).expect("lists"), vec![o, other]);
+}
+
+/// An outcome row that holds a name read under the key of another
+/// resource is corruption of the outcomes table quoting both; a row
+/// without one under a key too short to hold a name is corruption too; a
+/// step's outcome filed under another resource's name is refused.
+#[test]
+fn an_outcome_row_under_another_names_key_is_corruption() {
+    let o = typical_outcome();
+    let op = OperationId(Uuid::from_bytes([9; 16]));
+    let other = ResourceName::parse("eu-west/port/p-0043").expect("a name");
+    let key = super::outcome_key(op, &other);
+    for value in [o.encode(Table::Outcomes).expect("encodes"), json(&o)] {
+        match records::decode_keyed::<Outcome>(Table::Outcomes, &key, &value) {
+            Err(StoreError::Corrupt { table, message }) => {
+                assert_eq!(table, "outcomes");
+                assert!(message.contains("p-0042") && message.contains("p-0043"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let row = records::encode_outcome_row(&o.resource.name, &o).expect("encodes");
+    for short in [&key[..0], &key[..16]] {
+        assert!(matches!(
+            records::decode_keyed::<Outcome>(Table::Outcomes, short, &row),
+            Err(StoreError::Corrupt { table: "outcomes", .. })
+        ));
+    }
+    let store = MemoryStore::default();
+    let state = StoreState { store: &store };
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.outcomes.insert((op, other), o);
+    assert!(matches!(
+        encode_writes(&state, &writes),
+        Err(StoreError::Corrupt { table: "outcomes", .. })
+    ));
+}
+
+const PINNED_OUTCOME_V1: &str = concat!(
+    "01",                                     // the version byte
+    "13",                                     // resource.name: 19 bytes,
+    "65752d776573742f706f72742f702d30303432", //   "eu-west/port/p-0042"
+    "0190f3a27c417d2e9a3b5c6d7e8f9a0b",       // resource.uid
+    "01",                                     // action: variant 1, Deleted
+    "c09abfc19c33",                           // time: varint of 1_760_000_200_000
+);
+
+const PINNED_OUTCOME_ROW_V3: &str = concat!(
+    "03",                               // the version byte
+    "0190f3a27c417d2e9a3b5c6d7e8f9a0b", // the resource's uid
+    "01",                               // action: variant 1, Deleted
+    "c09abfc19c33",                     // time: varint of 1_760_000_200_000
+);
+
 fn hex_bytes(hex: &str) -> Vec<u8> {
     (0..hex.len())
         .step_by(2)

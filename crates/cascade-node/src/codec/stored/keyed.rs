@@ -1,4 +1,5 @@
-//! The layouts of a resource's row without its name (issue 28, P4): the
+//! The layouts of a resource's row, and of an outcome's, without the
+//! resource's name (issue 28, P4): the
 //! resources table is keyed by the name, so the row need not hold it too,
 //! and reads it back from the key ([`ResourceV4::with_key`]), as a
 //! back-reference row does its uids ([`super::BackRefV2`]). The name was
@@ -11,6 +12,11 @@
 //! no window: nearly every one), version 5 wraps it with the liens and the
 //! window (versions 2 and 3's appendices). A resource encoded on its own,
 //! without a key, keeps versions 1 to 3 (`codec/records.rs`).
+//!
+//! An outcome's row likewise (its key is the operation's id, then the
+//! resource's name; a cascade writes one per resource it reaches):
+//! version 3 is version 1 without the name ([`OutcomeV3`]), version 4
+//! wraps it with an unset's undo record (version 2's appendix).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -18,7 +24,10 @@ use std::collections::BTreeMap;
 use cascade_core::model;
 use serde::{Deserialize, Serialize};
 
-use super::{liens_from, liens_to, Id, Lien, Refs, Resource, ResourceState, SoftDeletion};
+use super::{
+    liens_from, liens_to, Id, Lien, Outcome, OutcomeAction, OutcomeV2, RefTarget, Refs, Resource, ResourceState,
+    SoftDeletion, UnsetUndo,
+};
 
 /// [`model::Resource`], version 4 (see [`crate::codec::VERSION_POSTCARD_V4`]):
 /// version 1's fields without the name, which is the row's key. Written
@@ -63,16 +72,22 @@ impl<'a> From<&'a model::Resource> for ResourceV4<'a> {
     }
 }
 
+/// The name a key's bytes hold: a key that is not UTF-8 is an error
+/// quoting (a prefix of) it; whether it is a name is checked by the
+/// conversion that reads it (`ResourceName::from_stored`).
+fn name_in(key: &[u8]) -> Result<&str, String> {
+    std::str::from_utf8(key).map_err(|e| {
+        format!(
+            "the key {} is not a resource name: {e}",
+            cascade_core::limits::quote(&String::from_utf8_lossy(key))
+        )
+    })
+}
+
 impl ResourceV4<'_> {
-    /// The resource, named by `key` (its row's key: the name's bytes). A
-    /// key that is not a name is an error quoting (a prefix of) it.
+    /// The resource, named by `key` (its row's key: the name's bytes).
     pub fn with_key(self, key: &[u8]) -> Result<model::Resource, String> {
-        let name = std::str::from_utf8(key).map_err(|e| {
-            format!(
-                "the key {} is not a resource name: {e}",
-                cascade_core::limits::quote(&String::from_utf8_lossy(key))
-            )
-        })?;
+        let name = name_in(key)?;
         // Version 1's conversion, with the name from the key: one place
         // turns the stored fields into a resource.
         model::Resource::try_from(Resource {
@@ -119,5 +134,94 @@ impl ResourceV5<'_> {
         resource.liens = liens_from(self.liens);
         resource.soft_deleted = self.soft_deleted.map(Into::into);
         Ok(resource)
+    }
+}
+
+/// The resource's name in an outcome row's key (the operation's 16
+/// bytes, then the name: `codec::outcome_key`).
+fn outcome_name_in(key: &[u8]) -> Result<&str, String> {
+    match key.split_first_chunk::<16>() {
+        Some((_, name)) => name_in(name),
+        None => Err(format!("a key of {} bytes holds no outcome (at least 16)", key.len())),
+    }
+}
+
+/// [`model::Outcome`], version 3 (see [`crate::codec::VERSION_POSTCARD_V3`]):
+/// version 1's fields without the resource's name, which the row's key
+/// holds after the operation's id. Written for every row of the outcomes
+/// table but an unset's with an undo record ([`OutcomeV4`]).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OutcomeV3<'a> {
+    pub uid: Id,
+    #[serde(borrow)]
+    pub action: OutcomeAction<'a>,
+    pub time: u64,
+}
+
+impl<'a> From<&'a model::Outcome> for OutcomeV3<'a> {
+    fn from(o: &'a model::Outcome) -> Self {
+        let Outcome { resource, action, time } = Outcome::from(o);
+        OutcomeV3 {
+            uid: resource.uid,
+            action,
+            time,
+        }
+    }
+}
+
+impl<'a> OutcomeV3<'a> {
+    /// Version 1 of it, with the name `name`.
+    fn named<'k>(self, name: &'k str) -> Outcome<'k>
+    where
+        'a: 'k,
+    {
+        Outcome {
+            resource: RefTarget {
+                name: Cow::Borrowed(name),
+                uid: self.uid,
+            },
+            action: self.action,
+            time: self.time,
+        }
+    }
+
+    /// The outcome, its resource named by `key` (its row's key).
+    pub fn with_key(self, key: &[u8]) -> Result<model::Outcome, String> {
+        let name = outcome_name_in(key)?;
+        model::Outcome::try_from(self.named(name)).map_err(|e| e.to_string())
+    }
+}
+
+/// [`model::Outcome`], version 4 (see [`crate::codec::VERSION_POSTCARD_V4`]):
+/// version 3's fields, then an unset's undo record (what version 2 adds
+/// to version 1). Written for an unset whose target is kept with a
+/// retention.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct OutcomeV4<'a> {
+    #[serde(borrow)]
+    pub v3: OutcomeV3<'a>,
+    #[serde(borrow)]
+    pub undo: Option<UnsetUndo<'a>>,
+}
+
+impl<'a> From<&'a model::Outcome> for OutcomeV4<'a> {
+    fn from(o: &'a model::Outcome) -> Self {
+        let OutcomeV2 { v1: _, undo } = OutcomeV2::from(o);
+        OutcomeV4 {
+            v3: OutcomeV3::from(o),
+            undo,
+        }
+    }
+}
+
+impl OutcomeV4<'_> {
+    /// The outcome, its resource named by `key` ([`OutcomeV3::with_key`]).
+    pub fn with_key(self, key: &[u8]) -> Result<model::Outcome, String> {
+        let name = outcome_name_in(key)?;
+        let v2 = OutcomeV2 {
+            v1: self.v3.named(name),
+            undo: self.undo,
+        };
+        model::Outcome::try_from(v2).map_err(|e| e.to_string())
     }
 }
