@@ -635,7 +635,11 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         put_or_remove(&mut b, Table::Operations, id.0.as_bytes().to_vec(), v)?;
     }
     for ((op, name), v) in &w.outcomes {
-        b.put(Table::Outcomes, outcome_key(*op, name), records::encode_outcome_row(name, v)?);
+        b.put(
+            Table::Outcomes,
+            outcome_key(*op, name),
+            records::encode_outcome_row(name, v)?,
+        );
     }
     for (uid, v) in &w.work {
         let before = state.stored_due(*uid)?;

@@ -490,9 +490,17 @@ pub(super) fn encode_resource_row(name: &ResourceName, resource: &Resource) -> R
         });
     }
     if resource.soft_deleted.is_some() || !resource.liens.is_empty() {
-        encode_stored(Table::Resources, VERSION_POSTCARD_V5, &stored::ResourceV5::from(resource))
+        encode_stored(
+            Table::Resources,
+            VERSION_POSTCARD_V5,
+            &stored::ResourceV5::from(resource),
+        )
     } else {
-        encode_stored(Table::Resources, VERSION_POSTCARD_V4, &stored::ResourceV4::from(resource))
+        encode_stored(
+            Table::Resources,
+            VERSION_POSTCARD_V4,
+            &stored::ResourceV4::from(resource),
+        )
     }
 }
 

@@ -1706,7 +1706,10 @@ fn a_resource_row_under_another_names_key_is_corruption() {
         match records::decode_keyed::<Resource>(Table::Resources, key, &row) {
             Err(StoreError::Corrupt { table, message }) => {
                 assert_eq!(table, "resources");
-                assert!(message.len() < 300, "a short prefix of the key, not all of it: {message}");
+                assert!(
+                    message.len() < 300,
+                    "a short prefix of the key, not all of it: {message}"
+                );
             }
             other => panic!("{key:?}: {other:?}"),
         }
@@ -1719,7 +1722,11 @@ fn a_resource_row_under_another_names_key_is_corruption() {
     // Through the store: a read by name refuses the row, naming the table.
     let store = MemoryStore::default();
     let mut batch = Batch::default();
-    batch.put(Table::Resources, other.clone(), r.encode(Table::Resources).expect("encodes"));
+    batch.put(
+        Table::Resources,
+        other.clone(),
+        r.encode(Table::Resources).expect("encodes"),
+    );
     store.commit(batch).expect("commits");
     let state = StoreState { store: &store };
     let err = state
@@ -1736,9 +1743,10 @@ fn a_resource_written_under_another_name_is_refused() {
     let state = StoreState { store: &store };
     let r = typical_resource();
     let mut writes = cascade_core::state::WriteSet::default();
-    writes
-        .resources
-        .insert(ResourceName::parse("eu-west/port/p-0043").expect("a name"), Some(r.clone()));
+    writes.resources.insert(
+        ResourceName::parse("eu-west/port/p-0043").expect("a name"),
+        Some(r.clone()),
+    );
     match encode_writes(&state, &writes) {
         Err(StoreError::Corrupt { table, message }) => {
             assert_eq!(table, "resources");
