@@ -2,10 +2,11 @@
 //! resource's name (issue 28, P4): the
 //! resources table is keyed by the name, so the row need not hold it too,
 //! and reads it back from the key ([`ResourceV4::with_key`]), as a
-//! back-reference row does its uids ([`super::BackRefV2`]). The name was
-//! 19 bytes of each row of a P1 population (its length and
-//! `{region}/{kind}/{id}`), 18 MB of a million resources on the memory
-//! engine (docs/BENCHMARKS.md, "P4: a resource's row without its name").
+//! back-reference row does its uids ([`super::BackRefV2`]). The name (its
+//! length and `{region}/{kind}/{id}`) was about 21 bytes of each row of a
+//! P1 population: 21 MB of unset's million resources on the memory engine,
+//! whose peak went from 584–589 to 546–552 MB (docs/BENCHMARKS.md, "P4: a
+//! resource's row without its name").
 //!
 //! Two layouts, so that neither costs a byte over the other's need:
 //! version 4 is version 1 without the name (a resource with no lien and
