@@ -30,9 +30,10 @@ pub trait Record: Sized + DeserializeOwned {
     }
     /// Whether a record read under `key` is the one its key names, for a
     /// record whose value holds what its key holds too (a resource's
-    /// name, in its layouts from before the row left it out, and in legacy
-    /// JSON): a row whose key and value disagree is corruption, never a
-    /// record read under another's key. By default nothing is checked.
+    /// name, and an outcome's, in their layouts from before the row left
+    /// it out, and in legacy JSON): a row whose key and value disagree is
+    /// corruption, never a record read under another's key. By default
+    /// nothing is checked.
     fn agrees_with_key(&self, key: &[u8]) -> Result<(), String> {
         let _ = key;
         Ok(())
