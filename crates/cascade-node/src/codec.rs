@@ -34,6 +34,19 @@
 //!   `codec/stored/budget.rs`), written only for an operation that has them.
 //! - [`VERSION_POSTCARD_V5`] (`0x05`): an operation's fifth layout, an
 //!   undelete's (issue 29, [`stored::OperationV5`]), wrapping the fourth.
+//! - A resource's row and an outcome's leave out the resource's name,
+//!   which their key holds (issue 28, P4; `codec/stored/keyed.rs`), and
+//!   read it back from the key: a resource row is [`VERSION_POSTCARD_V4`]
+//!   ([`stored::ResourceV4`]: version 1 without the name) or, with a lien
+//!   or a window, [`VERSION_POSTCARD_V5`] ([`stored::ResourceV5`]); an
+//!   outcome row [`VERSION_POSTCARD_V3`] ([`stored::OutcomeV3`]) or, with
+//!   an unset's undo record, [`VERSION_POSTCARD_V4`]
+//!   ([`stored::OutcomeV4`]). Written for every such row; a resource or an
+//!   outcome encoded on its own keeps its earlier layouts, which (and
+//!   legacy JSON) still read, under a key of the name they hold only
+//!   ([`Record::agrees_with_key`]: a row filed under another name is
+//!   corruption). A node from before reads none of the new layouts: a
+//!   downgrade across this change needs the store rebuilt.
 //! - [`VERSION_POSTCARD_V6`] (`0x06`): an outbox row holding several
 //!   events, one commit's (issue 28, [`stored::EventRun`]): each event's
 //!   own value (one of the layouts above) after the other. Since it, the
@@ -132,7 +145,9 @@ pub const VERSION_POSTCARD_V2: u8 = 0x02;
 /// ([`stored::EventV3`]) and the tombstone ([`stored::RemoteDeletionV3`])
 /// (the operation's, [`stored::OperationV2`], is its second layout).
 /// Written only for a principal other than the anonymous one; every
-/// earlier layout reads back as anonymous.
+/// earlier layout reads back as anonymous. It also names an outcome
+/// row's third layout, without the resource's name its key holds
+/// ([`stored::OutcomeV3`]), written for every outcome row.
 pub const VERSION_POSTCARD_V3: u8 = 0x03;
 
 /// The first byte of a value whose body is postcard 1 of the fourth
@@ -145,13 +160,18 @@ pub const VERSION_POSTCARD_V3: u8 = 0x03;
 /// every record of one without keeps its bytes. It also names an
 /// operation's fourth layout, which wraps the third: its controls (budget,
 /// rate, pause, cancel: issue 29, [`stored::OperationV4`]), written only
-/// for an operation that has them.
+/// for an operation that has them. And the resource row's fourth layout,
+/// version 1 without the name its key holds ([`stored::ResourceV4`]), and
+/// the outcome row's, the third with an undo record
+/// ([`stored::OutcomeV4`]), written for every such row.
 pub const VERSION_POSTCARD_V4: u8 = 0x04;
 
 /// The first byte of a value whose body is postcard 1 of the fifth layout
 /// of its [`stored`] type: an operation that is an undelete (issue 29,
 /// [`stored::OperationV5`], `codec/stored/undelete.rs`), wrapping the
 /// fourth. Written only for an undelete: every deletion keeps its bytes.
+/// And the resource row's fifth layout, the fourth with the liens and
+/// the window ([`stored::ResourceV5`]), written for a row that has either.
 pub const VERSION_POSTCARD_V5: u8 = 0x05;
 
 /// The first byte of an outbox row that holds a run of several events
@@ -584,7 +604,11 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         Ok(())
     }
     for (name, v) in &w.resources {
-        put_or_remove(&mut b, Table::Resources, name.as_str().as_bytes().to_vec(), v)?;
+        let key = name.as_str().as_bytes().to_vec();
+        match v {
+            Some(resource) => b.put(Table::Resources, key, records::encode_resource_row(name, resource)?),
+            None => b.remove(Table::Resources, key),
+        }
     }
     for (uid, v) in &w.uid_index {
         put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v)?;
@@ -611,7 +635,11 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         put_or_remove(&mut b, Table::Operations, id.0.as_bytes().to_vec(), v)?;
     }
     for ((op, name), v) in &w.outcomes {
-        b.put(Table::Outcomes, outcome_key(*op, name), v.encode(Table::Outcomes)?);
+        b.put(
+            Table::Outcomes,
+            outcome_key(*op, name),
+            records::encode_outcome_row(name, v)?,
+        );
     }
     for (uid, v) in &w.work {
         let before = state.stored_due(*uid)?;

@@ -28,6 +28,16 @@ pub trait Record: Sized + DeserializeOwned {
         let _ = key;
         Self::decode_body(version, body)
     }
+    /// Whether a record read under `key` is the one its key names, for a
+    /// record whose value holds what its key holds too (a resource's
+    /// name, and an outcome's, in their layouts from before the row left
+    /// it out, and in legacy JSON): a row whose key and value disagree is
+    /// corruption, never a record read under another's key. By default
+    /// nothing is checked.
+    fn agrees_with_key(&self, key: &[u8]) -> Result<(), String> {
+        let _ = key;
+        Ok(())
+    }
 }
 
 /// Why a value did not encode. It cannot happen: postcard into a `Vec`
@@ -330,10 +340,6 @@ macro_rules! layered_records {
 // operation that has them. An undelete (`stored/undelete.rs`) is its fifth,
 // wrapping the fourth.
 layered_records! {
-    Resource => [
-        VERSION_POSTCARD_V3 => ResourceV3 if |r| r.soft_deleted.is_some(),
-        VERSION_POSTCARD_V2 => ResourceV2 if |r| !r.liens.is_empty()
-    ] else Resource;
     Operation => [
         VERSION_POSTCARD_V5 => OperationV5 if |o| o.undelete.is_some(),
         VERSION_POSTCARD_V4 => OperationV4 if |o| o.controls.is_some(),
@@ -350,9 +356,153 @@ layered_records! {
         VERSION_POSTCARD_V3 => RemoteDeletionV3 if |r| stored::names_a_principal(&r.principal),
         VERSION_POSTCARD_V2 => RemoteDeletionV2 if |r| r.forced
     ] else RemoteDeletion;
-    Outcome => [
-        VERSION_POSTCARD_V2 => OutcomeV2 if |o| matches!(o.action, OutcomeAction::Unset { undo: Some(_), .. })
-    ] else Outcome;
+}
+
+/// Whether an outcome is an unset's with an undo record (the second
+/// layout's, and the fourth's, appendix).
+fn has_undo(o: &Outcome) -> bool {
+    matches!(o.action, OutcomeAction::Unset { undo: Some(_), .. })
+}
+
+/// Written by itself in the layouts that hold its resource's name (it
+/// does not know its key): version 1, or 2 with an unset's undo record;
+/// its table's rows in version 3 or 4, without the name their key holds
+/// ([`encode_outcome_row`]). A row of 1 or 2 (or legacy JSON) reads only
+/// under a key of its own name.
+impl Record for Outcome {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        if has_undo(self) {
+            encode_stored(table, VERSION_POSTCARD_V2, &stored::OutcomeV2::from(self))
+        } else {
+            encode_stored(table, VERSION_POSTCARD_V1, &stored::Outcome::from(self))
+        }
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::Outcome<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::OutcomeV2<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4 => {
+                return Err(format!("version {version} of an outcome is read with its key"))
+            }
+            _ => return Err(format!("no layout of version {version} (this node knows 1 to 4)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
+    fn decode_keyed(version: u8, key: &[u8], body: &[u8]) -> Result<Self, String> {
+        match version {
+            VERSION_POSTCARD_V3 => decode_stored::<stored::OutcomeV3<'_>>(body)?.with_key(key),
+            VERSION_POSTCARD_V4 => decode_stored::<stored::OutcomeV4<'_>>(body)?.with_key(key),
+            _ => Self::decode_body(version, body),
+        }
+    }
+    fn agrees_with_key(&self, key: &[u8]) -> Result<(), String> {
+        let name = key.get(16..).unwrap_or_default();
+        if self.resource.name.as_str().as_bytes() == name {
+            return Ok(());
+        }
+        Err(format!(
+            "the outcome of {} is filed under the key of {}",
+            cascade_core::limits::quote(self.resource.name.as_str()),
+            cascade_core::limits::quote(&String::from_utf8_lossy(name))
+        ))
+    }
+}
+
+/// An outcome row's value under the key of operation `op` and `name`
+/// (`codec::outcome_key`): version 3, or 4 with an undo record, neither
+/// of which holds the name. An outcome of another resource is refused.
+pub(super) fn encode_outcome_row(name: &ResourceName, outcome: &Outcome) -> Result<Vec<u8>, StoreError> {
+    if *name != outcome.resource.name {
+        return Err(StoreError::Corrupt {
+            table: Table::Outcomes.name(),
+            message: format!(
+                "the outcome of {} to be written under the key of {}",
+                cascade_core::limits::quote(outcome.resource.name.as_str()),
+                cascade_core::limits::quote(name.as_str())
+            ),
+        });
+    }
+    if has_undo(outcome) {
+        encode_stored(Table::Outcomes, VERSION_POSTCARD_V4, &stored::OutcomeV4::from(outcome))
+    } else {
+        encode_stored(Table::Outcomes, VERSION_POSTCARD_V3, &stored::OutcomeV3::from(outcome))
+    }
+}
+
+/// Written by itself in the layouts that hold its name (it does not know
+/// its key): version 1, 2 with a lien, 3 with a window (soft delete's,
+/// wrapping 2); its table's rows in version 4 or 5, without the name
+/// their key is ([`encode_resource_row`]). Every version reads; a row of
+/// 1 to 3 (or legacy JSON) only under the key of its own name.
+impl Record for Resource {
+    fn encode(&self, table: Table) -> Result<Vec<u8>, StoreError> {
+        if self.soft_deleted.is_some() {
+            encode_stored(table, VERSION_POSTCARD_V3, &stored::ResourceV3::from(self))
+        } else if !self.liens.is_empty() {
+            encode_stored(table, VERSION_POSTCARD_V2, &stored::ResourceV2::from(self))
+        } else {
+            encode_stored(table, VERSION_POSTCARD_V1, &stored::Resource::from(self))
+        }
+    }
+    fn decode_body(version: u8, body: &[u8]) -> Result<Self, String> {
+        let decoded = match version {
+            VERSION_POSTCARD_V1 => decode_stored::<stored::Resource<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V2 => decode_stored::<stored::ResourceV2<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V3 => decode_stored::<stored::ResourceV3<'_>>(body)?.try_into(),
+            VERSION_POSTCARD_V4 | VERSION_POSTCARD_V5 => {
+                return Err(format!("version {version} of a resource is read with its key"))
+            }
+            _ => return Err(format!("no layout of version {version} (this node knows 1 to 5)")),
+        };
+        decoded.map_err(|e: cascade_core::name::NameError| e.to_string())
+    }
+    fn decode_keyed(version: u8, key: &[u8], body: &[u8]) -> Result<Self, String> {
+        match version {
+            VERSION_POSTCARD_V4 => decode_stored::<stored::ResourceV4<'_>>(body)?.with_key(key),
+            VERSION_POSTCARD_V5 => decode_stored::<stored::ResourceV5<'_>>(body)?.with_key(key),
+            _ => Self::decode_body(version, body),
+        }
+    }
+    fn agrees_with_key(&self, key: &[u8]) -> Result<(), String> {
+        if self.name.as_str().as_bytes() == key {
+            return Ok(());
+        }
+        Err(format!(
+            "the row of {} is filed under the key {}",
+            cascade_core::limits::quote(self.name.as_str()),
+            cascade_core::limits::quote(&String::from_utf8_lossy(key))
+        ))
+    }
+}
+
+/// A resource row's value under the key of `name`: version 4, or 5 with
+/// a lien or a window, neither of which holds the name (the key does).
+/// A resource to be filed under another name is refused: its row would
+/// read back as the resource of its key.
+pub(super) fn encode_resource_row(name: &ResourceName, resource: &Resource) -> Result<Vec<u8>, StoreError> {
+    if *name != resource.name {
+        return Err(StoreError::Corrupt {
+            table: Table::Resources.name(),
+            message: format!(
+                "the resource {} to be written under the key of {}",
+                cascade_core::limits::quote(resource.name.as_str()),
+                cascade_core::limits::quote(name.as_str())
+            ),
+        });
+    }
+    if resource.soft_deleted.is_some() || !resource.liens.is_empty() {
+        encode_stored(
+            Table::Resources,
+            VERSION_POSTCARD_V5,
+            &stored::ResourceV5::from(resource),
+        )
+    } else {
+        encode_stored(
+            Table::Resources,
+            VERSION_POSTCARD_V4,
+            &stored::ResourceV4::from(resource),
+        )
+    }
 }
 
 /// Written as version 2 (with the walk); version 1 still read.
@@ -370,14 +520,31 @@ impl Record for WorkItem {
     }
 }
 
-/// A value read without its key (a layout that needs it fails as corrupt).
+/// A value read without its key (a layout that needs it fails as
+/// corrupt; one that holds what a key would is not checked against one).
 #[cfg(test)]
 pub(super) fn decode<T: Record>(table: Table, bytes: &[u8]) -> Result<T, StoreError> {
-    decode_keyed(table, &[], bytes)
+    decode_value(table, bytes, T::decode_body)
 }
 
-/// A value stored under `key`.
+/// A value stored under `key`, which it must agree with
+/// ([`Record::agrees_with_key`]).
 pub(super) fn decode_keyed<T: Record>(table: Table, key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
+    let record: T = decode_value(table, bytes, |version, body| T::decode_keyed(version, key, body))?;
+    record.agrees_with_key(key).map_err(|message| StoreError::Corrupt {
+        table: table.name(),
+        message,
+    })?;
+    Ok(record)
+}
+
+/// A value by its first byte: a version's body read by `body`, or legacy
+/// JSON.
+fn decode_value<T: DeserializeOwned>(
+    table: Table,
+    bytes: &[u8],
+    body: impl FnOnce(u8, &[u8]) -> Result<T, String>,
+) -> Result<T, StoreError> {
     let corrupt = |message| StoreError::Corrupt {
         table: table.name(),
         message,
@@ -386,8 +553,7 @@ pub(super) fn decode_keyed<T: Record>(table: Table, key: &[u8], bytes: &[u8]) ->
         Some(
             &version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4
             | VERSION_POSTCARD_V5),
-        ) => T::decode_keyed(version, key, &bytes[1..])
-            .map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}"))),
+        ) => body(version, &bytes[1..]).map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}"))),
         Some(b'{' | b'"') => decode_legacy_json(table, bytes),
         Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
         None => Err(corrupt("an empty value".into())),

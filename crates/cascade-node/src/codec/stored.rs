@@ -52,9 +52,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 mod budget;
+mod keyed;
 mod soft;
 mod undelete;
 pub use budget::{OperationControls, OperationV4};
+pub use keyed::{OutcomeV3, OutcomeV4, ResourceV4, ResourceV5};
 pub use soft::{EventV4, OperationV3, OutcomeV2, RemoteDeletionV4, ResourceV3, SoftDeletion, UnsetUndo};
 pub use undelete::{OperationV5, Undeletion};
 
@@ -261,7 +263,9 @@ impl From<ResourceState> for model::ResourceState {
 }
 
 /// [`model::Resource`] without its liens (version 1; see [`ResourceV2`]).
-/// `refs` is the core's field → targets map as a list of pairs in field
+/// A row of the resources table is written without the name since issue
+/// 28's P4 ([`ResourceV4`]); this layout is a resource encoded on its own
+/// and a store's rows from before. `refs` is the core's field → targets map as a list of pairs in field
 /// order (postcard writes a map and a list of pairs alike: a length, then
 /// the pairs).
 #[derive(Debug, Serialize, Deserialize)]
@@ -1015,7 +1019,8 @@ impl TryFrom<OutcomeAction<'_>> for model::OutcomeAction {
 }
 
 /// [`model::Outcome`] (the core flattens `action` into the outcome; here it
-/// is a field of its own).
+/// is a field of its own). A row of the outcomes table is written without
+/// the resource's name since issue 28's P4 ([`OutcomeV3`]).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Outcome<'a> {
     #[serde(borrow)]

@@ -1109,10 +1109,11 @@ fn a_store_of_json_values_opens_and_new_writes_are_binary() {
     let batch = encode_writes(&state, &writes).expect("encodes");
     for (table, _, v) in &batch.ops {
         if let Some(v) = v.as_ref().filter(|v| !v.is_empty()) {
-            let expected = if *table == Table::RetryQueue {
-                VERSION_POSTCARD_V2
-            } else {
-                VERSION_POSTCARD_V1
+            let expected = match table {
+                Table::RetryQueue => VERSION_POSTCARD_V2,
+                // A resource's row, without the name its key holds.
+                Table::Resources => VERSION_POSTCARD_V4,
+                _ => VERSION_POSTCARD_V1,
             };
             assert_eq!(v[0], expected, "{}", table.name());
         }
@@ -1559,3 +1560,378 @@ fn a_filtered_outbox_read_passes_over_an_unwanted_event_without_decoding_its_bod
         Err(StoreError::Corrupt { table: "outbox", .. })
     ));
 }
+
+// ---- a resource's row without its name (issue 28, P4) ----
+
+/// The key of a resource's row: its name's bytes.
+fn resource_row_key(r: &Resource) -> Vec<u8> {
+    r.name.as_str().as_bytes().to_vec()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// A row of the resources table is written without the name its key
+    /// holds (version 4; version 5 with a lien or a window), exactly that
+    /// many bytes shorter than the resource's layout with the name, and
+    /// reads back whole with the key.
+    #[test]
+    fn resource_rows_round_trip_through_their_key(v in resource(), soft in prop::option::of(soft_deletion())) {
+        let v = match soft {
+            Some(soft) => Resource { state: ResourceState::Deleted, soft_deleted: Some(soft), ..v },
+            None => v,
+        };
+        let bytes = records::encode_resource_row(&v.name, &v).expect("encodes");
+        let named = v.encode(Table::Resources).expect("encodes");
+        let version = if v.liens.is_empty() && v.soft_deleted.is_none() {
+            prop_assert_eq!(named[0], VERSION_POSTCARD_V1);
+            VERSION_POSTCARD_V4
+        } else {
+            VERSION_POSTCARD_V5
+        };
+        prop_assert_eq!(bytes.first(), Some(&version));
+        prop_assert_eq!(bytes.len(), bytes.capacity(), "one exact allocation");
+        // The name's length (one varint byte for any name within the
+        // limits) and its bytes.
+        let name_bytes = 1 + v.name.as_str().len();
+        let layout_bytes = if version == VERSION_POSTCARD_V5 && named[0] != VERSION_POSTCARD_V3 {
+            1 // version 5 always writes the window, version 2 has none
+        } else {
+            0
+        };
+        prop_assert_eq!(bytes.len() + name_bytes, named.len() + layout_bytes);
+        let back: Resource = records::decode_keyed(Table::Resources, &resource_row_key(&v), &bytes).expect("decodes");
+        prop_assert_eq!(back, v);
+    }
+}
+
+/// Version 4 of the pinned port: version 1's bytes without the name.
+#[test]
+fn resource_row_version_4_bytes_are_pinned() {
+    let r = typical_resource();
+    let bytes = records::encode_resource_row(&r.name, &r).expect("encodes");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_RESOURCE_ROW_V4);
+    let back: Resource = records::decode_keyed(Table::Resources, &resource_row_key(&r), &bytes).expect("reads");
+    assert_eq!(back, r);
+}
+
+/// A resource row as every node before issue 28's P4 wrote it (version 1,
+/// with its name), checked in: a store of such rows opens and reads.
+#[test]
+fn a_resource_row_of_version_1_still_reads_under_its_key() {
+    let r = typical_resource();
+    let v1 = hex_bytes(PINNED_RESOURCE_V1);
+    let back: Resource = records::decode_keyed(Table::Resources, &resource_row_key(&r), &v1).expect("reads");
+    assert_eq!(back, r);
+    assert_eq!(
+        r.encode(Table::Resources).expect("encodes"),
+        v1,
+        "a resource encoded without its key keeps version 1"
+    );
+    // And through the store, as every read of a resource goes.
+    let store = MemoryStore::default();
+    let mut batch = Batch::default();
+    batch.put(Table::Resources, resource_row_key(&r), v1);
+    store.commit(batch).expect("commits");
+    let state = StoreState { store: &store };
+    assert_eq!(state.get_resource(&r.name).expect("reads"), Some(r.clone()));
+    let all: Vec<Resource> = state.all(Table::Resources, 10).expect("scans");
+    assert_eq!(all, vec![r]);
+}
+
+/// Every layout a resource had before the row left its name out (with a
+/// lien: 2; DELETED: 3; legacy JSON) reads under its own key.
+#[test]
+fn every_earlier_resource_layout_reads_under_its_key() {
+    let mut r = typical_resource();
+    r.liens.push(Lien {
+        id: "legal-hold".into(),
+        reason: "audit".into(),
+        origin: "alice".into(),
+        create_time: Timestamp(7),
+    });
+    let held = r.encode(Table::Resources).expect("encodes");
+    assert_eq!(held[0], VERSION_POSTCARD_V2);
+    r.state = ResourceState::Deleted;
+    r.soft_deleted = Some(SoftDeletion {
+        delete_time: Timestamp(1_000),
+        expire_time: Timestamp(2_000),
+        operation: OperationId(Uuid::from_u128(9)),
+    });
+    let buried = r.encode(Table::Resources).expect("encodes");
+    assert_eq!(buried[0], VERSION_POSTCARD_V3);
+    let key = resource_row_key(&r);
+    let read_held: Resource = records::decode_keyed(Table::Resources, &key, &held).expect("version 2 reads");
+    assert_eq!(read_held.liens, r.liens);
+    let read_buried: Resource = records::decode_keyed(Table::Resources, &key, &buried).expect("version 3 reads");
+    assert_eq!(read_buried, r);
+    let read_json: Resource = records::decode_keyed(Table::Resources, &key, &json(&r)).expect("JSON reads");
+    assert_eq!(read_json, r);
+    // Written again, the row is version 5 (liens, window) and reads the same.
+    let row = records::encode_resource_row(&r.name, &r).expect("encodes");
+    assert_eq!(row[0], VERSION_POSTCARD_V5);
+    assert_eq!(
+        records::decode_keyed::<Resource>(Table::Resources, &key, &row).expect("reads"),
+        r
+    );
+}
+
+/// A row that holds a name (an earlier layout, or legacy JSON) read under
+/// the key of another name is corruption of the resources table quoting
+/// both, never the resource of either; a row without one under a key
+/// that is no name (cut, empty, not UTF-8) is corruption too.
+#[test]
+fn a_resource_row_under_another_names_key_is_corruption() {
+    let r = typical_resource();
+    let other = b"eu-west/port/p-0043".to_vec();
+    for (layout, value) in [
+        ("version 1", r.encode(Table::Resources).expect("encodes")),
+        ("legacy JSON", json(&r)),
+    ] {
+        match records::decode_keyed::<Resource>(Table::Resources, &other, &value) {
+            Err(StoreError::Corrupt { table, message }) => {
+                assert_eq!(table, "resources", "{layout}");
+                assert!(
+                    message.contains("\"eu-west/port/p-0042\"") && message.contains("\"eu-west/port/p-0043\""),
+                    "{layout}: {message}"
+                );
+            }
+            other => panic!("{layout}: {other:?}"),
+        }
+    }
+    let row = records::encode_resource_row(&r.name, &r).expect("encodes");
+    let long = vec![b'x'; 10_000];
+    for key in [&b""[..], b"eu-west/port", b"eu-west/\xffport/p-1", &long] {
+        match records::decode_keyed::<Resource>(Table::Resources, key, &row) {
+            Err(StoreError::Corrupt { table, message }) => {
+                assert_eq!(table, "resources");
+                assert!(
+                    message.len() < 300,
+                    "a short prefix of the key, not all of it: {message}"
+                );
+            }
+            other => panic!("{key:?}: {other:?}"),
+        }
+    }
+    // Read without a key (as a record on its own), version 4 is corruption.
+    assert!(matches!(
+        decode::<Resource>(Table::Resources, &row),
+        Err(StoreError::Corrupt { table: "resources", .. })
+    ));
+    // Through the store: a read by name refuses the row, naming the table.
+    let store = MemoryStore::default();
+    let mut batch = Batch::default();
+    batch.put(
+        Table::Resources,
+        other.clone(),
+        r.encode(Table::Resources).expect("encodes"),
+    );
+    store.commit(batch).expect("commits");
+    let state = StoreState { store: &store };
+    let err = state
+        .get_resource(&ResourceName::parse("eu-west/port/p-0043").expect("a name"))
+        .expect_err("not this key's resource");
+    assert!(err.to_string().contains("resources"), "{err}");
+}
+
+/// A step writes each resource under its own name: a write set that files
+/// one under another's name is refused, not stored as that name's.
+#[test]
+fn a_resource_written_under_another_name_is_refused() {
+    let store = MemoryStore::default();
+    let state = StoreState { store: &store };
+    let r = typical_resource();
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.resources.insert(
+        ResourceName::parse("eu-west/port/p-0043").expect("a name"),
+        Some(r.clone()),
+    );
+    match encode_writes(&state, &writes) {
+        Err(StoreError::Corrupt { table, message }) => {
+            assert_eq!(table, "resources");
+            assert!(message.contains("p-0042") && message.contains("p-0043"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Under its own name, the row is version 4 and reads back.
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.resources.insert(r.name.clone(), Some(r.clone()));
+    let batch = encode_writes(&state, &writes).expect("encodes");
+    assert!(batch
+        .ops
+        .iter()
+        .all(|(table, _, v)| *table != Table::Resources || v.as_ref().is_some_and(|v| v[0] == VERSION_POSTCARD_V4)));
+    store.commit(batch).expect("commits");
+    assert_eq!(state.get_resource(&r.name).expect("reads"), Some(r));
+}
+
+// ---- an outcome's row without its resource's name (issue 28, P4) ----
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// A row of the outcomes table is written without the resource's name
+    /// its key holds (version 3; version 4 with an unset's undo record),
+    /// exactly the name's bytes shorter, and reads back whole with the key.
+    #[test]
+    fn outcome_rows_round_trip_through_their_key(v in outcome(), op in op_id(), undo in prop::option::of(undo())) {
+        let v = match undo {
+            Some(undo) => Outcome { action: OutcomeAction::Unset { field: "network".into(), undo: Some(undo) }, ..v },
+            None => v,
+        };
+        let bytes = records::encode_outcome_row(&v.resource.name, &v).expect("encodes");
+        let named = v.encode(Table::Outcomes).expect("encodes");
+        let version = if named[0] == VERSION_POSTCARD_V2 { VERSION_POSTCARD_V4 } else { VERSION_POSTCARD_V3 };
+        prop_assert_eq!(bytes.first(), Some(&version));
+        prop_assert_eq!(bytes.len(), bytes.capacity(), "one exact allocation");
+        prop_assert_eq!(bytes.len() + 1 + v.resource.name.as_str().len(), named.len());
+        let key = super::outcome_key(op, &v.resource.name);
+        let back: Outcome = records::decode_keyed(Table::Outcomes, &key, &bytes).expect("decodes");
+        prop_assert_eq!(back, v);
+    }
+}
+
+/// The port's outcome in a cascade: deleted.
+fn typical_outcome() -> Outcome {
+    Outcome {
+        resource: target_of(&typical_resource()),
+        action: OutcomeAction::Deleted,
+        time: Timestamp(1_760_000_200_000),
+    }
+}
+
+/// An outcome row as every node before issue 28's P4 wrote it (version 1,
+/// with the name), checked in, still reads under its key; its row since
+/// is version 3, the same bytes without the name.
+#[test]
+fn outcome_row_bytes_are_pinned_and_version_1_still_reads() {
+    let o = typical_outcome();
+    let op = OperationId(Uuid::from_bytes([9; 16]));
+    let key = super::outcome_key(op, &o.resource.name);
+    let v1 = hex_bytes(PINNED_OUTCOME_V1);
+    assert_eq!(o.encode(Table::Outcomes).expect("encodes"), v1);
+    let read: Outcome = records::decode_keyed(Table::Outcomes, &key, &v1).expect("version 1 reads");
+    assert_eq!(read, o);
+    let row = records::encode_outcome_row(&o.resource.name, &o).expect("encodes");
+    let hex: String = row.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, PINNED_OUTCOME_ROW_V3);
+    let read: Outcome = records::decode_keyed(Table::Outcomes, &key, &row).expect("version 3 reads");
+    assert_eq!(read, o);
+    // Through the store, as the operation's outcomes are listed.
+    let store = MemoryStore::default();
+    let mut batch = Batch::default();
+    batch.put(Table::Outcomes, key.clone(), v1);
+    let other = Outcome {
+        resource: rt("eu-west/port/p-0043", 8),
+        ..o.clone()
+    };
+    batch.put(
+        Table::Outcomes,
+        super::outcome_key(op, &other.resource.name),
+        records::encode_outcome_row(&other.resource.name, &other).expect("encodes"),
+    );
+    store.commit(batch).expect("commits");
+    let state = StoreState { store: &store };
+    assert_eq!(state.outcomes(op, None, 10).expect("lists"), vec![o, other]);
+}
+
+/// An outcome row that holds a name read under the key of another
+/// resource is corruption of the outcomes table quoting both; a row
+/// without one under a key too short to hold a name is corruption too; a
+/// step's outcome filed under another resource's name is refused.
+#[test]
+fn an_outcome_row_under_another_names_key_is_corruption() {
+    let o = typical_outcome();
+    let op = OperationId(Uuid::from_bytes([9; 16]));
+    let other = ResourceName::parse("eu-west/port/p-0043").expect("a name");
+    let key = super::outcome_key(op, &other);
+    for value in [o.encode(Table::Outcomes).expect("encodes"), json(&o)] {
+        match records::decode_keyed::<Outcome>(Table::Outcomes, &key, &value) {
+            Err(StoreError::Corrupt { table, message }) => {
+                assert_eq!(table, "outcomes");
+                assert!(message.contains("p-0042") && message.contains("p-0043"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let row = records::encode_outcome_row(&o.resource.name, &o).expect("encodes");
+    for short in [&key[..0], &key[..16]] {
+        assert!(matches!(
+            records::decode_keyed::<Outcome>(Table::Outcomes, short, &row),
+            Err(StoreError::Corrupt { table: "outcomes", .. })
+        ));
+    }
+    let store = MemoryStore::default();
+    let state = StoreState { store: &store };
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.outcomes.insert((op, other), o);
+    assert!(matches!(
+        encode_writes(&state, &writes),
+        Err(StoreError::Corrupt { table: "outcomes", .. })
+    ));
+}
+
+const PINNED_OUTCOME_V1: &str = concat!(
+    "01",                                     // the version byte
+    "13",                                     // resource.name: 19 bytes,
+    "65752d776573742f706f72742f702d30303432", //   "eu-west/port/p-0042"
+    "0190f3a27c417d2e9a3b5c6d7e8f9a0b",       // resource.uid
+    "01",                                     // action: variant 1, Deleted
+    "c09abfc19c33",                           // time: varint of 1_760_000_200_000
+);
+
+const PINNED_OUTCOME_ROW_V3: &str = concat!(
+    "03",                               // the version byte
+    "0190f3a27c417d2e9a3b5c6d7e8f9a0b", // the resource's uid
+    "01",                               // action: variant 1, Deleted
+    "c09abfc19c33",                     // time: varint of 1_760_000_200_000
+);
+
+fn hex_bytes(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// The pinned port's fields after its name, the same in versions 1 and 4.
+macro_rules! pinned_resource_after_its_name {
+    () => {
+        concat!(
+            "0190f3a27c417d2e9a3b5c6d7e8f9a0b",       // uid: 16 bytes, no length
+            "01",                                     // state: variant 1, Active
+            "02",                                     // attributes: two, in key order:
+            "0b6465736372697074696f6e",               //   "description"
+            "087765622074696572",                     //   "web tier"
+            "036d6163",                               //   "mac"
+            "1166613a31363a33653a31323a33343a3536",   //   "fa:16:3e:12:34:56"
+            "01",                                     // refs: one field,
+            "076e6574776f726b",                       //   "network",
+            "01",                                     //   one target:
+            "13",                                     //   its name, 19 bytes,
+            "65752d776573742f6e6574776f726b2f6e2d31", //     "eu-west/network/n-1"
+            "07070707070707070707070707070707",       //   its uid
+            "9c8e01",                                 // revision: varint of 18_204
+            "8080b3c19c33",                           // create_time: varint of 1_760_000_000_000
+            "c0c4bac19c33",                           // update_time: varint of 1_760_000_123_456
+            "00",                                     // finalizers: none
+        )
+    };
+}
+
+/// Version 1 of the pinned port, as `encode` wrote every resource row
+/// before issue 28's P4 (and still writes a resource without its key).
+const PINNED_RESOURCE_V1: &str = concat!(
+    "01",                                     // the version byte
+    "13",                                     // name: 19 bytes,
+    "65752d776573742f706f72742f702d30303432", //   "eu-west/port/p-0042"
+    pinned_resource_after_its_name!(),
+);
+
+/// Its row since: version 4, the same fields without the name (20 bytes
+/// fewer: 124 where version 1 has 144).
+const PINNED_RESOURCE_ROW_V4: &str = concat!(
+    "04", // the version byte
+    pinned_resource_after_its_name!(),
+);
