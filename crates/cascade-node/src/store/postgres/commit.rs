@@ -645,7 +645,9 @@ mod tests {
             meta.removed.is_empty() && meta.inserted.keys.is_empty() && meta.upserted.keys.is_empty(),
             "nothing left to send"
         );
-        let cached: Vec<_> = sent(&writes, &plan).filter(|(t, _, _)| *t == Table::Resources).collect();
+        let cached: Vec<_> = sent(&writes, &plan)
+            .filter(|(t, _, _)| *t == Table::Resources)
+            .collect();
         assert_eq!(cached.len(), 3, "the cache takes what was sent");
     }
 }

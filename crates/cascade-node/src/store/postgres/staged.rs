@@ -139,7 +139,12 @@ impl Staged {
 
     /// Whether `key` is staged (its reads are answered here).
     pub(super) fn holds(&self, table: Table, key: &[u8]) -> bool {
-        !self.nothing_staged() && self.read().writes.get(&table).is_some_and(|rows| rows.contains_key(key))
+        !self.nothing_staged()
+            && self
+                .read()
+                .writes
+                .get(&table)
+                .is_some_and(|rows| rows.contains_key(key))
     }
 
     /// The staged writes of `table` from `start` (inclusive) to `end`
@@ -349,11 +354,7 @@ pub(super) fn copy_of(e: &StoreError) -> StoreError {
             table,
             message: message.clone(),
         },
-        StoreError::WrongEngine {
-            dir,
-            found,
-            configured,
-        } => StoreError::WrongEngine {
+        StoreError::WrongEngine { dir, found, configured } => StoreError::WrongEngine {
             dir: dir.clone(),
             found: *found,
             configured: *configured,
@@ -415,7 +416,10 @@ mod tests {
         batch.put(Table::Meta, b"k".to_vec(), b"v".to_vec());
         assert!(matches!(set.stage(1, Batch::default()), Err(StoreError::NotFenced)));
         set.fenced(1);
-        set.set_bounds(Bounds { keys: 2, bytes: 1 << 20 });
+        set.set_bounds(Bounds {
+            keys: 2,
+            bytes: 1 << 20,
+        });
         assert!(!set.stage(1, batch).unwrap());
         let mut batch = Batch::default();
         batch.remove(Table::Meta, b"gone".to_vec());

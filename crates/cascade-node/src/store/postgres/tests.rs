@@ -90,7 +90,11 @@ fn postgres_store_conforms_and_survives_reopen() {
 fn get_many_answers_in_the_order_asked_from_cache_and_database() {
     let Some(db) = fresh_database("get_many") else { return };
     let store = writer(&db);
-    land(&store, put(&[(Table::Backrefs, b"b", b"2"), (Table::Backrefs, b"a", b"1")])).unwrap();
+    land(
+        &store,
+        put(&[(Table::Backrefs, b"b", b"2"), (Table::Backrefs, b"a", b"1")]),
+    )
+    .unwrap();
     let keys = [b"a".to_vec(), b"missing".to_vec(), b"b".to_vec(), b"a".to_vec()];
     let want = vec![Some(b"1".to_vec()), None, Some(b"2".to_vec()), Some(b"1".to_vec())];
     assert_eq!(store.get_many(Table::Backrefs, &keys).unwrap(), want);
@@ -280,7 +284,10 @@ fn keys_known_absent_are_inserted_without_a_conflict_check() {
     db.superuser_sql("INSERT INTO cascade.outbox VALUES ('\\x7235', '\\x6f')")
         .unwrap();
     assert_eq!(counts(outbox(&["r5", "r6"]), Table::Outbox), ((0, 2, 0), false));
-    assert!(matches!(land(&store, outbox(&["r5", "r6"])), Err(StoreError::Engine(_))));
+    assert!(matches!(
+        land(&store, outbox(&["r5", "r6"])),
+        Err(StoreError::Engine(_))
+    ));
     // Asked before any read: a read of r6 would learn it absent again.
     assert_eq!(
         counts(outbox(&["r5", "r6"]), Table::Outbox),
@@ -776,8 +783,10 @@ fn every_session_has_its_timeouts() {
 /// How many transactions wrote the rows `sql` selects (`xmin`): rows a
 /// transaction inserted or updated carry its id.
 fn writing_transactions(db: &TestDatabase, selects: &str) -> String {
-    db.superuser_sql(&format!("SELECT count(DISTINCT xmin::text) FROM ({selects}) AS written"))
-        .unwrap()
+    db.superuser_sql(&format!(
+        "SELECT count(DISTINCT xmin::text) FROM ({selects}) AS written"
+    ))
+    .unwrap()
 }
 
 /// A writer's group of steps, each committed and then flushed once,
@@ -911,10 +920,7 @@ fn a_fenced_flush_lands_none_of_its_commits_and_they_are_no_longer_read() {
     let new = b.at_epoch(3);
     assert_eq!(new.get(Table::Meta, b"staged at 2").unwrap(), None);
     new.flush().unwrap();
-    assert!(matches!(
-        old.flush(),
-        Err(StoreError::Fenced { held: 2, current: 3 })
-    ));
+    assert!(matches!(old.flush(), Err(StoreError::Fenced { held: 2, current: 3 })));
     assert_eq!(meta(&b, "also at 2"), None);
     assert_eq!(db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap(), "1");
 }
@@ -929,7 +935,10 @@ fn a_commit_over_the_staged_bound_lands_at_once() {
         return;
     };
     let store = writer(&db);
-    store.staged.set_bounds(staged::Bounds { keys: 3, bytes: 1 << 20 });
+    store.staged.set_bounds(staged::Bounds {
+        keys: 3,
+        bytes: 1 << 20,
+    });
     let count = || db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap();
     store.commit(put_meta("1", "v")).unwrap();
     store.commit(put_meta("2", "v")).unwrap();
@@ -937,10 +946,7 @@ fn a_commit_over_the_staged_bound_lands_at_once() {
     assert_eq!(count(), "0", "at the bound: staged");
     store.commit(put_meta("4", "v")).unwrap();
     assert_eq!(count(), "4", "over it: sent");
-    assert_eq!(
-        writing_transactions(&db, "SELECT xmin FROM cascade.meta"),
-        "1"
-    );
+    assert_eq!(writing_transactions(&db, "SELECT xmin FROM cascade.meta"), "1");
     store.flush().unwrap();
 
     // A row behind the writer's back, so that its INSERT fails.
