@@ -100,6 +100,16 @@ struct State {
     bounds: Bounds,
 }
 
+impl State {
+    /// Nothing staged.
+    fn clear(&mut self) {
+        self.writes = Arc::default();
+        self.keys = 0;
+        self.bytes = 0;
+        self.batches = 0;
+    }
+}
+
 /// What a flush takes to send.
 pub(super) struct Taken {
     pub(super) writes: Arc<Collapsed>,
@@ -218,6 +228,10 @@ impl Staged {
         if let Some((dropped_at, _)) = &state.dropped {
             if expected.is_none_or(|held| held == *dropped_at) {
                 let (_, e) = state.dropped.take().expect("checked above");
+                // A failed flush lands nothing it answers for: the commits
+                // staged since go too (their steps are answered this error).
+                state.clear();
+                self.keys.store(0, Ordering::Release);
                 return Err(e);
             }
         }
@@ -250,10 +264,7 @@ impl Staged {
         let mut state = self.write();
         // A fence may have dropped them meanwhile (and staged nothing).
         if Arc::ptr_eq(&state.writes, &sent.writes) {
-            state.writes = Arc::default();
-            state.keys = 0;
-            state.bytes = 0;
-            state.batches = 0;
+            state.clear();
         }
         state.sending = false;
         if let Some(e) = dropped.filter(|_| state.epoch == Some(sent.epoch)) {
@@ -279,10 +290,7 @@ impl Staged {
                 },
             ));
         }
-        state.writes = Arc::default();
-        state.keys = 0;
-        state.bytes = 0;
-        state.batches = 0;
+        state.clear();
         self.keys.store(0, Ordering::Release);
     }
 

@@ -928,7 +928,7 @@ fn a_fenced_flush_lands_none_of_its_commits_and_they_are_no_longer_read() {
 /// The staged set is bounded: a commit that takes it over its bound
 /// lands everything staged at once, in one transaction; and if that
 /// fails, the next flush fails too (the commits before it were lost
-/// with it).
+/// with it), and lands nothing.
 #[test]
 fn a_commit_over_the_staged_bound_lands_at_once() {
     let Some(db) = fresh_database("staged_bound") else {
@@ -956,11 +956,14 @@ fn a_commit_over_the_staged_bound_lands_at_once() {
         .unwrap();
     store.commit(put_meta("7", "v")).unwrap();
     assert!(matches!(store.commit(put_meta("8", "v")), Err(StoreError::Engine(_))));
+    // Committed after the loss: the flush that reports it lands nothing.
+    store.commit(put_meta("9", "v")).unwrap();
     assert!(
         matches!(store.flush(), Err(StoreError::Engine(_))),
         "5 and 6 were committed and did not land"
     );
     assert_eq!(meta(&store, "5"), None);
+    assert_eq!(meta(&store, "9"), None);
     store.flush().unwrap();
     land(&store, put_meta("5", "v")).unwrap();
     assert_eq!(count(), "6");
