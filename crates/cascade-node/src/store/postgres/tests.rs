@@ -1,6 +1,10 @@
 //! The PostgreSQL store over a real server (`cascade-testpg`: one server
 //! per test binary, a database per test; skipped, saying so once, when
 //! PostgreSQL is not installed).
+//!
+//! Size: the store's tests over one server share their helpers (a fenced
+//! writer, `land`, `eventually`, reading rows behind the store's back);
+//! split by topic, each file would repeat them.
 
 // Test code: poll deadlines and waits are real time.
 #![allow(clippy::disallowed_methods)]
