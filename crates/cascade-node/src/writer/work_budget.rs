@@ -16,8 +16,10 @@
 //! (`store/postgres/staged.rs`), whose time is mostly the step's own
 //! writes, not a fixed cost to spread; counted as one, it made its own
 //! target (8 × a flush that grows with the step: always [`MOST_STEP`]),
-//! and the small write's p99 during a P1 at 100k went from 10–21 to
-//! 16–23 ms. A store that reads ahead ([`crate::store::Store::prefetches`]:
+//! and the small write's p99 during a P1 went from 9.4–10.3 to 14.2–17.2
+//! ms at 100k and from 9.1–10.9 to 13.5–15.0 ms at 1M (faster cascades:
+//! docs/BENCHMARKS.md, "PostgreSQL: a group's steps in one
+//! transaction"). A store that reads ahead ([`crate::store::Store::prefetches`]:
 //! postgres, whose reads and transactions are round trips) keeps its
 //! steps at [`LEAST_STEP`], where they were when its commit was the
 //! transaction and its flush nothing; the step's length still counts
