@@ -261,9 +261,8 @@ pub(super) async fn get_many(shared: Arc<Shared>, table: Table, keys: Vec<Vec<u8
     let target = &shared.target;
     let failed = |e: tokio_postgres::Error| classify(&e, &format!("cannot read {}", table.name()), target);
     let client = shared.readers.get().await.map_err(|e| pool_error(e, target))?;
-    // Planned for its own keys, as a prefetch's reads (see there).
     let statement = client
-        .prepare(&shared.sql.get_many[table as usize])
+        .prepare_cached(&shared.sql.get_many[table as usize])
         .await
         .map_err(failed)?;
     let mut found = Vec::new();
@@ -306,33 +305,23 @@ pub(super) async fn prefetch(
     let target = &shared.target;
     let failed = |e: tokio_postgres::Error| classify(&e, "cannot read ahead", target);
     let client = shared.readers.get().await.map_err(|e| pool_error(e, target))?;
-    // The reads of keys and prefixes are prepared afresh each time, all
-    // in one round trip, so that each is planned for its own arrays: a
-    // statement prepared once per connection gets PostgreSQL's generic
-    // plan after five executions, and one made while a table was small (a
-    // sequential scan of `outcomes`, which a cascade fills from empty) was
-    // kept while the table grew (P1 at 1M: 37–63 % of the wall in
-    // read-aheads, one `outcomes` read at a time over 3 ms).
-    let (key_statements, prefix_statements) = futures::try_join!(
-        futures::future::try_join_all(
-            keys.iter()
-                .map(|(table, _)| client.prepare(&shared.sql.get_many[*table as usize]))
-        ),
-        futures::future::try_join_all(
-            prefixes
-                .iter()
-                .map(|(table, _, _)| client.prepare(&shared.sql.occupied_prefixes[*table as usize]))
-        )
-    )
-    .map_err(failed)?;
+    // Prepared first (a round trip each, once per connection).
     let mut key_reads = Vec::new();
-    for ((table, keys), statement) in keys.iter().zip(&key_statements) {
+    for (table, keys) in keys.iter() {
+        let statement = client
+            .prepare_cached(&shared.sql.get_many[*table as usize])
+            .await
+            .map_err(failed)?;
         for chunk in keys.chunks(KEYS_PER_READ) {
             key_reads.push((*table, statement.clone(), chunk));
         }
     }
     let mut prefix_reads = Vec::new();
-    for ((table, lows, highs), statement) in prefixes.iter().zip(&prefix_statements) {
+    for (table, lows, highs) in prefixes.iter() {
+        let statement = client
+            .prepare_cached(&shared.sql.occupied_prefixes[*table as usize])
+            .await
+            .map_err(failed)?;
         for (lows, highs) in lows.chunks(KEYS_PER_READ).zip(highs.chunks(KEYS_PER_READ)) {
             prefix_reads.push((*table, statement.clone(), lows, highs));
         }

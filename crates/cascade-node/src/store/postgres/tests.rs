@@ -756,7 +756,8 @@ fn measure_postgres_store() {
 }
 
 /// The writer's session is bounded (a paused or stuck writer cannot hold
-/// the lease row's share lock for long), and so are the readers'.
+/// the lease row's share lock for long), and so are the readers'; none
+/// plans a sequential scan where a key's index serves (`with_session`).
 #[test]
 fn every_session_has_its_timeouts() {
     let Some(db) = fresh_database("sessions") else { return };
@@ -772,6 +773,7 @@ fn every_session_has_its_timeouts() {
                     "statement_timeout",
                     "lock_timeout",
                     "idle_in_transaction_session_timeout",
+                    "enable_seqscan",
                 ] {
                     let row = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
                     shown.push(row.get::<_, String>(0));
@@ -780,8 +782,8 @@ fn every_session_has_its_timeouts() {
             })
             .unwrap()
     };
-    assert_eq!(show(true), ["4s", "1s", "2s"]);
-    assert_eq!(show(false), ["10s", "1s", "2s"]);
+    assert_eq!(show(true), ["4s", "1s", "2s", "off"]);
+    assert_eq!(show(false), ["10s", "1s", "2s", "off"]);
 }
 
 /// How many transactions wrote the rows `sql` selects (`xmin`): rows a
