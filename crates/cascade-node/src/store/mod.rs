@@ -274,7 +274,11 @@ pub trait Store: Send + Sync + 'static {
     /// (its iterators are no snapshots); the writer's own reads never race
     /// a commit, because it is the only committer.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
-    /// Makes every committed batch durable.
+    /// Makes every committed batch durable. On postgres a commit is
+    /// staged in the store (its reads see it) and the flush sends every
+    /// batch committed since the last one in one transaction: a flush that
+    /// fails landed none of what it sent (or, its outcome unknown, all or
+    /// none), as a batch committed and never flushed never lands.
     fn flush(&self) -> Result<(), StoreError>;
     /// Whether a read, commit or flush may wait on the disk (or a write
     /// stall): the writer then runs its steps off the runtime's workers

@@ -11,6 +11,19 @@
 //! [`MOST_STEP`] (the small write's p99 target is 20 ms: the rest of one
 //! step, then its own step and the group's flush) nor below [`LEAST_STEP`] (steps of
 //! the memory engine, whose flush costs nothing, keep their size).
+//!
+//! Not on PostgreSQL: there the flush is the group's one transaction
+//! (`store/postgres/staged.rs`), whose time is mostly the step's own
+//! writes, not a fixed cost to spread; counted as one, it made its own
+//! target (8 × a flush that grows with the step: always [`MOST_STEP`]),
+//! and the small write's p99 during a P1 went from 9.4–10.3 to 14.2–17.2
+//! ms at 100k and from 9.1–10.9 to 13.5–15.0 ms at 1M (faster cascades:
+//! docs/BENCHMARKS.md, "PostgreSQL: a group's steps in one
+//! transaction"). A store that reads ahead ([`crate::store::Store::prefetches`]:
+//! postgres, whose reads and transactions are round trips) keeps its
+//! steps at [`LEAST_STEP`], where they were when its commit was the
+//! transaction and its flush nothing; the step's length still counts
+//! the transaction.
 
 use std::time::Duration;
 
@@ -37,6 +50,8 @@ pub(super) struct WorkBudget {
     scale: f64,
     /// A flush's duration, smoothed (seconds; an eighth per flush).
     flush_secs: f64,
+    /// The flush is the step's transaction (postgres): not counted.
+    flush_is_the_transaction: bool,
 }
 
 impl WorkBudget {
@@ -44,6 +59,7 @@ impl WorkBudget {
         Self {
             scale: 1.0,
             flush_secs: 0.0,
+            flush_is_the_transaction: false,
         }
     }
 
@@ -65,7 +81,16 @@ impl WorkBudget {
 
     /// What a step is aimed at now.
     pub(super) fn target(&self) -> Duration {
+        if self.flush_is_the_transaction {
+            return LEAST_STEP;
+        }
         Duration::from_secs_f64(self.flush_secs * f64::from(FLUSHES_PER_STEP)).clamp(LEAST_STEP, MOST_STEP)
+    }
+
+    /// Whether the store's flush is the transaction of the step's writes
+    /// (the module's doc says why it then sets no target).
+    pub(super) fn flush_is_the_transaction(&mut self, is: bool) {
+        self.flush_is_the_transaction = is;
     }
 
     /// A work step took `took` (its reads, commit and flush); `bounded`:
@@ -97,6 +122,7 @@ impl WriterState {
     /// for the step's and then its own.
     pub(super) fn work(&mut self, myself: &ActorRef<WriterMsg>) -> Result<WorkReport, CoreError> {
         let started = crate::clock::monotonic_now();
+        self.work_budget.flush_is_the_transaction(self.ctx.store.prefetches());
         let policy = self.work_budget.policy(&self.ctx.policy);
         self.group = Some(super::group::Group::default());
         let ran = self.run(myself, |state, ctx, _| {
@@ -168,6 +194,18 @@ mod tests {
         let scale = budget.scale();
         budget.step_took(Duration::from_micros(10), false);
         assert_eq!(budget.scale(), scale);
+    }
+
+    #[test]
+    fn a_flush_that_is_the_steps_transaction_sets_no_target() {
+        let mut budget = WorkBudget::new();
+        budget.flush_is_the_transaction(true);
+        for _ in 0..100 {
+            budget.flushed(Duration::from_millis(50));
+        }
+        assert_eq!(budget.target(), LEAST_STEP);
+        budget.flush_is_the_transaction(false);
+        assert_eq!(budget.target(), MOST_STEP);
     }
 
     #[test]

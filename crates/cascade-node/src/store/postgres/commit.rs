@@ -1,7 +1,7 @@
-//! The statements of the PostgreSQL store: reads, and the commit of a
-//! batch in one pipelined transaction, fenced first.
+//! The statements of the PostgreSQL store: reads, and the transaction
+//! that lands the staged batches (`staged.rs`), fenced first.
 //!
-//! A commit sends, in one write and so in one round trip:
+//! A flush sends, in one write and so in one round trip:
 //!
 //! ```sql
 //! BEGIN; SELECT {schema}.fence('region', epoch);   -- one simple query
@@ -14,27 +14,31 @@
 //! COMMIT;
 //! ```
 //!
-//! The batch is first collapsed to its last write per key (an upsert may
-//! not touch a row twice), then planned ([`TableWrites`]): a removal of a
-//! key known absent is dropped, and a put of a key known absent is a
-//! plain INSERT, which costs PostgreSQL about half of an upsert's (no
-//! conflict probe, no speculative insertion and its confirmation record:
-//! 3.6 against 6.3 ms for 512 rows of 300 bytes on this machine, loaded).
-//! What is known comes from the write-through cache (`cache.rs`), which
-//! is coherent because only the fenced writer writes: a key it read and
-//! found absent (a key it removed is forgotten, not kept: `cache.rs`,
-//! `commit_ended`), a key under a prefix it knows empty, and a key above the
-//! table's highest key (learnt by the first commit into the table after a
-//! fence, kept up by every put since). A fence that fails raises, which aborts the
-//! transaction: every statement after it fails and the COMMIT rolls back,
-//! so nothing of a fenced batch lands though it was all sent. The outcome
-//! is read from the answers in order: a fence error is
-//! [`StoreError::Fenced`]; an error the server sent for a statement means
-//! the transaction rolled back; a connection lost before the COMMIT's
-//! answer is [`StoreError::CommitOutcomeUnknown`] (it may have landed). No
-//! COMMIT is ever cut short by a client-side timeout: the session's
-//! `statement_timeout` bounds the statements, and TCP's user timeout a dead
-//! connection.
+//! What it sends is every batch committed since the last flush, as
+//! staging left them: the last write per key, per table (an upsert may
+//! not touch a row twice), so a group of steps costs one statement of each
+//! kind per table, not one per step. It is planned ([`plan`]) against what
+//! the server holds: a removal of a key known absent is dropped, and a
+//! put of a key known absent is a plain INSERT, which costs PostgreSQL
+//! about half of an upsert's (no conflict probe, no speculative insertion
+//! and its confirmation record: 3.6 against 6.3 ms for 512 rows of 300
+//! bytes on this machine, loaded). What is known comes from the
+//! write-through cache (`cache.rs`), which is coherent because only the
+//! fenced writer writes, and which takes staged writes only once they
+//! landed: a key it read and found absent (a key it removed is
+//! forgotten, not kept: `cache.rs`, `commit_ended`), a key under a prefix
+//! it knows empty, and a key above the table's highest key (learnt by the
+//! first transaction into the table after a fence, kept up by every put
+//! since). A fence that fails raises, which aborts the transaction: every
+//! statement after it fails and the COMMIT rolls back, so nothing of a
+//! fenced flush lands though it was all sent. The outcome is read from the
+//! answers in order: a fence error is [`StoreError::Fenced`]; an error the
+//! server sent for a statement means the transaction rolled back; a
+//! connection lost before the COMMIT's answer is
+//! [`StoreError::CommitOutcomeUnknown`] (it may have landed). No COMMIT is
+//! ever cut short by a client-side timeout: the session's
+//! `statement_timeout` bounds the statements, and TCP's user timeout a
+//! dead connection.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -49,90 +53,124 @@ use super::settings::{classify, describe, pool_error};
 use super::Shared;
 use crate::store::{Entry, StoreError, Table};
 
-/// A batch reduced to the last write of each key, per table (in key
-/// order, so two commits would lock rows in the same order).
+/// Writes reduced to the last write of each key, per table (in key
+/// order, so two transactions would lock rows in the same order): what
+/// the staged batches come to (`staged.rs`).
 pub(super) type Collapsed = BTreeMap<Table, BTreeMap<Vec<u8>, Option<Vec<u8>>>>;
 
-/// One table's part of a planned commit (keys in order within each part).
+/// How a flush sends one staged write of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SentAs {
+    /// A removal of a key known absent: nothing.
+    Nothing,
+    Delete,
+    /// A put of a key known absent: a plain INSERT.
+    Insert,
+    /// Any other put.
+    Upsert,
+}
+
+/// One table's part of a flush's plan: how each of its staged writes is
+/// sent, in their (key) order, and whether the transaction also reads the
+/// table's highest key (after its writes).
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct TableWrites {
-    /// Keys removed (those known absent are left out).
-    pub(super) removed: Vec<Vec<u8>>,
-    /// Puts of keys known absent: a plain INSERT.
-    pub(super) inserted: Rows,
-    /// The other puts: an upsert.
-    pub(super) upserted: Rows,
-    /// Whether the commit also reads the table's highest key (after its
-    /// writes, in its transaction).
+pub(super) struct TablePlan {
+    pub(super) sent_as: Vec<SentAs>,
     pub(super) learn_highest: bool,
 }
 
-/// Keys and their values, as two arrays (the statements' parameters).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Rows {
-    pub(super) keys: Vec<Vec<u8>>,
-    pub(super) values: Vec<Vec<u8>>,
+/// A flush's plan, per table of the staged writes.
+pub(super) type Plan = BTreeMap<Table, TablePlan>;
+
+/// Keys, or keys and their values as two arrays (the statements'
+/// parameters), borrowed from the staged writes.
+#[derive(Debug, Default)]
+struct Rows<'a> {
+    keys: Vec<&'a [u8]>,
+    values: Vec<&'a [u8]>,
 }
 
-impl Rows {
-    fn push(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.keys.push(key);
-        self.values.push(value);
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.keys
-            .iter()
-            .map(Vec::as_slice)
-            .zip(self.values.iter().map(Vec::as_slice))
-    }
+/// One table's statements (keys in order within each part).
+#[derive(Debug, Default)]
+struct TableWrites<'a> {
+    removed: Vec<&'a [u8]>,
+    inserted: Rows<'a>,
+    upserted: Rows<'a>,
+    learn_highest: bool,
 }
-
-impl TableWrites {
-    /// Every write of the table, as the cache takes them.
-    pub(super) fn writes(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-        self.removed.iter().map(|k| (k.as_slice(), None)).chain(
-            self.inserted
-                .iter()
-                .chain(self.upserted.iter())
-                .map(|(k, v)| (k, Some(v))),
-        )
-    }
-}
-
-/// A planned commit: per table, what it sends.
-pub(super) type Planned = BTreeMap<Table, TableWrites>;
 
 /// What a commit learnt: per table whose highest key it read, that key
 /// (None: the table is empty).
 pub(super) type Learnt = Vec<(Table, Option<Vec<u8>>)>;
 
-/// Splits `writes` into the statements of a commit: `absent` says whether
-/// a key is known not to be in the table (as of the last commit), and
+/// Decides how each of `writes` is sent: `absent` says whether a key is
+/// known not to be in the table on the server (as of the last flush), and
 /// `highest_known` whether the table's highest key is known.
 pub(super) fn plan(
-    writes: Collapsed,
+    writes: &Collapsed,
     absent: impl Fn(Table, &[u8]) -> bool,
     highest_known: impl Fn(Table) -> bool,
-) -> Planned {
+) -> Plan {
     writes
-        .into_iter()
+        .iter()
         .map(|(table, rows)| {
-            let mut planned = TableWrites::default();
-            for (key, value) in rows {
-                match value {
-                    None if absent(table, &key) => {}
-                    None => planned.removed.push(key),
-                    Some(value) if absent(table, &key) => planned.inserted.push(key, value),
-                    Some(value) => planned.upserted.push(key, value),
+            let sent_as: Vec<SentAs> = rows
+                .iter()
+                .map(|(key, value)| match (value, absent(*table, key)) {
+                    (None, true) => SentAs::Nothing,
+                    (None, false) => SentAs::Delete,
+                    (Some(_), true) => SentAs::Insert,
+                    (Some(_), false) => SentAs::Upsert,
+                })
+                .collect();
+            let puts_something = sent_as.iter().any(|s| matches!(s, SentAs::Insert | SentAs::Upsert));
+            let learn_highest = puts_something && !highest_known(*table);
+            (*table, TablePlan { sent_as, learn_highest })
+        })
+        .collect()
+}
+
+/// The statements' parameters of `plan` (made by [`plan`] from `writes`).
+fn table_writes<'a>(writes: &'a Collapsed, plan: &Plan) -> Vec<(Table, TableWrites<'a>)> {
+    writes
+        .iter()
+        .zip(plan.values())
+        .map(|((table, rows), planned)| {
+            let mut sent = TableWrites {
+                learn_highest: planned.learn_highest,
+                ..TableWrites::default()
+            };
+            for ((key, value), send) in rows.iter().zip(&planned.sent_as) {
+                match (send, value) {
+                    (SentAs::Delete, _) => sent.removed.push(key),
+                    (SentAs::Insert, Some(value)) => {
+                        sent.inserted.keys.push(key);
+                        sent.inserted.values.push(value);
+                    }
+                    (SentAs::Upsert, Some(value)) => {
+                        sent.upserted.keys.push(key);
+                        sent.upserted.values.push(value);
+                    }
+                    _ => {}
                 }
             }
-            let puts_something = !planned.inserted.keys.is_empty() || !planned.upserted.keys.is_empty();
-            planned.learn_highest = puts_something && !highest_known(table);
-            (table, planned)
+            (*table, sent)
         })
-        .filter(|(_, planned)| planned != &TableWrites::default())
         .collect()
+}
+
+/// Every write `plan` sends of `writes`, as the cache takes them once
+/// they landed (a removal of a key known absent is not one).
+pub(super) fn sent<'a>(
+    writes: &'a Collapsed,
+    plan: &'a Plan,
+) -> impl Iterator<Item = (Table, &'a [u8], Option<&'a [u8]>)> + 'a {
+    writes.iter().zip(plan.values()).flat_map(|((table, rows), planned)| {
+        rows.iter()
+            .zip(&planned.sent_as)
+            .filter(|(_, send)| **send != SentAs::Nothing)
+            .map(|((key, value), _)| (*table, key.as_slice(), value.as_deref()))
+    })
 }
 
 /// Keys asked for in one `= ANY($1)` statement.
@@ -182,15 +220,6 @@ impl Statements {
             }),
         }
     }
-}
-
-/// Applies `batch`'s writes in order, keeping the last per key.
-pub(super) fn collapse(ops: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>) -> Collapsed {
-    let mut writes = Collapsed::new();
-    for (table, key, value) in ops {
-        writes.entry(table).or_default().insert(key, value);
-    }
-    writes
 }
 
 /// Where a scan of `prefix` strictly after `after` starts (inclusive) and
@@ -406,31 +435,32 @@ enum Answer {
     Highest(Table, Option<Option<Vec<u8>>>),
 }
 
-/// Commits `writes` at `epoch` in one pipelined transaction (the module's
-/// doc); gives the writes back for the cache, and the highest keys read.
-/// `pause` (tests only) holds the transaction, and so the lease row's
-/// share lock, after the fence.
+/// Commits `writes` as `plan` says, at `epoch`, in one pipelined
+/// transaction (the module's doc); gives the plan back (the cache takes
+/// what it sent), and the highest keys read. `pause` (tests only) holds
+/// the transaction, and so the lease row's share lock, after the fence.
 pub(super) async fn commit(
     shared: Arc<Shared>,
     epoch: u64,
-    writes: Planned,
+    writes: Arc<Collapsed>,
+    plan: Plan,
     pause: Option<Duration>,
-) -> (Planned, Result<Learnt, StoreError>) {
-    let result = commit_writes(&shared, epoch, &writes, pause).await;
-    (writes, result)
+) -> (Plan, Result<Learnt, StoreError>) {
+    let result = commit_writes(&shared, epoch, &table_writes(&writes, &plan), pause).await;
+    (plan, result)
 }
 
 /// What one statement of a commit sends.
 enum Sent<'a> {
-    Keys(&'a Vec<Vec<u8>>),
-    Rows(&'a Rows),
+    Keys(&'a Vec<&'a [u8]>),
+    Rows(&'a Rows<'a>),
     Highest(Table),
 }
 
 async fn commit_writes(
     shared: &Shared,
     epoch: u64,
-    writes: &Planned,
+    writes: &[(Table, TableWrites<'_>)],
     pause: Option<Duration>,
 ) -> Result<Learnt, StoreError> {
     let target = &shared.target;
@@ -565,53 +595,59 @@ mod tests {
         assert_eq!(scan_bounds(&[0x01, 0xff], None), (vec![0x01, 0xff], Some(vec![0x02])));
     }
 
-    #[test]
-    fn a_batch_collapses_to_its_last_write_per_key() {
-        let writes = collapse(vec![
-            (Table::Meta, b"k".to_vec(), Some(b"1".to_vec())),
-            (Table::Meta, b"k".to_vec(), None),
-            (Table::Meta, b"j".to_vec(), None),
-            (Table::Meta, b"j".to_vec(), Some(b"2".to_vec())),
-            (Table::Outbox, b"k".to_vec(), Some(b"3".to_vec())),
-        ]);
-        let meta = &writes[&Table::Meta];
-        assert_eq!(meta[b"k".as_slice()], None);
-        assert_eq!(meta[b"j".as_slice()], Some(b"2".to_vec()));
-        assert_eq!(writes[&Table::Outbox][b"k".as_slice()], Some(b"3".to_vec()));
+    /// Writes as staging leaves them: the last per key, per table.
+    fn collapsed(ops: &[(Table, &str, Option<&str>)]) -> Collapsed {
+        let mut writes = Collapsed::new();
+        for (table, key, value) in ops {
+            writes
+                .entry(*table)
+                .or_default()
+                .insert(key.as_bytes().to_vec(), value.map(|v| v.as_bytes().to_vec()));
+        }
+        writes
     }
 
     #[test]
     fn a_plan_inserts_and_drops_what_is_known_absent_and_upserts_the_rest() {
-        let writes = collapse(vec![
-            (Table::Outbox, b"9".to_vec(), Some(b"e".to_vec())),
-            (Table::Outbox, b"3".to_vec(), Some(b"e".to_vec())),
-            (Table::Resources, b"gone".to_vec(), None),
-            (Table::Resources, b"never".to_vec(), None),
-            (Table::Resources, b"new".to_vec(), Some(b"r".to_vec())),
-            (Table::Resources, b"old".to_vec(), Some(b"r".to_vec())),
-            (Table::Meta, b"absent".to_vec(), None),
+        let writes = collapsed(&[
+            (Table::Outbox, "9", Some("e")),
+            (Table::Outbox, "3", Some("e")),
+            (Table::Resources, "gone", None),
+            (Table::Resources, "never", None),
+            (Table::Resources, "new", Some("r")),
+            (Table::Resources, "old", Some("r")),
+            (Table::Meta, "absent", None),
         ]);
         // Known: outbox keys above "5"; "never", "new" and "absent" absent.
         let absent = |table: Table, key: &[u8]| match table {
             Table::Outbox => key > b"5".as_slice(),
             _ => [b"never".as_slice(), b"new", b"absent"].contains(&key),
         };
-        let planned = plan(writes, absent, |table| table == Table::Outbox);
-        let outbox = &planned[&Table::Outbox];
-        assert_eq!(outbox.inserted.keys, vec![b"9".to_vec()]);
-        assert_eq!(outbox.upserted.keys, vec![b"3".to_vec()]);
+        let plan = plan(&writes, absent, |table| table == Table::Outbox);
+        let statements = table_writes(&writes, &plan);
+        let of = |table: Table| &statements.iter().find(|(t, _)| *t == table).unwrap().1;
+        let outbox = of(Table::Outbox);
+        assert_eq!(outbox.inserted.keys, vec![b"9".as_slice()]);
+        assert_eq!(outbox.upserted.keys, vec![b"3".as_slice()]);
         assert!(!outbox.learn_highest, "known already");
-        let resources = &planned[&Table::Resources];
+        let resources = of(Table::Resources);
         assert_eq!(
             resources.removed,
-            vec![b"gone".to_vec()],
+            vec![b"gone".as_slice()],
             "a removal of an absent key is dropped"
         );
-        assert_eq!(resources.inserted.keys, vec![b"new".to_vec()]);
-        assert_eq!(resources.upserted.keys, vec![b"old".to_vec()]);
+        assert_eq!(resources.inserted.keys, vec![b"new".as_slice()]);
+        assert_eq!(resources.inserted.values, vec![b"r".as_slice()]);
+        assert_eq!(resources.upserted.keys, vec![b"old".as_slice()]);
         assert!(resources.learn_highest);
-        assert!(!planned.contains_key(&Table::Meta), "nothing left to send");
-        let sent: Vec<_> = resources.writes().collect();
-        assert_eq!(sent.len(), 3);
+        let meta = of(Table::Meta);
+        assert!(
+            meta.removed.is_empty() && meta.inserted.keys.is_empty() && meta.upserted.keys.is_empty(),
+            "nothing left to send"
+        );
+        let cached: Vec<_> = sent(&writes, &plan)
+            .filter(|(t, _, _)| *t == Table::Resources)
+            .collect();
+        assert_eq!(cached.len(), 3, "the cache takes what was sent");
     }
 }

@@ -1,7 +1,8 @@
 //! The writer lease on PostgreSQL ([`WriterLease`]): one row per region,
 //! its epoch bumped at every takeover, expiry by the database's clock
-//! (`clock_timestamp()`, never a node's), and the fence every commit
-//! checks (`fence` in `migrate.rs`, called first in `commit.rs`).
+//! (`clock_timestamp()`, never a node's), and the fence every flush's
+//! transaction checks (`fence` in `migrate.rs`, called first in
+//! `commit.rs`).
 //!
 //! The lease's statements run on the read pool, whose sessions have a
 //! `lock_timeout`: a takeover's UPDATE waits for a commit in flight (its
@@ -251,6 +252,9 @@ impl WriterLease for PostgresStore {
             };
             // Another node may have written since this one last did.
             self.cache.clear();
+            // Commits staged at an earlier epoch never land, and the
+            // writer of this one must not read them.
+            self.staged.fenced(epoch);
             // Under the lock, as `commit_failed` sends true: a failure of
             // the new epoch is never hidden by this reset.
             self.lost.send_replace(false);

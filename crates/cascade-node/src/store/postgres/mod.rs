@@ -6,10 +6,20 @@
 //!   errors say (never the password) and which may clear;
 //! - `migrate.rs`: the schema, its versions, and whose it is (region and
 //!   cluster, recorded on first start);
-//! - `commit.rs`: reads, and a batch as one pipelined transaction, fenced
-//!   first;
+//! - `staged.rs`: the batches committed since the last flush, which the
+//!   store's reads see, and which the flush lands together;
+//! - `commit.rs`: reads, and the staged batches as one pipelined
+//!   transaction, fenced first;
 //! - `lease.rs`: the lease row and the fence state;
 //! - `cache.rs`: the write-through read cache, dropped at every fence.
+//!
+//! A commit is staged (no round trip: its epoch is checked locally) and a
+//! flush sends everything staged in one transaction: a writer's group of
+//! steps (`writer/group.rs`: each committed, then one flush) lands in one
+//! transaction, fenced once. So here, as on the embedded engines, a
+//! commit is visible to the store's reads at once and durable only once a
+//! flush returned; a batch staged and never flushed (a SIGKILL, a fence,
+//! a failed flush) never lands, and was never acknowledged.
 //!
 //! The [`Store`] trait is synchronous and called from runtime workers,
 //! from `block_in_place`, from plain threads and from current-thread
@@ -23,6 +33,7 @@ mod commit;
 mod lease;
 mod migrate;
 mod settings;
+mod staged;
 #[cfg(test)]
 mod tests;
 
@@ -65,8 +76,11 @@ pub(crate) struct Shared {
 pub struct PostgresStore {
     shared: Arc<Shared>,
     cache: ReadCache,
+    /// What was committed since the last flush (`staged.rs`).
+    staged: staged::Staged,
     fence: lease::Fence,
-    /// Held from a commit's plan to its end (see `commit_at`).
+    /// Held by a commit while it stages, and by a flush from its plan to
+    /// its end (see `send_staged`).
     commit_lock: Mutex<()>,
     lost: tokio::sync::watch::Sender<bool>,
     /// Tests only: hold every commit's transaction this long after its
@@ -157,6 +171,7 @@ pub fn open_postgres(
     let store = PostgresStore {
         shared: shared.clone(),
         cache: ReadCache::new(settings.cache_bytes),
+        staged: staged::Staged::new(),
         fence: Mutex::default(),
         commit_lock: Mutex::new(()),
         lost: tokio::sync::watch::channel(false).0,
@@ -211,13 +226,14 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// Commits `batch` fenced with the epoch the store holds now, which
-    /// must be `expected` when given: a `Node` of an earlier epoch (a step
-    /// still running after its writer stepped down, [`EpochStore`]) never
-    /// commits at a later epoch this process took since. The epoch is
-    /// read once: the database's fence checks that same value.
+    /// Stages `batch` at the epoch the store holds now, which must be
+    /// `expected` when given: a `Node` of an earlier epoch (a step still
+    /// running after its writer stepped down, [`EpochStore`]) never
+    /// commits at a later epoch this process took since. Refused without a
+    /// round trip when never fenced, or lost since. Sent at once, with
+    /// everything staged before it, when it takes the staged set over its
+    /// bounds (`staged.rs`).
     fn commit_at(&self, expected: Option<u64>, batch: Batch) -> Result<(), StoreError> {
-        // Refused without a round trip when never fenced, or lost since.
         let epoch = self.epoch_to_commit()?;
         if let Some(held) = expected.filter(|held| *held != epoch) {
             return Err(StoreError::Fenced { held, current: epoch });
@@ -225,15 +241,67 @@ impl PostgresStore {
         if batch.is_empty() {
             return Ok(());
         }
-        // One commit at a time: a commit is planned from what the cache
-        // knows as of the last one (which keys are absent), so none may
-        // land between the plan and the send. The writer commits one
-        // batch at a time anyway.
+        // Not while a flush plans and sends what is staged.
         let _one_commit = self
             .commit_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let writes = self.plan(batch);
+        if !self.staged.stage(epoch, batch)? {
+            return Ok(());
+        }
+        self.send_staged(Some(epoch), true)
+    }
+
+    /// Lands every batch staged at `expected`'s epoch (None: at whichever
+    /// the store holds), in one transaction; nothing staged, no round trip.
+    /// An error when they did not all land: dropped by a fence, refused,
+    /// fenced, or of unknown outcome.
+    fn flush_at(&self, expected: Option<u64>) -> Result<(), StoreError> {
+        let _one_flush = self
+            .commit_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.send_staged(expected, false)
+    }
+
+    /// Sends what is staged (the caller holds the commit lock): planned
+    /// against the cache, which knows what the server holds, fenced with
+    /// the epoch it was staged at. Landed, the cache takes its writes;
+    /// failed, the cache is dropped (it may have landed) and a fenced or
+    /// unknown outcome stops every later commit (`commit_failed`). Either
+    /// way the staged writes go. `at_commit`: sent by a commit for going
+    /// over the bounds, which answers for its own batch only, so that the
+    /// next flush fails too if earlier commits were lost with it.
+    fn send_staged(&self, expected: Option<u64>, at_commit: bool) -> Result<(), StoreError> {
+        let Some(taken) = self.staged.take(expected)? else {
+            return Ok(());
+        };
+        let sent = self.send(&taken);
+        let dropped = match &sent {
+            Err(e) if at_commit && taken.batches > 1 => Some(staged::copy_of(e)),
+            _ => None,
+        };
+        self.staged.sent(&taken, dropped);
+        sent
+    }
+
+    fn send(&self, taken: &staged::Taken) -> Result<(), StoreError> {
+        let epoch = taken.epoch;
+        // Lost since they were staged: nothing is sent.
+        let current = match self.epoch_to_commit() {
+            Ok(current) if current == epoch => Ok(()),
+            Ok(current) => Err(StoreError::Fenced { held: epoch, current }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = current {
+            self.cache.clear();
+            return Err(e);
+        }
+        let plan = commit::plan(
+            &taken.writes,
+            |table, key| self.cache.known_absent(table, key),
+            |table| self.cache.highest_known(table),
+        );
         #[cfg(test)]
         let pause = *self
             .pause_after_fence
@@ -243,18 +311,12 @@ impl PostgresStore {
         let pause = None;
         let started = self.cache.commit_started();
         let shared = self.shared.clone();
-        let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, pause).await) });
+        let writes = taken.writes.clone();
+        let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, plan, pause).await) });
         match ran {
-            Ok((writes, Ok(learnt))) => {
-                self.cache.commit_ended(
-                    started,
-                    Some((
-                        writes
-                            .iter()
-                            .flat_map(|(table, rows)| rows.writes().map(|(k, v)| (*table, k, v))),
-                        learnt,
-                    )),
-                );
+            Ok((plan, Ok(learnt))) => {
+                self.cache
+                    .commit_ended(started, Some((commit::sent(&taken.writes, &plan), learnt)));
                 Ok(())
             }
             Ok((_, Err(e))) | Err(e) => {
@@ -263,16 +325,6 @@ impl PostgresStore {
                 Err(e)
             }
         }
-    }
-
-    /// The statements a commit of `batch` would send now (see `commit.rs`):
-    /// what the cache knows absent is inserted, or not removed.
-    fn plan(&self, batch: Batch) -> commit::Planned {
-        commit::plan(
-            commit::collapse(batch.ops),
-            |table, key| self.cache.known_absent(table, key),
-            |table| self.cache.highest_known(table),
-        )
     }
 
     /// This store as the writer of `epoch` sees it: the same reads, and
@@ -315,7 +367,7 @@ impl Store for EpochStore {
         self.store.commit_at(Some(self.epoch), batch)
     }
     fn flush(&self) -> Result<(), StoreError> {
-        self.store.flush()
+        self.store.flush_at(Some(self.epoch))
     }
     fn waits_on_io(&self) -> bool {
         self.store.waits_on_io()
@@ -327,6 +379,9 @@ impl Store for EpochStore {
 
 impl Store for PostgresStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(staged) = self.staged.get(table, key) {
+            return Ok(staged);
+        }
         let generation = match self.cache.lookup(table, key) {
             Lookup::Hit(value) => return Ok(value),
             Lookup::Miss(generation) => generation,
@@ -340,6 +395,10 @@ impl Store for PostgresStore {
         let mut values = Vec::with_capacity(keys.len());
         let mut missed = Vec::new();
         for key in keys {
+            if let Some(staged) = self.staged.get(table, key) {
+                values.push(staged);
+                continue;
+            }
             match self.cache.lookup(table, key) {
                 Lookup::Hit(value) => values.push(value),
                 Lookup::Miss(generation) => {
@@ -364,9 +423,11 @@ impl Store for PostgresStore {
         Ok(values)
     }
 
-    /// Asks the database only for what the cache does not know, in one
-    /// round trip, and keeps every answer (absent keys and empty prefixes
-    /// too) unless a commit started meanwhile.
+    /// Asks the database only for what the cache does not know and no
+    /// staged write answers, in one round trip, and keeps every answer
+    /// (absent keys and empty prefixes too) unless a flush started
+    /// meanwhile: what the server holds, which staged writes do not change
+    /// until they land.
     fn prefetch(&self, reads: &Prefetch) -> Result<(), StoreError> {
         let generation = self.cache.generation();
         let keys: Vec<(Table, Vec<Vec<u8>>)> = reads
@@ -375,7 +436,9 @@ impl Store for PostgresStore {
             .map(|(table, keys)| {
                 let mut unknown: Vec<Vec<u8>> = keys
                     .iter()
-                    .filter(|key| matches!(self.cache.lookup(*table, key), Lookup::Miss(_)))
+                    .filter(|key| {
+                        !self.staged.holds(*table, key) && matches!(self.cache.lookup(*table, key), Lookup::Miss(_))
+                    })
                     .cloned()
                     .collect();
                 unknown.sort_unstable();
@@ -461,32 +524,46 @@ impl Store for PostgresStore {
         true
     }
 
-    /// A scan of a prefix known to hold no row is answered at once; a
-    /// scan of a whole prefix that finds none is remembered.
+    /// The server's rows merged with the staged writes in range
+    /// (`staged::merge`). A prefix known to hold no row on the server is
+    /// not asked for; a scan of a whole prefix that finds none there is
+    /// remembered.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let generation = match self.cache.lookup_prefix(table, prefix) {
-            PrefixLookup::Empty => return Ok(Vec::new()),
-            PrefixLookup::Miss(generation) => generation,
-        };
         let (start, end) = commit::scan_bounds(prefix, after);
-        let whole_prefix = start == prefix;
-        let rows = self.run(commit::scan(self.shared.clone(), table, start, end, limit))?;
-        if rows.is_empty() && whole_prefix {
-            self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+        // Before the server is asked: a flush that lands meanwhile leaves
+        // them in both, which merge the same.
+        let staged = self.staged.range(table, &start, end.as_deref(), limit);
+        // Each staged removal may hide one of the server's rows.
+        let asked = limit.saturating_add(staged.iter().filter(|(_, value)| value.is_none()).count());
+        let rows = match self.cache.lookup_prefix(table, prefix) {
+            PrefixLookup::Empty => Vec::new(),
+            PrefixLookup::Miss(generation) => {
+                let whole_prefix = start == prefix;
+                let rows = self.run(commit::scan(self.shared.clone(), table, start, end, asked))?;
+                if rows.is_empty() && whole_prefix {
+                    self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+                }
+                rows
+            }
+        };
+        if staged.is_empty() {
+            return Ok(rows);
         }
-        Ok(rows)
+        Ok(staged::merge(rows, staged, asked, limit))
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         self.commit_at(None, batch)
     }
 
-    /// A COMMIT that returned is durable (the server's `synchronous_commit`).
+    /// Lands every batch committed since the last flush in one
+    /// transaction (see `flush_at`); its COMMIT, once returned, is durable
+    /// (the server's `synchronous_commit`).
     fn flush(&self) -> Result<(), StoreError> {
-        Ok(())
+        self.flush_at(None)
     }
 
     /// Nothing to reopen: the pools make their connections again. The

@@ -1,6 +1,10 @@
 //! The PostgreSQL store over a real server (`cascade-testpg`: one server
 //! per test binary, a database per test; skipped, saying so once, when
 //! PostgreSQL is not installed).
+//!
+//! Size: the store's tests over one server share their helpers (a fenced
+//! writer, `land`, `eventually`, reading rows behind the store's back);
+//! split by topic, each file would repeat them.
 
 // Test code: poll deadlines and waits are real time.
 #![allow(clippy::disallowed_methods)]
@@ -68,6 +72,12 @@ fn put_meta(key: &str, value: &str) -> Batch {
     put(&[(Table::Meta, key.as_bytes(), value.as_bytes())])
 }
 
+/// Commits `batch` and flushes it: what the writer does for a step that
+/// is alone in its group.
+fn land(store: &PostgresStore, batch: Batch) -> Result<(), StoreError> {
+    store.commit(batch).and_then(|()| store.flush())
+}
+
 #[test]
 fn postgres_store_conforms_and_survives_reopen() {
     let Some(db) = fresh_database("conforms") else { return };
@@ -84,9 +94,11 @@ fn postgres_store_conforms_and_survives_reopen() {
 fn get_many_answers_in_the_order_asked_from_cache_and_database() {
     let Some(db) = fresh_database("get_many") else { return };
     let store = writer(&db);
-    store
-        .commit(put(&[(Table::Backrefs, b"b", b"2"), (Table::Backrefs, b"a", b"1")]))
-        .unwrap();
+    land(
+        &store,
+        put(&[(Table::Backrefs, b"b", b"2"), (Table::Backrefs, b"a", b"1")]),
+    )
+    .unwrap();
     let keys = [b"a".to_vec(), b"missing".to_vec(), b"b".to_vec(), b"a".to_vec()];
     let want = vec![Some(b"1".to_vec()), None, Some(b"2".to_vec()), Some(b"1".to_vec())];
     assert_eq!(store.get_many(Table::Backrefs, &keys).unwrap(), want);
@@ -107,7 +119,7 @@ fn get_many_answers_in_the_order_asked_from_cache_and_database() {
 fn reads_see_every_commit_and_go_to_the_database_after_a_fence() {
     let Some(db) = fresh_database("cache") else { return };
     let store = writer(&db);
-    store.commit(put_meta("k", "1")).unwrap();
+    land(&store, put_meta("k", "1")).unwrap();
     assert_eq!(meta(&store, "k"), Some(b"1".to_vec()));
     assert_eq!(meta(&store, "absent"), None);
     // Behind the store's back: the cache answers.
@@ -119,11 +131,11 @@ fn reads_see_every_commit_and_go_to_the_database_after_a_fence() {
     assert_eq!(meta(&store, "absent"), None, "a cached absence");
     assert!(store.cache.len() >= 2);
     // Its own commits write through.
-    store.commit(put_meta("k", "3")).unwrap();
+    land(&store, put_meta("k", "3")).unwrap();
     assert_eq!(meta(&store, "k"), Some(b"3".to_vec()));
     let mut b = Batch::default();
     b.remove(Table::Meta, b"k".to_vec());
-    store.commit(b).unwrap();
+    land(&store, b).unwrap();
     assert_eq!(meta(&store, "k"), None);
     // A new epoch: what is in the database now.
     store.fence(store.try_acquire(&node("a"), LONG).unwrap().unwrap());
@@ -173,7 +185,7 @@ fn absences_learnt_before_a_takeover_never_hide_the_next_writers_rows() {
         "an absence read ahead"
     );
     // ...but its own commits are.
-    a.commit(put(&[(Table::Backrefs, b"p/2", b"2")])).unwrap();
+    land(&a, put(&[(Table::Backrefs, b"p/2", b"2")])).unwrap();
     assert_eq!(
         a.scan(Table::Backrefs, scanned, None, 10).unwrap().len(),
         2,
@@ -185,11 +197,14 @@ fn absences_learnt_before_a_takeover_never_hide_the_next_writers_rows() {
     learn(&a);
     a.release(1).unwrap();
     b.fence(b.try_acquire(&node("b"), LONG).unwrap().unwrap());
-    b.commit(put(&[
-        (Table::Backrefs, b"p/1", b"b"),
-        (Table::Backrefs, b"q/k", b"b"),
-        (Table::Backrefs, b"absent", b"b"),
-    ]))
+    land(
+        &b,
+        put(&[
+            (Table::Backrefs, b"p/1", b"b"),
+            (Table::Backrefs, b"q/k", b"b"),
+            (Table::Backrefs, b"absent", b"b"),
+        ]),
+    )
     .unwrap();
     b.release(2).unwrap();
     a.fence(a.try_acquire(&node("a"), LONG).unwrap().unwrap());
@@ -206,12 +221,12 @@ fn absences_learnt_before_a_takeover_never_hide_the_next_writers_rows() {
 }
 
 /// A fenced writer knows which keys are absent (read absent, or above a
-/// table's highest key, learnt by its first commit into the table): their
+/// table's highest key, learnt by its first flush into the table): their
 /// puts are sent as plain INSERTs (half an upsert's cost) and their
 /// removals not at all. Counted from the plan, checked against the
 /// server: a row written behind the writer's back (nobody may, while it
-/// holds its epoch) makes a plain INSERT fail, the commit roll back whole,
-/// the cache be dropped, and the next commit land.
+/// holds its epoch) makes a plain INSERT fail, the flush roll back whole,
+/// the cache be dropped, and the next flush land.
 #[test]
 fn keys_known_absent_are_inserted_without_a_conflict_check() {
     let Some(db) = fresh_database("known_absent") else {
@@ -225,45 +240,66 @@ fn keys_known_absent_are_inserted_without_a_conflict_check() {
         }
         batch
     };
-    let counts = |planned: &commit::Planned, table: Table| {
-        planned.get(&table).map_or((0, 0, 0), |w| {
-            (w.removed.len(), w.inserted.keys.len(), w.upserted.keys.len())
+    // (removed, inserted, upserted) of `table`, and whether the flush
+    // would read its highest key, if `batch` were flushed now.
+    let counts = |batch: Batch, table: Table| {
+        let mut writes = commit::Collapsed::new();
+        for (t, key, value) in batch.ops {
+            writes.entry(t).or_default().insert(key, value);
+        }
+        let plan = commit::plan(
+            &writes,
+            |table, key| store.cache.known_absent(table, key),
+            |table| store.cache.highest_known(table),
+        );
+        plan.get(&table).map_or(((0, 0, 0), false), |planned| {
+            let n = |kind| planned.sent_as.iter().filter(|s| **s == kind).count();
+            (
+                (
+                    n(commit::SentAs::Delete),
+                    n(commit::SentAs::Insert),
+                    n(commit::SentAs::Upsert),
+                ),
+                planned.learn_highest,
+            )
         })
     };
-    // Nothing known: upserts, and the commit learns the highest key.
-    let first = store.plan(outbox(&["r1", "r2"]));
-    assert_eq!(counts(&first, Table::Outbox), (0, 0, 2));
-    assert!(first[&Table::Outbox].learn_highest);
-    store.commit(outbox(&["r1", "r2"])).unwrap();
-    let next = store.plan(outbox(&["r2", "r3", "r4"]));
-    assert_eq!(counts(&next, Table::Outbox), (0, 2, 1), "above the highest: inserted");
-    assert!(!next[&Table::Outbox].learn_highest);
+    // Nothing known: upserts, and the flush learns the highest key.
+    assert_eq!(counts(outbox(&["r1", "r2"]), Table::Outbox), ((0, 0, 2), true));
+    land(&store, outbox(&["r1", "r2"])).unwrap();
+    assert_eq!(
+        counts(outbox(&["r2", "r3", "r4"]), Table::Outbox),
+        ((0, 2, 1), false),
+        "above the highest: inserted"
+    );
     // Removals of keys read absent are not sent; of the others they are.
     assert_eq!(store.get(Table::Meta, b"never").unwrap(), None);
     let mut removals = Batch::default();
     removals.remove(Table::Meta, b"never".to_vec());
+    assert_eq!(counts(removals, Table::Meta), ((0, 0, 0), false));
+    let mut removals = Batch::default();
     removals.remove(Table::Outbox, b"r1".to_vec());
-    let planned = store.plan(removals);
-    assert!(!planned.contains_key(&Table::Meta));
-    assert_eq!(counts(&planned, Table::Outbox), (1, 0, 0));
-    store.commit(outbox(&["r2", "r3", "r4"])).unwrap();
+    assert_eq!(counts(removals, Table::Outbox), ((1, 0, 0), false));
+    land(&store, outbox(&["r2", "r3", "r4"])).unwrap();
     let rows = |store: &PostgresStore| store.scan(Table::Outbox, b"r", None, 10).unwrap();
     assert_eq!(rows(&store).len(), 4);
 
     // A row behind the writer's back, above the highest it knows.
     db.superuser_sql("INSERT INTO cascade.outbox VALUES ('\\x7235', '\\x6f')")
         .unwrap();
-    let conflicting = outbox(&["r5", "r6"]);
-    assert_eq!(counts(&store.plan(outbox(&["r5", "r6"])), Table::Outbox), (0, 2, 0));
-    assert!(matches!(store.commit(conflicting), Err(StoreError::Engine(_))));
+    assert_eq!(counts(outbox(&["r5", "r6"]), Table::Outbox), ((0, 2, 0), false));
+    assert!(matches!(
+        land(&store, outbox(&["r5", "r6"])),
+        Err(StoreError::Engine(_))
+    ));
     // Asked before any read: a read of r6 would learn it absent again.
     assert_eq!(
-        counts(&store.plan(outbox(&["r5", "r6"])), Table::Outbox),
-        (0, 0, 2),
+        counts(outbox(&["r5", "r6"]), Table::Outbox),
+        ((0, 0, 2), true),
         "forgotten"
     );
     assert_eq!(store.get(Table::Outbox, b"r6").unwrap(), None, "rolled back whole");
-    store.commit(outbox(&["r5", "r6"])).unwrap();
+    land(&store, outbox(&["r5", "r6"])).unwrap();
     assert_eq!(store.get(Table::Outbox, b"r5").unwrap(), Some(b"e".to_vec()));
     assert_eq!(rows(&store).len(), 6);
 }
@@ -285,7 +321,7 @@ fn a_writer_whose_lease_was_taken_over_can_never_commit_again() {
     let ttl = Duration::from_millis(300);
     assert_eq!(a.try_acquire(&node("a"), ttl).unwrap(), Some(1));
     a.fence(1);
-    a.commit(put_meta("first", "a")).unwrap();
+    land(&a, put_meta("first", "a")).unwrap();
     assert_eq!(b.try_acquire(&node("b"), LONG).unwrap(), None, "held until it expires");
     let lease = b.read().unwrap();
     assert_eq!((lease.epoch, lease.holder), (1, Some(node("a"))));
@@ -295,7 +331,8 @@ fn a_writer_whose_lease_was_taken_over_can_never_commit_again() {
     assert_eq!(epoch, 2);
     let lost = a.lost();
     assert!(!*lost.borrow());
-    match a.commit(put_meta("late", "a")) {
+    // Staged without a round trip; its flush is fenced.
+    match land(&a, put_meta("late", "a")) {
         Err(StoreError::Fenced { held: 1, current: 2 }) => {}
         other => panic!("a commit at a taken-over epoch: {other:?}"),
     }
@@ -318,7 +355,7 @@ fn a_writer_whose_lease_was_taken_over_can_never_commit_again() {
     assert_eq!(meta(&b, "first"), Some(b"a".to_vec()));
     assert_eq!(meta(&b, "late"), None, "nothing of the fenced batch landed");
     assert_eq!(meta(&b, "later"), None);
-    b.commit(put_meta("second", "b")).unwrap();
+    land(&b, put_meta("second", "b")).unwrap();
 
     // A clean release lets the other take it at once.
     b.release(2).unwrap();
@@ -326,9 +363,9 @@ fn a_writer_whose_lease_was_taken_over_can_never_commit_again() {
     assert_eq!(a.try_acquire(&node("a"), LONG).unwrap(), Some(3));
     a.fence(3);
     assert!(!*lost.borrow());
-    a.commit(put_meta("third", "a")).unwrap();
+    land(&a, put_meta("third", "a")).unwrap();
     assert!(matches!(
-        b.commit(put_meta("x", "b")),
+        land(&b, put_meta("x", "b")),
         Err(StoreError::Fenced { held: 2, current: 3 })
     ));
 }
@@ -345,7 +382,7 @@ fn a_commit_in_flight_lands_before_a_takeover_never_after() {
     a.pause_after_fence(Some(Duration::from_millis(1200)));
     let committing = {
         let a = a.clone();
-        std::thread::spawn(move || a.commit(put_meta("inflight", "a")))
+        std::thread::spawn(move || land(&a, put_meta("inflight", "a")))
     };
     // The commit is between its fence and its COMMIT, and the lease expired.
     eventually("a's commit holds its transaction open", || {
@@ -375,7 +412,7 @@ fn a_commit_in_flight_lands_before_a_takeover_never_after() {
     // And the next one is refused.
     a.pause_after_fence(None);
     assert!(matches!(
-        a.commit(put_meta("after", "a")),
+        land(&a, put_meta("after", "a")),
         Err(StoreError::Fenced { held: 1, current: 2 })
     ));
     b.fence(2);
@@ -572,7 +609,7 @@ fn a_restart_of_postgres_is_unavailable_then_heals() {
     let Some(server) = TestServer::start() else { return };
     let db = server.fresh_database("restart");
     let store = writer(&db);
-    store.commit(put_meta("before", "1")).unwrap();
+    land(&store, put_meta("before", "1")).unwrap();
     server.stop_server();
     let unavailable = |e: StoreError| match e {
         StoreError::Unavailable {
@@ -582,12 +619,12 @@ fn a_restart_of_postgres_is_unavailable_then_heals() {
         other => panic!("{other:?}"),
     };
     unavailable(store.scan(Table::Meta, b"", None, 10).unwrap_err());
-    unavailable(store.commit(put_meta("during", "1")).unwrap_err());
+    unavailable(land(&store, put_meta("during", "1")).unwrap_err());
     unavailable(store.reopen().unwrap_err());
     assert!(!*store.lost().borrow(), "nothing was sent: not a lost commit");
     server.start_server();
     eventually("the store reaches the server again", || store.reopen().ok());
-    store.commit(put_meta("after", "1")).unwrap();
+    land(&store, put_meta("after", "1")).unwrap();
     let keys: Vec<Vec<u8>> = store
         .scan(Table::Meta, b"", None, 10)
         .unwrap()
@@ -605,11 +642,11 @@ fn a_connection_lost_during_a_commit_is_an_unknown_outcome() {
     let Some(server) = TestServer::start() else { return };
     let db = server.fresh_database("unknown");
     let store = writer(&db);
-    store.commit(put_meta("before", "1")).unwrap();
+    land(&store, put_meta("before", "1")).unwrap();
     store.pause_after_fence(Some(Duration::from_millis(1500)));
     let committing = {
         let store = store.clone();
-        std::thread::spawn(move || store.commit(put_meta("during", "1")))
+        std::thread::spawn(move || land(&store, put_meta("during", "1")))
     };
     eventually("the commit is in flight", || {
         let sleeping = db
@@ -638,7 +675,7 @@ fn a_connection_lost_during_a_commit_is_an_unknown_outcome() {
     });
     store.fence(epoch);
     assert!(!*store.lost().borrow());
-    store.commit(put_meta("after", "1")).unwrap();
+    land(&store, put_meta("after", "1")).unwrap();
     assert_eq!(
         meta(&store, "during"),
         None,
@@ -670,11 +707,18 @@ fn measure_postgres_store() {
                 batch.put(Table::Outbox, key(b * 250 + i), value.clone());
             }
             store.commit(batch).unwrap();
+            if name == "postgres" {
+                // Where its transaction is sent.
+                store.flush().unwrap();
+            }
         }
         let commit = start.elapsed() / 20;
         let start = Instant::now();
         for i in 0..100u32 {
             store.commit(put(&[(Table::Meta, &i.to_be_bytes(), b"1")])).unwrap();
+            if name == "postgres" {
+                store.flush().unwrap();
+            }
         }
         let single = start.elapsed() / 100;
         if name == "postgres" {
@@ -712,7 +756,8 @@ fn measure_postgres_store() {
 }
 
 /// The writer's session is bounded (a paused or stuck writer cannot hold
-/// the lease row's share lock for long), and so are the readers'.
+/// the lease row's share lock for long), and so are the readers'; none
+/// plans a sequential scan where a key's index serves (`with_session`).
 #[test]
 fn every_session_has_its_timeouts() {
     let Some(db) = fresh_database("sessions") else { return };
@@ -728,6 +773,7 @@ fn every_session_has_its_timeouts() {
                     "statement_timeout",
                     "lock_timeout",
                     "idle_in_transaction_session_timeout",
+                    "enable_seqscan",
                 ] {
                     let row = client.query_one(&format!("SHOW {setting}"), &[]).await.unwrap();
                     shown.push(row.get::<_, String>(0));
@@ -736,6 +782,195 @@ fn every_session_has_its_timeouts() {
             })
             .unwrap()
     };
-    assert_eq!(show(true), ["4s", "1s", "2s"]);
-    assert_eq!(show(false), ["10s", "1s", "2s"]);
+    assert_eq!(show(true), ["4s", "1s", "2s", "off"]);
+    assert_eq!(show(false), ["10s", "1s", "2s", "off"]);
+}
+
+/// How many transactions wrote the rows `sql` selects (`xmin`): rows a
+/// transaction inserted or updated carry its id.
+fn writing_transactions(db: &TestDatabase, selects: &str) -> String {
+    db.superuser_sql(&format!(
+        "SELECT count(DISTINCT xmin::text) FROM ({selects}) AS written"
+    ))
+    .unwrap()
+}
+
+/// A writer's group of steps, each committed and then flushed once,
+/// lands in one transaction; between the commits and the flush the
+/// store's reads see the staged writes, over what the server still holds.
+#[test]
+fn a_group_of_commits_lands_in_one_transaction_and_reads_see_it_before() {
+    let Some(db) = fresh_database("group") else { return };
+    let store = writer(&db);
+    land(
+        &store,
+        put(&[
+            (Table::Backrefs, b"p/0", b"s"),
+            (Table::Backrefs, b"p/1", b"s"),
+            (Table::Backrefs, b"p/5", b"s"),
+            (Table::Meta, b"kept", b"s"),
+        ]),
+    )
+    .unwrap();
+    // Three steps' batches: removals of rows the server has, puts of new
+    // and of existing keys, a key put then removed.
+    store
+        .commit(put(&[(Table::Meta, b"a", b"1"), (Table::Backrefs, b"p/2", b"x")]))
+        .unwrap();
+    let mut second = put(&[(Table::Meta, b"b", b"2"), (Table::Backrefs, b"p/5", b"y")]);
+    second.remove(Table::Backrefs, b"p/1".to_vec());
+    store.commit(second).unwrap();
+    let mut third = put(&[(Table::Outbox, b"r1", b"e")]);
+    third.remove(Table::Backrefs, b"p/0".to_vec());
+    third.remove(Table::Meta, b"a".to_vec());
+    store.commit(third).unwrap();
+
+    let on_server = |sql: &str| db.superuser_sql(sql).unwrap();
+    assert_eq!(
+        on_server("SELECT count(*) FROM cascade.backrefs WHERE k IN ('\\x702f30', '\\x702f31')"),
+        "2",
+        "nothing sent before the flush"
+    );
+    assert_eq!(on_server("SELECT count(*) FROM cascade.meta WHERE k = '\\x62'"), "0");
+    assert_eq!(meta(&store, "b"), Some(b"2".to_vec()), "a staged put");
+    assert_eq!(meta(&store, "a"), None, "put, then removed");
+    assert_eq!(
+        store.get(Table::Backrefs, b"p/1").unwrap(),
+        None,
+        "a staged removal of a row the server has"
+    );
+    assert_eq!(meta(&store, "kept"), Some(b"s".to_vec()), "a row only the server has");
+    assert_eq!(
+        store
+            .get_many(Table::Backrefs, &[b"p/0".to_vec(), b"p/2".to_vec(), b"p/5".to_vec()])
+            .unwrap(),
+        vec![None, Some(b"x".to_vec()), Some(b"y".to_vec())]
+    );
+    // A scan across staged removals (each hides a server row) with small
+    // limits: the server rows it gives are the ones the removals left.
+    let scan = |after: Option<&[u8]>, limit| store.scan(Table::Backrefs, b"p/", after, limit).unwrap();
+    let row = |k: &str, v: &str| (k.as_bytes().to_vec(), v.as_bytes().to_vec());
+    assert_eq!(scan(None, 1), vec![row("p/2", "x")]);
+    assert_eq!(scan(None, 2), vec![row("p/2", "x"), row("p/5", "y")]);
+    assert_eq!(scan(None, 10), vec![row("p/2", "x"), row("p/5", "y")]);
+    assert_eq!(scan(Some(b"p/2"), 1), vec![row("p/5", "y")]);
+    assert_eq!(store.scan(Table::Meta, b"", None, 10).unwrap().len(), 2, "b and kept");
+
+    store.flush().unwrap();
+    assert_eq!(
+        writing_transactions(
+            &db,
+            "SELECT xmin FROM cascade.meta WHERE k = '\\x62' \
+             UNION ALL SELECT xmin FROM cascade.backrefs WHERE k IN ('\\x702f32', '\\x702f35') \
+             UNION ALL SELECT xmin FROM cascade.outbox",
+        ),
+        "1",
+        "three batches, one transaction"
+    );
+    assert_eq!(
+        on_server("SELECT string_agg(encode(k, 'escape'), ',' ORDER BY k) FROM cascade.backrefs"),
+        "p/2,p/5"
+    );
+    assert_eq!(on_server("SELECT count(*) FROM cascade.meta WHERE k = '\\x61'"), "0");
+    // Read again after the flush (from the cache and the server).
+    assert_eq!(scan(None, 10), vec![row("p/2", "x"), row("p/5", "y")]);
+    assert_eq!(meta(&store, "b"), Some(b"2".to_vec()));
+    assert_eq!(store.get(Table::Backrefs, b"p/1").unwrap(), None);
+    // Nothing staged: a flush sends nothing.
+    store.flush().unwrap();
+}
+
+/// A flush whose lease was taken between the commits and the flush
+/// lands none of them (its transaction is fenced), and the store's reads
+/// no longer see them; a fence at another epoch drops what is staged,
+/// and the flush of the epoch it was staged at says so.
+#[test]
+fn a_fenced_flush_lands_none_of_its_commits_and_they_are_no_longer_read() {
+    let Some(db) = fresh_database("fenced_flush") else {
+        return;
+    };
+    let (a, b) = (open(&db), open(&db));
+    a.fence(a.try_acquire(&node("a"), LONG).unwrap().unwrap());
+    land(&a, put_meta("landed", "a")).unwrap();
+    a.commit(put_meta("first", "a")).unwrap();
+    let mut second = put_meta("second", "a");
+    second.remove(Table::Meta, b"landed".to_vec());
+    a.commit(second).unwrap();
+    assert_eq!(meta(&a, "landed"), None, "staged");
+    // b takes the lease (a released it: no waiting for its time to live).
+    a.release(1).unwrap();
+    b.fence(b.try_acquire(&node("b"), LONG).unwrap().unwrap());
+    match a.flush() {
+        Err(StoreError::Fenced { held: 1, current: 2 }) => {}
+        other => panic!("a flush at a taken-over epoch: {other:?}"),
+    }
+    assert!(*a.lost().borrow());
+    for (store, name) in [(&a, "a"), (&b, "b")] {
+        assert_eq!(meta(store, "first"), None, "{name}");
+        assert_eq!(meta(store, "second"), None, "{name}");
+        assert_eq!(meta(store, "landed"), Some(b"a".to_vec()), "{name}: not removed");
+    }
+    assert_eq!(
+        db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap(),
+        "1",
+        "only what landed before"
+    );
+
+    // A fence at a new epoch in the same process (a takeover by it):
+    // what the earlier epoch's writer staged is dropped unsent.
+    b.commit(put_meta("staged at 2", "b")).unwrap();
+    let old = b.at_epoch(2);
+    old.commit(put_meta("also at 2", "b")).unwrap();
+    b.release(2).unwrap();
+    b.fence(b.try_acquire(&node("b"), LONG).unwrap().unwrap());
+    let new = b.at_epoch(3);
+    assert_eq!(new.get(Table::Meta, b"staged at 2").unwrap(), None);
+    new.flush().unwrap();
+    assert!(matches!(old.flush(), Err(StoreError::Fenced { held: 2, current: 3 })));
+    assert_eq!(meta(&b, "also at 2"), None);
+    assert_eq!(db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap(), "1");
+}
+
+/// The staged set is bounded: a commit that takes it over its bound
+/// lands everything staged at once, in one transaction; and if that
+/// fails, the next flush fails too (the commits before it were lost
+/// with it), and lands nothing.
+#[test]
+fn a_commit_over_the_staged_bound_lands_at_once() {
+    let Some(db) = fresh_database("staged_bound") else {
+        return;
+    };
+    let store = writer(&db);
+    store.staged.set_bounds(staged::Bounds {
+        keys: 3,
+        bytes: 1 << 20,
+    });
+    let count = || db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap();
+    store.commit(put_meta("1", "v")).unwrap();
+    store.commit(put_meta("2", "v")).unwrap();
+    store.commit(put_meta("3", "v")).unwrap();
+    assert_eq!(count(), "0", "at the bound: staged");
+    store.commit(put_meta("4", "v")).unwrap();
+    assert_eq!(count(), "4", "over it: sent");
+    assert_eq!(writing_transactions(&db, "SELECT xmin FROM cascade.meta"), "1");
+    store.flush().unwrap();
+
+    // A row behind the writer's back, so that its INSERT fails.
+    store.commit(put_meta("5", "v")).unwrap();
+    store.commit(put_meta("6", "v")).unwrap();
+    db.superuser_sql("INSERT INTO cascade.meta VALUES ('\\x37', '\\x6f')")
+        .unwrap();
+    store.commit(put_meta("7", "v")).unwrap();
+    assert!(matches!(store.commit(put_meta("8", "v")), Err(StoreError::Engine(_))));
+    // Committed after the loss: the flush that reports it lands nothing.
+    store.commit(put_meta("9", "v")).unwrap();
+    assert!(
+        matches!(store.flush(), Err(StoreError::Engine(_))),
+        "5 and 6 were committed and did not land"
+    );
+    assert_eq!(meta(&store, "5"), None);
+    assert_eq!(meta(&store, "9"), None);
+    store.flush().unwrap();
+    land(&store, put_meta("5", "v")).unwrap();
+    assert_eq!(count(), "6");
 }

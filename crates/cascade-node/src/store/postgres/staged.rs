@@ -1,0 +1,469 @@
+//! Batches committed and not yet flushed: staged in memory, in order,
+//! and sent together by the next flush, in one fenced transaction
+//! (`mod.rs`, `flush_at`).
+//!
+//! Why: the writer commits each step of a group (a work step and the
+//! client steps that joined it, `writer/group.rs`) and flushes once for
+//! the group. On an embedded engine a commit is cheap and the flush is the
+//! fsync; here a commit was the whole transaction, a round trip on the
+//! writer's thread, so a group of k steps cost k of them (a P1 of 1M
+//! on postgres spent 38–45 % of its wall in commits, about 15k of them
+//! for its concurrent creates and deletes alone). Staged, the group costs
+//! one.
+//!
+//! What is staged is the batches' net effect: the last write of each key,
+//! per table (a batch applies in order and the last write of a key wins,
+//! so the batches in order and their merge leave the same rows). The
+//! flush plans that merge against the read cache, which knows only what
+//! the server holds (staged writes enter it when they land), so its plan
+//! (which keys are absent, `commit.rs`) is right for the server before the
+//! transaction: one DELETE, INSERT and upsert per table for the whole
+//! group instead of one of each per step.
+//!
+//! The store's reads see the staged writes first: a staged put answers its
+//! key, a staged removal answers absent though the server still has the
+//! row, and a scan merges the server's rows with the staged writes in its
+//! range. They stay visible while their flush is in flight (a reader never
+//! sees a write, then not, then again) and are dropped once it ended:
+//! landed (the cache has them then) or failed (then nothing of them is
+//! known).
+//!
+//! The staged set belongs to one epoch of the writer lease: a fence at
+//! another epoch drops it (a writer that lost its turn never lands it, and
+//! the next one must not read it), and the next flush of that epoch (or a
+//! flush of the store itself) says so. It is bounded ([`MAX_STAGED_KEYS`],
+//! [`MAX_STAGED_BYTES`]): a commit that takes it over either sends it at
+//! once.
+
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use super::commit::Collapsed;
+use crate::store::{Batch, Entry, StoreError, Table};
+
+/// Keys staged at most (over every table): a commit that stages more
+/// sends everything staged at once. A work step of a P1 stages a few
+/// thousand; a group's client steps a few each.
+pub(super) const MAX_STAGED_KEYS: usize = 50_000;
+
+/// Bytes staged at most (keys, values and [`ENTRY_OVERHEAD`] each), as
+/// [`MAX_STAGED_KEYS`]: the transaction that sends them stays well inside
+/// the writer session's `statement_timeout`.
+pub(super) const MAX_STAGED_BYTES: usize = 32 * 1024 * 1024;
+
+/// Bytes a staged key costs beyond its key and value (its map entry).
+const ENTRY_OVERHEAD: usize = 64;
+
+/// The bounds of a staged set (the constants above; smaller in tests).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Bounds {
+    pub(super) keys: usize,
+    pub(super) bytes: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            keys: MAX_STAGED_KEYS,
+            bytes: MAX_STAGED_BYTES,
+        }
+    }
+}
+
+/// The staged writes, shared by the writer that stages and flushes them
+/// and the readers that see them.
+pub(super) struct Staged {
+    state: RwLock<State>,
+    /// Keys staged now: 0 lets a read skip the lock (the usual case for
+    /// a cascade's reads, which come after the last group's flush).
+    keys: AtomicUsize,
+}
+
+#[derive(Default)]
+struct State {
+    /// The epoch the store is fenced at: only its commits are staged.
+    epoch: Option<u64>,
+    /// Shared with the flush that sends it, which needs it whole until
+    /// its transaction ended (the statements borrow from it).
+    writes: Arc<Collapsed>,
+    keys: usize,
+    bytes: usize,
+    /// Commits staged since the last flush.
+    batches: usize,
+    /// A flush is sending `writes`: it reports their fate itself.
+    sending: bool,
+    /// Commits of `epoch` (the first) that were staged and dropped before
+    /// any flush could send them: the next flush of that epoch fails with
+    /// this error (they did not land), and so does the store's own flush.
+    dropped: Option<(u64, StoreError)>,
+    bounds: Bounds,
+}
+
+impl State {
+    /// Nothing staged.
+    fn clear(&mut self) {
+        self.writes = Arc::default();
+        self.keys = 0;
+        self.bytes = 0;
+        self.batches = 0;
+    }
+}
+
+/// What a flush takes to send.
+pub(super) struct Taken {
+    pub(super) writes: Arc<Collapsed>,
+    pub(super) epoch: u64,
+    /// How many commits it holds.
+    pub(super) batches: usize,
+}
+
+impl Staged {
+    pub(super) fn new() -> Self {
+        Self {
+            state: RwLock::default(),
+            keys: AtomicUsize::new(0),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn nothing_staged(&self) -> bool {
+        self.keys.load(Ordering::Acquire) == 0
+    }
+
+    /// A staged write of `key`: Some(value), or Some(None) for a removal;
+    /// None when the key is not staged.
+    pub(super) fn get(&self, table: Table, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        if self.nothing_staged() {
+            return None;
+        }
+        self.read().writes.get(&table)?.get(key).cloned()
+    }
+
+    /// Whether `key` is staged (its reads are answered here).
+    pub(super) fn holds(&self, table: Table, key: &[u8]) -> bool {
+        !self.nothing_staged()
+            && self
+                .read()
+                .writes
+                .get(&table)
+                .is_some_and(|rows| rows.contains_key(key))
+    }
+
+    /// The staged writes of `table` from `start` (inclusive) to `end`
+    /// (exclusive; None: the table's end), in key order, up to and
+    /// including the `puts`-th put: a scan of at most `puts` rows needs
+    /// no staged write after it.
+    pub(super) fn range(&self, table: Table, start: &[u8], end: Option<&[u8]>, puts: usize) -> Vec<StagedWrite> {
+        // An `after` at or past the prefix's end leaves an empty range
+        // (which `BTreeMap::range` refuses).
+        if self.nothing_staged() || end.is_some_and(|end| start >= end) {
+            return Vec::new();
+        }
+        let state = self.read();
+        let Some(rows) = state.writes.get(&table) else {
+            return Vec::new();
+        };
+        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut found = Vec::new();
+        let mut seen_puts = 0;
+        for (key, value) in rows.range::<[u8], _>((Bound::Included(start), upper)) {
+            found.push((key.clone(), value.clone()));
+            if value.is_some() {
+                seen_puts += 1;
+                if seen_puts >= puts {
+                    break;
+                }
+            }
+        }
+        found
+    }
+
+    /// Stages `batch` at `epoch` (the epoch its caller checked, which
+    /// must still be the store's). Returns whether the staged set is now
+    /// over its bounds (and must be sent at once).
+    pub(super) fn stage(&self, epoch: u64, batch: Batch) -> Result<bool, StoreError> {
+        let mut state = self.write();
+        match state.epoch {
+            Some(current) if current == epoch => {}
+            // Fenced at another epoch since the caller looked.
+            Some(current) => return Err(StoreError::Fenced { held: epoch, current }),
+            None => return Err(StoreError::NotFenced),
+        }
+        let State {
+            writes, keys, bytes, ..
+        } = &mut *state;
+        // Never shared here: a flush replaces it before it ends, and
+        // commits wait for flushes (the store's commit lock).
+        let writes = Arc::make_mut(writes);
+        for (table, key, value) in batch.ops {
+            let (key_len, value_len) = (key.len(), value.as_ref().map_or(0, Vec::len));
+            match writes.entry(table).or_default().insert(key, value) {
+                // The key was staged: only its value changed.
+                Some(old) => *bytes = bytes.saturating_sub(old.map_or(0, |v| v.len())) + value_len,
+                None => {
+                    *keys += 1;
+                    *bytes += ENTRY_OVERHEAD + key_len + value_len;
+                }
+            }
+        }
+        state.batches += 1;
+        self.keys.store(state.keys, Ordering::Release);
+        Ok(state.keys > state.bounds.keys || state.bytes > state.bounds.bytes)
+    }
+
+    /// What a flush of `expected`'s epoch (None: the store's flush, any
+    /// epoch) sends: None when nothing is staged. An error when the
+    /// commits it must answer for were dropped, or belong to another
+    /// epoch.
+    pub(super) fn take(&self, expected: Option<u64>) -> Result<Option<Taken>, StoreError> {
+        let mut state = self.write();
+        if let Some((dropped_at, _)) = &state.dropped {
+            if expected.is_none_or(|held| held == *dropped_at) {
+                let (_, e) = state.dropped.take().expect("checked above");
+                // A failed flush lands nothing it answers for: the commits
+                // staged since go too (their steps are answered this error).
+                state.clear();
+                self.keys.store(0, Ordering::Release);
+                return Err(e);
+            }
+        }
+        let Some(epoch) = state.epoch else {
+            return match expected {
+                // Never fenced: nothing was ever staged.
+                None => Ok(None),
+                Some(_) => Err(StoreError::NotFenced),
+            };
+        };
+        if let Some(held) = expected.filter(|held| *held != epoch) {
+            return Err(StoreError::Fenced { held, current: epoch });
+        }
+        if state.writes.is_empty() {
+            return Ok(None);
+        }
+        state.sending = true;
+        Ok(Some(Taken {
+            writes: state.writes.clone(),
+            epoch,
+            batches: state.batches,
+        }))
+    }
+
+    /// The flush of `sent` ended (landed, or failed: either way the
+    /// staged writes go); `dropped`: the commits of an earlier call it
+    /// sent did not land, and nobody was told yet (a send at a commit,
+    /// for going over the bounds).
+    pub(super) fn sent(&self, sent: &Taken, dropped: Option<StoreError>) {
+        let mut state = self.write();
+        // A fence may have dropped them meanwhile (and staged nothing).
+        if Arc::ptr_eq(&state.writes, &sent.writes) {
+            state.clear();
+        }
+        state.sending = false;
+        if let Some(e) = dropped.filter(|_| state.epoch == Some(sent.epoch)) {
+            state.dropped = Some((sent.epoch, e));
+        }
+        self.keys.store(state.keys, Ordering::Release);
+    }
+
+    /// The store was fenced at `epoch`: writes staged at another epoch
+    /// are dropped (and the next flush of theirs says so), and only
+    /// commits of `epoch` are staged from now on.
+    pub(super) fn fenced(&self, epoch: u64) {
+        let mut state = self.write();
+        let Some(previous) = state.epoch.replace(epoch).filter(|previous| *previous != epoch) else {
+            return;
+        };
+        if !state.writes.is_empty() && !state.sending {
+            state.dropped = Some((
+                previous,
+                StoreError::Fenced {
+                    held: previous,
+                    current: epoch,
+                },
+            ));
+        }
+        state.clear();
+        self.keys.store(0, Ordering::Release);
+    }
+
+    #[cfg(test)]
+    pub(super) fn set_bounds(&self, bounds: Bounds) {
+        self.write().bounds = bounds;
+    }
+}
+
+/// A staged write: a key and its value (None: removed).
+pub(super) type StagedWrite = (Vec<u8>, Option<Vec<u8>>);
+
+/// The first `limit` rows of a scan: `rows`, the server's answer to a
+/// scan of at most `asked` rows, merged with `staged`, the staged writes
+/// of the same range (see [`Staged::range`]). A staged write of a key
+/// wins over the server's row; a staged removal hides it.
+///
+/// Why `asked` must be `limit` plus the removals in `staged`: each can
+/// hide one of the server's rows, and a staged write past the server's
+/// last row is only known to come next when the server had no more.
+pub(super) fn merge(rows: Vec<Entry>, staged: Vec<StagedWrite>, asked: usize, limit: usize) -> Vec<Entry> {
+    let server_had_more = rows.len() >= asked;
+    let last_row = rows.last().map(|(key, _)| key.clone());
+    let mut merged = Vec::with_capacity(limit.min(rows.len() + staged.len()));
+    let mut rows = rows.into_iter().peekable();
+    let mut staged = staged.into_iter().peekable();
+    while merged.len() < limit {
+        let staged_first = match (rows.peek(), staged.peek()) {
+            (None, None) => break,
+            (Some(_), None) => false,
+            (None, Some((key, _))) => {
+                if server_had_more && last_row.as_ref().is_some_and(|last| key > last) {
+                    // Rows the server was not asked for may come first.
+                    break;
+                }
+                true
+            }
+            (Some((row, _)), Some((key, _))) => match row.cmp(key) {
+                std::cmp::Ordering::Less => false,
+                std::cmp::Ordering::Greater => true,
+                std::cmp::Ordering::Equal => {
+                    // Replaced or removed by the staged write.
+                    rows.next();
+                    true
+                }
+            },
+        };
+        if staged_first {
+            if let Some((key, Some(value))) = staged.next() {
+                merged.push((key, value));
+            }
+        } else if let Some(row) = rows.next() {
+            merged.push(row);
+        }
+    }
+    merged
+}
+
+/// A copy of `e`, for the flush that must report it again (a store error
+/// holds no handle, only what it says).
+pub(super) fn copy_of(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Engine(message) => StoreError::Engine(message.clone()),
+        StoreError::Unavailable { condition, message } => StoreError::Unavailable {
+            condition: *condition,
+            message: message.clone(),
+        },
+        StoreError::Corrupt { table, message } => StoreError::Corrupt {
+            table,
+            message: message.clone(),
+        },
+        StoreError::WrongEngine { dir, found, configured } => StoreError::WrongEngine {
+            dir: dir.clone(),
+            found: *found,
+            configured: *configured,
+        },
+        StoreError::Fenced { held, current } => StoreError::Fenced {
+            held: *held,
+            current: *current,
+        },
+        StoreError::CommitOutcomeUnknown(message) => StoreError::CommitOutcomeUnknown(message.clone()),
+        StoreError::NotFenced => StoreError::NotFenced,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entries(keys: &[(&str, &str)]) -> Vec<Entry> {
+        keys.iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
+    }
+
+    fn staged(writes: &[(&str, Option<&str>)]) -> Vec<StagedWrite> {
+        writes
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
+            .collect()
+    }
+
+    #[test]
+    fn a_merge_replaces_and_hides_the_servers_rows_and_keeps_key_order() {
+        let rows = entries(&[("a", "s"), ("b", "s"), ("d", "s")]);
+        let writes = staged(&[("a", None), ("b", Some("x")), ("c", Some("y")), ("e", Some("z"))]);
+        // The server was asked for 10 (more than it had): everything after
+        // its last row is known.
+        assert_eq!(
+            merge(rows.clone(), writes.clone(), 10, 10),
+            entries(&[("b", "x"), ("c", "y"), ("d", "s"), ("e", "z")])
+        );
+        assert_eq!(merge(rows, writes, 10, 2), entries(&[("b", "x"), ("c", "y")]));
+    }
+
+    #[test]
+    fn a_merge_never_passes_rows_the_server_was_not_asked_for() {
+        // Asked for 2, got 2: a staged put after "b" may have server rows
+        // before it, so it is not given.
+        let rows = entries(&[("a", "s"), ("b", "s")]);
+        assert_eq!(
+            merge(rows, staged(&[("a", None), ("z", Some("y"))]), 2, 5),
+            entries(&[("b", "s")])
+        );
+    }
+
+    #[test]
+    fn a_staged_set_answers_its_keys_and_is_bounded() {
+        let set = Staged::new();
+        let mut batch = Batch::default();
+        batch.put(Table::Meta, b"k".to_vec(), b"v".to_vec());
+        assert!(matches!(set.stage(1, Batch::default()), Err(StoreError::NotFenced)));
+        set.fenced(1);
+        set.set_bounds(Bounds {
+            keys: 2,
+            bytes: 1 << 20,
+        });
+        assert!(!set.stage(1, batch).unwrap());
+        let mut batch = Batch::default();
+        batch.remove(Table::Meta, b"gone".to_vec());
+        batch.put(Table::Meta, b"k".to_vec(), b"w".to_vec());
+        assert!(!set.stage(1, batch).unwrap(), "two keys: at its bound, not over");
+        assert_eq!(set.get(Table::Meta, b"k"), Some(Some(b"w".to_vec())));
+        assert_eq!(set.get(Table::Meta, b"gone"), Some(None));
+        assert_eq!(set.get(Table::Meta, b"other"), None);
+        assert_eq!(set.get(Table::Outbox, b"k"), None);
+        let mut batch = Batch::default();
+        batch.put(Table::Outbox, b"k".to_vec(), b"e".to_vec());
+        assert!(set.stage(1, batch).unwrap(), "three keys: over");
+        assert!(matches!(
+            set.stage(2, Batch::default()),
+            Err(StoreError::Fenced { held: 2, current: 1 })
+        ));
+    }
+
+    #[test]
+    fn a_fence_at_another_epoch_drops_what_is_staged_and_its_flush_says_so() {
+        let set = Staged::new();
+        set.fenced(1);
+        let mut batch = Batch::default();
+        batch.put(Table::Meta, b"k".to_vec(), b"v".to_vec());
+        set.stage(1, batch).unwrap();
+        set.fenced(2);
+        assert_eq!(set.get(Table::Meta, b"k"), None);
+        assert!(
+            matches!(set.take(Some(2)), Ok(None)),
+            "the new epoch has nothing staged, and lost nothing"
+        );
+        assert!(matches!(
+            set.take(Some(1)),
+            Err(StoreError::Fenced { held: 1, current: 2 })
+        ));
+        set.fenced(3);
+        assert!(matches!(set.take(None), Ok(None)), "nothing was staged at 2");
+    }
+}
