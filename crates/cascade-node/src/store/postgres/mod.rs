@@ -7,7 +7,7 @@
 //! - `migrate.rs`: the schema, its versions, and whose it is (region and
 //!   cluster, recorded on first start);
 //! - `staged.rs`: the batches committed since the last flush, which the
-//!   store's reads see, and which the flush lands together;
+//!   writer's reads see, and which the flush lands together;
 //! - `commit.rs`: reads, and the staged batches as one pipelined
 //!   transaction, fenced first;
 //! - `lease.rs`: the lease row and the fence state;
@@ -17,9 +17,13 @@
 //! flush sends everything staged in one transaction: a writer's group of
 //! steps (`writer/group.rs`: each committed, then one flush) lands in one
 //! transaction, fenced once. So here, as on the embedded engines, a
-//! commit is visible to the store's reads at once and durable only once a
-//! flush returned; a batch staged and never flushed (a SIGKILL, a fence,
-//! a failed flush) never lands, and was never acknowledged.
+//! commit is visible to the writer's next step at once and durable only
+//! once a flush returned; a batch staged and never flushed (a SIGKILL, a
+//! fence, a failed flush) never lands, and was never acknowledged. Unlike
+//! them, a failed flush (a routine error, not only a crash) takes back
+//! what it staged, so only the writer's view ([`Store::writers_view`])
+//! reads staged writes; the node's other readers ([`PostgresStore::at_epoch`])
+//! read what landed.
 //!
 //! The [`Store`] trait is synchronous and called from runtime workers,
 //! from `block_in_place`, from plain threads and from current-thread
