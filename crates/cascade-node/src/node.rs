@@ -410,7 +410,9 @@ impl Node {
             region: settings.region.clone(),
             schema: schema_in_force.clone(),
             policy: settings.policy.clone(),
-            store: store.clone(),
+            // On PostgreSQL only the writer reads what it staged and has
+            // not flushed yet (`Store::writers_view`).
+            store: store.writers_view().unwrap_or_else(|| store.clone()),
             clock: clock.clone(),
             ids,
             events: events.clone(),

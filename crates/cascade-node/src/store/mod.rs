@@ -311,6 +311,16 @@ pub trait Store: Send + Sync + 'static {
     fn scan_floors(&self) -> Option<&ScanFloors> {
         None
     }
+    /// The view of this store the node's writer reads and commits
+    /// through, when it differs from everyone else's: on PostgreSQL a
+    /// commit is staged until the flush, and only the writer's view reads
+    /// staged writes (a failed flush drops them, so no other reader may
+    /// have seen them). None: one view for all, as on the embedded
+    /// engines, where a commit taken back by a crash is taken back from
+    /// every reader with the process.
+    fn writers_view(&self) -> Option<Arc<dyn Store>> {
+        None
+    }
 }
 
 /// Which engine keeps a node's data directory: `[storage] engine` in the

@@ -7,7 +7,7 @@
 //! - `migrate.rs`: the schema, its versions, and whose it is (region and
 //!   cluster, recorded on first start);
 //! - `staged.rs`: the batches committed since the last flush, which the
-//!   store's reads see, and which the flush lands together;
+//!   writer's reads see, and which the flush lands together;
 //! - `commit.rs`: reads, and the staged batches as one pipelined
 //!   transaction, fenced first;
 //! - `lease.rs`: the lease row and the fence state;
@@ -17,9 +17,13 @@
 //! flush sends everything staged in one transaction: a writer's group of
 //! steps (`writer/group.rs`: each committed, then one flush) lands in one
 //! transaction, fenced once. So here, as on the embedded engines, a
-//! commit is visible to the store's reads at once and durable only once a
-//! flush returned; a batch staged and never flushed (a SIGKILL, a fence,
-//! a failed flush) never lands, and was never acknowledged.
+//! commit is visible to the writer's next step at once and durable only
+//! once a flush returned; a batch staged and never flushed (a SIGKILL, a
+//! fence, a failed flush) never lands, and was never acknowledged. Unlike
+//! them, a failed flush (a routine error, not only a crash) takes back
+//! what it staged, so only the writer's view ([`Store::writers_view`])
+//! reads staged writes; the node's other readers ([`PostgresStore::at_epoch`])
+//! read what landed.
 //!
 //! The [`Store`] trait is synchronous and called from runtime workers,
 //! from `block_in_place`, from plain threads and from current-thread
@@ -333,6 +337,7 @@ impl PostgresStore {
         Arc::new(EpochStore {
             store: self.clone(),
             epoch,
+            sees: Sees::Landed,
         })
     }
 }
@@ -345,14 +350,17 @@ impl PostgresStore {
 struct EpochStore {
     store: Arc<PostgresStore>,
     epoch: u64,
+    /// Landed for the `Node`'s readers, staged for its writer's view
+    /// ([`Store::writers_view`]).
+    sees: Sees,
 }
 
 impl Store for EpochStore {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.store.get(table, key)
+        self.store.get_as(self.sees, table, key)
     }
     fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-        self.store.get_many(table, keys)
+        self.store.get_many_as(self.sees, table, keys)
     }
     fn prefetch(&self, reads: &Prefetch) -> Result<(), StoreError> {
         self.store.prefetch(reads)
@@ -361,10 +369,17 @@ impl Store for EpochStore {
         self.store.prefetches()
     }
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        self.store.scan(table, prefix, after, limit)
+        self.store.scan_as(self.sees, table, prefix, after, limit)
     }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         self.store.commit_at(Some(self.epoch), batch)
+    }
+    fn writers_view(&self) -> Option<Arc<dyn Store>> {
+        Some(Arc::new(EpochStore {
+            store: self.store.clone(),
+            epoch: self.epoch,
+            sees: Sees::Staged,
+        }))
     }
     fn flush(&self) -> Result<(), StoreError> {
         self.store.flush_at(Some(self.epoch))
@@ -377,9 +392,34 @@ impl Store for EpochStore {
     }
 }
 
-impl Store for PostgresStore {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(staged) = self.staged.get(table, key) {
+/// What a read of the store sees: the writer's own view sees what it
+/// staged (its next step reads what the last one committed, as on every
+/// engine); every other reader (the API's Gets and Lists, peers' Lookups,
+/// links, Watch streams) sees only what landed. A flush that fails drops
+/// what it had staged, so a write staged and seen by a client could be
+/// taken back by a routine error (a statement timeout, a restarting
+/// server), not only by a crash: a client that read it could then pass an
+/// etag check against a revision that never was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sees {
+    Staged,
+    Landed,
+}
+
+impl Sees {
+    /// The staged write of `key`, if this view sees staged writes and
+    /// one was staged (Some(None): staged as removed).
+    fn staged(self, staged: &staged::Staged, table: Table, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        match self {
+            Sees::Staged => staged.get(table, key),
+            Sees::Landed => None,
+        }
+    }
+}
+
+impl PostgresStore {
+    fn get_as(&self, sees: Sees, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(staged) = sees.staged(&self.staged, table, key) {
             return Ok(staged);
         }
         let generation = match self.cache.lookup(table, key) {
@@ -391,11 +431,11 @@ impl Store for PostgresStore {
         Ok(value)
     }
 
-    fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+    fn get_many_as(&self, sees: Sees, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         let mut values = Vec::with_capacity(keys.len());
         let mut missed = Vec::new();
         for key in keys {
-            if let Some(staged) = self.staged.get(table, key) {
+            if let Some(staged) = sees.staged(&self.staged, table, key) {
                 values.push(staged);
                 continue;
             }
@@ -421,6 +461,53 @@ impl Store for PostgresStore {
             values[i] = value;
         }
         Ok(values)
+    }
+
+    fn scan_as(
+        &self,
+        sees: Sees,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (start, end) = commit::scan_bounds(prefix, after);
+        // Before the server is asked: a flush that lands meanwhile leaves
+        // them in both, which merge the same.
+        let staged = match sees {
+            Sees::Staged => self.staged.range(table, &start, end.as_deref(), limit),
+            Sees::Landed => Vec::new(),
+        };
+        // Each staged removal may hide one of the server's rows.
+        let asked = limit.saturating_add(staged.iter().filter(|(_, value)| value.is_none()).count());
+        let rows = match self.cache.lookup_prefix(table, prefix) {
+            PrefixLookup::Empty => Vec::new(),
+            PrefixLookup::Miss(generation) => {
+                let whole_prefix = start == prefix;
+                let rows = self.run(commit::scan(self.shared.clone(), table, start, end, asked))?;
+                if rows.is_empty() && whole_prefix {
+                    self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+                }
+                rows
+            }
+        };
+        if staged.is_empty() {
+            return Ok(rows);
+        }
+        Ok(staged::merge(rows, staged, asked, limit))
+    }
+}
+
+impl Store for PostgresStore {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get_as(Sees::Staged, table, key)
+    }
+
+    fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+        self.get_many_as(Sees::Staged, table, keys)
     }
 
     /// Asks the database only for what the cache does not know and no
@@ -529,30 +616,7 @@ impl Store for PostgresStore {
     /// not asked for; a scan of a whole prefix that finds none there is
     /// remembered.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let (start, end) = commit::scan_bounds(prefix, after);
-        // Before the server is asked: a flush that lands meanwhile leaves
-        // them in both, which merge the same.
-        let staged = self.staged.range(table, &start, end.as_deref(), limit);
-        // Each staged removal may hide one of the server's rows.
-        let asked = limit.saturating_add(staged.iter().filter(|(_, value)| value.is_none()).count());
-        let rows = match self.cache.lookup_prefix(table, prefix) {
-            PrefixLookup::Empty => Vec::new(),
-            PrefixLookup::Miss(generation) => {
-                let whole_prefix = start == prefix;
-                let rows = self.run(commit::scan(self.shared.clone(), table, start, end, asked))?;
-                if rows.is_empty() && whole_prefix {
-                    self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
-                }
-                rows
-            }
-        };
-        if staged.is_empty() {
-            return Ok(rows);
-        }
-        Ok(staged::merge(rows, staged, asked, limit))
+        self.scan_as(Sees::Staged, table, prefix, after, limit)
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {

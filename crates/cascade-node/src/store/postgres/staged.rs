@@ -227,11 +227,17 @@ impl Staged {
         let mut state = self.write();
         if let Some((dropped_at, _)) = &state.dropped {
             if expected.is_none_or(|held| held == *dropped_at) {
+                let dropped_at = *dropped_at;
                 let (_, e) = state.dropped.take().expect("checked above");
                 // A failed flush lands nothing it answers for: the commits
                 // staged since go too (their steps are answered this error).
-                state.clear();
-                self.keys.store(0, Ordering::Release);
+                // Only at that epoch: after a takeover, the flush of an
+                // older epoch's step (a `Node` whose stop timed out) must
+                // not wipe what the new epoch's writer staged.
+                if state.epoch == Some(dropped_at) {
+                    state.clear();
+                    self.keys.store(0, Ordering::Release);
+                }
                 return Err(e);
             }
         }

@@ -974,3 +974,75 @@ fn a_commit_over_the_staged_bound_lands_at_once() {
     land(&store, put_meta("5", "v")).unwrap();
     assert_eq!(count(), "6");
 }
+
+/// Only the writer's view reads what it staged: every other reader (the
+/// API's, peers', links') reads what landed, since a flush that fails
+/// drops what it staged and a write seen by a client must not be taken
+/// back by a routine error. And the flush of an older epoch's step, once
+/// this process took the lease again, fails without dropping what the new
+/// epoch's writer staged meanwhile (a review found that it wiped them,
+/// and the new writer's flush then answered for commits that never
+/// landed).
+#[test]
+fn only_the_writers_view_reads_what_is_staged_and_an_older_epochs_flush_keeps_the_newer_ones() {
+    let Some(db) = fresh_database("writers_view") else {
+        return;
+    };
+    let store = open(&db);
+    let first = store.try_acquire(&node("a"), LONG).unwrap().expect("a fresh lease");
+    store.fence(first);
+    let readers = store.at_epoch(first);
+    let writer = readers
+        .writers_view()
+        .expect("postgres gives its writer a view of its own");
+    writer.commit(put_meta("landed", "1")).unwrap();
+    writer.flush().unwrap();
+    writer.commit(put_meta("staged", "1")).unwrap();
+    let mut removal = put_meta("also staged", "1");
+    removal.remove(Table::Meta, b"landed".to_vec());
+    writer.commit(removal).unwrap();
+
+    let keys = |store: &Arc<dyn Store>| -> Vec<Vec<u8>> {
+        let rows = store.scan(Table::Meta, b"", None, 10).unwrap();
+        rows.into_iter().map(|(key, _)| key).collect()
+    };
+    assert_eq!(writer.get(Table::Meta, b"staged").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(writer.get(Table::Meta, b"landed").unwrap(), None, "removed, staged");
+    assert_eq!(keys(&writer), vec![b"also staged".to_vec(), b"staged".to_vec()]);
+    assert_eq!(readers.get(Table::Meta, b"staged").unwrap(), None, "not landed yet");
+    assert_eq!(readers.get(Table::Meta, b"landed").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(
+        readers
+            .get_many(Table::Meta, &[b"staged".to_vec(), b"landed".to_vec()])
+            .unwrap(),
+        vec![None, Some(b"1".to_vec())]
+    );
+    assert_eq!(keys(&readers), vec![b"landed".to_vec()]);
+    writer.flush().unwrap();
+    assert_eq!(keys(&readers), vec![b"also staged".to_vec(), b"staged".to_vec()]);
+
+    // A takeover by this same process while the first epoch's writer had
+    // a commit staged; the new writer stages one before the old one's
+    // flush comes.
+    writer.commit(put_meta("old", "1")).unwrap();
+    store.release(first).unwrap();
+    let second = store.try_acquire(&node("a"), LONG).unwrap().expect("released");
+    store.fence(second);
+    let new_writer = store.at_epoch(second).writers_view().expect("a writer's view");
+    new_writer.commit(put_meta("new", "2")).unwrap();
+    assert!(matches!(
+        writer.flush(),
+        Err(StoreError::Fenced { held, current }) if held == first && current == second
+    ));
+    new_writer.flush().expect("the new epoch's commits are its own");
+    assert_eq!(
+        db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap(),
+        "3",
+        "'also staged', 'staged' and 'new'; never 'old'"
+    );
+    assert_eq!(
+        store.at_epoch(second).get(Table::Meta, b"new").unwrap(),
+        Some(b"2".to_vec())
+    );
+    assert_eq!(store.at_epoch(second).get(Table::Meta, b"old").unwrap(), None);
+}
