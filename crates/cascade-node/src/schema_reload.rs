@@ -417,7 +417,9 @@ pub(crate) fn check_at_start(
             crate::codec::SCHEMA_IN_FORCE.to_vec(),
             crate::schema_in_force::stored_form(schema).into_bytes(),
         );
-        store.store.commit(batch)
+        // Flushed before the node serves: on PostgreSQL a commit is only
+        // staged until a flush, and only the writer's flushes come later.
+        store.store.commit(batch).and_then(|()| store.store.flush())
     };
     let Some(stored) = crate::schema_in_force::read_stored(store)? else {
         store_it(store).map_err(crate::schema_in_force::StoredSchemaError::from)?;
