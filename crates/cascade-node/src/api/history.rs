@@ -11,7 +11,7 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{deadline_of, forward, FORWARD_TIMEOUT};
+use crate::api::forward::deadline_of;
 use crate::api::parse_name;
 use crate::api::principal::caller;
 use crate::api::resources::ResourcesApi;
@@ -29,17 +29,7 @@ impl ResourcesApi {
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.get_history(r).await };
-            let now = self.node.clock.now();
-            return Ok(forward(
-                &region,
-                "GetHistory",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?);
+            return self.to_owner(&region, "GetHistory", &deadline, req, send).await;
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
         let page_size = match req.page_size as usize {

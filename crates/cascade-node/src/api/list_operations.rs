@@ -23,7 +23,7 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{budget_within, deadline_of, forward, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, deadline_of};
 use crate::api::listing::positions_in_token;
 use crate::api::listing::LIST_BUDGET;
 use crate::api::parse_operation_id;
@@ -78,17 +78,7 @@ impl ResourcesApi {
             let region = req.region.clone();
             let mut owner = self.node.peers.resources(&region).map_err(crate::api::refused)?;
             let send = move |r| async move { owner.list_operations(r).await };
-            let now = self.node.clock.now();
-            return Ok(forward(
-                &region,
-                "ListOperations",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?);
+            return self.to_owner(&region, "ListOperations", &deadline, req, send).await;
         }
         let (operations, next) = self.own_page(&principal, &req, asked, budget).await?;
         Ok(v1::ListOperationsResponse {

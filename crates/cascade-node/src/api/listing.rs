@@ -28,7 +28,7 @@ use cascade_proto::status::invalid_field;
 use cascade_proto::v1;
 use tonic::{Request, Status};
 
-use crate::api::forward::{budget_within, deadline_of, forward, FORWARD_TIMEOUT};
+use crate::api::forward::{budget_within, deadline_of};
 use crate::api::parse_name;
 use crate::api::principal::caller;
 use crate::api::resources::{present, ResourcesApi};
@@ -152,17 +152,7 @@ impl ResourcesApi {
             let region = req.region.clone();
             let mut owner = self.node.peers.resources(&region).map_err(crate::api::refused)?;
             let send = move |r| async move { owner.list(r).await };
-            let now = self.node.clock.now();
-            return Ok(forward(
-                &region,
-                "List",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?);
+            return self.to_owner(&region, "List", &deadline, req, send).await;
         }
         self.authorize_listing(&principal, &req)?;
         let (resources, next) = self.local_page(&req, &deadline).await?;
@@ -415,17 +405,7 @@ impl ResourcesApi {
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.list_references(r).await };
-            let now = self.node.clock.now();
-            return Ok(forward(
-                &region,
-                "ListReferences",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?);
+            return self.to_owner(&region, "ListReferences", &deadline, req, send).await;
         }
         self.authorize(&principal, Verb::List, Target::Resource(&name))?;
         let token = ReferencesPageToken::decode(&req.page_token)

@@ -52,6 +52,7 @@ use crate::cluster::OPERATION_READ_TIMEOUT;
 use crate::codec::EventHead;
 use crate::error::{Denied, Fault};
 use crate::explain::{Explanation, EXPLAIN_BUDGET};
+use crate::peers::Deadline;
 
 /// The whole cross-region part of a dry run (every round of `Peer.Plan`):
 /// a region that has not answered by then is listed as unreachable.
@@ -156,6 +157,25 @@ fn outcomes_cursor(token: &str) -> Result<Option<OutcomesCursor>, Status> {
 }
 
 impl ResourcesApi {
+    /// Forwards `message` to its owner `region` (`send` makes the call
+    /// `rpc`) within what is left of the client's `deadline` and at most
+    /// [`FORWARD_TIMEOUT`]: [`forward`] says what the owner is told and
+    /// what the client gets when it does not answer in time.
+    pub(crate) async fn to_owner<M, T, Fut>(
+        &self,
+        region: &str,
+        rpc: &'static str,
+        deadline: &Deadline,
+        message: M,
+        send: impl FnOnce(Request<M>) -> Fut,
+    ) -> Result<T, Status>
+    where
+        Fut: std::future::Future<Output = Result<Response<T>, Status>>,
+    {
+        let now = self.node.clock.now();
+        Ok(forward(region, rpc, deadline, FORWARD_TIMEOUT, now, Request::new(message), send).await?)
+    }
+
     /// None for a name of this region; the owner's client for a peer's;
     /// INVALID_ARGUMENT naming `field` for a region outside the cluster.
     pub(crate) fn route(
@@ -442,18 +462,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&spec.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.create(r).await };
-            let now = self.node.clock.now();
-            let created = forward(
-                &region,
-                "Create",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(raw),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(created));
+            return Ok(Response::new(
+                self.to_owner(&region, "Create", &deadline, raw, send).await?,
+            ));
         }
         let name = parse_name(&spec.name, "name")?;
         let audit = self
@@ -570,9 +581,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.get(r).await };
-            let now = self.node.clock.now();
-            let found = forward(&region, "Get", &deadline, FORWARD_TIMEOUT, now, Request::new(raw), send).await?;
-            return Ok(Response::new(found));
+            return Ok(Response::new(
+                self.to_owner(&region, "Get", &deadline, raw, send).await?,
+            ));
         }
         self.authorize(&principal, Verb::Get, Target::Resource(&name))?;
         let view = self.node.get(&name, raw.show_deleted, &deadline).await?;
@@ -613,18 +624,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&spec.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.update(r).await };
-            let now = self.node.clock.now();
-            let updated = forward(
-                &region,
-                "Update",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(updated));
+            return Ok(Response::new(
+                self.to_owner(&region, "Update", &deadline, req, send).await?,
+            ));
         }
         let name = parse_name(&spec.name, "name")?;
         let audit = self
@@ -650,18 +652,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&raw.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.delete(r).await };
-            let now = self.node.clock.now();
-            let answer = forward(
-                &region,
-                "Delete",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(raw),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(answer));
+            return Ok(Response::new(
+                self.to_owner(&region, "Delete", &deadline, raw, send).await?,
+            ));
         }
         let expect_plan = (!raw.expect_plan.is_empty()).then(|| raw.expect_plan.clone());
         let mut req = convert::delete_request(raw)?;
@@ -723,18 +716,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.add_lien(r).await };
-            let now = self.node.clock.now();
-            let answer = forward(
-                &region,
-                "AddLien",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(answer));
+            return Ok(Response::new(
+                self.to_owner(&region, "AddLien", &deadline, req, send).await?,
+            ));
         }
         let audit = self
             .audited(&principal, through.as_deref(), Verb::Lien, &name, "add_lien")
@@ -767,18 +751,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.remove_lien(r).await };
-            let now = self.node.clock.now();
-            let answer = forward(
-                &region,
-                "RemoveLien",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(answer));
+            return Ok(Response::new(
+                self.to_owner(&region, "RemoveLien", &deadline, req, send).await?,
+            ));
         }
         let audit = self
             .audited(&principal, through.as_deref(), Verb::Lien, &name, "remove_lien")
@@ -806,18 +781,9 @@ impl Resources for ResourcesApi {
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.remove_finalizer(r).await };
-            let now = self.node.clock.now();
-            let answer = forward(
-                &region,
-                "RemoveFinalizer",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(answer));
+            return Ok(Response::new(
+                self.to_owner(&region, "RemoveFinalizer", &deadline, req, send).await?,
+            ));
         }
         let audit = self
             .audited(
@@ -848,18 +814,10 @@ impl Resources for ResourcesApi {
         let name = parse_name(&req.name, "name")?;
         if let Some((region, mut owner)) = self.route(&name, "name")? {
             let send = move |r| async move { owner.report_finalizer_failure(r).await };
-            let now = self.node.clock.now();
-            let answer = forward(
-                &region,
-                "ReportFinalizerFailure",
-                &deadline,
-                FORWARD_TIMEOUT,
-                now,
-                Request::new(req),
-                send,
-            )
-            .await?;
-            return Ok(Response::new(answer));
+            return Ok(Response::new(
+                self.to_owner(&region, "ReportFinalizerFailure", &deadline, req, send)
+                    .await?,
+            ));
         }
         let audit = self
             .audited(
