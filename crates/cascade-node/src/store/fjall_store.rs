@@ -11,11 +11,16 @@
 //!
 //! `flush` is `persist(PersistMode::SyncAll)`: an fsync of the journal,
 //! which is what sled's `flush` does (`File::sync_all`). `SyncData`
-//! (fdatasync) would do on Linux for fjall's pre-allocated journal, but
-//! fjall's docs keep it for when "fdatasync is sufficient for your file
-//! system", and it bought nothing measurable here (1M puts and 1M removes
-//! of 200-byte values in batches of 1,000, a persist per batch, ext4: 11–12 s
-//! either way), so the engine makes no bet on the file system.
+//! (fdatasync) would keep the same durability on Linux, but it saves
+//! nothing here: fjall sizes a new journal with `set_len` (fjall 3.1.13,
+//! `journal/writer.rs`), which leaves it sparse, so every append allocates
+//! blocks and fdatasync must commit that allocation to the file system's
+//! journal just as fsync does; only the timestamps differ. Measured: 1M
+//! puts and 1M removes of 200-byte values in batches of 1,000, a persist
+//! per batch, ext4: 11–12 s either way; and the small write's p99 during
+//! P1 tree 1M was no lower with it (docs/BENCHMARKS.md, "fjall: the small
+//! write's tail"). fjall's docs keep it for when "fdatasync is sufficient
+//! for your file system", so the engine makes no bet on the file system.
 
 //!
 //! A failed journal write poisons the database: every later write answers
