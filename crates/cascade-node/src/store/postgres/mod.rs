@@ -51,7 +51,7 @@ use tokio_postgres::NoTls;
 #[cfg(doc)]
 use super::WriterLease;
 use super::{Batch, Entry, Prefetch, Store, StoreError, Table};
-use cache::{Lookup, PrefixLookup, ReadCache};
+use cache::{Lookup, PrefixLookup, ReadCache, RunLookup};
 pub use lease::MAX_MEMBERS;
 pub use migrate::SCHEMA_VERSION;
 pub use settings::{check_schema_name, PostgresSettings, DEFAULT_SCHEMA};
@@ -417,11 +417,13 @@ impl Sees {
     }
 }
 
-/// Rows a scan that continues a walk (a page after the first) reads at
-/// least: what it was asked for and the next pages, kept as a run
-/// (`cache.rs`). A P1 work step on postgres deletes 100 to 250 leaves,
-/// a page of their back-references: a read of 1,024 serves several steps.
-const RUN_READ_AHEAD: usize = 1024;
+/// Rows a scan of a walk's page reads at least (a page after the first,
+/// or one whose run was used up): what it was asked for and the next
+/// pages, kept as a run (`cache.rs`). A P1 work step on postgres takes a
+/// page of a few hundred back-references of about 200 bytes each (with
+/// the run's overhead): a read of 4,096 serves several steps and stays
+/// inside a run's bound.
+const RUN_READ_AHEAD: usize = 4096;
 
 impl PostgresStore {
     fn get_as(&self, sees: Sees, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -492,17 +494,17 @@ impl PostgresStore {
         let rows = match self.cache.lookup_prefix(table, prefix) {
             PrefixLookup::Empty => Vec::new(),
             PrefixLookup::Miss(generation) => match self.cache.lookup_run(table, &start, end.as_deref(), asked) {
-                Some(rows) => rows,
-                None => {
+                RunLookup::Hit(rows) => rows,
+                looked => {
                     let whole_prefix = start == prefix;
-                    // A page after the first of a walk: the next pages
-                    // too, kept as a run (`cache.rs`), so the next steps'
-                    // pages cost no round trip.
-                    let read = if after.is_some() && limit > 1 {
-                        asked.max(RUN_READ_AHEAD)
-                    } else {
-                        asked
-                    };
+                    // A walk's page: a page after the first, or a page
+                    // where the last read's rows were used up (a walk
+                    // that starts from the prefix each step, its rows
+                    // removed as it goes): the next pages too, kept as a
+                    // run (`cache.rs`), so the next steps' pages cost no
+                    // round trip.
+                    let walking = (after.is_some() || matches!(looked, RunLookup::Short)) && limit > 1;
+                    let read = if walking { asked.max(RUN_READ_AHEAD) } else { asked };
                     let mut rows = self.run(commit::scan(
                         self.shared.clone(),
                         table,
@@ -645,8 +647,9 @@ impl Store for PostgresStore {
     /// not asked for; a scan of a whole prefix that finds none there is
     /// remembered. A scan inside a stretch of rows the cache knows whole
     /// (a run: what an earlier scan found, kept up by the commits since,
-    /// `cache.rs`) is answered from it; a page after the first of a walk
-    /// reads [`RUN_READ_AHEAD`] rows at least, for the pages after it.
+    /// `cache.rs`) is answered from it; a walk's page (after the first,
+    /// or where its run ran short) reads [`RUN_READ_AHEAD`] rows at least,
+    /// for the pages after it.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.scan_as(Sees::Staged, table, prefix, after, limit)
     }
