@@ -248,7 +248,13 @@ impl State {
             self.run_bytes = self.runs.iter().map(|run| run.bytes).sum();
         }
         while self.run_bytes > MAX_RUNS_BYTES {
-            let Some(oldest) = self.runs.iter().enumerate().min_by_key(|(_, run)| run.made).map(|(i, _)| i) else {
+            let Some(oldest) = self
+                .runs
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, run)| run.made)
+                .map(|(i, _)| i)
+            else {
                 break;
             };
             let run = self.runs.swap_remove(oldest);
@@ -869,12 +875,7 @@ mod tests {
     }
 
     fn run_keys(cache: &ReadCache, start: &str, end: Option<&str>, most: usize) -> Option<Vec<String>> {
-        keys_of(cache.lookup_run(
-            Table::Backrefs,
-            start.as_bytes(),
-            end.map(str::as_bytes),
-            most,
-        ))
+        keys_of(cache.lookup_run(Table::Backrefs, start.as_bytes(), end.map(str::as_bytes), most))
     }
 
     #[test]
@@ -882,15 +883,33 @@ mod tests {
         let cache = ReadCache::new(1 << 20);
         let g = cache.generation();
         // Fewer rows than asked: every row of [t/, t0) is known.
-        cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1", "t/2", "t/3"]));
+        cache.remember_run(
+            g,
+            Table::Backrefs,
+            b"t/",
+            Some(b"t0"),
+            10,
+            &rows(&["t/1", "t/2", "t/3"]),
+        );
         assert_eq!(run_keys(&cache, "t/", Some("t0"), 10).unwrap(), ["t/1", "t/2", "t/3"]);
-        assert_eq!(run_keys(&cache, "t/1\0", Some("t0"), 10).unwrap(), ["t/2", "t/3"], "after t/1");
+        assert_eq!(
+            run_keys(&cache, "t/1\0", Some("t0"), 10).unwrap(),
+            ["t/2", "t/3"],
+            "after t/1"
+        );
         assert_eq!(run_keys(&cache, "t/", Some("t0"), 2).unwrap(), ["t/1", "t/2"]);
         assert_eq!(run_keys(&cache, "s", Some("t0"), 10), None, "starts before the run");
         assert_eq!(run_keys(&cache, "t/", None, 10), None, "past the run's end");
-        assert!(keys_of(cache.lookup_run(Table::Meta, b"t/", Some(b"t0"), 10)).is_none(), "another table");
+        assert!(
+            keys_of(cache.lookup_run(Table::Meta, b"t/", Some(b"t0"), 10)).is_none(),
+            "another table"
+        );
         let started = cache.commit_started();
-        assert_eq!(run_keys(&cache, "t/", Some("t0"), 10), None, "not while a commit is in flight");
+        assert_eq!(
+            run_keys(&cache, "t/", Some("t0"), 10),
+            None,
+            "not while a commit is in flight"
+        );
         ended(
             &cache,
             started,
@@ -924,9 +943,15 @@ mod tests {
         // found fewer rows than it asked for.
         let g = cache.generation();
         cache.remember_run(g, Table::DueIndex, b"", None, 64, &[]);
-        assert_eq!(keys_of(cache.lookup_run(Table::DueIndex, b"", None, 64)).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            keys_of(cache.lookup_run(Table::DueIndex, b"", None, 64)).unwrap(),
+            Vec::<String>::new()
+        );
         landed_in(&cache, Table::DueIndex, "7");
-        assert_eq!(keys_of(cache.lookup_run(Table::DueIndex, b"", None, 64)).unwrap(), ["7"]);
+        assert_eq!(
+            keys_of(cache.lookup_run(Table::DueIndex, b"", None, 64)).unwrap(),
+            ["7"]
+        );
     }
 
     fn landed_in(cache: &ReadCache, table: Table, key: &str) {
@@ -950,7 +975,11 @@ mod tests {
         cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1", "t/2"]));
         let started = cache.commit_started();
         failed(&cache, started);
-        assert_eq!(run_keys(&cache, "t/", Some("t0"), 10), None, "a commit that may have landed");
+        assert_eq!(
+            run_keys(&cache, "t/", Some("t0"), 10),
+            None,
+            "a commit that may have landed"
+        );
         // A log's appends would all go into an open run: none is kept.
         let g = cache.generation();
         cache.remember_run(g, Table::Outbox, b"", None, 10, &rows(&["1"]));
@@ -973,7 +1002,11 @@ mod tests {
             )
         };
         assert!(!known(Table::Outcomes, "o0/", "o00"), "the oldest of the table went");
-        assert!(known(Table::Outcomes, &format!("o{MAX_RUNS_PER_TABLE}/"), &format!("o{MAX_RUNS_PER_TABLE}0")));
+        assert!(known(
+            Table::Outcomes,
+            &format!("o{MAX_RUNS_PER_TABLE}/"),
+            &format!("o{MAX_RUNS_PER_TABLE}0")
+        ));
         assert!(known(Table::Backrefs, "t/", "t0"), "another table's run stays");
         // A scan longer than a run may hold is not kept.
         let big = vec![(b"u/1".to_vec(), vec![0; MAX_RUN_BYTES as usize])];
@@ -982,7 +1015,11 @@ mod tests {
         // A run that grows past it is dropped.
         let started = cache.commit_started();
         let value = vec![0; MAX_RUN_BYTES as usize];
-        ended(&cache, started, [(Table::Backrefs, b"t/2".as_slice(), Some(value.as_slice()))]);
+        ended(
+            &cache,
+            started,
+            [(Table::Backrefs, b"t/2".as_slice(), Some(value.as_slice()))],
+        );
         assert!(!known(Table::Backrefs, "t/", "t0"));
         let state = cache.state.read().unwrap();
         assert!(state.run_bytes <= MAX_RUNS_BYTES);

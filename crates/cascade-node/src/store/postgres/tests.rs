@@ -1079,12 +1079,20 @@ fn a_walks_next_pages_come_from_what_it_read_ahead_with_the_writes_landed_since(
     let mut want: Vec<Vec<u8>> = (201..300).map(key).collect();
     want.insert(1, b"t/0201a".to_vec());
     assert_eq!(page(199), want, "its own writes, landed");
-    assert_eq!(page(249)[..2].to_vec(), vec![key(250), key(251)], "read ahead, not asked again");
+    assert_eq!(
+        page(249)[..2].to_vec(),
+        vec![key(250), key(251)],
+        "read ahead, not asked again"
+    );
     // Past what it read ahead (t/0100 to t/4195): the server, read ahead
     // again.
     assert_eq!(page(4249), (4250..4350).map(key).collect::<Vec<_>>());
     store.fence(store.try_acquire(&node("a"), LONG).unwrap().unwrap());
-    assert_eq!(page(249)[..2].to_vec(), vec![key(250), b"t/0250x".to_vec()], "a fence drops it");
+    assert_eq!(
+        page(249)[..2].to_vec(),
+        vec![key(250), b"t/0250x".to_vec()],
+        "a fence drops it"
+    );
 }
 
 /// A walk that starts from its prefix at every step, its rows removed as
@@ -1094,7 +1102,9 @@ fn a_walks_next_pages_come_from_what_it_read_ahead_with_the_writes_landed_since(
 /// (a row put behind the store's back there is not seen).
 #[test]
 fn a_walk_from_its_prefix_reads_ahead_once_its_first_page_is_used_up() {
-    let Some(db) = fresh_database("runs_used_up") else { return };
+    let Some(db) = fresh_database("runs_used_up") else {
+        return;
+    };
     let store = writer(&db);
     let key = |i: usize| format!("u/{i:04}").into_bytes();
     let mut rows = Batch::default();
