@@ -393,6 +393,12 @@ impl ReadCache {
         }
     }
 
+    /// Whether a scan of `table` may be kept as a run (not a log's: see
+    /// the module's doc), so that reading ahead for one is worth it.
+    pub(super) fn keeps_runs(table: Table) -> bool {
+        !APPEND_ONLY.contains(&table)
+    }
+
     /// Keeps what a scan of the database begun at `generation` found, on
     /// the same terms as [`ReadCache::remember`]: `rows`, the first rows
     /// of `table` from `start` (inclusive) to `end` (exclusive; None: the
@@ -409,7 +415,7 @@ impl ReadCache {
         asked: usize,
         rows: &[Entry],
     ) {
-        if APPEND_ONLY.contains(&table) {
+        if !Self::keeps_runs(table) {
             return;
         }
         let bytes: u64 = rows.iter().map(|(key, value)| row_bytes(key, value)).sum();

@@ -425,6 +425,23 @@ impl Sees {
 /// inside a run's bound.
 const RUN_READ_AHEAD: usize = 4096;
 
+/// How many rows a scan that goes to the server asks for: `asked`, or,
+/// for a walk's page (a page after the first, or one where the last
+/// read's rows were used up: a walk that starts from the prefix each
+/// step, its rows removed as it goes), [`RUN_READ_AHEAD`] at least, kept
+/// as a run (`cache.rs`) so the next steps' pages cost no round trip.
+/// Not in a log (the outbox, the audit log), whose scans keep no run: its
+/// reader's next page would be read again (at 1M, reading ahead each
+/// outbox page cost the server 16-25 s a row).
+fn rows_to_read(table: Table, continues: bool, looked: &RunLookup, limit: usize, asked: usize) -> usize {
+    let walking = (continues || matches!(looked, RunLookup::Short)) && limit > 1 && ReadCache::keeps_runs(table);
+    if walking {
+        asked.max(RUN_READ_AHEAD)
+    } else {
+        asked
+    }
+}
+
 impl PostgresStore {
     fn get_as(&self, sees: Sees, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(staged) = sees.staged(&self.staged, table, key) {
@@ -497,14 +514,7 @@ impl PostgresStore {
                 RunLookup::Hit(rows) => rows,
                 looked => {
                     let whole_prefix = start == prefix;
-                    // A walk's page: a page after the first, or a page
-                    // where the last read's rows were used up (a walk
-                    // that starts from the prefix each step, its rows
-                    // removed as it goes): the next pages too, kept as a
-                    // run (`cache.rs`), so the next steps' pages cost no
-                    // round trip.
-                    let walking = (after.is_some() || matches!(looked, RunLookup::Short)) && limit > 1;
-                    let read = if walking { asked.max(RUN_READ_AHEAD) } else { asked };
+                    let read = rows_to_read(table, after.is_some(), &looked, limit, asked);
                     let mut rows = self.run(commit::scan(
                         self.shared.clone(),
                         table,
@@ -669,5 +679,42 @@ impl Store for PostgresStore {
     /// writer retries only once the server answers.
     fn reopen(&self) -> Result<(), StoreError> {
         self.run(commit::ping(self.shared.clone()))
+    }
+}
+
+#[cfg(test)]
+mod read_ahead_tests {
+    use super::*;
+
+    #[test]
+    fn a_walks_pages_read_ahead_and_a_logs_pages_and_single_rows_do_not() {
+        let read = |table, continues, looked: RunLookup, limit| rows_to_read(table, continues, &looked, limit, limit);
+        assert_eq!(
+            read(Table::Backrefs, true, RunLookup::Miss, 300),
+            RUN_READ_AHEAD,
+            "a page after the first"
+        );
+        assert_eq!(
+            read(Table::Backrefs, false, RunLookup::Short, 300),
+            RUN_READ_AHEAD,
+            "its run used up"
+        );
+        assert_eq!(read(Table::Backrefs, false, RunLookup::Miss, 300), 300, "a first page");
+        assert_eq!(
+            read(Table::Backrefs, true, RunLookup::Miss, 1),
+            1,
+            "whether a row exists"
+        );
+        assert_eq!(
+            read(Table::Backrefs, true, RunLookup::Miss, 10_000),
+            10_000,
+            "more than a read-ahead"
+        );
+        assert_eq!(
+            read(Table::Outbox, true, RunLookup::Miss, 300),
+            300,
+            "a log keeps no run"
+        );
+        assert_eq!(read(Table::Audit, false, RunLookup::Short, 300), 300);
     }
 }
