@@ -161,11 +161,19 @@ pub struct StoreProfile {
     scan_ns: AtomicU64,
     commits: AtomicU64,
     commit_ns: AtomicU64,
+    /// The writer's flushes that went to the server (each the group's one
+    /// transaction: a commit only stages), and the time of every flush.
+    flushes: AtomicU64,
+    flush_ns: AtomicU64,
     prefetches: AtomicU64,
     prefetch_ns: AtomicU64,
     /// Point reads that took longer than [`MISS_NS`]: the cache missed
     /// and the read went to the server.
     slow_gets: AtomicU64,
+    /// Scans that took longer than [`MISS_NS`] (they went to the server),
+    /// and their time: a scan the cache answers is a lookup and a copy.
+    slow_scans: AtomicU64,
+    slow_scan_ns: AtomicU64,
     /// Per table (`Table::ALL`'s order): server reads (slow gets) and scans.
     by_table: [(AtomicU64, AtomicU64); Table::ALL.len()],
 }
@@ -187,8 +195,12 @@ pub struct ProfileSnapshot {
     pub scan_ns: u64,
     pub commits: u64,
     pub commit_ns: u64,
+    pub flushes: u64,
+    pub flush_ns: u64,
     pub prefetches: u64,
     pub prefetch_ns: u64,
+    pub slow_scans: u64,
+    pub slow_scan_ns: u64,
     /// Per table: (server reads, scans).
     pub by_table: [(u64, u64); Table::ALL.len()],
 }
@@ -211,8 +223,12 @@ impl StoreProfile {
             scan_ns: l(&self.scan_ns),
             commits: l(&self.commits),
             commit_ns: l(&self.commit_ns),
+            flushes: l(&self.flushes),
+            flush_ns: l(&self.flush_ns),
             prefetches: l(&self.prefetches),
             prefetch_ns: l(&self.prefetch_ns),
+            slow_scans: l(&self.slow_scans),
+            slow_scan_ns: l(&self.slow_scan_ns),
             by_table: std::array::from_fn(|i| (l(&self.by_table[i].0), l(&self.by_table[i].1))),
         }
     }
@@ -231,8 +247,12 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns.saturating_sub(b.scan_ns),
             commits: self.commits.saturating_sub(b.commits),
             commit_ns: self.commit_ns.saturating_sub(b.commit_ns),
+            flushes: self.flushes.saturating_sub(b.flushes),
+            flush_ns: self.flush_ns.saturating_sub(b.flush_ns),
             prefetches: self.prefetches.saturating_sub(b.prefetches),
             prefetch_ns: self.prefetch_ns.saturating_sub(b.prefetch_ns),
+            slow_scans: self.slow_scans.saturating_sub(b.slow_scans),
+            slow_scan_ns: self.slow_scan_ns.saturating_sub(b.slow_scan_ns),
             by_table: std::array::from_fn(|i| {
                 (
                     self.by_table[i].0.saturating_sub(b.by_table[i].0),
@@ -254,8 +274,12 @@ impl ProfileSnapshot {
             scan_ns: self.scan_ns + b.scan_ns,
             commits: self.commits + b.commits,
             commit_ns: self.commit_ns + b.commit_ns,
+            flushes: self.flushes + b.flushes,
+            flush_ns: self.flush_ns + b.flush_ns,
             prefetches: self.prefetches + b.prefetches,
             prefetch_ns: self.prefetch_ns + b.prefetch_ns,
+            slow_scans: self.slow_scans + b.slow_scans,
+            slow_scan_ns: self.slow_scan_ns + b.slow_scan_ns,
             by_table: std::array::from_fn(|i| {
                 (
                     self.by_table[i].0 + b.by_table[i].0,
@@ -266,13 +290,17 @@ impl ProfileSnapshot {
     }
 
     /// One line: calls per deleted resource and the share of `wall_s`
-    /// each kind of call took.
+    /// each kind of call took (calls from the API's readers run beside
+    /// the writer's, so the shares may add up to more than the wall);
+    /// the flushes' mean in ms, as a flush is the group's transaction.
     pub fn describe(&self, deleted: u64, wall_s: f64) -> String {
         let per = |x: u64| round3(x as f64 / deleted.max(1) as f64);
         let share = |ns: u64| (ns as f64 / 1e9 / wall_s.max(1e-9) * 100.0).round();
+        let mean_ms = |ns: u64, calls: u64| round3(ns as f64 / 1e6 / calls.max(1) as f64);
         format!(
             "per deleted: {} gets ({} to the server, {}% of wall), {} get_many of {} keys ({}%), \
-             {} scans ({}%), {} prefetches ({}%), {} commits ({}%)",
+             {} scans ({}%; {} to the server, {}%), {} prefetches ({}%), {} commits ({}%), \
+             {} flushes ({}%, {} ms each)",
             per(self.gets),
             per(self.slow_gets),
             share(self.get_ns),
@@ -281,10 +309,15 @@ impl ProfileSnapshot {
             share(self.get_many_ns),
             per(self.scans),
             share(self.scan_ns),
+            per(self.slow_scans),
+            share(self.slow_scan_ns),
             per(self.prefetches),
             share(self.prefetch_ns),
             per(self.commits),
             share(self.commit_ns),
+            per(self.flushes),
+            share(self.flush_ns),
+            mean_ms(self.flush_ns, self.flushes),
         ) + &self.describe_tables(deleted)
     }
 
@@ -360,7 +393,12 @@ impl Store for ProfiledStore {
     ) -> std::result::Result<Vec<Entry>, StoreError> {
         let p = &self.profile;
         p.by_table[table_index(table)].1.fetch_add(1, Ordering::Relaxed);
-        timed(&p.scans, &p.scan_ns, || self.inner.scan(table, prefix, after, limit)).0
+        let (out, took) = timed(&p.scans, &p.scan_ns, || self.inner.scan(table, prefix, after, limit));
+        if took > MISS_NS {
+            p.slow_scans.fetch_add(1, Ordering::Relaxed);
+            p.slow_scan_ns.fetch_add(took, Ordering::Relaxed);
+        }
+        out
     }
 
     fn prefetch(&self, reads: &Prefetch) -> std::result::Result<(), StoreError> {
@@ -378,7 +416,18 @@ impl Store for ProfiledStore {
     }
 
     fn flush(&self) -> std::result::Result<(), StoreError> {
-        self.inner.flush()
+        // Counted when it went to the server: a flush with nothing staged
+        // returns at once (a group whose steps all failed, a client step
+        // that wrote nothing).
+        let started = Instant::now();
+        let out = self.inner.flush();
+        let took = started.elapsed().as_nanos() as u64;
+        let p = &self.profile;
+        if took > MISS_NS {
+            p.flushes.fetch_add(1, Ordering::Relaxed);
+        }
+        p.flush_ns.fetch_add(took, Ordering::Relaxed);
+        out
     }
 
     fn waits_on_io(&self) -> bool {

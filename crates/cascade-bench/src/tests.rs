@@ -111,6 +111,9 @@ async fn p1_smoke_postgres() {
     let profile = row.store_profile.expect("postgres rows carry their store calls");
     assert!(profile.starts_with("per deleted: "), "{profile}");
     assert!(!profile.contains(" 0 commits"), "{profile}");
+    // The group's transaction is timed: the flushes went to the server.
+    assert!(profile.contains(" flushes ("), "{profile}");
+    assert!(!profile.contains(" 0 flushes"), "{profile}");
     // Every schema the rows made was dropped.
     let left = cascade_testpg_schemas(&target).await;
     assert_eq!(left, Vec::<String>::new(), "schemas left behind");

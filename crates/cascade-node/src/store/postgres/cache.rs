@@ -24,6 +24,24 @@
 //! its writes) and raised by every put since; it is dropped with the rest.
 //! It is kept even when the cache's capacity is zero (a key per table).
 //!
+//! It also keeps **runs**: stretches of a table's keys it knows
+//! completely, with every row in them ([`ReadCache::lookup_run`]). A scan
+//! that went to the server knows every row from its start up to its last
+//! row (or to its range's end, when it found fewer rows than it asked
+//! for); kept, the next scan that starts inside the stretch is answered
+//! from memory, whatever its limit, as long as the stretch holds that
+//! many rows or reaches the scan's end. The commits write through them as
+//! through the rest: a landed put inside a run is added to it, a landed
+//! removal taken out. Why: a P1 of 1M on postgres sent a scan to the
+//! server twice per work step for the due index (one row, then none) and
+//! once per step for the next page of the target's back-references
+//! (`PostgresStore::scan`, which reads a walk's pages ahead), each a round
+//! trip on the writer's thread (with runs, at 1M: 2 due-index scans
+//! instead of 17,572, and pages read ahead). Runs are bounded ([`MAX_RUNS_PER_TABLE`],
+//! [`MAX_RUN_BYTES`], [`MAX_RUNS_BYTES`]), kept in no log table (an append
+//! to a run whose range is open would keep every event), and dropped with
+//! the rest at every fence and failed commit.
+//!
 //! Reads and commits race (the conformance test reads while a thread
 //! commits), so: a commit marks the cache busy before its COMMIT and
 //! writes through after it, both under the lock; a lookup while it is busy
@@ -31,14 +49,20 @@
 //! read from the database is kept only if no commit started since the read
 //! began (a generation count), so an older value never overwrites a newer
 //! one.
+//!
+//! Size: one file on purpose: keys, empty prefixes, highest keys and runs
+//! are one cache under one lock and one generation (a commit writes
+//! through all of them at once, a fence drops all of them), and about
+//! half of the file is their tests.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::{PoisonError, RwLock};
 
 use quick_cache::unsync::Cache;
 use quick_cache::Weighter;
 
-use crate::store::Table;
+use crate::store::{Entry, Table};
 
 /// Each table's highest key as a commit read it (None: the table is empty).
 pub(super) type LearntHighest = Vec<(Table, Option<Vec<u8>>)>;
@@ -95,6 +119,44 @@ const APPEND_ONLY: [Table; 2] = [Table::Outbox, Table::Audit];
 /// headers): a rough figure, so that many absent keys still count.
 const ENTRY_OVERHEAD: u64 = 64;
 
+/// Runs kept per table at most: the oldest goes first. Per table, so
+/// that the one-row runs of many small operations' outcomes (the API's
+/// `GetOperation`) never push out the pages of a walk.
+pub(super) const MAX_RUNS_PER_TABLE: usize = 4;
+
+/// Bytes one run holds at most (keys, values and [`ENTRY_OVERHEAD`] each):
+/// a longer scan is not kept, and a run that grows past it is dropped.
+pub(super) const MAX_RUN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Bytes every run together holds at most: the oldest runs go first.
+pub(super) const MAX_RUNS_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A stretch `[lo, hi)` of a table's keys (hi None: to the table's end)
+/// whose every row is in `rows`, as of the last commit.
+struct Run {
+    table: Table,
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    rows: BTreeMap<Vec<u8>, Vec<u8>>,
+    bytes: u64,
+    /// When it was made (the oldest goes first).
+    made: u64,
+}
+
+impl Run {
+    fn covers(&self, key: &[u8]) -> bool {
+        self.lo.as_slice() <= key && self.hi.as_deref().is_none_or(|hi| key < hi)
+    }
+
+    fn overlaps(&self, lo: &[u8], hi: Option<&[u8]>) -> bool {
+        hi.is_none_or(|hi| self.lo.as_slice() < hi) && self.hi.as_deref().is_none_or(|own| lo < own)
+    }
+}
+
+fn row_bytes(key: &[u8], value: &[u8]) -> u64 {
+    ENTRY_OVERHEAD + key.len() as u64 + value.len() as u64
+}
+
 #[derive(Clone, Default)]
 struct ByteWeighter;
 
@@ -118,6 +180,12 @@ struct State {
     /// Odd while a commit is in flight; changes at every commit's start
     /// and end and at every clear.
     generation: u64,
+    /// The runs known (see the module's doc), in no order.
+    runs: Vec<Run>,
+    /// What every run holds, in bytes.
+    run_bytes: u64,
+    /// Runs made so far (their `made`).
+    runs_made: u64,
 }
 
 impl State {
@@ -147,6 +215,52 @@ impl State {
             self.entries.remove(&SlotRef::EmptyPrefix(table, &key[..*len]));
         }
     }
+
+    /// A write of `key` landed: every run that covers it takes it (a
+    /// put its row, a removal the row's absence).
+    fn write_through_runs(&mut self, table: Table, key: &[u8], value: Option<&[u8]>) {
+        let mut total = self.run_bytes;
+        for run in self.runs.iter_mut().filter(|run| run.table == table && run.covers(key)) {
+            let old = match value {
+                Some(value) => {
+                    let added = row_bytes(key, value);
+                    run.bytes += added;
+                    total += added;
+                    run.rows.insert(key.to_vec(), value.to_vec())
+                }
+                None => run.rows.remove(key),
+            };
+            if let Some(old) = old {
+                let removed = row_bytes(key, &old);
+                run.bytes = run.bytes.saturating_sub(removed);
+                total = total.saturating_sub(removed);
+            }
+        }
+        self.run_bytes = total;
+    }
+
+    /// Drops runs grown past [`MAX_RUN_BYTES`], then the oldest while all
+    /// of them hold more than [`MAX_RUNS_BYTES`].
+    fn bound_runs(&mut self) {
+        let before = self.runs.len();
+        self.runs.retain(|run| run.bytes <= MAX_RUN_BYTES);
+        if self.runs.len() != before {
+            self.run_bytes = self.runs.iter().map(|run| run.bytes).sum();
+        }
+        while self.run_bytes > MAX_RUNS_BYTES {
+            let Some(oldest) = self
+                .runs
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, run)| run.made)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            let run = self.runs.swap_remove(oldest);
+            self.run_bytes = self.run_bytes.saturating_sub(run.bytes);
+        }
+    }
 }
 
 /// The cache. A zero capacity keeps nothing (every lookup a miss).
@@ -161,6 +275,17 @@ pub(super) enum Lookup {
     /// Not cached: read the database, then [`ReadCache::remember`] with
     /// this generation.
     Miss(u64),
+}
+
+/// What a lookup of a scan's rows in the runs found.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum RunLookup {
+    /// The scan's rows, as of the last commit.
+    Hit(Vec<Entry>),
+    /// A run covers the scan's start, but holds too few of its rows.
+    Short,
+    /// No run covers the scan's start.
+    Miss,
 }
 
 /// What a lookup of a prefix found.
@@ -183,6 +308,9 @@ impl ReadCache {
                 prefix_lengths: BTreeMap::new(),
                 highest: BTreeMap::new(),
                 generation: 0,
+                runs: Vec::new(),
+                run_bytes: 0,
+                runs_made: 0,
             }),
         }
     }
@@ -216,6 +344,133 @@ impl ReadCache {
         } else {
             PrefixLookup::Miss(state.generation)
         }
+    }
+
+    /// The rows of `table` from `start` (inclusive) to `end` (exclusive;
+    /// None: the table's end), at most `most`, from a run that starts at
+    /// or before `start` and either holds `most` rows from there or
+    /// reaches `end` ([`RunLookup::Hit`]); [`RunLookup::Short`] when a
+    /// run covers `start` but holds too few rows (a walk used it up: the
+    /// caller reads ahead); else (or while a commit is in flight: the
+    /// database may be ahead of the runs) [`RunLookup::Miss`].
+    pub(super) fn lookup_run(&self, table: Table, start: &[u8], end: Option<&[u8]>, most: usize) -> RunLookup {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        if state.generation & 1 == 1 {
+            return RunLookup::Miss;
+        }
+        let Some(run) = state.runs.iter().find(|run| run.table == table && run.covers(start)) else {
+            return RunLookup::Miss;
+        };
+        // The scan's rows in the run end at whichever comes first.
+        let upper = match (run.hi.as_deref(), end) {
+            (Some(hi), Some(end)) => Some(hi.min(end)),
+            (hi, end) => hi.or(end),
+        };
+        let reaches_end = match (run.hi.as_deref(), end) {
+            (None, _) => true,
+            (Some(hi), Some(end)) => hi >= end,
+            (Some(_), None) => false,
+        };
+        if upper.is_some_and(|upper| start >= upper) {
+            // An empty range (an `after` at or past the prefix's end).
+            return if reaches_end {
+                RunLookup::Hit(Vec::new())
+            } else {
+                RunLookup::Short
+            };
+        }
+        let bound = upper.map_or(Bound::Unbounded, Bound::Excluded);
+        let rows: Vec<Entry> = run
+            .rows
+            .range::<[u8], _>((Bound::Included(start), bound))
+            .take(most)
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        if rows.len() >= most || reaches_end {
+            RunLookup::Hit(rows)
+        } else {
+            RunLookup::Short
+        }
+    }
+
+    /// Whether a scan of `table` may be kept as a run (not a log's: see
+    /// the module's doc), so that reading ahead for one is worth it.
+    pub(super) fn keeps_runs(table: Table) -> bool {
+        !APPEND_ONLY.contains(&table)
+    }
+
+    /// Keeps what a scan of the database begun at `generation` found, on
+    /// the same terms as [`ReadCache::remember`]: `rows`, the first rows
+    /// of `table` from `start` (inclusive) to `end` (exclusive; None: the
+    /// table's end), at most `asked` of them. Fewer than asked: every row
+    /// of the range; else every row up to the last one. Not kept for a
+    /// log table, nor past [`MAX_RUN_BYTES`]; a run it overlaps is
+    /// replaced.
+    pub(super) fn remember_run(
+        &self,
+        generation: u64,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        asked: usize,
+        rows: &[Entry],
+    ) {
+        if !Self::keeps_runs(table) {
+            return;
+        }
+        let bytes: u64 = rows.iter().map(|(key, value)| row_bytes(key, value)).sum();
+        if bytes > MAX_RUN_BYTES {
+            return;
+        }
+        let hi = match rows.last() {
+            // The smallest key above the last row: `last ‖ 0x00`.
+            Some((last, _)) if rows.len() >= asked => {
+                let mut above = last.clone();
+                above.push(0);
+                Some(above)
+            }
+            _ => end.map(<[u8]>::to_vec),
+        };
+        if hi.as_deref().is_some_and(|hi| start >= hi) {
+            return;
+        }
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        if state.generation != generation || generation & 1 == 1 {
+            return;
+        }
+        let State { runs, run_bytes, .. } = &mut *state;
+        runs.retain(|run| {
+            let keep = run.table != table || !run.overlaps(start, hi.as_deref());
+            if !keep {
+                *run_bytes = run_bytes.saturating_sub(run.bytes);
+            }
+            keep
+        });
+        let of_table = runs.iter().filter(|run| run.table == table).count();
+        if of_table >= MAX_RUNS_PER_TABLE {
+            if let Some(oldest) = runs
+                .iter()
+                .enumerate()
+                .filter(|(_, run)| run.table == table)
+                .min_by_key(|(_, run)| run.made)
+                .map(|(i, _)| i)
+            {
+                let run = runs.swap_remove(oldest);
+                *run_bytes = run_bytes.saturating_sub(run.bytes);
+            }
+        }
+        state.runs_made += 1;
+        let made = state.runs_made;
+        state.run_bytes += bytes;
+        state.runs.push(Run {
+            table,
+            lo: start.to_vec(),
+            hi,
+            rows: rows.iter().cloned().collect(),
+            bytes,
+            made,
+        });
+        state.bound_runs();
     }
 
     /// The generation a read of the database that starts now passes to
@@ -303,6 +558,9 @@ impl ReadCache {
             Some((writes, learnt)) => {
                 state.highest.extend(learnt);
                 for (table, key, value) in writes {
+                    if !state.runs.is_empty() && !APPEND_ONLY.contains(&table) {
+                        state.write_through_runs(table, key, value);
+                    }
                     let Some(value) = value else {
                         // A removed key is forgotten, not kept as absent:
                         // a cascade removes three keys per resource it
@@ -329,6 +587,7 @@ impl ReadCache {
                             .insert(Slot::Key(table, key.to_vec()), Some(value.to_vec()));
                     }
                 }
+                state.bound_runs();
             }
             None => state.clear(),
         }
@@ -355,6 +614,8 @@ impl State {
         self.entries.clear();
         self.prefix_lengths.clear();
         self.highest.clear();
+        self.runs.clear();
+        self.run_bytes = 0;
     }
 }
 
@@ -602,5 +863,172 @@ mod tests {
         assert!(!cache.highest_known(Table::Outbox));
         landed(&cache, b"k", Some(b"v"));
         assert_eq!(hit(&cache, b"k"), Some(Some(b"v".to_vec())), "the cache works again");
+    }
+
+    fn rows(keys: &[&str]) -> Vec<Entry> {
+        keys.iter().map(|k| (k.as_bytes().to_vec(), b"v".to_vec())).collect()
+    }
+
+    fn keys_of(found: RunLookup) -> Option<Vec<String>> {
+        match found {
+            RunLookup::Hit(rows) => Some(
+                rows.into_iter()
+                    .map(|(key, _)| String::from_utf8(key).unwrap())
+                    .collect(),
+            ),
+            RunLookup::Short | RunLookup::Miss => None,
+        }
+    }
+
+    fn run_keys(cache: &ReadCache, start: &str, end: Option<&str>, most: usize) -> Option<Vec<String>> {
+        keys_of(cache.lookup_run(Table::Backrefs, start.as_bytes(), end.map(str::as_bytes), most))
+    }
+
+    #[test]
+    fn a_run_answers_scans_inside_it_and_takes_the_writes_that_land_in_it() {
+        let cache = ReadCache::new(1 << 20);
+        let g = cache.generation();
+        // Fewer rows than asked: every row of [t/, t0) is known.
+        cache.remember_run(
+            g,
+            Table::Backrefs,
+            b"t/",
+            Some(b"t0"),
+            10,
+            &rows(&["t/1", "t/2", "t/3"]),
+        );
+        assert_eq!(run_keys(&cache, "t/", Some("t0"), 10).unwrap(), ["t/1", "t/2", "t/3"]);
+        assert_eq!(
+            run_keys(&cache, "t/1\0", Some("t0"), 10).unwrap(),
+            ["t/2", "t/3"],
+            "after t/1"
+        );
+        assert_eq!(run_keys(&cache, "t/", Some("t0"), 2).unwrap(), ["t/1", "t/2"]);
+        assert_eq!(run_keys(&cache, "s", Some("t0"), 10), None, "starts before the run");
+        assert_eq!(run_keys(&cache, "t/", None, 10), None, "past the run's end");
+        assert!(
+            keys_of(cache.lookup_run(Table::Meta, b"t/", Some(b"t0"), 10)).is_none(),
+            "another table"
+        );
+        let started = cache.commit_started();
+        assert_eq!(
+            run_keys(&cache, "t/", Some("t0"), 10),
+            None,
+            "not while a commit is in flight"
+        );
+        ended(
+            &cache,
+            started,
+            [
+                (Table::Backrefs, b"t/2".as_slice(), None),
+                (Table::Backrefs, b"t/25".as_slice(), Some(b"v".as_slice())),
+                (Table::Backrefs, b"u/1".as_slice(), Some(b"v".as_slice())),
+            ],
+        );
+        assert_eq!(run_keys(&cache, "t/", Some("t0"), 10).unwrap(), ["t/1", "t/25", "t/3"]);
+    }
+
+    #[test]
+    fn a_run_that_stopped_at_its_limit_knows_nothing_past_its_last_row() {
+        let cache = ReadCache::new(1 << 20);
+        let g = cache.generation();
+        cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 3, &rows(&["t/1", "t/2", "t/3"]));
+        assert_eq!(run_keys(&cache, "t/1\0", Some("t0"), 2).unwrap(), ["t/2", "t/3"]);
+        assert_eq!(run_keys(&cache, "t/1\0", Some("t0"), 3), None, "a row may follow t/3");
+        assert_eq!(
+            cache.lookup_run(Table::Backrefs, b"t/1\0", Some(b"t0"), 3),
+            RunLookup::Short,
+            "used up: the caller reads ahead"
+        );
+        assert_eq!(cache.lookup_run(Table::Backrefs, b"s", Some(b"t0"), 3), RunLookup::Miss);
+        // A landed put past the last row is not in the run: still unknown.
+        landed_in(&cache, Table::Backrefs, "t/4");
+        assert_eq!(run_keys(&cache, "t/3", Some("t0"), 1).unwrap(), ["t/3"]);
+        assert_eq!(run_keys(&cache, "t/3\0", Some("t0"), 1), None);
+        // An open range (a table's end) is known whole only when the scan
+        // found fewer rows than it asked for.
+        let g = cache.generation();
+        cache.remember_run(g, Table::DueIndex, b"", None, 64, &[]);
+        assert_eq!(
+            keys_of(cache.lookup_run(Table::DueIndex, b"", None, 64)).unwrap(),
+            Vec::<String>::new()
+        );
+        landed_in(&cache, Table::DueIndex, "7");
+        assert_eq!(
+            keys_of(cache.lookup_run(Table::DueIndex, b"", None, 64)).unwrap(),
+            ["7"]
+        );
+    }
+
+    fn landed_in(cache: &ReadCache, table: Table, key: &str) {
+        let started = cache.commit_started();
+        ended(cache, started, [(table, key.as_bytes(), Some(b"v".as_slice()))]);
+    }
+
+    #[test]
+    fn a_run_read_before_a_commit_or_dropped_by_a_fence_or_a_failed_commit_is_never_used() {
+        let cache = ReadCache::new(1 << 20);
+        let before = cache.generation();
+        landed_in(&cache, Table::Backrefs, "t/2");
+        cache.remember_run(before, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1"]));
+        assert_eq!(run_keys(&cache, "t/", Some("t0"), 10), None, "read before t/2 landed");
+        let g = cache.generation();
+        cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1", "t/2"]));
+        assert!(run_keys(&cache, "t/", Some("t0"), 10).is_some());
+        cache.clear();
+        assert_eq!(run_keys(&cache, "t/", Some("t0"), 10), None, "a fence");
+        let g = cache.generation();
+        cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1", "t/2"]));
+        let started = cache.commit_started();
+        failed(&cache, started);
+        assert_eq!(
+            run_keys(&cache, "t/", Some("t0"), 10),
+            None,
+            "a commit that may have landed"
+        );
+        // A log's appends would all go into an open run: none is kept.
+        let g = cache.generation();
+        cache.remember_run(g, Table::Outbox, b"", None, 10, &rows(&["1"]));
+        assert!(keys_of(cache.lookup_run(Table::Outbox, b"", None, 10)).is_none());
+    }
+
+    #[test]
+    fn runs_are_bounded_per_table_and_in_bytes() {
+        let cache = ReadCache::new(1 << 20);
+        let g = cache.generation();
+        cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1"]));
+        for i in 0..=MAX_RUNS_PER_TABLE {
+            let (lo, hi) = (format!("o{i}/"), format!("o{i}0"));
+            cache.remember_run(g, Table::Outcomes, lo.as_bytes(), Some(hi.as_bytes()), 10, &[]);
+        }
+        let known = |table: Table, lo: &str, hi: &str| {
+            matches!(
+                cache.lookup_run(table, lo.as_bytes(), Some(hi.as_bytes()), 10),
+                RunLookup::Hit(_)
+            )
+        };
+        assert!(!known(Table::Outcomes, "o0/", "o00"), "the oldest of the table went");
+        assert!(known(
+            Table::Outcomes,
+            &format!("o{MAX_RUNS_PER_TABLE}/"),
+            &format!("o{MAX_RUNS_PER_TABLE}0")
+        ));
+        assert!(known(Table::Backrefs, "t/", "t0"), "another table's run stays");
+        // A scan longer than a run may hold is not kept.
+        let big = vec![(b"u/1".to_vec(), vec![0; MAX_RUN_BYTES as usize])];
+        cache.remember_run(g, Table::Backrefs, b"u/", Some(b"u0"), 10, &big);
+        assert!(!known(Table::Backrefs, "u/", "u0"));
+        // A run that grows past it is dropped.
+        let started = cache.commit_started();
+        let value = vec![0; MAX_RUN_BYTES as usize];
+        ended(
+            &cache,
+            started,
+            [(Table::Backrefs, b"t/2".as_slice(), Some(value.as_slice()))],
+        );
+        assert!(!known(Table::Backrefs, "t/", "t0"));
+        let state = cache.state.read().unwrap();
+        assert!(state.run_bytes <= MAX_RUNS_BYTES);
+        assert_eq!(state.run_bytes, state.runs.iter().map(|run| run.bytes).sum::<u64>());
     }
 }

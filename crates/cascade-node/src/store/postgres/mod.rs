@@ -51,7 +51,7 @@ use tokio_postgres::NoTls;
 #[cfg(doc)]
 use super::WriterLease;
 use super::{Batch, Entry, Prefetch, Store, StoreError, Table};
-use cache::{Lookup, PrefixLookup, ReadCache};
+use cache::{Lookup, PrefixLookup, ReadCache, RunLookup};
 pub use lease::MAX_MEMBERS;
 pub use migrate::SCHEMA_VERSION;
 pub use settings::{check_schema_name, PostgresSettings, DEFAULT_SCHEMA};
@@ -417,6 +417,31 @@ impl Sees {
     }
 }
 
+/// Rows a scan of a walk's page reads at least (a page after the first,
+/// or one whose run was used up): what it was asked for and the next
+/// pages, kept as a run (`cache.rs`). A P1 work step on postgres takes a
+/// page of a few hundred back-references of about 200 bytes each (with
+/// the run's overhead): a read of 4,096 serves several steps and stays
+/// inside a run's bound.
+const RUN_READ_AHEAD: usize = 4096;
+
+/// How many rows a scan that goes to the server asks for: `asked`, or,
+/// for a walk's page (a page after the first, or one where the last
+/// read's rows were used up: a walk that starts from the prefix each
+/// step, its rows removed as it goes), [`RUN_READ_AHEAD`] at least, kept
+/// as a run (`cache.rs`) so the next steps' pages cost no round trip.
+/// Not in a log (the outbox, the audit log), whose scans keep no run: its
+/// reader's next page would be read again (at 1M, reading ahead each
+/// outbox page cost the server 16-25 s a row).
+fn rows_to_read(table: Table, continues: bool, looked: &RunLookup, limit: usize, asked: usize) -> usize {
+    let walking = (continues || matches!(looked, RunLookup::Short)) && limit > 1 && ReadCache::keeps_runs(table);
+    if walking {
+        asked.max(RUN_READ_AHEAD)
+    } else {
+        asked
+    }
+}
+
 impl PostgresStore {
     fn get_as(&self, sees: Sees, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(staged) = sees.staged(&self.staged, table, key) {
@@ -485,14 +510,30 @@ impl PostgresStore {
         let asked = limit.saturating_add(staged.iter().filter(|(_, value)| value.is_none()).count());
         let rows = match self.cache.lookup_prefix(table, prefix) {
             PrefixLookup::Empty => Vec::new(),
-            PrefixLookup::Miss(generation) => {
-                let whole_prefix = start == prefix;
-                let rows = self.run(commit::scan(self.shared.clone(), table, start, end, asked))?;
-                if rows.is_empty() && whole_prefix {
-                    self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+            PrefixLookup::Miss(generation) => match self.cache.lookup_run(table, &start, end.as_deref(), asked) {
+                RunLookup::Hit(rows) => rows,
+                looked => {
+                    let whole_prefix = start == prefix;
+                    let read = rows_to_read(table, after.is_some(), &looked, limit, asked);
+                    let mut rows = self.run(commit::scan(
+                        self.shared.clone(),
+                        table,
+                        start.clone(),
+                        end.clone(),
+                        read,
+                    ))?;
+                    if rows.is_empty() && whole_prefix {
+                        self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+                    } else if limit > 1 {
+                        // Not a check that a row exists (limit 1): its run
+                        // would be one row, and push out a walk's.
+                        self.cache
+                            .remember_run(generation, table, &start, end.as_deref(), read, &rows);
+                    }
+                    rows.truncate(asked);
+                    rows
                 }
-                rows
-            }
+            },
         };
         if staged.is_empty() {
             return Ok(rows);
@@ -614,7 +655,11 @@ impl Store for PostgresStore {
     /// The server's rows merged with the staged writes in range
     /// (`staged::merge`). A prefix known to hold no row on the server is
     /// not asked for; a scan of a whole prefix that finds none there is
-    /// remembered.
+    /// remembered. A scan inside a stretch of rows the cache knows whole
+    /// (a run: what an earlier scan found, kept up by the commits since,
+    /// `cache.rs`) is answered from it; a walk's page (after the first,
+    /// or where its run ran short) reads [`RUN_READ_AHEAD`] rows at least,
+    /// for the pages after it.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.scan_as(Sees::Staged, table, prefix, after, limit)
     }
@@ -634,5 +679,42 @@ impl Store for PostgresStore {
     /// writer retries only once the server answers.
     fn reopen(&self) -> Result<(), StoreError> {
         self.run(commit::ping(self.shared.clone()))
+    }
+}
+
+#[cfg(test)]
+mod read_ahead_tests {
+    use super::*;
+
+    #[test]
+    fn a_walks_pages_read_ahead_and_a_logs_pages_and_single_rows_do_not() {
+        let read = |table, continues, looked: RunLookup, limit| rows_to_read(table, continues, &looked, limit, limit);
+        assert_eq!(
+            read(Table::Backrefs, true, RunLookup::Miss, 300),
+            RUN_READ_AHEAD,
+            "a page after the first"
+        );
+        assert_eq!(
+            read(Table::Backrefs, false, RunLookup::Short, 300),
+            RUN_READ_AHEAD,
+            "its run used up"
+        );
+        assert_eq!(read(Table::Backrefs, false, RunLookup::Miss, 300), 300, "a first page");
+        assert_eq!(
+            read(Table::Backrefs, true, RunLookup::Miss, 1),
+            1,
+            "whether a row exists"
+        );
+        assert_eq!(
+            read(Table::Backrefs, true, RunLookup::Miss, 10_000),
+            10_000,
+            "more than a read-ahead"
+        );
+        assert_eq!(
+            read(Table::Outbox, true, RunLookup::Miss, 300),
+            300,
+            "a log keeps no run"
+        );
+        assert_eq!(read(Table::Audit, false, RunLookup::Short, 300), 300);
     }
 }

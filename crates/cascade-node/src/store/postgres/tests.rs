@@ -192,6 +192,9 @@ fn absences_learnt_before_a_takeover_never_hide_the_next_writers_rows() {
         "a put into it"
     );
     db.superuser_sql("DELETE FROM cascade.backrefs").unwrap();
+    // What it knew of the rows deleted behind its back (the scan of p/
+    // above is kept whole, as a run) goes with a fence, at any epoch.
+    a.fence(1);
 
     // The takeover: b writes every one of those rows, then a writes again.
     learn(&a);
@@ -1045,4 +1048,86 @@ fn only_the_writers_view_reads_what_is_staged_and_an_older_epochs_flush_keeps_th
         Some(b"2".to_vec())
     );
     assert_eq!(store.at_epoch(second).get(Table::Meta, b"old").unwrap(), None);
+}
+
+/// A walk's pages after the first read ahead, and what they read is kept
+/// as a run: the next pages come from it, with the store's own writes
+/// that landed in it since (a row put behind its back is not seen: nobody
+/// else may write while it holds its epoch), until a fence drops it.
+#[test]
+fn a_walks_next_pages_come_from_what_it_read_ahead_with_the_writes_landed_since() {
+    let Some(db) = fresh_database("runs") else { return };
+    let store = writer(&db);
+    let key = |i: usize| format!("t/{i:04}").into_bytes();
+    let mut rows = Batch::default();
+    for i in 0..6000 {
+        rows.put(Table::Backrefs, key(i), b"v".to_vec());
+    }
+    rows.put(Table::Backrefs, b"u/0".to_vec(), b"v".to_vec());
+    land(&store, rows).unwrap();
+    let page = |after: usize| -> Vec<Vec<u8>> {
+        let rows = store.scan(Table::Backrefs, b"t/", Some(&key(after)), 100).unwrap();
+        rows.into_iter().map(|(key, _)| key).collect()
+    };
+    assert_eq!(page(99), (100..200).map(key).collect::<Vec<_>>());
+    db.superuser_sql("INSERT INTO cascade.backrefs VALUES (convert_to('t/0250x', 'UTF8'), '\\x76')")
+        .unwrap();
+    let mut writes = Batch::default();
+    writes.remove(Table::Backrefs, key(200));
+    writes.put(Table::Backrefs, b"t/0201a".to_vec(), b"v".to_vec());
+    land(&store, writes).unwrap();
+    let mut want: Vec<Vec<u8>> = (201..300).map(key).collect();
+    want.insert(1, b"t/0201a".to_vec());
+    assert_eq!(page(199), want, "its own writes, landed");
+    assert_eq!(
+        page(249)[..2].to_vec(),
+        vec![key(250), key(251)],
+        "read ahead, not asked again"
+    );
+    // Past what it read ahead (t/0100 to t/4195): the server, read ahead
+    // again.
+    assert_eq!(page(4249), (4250..4350).map(key).collect::<Vec<_>>());
+    store.fence(store.try_acquire(&node("a"), LONG).unwrap().unwrap());
+    assert_eq!(
+        page(249)[..2].to_vec(),
+        vec![key(250), b"t/0250x".to_vec()],
+        "a fence drops it"
+    );
+}
+
+/// A walk that starts from its prefix at every step, its rows removed as
+/// it goes (a cascade's target: each step's page is the first one left):
+/// the first read asks for its page only, and once what it read is used
+/// up the next read reads ahead, so the pages after it come from memory
+/// (a row put behind the store's back there is not seen).
+#[test]
+fn a_walk_from_its_prefix_reads_ahead_once_its_first_page_is_used_up() {
+    let Some(db) = fresh_database("runs_used_up") else {
+        return;
+    };
+    let store = writer(&db);
+    let key = |i: usize| format!("u/{i:04}").into_bytes();
+    let mut rows = Batch::default();
+    for i in 0..600 {
+        rows.put(Table::Backrefs, key(i), b"v".to_vec());
+    }
+    land(&store, rows).unwrap();
+    let first_page = || -> Vec<Vec<u8>> {
+        let rows = store.scan(Table::Backrefs, b"u/", None, 100).unwrap();
+        rows.into_iter().map(|(key, _)| key).collect()
+    };
+    let remove = |keys: std::ops::Range<usize>| {
+        let mut batch = Batch::default();
+        for i in keys {
+            batch.remove(Table::Backrefs, key(i));
+        }
+        land(&store, batch).unwrap();
+    };
+    assert_eq!(first_page(), (0..100).map(key).collect::<Vec<_>>());
+    remove(0..100);
+    assert_eq!(first_page(), (100..200).map(key).collect::<Vec<_>>(), "read ahead");
+    db.superuser_sql("INSERT INTO cascade.backrefs VALUES (convert_to('u/0250x', 'UTF8'), '\\x76')")
+        .unwrap();
+    remove(100..200);
+    assert_eq!(first_page(), (200..300).map(key).collect::<Vec<_>>(), "from memory");
 }
