@@ -243,6 +243,13 @@ pub fn limits() -> Vec<Limit> {
         row("store", "a repeated warning, logged once per", Amount::Time(crate::log_throttle::DEFAULT_WINDOW), ""),
         row("store", "events per outbox row (a commit of more events writes more rows)", items(crate::codec::MAX_EVENTS_PER_OUTBOX_ROW), ""),
         row("store", "bytes of events per outbox row (a larger event is a row of its own)", bytes(crate::codec::MAX_OUTBOX_ROW_BYTES), ""),
+        // PostgreSQL's writer (`store/postgres`): what a group stages before its flush, the runs its read cache keeps beside `cache_mb`.
+        row("store", "PostgreSQL: writes a writer stages before a flush (more: sent at once)", items(crate::store::MAX_STAGED_KEYS), ""),
+        row("store", "PostgreSQL: bytes a writer stages before a flush (more: sent at once)", bytes(crate::store::MAX_STAGED_BYTES), ""),
+        row("store", "PostgreSQL: rows a writer's walk reads ahead (back-references, due index)", items(crate::store::RUN_READ_AHEAD), ""),
+        row("store", "PostgreSQL: read runs kept per table", items(crate::store::MAX_RUNS_PER_TABLE), ""),
+        row("store", "PostgreSQL: bytes of one read run (a larger one is not kept)", Amount::Bytes(crate::store::MAX_RUN_BYTES), ""),
+        row("store", "PostgreSQL: bytes of all read runs (beside the engine cache)", Amount::Bytes(crate::store::MAX_RUNS_BYTES), ""),
         // The schema.
         row("schema", "kinds", items(cascade_core::schema::MAX_KINDS), ""),
         row("schema", "reference fields per kind", items(cascade_core::schema::MAX_REFS_PER_KIND), ""),

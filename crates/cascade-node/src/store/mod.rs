@@ -37,7 +37,8 @@ pub use floors::{scan_from_floor, ScanFloors};
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::{MemoryStore, TableFootprint};
 pub use postgres::{
-    check_schema_name, open_postgres, PostgresSettings, PostgresStore, DEFAULT_SCHEMA, MAX_MEMBERS, SCHEMA_VERSION,
+    check_schema_name, open_postgres, PostgresSettings, PostgresStore, DEFAULT_SCHEMA, MAX_MEMBERS, MAX_RUNS_BYTES,
+    MAX_RUNS_PER_TABLE, MAX_RUN_BYTES, MAX_STAGED_BYTES, MAX_STAGED_KEYS, RUN_READ_AHEAD, SCHEMA_VERSION,
 };
 pub use sled_store::SledStore;
 pub use tombstones::TombstoneStore;

@@ -122,14 +122,14 @@ const ENTRY_OVERHEAD: u64 = 64;
 /// Runs kept per table at most: the oldest goes first. Per table, so
 /// that the one-row runs of many small operations' outcomes (the API's
 /// `GetOperation`) never push out the pages of a walk.
-pub(super) const MAX_RUNS_PER_TABLE: usize = 4;
+pub const MAX_RUNS_PER_TABLE: usize = 4;
 
 /// Bytes one run holds at most (keys, values and [`ENTRY_OVERHEAD`] each):
 /// a longer scan is not kept, and a run that grows past it is dropped.
-pub(super) const MAX_RUN_BYTES: u64 = 4 * 1024 * 1024;
+pub const MAX_RUN_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Bytes every run together holds at most: the oldest runs go first.
-pub(super) const MAX_RUNS_BYTES: u64 = 16 * 1024 * 1024;
+pub const MAX_RUNS_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A stretch `[lo, hi)` of a table's keys (hi None: to the table's end)
 /// whose every row is in `rows`, as of the last commit.
@@ -263,7 +263,8 @@ impl State {
     }
 }
 
-/// The cache. A zero capacity keeps nothing (every lookup a miss).
+/// The cache. A zero capacity keeps no entry (every key lookup a miss);
+/// runs and each table's highest key are bounded on their own.
 pub(super) struct ReadCache {
     state: RwLock<State>,
 }

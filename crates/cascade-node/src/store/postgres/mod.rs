@@ -52,9 +52,11 @@ use tokio_postgres::NoTls;
 use super::WriterLease;
 use super::{Batch, Entry, Prefetch, Store, StoreError, Table};
 use cache::{Lookup, PrefixLookup, ReadCache, RunLookup};
+pub use cache::{MAX_RUNS_BYTES, MAX_RUNS_PER_TABLE, MAX_RUN_BYTES};
 pub use lease::MAX_MEMBERS;
 pub use migrate::SCHEMA_VERSION;
 pub use settings::{check_schema_name, PostgresSettings, DEFAULT_SCHEMA};
+pub use staged::{MAX_STAGED_BYTES, MAX_STAGED_KEYS};
 use settings::{
     connection_config, open_error, with_session, Target, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, POOL_TIMEOUT,
     READ_POOL_SIZE, READ_STATEMENT_TIMEOUT, WRITER_STATEMENT_TIMEOUT,
@@ -423,18 +425,32 @@ impl Sees {
 /// page of a few hundred back-references of about 200 bytes each (with
 /// the run's overhead): a read of 4,096 serves several steps and stays
 /// inside a run's bound.
-const RUN_READ_AHEAD: usize = 4096;
+pub const RUN_READ_AHEAD: usize = 4096;
+
+/// The tables whose pages the writer's walks read ahead: index rows, a
+/// key and an empty or small value each (a back-reference names two
+/// resources and a field: under 1 KiB), so [`RUN_READ_AHEAD`] of them
+/// stay within `cache::MAX_RUN_BYTES`. Not a table of records (a page of
+/// resources or operations could be thousands of times larger, and its
+/// reader pages on by its own bounds), nor a log (the outbox, the audit
+/// log: no run is kept there, and reading its pages ahead cost the server
+/// 16-25 s a P1 row at 1M).
+const READ_AHEAD_TABLES: [Table; 3] = [Table::Backrefs, Table::BlockingBackrefs, Table::DueIndex];
 
 /// How many rows a scan that goes to the server asks for: `asked`, or,
-/// for a walk's page (a page after the first, or one where the last
-/// read's rows were used up: a walk that starts from the prefix each
-/// step, its rows removed as it goes), [`RUN_READ_AHEAD`] at least, kept
-/// as a run (`cache.rs`) so the next steps' pages cost no round trip.
-/// Not in a log (the outbox, the audit log), whose scans keep no run: its
-/// reader's next page would be read again (at 1M, reading ahead each
-/// outbox page cost the server 16-25 s a row).
-fn rows_to_read(table: Table, continues: bool, looked: &RunLookup, limit: usize, asked: usize) -> usize {
-    let walking = (continues || matches!(looked, RunLookup::Short)) && limit > 1 && ReadCache::keeps_runs(table);
+/// for a page of the writer's own walk (a page after the first, or one
+/// where the last read's rows were used up: a walk that starts from the
+/// prefix each step, its rows removed as it goes) in one of
+/// [`READ_AHEAD_TABLES`], [`RUN_READ_AHEAD`] at least, kept as a run
+/// (`cache.rs`) so the next steps' pages cost no round trip. Only the
+/// writer's view reads ahead: the API's, peers' and streams' scans page
+/// on their own bounds, and the rows they would read ahead (and the runs
+/// they would push out) are the writer's.
+fn rows_to_read(table: Table, sees: Sees, continues: bool, looked: &RunLookup, limit: usize, asked: usize) -> usize {
+    let walking = sees == Sees::Staged
+        && (continues || matches!(looked, RunLookup::Short))
+        && limit > 1
+        && READ_AHEAD_TABLES.contains(&table);
     if walking {
         asked.max(RUN_READ_AHEAD)
     } else {
@@ -514,7 +530,7 @@ impl PostgresStore {
                 RunLookup::Hit(rows) => rows,
                 looked => {
                     let whole_prefix = start == prefix;
-                    let read = rows_to_read(table, after.is_some(), &looked, limit, asked);
+                    let read = rows_to_read(table, sees, after.is_some(), &looked, limit, asked);
                     let mut rows = self.run(commit::scan(
                         self.shared.clone(),
                         table,
@@ -524,9 +540,13 @@ impl PostgresStore {
                     ))?;
                     if rows.is_empty() && whole_prefix {
                         self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
-                    } else if limit > 1 {
+                    } else if limit > 1 && sees == Sees::Staged {
                         // Not a check that a row exists (limit 1): its run
-                        // would be one row, and push out a walk's.
+                        // would be one row, and push out a walk's. Nor
+                        // another view's scan: runs are few (four a
+                        // table), and an API's or a peer's page would push
+                        // out the writer's walk (any view reads a run: it
+                        // holds what landed).
                         self.cache
                             .remember_run(generation, table, &start, end.as_deref(), read, &rows);
                     }
@@ -687,34 +707,51 @@ mod read_ahead_tests {
     use super::*;
 
     #[test]
-    fn a_walks_pages_read_ahead_and_a_logs_pages_and_single_rows_do_not() {
-        let read = |table, continues, looked: RunLookup, limit| rows_to_read(table, continues, &looked, limit, limit);
+    fn a_writers_walk_reads_ahead_and_logs_records_single_rows_and_other_views_do_not() {
+        let read = |table, sees, continues, looked: RunLookup, limit| {
+            rows_to_read(table, sees, continues, &looked, limit, limit)
+        };
+        let writer = Sees::Staged;
         assert_eq!(
-            read(Table::Backrefs, true, RunLookup::Miss, 300),
+            read(Table::Backrefs, writer, true, RunLookup::Miss, 300),
             RUN_READ_AHEAD,
             "a page after the first"
         );
         assert_eq!(
-            read(Table::Backrefs, false, RunLookup::Short, 300),
+            read(Table::Backrefs, writer, false, RunLookup::Short, 300),
             RUN_READ_AHEAD,
             "its run used up"
         );
-        assert_eq!(read(Table::Backrefs, false, RunLookup::Miss, 300), 300, "a first page");
         assert_eq!(
-            read(Table::Backrefs, true, RunLookup::Miss, 1),
+            read(Table::DueIndex, writer, true, RunLookup::Miss, 2),
+            RUN_READ_AHEAD
+        );
+        assert_eq!(read(Table::Backrefs, writer, false, RunLookup::Miss, 300), 300, "a first page");
+        assert_eq!(
+            read(Table::Backrefs, writer, true, RunLookup::Miss, 1),
             1,
             "whether a row exists"
         );
         assert_eq!(
-            read(Table::Backrefs, true, RunLookup::Miss, 10_000),
+            read(Table::Backrefs, writer, true, RunLookup::Miss, 10_000),
             10_000,
             "more than a read-ahead"
         );
         assert_eq!(
-            read(Table::Outbox, true, RunLookup::Miss, 300),
-            300,
-            "a log keeps no run"
+            read(Table::Outbox, writer, true, RunLookup::Miss, 32),
+            32,
+            "a log keeps no run (the outbox's compaction pages by 32 rows of up to 64 KiB)"
         );
-        assert_eq!(read(Table::Audit, false, RunLookup::Short, 300), 300);
+        assert_eq!(read(Table::Audit, writer, false, RunLookup::Short, 300), 300);
+        assert_eq!(
+            read(Table::Resources, writer, true, RunLookup::Miss, 100),
+            100,
+            "records are not index rows"
+        );
+        assert_eq!(
+            read(Table::Backrefs, Sees::Landed, true, RunLookup::Miss, 300),
+            300,
+            "a peer's or the API's page"
+        );
     }
 }

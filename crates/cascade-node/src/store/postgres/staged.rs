@@ -45,12 +45,12 @@ use crate::store::{Batch, Entry, StoreError, Table};
 /// Keys staged at most (over every table): a commit that stages more
 /// sends everything staged at once. A work step of a P1 stages a few
 /// thousand; a group's client steps a few each.
-pub(super) const MAX_STAGED_KEYS: usize = 50_000;
+pub const MAX_STAGED_KEYS: usize = 50_000;
 
 /// Bytes staged at most (keys, values and [`ENTRY_OVERHEAD`] each), as
 /// [`MAX_STAGED_KEYS`]: the transaction that sends them stays well inside
 /// the writer session's `statement_timeout`.
-pub(super) const MAX_STAGED_BYTES: usize = 32 * 1024 * 1024;
+pub const MAX_STAGED_BYTES: usize = 32 * 1024 * 1024;
 
 /// Bytes a staged key costs beyond its key and value (its map entry).
 const ENTRY_OVERHEAD: usize = 64;
