@@ -11,7 +11,7 @@ use crate::auth::Principal;
 use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
-    OutcomeAction, Progress, Resource, ResourceState, SoftDeletion, Timestamp, WorkItem,
+    OutcomeAction, Progress, RefTarget, Resource, ResourceState, SoftDeletion, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
@@ -159,7 +159,7 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     resource: Resource,
-    reason: &DeletionReason,
+    reason: DeletionReason,
     operation: OperationId,
 ) -> Result<(), CoreError> {
     debug_assert!(
@@ -168,8 +168,7 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
         resource.name
     );
     release_outgoing(tx, ctx, &resource)?;
-    let target = target_of(&resource);
-    let was_unset = counted_as_unset(tx, operation, &target.name)?;
+    let was_unset = counted_as_unset(tx, operation, &resource.name)?;
     let retain = retention_ms(tx, ctx, operation, resource.kind())?;
     if retain == 0 {
         tx.remove_resource(&resource.name, resource.uid);
@@ -177,27 +176,23 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     tx.put_outcome(
         operation,
         Outcome {
-            resource: target,
+            resource: target_of(&resource),
             action: OutcomeAction::Deleted,
             time: ctx.now,
         },
     );
-    let message = match reason {
-        DeletionReason::Requested => "purged".to_owned(),
-        DeletionReason::Cascade { from, field } => format!("purged: cascade from {from} (field {field})"),
-    };
     if retain > 0 {
-        bury(tx, ctx, resource, operation, retain, Some(reason.clone()))?;
+        bury(tx, ctx, resource, operation, retain, Some(reason))?;
     } else {
-        emit_only(
-            tx,
-            ctx,
-            EventType::Purged,
-            &resource,
-            operation,
-            &message,
-            Some(reason.clone()),
-        )?;
+        // Once per purged leaf: the message is put together without the
+        // formatting machinery, and the reason and the name move into the
+        // event instead of being copied.
+        let message = purged_message(&reason);
+        let target = RefTarget {
+            name: resource.name,
+            uid: resource.uid,
+        };
+        emit_about(tx, ctx, EventType::Purged, target, operation, message, Some(reason))?;
     }
     update_operation(tx, operation, |p| {
         p.deleted += 1;
@@ -732,13 +727,35 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
     message: &str,
     cause: Option<DeletionReason>,
 ) -> Result<(), CoreError> {
+    emit_about(
+        tx,
+        ctx,
+        event_type,
+        target_of(resource),
+        operation,
+        message.to_owned(),
+        cause,
+    )
+}
+
+/// [`emit_only`], with the event's resource and message given owned (the
+/// purge of a leaf has both to give away).
+fn emit_about<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    event_type: EventType,
+    resource: RefTarget,
+    operation: OperationId,
+    message: String,
+    cause: Option<DeletionReason>,
+) -> Result<(), CoreError> {
     tx.emit(Event {
         revision: 0,
         event_type,
-        resource: target_of(resource),
+        resource,
         snapshot: None,
         operation: Some(operation),
-        message: message.to_owned(),
+        message,
         time: ctx.now,
         no_cascade: false,
         cause,
@@ -746,4 +763,23 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
         retain_ms: 0,
     })?;
     Ok(())
+}
+
+/// The message of the `Purged` event of a leaf purged by a cascade:
+/// `purged: cascade from {from} (field {field})`, or `purged`.
+fn purged_message(reason: &DeletionReason) -> String {
+    match reason {
+        DeletionReason::Requested => "purged".to_owned(),
+        DeletionReason::Cascade { from, field } => {
+            const HEAD: &str = "purged: cascade from ";
+            const MID: &str = " (field ";
+            let mut message = String::with_capacity(HEAD.len() + from.as_str().len() + MID.len() + field.len() + 1);
+            message.push_str(HEAD);
+            message.push_str(from.as_str());
+            message.push_str(MID);
+            message.push_str(field);
+            message.push(')');
+            message
+        }
+    }
 }

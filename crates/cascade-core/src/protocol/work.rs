@@ -409,8 +409,12 @@ fn resume_walk<S: StateRead + ?Sized>(
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
 ) -> Result<WalkEnd, CoreError> {
-    let mut last_done = walk.after.take();
-    let mut pages = BackRefPages::resume(deletion.target.uid, last_done.clone());
+    let resumed_at = walk.after.take();
+    let mut pages = BackRefPages::resume(deletion.target.uid, resumed_at.clone());
+    // The last row acted on or counted, kept whole: a held walk stops just
+    // after it, and its key is built only then (not for every row, which
+    // `apply_to_referrer` keys once already to drop it).
+    let mut last_done: Option<BackRef> = None;
     let finished = loop {
         if *budget == 0 {
             break false;
@@ -423,7 +427,6 @@ fn resume_walk<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            let key = b.key();
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }
@@ -433,14 +436,14 @@ fn resume_walk<S: StateRead + ?Sized>(
                 }
                 OnDelete::Block if deletion.forced => {
                     *budget = budget.saturating_sub(1);
-                    match apply_to_referrer(tx, ctx, deletion, b, report, 0)? {
+                    match apply_to_referrer(tx, ctx, deletion, &b, report, 0)? {
                         Acted::Done => {}
                         Acted::Refused(refused) => {
                             walk.blocking += 1;
                             refusals.push(refused);
                         }
                         Acted::Held(held) => {
-                            walk.after = last_done;
+                            walk.after = last_done.as_ref().map(BackRef::key).or(resumed_at);
                             walk.finished = false;
                             return Ok(WalkEnd::Held(held));
                         }
@@ -454,7 +457,7 @@ fn resume_walk<S: StateRead + ?Sized>(
                 OnDelete::Cascade | OnDelete::Unset => {
                     *budget = budget.saturating_sub(1);
                     let more = cascades_in_page - cascades_seen + 1;
-                    match apply_to_referrer(tx, ctx, deletion, b, report, more)? {
+                    match apply_to_referrer(tx, ctx, deletion, &b, report, more)? {
                         Acted::Done => {}
                         Acted::Refused(refused) => {
                             walk.blocking += 1;
@@ -463,14 +466,14 @@ fn resume_walk<S: StateRead + ?Sized>(
                         Acted::Held(held) => {
                             // Stop before this row: the next look starts
                             // with it (nothing of it was changed).
-                            walk.after = last_done;
+                            walk.after = last_done.as_ref().map(BackRef::key).or(resumed_at);
                             walk.finished = false;
                             return Ok(WalkEnd::Held(held));
                         }
                     }
                 }
             }
-            last_done = Some(key);
+            last_done = Some(b);
         }
     };
     walk.after = pages.position().cloned();
@@ -645,8 +648,10 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
     let mut refusals = Vec::new();
     // Resumed where the last step stopped, like the owner's walk (`Walk`):
     // the rows acted on so far are removed, tombstones in an LSM engine.
-    let mut last_done = work.walk.after.take();
-    let mut pages = BackRefPages::resume(uid, last_done.clone());
+    let resumed_at = work.walk.after.take();
+    let mut pages = BackRefPages::resume(uid, resumed_at.clone());
+    // As in `resume_walk`: the last row passed, keyed only if held there.
+    let mut last_done: Option<BackRef> = None;
     loop {
         if *budget == 0 {
             work.walk.after = pages.position().cloned();
@@ -659,7 +664,6 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            let key = b.key();
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }
@@ -681,7 +685,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     retain_ms: tombstone.retain_ms,
                 };
                 let more = cascades_in_page - cascades_seen + 1;
-                match apply_to_referrer(tx, ctx, &deletion, b, report, more)? {
+                match apply_to_referrer(tx, ctx, &deletion, &b, report, more)? {
                     Acted::Done => {}
                     Acted::Refused(refused) => refusals.push(refused),
                     Acted::Held(held) => {
@@ -689,7 +693,11 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                         // no attempt counted (a bound is not a failure).
                         // Refused referrers passed meanwhile keep their
                         // rows: the next look starts from the first row.
-                        work.walk.after = if refusals.is_empty() { last_done } else { None };
+                        work.walk.after = if refusals.is_empty() {
+                            last_done.as_ref().map(BackRef::key).or(resumed_at)
+                        } else {
+                            None
+                        };
                         work.walk.finished = false;
                         work.next_attempt_at = held.retry_at;
                         work.last_error = Some(held.reason);
@@ -701,7 +709,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     }
                 }
             }
-            last_done = Some(key);
+            last_done = Some(b);
         }
     }
     if !refusals.is_empty() {
@@ -815,7 +823,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     deletion: &Applied<'_>,
-    b: BackRef,
+    b: &BackRef,
     report: &mut WorkReport,
     more: u64,
 ) -> Result<Acted, CoreError> {
@@ -870,7 +878,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     }
     if is_remote(ctx, &b.target.name) {
         // The importer's walk: the owner learns of it by a queued release.
-        release_ref(tx, ctx, &b)?;
+        release_ref(tx, ctx, b)?;
     } else {
         // The owner's walk of the deletion whose own step this is: only the
         // row goes. `release_ref` would also wake this deletion and forget
@@ -927,7 +935,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             audit_change(tx, ctx, deletion, &referrer.name, "cascade", Verb::Delete);
         }
         if !delete_refused && is_unreferenced_leaf(tx, &referrer)? {
-            purge_leaf(tx, ctx, referrer, &reason, operation)?;
+            purge_leaf(tx, ctx, referrer, reason, operation)?;
             report.purged += 1;
         } else {
             // Refused: DELETING, and its own step holds it BLOCKED.
@@ -954,7 +962,10 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         operation,
         Outcome {
             resource: target_of(&referrer),
-            action: OutcomeAction::Unset { field: b.field, undo },
+            action: OutcomeAction::Unset {
+                field: b.field.clone(),
+                undo,
+            },
             time: ctx.now,
         },
     );
