@@ -268,25 +268,33 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         if !stored_entry {
             self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
         }
-        self.note_stored_state(&r.name, read_as);
-        self.writes.resources.insert(r.name.clone(), Some(r));
+        let name = r.name.clone();
+        self.write_resource(name, Some(r), read_as);
     }
 
     /// Removes a resource and its uid index entry (a purge).
     pub fn remove_resource(&mut self, name: &ResourceName, uid: Uid) {
         let read_as = self.indexed.get_mut().get(&uid).copied();
-        self.note_stored_state(name, read_as);
         self.writes.uid_index.insert(uid, None);
-        self.writes.resources.insert(name.clone(), None);
+        self.write_resource(name.clone(), None, read_as);
     }
 
-    /// Keeps the snapshot's state of `name` at the step's first write of
-    /// it, when the step read it (`read_as`: the state its uid was read
-    /// in; a uid names one incarnation, so one name).
-    fn note_stored_state(&mut self, name: &ResourceName, read_as: Option<ResourceState>) {
-        if let Some(state) = read_as {
-            if !self.writes.resources.contains_key(name) {
-                self.writes.stored_states.insert(name.clone(), state);
+    /// Writes the final value of `name`, and at the step's first write of
+    /// it keeps the snapshot's state when the step read it (`read_as`: the
+    /// state its uid was read in; a uid names one incarnation, so one
+    /// name). One search of the step's resources for both (a cascade
+    /// writes one resource per member).
+    fn write_resource(&mut self, name: ResourceName, value: Option<Resource>, read_as: Option<ResourceState>) {
+        use std::collections::btree_map::Entry;
+        match self.writes.resources.entry(name) {
+            Entry::Vacant(first) => {
+                if let Some(state) = read_as {
+                    self.writes.stored_states.insert(first.key().clone(), state);
+                }
+                first.insert(value);
+            }
+            Entry::Occupied(mut again) => {
+                again.insert(value);
             }
         }
     }
