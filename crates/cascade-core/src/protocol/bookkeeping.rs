@@ -11,7 +11,7 @@ use crate::auth::Principal;
 use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
-    OutcomeAction, Progress, RefTarget, Resource, ResourceState, SoftDeletion, Timestamp, WorkItem,
+    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Revision, SoftDeletion, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
@@ -37,16 +37,16 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
-    let resource = put_with_caused_event(
+    let target = target_of(&resource);
+    put_and_announce(
         tx,
         ctx,
         resource,
         EventType::Deleting,
         Some(operation),
-        &message,
+        message,
         Some(reason.clone()),
     )?;
-    let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
         deleted_at: ctx.now,
@@ -682,12 +682,30 @@ pub(super) fn put_with_event<S: StateRead + ?Sized>(
 fn put_with_caused_event<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
-    mut resource: Resource,
+    resource: Resource,
     event_type: EventType,
     operation: Option<OperationId>,
     message: &str,
     cause: Option<DeletionReason>,
 ) -> Result<Resource, CoreError> {
+    let mut written = resource.clone();
+    written.revision = put_and_announce(tx, ctx, resource, event_type, operation, message.to_owned(), cause)?;
+    Ok(written)
+}
+
+/// [`put_with_caused_event`] for a caller that keeps no copy of the
+/// resource: it moves into the event's snapshot, and the revision it got
+/// is returned. A cascade's unset referrer and a member entering DELETING
+/// each spare a copy of the whole resource this way.
+pub(super) fn put_and_announce<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut resource: Resource,
+    event_type: EventType,
+    operation: Option<OperationId>,
+    message: String,
+    cause: Option<DeletionReason>,
+) -> Result<Revision, CoreError> {
     // Importers must know whether a deletion allows a cascade, and whom it
     // acts for: they apply it to their own referrers (see
     // `apply_to_referrer`), authorized for that principal.
@@ -699,22 +717,23 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
             .unwrap_or_else(|| (false, Principal::anonymous(), 0)),
         _ => (false, Principal::anonymous(), 0),
     };
-    resource.revision = tx.peek_revision()?;
+    let revision = tx.peek_revision()?;
+    resource.revision = revision;
     tx.put_resource(resource.clone());
     tx.emit(Event {
         revision: 0,
         event_type,
         resource: target_of(&resource),
-        snapshot: Some(resource.clone()),
+        snapshot: Some(resource),
         operation,
-        message: message.to_owned(),
+        message,
         time: ctx.now,
         no_cascade,
         cause,
         principal,
         retain_ms,
     })?;
-    Ok(resource)
+    Ok(revision)
 }
 
 /// An event about a resource without changing the resource itself.

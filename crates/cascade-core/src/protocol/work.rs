@@ -29,7 +29,7 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 use super::backrefs::release_ref;
 use super::bookkeeping::{
     after_pending_changed, decrement, enter_deleting, expire, hold, is_unreferenced_leaf, purge, purge_leaf,
-    put_with_event, update_operation, wake_if_deleting,
+    put_and_announce, update_operation, wake_if_deleting,
 };
 use super::control::{admit, clear_held, defer, has_controls, hold_spreading, paused, Held};
 use super::create_update::abort_creating;
@@ -328,13 +328,18 @@ fn step_deletion<S: StateRead + ?Sized>(
         )?;
         return Ok(true);
     }
-    let op = tx.operation(record.operation)?;
+    // When this is the operation's root: what is still pending, and whether
+    // the cascade reached other regions whose parts are not yet confirmed
+    // finished. Looked at without a copy of the operation: this runs at
+    // the end of every member's deletion.
+    let as_root = tx
+        .with_operation(record.operation, |op| {
+            (op.root.uid == uid).then(|| (op.progress.pending, !op.reached.is_empty() && !op.closure_confirmed))
+        })?
+        .flatten();
     // Whether the root itself is counted in `pending` (a failed one is not).
     let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
-    if op
-        .as_ref()
-        .is_some_and(|op| op.root.uid == uid && op.progress.pending > root_pending)
-    {
+    if as_root.is_some_and(|(pending, _)| pending > root_pending) {
         // The root goes last; the purge or failure that leaves it alone wakes it.
         tx.remove_work(uid);
         if !matches!(record.status, DeletionStatus::Pending | DeletionStatus::Failed { .. }) {
@@ -350,20 +355,22 @@ fn step_deletion<S: StateRead + ?Sized>(
         }
         return Ok(true);
     }
-    if let Some(op) = op.filter(|op| op.root.uid == uid && !op.reached.is_empty() && !op.closure_confirmed) {
+    if as_root.is_some_and(|(_, awaits_regions)| awaits_regions) {
         // The root of a cascade that reached other regions stays until
         // their parts are finished too (Kubernetes' foreground rule, across
         // regions): the node asks them, and confirms (see
         // `confirm_remote_closure`); until then it reads DELETING.
-        let regions: Vec<String> = op.reached.iter().cloned().collect();
+        let op_id = record.operation;
+        let regions: Vec<String> = tx
+            .with_operation(op_id, |op| op.reached.iter().cloned().collect())?
+            .unwrap_or_default();
         let reason = format!(
-            "its own region's part is done; waiting for the cascade to finish in {} (see operation {})",
+            "its own region's part is done; waiting for the cascade to finish in {} (see operation {op_id})",
             regions.join(", "),
-            op.id
         );
         let retry_at = ctx.now.plus_millis(ctx.policy.closure_check_ms);
         wait_for_regions(tx, ctx, &resource, record, work, regions, reason, retry_at)?;
-        report.awaiting_closure.push(op.id);
+        report.awaiting_closure.push(op_id);
         return Ok(true);
     }
     purge(tx, ctx, resource, record)?;
@@ -952,16 +959,22 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     } else {
         format!("{} cleared: {} is being deleted", b.field, target.name)
     };
-    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(operation), &message)?;
+    let unset = target_of(&referrer);
+    let revision = put_and_announce(tx, ctx, referrer, EventType::Updated, Some(operation), message, None)?;
+    if checked {
+        let action = if b.on_delete == OnDelete::Cascade {
+            "orphan"
+        } else {
+            "unset"
+        };
+        audit_change(tx, ctx, deletion, &unset.name, action, Verb::Update);
+    }
     // With the revision an Undelete requires the referrer still to have.
-    let undo = old_targets.map(|old_targets| UnsetUndo {
-        old_targets,
-        revision: referrer.revision,
-    });
+    let undo = old_targets.map(|old_targets| UnsetUndo { old_targets, revision });
     tx.put_outcome(
         operation,
         Outcome {
-            resource: target_of(&referrer),
+            resource: unset,
             action: OutcomeAction::Unset {
                 field: b.field.clone(),
                 undo,
@@ -971,14 +984,6 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     );
     update_operation(tx, operation, |p| p.unset += 1)?;
     report.unset += 1;
-    if checked {
-        let action = if b.on_delete == OnDelete::Cascade {
-            "orphan"
-        } else {
-            "unset"
-        };
-        audit_change(tx, ctx, deletion, &referrer.name, action, Verb::Update);
-    }
     Ok(Acted::Done)
 }
 
