@@ -182,7 +182,10 @@ fn step_deletion<S: StateRead + ?Sized>(
     if is_remote(ctx, &work.target.name) {
         return step_remote_deletion(tx, ctx, work, budget, report);
     }
-    let resource = tx.resource_by_uid(uid)?;
+    // By the name the entry gives, checked against its uid (a uid names
+    // one resource under one name): one read, not the uid index's and then
+    // the resource's, for every deletion a step looks at.
+    let resource = tx.incarnation(&work.target)?;
     if let Some(buried) = resource.as_ref().filter(|r| r.state == ResourceState::Deleted) {
         // A soft-deleted resource's entry is its expiry (see `bury`): a
         // purge is a change like a referrer's, counted in the step's budget.
