@@ -184,9 +184,7 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     if retain > 0 {
         bury(tx, ctx, resource, operation, retain, Some(reason))?;
     } else {
-        // Once per purged leaf: the message is put together without the
-        // formatting machinery, and the reason and the name move into the
-        // event instead of being copied.
+        // Once per purged leaf: the reason and the name move into the event.
         let message = purged_message(&reason);
         let target = RefTarget {
             name: resource.name,
@@ -746,15 +744,8 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
     message: &str,
     cause: Option<DeletionReason>,
 ) -> Result<(), CoreError> {
-    emit_about(
-        tx,
-        ctx,
-        event_type,
-        target_of(resource),
-        operation,
-        message.to_owned(),
-        cause,
-    )
+    let resource = target_of(resource);
+    emit_about(tx, ctx, event_type, resource, operation, message.to_owned(), cause)
 }
 
 /// [`emit_only`], with the event's resource and message given owned (the
