@@ -337,7 +337,7 @@ fn step_deletion<S: StateRead + ?Sized>(
     // the end of every member's deletion.
     let as_root = tx
         .with_operation(record.operation, |op| {
-            (op.root.uid == uid).then(|| (op.progress.pending, !op.reached.is_empty() && !op.closure_confirmed))
+            (op.root.uid == uid).then_some((op.progress.pending, !op.reached.is_empty() && !op.closure_confirmed))
         })?
         .flatten();
     // Whether the root itself is counted in `pending` (a failed one is not).
