@@ -28,7 +28,9 @@ pub trait StateRead {
     fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError>;
     /// The name of the incarnation with this uid (the uid index), if it still exists.
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, StorageError>;
-    /// Back-references of `target`, in key order, after `after` (exclusive).
+    /// Back-references of `target`, in key order, after `after` (exclusive),
+    /// at most `limit`, and fewer only when no row follows: a walk ends at
+    /// a page shorter than it asked for ([`BackRefPages`]).
     fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError>;
     /// One back-reference row.
     fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, StorageError>;
@@ -268,25 +270,33 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
         if !stored_entry {
             self.writes.uid_index.insert(r.uid, Some(r.name.clone()));
         }
-        self.note_stored_state(&r.name, read_as);
-        self.writes.resources.insert(r.name.clone(), Some(r));
+        let name = r.name.clone();
+        self.write_resource(name, Some(r), read_as);
     }
 
     /// Removes a resource and its uid index entry (a purge).
     pub fn remove_resource(&mut self, name: &ResourceName, uid: Uid) {
         let read_as = self.indexed.get_mut().get(&uid).copied();
-        self.note_stored_state(name, read_as);
         self.writes.uid_index.insert(uid, None);
-        self.writes.resources.insert(name.clone(), None);
+        self.write_resource(name.clone(), None, read_as);
     }
 
-    /// Keeps the snapshot's state of `name` at the step's first write of
-    /// it, when the step read it (`read_as`: the state its uid was read
-    /// in; a uid names one incarnation, so one name).
-    fn note_stored_state(&mut self, name: &ResourceName, read_as: Option<ResourceState>) {
-        if let Some(state) = read_as {
-            if !self.writes.resources.contains_key(name) {
-                self.writes.stored_states.insert(name.clone(), state);
+    /// Writes the final value of `name`, and at the step's first write of
+    /// it keeps the snapshot's state when the step read it (`read_as`: the
+    /// state its uid was read in; a uid names one incarnation, so one
+    /// name). One search of the step's resources for both (a cascade
+    /// writes one resource per member).
+    fn write_resource(&mut self, name: ResourceName, value: Option<Resource>, read_as: Option<ResourceState>) {
+        use std::collections::btree_map::Entry;
+        match self.writes.resources.entry(name) {
+            Entry::Vacant(first) => {
+                if let Some(state) = read_as {
+                    self.writes.stored_states.insert(first.key().clone(), state);
+                }
+                first.insert(value);
+            }
+            Entry::Occupied(mut again) => {
+                again.insert(value);
             }
         }
     }
@@ -611,22 +621,35 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
 /// the rows it acts on). Each page starts after the last key of the one
 /// before, so a row the caller removed or added behind that key is not seen
 /// again.
+///
+/// A page shorter than the limit asked for is the last: the walk ends
+/// there without reading again. So a caller must not add rows of the
+/// target past the position between pages, and none does: rows are
+/// attached by a create, an update, an undelete and a peer's attach, never
+/// in a step that walks (a deletion's member with a few referrers read its
+/// rows twice, the second time to find nothing).
 #[derive(Debug, Clone)]
 pub struct BackRefPages {
     target: Uid,
     after: Option<BackRefKey>,
+    /// The last page was shorter than asked for: nothing is left.
+    past_end: bool,
 }
 
 impl BackRefPages {
     /// A walk from the first back-reference of `target`.
     pub fn new(target: Uid) -> Self {
-        Self { target, after: None }
+        Self::resume(target, None)
     }
 
     /// A walk of `target`'s back-references after the key `after` (from the
     /// first when `None`): a walk resumed where an earlier step left it.
     pub fn resume(target: Uid, after: Option<BackRefKey>) -> Self {
-        Self { target, after }
+        Self {
+            target,
+            after,
+            past_end: false,
+        }
     }
 
     /// The last key this walk has returned (where a later walk resumes).
@@ -642,7 +665,11 @@ impl BackRefPages {
         limit: usize,
     ) -> Result<Option<Vec<BackRef>>, StorageError> {
         debug_assert!(limit > 0, "a page of 0 back-references would end the walk early");
+        if self.past_end {
+            return Ok(None);
+        }
         let page = tx.backrefs(self.target, self.after.as_ref(), limit)?;
+        self.past_end = page.len() < limit;
         let Some(last) = page.last() else { return Ok(None) };
         self.after = Some(last.key());
         Ok(Some(page))

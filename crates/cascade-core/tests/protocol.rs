@@ -491,6 +491,36 @@ fn neutron_network_cascade_purges_closure_keeps_unset_referrers_and_root_goes_la
     w.check();
 }
 
+/// What a Watch shows of a leaf a cascade purged in the step that reached
+/// it (no DELETING first): one `Purged` event naming the leaf's incarnation,
+/// with where the cascade came from and through which field, both in its
+/// cause and in its message.
+#[test]
+fn a_leaf_purged_by_a_cascade_says_where_the_cascade_came_from() {
+    let Neutron { mut w, net, .. } = neutron_network();
+    // Referenced by nothing, holding only its network: a leaf.
+    let leaf = n("port", "port-9");
+    let uid = w.active(&leaf).uid;
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+
+    let about_leaf: Vec<&Event> = w.state.events.iter().filter(|e| e.resource.uid == uid).collect();
+    let types: Vec<EventType> = about_leaf.iter().map(|e| e.event_type).collect();
+    assert_eq!(types, vec![EventType::Created, EventType::Purged], "{about_leaf:?}");
+    let purged = about_leaf[1];
+    assert_eq!(purged.resource.name.as_str(), leaf);
+    assert_eq!(purged.operation, Some(op.id));
+    assert_eq!(purged.message, format!("purged: cascade from {net} (field network)"));
+    assert_eq!(
+        purged.cause,
+        Some(DeletionReason::Cascade {
+            from: rn(&net),
+            field: "network".to_owned(),
+        })
+    );
+    assert!(purged.snapshot.is_none(), "a purged resource has no snapshot");
+}
+
 #[test]
 fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     let Neutron {

@@ -11,7 +11,7 @@ use crate::auth::Principal;
 use crate::error::{describe_blockers, describe_liens, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
-    OutcomeAction, Progress, Resource, ResourceState, SoftDeletion, Timestamp, WorkItem,
+    OutcomeAction, Progress, RefTarget, Resource, ResourceState, Revision, SoftDeletion, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, Uid};
 use crate::schema::OnDelete;
@@ -37,16 +37,16 @@ pub(super) fn enter_deleting<S: StateRead + ?Sized>(
         DeletionReason::Requested => format!("deletion requested by {requested_by}"),
         DeletionReason::Cascade { from, field } => format!("cascade from {from} (field {field})"),
     };
-    let resource = put_with_caused_event(
+    let target = target_of(&resource);
+    put_and_announce(
         tx,
         ctx,
         resource,
         EventType::Deleting,
         Some(operation),
-        &message,
+        message,
         Some(reason.clone()),
     )?;
-    let target = target_of(&resource);
     tx.put_deletion(DeletionRecord {
         target: target.clone(),
         deleted_at: ctx.now,
@@ -159,7 +159,7 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     resource: Resource,
-    reason: &DeletionReason,
+    reason: DeletionReason,
     operation: OperationId,
 ) -> Result<(), CoreError> {
     debug_assert!(
@@ -168,8 +168,7 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
         resource.name
     );
     release_outgoing(tx, ctx, &resource)?;
-    let target = target_of(&resource);
-    let was_unset = counted_as_unset(tx, operation, &target.name)?;
+    let was_unset = counted_as_unset(tx, operation, &resource.name)?;
     let retain = retention_ms(tx, ctx, operation, resource.kind())?;
     if retain == 0 {
         tx.remove_resource(&resource.name, resource.uid);
@@ -177,27 +176,21 @@ pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     tx.put_outcome(
         operation,
         Outcome {
-            resource: target,
+            resource: target_of(&resource),
             action: OutcomeAction::Deleted,
             time: ctx.now,
         },
     );
-    let message = match reason {
-        DeletionReason::Requested => "purged".to_owned(),
-        DeletionReason::Cascade { from, field } => format!("purged: cascade from {from} (field {field})"),
-    };
     if retain > 0 {
-        bury(tx, ctx, resource, operation, retain, Some(reason.clone()))?;
+        bury(tx, ctx, resource, operation, retain, Some(reason))?;
     } else {
-        emit_only(
-            tx,
-            ctx,
-            EventType::Purged,
-            &resource,
-            operation,
-            &message,
-            Some(reason.clone()),
-        )?;
+        // Once per purged leaf: the reason and the name move into the event.
+        let message = purged_message(&reason);
+        let target = RefTarget {
+            name: resource.name,
+            uid: resource.uid,
+        };
+        emit_about(tx, ctx, EventType::Purged, target, operation, message, Some(reason))?;
     }
     update_operation(tx, operation, |p| {
         p.deleted += 1;
@@ -687,12 +680,30 @@ pub(super) fn put_with_event<S: StateRead + ?Sized>(
 fn put_with_caused_event<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
-    mut resource: Resource,
+    resource: Resource,
     event_type: EventType,
     operation: Option<OperationId>,
     message: &str,
     cause: Option<DeletionReason>,
 ) -> Result<Resource, CoreError> {
+    let mut written = resource.clone();
+    written.revision = put_and_announce(tx, ctx, resource, event_type, operation, message.to_owned(), cause)?;
+    Ok(written)
+}
+
+/// [`put_with_caused_event`] for a caller that keeps no copy of the
+/// resource: it moves into the event's snapshot, and the revision it got
+/// is returned. A cascade's unset referrer and a member entering DELETING
+/// each spare a copy of the whole resource this way.
+pub(super) fn put_and_announce<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    mut resource: Resource,
+    event_type: EventType,
+    operation: Option<OperationId>,
+    message: String,
+    cause: Option<DeletionReason>,
+) -> Result<Revision, CoreError> {
     // Importers must know whether a deletion allows a cascade, and whom it
     // acts for: they apply it to their own referrers (see
     // `apply_to_referrer`), authorized for that principal.
@@ -704,22 +715,23 @@ fn put_with_caused_event<S: StateRead + ?Sized>(
             .unwrap_or_else(|| (false, Principal::anonymous(), 0)),
         _ => (false, Principal::anonymous(), 0),
     };
-    resource.revision = tx.peek_revision()?;
+    let revision = tx.peek_revision()?;
+    resource.revision = revision;
     tx.put_resource(resource.clone());
     tx.emit(Event {
         revision: 0,
         event_type,
         resource: target_of(&resource),
-        snapshot: Some(resource.clone()),
+        snapshot: Some(resource),
         operation,
-        message: message.to_owned(),
+        message,
         time: ctx.now,
         no_cascade,
         cause,
         principal,
         retain_ms,
     })?;
-    Ok(resource)
+    Ok(revision)
 }
 
 /// An event about a resource without changing the resource itself.
@@ -732,13 +744,28 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
     message: &str,
     cause: Option<DeletionReason>,
 ) -> Result<(), CoreError> {
+    let resource = target_of(resource);
+    emit_about(tx, ctx, event_type, resource, operation, message.to_owned(), cause)
+}
+
+/// [`emit_only`], with the event's resource and message given owned (the
+/// purge of a leaf has both to give away).
+fn emit_about<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    event_type: EventType,
+    resource: RefTarget,
+    operation: OperationId,
+    message: String,
+    cause: Option<DeletionReason>,
+) -> Result<(), CoreError> {
     tx.emit(Event {
         revision: 0,
         event_type,
-        resource: target_of(resource),
+        resource,
         snapshot: None,
         operation: Some(operation),
-        message: message.to_owned(),
+        message,
         time: ctx.now,
         no_cascade: false,
         cause,
@@ -746,4 +773,23 @@ pub(super) fn emit_only<S: StateRead + ?Sized>(
         retain_ms: 0,
     })?;
     Ok(())
+}
+
+/// The message of the `Purged` event of a leaf purged by a cascade:
+/// `purged: cascade from {from} (field {field})`, or `purged`.
+fn purged_message(reason: &DeletionReason) -> String {
+    match reason {
+        DeletionReason::Requested => "purged".to_owned(),
+        DeletionReason::Cascade { from, field } => {
+            const HEAD: &str = "purged: cascade from ";
+            const MID: &str = " (field ";
+            let mut message = String::with_capacity(HEAD.len() + from.as_str().len() + MID.len() + field.len() + 1);
+            message.push_str(HEAD);
+            message.push_str(from.as_str());
+            message.push_str(MID);
+            message.push_str(field);
+            message.push(')');
+            message
+        }
+    }
 }

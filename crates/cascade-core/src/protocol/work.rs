@@ -29,7 +29,7 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 use super::backrefs::release_ref;
 use super::bookkeeping::{
     after_pending_changed, decrement, enter_deleting, expire, hold, is_unreferenced_leaf, purge, purge_leaf,
-    put_with_event, update_operation, wake_if_deleting,
+    put_and_announce, update_operation, wake_if_deleting,
 };
 use super::control::{admit, clear_held, defer, has_controls, hold_spreading, paused, Held};
 use super::create_update::abort_creating;
@@ -182,7 +182,10 @@ fn step_deletion<S: StateRead + ?Sized>(
     if is_remote(ctx, &work.target.name) {
         return step_remote_deletion(tx, ctx, work, budget, report);
     }
-    let resource = tx.resource_by_uid(uid)?;
+    // By the name the entry gives, checked against its uid (a uid names
+    // one resource under one name): one read, not the uid index's and then
+    // the resource's, for every deletion a step looks at.
+    let resource = tx.incarnation(&work.target)?;
     if let Some(buried) = resource.as_ref().filter(|r| r.state == ResourceState::Deleted) {
         // A soft-deleted resource's entry is its expiry (see `bury`): a
         // purge is a change like a referrer's, counted in the step's budget.
@@ -328,13 +331,18 @@ fn step_deletion<S: StateRead + ?Sized>(
         )?;
         return Ok(true);
     }
-    let op = tx.operation(record.operation)?;
+    // When this is the operation's root: what is still pending, and whether
+    // the cascade reached other regions whose parts are not yet confirmed
+    // finished. Looked at without a copy of the operation: this runs at
+    // the end of every member's deletion.
+    let as_root = tx
+        .with_operation(record.operation, |op| {
+            (op.root.uid == uid).then_some((op.progress.pending, !op.reached.is_empty() && !op.closure_confirmed))
+        })?
+        .flatten();
     // Whether the root itself is counted in `pending` (a failed one is not).
     let root_pending = u64::from(!matches!(record.status, DeletionStatus::Failed { .. }));
-    if op
-        .as_ref()
-        .is_some_and(|op| op.root.uid == uid && op.progress.pending > root_pending)
-    {
+    if as_root.is_some_and(|(pending, _)| pending > root_pending) {
         // The root goes last; the purge or failure that leaves it alone wakes it.
         tx.remove_work(uid);
         if !matches!(record.status, DeletionStatus::Pending | DeletionStatus::Failed { .. }) {
@@ -350,20 +358,22 @@ fn step_deletion<S: StateRead + ?Sized>(
         }
         return Ok(true);
     }
-    if let Some(op) = op.filter(|op| op.root.uid == uid && !op.reached.is_empty() && !op.closure_confirmed) {
+    if as_root.is_some_and(|(_, awaits_regions)| awaits_regions) {
         // The root of a cascade that reached other regions stays until
         // their parts are finished too (Kubernetes' foreground rule, across
         // regions): the node asks them, and confirms (see
         // `confirm_remote_closure`); until then it reads DELETING.
-        let regions: Vec<String> = op.reached.iter().cloned().collect();
+        let op_id = record.operation;
+        let regions: Vec<String> = tx
+            .with_operation(op_id, |op| op.reached.iter().cloned().collect())?
+            .unwrap_or_default();
         let reason = format!(
-            "its own region's part is done; waiting for the cascade to finish in {} (see operation {})",
+            "its own region's part is done; waiting for the cascade to finish in {} (see operation {op_id})",
             regions.join(", "),
-            op.id
         );
         let retry_at = ctx.now.plus_millis(ctx.policy.closure_check_ms);
         wait_for_regions(tx, ctx, &resource, record, work, regions, reason, retry_at)?;
-        report.awaiting_closure.push(op.id);
+        report.awaiting_closure.push(op_id);
         return Ok(true);
     }
     purge(tx, ctx, resource, record)?;
@@ -409,8 +419,12 @@ fn resume_walk<S: StateRead + ?Sized>(
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
 ) -> Result<WalkEnd, CoreError> {
-    let mut last_done = walk.after.take();
-    let mut pages = BackRefPages::resume(deletion.target.uid, last_done.clone());
+    let resumed_at = walk.after.take();
+    let mut pages = BackRefPages::resume(deletion.target.uid, resumed_at.clone());
+    // The last row acted on or counted, kept whole: a held walk stops just
+    // after it, and its key is built only then (not for every row, which
+    // `apply_to_referrer` keys once already to drop it).
+    let mut last_done: Option<BackRef> = None;
     let finished = loop {
         if *budget == 0 {
             break false;
@@ -423,7 +437,6 @@ fn resume_walk<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            let key = b.key();
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }
@@ -433,14 +446,14 @@ fn resume_walk<S: StateRead + ?Sized>(
                 }
                 OnDelete::Block if deletion.forced => {
                     *budget = budget.saturating_sub(1);
-                    match apply_to_referrer(tx, ctx, deletion, b, report, 0)? {
+                    match apply_to_referrer(tx, ctx, deletion, &b, report, 0)? {
                         Acted::Done => {}
                         Acted::Refused(refused) => {
                             walk.blocking += 1;
                             refusals.push(refused);
                         }
                         Acted::Held(held) => {
-                            walk.after = last_done;
+                            walk.after = last_done.as_ref().map(BackRef::key).or(resumed_at);
                             walk.finished = false;
                             return Ok(WalkEnd::Held(held));
                         }
@@ -454,7 +467,7 @@ fn resume_walk<S: StateRead + ?Sized>(
                 OnDelete::Cascade | OnDelete::Unset => {
                     *budget = budget.saturating_sub(1);
                     let more = cascades_in_page - cascades_seen + 1;
-                    match apply_to_referrer(tx, ctx, deletion, b, report, more)? {
+                    match apply_to_referrer(tx, ctx, deletion, &b, report, more)? {
                         Acted::Done => {}
                         Acted::Refused(refused) => {
                             walk.blocking += 1;
@@ -463,14 +476,14 @@ fn resume_walk<S: StateRead + ?Sized>(
                         Acted::Held(held) => {
                             // Stop before this row: the next look starts
                             // with it (nothing of it was changed).
-                            walk.after = last_done;
+                            walk.after = last_done.as_ref().map(BackRef::key).or(resumed_at);
                             walk.finished = false;
                             return Ok(WalkEnd::Held(held));
                         }
                     }
                 }
             }
-            last_done = Some(key);
+            last_done = Some(b);
         }
     };
     walk.after = pages.position().cloned();
@@ -645,8 +658,10 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
     let mut refusals = Vec::new();
     // Resumed where the last step stopped, like the owner's walk (`Walk`):
     // the rows acted on so far are removed, tombstones in an LSM engine.
-    let mut last_done = work.walk.after.take();
-    let mut pages = BackRefPages::resume(uid, last_done.clone());
+    let resumed_at = work.walk.after.take();
+    let mut pages = BackRefPages::resume(uid, resumed_at.clone());
+    // As in `resume_walk`: the last row passed, keyed only if held there.
+    let mut last_done: Option<BackRef> = None;
     loop {
         if *budget == 0 {
             work.walk.after = pages.position().cloned();
@@ -659,7 +674,6 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            let key = b.key();
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }
@@ -681,7 +695,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     retain_ms: tombstone.retain_ms,
                 };
                 let more = cascades_in_page - cascades_seen + 1;
-                match apply_to_referrer(tx, ctx, &deletion, b, report, more)? {
+                match apply_to_referrer(tx, ctx, &deletion, &b, report, more)? {
                     Acted::Done => {}
                     Acted::Refused(refused) => refusals.push(refused),
                     Acted::Held(held) => {
@@ -689,7 +703,11 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                         // no attempt counted (a bound is not a failure).
                         // Refused referrers passed meanwhile keep their
                         // rows: the next look starts from the first row.
-                        work.walk.after = if refusals.is_empty() { last_done } else { None };
+                        work.walk.after = if refusals.is_empty() {
+                            last_done.as_ref().map(BackRef::key).or(resumed_at)
+                        } else {
+                            None
+                        };
                         work.walk.finished = false;
                         work.next_attempt_at = held.retry_at;
                         work.last_error = Some(held.reason);
@@ -701,7 +719,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
                     }
                 }
             }
-            last_done = Some(key);
+            last_done = Some(b);
         }
     }
     if !refusals.is_empty() {
@@ -815,7 +833,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     deletion: &Applied<'_>,
-    b: BackRef,
+    b: &BackRef,
     report: &mut WorkReport,
     more: u64,
 ) -> Result<Acted, CoreError> {
@@ -870,7 +888,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     }
     if is_remote(ctx, &b.target.name) {
         // The importer's walk: the owner learns of it by a queued release.
-        release_ref(tx, ctx, &b)?;
+        release_ref(tx, ctx, b)?;
     } else {
         // The owner's walk of the deletion whose own step this is: only the
         // row goes. `release_ref` would also wake this deletion and forget
@@ -927,7 +945,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
             audit_change(tx, ctx, deletion, &referrer.name, "cascade", Verb::Delete);
         }
         if !delete_refused && is_unreferenced_leaf(tx, &referrer)? {
-            purge_leaf(tx, ctx, referrer, &reason, operation)?;
+            purge_leaf(tx, ctx, referrer, reason, operation)?;
             report.purged += 1;
         } else {
             // Refused: DELETING, and its own step holds it BLOCKED.
@@ -944,30 +962,31 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     } else {
         format!("{} cleared: {} is being deleted", b.field, target.name)
     };
-    let referrer = put_with_event(tx, ctx, referrer, EventType::Updated, Some(operation), &message)?;
-    // With the revision an Undelete requires the referrer still to have.
-    let undo = old_targets.map(|old_targets| UnsetUndo {
-        old_targets,
-        revision: referrer.revision,
-    });
-    tx.put_outcome(
-        operation,
-        Outcome {
-            resource: target_of(&referrer),
-            action: OutcomeAction::Unset { field: b.field, undo },
-            time: ctx.now,
-        },
-    );
-    update_operation(tx, operation, |p| p.unset += 1)?;
-    report.unset += 1;
+    let unset = target_of(&referrer);
+    let revision = put_and_announce(tx, ctx, referrer, EventType::Updated, Some(operation), message, None)?;
     if checked {
         let action = if b.on_delete == OnDelete::Cascade {
             "orphan"
         } else {
             "unset"
         };
-        audit_change(tx, ctx, deletion, &referrer.name, action, Verb::Update);
+        audit_change(tx, ctx, deletion, &unset.name, action, Verb::Update);
     }
+    // With the revision an Undelete requires the referrer still to have.
+    let undo = old_targets.map(|old_targets| UnsetUndo { old_targets, revision });
+    tx.put_outcome(
+        operation,
+        Outcome {
+            resource: unset,
+            action: OutcomeAction::Unset {
+                field: b.field.clone(),
+                undo,
+            },
+            time: ctx.now,
+        },
+    );
+    update_operation(tx, operation, |p| p.unset += 1)?;
+    report.unset += 1;
     Ok(Acted::Done)
 }
 
