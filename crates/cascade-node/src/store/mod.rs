@@ -266,7 +266,12 @@ pub trait Store: Send + Sync + 'static {
         false
     }
     /// Entries whose key starts with `prefix`, in key order, strictly after
-    /// `after` when given, at most `limit`.
+    /// `after` when given, at most `limit`, and fewer only when no entry
+    /// follows: the core ends a walk of back-references at a page shorter
+    /// than it asked for (`cascade_core::state::BackRefPages`), so an engine that
+    /// returned a short page early (a byte cap per round trip, say) would
+    /// end a deletion's walk with referrers left. Every engine's
+    /// conformance test pages with limits below, at and above the rows.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError>;
     /// Applies every write of the batch atomically, in order (the last
     /// write of a key wins): a point read sees all of it or none of it, and

@@ -56,11 +56,11 @@ pub use cache::{MAX_RUNS_BYTES, MAX_RUNS_PER_TABLE, MAX_RUN_BYTES};
 pub use lease::MAX_MEMBERS;
 pub use migrate::SCHEMA_VERSION;
 pub use settings::{check_schema_name, PostgresSettings, DEFAULT_SCHEMA};
-pub use staged::{MAX_STAGED_BYTES, MAX_STAGED_KEYS};
 use settings::{
     connection_config, open_error, with_session, Target, IDLE_IN_TRANSACTION_TIMEOUT, LOCK_TIMEOUT, POOL_TIMEOUT,
     READ_POOL_SIZE, READ_STATEMENT_TIMEOUT, WRITER_STATEMENT_TIMEOUT,
 };
+pub use staged::{MAX_STAGED_BYTES, MAX_STAGED_KEYS};
 
 /// What the store's futures share (they run on its runtime, so they own
 /// their handles).
@@ -722,11 +722,12 @@ mod read_ahead_tests {
             RUN_READ_AHEAD,
             "its run used up"
         );
+        assert_eq!(read(Table::DueIndex, writer, true, RunLookup::Miss, 2), RUN_READ_AHEAD);
         assert_eq!(
-            read(Table::DueIndex, writer, true, RunLookup::Miss, 2),
-            RUN_READ_AHEAD
+            read(Table::Backrefs, writer, false, RunLookup::Miss, 300),
+            300,
+            "a first page"
         );
-        assert_eq!(read(Table::Backrefs, writer, false, RunLookup::Miss, 300), 300, "a first page");
         assert_eq!(
             read(Table::Backrefs, writer, true, RunLookup::Miss, 1),
             1,
