@@ -1032,4 +1032,42 @@ mod tests {
         assert!(state.run_bytes <= MAX_RUNS_BYTES);
         assert_eq!(state.run_bytes, state.runs.iter().map(|run| run.bytes).sum::<u64>());
     }
+
+    #[test]
+    fn runs_over_their_bytes_in_all_push_out_the_oldest() {
+        let cache = ReadCache::new(1 << 20);
+        let g = cache.generation();
+        // Five runs just under a run's bound each hold more than all runs
+        // may (four fit): the first one kept goes.
+        let each = (MAX_RUN_BYTES - 1024) as usize;
+        let tables = [
+            Table::Backrefs,
+            Table::Backrefs,
+            Table::Backrefs,
+            Table::DueIndex,
+            Table::DueIndex,
+        ];
+        for (i, table) in tables.into_iter().enumerate() {
+            let (lo, hi) = (format!("r{i}/"), format!("r{i}0"));
+            let row = vec![(format!("r{i}/1").into_bytes(), vec![0; each])];
+            cache.remember_run(g, table, lo.as_bytes(), Some(hi.as_bytes()), 10, &row);
+        }
+        let known = |table: Table, i: usize| {
+            let (lo, hi) = (format!("r{i}/"), format!("r{i}0"));
+            matches!(
+                cache.lookup_run(table, lo.as_bytes(), Some(hi.as_bytes()), 10),
+                RunLookup::Hit(_)
+            )
+        };
+        assert!(!known(Table::Backrefs, 0), "the oldest run went");
+        assert!(known(Table::Backrefs, 1));
+        assert!(known(Table::DueIndex, 4), "the newest stays");
+        let state = cache.state.read().unwrap();
+        assert!(state.run_bytes <= MAX_RUNS_BYTES);
+        assert!(
+            state.run_bytes > MAX_RUNS_BYTES - MAX_RUN_BYTES,
+            "four runs are still kept"
+        );
+        assert_eq!(state.run_bytes, state.runs.iter().map(|run| run.bytes).sum::<u64>());
+    }
 }
