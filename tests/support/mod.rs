@@ -528,21 +528,57 @@ pub fn unquiet(d: &v1::DumpResponse) -> Option<String> {
     })
 }
 
+/// What the cluster's dumps say of each remote deletion a region still
+/// keeps: the owner's resource by that name (its uid and state, or gone),
+/// the owner's last revision and the keeper's cursor on the owner. So that
+/// a quiescence wait that times out names why a tombstone stayed (a
+/// PURGED not applied, a resync that re-created it) instead of a count.
+pub fn remote_deletions_explained(dumps: &[v1::DumpResponse]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for keeper in dumps {
+        for deletion in &keeper.remote_deletions {
+            let owner = dumps.iter().find(|d| {
+                d.resources.iter().any(|r| r.name == deletion.name)
+                    || deletion.name.starts_with(&format!("{}/", d.region))
+            });
+            let at_owner = owner
+                .and_then(|o| o.resources.iter().find(|r| r.name == deletion.name))
+                .map(|r| format!("uid={} state={:?}", r.uid, state(r)))
+                .unwrap_or_else(|| "gone".into());
+            let (owner_region, owner_revision) = owner.map_or(("?", 0), |o| (o.region.as_str(), o.last_revision));
+            let cursor = keeper.cursors.get(owner_region).copied();
+            lines.push(format!(
+                "{} keeps {} uid={}: at its owner {owner_region}: {at_owner}, last_revision={owner_revision}; \
+                 {}'s cursor on it={cursor:?}",
+                keeper.region, deletion.name, deletion.uid, keeper.region
+            ));
+        }
+    }
+    lines
+}
+
 /// Waits until every region is quiescent (see [`unquiet`]).
 pub async fn wait_quiescent_at(regions: &[(String, String)]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut why = Vec::new();
+        let mut dumps = Vec::new();
         for (region, endpoint) in regions {
             match dump(endpoint).await {
-                Ok(d) => why.extend(unquiet(&d)),
+                Ok(d) => {
+                    why.extend(unquiet(&d));
+                    dumps.push(d);
+                }
                 Err(e) => why.push(format!("{region}: dump failed: {e}")),
             }
         }
         if why.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "cluster not quiescent after 30s: {why:?}");
+        if Instant::now() >= deadline {
+            why.extend(remote_deletions_explained(&dumps));
+            panic!("cluster not quiescent after 30s: {why:#?}");
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

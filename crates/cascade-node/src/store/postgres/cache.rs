@@ -38,8 +38,8 @@
 //! (`PostgresStore::scan`, which reads a walk's pages ahead), each a round
 //! trip on the writer's thread (with runs, at 1M: 2 due-index scans
 //! instead of 17,572, and pages read ahead). Runs are bounded ([`MAX_RUNS_PER_TABLE`],
-//! [`MAX_RUN_BYTES`], [`MAX_RUNS_BYTES`]), kept in no log table (an append
-//! to a run whose range is open would keep every event), and dropped with
+//! [`MAX_RUN_BYTES`], [`MAX_RUNS_BYTES`]), kept only for the walks' index
+//! tables ([`RUN_TABLES`]: not records, not logs), and dropped with
 //! the rest at every fence and failed commit.
 //!
 //! Reads and commits race (the conformance test reads while a thread
@@ -114,6 +114,15 @@ impl quick_cache::Equivalent<Slot> for SlotRef<'_> {
 /// Tables written as logs and read by scans only: a put into one is not
 /// kept (no point read would find it).
 const APPEND_ONLY: [Table; 2] = [Table::Outbox, Table::Audit];
+
+/// The tables runs are kept for: the writer's walks' index rows (a key
+/// and an empty or small value each: a back-reference names two
+/// resources and a field, under 1 KiB), which it reads page after page.
+/// Not a table of records (a page of resources or operations may be
+/// thousands of times larger, and its reader pages on by its own bounds:
+/// a run of them would hold little and push out a walk's), nor a log (an
+/// append to a run whose range is open would keep every event).
+pub(super) const RUN_TABLES: [Table; 3] = [Table::Backrefs, Table::BlockingBackrefs, Table::DueIndex];
 
 /// Bytes an entry costs beyond its key and value (map slot, vectors'
 /// headers): a rough figure, so that many absent keys still count.
@@ -394,19 +403,19 @@ impl ReadCache {
         }
     }
 
-    /// Whether a scan of `table` may be kept as a run (not a log's: see
-    /// the module's doc), so that reading ahead for one is worth it.
+    /// Whether a scan of `table` may be kept as a run ([`RUN_TABLES`]), so
+    /// that reading ahead for one is worth it.
     pub(super) fn keeps_runs(table: Table) -> bool {
-        !APPEND_ONLY.contains(&table)
+        RUN_TABLES.contains(&table)
     }
 
     /// Keeps what a scan of the database begun at `generation` found, on
     /// the same terms as [`ReadCache::remember`]: `rows`, the first rows
     /// of `table` from `start` (inclusive) to `end` (exclusive; None: the
     /// table's end), at most `asked` of them. Fewer than asked: every row
-    /// of the range; else every row up to the last one. Not kept for a
-    /// log table, nor past [`MAX_RUN_BYTES`]; a run it overlaps is
-    /// replaced.
+    /// of the range; else every row up to the last one. Kept only for
+    /// [`RUN_TABLES`], and not past [`MAX_RUN_BYTES`]; a run it overlaps
+    /// is replaced.
     pub(super) fn remember_run(
         &self,
         generation: u64,
@@ -559,7 +568,7 @@ impl ReadCache {
             Some((writes, learnt)) => {
                 state.highest.extend(learnt);
                 for (table, key, value) in writes {
-                    if !state.runs.is_empty() && !APPEND_ONLY.contains(&table) {
+                    if !state.runs.is_empty() && RUN_TABLES.contains(&table) {
                         state.write_through_runs(table, key, value);
                     }
                     let Some(value) = value else {
@@ -1000,7 +1009,7 @@ mod tests {
         cache.remember_run(g, Table::Backrefs, b"t/", Some(b"t0"), 10, &rows(&["t/1"]));
         for i in 0..=MAX_RUNS_PER_TABLE {
             let (lo, hi) = (format!("o{i}/"), format!("o{i}0"));
-            cache.remember_run(g, Table::Outcomes, lo.as_bytes(), Some(hi.as_bytes()), 10, &[]);
+            cache.remember_run(g, Table::DueIndex, lo.as_bytes(), Some(hi.as_bytes()), 10, &[]);
         }
         let known = |table: Table, lo: &str, hi: &str| {
             matches!(
@@ -1008,9 +1017,9 @@ mod tests {
                 RunLookup::Hit(_)
             )
         };
-        assert!(!known(Table::Outcomes, "o0/", "o00"), "the oldest of the table went");
+        assert!(!known(Table::DueIndex, "o0/", "o00"), "the oldest of the table went");
         assert!(known(
-            Table::Outcomes,
+            Table::DueIndex,
             &format!("o{MAX_RUNS_PER_TABLE}/"),
             &format!("o{MAX_RUNS_PER_TABLE}0")
         ));

@@ -427,21 +427,11 @@ impl Sees {
 /// inside a run's bound.
 pub const RUN_READ_AHEAD: usize = 4096;
 
-/// The tables whose pages the writer's walks read ahead: index rows, a
-/// key and an empty or small value each (a back-reference names two
-/// resources and a field: under 1 KiB), so [`RUN_READ_AHEAD`] of them
-/// stay within `cache::MAX_RUN_BYTES`. Not a table of records (a page of
-/// resources or operations could be thousands of times larger, and its
-/// reader pages on by its own bounds), nor a log (the outbox, the audit
-/// log: no run is kept there, and reading its pages ahead cost the server
-/// 16-25 s a P1 row at 1M).
-const READ_AHEAD_TABLES: [Table; 3] = [Table::Backrefs, Table::BlockingBackrefs, Table::DueIndex];
-
 /// How many rows a scan that goes to the server asks for: `asked`, or,
 /// for a page of the writer's own walk (a page after the first, or one
 /// where the last read's rows were used up: a walk that starts from the
 /// prefix each step, its rows removed as it goes) in one of
-/// [`READ_AHEAD_TABLES`], [`RUN_READ_AHEAD`] at least, kept as a run
+/// `cache::RUN_TABLES`, [`RUN_READ_AHEAD`] at least, kept as a run
 /// (`cache.rs`) so the next steps' pages cost no round trip. Only the
 /// writer's view reads ahead: the API's, peers' and streams' scans page
 /// on their own bounds, and the rows they would read ahead (and the runs
@@ -450,7 +440,7 @@ fn rows_to_read(table: Table, sees: Sees, continues: bool, looked: &RunLookup, l
     let walking = sees == Sees::Staged
         && (continues || matches!(looked, RunLookup::Short))
         && limit > 1
-        && READ_AHEAD_TABLES.contains(&table);
+        && cache::RUN_TABLES.contains(&table);
     if walking {
         asked.max(RUN_READ_AHEAD)
     } else {
