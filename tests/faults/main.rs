@@ -3,8 +3,9 @@
 //! a TLS tarpit, a silent partition, a throttled link), creates a client
 //! can retry through cut forwards and connection resets, explain and
 //! status within their deadline while a region is in trouble, a full
-//! disk that heals without a restart, and a writer that fails at every
-//! start, restarted with backoff.
+//! disk that heals without a restart, a writer that fails at every
+//! start, restarted with backoff, and a failed flush that takes back a
+//! commit a peer link relied on.
 //!
 //! One test binary: most of these tests wait on the clock (a 25 s tarpit,
 //! a minute of resets, deadlines), so they share the test threads with
@@ -17,6 +18,7 @@ mod disk_full;
 mod explain_deadline;
 mod links_heal;
 mod retriable_creates;
+mod taken_back;
 mod writer_restarts;
 
 use std::sync::Arc;

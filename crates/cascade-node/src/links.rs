@@ -27,9 +27,10 @@ use std::time::Duration;
 // runtime) controls.
 use tokio::time::Instant;
 
+use cascade_core::error::StorageError;
 use cascade_core::model::{EventType, RemoteEvent};
 use cascade_core::peer::{self, PeerBackRef};
-use cascade_core::Timestamp;
+use cascade_core::{CoreError, Timestamp};
 use futures::{FutureExt, StreamExt};
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -185,6 +186,8 @@ impl LinkState {
 
 /// Follows the peer's outbox until the stream ends; returns why it ended.
 async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
+    // Read before the cursor: a takeback after it ends this stream.
+    let takebacks = node.write_stats.takebacks();
     let cursor = match node.state().cursor_of(peer) {
         Ok(c) => c,
         Err(e) => return format!("reading the cursor: {e}"),
@@ -230,13 +233,27 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
         let span = apply_span(node, peer, &watched);
         let events: Vec<RemoteEvent> = watched.into_iter().map(|w| w.event).collect();
         let from = peer.to_owned();
+        let stats = node.write_stats.clone();
         // A batch that only moves the cursor (events about resources
         // nothing here references: most of them, in P3) skips its flush: a
         // crash that loses it has the owner send the same events again.
+        // So must a failed flush that takes it back while this process
+        // lives: the stream has gone past what the stored cursor covers,
+        // and is followed again from it (checked in the writer's step,
+        // after every takeback before it: `WriteStats::takebacks`).
         if let Err(e) = node
             .writer
             .apply_may_skip_flush(
-                move |s, c, _| peer::apply_remote_events(s, c, &from, events),
+                move |s, c, _| {
+                    if stats.takebacks() != takebacks {
+                        return Err(CoreError::Storage(StorageError(
+                            "the store took back commits that skipped their flush, the cursor's among them: \
+                             following again from the stored cursor"
+                                .into(),
+                        )));
+                    }
+                    peer::apply_remote_events(s, c, &from, events)
+                },
                 |applied: &peer::AppliedEvents| applied.needs_flush,
             )
             .instrument(span)
@@ -332,12 +349,15 @@ async fn resync(node: &Node, peer: &str) -> String {
 /// for a flush that covers them; the writer flushes such commits at its
 /// next tick at the latest. Without one it is left to the next tick.
 async fn ack(node: &Node, peer: &str, last: &mut Option<(u64, Instant)>, within: Duration) -> Result<(), Fault> {
+    let takebacks = node.write_stats.takebacks();
     let cursor = node.state().cursor_of(peer)?;
     if last.is_some_and(|(acked, at)| acked == cursor && at.elapsed() < ACK_REFRESH) {
         return Ok(());
     }
     let committed = node.write_stats.committed();
-    if !node.write_stats.wait_flushed(committed, within).await {
+    // A flush that failed meanwhile may have taken the cursor back, and a
+    // later one does not make it durable again.
+    if !node.write_stats.wait_flushed(committed, within).await || node.write_stats.takebacks() != takebacks {
         return Ok(());
     }
     node.peers.ack(peer, &node.region, cursor).await?;

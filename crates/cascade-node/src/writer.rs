@@ -389,6 +389,14 @@ impl WriterState {
     /// The store failed a commit, a read, a retry or a reopen (see [`Self::commit_failed`]).
     fn store_failed(&mut self, e: &crate::store::StoreError, refused: healing::Refused) {
         self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false));
+        if refused == healing::Refused::Write {
+            // A failed commit or flush may have taken back commits that
+            // skipped their flush (PostgreSQL drops what it staged): links
+            // follow again from the stored cursors, and send releases
+            // again from the first key (`WriteStats::takebacks`).
+            self.ctx.stats.note_takeback();
+            self.ctx.release_hints.start_over();
+        }
         let (what, until) = match refused {
             healing::Refused::Write => ("commit", "one succeeds"),
             healing::Refused::Read => ("read", "a retry reads and commits"),
@@ -524,6 +532,9 @@ impl WriterState {
     /// started from the first key).
     fn reopened(&mut self) {
         self.healing.reopened();
+        // The engine holds what reached its files: commits that skipped
+        // their flush since may be gone (`WriteStats::takebacks`).
+        self.ctx.stats.note_takeback();
         self.ctx.metrics.store_reopened();
         self.ctx.release_hints.start_over();
         let state = StoreState {

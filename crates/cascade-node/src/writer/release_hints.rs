@@ -66,7 +66,11 @@ impl ReleaseHints {
     /// Every link starts its next send from the first key, as after a
     /// restart: the store was reopened, and a commit that failed before
     /// may have landed with a release queued behind a link's position
-    /// (fjall recovers a batch whose journal write reported an error).
+    /// (fjall recovers a batch whose journal write reported an error); or
+    /// a commit or flush failed, and the removal of an acknowledged
+    /// release, committed without a flush of its own, may have been taken
+    /// back (PostgreSQL drops what it staged): its row is back behind the
+    /// position, and is sent again (the owner answers it as absent).
     pub(super) fn start_over(&self) {
         if let Ok(mut hints) = self.0.lock() {
             hints.reopens += 1;

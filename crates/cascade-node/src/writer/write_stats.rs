@@ -25,6 +25,10 @@ pub struct WriteStats {
     flushed_through: AtomicU64,
     /// Woken after each successful flush.
     flushed: tokio::sync::Notify,
+    /// Times the store may have taken back commits that skipped their
+    /// flush while the process lived (a failed commit or flush, a reopen:
+    /// see [`WriteStats::takebacks`]).
+    takebacks: AtomicU64,
 }
 
 /// A reading of [`WriteStats`].
@@ -52,6 +56,27 @@ impl WriteStats {
         self.flushes.fetch_add(1, Ordering::Relaxed);
         self.flushed_through.fetch_max(through, Ordering::SeqCst);
         self.flushed.notify_waiters();
+    }
+
+    /// The store may have taken back what was committed and not flushed
+    /// (`WriterState::store_failed`, `WriterState::reopened`).
+    pub(super) fn note_takeback(&self) {
+        self.takebacks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How often the store may have taken back commits that skipped their
+    /// flush (`writer/durable.rs`) while the process lived: PostgreSQL drops
+    /// a group's staged writes when its transaction fails, and a disk
+    /// engine reopened after a failed flush reads only what reached its
+    /// files. Such a commit's loss is safe only if whoever relied on it
+    /// learns of it: a peer link that handed the writer events the stored
+    /// cursor no longer covers follows again from the stored cursor
+    /// (`links.rs`), or it would go on past the events taken back, and
+    /// a PURGED whose tombstone removal was lost would never come again.
+    /// Counted on the writer's thread before its next step, so a step that
+    /// reads the count sees every takeback before it.
+    pub fn takebacks(&self) -> u64 {
+        self.takebacks.load(Ordering::SeqCst)
     }
 
     /// Batches committed so far. Read after reading something from the
