@@ -1069,6 +1069,122 @@ mod tests {
         assert_eq!(all, model.into_iter().collect::<Vec<_>>());
     }
 
+    /// Keys appended in one batch (as a cascade appends its outcomes)
+    /// fill their pages exactly as keys appended a batch each do: the same
+    /// pages, the same bytes allocated.
+    #[test]
+    fn keys_appended_in_one_batch_fill_pages_as_keys_appended_one_by_one() {
+        let value = |i: u32| vec![(i % 251) as u8; 20 + (i % 7) as usize * 30];
+        let one_batch = MemoryStore::default();
+        let mut batch = Batch::default();
+        for i in 0..5_000u32 {
+            batch.put(Table::Outcomes, i.to_be_bytes().to_vec(), value(i));
+        }
+        one_batch.commit(batch).unwrap();
+        let one_by_one = MemoryStore::default();
+        for i in 0..5_000u32 {
+            let mut batch = Batch::default();
+            batch.put(Table::Outcomes, i.to_be_bytes().to_vec(), value(i));
+            one_by_one.commit(batch).unwrap();
+        }
+        assert_eq!(one_batch.footprint(), one_by_one.footprint());
+        assert_eq!(
+            one_batch.scan(Table::Outcomes, b"", None, usize::MAX).unwrap(),
+            one_by_one.scan(Table::Outcomes, b"", None, usize::MAX).unwrap()
+        );
+    }
+
+    /// What one step of a cascade writes to a table, as a batch.
+    #[derive(Debug, Clone)]
+    struct Step {
+        /// Removes keys `from..from + len` in order (some already gone).
+        from: u32,
+        len: u32,
+        /// Appends this many keys past the table's last, in order, some
+        /// larger than a page.
+        appends: u32,
+        /// Also removes a key of the run twice and puts one in its middle.
+        twice: bool,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        (0u32..3_000, 0u32..400, 0u32..150, any::<bool>()).prop_map(|(from, len, appends, twice)| Step {
+            from,
+            len,
+            appends,
+            twice,
+        })
+    }
+
+    proptest! {
+        /// Runs of removals in key order (whole pages, parts of pages,
+        /// keys absent, a key removed twice, a put inside the run) and of
+        /// appends past the table's end, interleaved with another table's
+        /// writes in the same batch, as the commit holds them back: every
+        /// read answers as an ordered map does.
+        #[test]
+        fn runs_of_removals_and_appends_answer_as_an_ordered_map_does(steps in proptest::collection::vec(step(), 1..10)) {
+            let store = MemoryStore::default();
+            let mut model: BTreeMap<(Table, Vec<u8>), Vec<u8>> = BTreeMap::new();
+            let key = |i: u32| format!("k{i:06}").into_bytes();
+            let value = |i: u32| {
+                let len = if i % 97 == 0 { 3_000 } else { 10 + (i % 60) as usize };
+                vec![(i % 251) as u8; len]
+            };
+            let mut batch = Batch::default();
+            for i in 0..3_000u32 {
+                batch.put(Table::Resources, key(i), value(i));
+                model.insert((Table::Resources, key(i)), value(i));
+            }
+            store.commit(batch).unwrap();
+            let mut next = 3_000u32;
+            for Step { from, len, appends, twice } in steps {
+                let mut batch = Batch::default();
+                let mut write = |batch: &mut Batch, table: Table, k: Vec<u8>, v: Option<Vec<u8>>| {
+                    match &v {
+                        Some(v) => model.insert((table, k.clone()), v.clone()),
+                        None => model.remove(&(table, k.clone())),
+                    };
+                    batch.ops.push((table, k, v));
+                };
+                for i in from..from + len {
+                    write(&mut batch, Table::Resources, key(i), None);
+                    if i % 10 == 0 {
+                        write(&mut batch, Table::UidIndex, key(i), Some(vec![1; 16]));
+                    }
+                    if twice && i == from + len / 2 {
+                        write(&mut batch, Table::Resources, key(i), None);
+                        write(&mut batch, Table::Resources, key(i + 1), Some(b"kept".to_vec()));
+                        write(&mut batch, Table::UidIndex, key(i), None);
+                    }
+                }
+                for _ in 0..appends {
+                    write(&mut batch, Table::Resources, key(next), Some(value(next)));
+                    if twice && next % 5 == 0 {
+                        write(&mut batch, Table::Resources, key(next), Some(b"again".to_vec()));
+                    }
+                    next += 1;
+                }
+                store.commit(batch).unwrap();
+                for table in [Table::Resources, Table::UidIndex] {
+                    let want: Vec<Entry> = model
+                        .iter()
+                        .filter(|((t, _), _)| *t == table)
+                        .map(|((_, k), v)| (k.clone(), v.clone()))
+                        .collect();
+                    prop_assert_eq!(store.scan(table, b"", None, usize::MAX).unwrap(), want.clone());
+                    prop_assert_eq!(store.footprint().get(&table).map_or(0, |f| f.entries), want.len() as u64);
+                    for (k, v) in want.iter().step_by(37) {
+                        prop_assert_eq!(store.get(table, k).unwrap(), Some(v.clone()));
+                    }
+                }
+                for i in (from..from + len).step_by(13) {
+                    prop_assert_eq!(store.get(Table::Resources, &key(i)).unwrap(), model.get(&(Table::Resources, key(i))).cloned());
+                }
+            }
+        }
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Put(Vec<u8>, Vec<u8>),
