@@ -95,8 +95,31 @@ impl Store for MemoryStore {
         Ok(self.lock()[table.index()].get(key).map(<[u8]>::to_vec))
     }
 
+    fn get_in(&self, table: Table, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<(), StoreError> {
+        if let Some(value) = self.lock()[table.index()].get(key) {
+            read(value);
+        }
+        Ok(())
+    }
+
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
-        Ok(self.lock()[table.index()].scan(prefix, after, limit))
+        let mut out = Vec::new();
+        self.lock()[table.index()].scan(prefix, after, limit, &mut |key, value| {
+            out.push((key.to_vec(), value.to_vec()));
+        });
+        Ok(out)
+    }
+
+    fn scan_in(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        read: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StoreError> {
+        self.lock()[table.index()].scan(prefix, after, limit, read);
+        Ok(())
     }
 
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
@@ -270,15 +293,16 @@ impl Pages {
         Some(entry(page, i).1)
     }
 
-    fn scan(&mut self, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Vec<Entry> {
+    /// Hands each entry of the scan to `read`, in key order.
+    fn scan(&mut self, prefix: &[u8], after: Option<&[u8]>, limit: usize, read: &mut dyn FnMut(&[u8], &[u8])) {
         let (start, past): (&[u8], bool) = match after {
             Some(a) if a >= prefix => (a, true),
             _ => (prefix, false),
         };
-        let mut out = Vec::new();
         if limit == 0 || self.locate(start).is_none() {
-            return out;
+            return;
         }
+        let mut read_so_far = 0;
         // The page that holds `start`, then every page after it; only the
         // first is searched (the others' keys are all past `start`).
         let mut first = true;
@@ -293,15 +317,15 @@ impl Pages {
             };
             for (key, value) in entries(page, at) {
                 if !key.starts_with(prefix) {
-                    return out;
+                    return;
                 }
-                out.push((key.to_vec(), value.to_vec()));
-                if out.len() >= limit {
-                    return out;
+                read(key, value);
+                read_so_far += 1;
+                if read_so_far >= limit {
+                    return;
                 }
             }
         }
-        out
     }
 
     /// A put of a commit: held when it appends past the table's last key
