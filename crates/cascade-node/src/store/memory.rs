@@ -12,11 +12,13 @@
 //! per entry before that, about 120 (docs/BENCHMARKS.md, "P4: the memory
 //! engine's footprint" and "P4 under 600 MB").
 //!
-//! Size: about 900 lines, a third of them its tests: the page's layout, the
-//! search over its offsets, its split and the pages remembered per table
-//! hold one invariant together (every offset of a page of several
-//! entries under `PAGE_BYTES`, a remembered page's bound and last key),
-//! and the tests drive them through the `Store` against a `BTreeMap`.
+//! Size: about 1,300 lines, a third of them its tests: the page's layout,
+//! the search over its offsets, its split, the pages remembered per table
+//! and the writes a commit holds back hold one invariant together (every
+//! offset of a page of several entries under `PAGE_BYTES`, a remembered
+//! page's bound and last key, a held run's page unchanged until it is
+//! written), and the tests drive them through the `Store` against a
+//! `BTreeMap`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -213,7 +215,11 @@ enum Held<'a> {
     /// Entries of the page in `slot` to remove, by their index in the
     /// page as it is (which nothing else changes while they are held), and
     /// the index after the last one, where the next key of a run is.
-    Removals { slot: usize, doomed: Vec<usize>, next: usize },
+    Removals {
+        slot: usize,
+        doomed: Vec<usize>,
+        next: usize,
+    },
     /// Entries past the table's last key, in key order.
     Appends(Vec<(&'a [u8], &'a [u8])>),
 }
@@ -515,7 +521,6 @@ impl Pages {
             self.add_page(bound, right);
         }
     }
-
 }
 
 // A page is one buffer: the offsets of its entries (a u16 each, little

@@ -156,7 +156,11 @@ pub(super) fn conformance(store: &dyn Store) {
                 scanned.push((k.to_vec(), v.to_vec()))
             })
             .unwrap();
-        assert_eq!(scanned, s(Resources, b"a/x/", after, limit), "after {after:?}, limit {limit}");
+        assert_eq!(
+            scanned,
+            s(Resources, b"a/x/", after, limit),
+            "after {after:?}, limit {limit}"
+        );
     }
 
     // Large values.
