@@ -1157,7 +1157,7 @@ mod tests {
             let mut model: BTreeMap<(Table, Vec<u8>), Vec<u8>> = BTreeMap::new();
             let key = |i: u32| format!("k{i:06}").into_bytes();
             let value = |i: u32| {
-                let len = if i % 97 == 0 { 3_000 } else { 10 + (i % 60) as usize };
+                let len = if i.is_multiple_of(97) { 3_000 } else { 10 + (i % 60) as usize };
                 vec![(i % 251) as u8; len]
             };
             let mut batch = Batch::default();
@@ -1178,7 +1178,7 @@ mod tests {
                 };
                 for i in from..from + len {
                     write(&mut batch, Table::Resources, key(i), None);
-                    if i % 10 == 0 {
+                    if i.is_multiple_of(10) {
                         write(&mut batch, Table::UidIndex, key(i), Some(vec![1; 16]));
                     }
                     if twice && i == from + len / 2 {
@@ -1189,7 +1189,7 @@ mod tests {
                 }
                 for _ in 0..appends {
                     write(&mut batch, Table::Resources, key(next), Some(value(next)));
-                    if twice && next % 5 == 0 {
+                    if twice && next.is_multiple_of(5) {
                         write(&mut batch, Table::Resources, key(next), Some(b"again".to_vec()));
                     }
                     next += 1;
