@@ -196,14 +196,24 @@ pub struct StoreState<'a> {
 }
 
 impl StoreState<'_> {
+    /// The record under `key`, decoded from the store's loan of its value
+    /// (`Store::get_in`: the memory engine's own bytes, no copy).
     fn get<T: Record>(&self, table: Table, key: &[u8]) -> Result<Option<T>, StoreError> {
+        let mut decoded = None;
         self.store
-            .get(table, key)?
-            .map(|v| decode_keyed(table, key, &v))
-            .transpose()
+            .get_in(table, key, &mut |value| decoded = Some(decode_keyed(table, key, value)))?;
+        decoded.transpose()
     }
 
-    /// Decoded entries of a prefix scan.
+    /// Whether `key` has a value, which is not read.
+    fn exists(&self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        let mut found = false;
+        self.store.get_in(table, key, &mut |_| found = true)?;
+        Ok(found)
+    }
+
+    /// Decoded entries of a prefix scan, decoded from the store's loans
+    /// (`Store::scan_in`); the first that does not decode fails the scan.
     pub fn scan<T: Record>(
         &self,
         table: Table,
@@ -211,11 +221,17 @@ impl StoreState<'_> {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<T>, StoreError> {
-        self.store
-            .scan(table, prefix, after, limit)?
-            .into_iter()
-            .map(|(k, v)| decode_keyed(table, &k, &v))
-            .collect()
+        let mut rows = Vec::new();
+        let mut failed = None;
+        self.store.scan_in(table, prefix, after, limit, &mut |key, value| {
+            if failed.is_none() {
+                match decode_keyed(table, key, value) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => failed = Some(e),
+                }
+            }
+        })?;
+        failed.map_or(Ok(rows), Err)
     }
 
     /// A page of the whole back-reference table after the raw key `after`,
@@ -304,11 +320,11 @@ impl StoreState<'_> {
 
     /// Whether this node saw the remote resource `uid` enter DELETING.
     pub fn remote_deletion_of(&self, uid: Uid) -> Result<bool, StoreError> {
-        Ok(self.store.get(Table::RemoteDeletions, uid.as_bytes())?.is_some())
+        self.exists(Table::RemoteDeletions, uid.as_bytes())
     }
 
     pub fn uid_exists(&self, uid: Uid) -> Result<bool, StoreError> {
-        Ok(self.store.get(Table::UidIndex, uid.as_bytes())?.is_some())
+        self.exists(Table::UidIndex, uid.as_bytes())
     }
 
     fn counter(&self, table: Table, key: &[u8], default: u64) -> Result<u64, StoreError> {
@@ -479,6 +495,12 @@ impl StateRead for StoreState<'_> {
     }
     fn backrefs(&self, target: Uid, after: Option<&BackRefKey>, limit: usize) -> Result<Vec<BackRef>, StorageError> {
         let after = after.map(backref_key);
+        if !self.store.prefetches() {
+            // Nothing to read ahead: the rows decode from the store's loans.
+            return self
+                .scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
+                .map_err(storage);
+        }
         let page = self
             .store
             .scan(Table::Backrefs, target.as_bytes(), after.as_deref(), limit)
@@ -490,7 +512,7 @@ impl StateRead for StoreState<'_> {
             .map_err(storage)?;
         // A page of a walk (not a check that any row exists, limit 1):
         // what acting on each referrer reads.
-        if limit > 1 && !rows.is_empty() && self.store.prefetches() {
+        if limit > 1 && !rows.is_empty() {
             self.prefetch_referrers(target, &page, &rows);
         }
         Ok(rows)
@@ -620,7 +642,7 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         // (small) index spares every other write a blind remove.
         if v.as_ref().is_some_and(|row| row.on_delete == OnDelete::Block) {
             b.put(Table::BlockingBackrefs, key.clone(), Vec::new());
-        } else if state.store.get(Table::BlockingBackrefs, &key)?.is_some() {
+        } else if state.exists(Table::BlockingBackrefs, &key)? {
             b.remove(Table::BlockingBackrefs, key.clone());
         }
         match v {

@@ -245,6 +245,19 @@ impl Prefetch {
 
 pub trait Store: Send + Sync + 'static {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// [`Store::get`] with the value lent to `read` (not called when the
+    /// key is absent) instead of returned: an engine that keeps its values
+    /// in memory lends them without a copy, and the codec decodes from the
+    /// loan (the memory engine: a copy and its free were a tenth of a
+    /// cascade's reads; docs/BENCHMARKS.md, "The memory engine's commit
+    /// and the reads' copies"). `read` may run while the engine holds a
+    /// lock: it must not call the store. By default, a copy.
+    fn get_in(&self, table: Table, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<(), StoreError> {
+        if let Some(value) = self.get(table, key)? {
+            read(&value);
+        }
+        Ok(())
+    }
     /// The values of `keys` (None: absent), in their order: one round trip
     /// on an engine over a network instead of one per key.
     fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
@@ -273,6 +286,21 @@ pub trait Store: Send + Sync + 'static {
     /// end a deletion's walk with referrers left. Every engine's
     /// conformance test pages with limits below, at and above the rows.
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError>;
+    /// [`Store::scan`] with each entry lent to `read`, in key order,
+    /// instead of returned (as [`Store::get_in`]). By default, copies.
+    fn scan_in(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        read: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StoreError> {
+        for (key, value) in self.scan(table, prefix, after, limit)? {
+            read(&key, &value);
+        }
+        Ok(())
+    }
     /// Applies every write of the batch atomically, in order (the last
     /// write of a key wins): a point read sees all of it or none of it, and
     /// so does recovery after a crash. A scan that races the commit sees it

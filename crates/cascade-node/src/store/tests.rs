@@ -142,6 +142,27 @@ pub(super) fn conformance(store: &dyn Store) {
     assert_eq!(store.get(Meta, b"gone").unwrap(), None);
     assert_eq!(store.get(Resources, b"a/x/2").unwrap(), Some(b"back".to_vec()));
 
+    // Reads that lend their values (`get_in`, `scan_in`) see what the
+    // copies see.
+    let mut lent = Vec::new();
+    for key in [&b"a/x/2"[..], b"a/x/9", b"twice"] {
+        store.get_in(Resources, key, &mut |v| lent.push(v.to_vec())).unwrap();
+    }
+    assert_eq!(lent, vec![b"back".to_vec()], "an absent key lends nothing");
+    for (after, limit) in [(None, 100), (Some(&b"a/x/"[..]), 2), (Some(b"a/x/3"), 5), (None, 0)] {
+        let mut scanned = Vec::new();
+        store
+            .scan_in(Resources, b"a/x/", after, limit, &mut |k, v| {
+                scanned.push((k.to_vec(), v.to_vec()))
+            })
+            .unwrap();
+        assert_eq!(
+            scanned,
+            s(Resources, b"a/x/", after, limit),
+            "after {after:?}, limit {limit}"
+        );
+    }
+
     // Large values.
     let big = vec![0xa5u8; 1 << 20];
     store.commit(put(&[(Operations, b"big", &big)])).unwrap();

@@ -46,6 +46,9 @@ impl Store for WatchedReads {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.note(self.inner.get(table, key))
     }
+    fn get_in(&self, table: Table, key: &[u8], read: &mut dyn FnMut(&[u8])) -> Result<(), StoreError> {
+        self.note(self.inner.get_in(table, key, read))
+    }
     fn get_many(&self, table: Table, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
         self.note(self.inner.get_many(table, keys))
     }
@@ -57,6 +60,16 @@ impl Store for WatchedReads {
     }
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.note(self.inner.scan(table, prefix, after, limit))
+    }
+    fn scan_in(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        read: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<(), StoreError> {
+        self.note(self.inner.scan_in(table, prefix, after, limit, read))
     }
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         self.inner.commit(batch)
