@@ -58,37 +58,32 @@ pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<St
 }
 
 /// Lets a step go on whatever it has done (every caller but the node's
-/// work step, and a full pass, which must read every row to count them).
+/// work step).
 fn always() -> bool {
     true
 }
 
 /// [`process_work`], ended early when `may_go_on` says no: asked between
-/// two items and between two back-references of a walk, and only once the
-/// step has done an item (or the walk a row), so every step makes
+/// two items, and only once the step has done one, so every step makes
 /// progress. The step ends at a consistent point, as one that ran out of
-/// its bounds does: what it did commits as usual, the items it did not
-/// reach stay due, and a walk stopped between two rows resumes after the
-/// last one it acted on. The node asks its clock: a step stops at its time
-/// target after the item or row in progress (`writer/work_budget.rs`), so
-/// the one step in a hundred whose items cost more than their budget
-/// guessed no longer runs several times its target while a client's small
-/// write waits for its end (issue 28). `may_go_on` is the only input here
-/// that is not the state and `ctx`: where a step ends changes how the work
-/// is cut into steps, never what the steps do
-/// (`crates/cascade-core/tests/stopping_early.rs`).
+/// its item bounds does: what it did commits as usual and the items it
+/// did not reach stay due. Not between two referrers of a walk: a walk
+/// that spans steps is counted again from its first row by a full pass
+/// before its member can finish (`step_deletion`), so a cut there would
+/// cost a re-read of every row (`tests/tombstones.rs` counts them); the
+/// walk stays bounded by the step's referrer budget. The node asks its
+/// clock: a step stops at its time target after the item in progress
+/// (`writer/work_budget.rs`), so the one step in a hundred whose items
+/// cost more than the bounds guessed no longer runs several times its
+/// target while a client's small write waits for its end (issue 28).
+/// `may_go_on` is the only input here that is not the state and `ctx`:
+/// where a step ends changes how the work is cut into steps, never what
+/// the steps do (`crates/cascade-core/tests/stopping_early.rs`).
 pub fn process_work_until<S: StateRead + ?Sized>(
     state: &S,
     ctx: Ctx<'_>,
     may_go_on: &dyn Fn() -> bool,
 ) -> Result<Step<WorkReport>, CoreError> {
-    // Remembers a "no", for the report (the walk may be the one told).
-    let stopped = std::cell::Cell::new(false);
-    let may_go_on = &|| {
-        let go_on = may_go_on();
-        stopped.set(stopped.get() || !go_on);
-        go_on
-    };
     let mut tx = Tx::new(state);
     let window = ctx.policy.batch_items.saturating_mul(WINDOW_FACTOR);
     let due = tx.due_work(ctx.now, window)?;
@@ -103,8 +98,13 @@ pub fn process_work_until<S: StateRead + ?Sized>(
     let mut unshared: BTreeSet<Option<OperationId>> = scheduled.iter().map(|(op, _)| *op).collect();
     let mut shares: BTreeMap<Option<OperationId>, usize> = BTreeMap::new();
     for (op, item) in scheduled {
-        if budget == 0 || (report.items > 0 && !may_go_on()) {
+        if budget == 0 {
             report.more = true;
+            break;
+        }
+        if report.items > 0 && !may_go_on() {
+            report.more = true;
+            report.stopped_early = true;
             break;
         }
         let share = shares.entry(op).or_insert_with(|| {
@@ -127,7 +127,7 @@ pub fn process_work_until<S: StateRead + ?Sized>(
         report.items += 1;
         let mut item_budget = (*share).min(budget);
         let before = item_budget;
-        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report, may_go_on)?;
+        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report)?;
         let spent = before - item_budget;
         budget -= spent;
         *share -= spent;
@@ -135,7 +135,6 @@ pub fn process_work_until<S: StateRead + ?Sized>(
             report.more = true;
         }
     }
-    report.stopped_early = stopped.get();
     Ok(Step {
         value: report,
         writes: tx.finish(),
@@ -164,7 +163,7 @@ pub(crate) fn start_queued_work<S: StateRead + ?Sized>(
             continue;
         }
         report.items += 1;
-        if !step_deletion(tx, ctx, work, &mut budget, &mut report, &always)? {
+        if !step_deletion(tx, ctx, work, &mut budget, &mut report)? {
             report.more = true;
         }
     }
@@ -200,7 +199,7 @@ pub(crate) fn finish_accepted<S: StateRead + ?Sized>(
     let mut report = WorkReport::default();
     // An unfinished step (it cannot be: nothing to walk) stays due, as
     // after any work step; the report's counts are in the writes.
-    step_deletion(tx, ctx, work, &mut budget, &mut report, &always)?;
+    step_deletion(tx, ctx, work, &mut budget, &mut report)?;
     Ok(())
 }
 
@@ -213,11 +212,10 @@ fn step_deletion<S: StateRead + ?Sized>(
     mut work: WorkItem,
     budget: &mut usize,
     report: &mut WorkReport,
-    may_go_on: &dyn Fn() -> bool,
 ) -> Result<bool, CoreError> {
     let uid = work.target.uid;
     if is_remote(ctx, &work.target.name) {
-        return step_remote_deletion(tx, ctx, work, budget, report, may_go_on);
+        return step_remote_deletion(tx, ctx, work, budget, report);
     }
     // By the name the entry gives, checked against its uid (a uid names
     // one resource under one name): one read, not the uid index's and then
@@ -284,7 +282,7 @@ fn step_deletion<S: StateRead + ?Sized>(
     let mut walked_whole = false;
     if !work.walk.finished {
         let fresh = work.walk.after.is_none() && work.walk.blocking == 0 && work.walk.remote.is_empty();
-        let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals, may_go_on)?;
+        let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)?;
         if !matches!(end, WalkEnd::Held(_)) {
             clear_held(tx, ctx, &resource, &mut record)?;
         }
@@ -447,9 +445,6 @@ enum WalkEnd {
 /// its refusal in `refusals`. Stops when the budget runs out (`walk` then
 /// holds the position), or before a referrer the operation's controls do
 /// not let it enter into deletion.
-// The walk's position, counts, budget and `may_go_on` are the step's own
-// state, threaded through; a struct of them would only be unpacked here.
-#[allow(clippy::too_many_arguments)]
 fn resume_walk<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -458,7 +453,6 @@ fn resume_walk<S: StateRead + ?Sized>(
     budget: &mut usize,
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
-    may_go_on: &dyn Fn() -> bool,
 ) -> Result<WalkEnd, CoreError> {
     let resumed_at = walk.after.take();
     let mut pages = BackRefPages::resume(deletion.target.uid, resumed_at.clone());
@@ -478,13 +472,6 @@ fn resume_walk<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            if last_done.is_some() && !may_go_on() {
-                // Stopped before this row, as when held: the next step
-                // starts with it.
-                walk.after = last_done.as_ref().map(BackRef::key);
-                walk.finished = false;
-                return Ok(WalkEnd::OutOfBudget);
-            }
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }
@@ -569,9 +556,7 @@ fn full_pass<S: StateRead + ?Sized>(
     refusals: &mut Vec<String>,
 ) -> Result<PassEnd, CoreError> {
     let mut counted = Walk::default();
-    // Never stopped by the caller: a pass that stopped would start again
-    // from the first row the next time, and might never end.
-    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals, &always)? {
+    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals)? {
         WalkEnd::Finished => {}
         WalkEnd::OutOfBudget => return Ok(PassEnd::OutOfBudget),
         WalkEnd::Held(held) => return Ok(PassEnd::Held(held)),
@@ -694,7 +679,6 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
     mut work: WorkItem,
     budget: &mut usize,
     report: &mut WorkReport,
-    may_go_on: &dyn Fn() -> bool,
 ) -> Result<bool, CoreError> {
     let uid = work.target.uid;
     let Some(tombstone) = tx.remote_deletion(uid)? else {
@@ -725,15 +709,6 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
-            // Not once a referrer was refused: its row is kept and only a
-            // look from the first row, in one step, sees it again (below).
-            if last_done.is_some() && refusals.is_empty() && !may_go_on() {
-                // Stopped before this row, as when its budget runs out:
-                // the next step starts with it.
-                work.walk.after = last_done.as_ref().map(BackRef::key);
-                requeue_unfinished(tx, ctx, work);
-                return Ok(false);
-            }
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }

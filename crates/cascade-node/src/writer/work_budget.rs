@@ -6,13 +6,12 @@
 //! small write waits for during a long cascade.
 //!
 //! The bounds in items are a guess from the steps before; the step also
-//! stops at its time target ([`WorkBudget::target`]) between two items or
-//! two referrers (`protocol::process_work_until`, asked the clock), so
-//! one whose items cost more than guessed (a commit that stalled in the
-//! engine, a page of tombstones, a wait for a core) ends near its target
-//! instead of running several times it (issue 28: on fjall one step in a
-//! hundred ran 23–36 ms against 10; docs/BENCHMARKS.md, "fjall: a step
-//! that stops at its time"). A step stopped so is one that hit its
+//! stops at its time target ([`WorkBudget::target`]) between two items
+//! (`protocol::process_work_until`, asked the clock), so one whose items
+//! cost more than guessed (a page of tombstones, a wait for a core) ends
+//! after the item in progress instead of running several times its
+//! target (issue 28: on fjall one step in a hundred ran 23–36 ms against
+//! 10; docs/BENCHMARKS.md, "fjall: a step that stops at its time"). A step stopped so is one that hit its
 //! bounds: its length still tunes the item bounds below.
 //!
 //! The time budget comes from the flush's measured cost: a step
@@ -144,7 +143,7 @@ impl WriterState {
         let policy = self.work_budget.policy(&self.ctx.policy);
         // The item bounds guess a step's length from the last steps'; the
         // clock ends the one whose items cost more than guessed, after the
-        // item or referrer in progress (the module's doc).
+        // item in progress (the module's doc).
         let stop_at = started + self.work_budget.target();
         let may_go_on = move || crate::clock::monotonic_now() < stop_at;
         self.group = Some(super::group::Group::default());
