@@ -91,7 +91,7 @@ pub use undelete::{
     finish_undelete_part, remote_targets, start_undelete, undelete_batch, undelete_part, UndeleteBatch, UndeletePhase,
     UndeleteReport,
 };
-pub use work::{confirm_remote_closure, process_work};
+pub use work::{confirm_remote_closure, process_work, process_work_until};
 
 pub(crate) use bookkeeping::{after_pending_changed, forget_released_row, wake_if_deleting};
 pub(crate) use create_update::{abort_creating, activate_creating, revert_references};
@@ -368,6 +368,9 @@ pub struct WorkReport {
     pub retried: usize,
     /// More work was due than one step takes: call again at once.
     pub more: bool,
+    /// The step ended because its caller's `may_go_on` said no
+    /// ([`process_work_until`]), before its item and referrer bounds.
+    pub stopped_early: bool,
     /// Operations whose root waits only for other regions' parts: the
     /// node asks them and, when all are finished, confirms with
     /// [`confirm_remote_closure`].

@@ -54,6 +54,36 @@ use super::{is_remote, target_of, Ctx, Step, WorkReport};
 /// purged so far (P1 unset on fjall, 100k: 8 s → 178 s; see
 /// `tests/tombstones.rs`, which runs with small steps for this).
 pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<Step<WorkReport>, CoreError> {
+    process_work_until(state, ctx, &always)
+}
+
+/// Lets a step go on whatever it has done (every caller but the node's
+/// work step).
+fn always() -> bool {
+    true
+}
+
+/// [`process_work`], ended early when `may_go_on` says no: asked between
+/// two items, and only once the step has done one, so every step makes
+/// progress. The step ends at a consistent point, as one that ran out of
+/// its item bounds does: what it did commits as usual and the items it
+/// did not reach stay due. Not between two referrers of a walk: a walk
+/// that spans steps is counted again from its first row by a full pass
+/// before its member can finish (`step_deletion`), so a cut there would
+/// cost a re-read of every row (`tests/tombstones.rs` counts them); the
+/// walk stays bounded by the step's referrer budget. The node asks its
+/// clock: a step stops at its time target after the item in progress
+/// (`writer/work_budget.rs`), so the one step in a hundred whose items
+/// cost more than the bounds guessed no longer runs several times its
+/// target while a client's small write waits for its end (issue 28).
+/// `may_go_on` is the only input here that is not the state and `ctx`:
+/// where a step ends changes how the work is cut into steps, never what
+/// the steps do (`crates/cascade-core/tests/stopping_early.rs`).
+pub fn process_work_until<S: StateRead + ?Sized>(
+    state: &S,
+    ctx: Ctx<'_>,
+    may_go_on: &dyn Fn() -> bool,
+) -> Result<Step<WorkReport>, CoreError> {
     let mut tx = Tx::new(state);
     let window = ctx.policy.batch_items.saturating_mul(WINDOW_FACTOR);
     let due = tx.due_work(ctx.now, window)?;
@@ -70,6 +100,11 @@ pub fn process_work<S: StateRead + ?Sized>(state: &S, ctx: Ctx<'_>) -> Result<St
     for (op, item) in scheduled {
         if budget == 0 {
             report.more = true;
+            break;
+        }
+        if report.items > 0 && !may_go_on() {
+            report.more = true;
+            report.stopped_early = true;
             break;
         }
         let share = shares.entry(op).or_insert_with(|| {
