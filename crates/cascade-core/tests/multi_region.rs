@@ -62,6 +62,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use cascade_core::auth::{Authorize, Decision, Principal, Target, Verb};
 use cascade_core::closure::{ClosureCheck, PartAnswer, PartSummary, Phase, Verdict};
 use cascade_core::invariants::{self, RegionView};
 use cascade_core::memory::MemoryState;
@@ -472,6 +473,8 @@ struct Stats {
 struct World {
     schema: Schema,
     policy: Policy,
+    /// Every region's policy (see [`DenyUpdates`]).
+    authorizer: DenyUpdates,
     now: Timestamp,
     regions: Vec<Region>,
     creates: Vec<PendingCreate>,
@@ -490,13 +493,43 @@ struct World {
     stats: Stats,
 }
 
-fn ctx<'a>(schema: &'a Schema, policy: &'a Policy, region: &'a RegionId, now: Timestamp) -> Ctx<'a> {
+/// Every region's policy: the deletion's principal may `update` every
+/// resource but those named in `no_update`. Empty (every generated
+/// program), it allows everything, as `AllowAll` does, and says so, so the
+/// cascade skips its per-member checks exactly as with `AllowAll`.
+#[derive(Default)]
+struct DenyUpdates {
+    no_update: BTreeSet<ResourceName>,
+}
+
+impl Authorize for DenyUpdates {
+    fn decide(&self, _: &Principal, verb: Verb, target: Target<'_>) -> Decision {
+        match target {
+            Target::Resource(name) if verb == Verb::Update && self.no_update.contains(name) => {
+                Decision::deny("test: no update")
+            }
+            _ => Decision::allow("test: allowed"),
+        }
+    }
+
+    fn allows_everything(&self) -> bool {
+        self.no_update.is_empty()
+    }
+}
+
+fn ctx<'a>(
+    schema: &'a Schema,
+    policy: &'a Policy,
+    region: &'a RegionId,
+    now: Timestamp,
+    authorizer: &'a DenyUpdates,
+) -> Ctx<'a> {
     Ctx {
         schema,
         region,
         now,
         policy,
-        authorizer: &cascade_core::auth::AllowAll,
+        authorizer,
     }
 }
 
@@ -528,6 +561,7 @@ impl World {
                 max_attempts: 2,
                 ..Policy::default()
             },
+            authorizer: DenyUpdates::default(),
             now: Timestamp(1_000_000),
             regions: REGIONS
                 .iter()
@@ -553,7 +587,7 @@ impl World {
     }
 
     fn ctx(&self, r: usize) -> Ctx<'_> {
-        ctx(&self.schema, &self.policy, &self.regions[r].id, self.now)
+        ctx(&self.schema, &self.policy, &self.regions[r].id, self.now, &self.authorizer)
     }
 
     fn note(&mut self, line: String) {
@@ -995,7 +1029,7 @@ impl World {
             .collect();
         let r = region_of(&name);
         let Region { id, state, ids } = &mut self.regions[r];
-        let step = protocol::create(state, ctx(&self.schema, &self.policy, id, self.now), ids, vec![spec]);
+        let step = protocol::create(state, ctx(&self.schema, &self.policy, id, self.now, &self.authorizer), ids, vec![spec]);
         let step = match step {
             Ok(step) => step,
             // The name is taken, by a live resource or by a create not
@@ -1171,7 +1205,7 @@ impl World {
             operation_id: None,
         };
         let Region { id, state, ids } = &mut self.regions[r];
-        let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now), ids, req) {
+        let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now, &self.authorizer), ids, req) {
             Ok(step) => step,
             Err(e @ CoreError::DeleteRefused { .. }) => {
                 if !dry_run {
@@ -2144,6 +2178,76 @@ fn importer_part_finishes_when_purged_follows_a_walk_cut_by_the_budget() {
         OperationState::Running,
         "ra's part of the operation is finished: {part:?}"
     );
+}
+
+/// Regression (found in review): the importer's walk of a remote
+/// deletion forgot a referrer its principal may not update when the
+/// step's budget ran out after it. The refused referrer keeps its row and
+/// its reference, but the next step resumed past it, reached the end with
+/// no refusal of its own and ended the importer's part: nothing looked at
+/// the refused referrer again, its release was never sent, and the owner's
+/// deletion waited for it forever, even once the policy allowed it.
+#[test]
+fn importer_retries_a_referrer_refused_before_its_walk_ran_out_of_budget() {
+    let (ra, rb) = (0, 1);
+    // A budget of 2 referrers a step, 5 notes: the walk takes 3 steps.
+    let mut w = World::new(2, 3);
+    let m = w
+        .create_with(rn("rb/owner/m"), BTreeMap::new(), Stage::Settled)
+        .unwrap()
+        .expect("m");
+    for i in 0..5 {
+        w.create_with(
+            rn(&format!("ra/note/n{i}")),
+            BTreeMap::from([("owner".to_owned(), vec![m.clone()])]),
+            Stage::Settled,
+        )
+        .unwrap()
+        .expect("a note");
+    }
+    // The first row the importer's walk meets is refused: the budget runs
+    // out right after it.
+    let refused = w.regions[ra]
+        .state
+        .backrefs
+        .values()
+        .find(|b| b.target.uid == m.uid)
+        .map(|b| b.referrer.name.clone())
+        .expect("a mirror row of m at ra");
+    w.authorizer.no_update.insert(refused.clone());
+    let op = accepted(&mut w, &m.name, true);
+    w.work(rb, 10).unwrap(); // m waits for ra to release the notes' references
+    assert_eq!(w.deliver_events(rb, ra, 10).unwrap(), 1, "DELETING of m");
+    // ra's walk, over several steps and retries, while the refusal holds.
+    for _ in 0..5 {
+        w.work(ra, 10).unwrap();
+        w.now = w.now.plus_millis(w.policy.backoff_cap_ms);
+    }
+    let notes_left: Vec<String> = w.regions[ra]
+        .state
+        .resources
+        .values()
+        .filter(|r| r.refs.contains_key("owner"))
+        .map(|r| r.name.to_string())
+        .collect();
+    assert_eq!(
+        notes_left,
+        vec![refused.to_string()],
+        "only the refused note keeps its reference to m"
+    );
+    let work = w.regions[ra].state.work.get(&m.uid);
+    assert!(
+        work.is_some_and(|item| item.last_error.as_deref().is_some_and(|e| e.contains(refused.as_str()))),
+        "ra's part of the deletion of m is not over while {refused} holds m, and says why: {work:?}"
+    );
+    // The policy allows it now: the walk's retry unsets it, the release
+    // goes, and m is purged.
+    w.authorizer.no_update.clear();
+    w.quiesce().unwrap();
+    assert!(w.regions[ra].state.resources[&refused].refs.is_empty(), "{refused} unset");
+    assert!(!w.regions[rb].state.resources.contains_key(&m.name), "m purged");
+    let part = &w.regions[ra].state.operations[&op];
+    assert_ne!(part.state, OperationState::Running, "ra's part is finished: {part:?}");
 }
 
 /// The deletion record an event stands for when none was left in the
