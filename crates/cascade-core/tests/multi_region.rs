@@ -587,7 +587,13 @@ impl World {
     }
 
     fn ctx(&self, r: usize) -> Ctx<'_> {
-        ctx(&self.schema, &self.policy, &self.regions[r].id, self.now, &self.authorizer)
+        ctx(
+            &self.schema,
+            &self.policy,
+            &self.regions[r].id,
+            self.now,
+            &self.authorizer,
+        )
     }
 
     fn note(&mut self, line: String) {
@@ -1029,7 +1035,12 @@ impl World {
             .collect();
         let r = region_of(&name);
         let Region { id, state, ids } = &mut self.regions[r];
-        let step = protocol::create(state, ctx(&self.schema, &self.policy, id, self.now, &self.authorizer), ids, vec![spec]);
+        let step = protocol::create(
+            state,
+            ctx(&self.schema, &self.policy, id, self.now, &self.authorizer),
+            ids,
+            vec![spec],
+        );
         let step = match step {
             Ok(step) => step,
             // The name is taken, by a live resource or by a create not
@@ -1205,7 +1216,12 @@ impl World {
             operation_id: None,
         };
         let Region { id, state, ids } = &mut self.regions[r];
-        let step = match protocol::delete(state, ctx(&self.schema, &self.policy, id, self.now, &self.authorizer), ids, req) {
+        let step = match protocol::delete(
+            state,
+            ctx(&self.schema, &self.policy, id, self.now, &self.authorizer),
+            ids,
+            req,
+        ) {
             Ok(step) => step,
             Err(e @ CoreError::DeleteRefused { .. }) => {
                 if !dry_run {
@@ -2244,7 +2260,10 @@ fn importer_retries_a_referrer_refused_before_its_walk_ran_out_of_budget() {
     // goes, and m is purged.
     w.authorizer.no_update.clear();
     w.quiesce().unwrap();
-    assert!(w.regions[ra].state.resources[&refused].refs.is_empty(), "{refused} unset");
+    assert!(
+        w.regions[ra].state.resources[&refused].refs.is_empty(),
+        "{refused} unset"
+    );
     assert!(!w.regions[rb].state.resources.contains_key(&m.name), "m purged");
     let part = &w.regions[ra].state.operations[&op];
     assert_ne!(part.state, OperationState::Running, "ra's part is finished: {part:?}");

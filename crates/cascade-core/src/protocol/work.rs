@@ -699,6 +699,17 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
     let mut last_done: Option<BackRef> = None;
     loop {
         if *budget == 0 {
+            if !refusals.is_empty() {
+                // The refused referrers are behind the position this step
+                // would save, and nothing in the work item remembers
+                // them: a step resumed there that reached the end with no
+                // refusal of its own would end this region's part while
+                // they still hold the target (and their releases never
+                // went). So they end the step as at the end of the walk:
+                // from the first row again, after a backoff.
+                retry_refused(tx, ctx, work, &refusals);
+                return Ok(true);
+            }
             work.walk.after = pages.position().cloned();
             requeue_unfinished(tx, ctx, work);
             return Ok(false);
@@ -758,15 +769,7 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
         }
     }
     if !refusals.is_empty() {
-        // Referrers the principal may not update keep their rows, so the
-        // owner's deletion waits for this region's release (nothing
-        // dangles); the walk looks again with backoff (a policy that
-        // allows it then, or the owner's force, lets it finish).
-        work.attempts = work.attempts.saturating_add(1);
-        work.walk = Walk::default();
-        work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff(work.attempts));
-        work.last_error = Some(refusals.join("; "));
-        tx.put_work(work);
+        retry_refused(tx, ctx, work, &refusals);
         return Ok(true);
     }
     tx.remove_work(uid);
@@ -775,6 +778,23 @@ fn step_remote_deletion<S: StateRead + ?Sized>(
     }
     after_pending_changed(tx, ctx, tombstone.operation)?;
     Ok(true)
+}
+
+/// The importer's walk passed referrers the deletion's principal may not
+/// update: they keep their rows, so the owner's deletion waits for this
+/// region's release (nothing dangles). The walk looks again from its first
+/// row, with backoff, an attempt counted and the refusals as its last
+/// error: a policy that allows it then, or the owner's force, lets it
+/// finish. The only memory of a refusal is this restart (the importer's
+/// `Walk` keeps no count of its refused rows), so every path that leaves
+/// the walk with refusals passed ends here or starts again from the first
+/// row (the `Held` one).
+fn retry_refused<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, mut work: WorkItem, refusals: &[String]) {
+    work.attempts = work.attempts.saturating_add(1);
+    work.walk = Walk::default();
+    work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff(work.attempts));
+    work.last_error = Some(refusals.join("; "));
+    tx.put_work(work);
 }
 
 /// Nothing blocks the deletion, but referrers in other regions have yet to
