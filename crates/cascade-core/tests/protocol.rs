@@ -2568,6 +2568,54 @@ fn a_referrer_its_principal_may_not_update_keeps_its_reference_and_holds_the_tar
     w.check();
 }
 
+/// The owner's side of the importer's liveness bug (an importer's walk
+/// forgot a refusal when its budget ran out right after it, see
+/// `importer_retries_a_referrer_refused_before_its_walk_ran_out_of_budget`
+/// in `multi_region.rs`): the owner's walk, cut by its budget after a
+/// refused referrer, still holds the target for it (the walk counts it as
+/// blocking, and a count above zero sends it through a full pass from the
+/// first row before it finishes), and lets it go once the policy allows.
+#[test]
+fn a_refused_referrer_before_the_owners_walk_ran_out_of_budget_still_holds_the_target() {
+    let mut w = World::neutron().with_policy(|p| p.batch_budget = 2);
+    w.create(&n("project", "p"), &[]);
+    w.create(&n("network", "net"), &[("project", &[&n("project", "p")])]);
+    w.create(&n("security_group", "sg"), &[("project", &[&n("project", "p")])]);
+    // Five ports, the first (its row is the walk's first) refused.
+    for i in 0..5 {
+        w.create(
+            &n("port", &format!("port{i}")),
+            &[
+                ("network", &[&n("network", "net")]),
+                ("security_groups", &[&n("security_group", "sg")]),
+            ],
+        );
+    }
+    w.authorizer.denied.insert((auth::Verb::Update, n("port", "port0")));
+    let mut req = del(&n("security_group", "sg"), false);
+    req.principal = alice();
+    w.delete_req(req).expect("delete");
+    w.run_until_quiet();
+    for i in 1..5 {
+        assert!(targets(&w.active(&n("port", &format!("port{i}"))), "security_groups").is_empty());
+    }
+    assert_eq!(
+        targets(&w.active(&n("port", "port0")), "security_groups"),
+        vec![n("security_group", "sg")]
+    );
+    let DeletionStatus::Blocked { reason, .. } = w.record(&n("security_group", "sg")).status else {
+        panic!("sg is held BLOCKED");
+    };
+    assert!(reason.contains("alice may not update r1/port/port0"), "{reason}");
+    w.check();
+    w.authorizer.denied.clear();
+    w.advance_to_next_due();
+    w.run_until_quiet();
+    assert!(w.get(&n("security_group", "sg")).is_none());
+    assert!(targets(&w.active(&n("port", "port0")), "security_groups").is_empty());
+    w.check();
+}
+
 /// The dry run for a principal lists what it may not change (the members
 /// it would delete: `delete`; the referrers it would unset: `update`), and
 /// nothing else; for a principal refused nothing it lists nothing.
