@@ -46,11 +46,30 @@
 //! blocker the closure deletes in another region), because neither had an
 //! intent oracle nor compared dry runs with real runs across regions.
 //!
+//! What it does not generate: a policy that refuses. Every generated
+//! program runs with an empty [`DenyUpdates`], which allows everything, so
+//! no walk ever passes a refused referrer, and a refusal never met a
+//! budget smaller than its walk (every program's budget is): that is why
+//! this property missed an importer's walk that forgot a refusal when its
+//! budget ran out right after it
+//! (`importer_retries_a_referrer_refused_before_its_walk_ran_out_of_budget`
+//! below, the regression). Generating refusals is not a small change: an
+//! owner's deletion held by a refusal turns FAILED after
+//! `Policy::max_attempts` looks and stays so once the policy allows it
+//! (until a retry or a force), which the quiescence checks (3) read as a
+//! FAILED deletion with no live blocker; an importer's refused walk
+//! retries for ever, so no program quiesces until the policy changes; and
+//! the dry run lists refusals (`Plan::denied`) that the comparison (2)
+//! would have to match. It needs ops that refuse and allow, a retry of
+//! FAILED deletions before the end, and both checks taught about refused
+//! holds; until then refusals are covered by the scenarios here and in
+//! `tests/protocol.rs`.
+//!
 //! `PROPTEST_CASES=2000 cargo test -p cascade-core --test multi_region` for
 //! a deeper run; `-- --nocapture` prints what the generated programs
 //! covered.
 //!
-//! Size: about 2,000 lines in one file: the program generator, the three-
+//! Size: about 2,300 lines in one file: the program generator, the three-
 //! region driver, the intent oracle and the dry-run comparison share private
 //! types and one run's state. If it grows, the generator and the oracle are
 //! the first to move into modules of their own.
