@@ -566,6 +566,26 @@ fn soft_deleted_message(
     }
 }
 
+/// Refusals a reason names at most: a walk refused for every referrer a
+/// step passed (up to a step's budget, thousands) would otherwise write
+/// one message per referrer into a stored record and every event and
+/// answer that carries the reason.
+const MOST_REFUSALS_NAMED: usize = 4;
+
+/// The first [`MOST_REFUSALS_NAMED`] refusals, and how many more there were.
+pub fn name_refusals(refusals: &[String]) -> String {
+    let mut named = refusals
+        .iter()
+        .take(MOST_REFUSALS_NAMED)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if let Some(more) = refusals.len().checked_sub(MOST_REFUSALS_NAMED).filter(|&more| more > 0) {
+        named.push_str(&format!("; and {more} more refused"));
+    }
+    named
+}
+
 /// The human-readable reason of a [`crate::model::DeletionStatus::Blocked`]
 /// deletion: each blocker with its field, and whether it is itself being
 /// deleted (so will go away) or live (stuck until someone acts).
@@ -586,6 +606,27 @@ pub fn describe_blockers(blockers: &[Blocker]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_reason_names_the_first_refusals_and_counts_the_rest() {
+        let refusals: Vec<String> = (0..1000).map(|i| format!("may not update r/port/p{i}")).collect();
+        let named = name_refusals(&refusals);
+        assert!(
+            named.starts_with("may not update r/port/p0; may not update r/port/p1"),
+            "{named}"
+        );
+        assert!(
+            named.ends_with(&format!("; and {} more refused", 1000 - MOST_REFUSALS_NAMED)),
+            "{named}"
+        );
+        assert!(!named.contains("r/port/p4;"), "{named}");
+        assert!(named.len() < crate::limits::MAX_REASON_BYTES, "{} bytes", named.len());
+        assert_eq!(
+            name_refusals(&refusals[..2]),
+            "may not update r/port/p0; may not update r/port/p1"
+        );
+        assert_eq!(name_refusals(&refusals[..MOST_REFUSALS_NAMED]).matches("; ").count(), 3);
+    }
+
     use super::*;
 
     /// A node passes another region's schema refusal on in the same words

@@ -8,7 +8,7 @@
 //! changed them.
 
 use crate::auth::Principal;
-use crate::error::{describe_blockers, describe_liens, CoreError};
+use crate::error::{describe_blockers, describe_liens, name_refusals, CoreError};
 use crate::model::{
     BackRef, Blocker, DeletionReason, DeletionRecord, DeletionStatus, Event, EventType, OperationState, Outcome,
     OutcomeAction, Progress, RefTarget, Resource, ResourceState, Revision, SoftDeletion, Timestamp, WorkItem,
@@ -314,7 +314,10 @@ pub(super) fn hold_reason(
     blockers: &[Blocker],
     refusals: &[String],
 ) -> String {
-    let mut parts: Vec<String> = refusals.to_vec();
+    let mut parts: Vec<String> = Vec::new();
+    if !refusals.is_empty() {
+        parts.push(name_refusals(refusals));
+    }
     if !blockers.is_empty() {
         parts.push(describe_blockers(blockers));
     }

@@ -793,7 +793,7 @@ fn retry_refused<S: StateRead + ?Sized>(tx: &mut Tx<'_, S>, ctx: Ctx<'_>, mut wo
     work.attempts = work.attempts.saturating_add(1);
     work.walk = Walk::default();
     work.next_attempt_at = ctx.now.plus_millis(ctx.policy.backoff(work.attempts));
-    work.last_error = Some(refusals.join("; "));
+    work.last_error = Some(crate::error::name_refusals(refusals));
     tx.put_work(work);
 }
 
