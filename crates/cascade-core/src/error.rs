@@ -566,21 +566,20 @@ fn soft_deleted_message(
     }
 }
 
-/// Refusals a reason names at most: a walk refused for every referrer a
-/// step passed (up to a step's budget, thousands) would otherwise write
-/// one message per referrer into a stored record and every event and
-/// answer that carries the reason.
-const MOST_REFUSALS_NAMED: usize = 4;
-
-/// The first [`MOST_REFUSALS_NAMED`] refusals, and how many more there were.
+/// The first [`crate::limits::MAX_REFUSALS_NAMED`] refusals, and how many more there were:
+/// one message per referrer a step passed would fill a stored record.
 pub fn name_refusals(refusals: &[String]) -> String {
     let mut named = refusals
         .iter()
-        .take(MOST_REFUSALS_NAMED)
+        .take(crate::limits::MAX_REFUSALS_NAMED)
         .map(String::as_str)
         .collect::<Vec<_>>()
         .join("; ");
-    if let Some(more) = refusals.len().checked_sub(MOST_REFUSALS_NAMED).filter(|&more| more > 0) {
+    if let Some(more) = refusals
+        .len()
+        .checked_sub(crate::limits::MAX_REFUSALS_NAMED)
+        .filter(|&more| more > 0)
+    {
         named.push_str(&format!("; and {more} more refused"));
     }
     named
@@ -615,7 +614,10 @@ mod tests {
             "{named}"
         );
         assert!(
-            named.ends_with(&format!("; and {} more refused", 1000 - MOST_REFUSALS_NAMED)),
+            named.ends_with(&format!(
+                "; and {} more refused",
+                1000 - crate::limits::MAX_REFUSALS_NAMED
+            )),
             "{named}"
         );
         assert!(!named.contains("r/port/p4;"), "{named}");
@@ -624,7 +626,12 @@ mod tests {
             name_refusals(&refusals[..2]),
             "may not update r/port/p0; may not update r/port/p1"
         );
-        assert_eq!(name_refusals(&refusals[..MOST_REFUSALS_NAMED]).matches("; ").count(), 3);
+        assert_eq!(
+            name_refusals(&refusals[..crate::limits::MAX_REFUSALS_NAMED])
+                .matches("; ")
+                .count(),
+            3
+        );
     }
 
     use super::*;

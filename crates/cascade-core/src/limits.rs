@@ -33,6 +33,10 @@ pub const MAX_PAGE_TOKEN_BYTES: usize = 1024;
 pub const MAX_PLAN_TOKEN_BYTES: usize = 128;
 /// A reason given with a lien, a finalizer failure or an admin action.
 pub const MAX_REASON_BYTES: usize = 1024;
+/// Refusals a held deletion's reason names (the rest are counted): a walk
+/// refused for every referrer a step passed would otherwise store one
+/// message per referrer (`error::name_refusals`).
+pub const MAX_REFUSALS_NAMED: usize = 4;
 /// A lien id.
 pub const MAX_LIEN_ID_BYTES: usize = 128;
 /// A finalizer name.

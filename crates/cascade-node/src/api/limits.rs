@@ -175,6 +175,7 @@ pub fn limits() -> Vec<Limit> {
         row("stored", "audit entry: target", bytes(core_limits::MAX_AUDIT_TARGET_BYTES), ""),
         row("stored", "audit entry: reason", bytes(core_limits::MAX_REASON_BYTES), ""),
         row("stored", "audit entry: outcome", bytes(core_limits::MAX_AUDIT_OUTCOME_BYTES), ""),
+        row("stored", "refusals a held deletion's reason names (the rest counted)", items(core_limits::MAX_REFUSALS_NAMED), ""),
         row("stored", "refused calls audited", Amount::PerSecond(u64::from(crate::audit::AUDITED_REFUSALS_PER_SECOND)), ""),
         // Calls that gather from other regions, and their deadlines.
         row("fan-out", "a call to another region (unless a caller's deadline is shorter)", Amount::Time(PEER_CALL_TIMEOUT), ""),
