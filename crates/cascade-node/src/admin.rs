@@ -570,17 +570,23 @@ mod tests {
     fn a_retention_step_removes_the_oldest_within_its_limit_and_keeps_the_count() {
         let store = log_of(50);
         let state = StoreState { store: &store };
+        // One step, committed as the writer commits it.
+        let prune = |cutoff, max, limit| {
+            let (batch, pruned) = state.prune_audit(cutoff, max, limit).expect("prunes");
+            store.commit(batch).expect("commits");
+            pruned
+        };
         assert_eq!(
             state.audit_count().expect("reads"),
             None,
             "not counted before the first step"
         );
         // By count: 50 entries, 20 kept, 10 a step.
-        let first = state.prune_audit(None, Some(20), 10).expect("prunes");
+        let first = prune(None, Some(20), 10);
         assert_eq!((first.removed, first.entries, first.more), (10, 40, true));
-        let second = state.prune_audit(None, Some(20), 10).expect("prunes");
+        let second = prune(None, Some(20), 10);
         assert_eq!((second.removed, second.entries), (10, 30));
-        let third = state.prune_audit(None, Some(20), 100).expect("prunes");
+        let third = prune(None, Some(20), 100);
         assert_eq!((third.removed, third.entries, third.more), (10, 20, false));
         let left: Vec<AuditEntry> = state.scan(Table::Audit, &[], None, 100).expect("reads");
         assert_eq!(
@@ -589,10 +595,10 @@ mod tests {
             "the oldest went, nothing else"
         );
         // By age: entries of seconds 30 to 39 are before the cutoff.
-        let aged = state.prune_audit(Some(1_040_000), None, 100).expect("prunes");
+        let aged = prune(Some(1_040_000), None, 100);
         assert_eq!((aged.removed, aged.entries), (10, 10));
         assert_eq!(state.audit_count().expect("reads"), Some(10));
-        let nothing = state.prune_audit(Some(1_040_000), Some(10), 100).expect("prunes");
+        let nothing = prune(Some(1_040_000), Some(10), 100);
         assert_eq!(nothing.removed, 0);
     }
 }

@@ -37,13 +37,18 @@ impl StoreState<'_> {
     /// entries older than `cutoff_ms` (by their id's time) and those beyond
     /// `max_entries`, at most `limit`, in one batch that also moves the
     /// count. Counts the table first when the count is absent (a store
-    /// from before it was kept). Run by the writer, like every write.
+    /// from before it was kept). Returns the batch for the writer to
+    /// commit and flush through its own path (`WriterState::retain_audit`),
+    /// like every write: a failure there counts a takeback and starts the
+    /// store's healing as any other (it committed and flushed here before,
+    /// and a failed flush only logged a warning while it may have dropped
+    /// what other steps had committed without a flush).
     pub fn prune_audit(
         &self,
         cutoff_ms: Option<u64>,
         max_entries: Option<u64>,
         limit: usize,
-    ) -> Result<AuditPruned, StoreError> {
+    ) -> Result<(Batch, AuditPruned), StoreError> {
         let mut batch = Batch::default();
         let count = match self.audit_count()? {
             Some(c) => c,
@@ -100,14 +105,11 @@ impl StoreState<'_> {
             batch.put(Table::Meta, AUDIT_FLOOR.to_vec(), last);
             batch.put(Table::Meta, AUDIT_ENTRIES.to_vec(), entries.to_be_bytes().to_vec());
         }
-        if !batch.is_empty() {
-            self.store.commit(batch)?;
-            self.store.flush()?;
-        }
-        Ok(AuditPruned {
+        let pruned = AuditPruned {
             removed,
             entries,
             more: removed == scanned && scanned == limit,
-        })
+        };
+        Ok((batch, pruned))
     }
 }

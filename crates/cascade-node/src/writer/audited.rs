@@ -101,10 +101,24 @@ impl WriterState {
     pub(super) fn retain_audit(&mut self, myself: &ActorRef<WriterMsg>) {
         let retention = self.ctx.audit_retention;
         let cutoff = retention.cutoff(self.ctx.clock.now());
-        let pruned = StoreState {
+        let planned = StoreState {
             store: self.ctx.store.as_ref(),
         }
-        .prune_audit(cutoff, retention.max_entries, crate::audit::PRUNE_STEP_KEYS);
+        .prune_audit(cutoff, retention.max_entries, crate::audit::PRUNE_STEP_KEYS)
+        .map_err(|e| e.to_string());
+        let pruned = planned.and_then(|(batch, pruned)| {
+            if !batch.is_empty() {
+                // The writer's own commit and flush: a failure is the
+                // store's, noted as any other (health, healing, takebacks).
+                self.ctx.stats.record(&batch);
+                if let Err(e) = self.ctx.store.commit(batch) {
+                    self.commit_failed(&e);
+                    return Err(e.to_string());
+                }
+                self.flush().map_err(|e| e.to_string())?;
+            }
+            Ok(pruned)
+        });
         match pruned {
             Ok(pruned) => {
                 self.prune_failed.reset();
