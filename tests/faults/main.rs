@@ -4,8 +4,9 @@
 //! can retry through cut forwards and connection resets, explain and
 //! status within their deadline while a region is in trouble, a full
 //! disk that heals without a restart, a writer that fails at every
-//! start, restarted with backoff, and a failed flush that takes back a
-//! commit a peer link relied on.
+//! start, restarted with backoff, a failed flush that takes back a
+//! commit a peer link relied on, and flushes in flight while the writer
+//! goes on (one that fails; a writer restarted mid-flight).
 //!
 //! One test binary: most of these tests wait on the clock (a 25 s tarpit,
 //! a minute of resets, deadlines), so they share the test threads with
@@ -16,6 +17,7 @@ mod support;
 
 mod disk_full;
 mod explain_deadline;
+mod flights;
 mod links_heal;
 mod retriable_creates;
 mod taken_back;

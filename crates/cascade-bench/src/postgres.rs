@@ -162,7 +162,9 @@ pub struct StoreProfile {
     commits: AtomicU64,
     commit_ns: AtomicU64,
     /// The writer's flushes that went to the server (each the group's one
-    /// transaction: a commit only stages), and the time of every flush.
+    /// transaction: a commit only stages), and the time of every flush;
+    /// for a flight (`Store::start_flush`), each one finished and the time
+    /// the writer waited for it, not its transaction's.
     flushes: AtomicU64,
     flush_ns: AtomicU64,
     prefetches: AtomicU64,
@@ -428,6 +430,32 @@ impl Store for ProfiledStore {
         }
         p.flush_ns.fetch_add(took, Ordering::Relaxed);
         out
+    }
+
+    /// The writer's time in it is counted as a flush's (it waits for a
+    /// flight still in progress); the flight is counted when finished.
+    fn start_flush(&self) -> std::result::Result<(), StoreError> {
+        let started = Instant::now();
+        let out = self.inner.start_flush();
+        let took = started.elapsed().as_nanos() as u64;
+        self.profile.flush_ns.fetch_add(took, Ordering::Relaxed);
+        out
+    }
+
+    /// A flight ended: one flush, and the time the writer waited for it
+    /// (not the flight's: the writer's next step ran meanwhile).
+    fn finish_flush(&self) -> std::result::Result<(), StoreError> {
+        let started = Instant::now();
+        let out = self.inner.finish_flush();
+        let took = started.elapsed().as_nanos() as u64;
+        let p = &self.profile;
+        p.flushes.fetch_add(1, Ordering::Relaxed);
+        p.flush_ns.fetch_add(took, Ordering::Relaxed);
+        out
+    }
+
+    fn overlaps_flushes(&self) -> bool {
+        self.inner.overlaps_flushes()
     }
 
     fn waits_on_io(&self) -> bool {

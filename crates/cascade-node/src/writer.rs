@@ -215,6 +215,14 @@ pub struct WriterState {
     /// A commit that claims nothing skipped its flush and no flush has
     /// covered it yet ([`WriterState::commit_as`]).
     unflushed: bool,
+    /// The last group, its flush in flight on a store that overlaps
+    /// flushes (`Store::overlaps_flushes`, `writer/group.rs`): its replies
+    /// and events wait for [`WriterState::finish_flight`].
+    in_flight: Option<group::InFlight>,
+    /// Failed commits, flushes, reads and retries noted so far
+    /// ([`WriterState::store_failed`]): a flight that lands ends an
+    /// episode of failures only if none was noted since it started.
+    store_failures: u64,
 }
 
 /// A batch committed and not yet published: what its flush releases.
@@ -282,6 +290,9 @@ impl WriterState {
     /// Encodes and commits `writes` (readers and the next step see them),
     /// without a flush: nothing of it is published yet.
     fn commit_unflushed(&mut self, writes: WriteSet) -> Result<Committed, CoreError> {
+        // Never on top of a flight: this step may have read its writes,
+        // and must not land if it failed (its failure was counted there).
+        self.finish_flight()?;
         let state = StoreState {
             store: self.ctx.store.as_ref(),
         };
@@ -388,6 +399,7 @@ impl WriterState {
 
     /// The store failed a commit, a read, a retry or a reopen (see [`Self::commit_failed`]).
     fn store_failed(&mut self, e: &crate::store::StoreError, refused: healing::Refused) {
+        self.store_failures += 1;
         self.ctx.committing.send_if_modified(|ok| std::mem::replace(ok, false));
         if refused == healing::Refused::Write {
             // A failed commit or flush may have taken back commits that
@@ -456,6 +468,12 @@ impl WriterState {
     fn heal(&mut self, myself: &ActorRef<WriterMsg>) {
         let now = crate::clock::monotonic_now();
         if !self.healing.due(now) {
+            return;
+        }
+        // A retry commits and flushes: the flight in progress ends first
+        // (its failure is counted there, as this retry's).
+        if self.finish_flight().is_err() {
+            self.healing.retry_failed(crate::clock::monotonic_now());
             return;
         }
         if self.healing.reopen_wanted() {
@@ -658,8 +676,13 @@ impl Actor for Writer {
             group: None,
             work_budget: work_budget::WorkBudget::new(),
             unflushed: false,
+            in_flight: None,
+            store_failures: 0,
         };
         state.unflushed = state.ctx.stats.unflushed(); // A predecessor that failed may have left one.
+                                                       // Before the first read: a predecessor that failed mid-flight left
+                                                       // its flight to land or fail (`writer/group.rs`).
+        off_the_workers(state.ctx.store.waits_on_io(), || state.finish_predecessors_flight());
         if !*state.ctx.committing.borrow() {
             // Restarted mid-episode or after a failure: the store is retried first (`writer/supervisor.rs`).
             state.healing = healing::Healing::resumed(crate::clock::monotonic_now());
@@ -676,8 +699,12 @@ impl Actor for Writer {
         if let Some(t) = state.ticker.take() {
             t.abort();
         }
-        // A graceful stop leaves nothing for the restart to send again.
-        off_the_workers(state.ctx.store.waits_on_io(), || state.flush_leftovers());
+        // A graceful stop leaves nothing for the restart to send again,
+        // and answers the group in flight.
+        off_the_workers(state.ctx.store.waits_on_io(), || {
+            let _ = state.finish_flight();
+            state.flush_leftovers();
+        });
         Ok(())
     }
 
@@ -757,6 +784,13 @@ impl Actor for Writer {
         }
         if let Some(step) = step {
             state.ctx.metrics.writer_step(step, started.elapsed());
+        }
+        // A flight overlaps the next step only: with none queued, it is
+        // answered now (its failure was counted and logged there).
+        if state.in_flight.is_some() && !state.work_queued && state.clients.is_empty() {
+            off_the_workers(state.ctx.store.waits_on_io(), || {
+                let _ = state.finish_flight();
+            });
         }
         // The step's replies woke their callers on this worker's LIFO slot,
         // which no other worker may steal: without a yield they would wait

@@ -314,6 +314,31 @@ pub trait Store: Send + Sync + 'static {
     /// fails landed none of what it sent (or, its outcome unknown, all or
     /// none), as a batch committed and never flushed never lands.
     fn flush(&self) -> Result<(), StoreError>;
+    /// Starts a flush of every batch committed so far and returns without
+    /// waiting for it, when [`Store::overlaps_flushes`]: the caller's next
+    /// reads see those batches (and their compute may run) while they are
+    /// sent, and [`Store::finish_flush`] says whether they landed. A flush
+    /// in progress is finished first. The caller must finish it before it
+    /// commits again, flushes or lets anything resting on it leave the
+    /// node. By default the synchronous [`Store::flush`].
+    fn start_flush(&self) -> Result<(), StoreError> {
+        self.flush()
+    }
+    /// Waits for the flush [`Store::start_flush`] started, if any, and
+    /// says whether what it sent landed: the one report of its outcome
+    /// (only its starter, the writer, calls it). A failure dropped what it
+    /// sent, as a failed [`Store::flush`] does. By default nothing is ever
+    /// in progress.
+    fn finish_flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Whether [`Store::start_flush`] returns before the flush ended (the
+    /// writer then keeps the group's replies and events until
+    /// [`Store::finish_flush`], `writer/group.rs`). PostgreSQL only: on an
+    /// embedded engine the flush is an fsync of the writer's own thread.
+    fn overlaps_flushes(&self) -> bool {
+        false
+    }
     /// Whether a read, commit or flush may wait on the disk (or a write
     /// stall): the writer then runs its steps off the runtime's workers
     /// (`writer.rs`, `off_the_workers`). An engine in memory never waits,

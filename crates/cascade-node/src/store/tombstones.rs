@@ -115,6 +115,18 @@ impl Store for TombstoneStore {
         self.inner.flush()
     }
 
+    fn start_flush(&self) -> Result<(), StoreError> {
+        self.inner.start_flush()
+    }
+
+    fn finish_flush(&self) -> Result<(), StoreError> {
+        self.inner.finish_flush()
+    }
+
+    fn overlaps_flushes(&self) -> bool {
+        self.inner.overlaps_flushes()
+    }
+
     fn waits_on_io(&self) -> bool {
         false
     }

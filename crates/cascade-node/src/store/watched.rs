@@ -77,6 +77,15 @@ impl Store for WatchedReads {
     fn flush(&self) -> Result<(), StoreError> {
         self.inner.flush()
     }
+    fn start_flush(&self) -> Result<(), StoreError> {
+        self.inner.start_flush()
+    }
+    fn finish_flush(&self) -> Result<(), StoreError> {
+        self.inner.finish_flush()
+    }
+    fn overlaps_flushes(&self) -> bool {
+        self.inner.overlaps_flushes()
+    }
     fn waits_on_io(&self) -> bool {
         self.inner.waits_on_io()
     }

@@ -110,6 +110,7 @@ impl WriterState {
             if !batch.is_empty() {
                 // The writer's own commit and flush: a failure is the
                 // store's, noted as any other (health, healing, takebacks).
+                self.finish_flight().map_err(|e| e.to_string())?;
                 self.ctx.stats.record(&batch);
                 if let Err(e) = self.ctx.store.commit(batch) {
                     self.commit_failed(&e);

@@ -35,6 +35,8 @@ use super::WriterState;
 impl WriterState {
     /// Flushes every batch committed so far, and notes them durable.
     pub(super) fn flush(&mut self) -> Result<(), CoreError> {
+        // The flight in progress first (its failure is counted there).
+        self.finish_flight()?;
         // Every commit is this thread's: none lands during the flush.
         let through = self.ctx.stats.committed();
         if let Err(e) = self.ctx.store.flush() {

@@ -97,6 +97,12 @@ impl ClientQueue {
         taken
     }
 
+    /// Whether no client step waits (a flight then has nothing to overlap
+    /// with: `WriterState::handle` finishes it).
+    pub(super) fn is_empty(&self) -> bool {
+        self.queued().steps.is_empty()
+    }
+
     /// The writer stopped for good (the node shuts down): the steps still
     /// queued are dropped, so their callers are answered that the writer
     /// stopped instead of waiting, and nothing more is queued.
@@ -134,8 +140,21 @@ impl ClientQueue {
     }
 }
 
-/// Sends a step's answer, given the group's flush error if it failed.
-type SendAnswer = Box<dyn FnOnce(Option<&CoreError>) + Send>;
+/// How the flush a step's answer waited for ended.
+#[derive(Clone, Copy)]
+pub(super) enum Flushed<'a> {
+    /// It landed (or nothing needed one).
+    Landed,
+    /// It failed with this error.
+    Failed(&'a CoreError),
+    /// The step read what a flight that then failed had written
+    /// (`WriterState::finish_flight`): whatever it answers rests on
+    /// writes that never landed.
+    RestsOnFailed(&'a CoreError),
+}
+
+/// Sends a step's answer, given how the group's flush ended.
+type SendAnswer = Box<dyn FnOnce(Flushed<'_>) + Send>;
 
 /// A step's answer, sent once the group's flush is known.
 pub struct Reply(SendAnswer);
@@ -143,15 +162,18 @@ pub struct Reply(SendAnswer);
 impl Reply {
     /// The step's `result`, unless it succeeded after something of its
     /// group was committed (`after_commit`) and the flush then failed: it
-    /// may not be durable, so it answers the flush's error.
+    /// may not be durable, so it answers the flush's error. A step that
+    /// read what a failed flight wrote answers that error, refusals too
+    /// (a name taken by a create that never landed, say).
     pub(super) fn after_flush<T: Send + 'static>(
         port: RpcReplyPort<Result<T, CoreError>>,
         result: Result<T, CoreError>,
         after_commit: bool,
     ) -> Self {
-        Self(Box::new(move |flush_failed| {
-            let result = match (result, flush_failed) {
-                (Ok(_), Some(e)) if after_commit => Err(e.clone()),
+        Self(Box::new(move |flushed: Flushed<'_>| {
+            let result = match (result, flushed) {
+                (Ok(_), Flushed::Failed(e)) if after_commit => Err(e.clone()),
+                (_, Flushed::RestsOnFailed(e)) => Err(e.clone()),
                 (result, _) => result,
             };
             let _ = port.send(result);
@@ -160,14 +182,31 @@ impl Reply {
 
     /// An answer that claims nothing the flush makes durable.
     pub(super) fn now<T: Send + 'static>(port: RpcReplyPort<T>, value: T) -> Self {
-        Self(Box::new(move |_| {
+        Self(Box::new(move |_: Flushed<'_>| {
             let _ = port.send(value);
         }))
     }
 
-    fn send(self, flush_failed: Option<&CoreError>) {
-        (self.0)(flush_failed)
+    pub(super) fn send(self, flushed: Flushed<'_>) {
+        (self.0)(flushed)
     }
+}
+
+/// A group whose flush is in flight (`Store::start_flush`): what it
+/// releases once the flight landed, or answers the error if it failed
+/// ([`WriterState::finish_flight`]).
+pub(super) struct InFlight {
+    committed: Vec<super::Committed>,
+    replies: Vec<Reply>,
+    /// `WriteStats::committed` when the flight started: what it makes
+    /// durable.
+    through: u64,
+    /// The writer's count of store failures when the flight started: a
+    /// flight that lands ends no episode that began after it.
+    failures_before: u64,
+    /// Operations whose root waits for other regions' parts, reported
+    /// once the root is durable (`WriterState::work`).
+    pub(super) awaiting_closure: Vec<cascade_core::OperationId>,
 }
 
 /// What the steps of the group in progress committed, in order; `None`
@@ -175,6 +214,9 @@ impl Reply {
 #[derive(Default)]
 pub(super) struct Group {
     pub(super) committed: Vec<super::Committed>,
+    /// The flight its steps read past failed
+    /// ([`WriterState::finish_flight`]): every reply answers this error.
+    pub(super) rests_on_failed: Option<CoreError>,
 }
 
 impl WriterState {
@@ -227,22 +269,202 @@ impl WriterState {
     ) -> Result<std::time::Duration, CoreError> {
         let late = self.clients.take(myself, MAX_GROUP_STEPS);
         self.run_client_steps(myself, late, &mut replies);
-        let committed = self.group.take().map(|g| g.committed).unwrap_or_default();
         let started = crate::clock::monotonic_now();
-        let flushed = {
-            let _span = info_span!("group_flush", steps = replies.len(), commits = committed.len()).entered();
-            self.flush_and_publish(committed)
+        // The flight before this group lands first (its failure marks this
+        // group, whose steps read past it): one flight at a time, and this
+        // group's answers never leave before it.
+        let _ = self.finish_flight();
+        let group = self.group.take().unwrap_or_default();
+        let committed = group.committed;
+        if let Some(e) = group.rests_on_failed {
+            // What its steps committed after the failure is flushed (and
+            // published if it lands: it rests on nothing lost); every
+            // answer is the failure's.
+            let _ = self.flush_and_publish(committed);
+            for reply in replies {
+                reply.send(Flushed::RestsOnFailed(&e));
+            }
+            return Err(e);
+        }
+        if committed.is_empty() || !self.ctx.store.overlaps_flushes() {
+            let flushed = {
+                let _span = info_span!("group_flush", steps = replies.len(), commits = committed.len()).entered();
+                self.flush_and_publish(committed)
+            };
+            let took = started.elapsed();
+            self.ctx.metrics.writer_step("group_flush", took);
+            let outcome = match &flushed {
+                Ok(()) => Flushed::Landed,
+                Err(e) => Flushed::Failed(e),
+            };
+            for reply in replies {
+                reply.send(outcome);
+            }
+            return flushed.map(|()| took);
+        }
+        // Overlapped: the flight starts, and the group waits for it as the
+        // writer goes on (`WriterState::finish_flight` answers it).
+        let through = self.ctx.stats.committed();
+        let flight = {
+            let _span = info_span!("group_flight", steps = replies.len(), commits = committed.len()).entered();
+            self.ctx.store.start_flush()
         };
         let took = started.elapsed();
         self.ctx.metrics.writer_step("group_flush", took);
-        for reply in replies {
-            reply.send(flushed.as_ref().err());
+        if let Err(e) = flight {
+            self.commit_failed(&e);
+            let e = CoreError::Storage(cascade_core::error::StorageError(e.to_string()));
+            for reply in replies {
+                reply.send(Flushed::Failed(&e));
+            }
+            return Err(e);
         }
-        flushed.map(|()| took)
+        self.in_flight = Some(InFlight {
+            committed,
+            replies,
+            through,
+            failures_before: self.store_failures,
+            awaiting_closure: Vec::new(),
+        });
+        Ok(took)
+    }
+
+    /// Waits for the group in flight, if any, and answers it: landed, its
+    /// batches are durable (noted, published in order, replies sent, the
+    /// roots it left waiting reported); failed, the failure is counted and
+    /// logged once, every reply of its group answers the storage error
+    /// (UNAVAILABLE; a refusal its own), nothing of it is published, and
+    /// the group in progress, whose steps read past it, is marked to
+    /// answer the same. The work budget is fed the time the writer waited,
+    /// not the flight's.
+    ///
+    /// Called before anything leaves the node or is committed or flushed
+    /// after a flight started: a commit (`commit_unflushed`), a flush
+    /// (`flush`, so the tick's, the audit's and a lone step's), a healing
+    /// retry, the next group's close, the writer's stop, and when the
+    /// mailbox holds nothing to overlap with (`handle`).
+    pub(super) fn finish_flight(&mut self) -> Result<(), CoreError> {
+        let Some(flight) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let waiting = crate::clock::monotonic_now();
+        let landed = self.ctx.store.finish_flush();
+        let waited = waiting.elapsed();
+        self.work_budget.flushed(waited);
+        self.ctx.metrics.writer_step("flight_wait", waited);
+        match landed {
+            Ok(()) => {
+                self.ctx.stats.record_flush(flight.through);
+                // No commit ran since the flight started (each finishes it
+                // first): everything committed is durable now.
+                self.unflushed = false;
+                if self.store_failures == flight.failures_before {
+                    self.commit_succeeded();
+                }
+                for batch in flight.committed {
+                    self.publish(batch);
+                }
+                for reply in flight.replies {
+                    reply.send(Flushed::Landed);
+                }
+                if !flight.awaiting_closure.is_empty() {
+                    self.ctx.closure_checks.report(flight.awaiting_closure.into_iter());
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.commit_failed(&e);
+                let e = CoreError::Storage(cascade_core::error::StorageError(e.to_string()));
+                for reply in flight.replies {
+                    reply.send(Flushed::Failed(&e));
+                }
+                if let Some(group) = &mut self.group {
+                    group.rests_on_failed.get_or_insert_with(|| e.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// A writer that starts (`pre_start`) finishes the flight its
+    /// predecessor left (a writer that failed mid-flight): before its
+    /// first read, so that it never reads writes that then fail to land.
+    /// Landed, the events it held are published from the store (its
+    /// predecessor's replies are gone with it); failed, the store failed.
+    pub(super) fn finish_predecessors_flight(&mut self) {
+        if !self.ctx.store.overlaps_flushes() {
+            return;
+        }
+        match self.ctx.store.finish_flush() {
+            Ok(()) => {
+                let state = crate::codec::StoreState {
+                    store: self.ctx.store.as_ref(),
+                };
+                if let Ok(next) = state.next_revision_stored() {
+                    self.publish_landed(next);
+                }
+            }
+            Err(e) => self.commit_failed(&e),
+        }
     }
 
     /// Whether a step of the group in progress committed anything yet.
     pub(super) fn group_committed(&self) -> bool {
         self.group.as_ref().is_some_and(|g| !g.committed.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cascade_core::error::{ErrorCode, StorageError};
+
+    /// What a step's reply answers once its flush ended so.
+    fn answered(result: Result<u32, CoreError>, after_commit: bool, flushed: Flushed<'_>) -> Result<u32, CoreError> {
+        let (port, mut answer) = ractor::concurrency::oneshot();
+        Reply::after_flush(RpcReplyPort::from(port), result, after_commit).send(flushed);
+        answer.try_recv().expect("answered at once")
+    }
+
+    fn refused() -> CoreError {
+        CoreError::NotFound(cascade_core::ResourceName::parse("eu-1/project/p").expect("a name"))
+    }
+
+    /// Bug 3 of the first overlapped build's review: a step the core
+    /// refused, in a group whose flight failed, answers its refusal as
+    /// with a flush in place; a success after a commit of its group
+    /// answers the flight's error (UNAVAILABLE), one before any commit its
+    /// success.
+    #[test]
+    fn a_failed_flight_answers_its_groups_steps_as_a_failed_flush_does() {
+        let failed = CoreError::Storage(StorageError("the flight failed".into()));
+        let flushed = Flushed::Failed(&failed);
+        assert_eq!(
+            answered(Err(refused()), true, flushed).unwrap_err().code(),
+            ErrorCode::NotFound
+        );
+        assert_eq!(
+            answered(Ok(1), true, flushed).unwrap_err().code(),
+            ErrorCode::Unavailable
+        );
+        assert_eq!(answered(Ok(1), false, flushed).unwrap(), 1);
+        assert_eq!(answered(Ok(1), true, Flushed::Landed).unwrap(), 1);
+    }
+
+    /// A step that read past a flight that then failed answers its error
+    /// whatever it found, a refusal too: the name it found taken, say, was
+    /// taken by a create that never landed.
+    #[test]
+    fn a_step_that_read_past_a_failed_flight_answers_its_error() {
+        let failed = CoreError::Storage(StorageError("the flight failed".into()));
+        let flushed = Flushed::RestsOnFailed(&failed);
+        assert_eq!(
+            answered(Err(refused()), false, flushed).unwrap_err().code(),
+            ErrorCode::Unavailable
+        );
+        assert_eq!(
+            answered(Ok(1), false, flushed).unwrap_err().code(),
+            ErrorCode::Unavailable
+        );
     }
 }

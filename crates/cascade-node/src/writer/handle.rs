@@ -154,11 +154,14 @@ impl WriterHandle {
     pub async fn compact_outbox(&self, below: u64) -> Result<usize, Fault> {
         self.call(|reply| {
             WriterMsg::Apply(Box::new(move |state: &mut WriterState, _: &ActorRef<WriterMsg>| {
-                let result = StoreState {
-                    store: state.ctx.store.as_ref(),
-                }
-                .compact_outbox(below, OUTBOX_COMPACTION_BATCH)
-                .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+                // It commits: never on top of a flight.
+                let result = state.finish_flight().and_then(|()| {
+                    StoreState {
+                        store: state.ctx.store.as_ref(),
+                    }
+                    .compact_outbox(below, OUTBOX_COMPACTION_BATCH)
+                    .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))
+                });
                 // Removing acknowledged revisions claims nothing durable.
                 Reply::now(reply, result)
             }))

@@ -168,8 +168,12 @@ impl WriterState {
             self.kick(myself);
         }
         if !report.awaiting_closure.is_empty() {
-            // After the group's flush: the waiting root is durable.
-            self.ctx.closure_checks.report(report.awaiting_closure.iter().copied());
+            // After the group's flush: the waiting root is durable (with
+            // the flush in flight, once it landed: `finish_flight`).
+            match &mut self.in_flight {
+                Some(flight) => flight.awaiting_closure.extend(report.awaiting_closure.iter().copied()),
+                None => self.ctx.closure_checks.report(report.awaiting_closure.iter().copied()),
+            }
         }
         if !report.budget_wanted.is_empty() {
             if let Ok(mut wants) = self.ctx.budget_wants.lock() {

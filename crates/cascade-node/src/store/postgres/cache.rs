@@ -189,6 +189,12 @@ struct State {
     /// Odd while a commit is in flight; changes at every commit's start
     /// and end and at every clear.
     generation: u64,
+    /// The commit in flight is a group's flight (`flush.rs`): its writes
+    /// stay staged until it ended, so the writer's view (which reads them
+    /// there first) may read the cache meanwhile, and what any read
+    /// learns from the database meanwhile is kept (the commit's end writes
+    /// its writes through over it).
+    flight: bool,
     /// The runs known (see the module's doc), in no order.
     runs: Vec<Run>,
     /// What every run holds, in bytes.
@@ -198,6 +204,24 @@ struct State {
 }
 
 impl State {
+    /// Whether a lookup must go to the database: while a commit is in
+    /// flight (the database may be ahead of the cache), except for the
+    /// writer's view during a group's flight, whose writes it reads from
+    /// the staged set first: for every other key, range and prefix the
+    /// cache is what the server holds.
+    fn busy_for(&self, writers_view: bool) -> bool {
+        self.generation & 1 == 1 && !(writers_view && self.flight)
+    }
+
+    /// Whether a read of the database begun at `generation` may be kept:
+    /// no commit started, ended or clear happened since; and no commit is
+    /// in flight, unless it is a flight, whose end writes its writes
+    /// through over whatever was read meanwhile (before or after its
+    /// COMMIT) and drops everything if it failed.
+    fn may_keep(&self, generation: u64) -> bool {
+        self.generation == generation && (generation & 1 == 0 || self.flight)
+    }
+
     /// Whether every key of `table` is below `key` (so `key`, and every
     /// key it is a prefix of, is absent).
     fn above_highest(&self, table: Table, key: &[u8]) -> bool {
@@ -318,6 +342,7 @@ impl ReadCache {
                 prefix_lengths: BTreeMap::new(),
                 highest: BTreeMap::new(),
                 generation: 0,
+                flight: false,
                 runs: Vec::new(),
                 run_bytes: 0,
                 runs_made: 0,
@@ -326,8 +351,15 @@ impl ReadCache {
     }
 
     pub(super) fn lookup(&self, table: Table, key: &[u8]) -> Lookup {
+        self.lookup_as(false, table, key)
+    }
+
+    /// [`ReadCache::lookup`] for the writer's view when `writers_view`:
+    /// during a flight it reads the cache (the flight's writes are staged,
+    /// and read there first).
+    pub(super) fn lookup_as(&self, writers_view: bool, table: Table, key: &[u8]) -> Lookup {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        if state.generation & 1 == 1 {
+        if state.busy_for(writers_view) {
             // A commit in flight: the database may be ahead of the cache.
             return Lookup::Miss(state.generation);
         }
@@ -343,9 +375,15 @@ impl ReadCache {
     }
 
     /// Whether `prefix` (or a prefix of it) is known to hold no row.
+    #[cfg(test)]
     pub(super) fn lookup_prefix(&self, table: Table, prefix: &[u8]) -> PrefixLookup {
+        self.lookup_prefix_as(false, table, prefix)
+    }
+
+    /// [`ReadCache::lookup_prefix`] as [`ReadCache::lookup_as`].
+    pub(super) fn lookup_prefix_as(&self, writers_view: bool, table: Table, prefix: &[u8]) -> PrefixLookup {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        if state.generation & 1 == 1 {
+        if state.busy_for(writers_view) {
             return PrefixLookup::Miss(state.generation);
         }
         // Every key under a prefix is at least the prefix.
@@ -363,9 +401,22 @@ impl ReadCache {
     /// run covers `start` but holds too few rows (a walk used it up: the
     /// caller reads ahead); else (or while a commit is in flight: the
     /// database may be ahead of the runs) [`RunLookup::Miss`].
+    #[cfg(test)]
     pub(super) fn lookup_run(&self, table: Table, start: &[u8], end: Option<&[u8]>, most: usize) -> RunLookup {
+        self.lookup_run_as(false, table, start, end, most)
+    }
+
+    /// [`ReadCache::lookup_run`] as [`ReadCache::lookup_as`].
+    pub(super) fn lookup_run_as(
+        &self,
+        writers_view: bool,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        most: usize,
+    ) -> RunLookup {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        if state.generation & 1 == 1 {
+        if state.busy_for(writers_view) {
             return RunLookup::Miss;
         }
         let Some(run) = state.runs.iter().find(|run| run.table == table && run.covers(start)) else {
@@ -445,7 +496,7 @@ impl ReadCache {
             return;
         }
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        if state.generation != generation || generation & 1 == 1 {
+        if !state.may_keep(generation) {
             return;
         }
         let State { runs, run_bytes, .. } = &mut *state;
@@ -494,7 +545,7 @@ impl ReadCache {
     /// (or the cache was cleared) since the read began at `generation`.
     pub(super) fn remember(&self, generation: u64, table: Table, key: Vec<u8>, value: Cached) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        if state.generation == generation && generation & 1 == 0 {
+        if state.may_keep(generation) {
             state.entries.insert(Slot::Key(table, key), value);
         }
     }
@@ -503,7 +554,7 @@ impl ReadCache {
     /// answers hundreds at once).
     pub(super) fn remember_all(&self, generation: u64, found: impl IntoIterator<Item = (Table, Vec<u8>, Cached)>) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        if state.generation == generation && generation & 1 == 0 {
+        if state.may_keep(generation) {
             for (table, key, value) in found {
                 state.entries.insert(Slot::Key(table, key), value);
             }
@@ -515,7 +566,7 @@ impl ReadCache {
     /// [`ReadCache::remember`].
     pub(super) fn remember_empty_prefix(&self, generation: u64, table: Table, prefix: Vec<u8>) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        if state.generation == generation && generation & 1 == 0 {
+        if state.may_keep(generation) {
             state.prefix_lengths.entry(table).or_default().insert(prefix.len());
             state.entries.insert(Slot::EmptyPrefix(table, prefix), None);
         }
@@ -538,7 +589,7 @@ impl ReadCache {
     /// [`ReadCache::remember`].
     pub(super) fn remember_highest(&self, generation: u64, table: Table, highest: Option<Vec<u8>>) {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
-        if state.generation == generation && generation & 1 == 0 {
+        if state.may_keep(generation) {
             state.highest.insert(table, highest);
         }
     }
@@ -546,8 +597,19 @@ impl ReadCache {
     /// A commit is about to be sent: the generation to give back to
     /// [`ReadCache::commit_ended`].
     pub(super) fn commit_started(&self) -> u64 {
+        self.started(false)
+    }
+
+    /// [`ReadCache::commit_started`] for a group's flight (`flush.rs`),
+    /// which the writer's next step reads past (see `State::busy_for`).
+    pub(super) fn flight_started(&self) -> u64 {
+        self.started(true)
+    }
+
+    fn started(&self, flight: bool) -> u64 {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         state.generation = state.generation.wrapping_add(1) | 1;
+        state.flight = flight;
         state.generation
     }
 
@@ -601,6 +663,7 @@ impl ReadCache {
             }
             None => state.clear(),
         }
+        state.flight = false;
         state.generation = (state.generation | 1).wrapping_add(1);
     }
 

@@ -439,13 +439,19 @@ enum Answer {
 /// transaction (the module's doc); gives the plan back (the cache takes
 /// what it sent), and the highest keys read. `pause` (tests only) holds
 /// the transaction, and so the lease row's share lock, after the fence.
+/// What [`commit`] gives back.
+pub(super) type Outcome = (Plan, Result<Learnt, StoreError>);
+
+/// A [`commit`] running on the store's runtime.
+pub(super) type Task = tokio::task::JoinHandle<Outcome>;
+
 pub(super) async fn commit(
     shared: Arc<Shared>,
     epoch: u64,
     writes: Arc<Collapsed>,
     plan: Plan,
     pause: Option<Duration>,
-) -> (Plan, Result<Learnt, StoreError>) {
+) -> Outcome {
     let result = commit_writes(&shared, epoch, &table_writes(&writes, &plan), pause).await;
     (plan, result)
 }

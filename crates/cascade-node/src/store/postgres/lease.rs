@@ -73,6 +73,11 @@ impl PostgresStore {
         self.fence_state().epoch_to_commit()
     }
 
+    /// The epoch the store was last fenced at (lost since or not).
+    pub(super) fn fenced_epoch(&self) -> Option<u64> {
+        self.fence_state().epoch
+    }
+
     /// A commit sent at `epoch` failed: a fenced one or one of unknown
     /// outcome stops every later commit until the next fence, and says so
     /// through `lost()`. A failure of a commit of an earlier epoch that

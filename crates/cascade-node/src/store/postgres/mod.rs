@@ -34,6 +34,7 @@
 
 mod cache;
 mod commit;
+mod flush;
 mod lease;
 mod migrate;
 mod settings;
@@ -86,8 +87,12 @@ pub struct PostgresStore {
     staged: staged::Staged,
     fence: lease::Fence,
     /// Held by a commit while it stages, and by a flush from its plan to
-    /// its end (see `send_staged`).
+    /// its end (see `send_staged`); a flight's start holds it from its
+    /// take to its dispatch.
     commit_lock: Mutex<()>,
+    /// The group's flush sent in the background, and how the last one
+    /// ended until the writer is told (`flush.rs`).
+    flight: Mutex<flush::Flights>,
     lost: tokio::sync::watch::Sender<bool>,
     /// Tests only: hold every commit's transaction this long after its
     /// fence (a slow batch, holding the lease row's share lock).
@@ -180,6 +185,7 @@ pub fn open_postgres(
         staged: staged::Staged::new(),
         fence: Mutex::default(),
         commit_lock: Mutex::new(()),
+        flight: Mutex::default(),
         lost: tokio::sync::watch::channel(false).0,
         #[cfg(test)]
         pause_after_fence: Mutex::new(None),
@@ -247,6 +253,14 @@ impl PostgresStore {
         if batch.is_empty() {
             return Ok(());
         }
+        // Never on top of a flight (`flush.rs`): the writer finishes it
+        // before it commits; anyone else waits for it here, and a failure
+        // nobody was told of yet refuses the commit (it may rest on what
+        // was lost) and stays for the writer's `finish_flush`.
+        let flight = self.landed_flight();
+        if let Some(e) = flight.unreported_failure(epoch) {
+            return Err(e);
+        }
         // Not while a flush plans and sends what is staged.
         let _one_commit = self
             .commit_lock
@@ -261,8 +275,11 @@ impl PostgresStore {
     /// Lands every batch staged at `expected`'s epoch (None: at whichever
     /// the store holds), in one transaction; nothing staged, no round trip.
     /// An error when they did not all land: dropped by a fence, refused,
-    /// fenced, or of unknown outcome.
+    /// fenced, or of unknown outcome; or when a flight of that epoch
+    /// (`flush.rs`) failed and nobody was told yet.
     fn flush_at(&self, expected: Option<u64>) -> Result<(), StoreError> {
+        let mut flight = self.landed_flight();
+        flight.take_outcome(expected)?;
         let _one_flush = self
             .commit_lock
             .lock()
@@ -292,8 +309,18 @@ impl PostgresStore {
     }
 
     fn send(&self, taken: &staged::Taken) -> Result<(), StoreError> {
+        let (started, task) = self.dispatch(taken, false)?;
+        let ran = self.join(task);
+        self.sent_ended(taken, started, ran)
+    }
+
+    /// Starts the transaction of `taken` on the store's runtime: fenced
+    /// first with the epoch it was staged at (lost since: nothing is sent,
+    /// and the cache is dropped). Returns the cache's generation to end it
+    /// with and the task. `flight`: a group's flight, which the writer's
+    /// next step reads past (`cache.rs`, `State::busy_for`).
+    fn dispatch(&self, taken: &staged::Taken, flight: bool) -> Result<(u64, commit::Task), StoreError> {
         let epoch = taken.epoch;
-        // Lost since they were staged: nothing is sent.
         let current = match self.epoch_to_commit() {
             Ok(current) if current == epoch => Ok(()),
             Ok(current) => Err(StoreError::Fenced { held: epoch, current }),
@@ -303,6 +330,9 @@ impl PostgresStore {
             self.cache.clear();
             return Err(e);
         }
+        let Some(runtime) = &self.runtime.0 else {
+            return Err(StoreError::Engine("the PostgreSQL store is closed".into()));
+        };
         let plan = commit::plan(
             &taken.writes,
             |table, key| self.cache.known_absent(table, key),
@@ -315,10 +345,32 @@ impl PostgresStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         #[cfg(not(test))]
         let pause = None;
-        let started = self.cache.commit_started();
+        let started = if flight {
+            self.cache.flight_started()
+        } else {
+            self.cache.commit_started()
+        };
         let shared = self.shared.clone();
         let writes = taken.writes.clone();
-        let ran = self.run(async move { Ok(commit::commit(shared, epoch, writes, plan, pause).await) });
+        let task = runtime.spawn(commit::commit(shared, epoch, writes, plan, pause));
+        Ok((started, task))
+    }
+
+    /// Waits for a transaction [`Self::dispatch`] started.
+    fn join(&self, task: commit::Task) -> Result<commit::Outcome, StoreError> {
+        futures::executor::block_on(task)
+            .map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))
+    }
+
+    /// The transaction of `taken` ended (`ran`): landed, the cache takes
+    /// its writes; failed, the cache is dropped and a fenced or unknown
+    /// outcome stops every later commit.
+    fn sent_ended(
+        &self,
+        taken: &staged::Taken,
+        started: u64,
+        ran: Result<commit::Outcome, StoreError>,
+    ) -> Result<(), StoreError> {
         match ran {
             Ok((plan, Ok(learnt))) => {
                 self.cache
@@ -327,7 +379,7 @@ impl PostgresStore {
             }
             Ok((_, Err(e))) | Err(e) => {
                 self.cache.commit_ended(started, None::<(std::iter::Empty<_>, _)>);
-                self.commit_failed(&e, epoch);
+                self.commit_failed(&e, taken.epoch);
                 Err(e)
             }
         }
@@ -385,6 +437,15 @@ impl Store for EpochStore {
     }
     fn flush(&self) -> Result<(), StoreError> {
         self.store.flush_at(Some(self.epoch))
+    }
+    fn start_flush(&self) -> Result<(), StoreError> {
+        self.store.start_flush_at(Some(self.epoch))
+    }
+    fn finish_flush(&self) -> Result<(), StoreError> {
+        self.store.finish_flush_at(Some(self.epoch))
+    }
+    fn overlaps_flushes(&self) -> bool {
+        true
     }
     fn waits_on_io(&self) -> bool {
         self.store.waits_on_io()
@@ -453,7 +514,7 @@ impl PostgresStore {
         if let Some(staged) = sees.staged(&self.staged, table, key) {
             return Ok(staged);
         }
-        let generation = match self.cache.lookup(table, key) {
+        let generation = match self.cache.lookup_as(sees == Sees::Staged, table, key) {
             Lookup::Hit(value) => return Ok(value),
             Lookup::Miss(generation) => generation,
         };
@@ -470,7 +531,7 @@ impl PostgresStore {
                 values.push(staged);
                 continue;
             }
-            match self.cache.lookup(table, key) {
+            match self.cache.lookup_as(sees == Sees::Staged, table, key) {
                 Lookup::Hit(value) => values.push(value),
                 Lookup::Miss(generation) => {
                     missed.push((values.len(), generation));
@@ -514,36 +575,42 @@ impl PostgresStore {
         };
         // Each staged removal may hide one of the server's rows.
         let asked = limit.saturating_add(staged.iter().filter(|(_, value)| value.is_none()).count());
-        let rows = match self.cache.lookup_prefix(table, prefix) {
+        let writers_view = sees == Sees::Staged;
+        let rows = match self.cache.lookup_prefix_as(writers_view, table, prefix) {
             PrefixLookup::Empty => Vec::new(),
-            PrefixLookup::Miss(generation) => match self.cache.lookup_run(table, &start, end.as_deref(), asked) {
-                RunLookup::Hit(rows) => rows,
-                looked => {
-                    let whole_prefix = start == prefix;
-                    let read = rows_to_read(table, sees, after.is_some(), &looked, limit, asked);
-                    let mut rows = self.run(commit::scan(
-                        self.shared.clone(),
-                        table,
-                        start.clone(),
-                        end.clone(),
-                        read,
-                    ))?;
-                    if rows.is_empty() && whole_prefix {
-                        self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
-                    } else if limit > 1 && sees == Sees::Staged {
-                        // Not a check that a row exists (limit 1): its run
-                        // would be one row, and push out a walk's. Nor
-                        // another view's scan: runs are few (four a
-                        // table), and an API's or a peer's page would push
-                        // out the writer's walk (any view reads a run: it
-                        // holds what landed).
-                        self.cache
-                            .remember_run(generation, table, &start, end.as_deref(), read, &rows);
+            PrefixLookup::Miss(generation) => {
+                match self
+                    .cache
+                    .lookup_run_as(writers_view, table, &start, end.as_deref(), asked)
+                {
+                    RunLookup::Hit(rows) => rows,
+                    looked => {
+                        let whole_prefix = start == prefix;
+                        let read = rows_to_read(table, sees, after.is_some(), &looked, limit, asked);
+                        let mut rows = self.run(commit::scan(
+                            self.shared.clone(),
+                            table,
+                            start.clone(),
+                            end.clone(),
+                            read,
+                        ))?;
+                        if rows.is_empty() && whole_prefix {
+                            self.cache.remember_empty_prefix(generation, table, prefix.to_vec());
+                        } else if limit > 1 && sees == Sees::Staged {
+                            // Not a check that a row exists (limit 1): its run
+                            // would be one row, and push out a walk's. Nor
+                            // another view's scan: runs are few (four a
+                            // table), and an API's or a peer's page would push
+                            // out the writer's walk (any view reads a run: it
+                            // holds what landed).
+                            self.cache
+                                .remember_run(generation, table, &start, end.as_deref(), read, &rows);
+                        }
+                        rows.truncate(asked);
+                        rows
                     }
-                    rows.truncate(asked);
-                    rows
                 }
-            },
+            }
         };
         if staged.is_empty() {
             return Ok(rows);
@@ -575,7 +642,8 @@ impl Store for PostgresStore {
                 let mut unknown: Vec<Vec<u8>> = keys
                     .iter()
                     .filter(|key| {
-                        !self.staged.holds(*table, key) && matches!(self.cache.lookup(*table, key), Lookup::Miss(_))
+                        !self.staged.holds(*table, key)
+                            && matches!(self.cache.lookup_as(true, *table, key), Lookup::Miss(_))
                     })
                     .cloned()
                     .collect();
@@ -591,7 +659,7 @@ impl Store for PostgresStore {
             .map(|(table, prefixes)| {
                 let mut unknown: Vec<Vec<u8>> = prefixes
                     .iter()
-                    .filter(|prefix| matches!(self.cache.lookup_prefix(*table, prefix), PrefixLookup::Miss(_)))
+                    .filter(|prefix| matches!(self.cache.lookup_prefix_as(true, *table, prefix), PrefixLookup::Miss(_)))
                     .cloned()
                     .collect();
                 unknown.sort_unstable();
@@ -683,6 +751,19 @@ impl Store for PostgresStore {
     /// (the server's `synchronous_commit`).
     fn flush(&self) -> Result<(), StoreError> {
         self.flush_at(None)
+    }
+
+    /// Sends what is staged as a flight (`flush.rs`) and returns at once.
+    fn start_flush(&self) -> Result<(), StoreError> {
+        self.start_flush_at(None)
+    }
+
+    fn finish_flush(&self) -> Result<(), StoreError> {
+        self.finish_flush_at(None)
+    }
+
+    fn overlaps_flushes(&self) -> bool {
+        true
     }
 
     /// Nothing to reopen: the pools make their connections again. The

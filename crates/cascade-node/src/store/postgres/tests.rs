@@ -1131,3 +1131,175 @@ fn a_walk_from_its_prefix_reads_ahead_once_its_first_page_is_used_up() {
     remove(100..200);
     assert_eq!(first_page(), (200..300).map(key).collect::<Vec<_>>(), "from memory");
 }
+
+/// Waits until a transaction of the store's writer sleeps in its pause
+/// after the fence (`pause_after_fence` of `seconds`): a flight is on the
+/// server.
+fn wait_for_paused_transaction(db: &TestDatabase, seconds: &str) {
+    eventually("the flight's transaction is on the server", || {
+        let sleeping = db
+            .superuser_sql(&format!(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep({seconds})%' AND pid <> pg_backend_pid()"
+            ))
+            .unwrap();
+        (sleeping == "1").then_some(())
+    });
+}
+
+/// A group's flush in flight (`flush.rs`): `start_flush` returns while
+/// the transaction is on the server; the writer's view reads the flight's
+/// writes (a removal too) and any other key meanwhile, the node's other
+/// readers only what landed; landed, the cache holds the writes and every
+/// view reads them.
+#[test]
+fn a_flight_is_read_by_the_writer_while_in_flight_and_lands_into_the_cache() {
+    let Some(db) = fresh_database("flight_lands") else {
+        return;
+    };
+    let store = writer(&db);
+    land(&store, put_meta("before", "a")).unwrap();
+    land(&store, put_meta("untouched", "a")).unwrap();
+    let landed_view = store.at_epoch(1);
+    store.pause_after_fence(Some(Duration::from_millis(700)));
+    let mut batch = put_meta("flown", "a");
+    batch.remove(Table::Meta, b"before".to_vec());
+    store.commit(batch).unwrap();
+    store.start_flush().unwrap();
+    wait_for_paused_transaction(&db, "0.7");
+    assert_eq!(meta(&store, "flown"), Some(b"a".to_vec()), "the flight's put");
+    assert_eq!(meta(&store, "before"), None, "the flight's removal");
+    assert_eq!(
+        meta(&store, "untouched"),
+        Some(b"a".to_vec()),
+        "a key it does not write"
+    );
+    assert_eq!(meta(&store, "never"), None);
+    assert_eq!(
+        store.scan(Table::Meta, b"", None, 10).unwrap(),
+        vec![
+            (b"flown".to_vec(), b"a".to_vec()),
+            (b"untouched".to_vec(), b"a".to_vec())
+        ]
+    );
+    assert_eq!(landed_view.get(Table::Meta, b"flown").unwrap(), None, "not landed yet");
+    assert_eq!(landed_view.get(Table::Meta, b"before").unwrap(), Some(b"a".to_vec()));
+    assert_eq!(
+        db.superuser_sql("SELECT count(*) FROM cascade.meta WHERE k = 'flown'::bytea")
+            .unwrap(),
+        "0",
+        "still in flight"
+    );
+    store.finish_flush().unwrap();
+    store.pause_after_fence(None);
+    assert!(
+        matches!(store.cache.lookup(Table::Meta, b"flown"), Lookup::Hit(Some(_))),
+        "landed into the cache"
+    );
+    assert_eq!(landed_view.get(Table::Meta, b"flown").unwrap(), Some(b"a".to_vec()));
+    assert_eq!(landed_view.get(Table::Meta, b"before").unwrap(), None);
+    assert_eq!(
+        db.superuser_sql("SELECT count(*) FROM cascade.meta").unwrap(),
+        "2",
+        "flown and untouched"
+    );
+    store.finish_flush().unwrap();
+    assert!(store.overlaps_flushes() && landed_view.overlaps_flushes());
+}
+
+/// A flight that fails (its session killed on the server mid-flight):
+/// its writes are dropped from the staged set and the cache, so no view
+/// reads them again; a commit that comes meanwhile is refused and leaves
+/// the failure to the writer; the writer's `finish_flush` reports it
+/// once, and the store commits again afterwards.
+///
+/// Bug 1 of the first overlapped build's review: a path other than the
+/// writer's wait that noticed the failure consumed it, and the writer's
+/// wait then read Ok.
+#[test]
+fn a_flight_that_fails_drops_its_writes_and_only_the_writers_finish_reports_it_once() {
+    let Some(db) = fresh_database("flight_fails") else {
+        return;
+    };
+    let store = writer(&db);
+    land(&store, put_meta("landed", "a")).unwrap();
+    store.pause_after_fence(Some(Duration::from_millis(1100)));
+    let mut batch = put_meta("flown", "a");
+    batch.remove(Table::Meta, b"landed".to_vec());
+    store.commit(batch).unwrap();
+    store.start_flush().unwrap();
+    wait_for_paused_transaction(&db, "1.1");
+    assert_eq!(meta(&store, "flown"), Some(b"a".to_vec()));
+    db.superuser_sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.1)%' AND pid <> pg_backend_pid()",
+    )
+    .unwrap();
+    store.pause_after_fence(None);
+    // Another path waits for the flight: it is refused, and takes nothing.
+    assert!(
+        store.commit(put_meta("on top", "a")).is_err(),
+        "a commit on top of a failed flight"
+    );
+    {
+        let flights = store.landed_flight();
+        assert!(flights.untold(), "the failure is still the writer's to take");
+    }
+    assert_eq!(meta(&store, "flown"), None, "dropped: read from the server");
+    assert_eq!(
+        meta(&store, "landed"),
+        Some(b"a".to_vec()),
+        "its removal is dropped too"
+    );
+    assert_eq!(meta(&store, "on top"), None);
+    let reported = store.finish_flush();
+    assert!(reported.is_err(), "the writer is told: {reported:?}");
+    assert!(store.finish_flush().is_ok(), "once");
+    assert!(store.flush().is_ok(), "and not again by a flush");
+    // The session was killed before its COMMIT: a routine failure, and
+    // the store commits again (or, had the outcome been unknown, after
+    // the next fence).
+    if !*store.lost().borrow() {
+        land(&store, put_meta("after", "a")).unwrap();
+        assert_eq!(meta(&store, "after"), Some(b"a".to_vec()));
+    }
+    assert_eq!(
+        db.superuser_sql("SELECT count(*) FROM cascade.meta WHERE k = 'flown'::bytea")
+            .unwrap(),
+        "0"
+    );
+}
+
+/// A flight whose lease was taken over before its transaction fenced
+/// lands nothing and reports the fence, never Ok: to its writer's view
+/// of that epoch, and again to a writer of that epoch that asks once its
+/// outcome was taken and the process holds a newer epoch.
+///
+/// Bug 2 of the first overlapped build's review (second half): a flight
+/// whose epoch was lost reported Ok.
+#[test]
+fn a_flight_whose_lease_was_taken_over_lands_nothing_and_never_reports_ok() {
+    let Some(db) = fresh_database("flight_fenced") else {
+        return;
+    };
+    let (a, b) = (open(&db), open(&db));
+    a.fence(a.try_acquire(&node("a"), LONG).unwrap().unwrap());
+    let writer_view = a.at_epoch(1).writers_view().expect("a writer's view");
+    writer_view.commit(put_meta("flown", "a")).unwrap();
+    a.release(1).unwrap();
+    b.fence(b.try_acquire(&node("b"), LONG).unwrap().unwrap());
+    writer_view.start_flush().unwrap();
+    assert!(matches!(
+        writer_view.finish_flush(),
+        Err(StoreError::Fenced { held: 1, current: 2 })
+    ));
+    assert!(*a.lost().borrow());
+    assert_eq!(meta(&b, "flown"), None);
+
+    // Asked again (its outcome taken) once this process holds a newer
+    // epoch: still fenced, never Ok.
+    b.release(2).unwrap();
+    let taken = eventually("a takes the lease again", || a.try_acquire(&node("a"), LONG).unwrap());
+    a.fence(taken);
+    let old = a.at_epoch(1).writers_view().expect("a writer's view");
+    assert!(matches!(old.finish_flush(), Err(StoreError::Fenced { held: 1, .. })));
+    assert!(matches!(old.start_flush(), Err(StoreError::Fenced { held: 1, .. })));
+}
