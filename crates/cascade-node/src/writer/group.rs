@@ -368,7 +368,7 @@ impl WriterState {
                     reply.send(Flushed::Landed);
                 }
                 if !flight.awaiting_closure.is_empty() {
-                    self.ctx.closure_checks.report(flight.awaiting_closure.into_iter());
+                    self.ctx.closure_checks.report(flight.awaiting_closure);
                 }
                 Ok(())
             }
