@@ -389,22 +389,36 @@ impl WriterState {
     /// A writer that starts (`pre_start`) finishes the flight its
     /// predecessor left (a writer that failed mid-flight): before its
     /// first read, so that it never reads writes that then fail to land.
-    /// Landed, the events it held are published from the store (its
-    /// predecessor's replies are gone with it); failed, the store failed.
+    /// Then it flushes what its predecessor committed after that flight
+    /// (staged only, read through the writer's view), and only once that
+    /// landed are the events below the next revision published from the
+    /// store (its predecessor's replies are gone with it). A failure of
+    /// either is the store's (counted there), and nothing is published:
+    /// the next event's `publish` catches up on what landed by then.
+    ///
+    /// Why the flush first: `next_revision_stored` reads through the
+    /// writer's view, staged commits included; publishing up to it before
+    /// they landed sent events of commits that could still fail, and
+    /// moved the published mark past them (review finding M1 of the
+    /// overlapped flush).
     pub(super) fn finish_predecessors_flight(&mut self) {
         if !self.ctx.store.overlaps_flushes() {
             return;
         }
-        match self.ctx.store.finish_flush() {
-            Ok(()) => {
-                let state = crate::codec::StoreState {
-                    store: self.ctx.store.as_ref(),
-                };
-                if let Ok(next) = state.next_revision_stored() {
-                    self.publish_landed(next);
-                }
-            }
-            Err(e) => self.commit_failed(&e),
+        if let Err(e) = self.ctx.store.finish_flush() {
+            self.commit_failed(&e);
+            return;
+        }
+        // Counted there when it fails; it also notes the flush (acks wait
+        // for it, `WriteStats::record_flush`).
+        if self.flush().is_err() {
+            return;
+        }
+        let state = crate::codec::StoreState {
+            store: self.ctx.store.as_ref(),
+        };
+        if let Ok(next) = state.next_revision_stored() {
+            self.publish_landed(next);
         }
     }
 
