@@ -258,7 +258,7 @@ impl PostgresStore {
         // nobody was told of yet refuses the commit (it may rest on what
         // was lost) and stays for the writer's `finish_flush`.
         let flight = self.landed_flight();
-        if let Some(e) = flight.unreported_failure(epoch) {
+        if let Some(e) = flight.unreported_failure(Some(epoch)) {
             return Err(e);
         }
         // Not while a flush plans and sends what is staged.
@@ -278,8 +278,13 @@ impl PostgresStore {
     /// fenced, or of unknown outcome; or when a flight of that epoch
     /// (`flush.rs`) failed and nobody was told yet.
     fn flush_at(&self, expected: Option<u64>) -> Result<(), StoreError> {
-        let mut flight = self.landed_flight();
-        flight.take_outcome(expected)?;
+        // A failed flight its writer was not told of refuses with a copy
+        // and stays for the writer's `finish_flush` (`flush.rs`): the
+        // shutdown flush must not take it from a writer stuck in a step.
+        let flight = self.landed_flight();
+        if let Some(e) = flight.unreported_failure(self.acting_epoch(expected)) {
+            return Err(e);
+        }
         let _one_flush = self
             .commit_lock
             .lock()
