@@ -340,6 +340,9 @@ impl WriterState {
         if committed.is_empty() {
             return Ok(());
         }
+        // The flight in progress first: `finish_flight` feeds the budget
+        // its own wait, which must not be counted twice.
+        self.finish_flight()?;
         let started = crate::clock::monotonic_now();
         self.flush()?;
         self.work_budget.flushed(started.elapsed());
