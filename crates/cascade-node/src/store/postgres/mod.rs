@@ -31,6 +31,12 @@
 //! that drives the driver's connections, and blocks its caller on the
 //! answer: never `Handle::current().block_on`, which panics on a worker
 //! and deadlocks a current-thread runtime.
+//!
+//! Size: over 800 lines because the store's one [`Store`] impl, its
+//! commit/flush path and the writer's view share the staged set, the cache
+//! and the fence; the parts that stand alone are already split out
+//! (`cache`, `commit`, `flush`, `lease`, `migrate`, `settings`,
+//! `staged`).
 
 mod cache;
 mod commit;
