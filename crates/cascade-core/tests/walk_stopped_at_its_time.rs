@@ -17,6 +17,11 @@
 //! And the position is only safe if no row can appear behind it: nothing
 //! attaches to a DELETING target, by a create, an update or a peer's attach.
 
+#[macro_use]
+mod support;
+
+use support::{seen, Seen};
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -74,12 +79,8 @@ impl Counted {
 }
 
 impl StateRead for Counted {
-    fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, error::StorageError> {
-        self.state.resource(name)
-    }
-    fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, error::StorageError> {
-        self.state.name_of(uid)
-    }
+    forward_state_read!(state => resource, name_of, backref, deletion, operation, work, outcome, due_work, next_revision, remote_deletion, pending_attach, remote_deletions, pending_release, cursor, generation);
+
     fn backrefs(
         &self,
         target: Uid,
@@ -102,59 +103,6 @@ impl StateRead for Counted {
         self.rows_returned.set(self.rows_returned.get() + page.len() as u64);
         Ok(page)
     }
-    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, error::StorageError> {
-        self.state.backref(key)
-    }
-    fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, error::StorageError> {
-        self.state.deletion(uid)
-    }
-    fn operation(&self, id: OperationId) -> Result<Option<Operation>, error::StorageError> {
-        self.state.operation(id)
-    }
-    fn work(&self, uid: Uid) -> Result<Option<WorkItem>, error::StorageError> {
-        self.state.work(uid)
-    }
-    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, error::StorageError> {
-        self.state.outcome(op, name)
-    }
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, error::StorageError> {
-        self.state.due_work(now, limit)
-    }
-    fn next_revision(&self) -> Result<Revision, error::StorageError> {
-        self.state.next_revision()
-    }
-    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletion(uid)
-    }
-    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, error::StorageError> {
-        self.state.pending_attach(uid)
-    }
-    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletions()
-    }
-    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, error::StorageError> {
-        self.state.pending_release(region, key)
-    }
-    fn cursor(&self, region: &str) -> Result<Revision, error::StorageError> {
-        self.state.cursor(region)
-    }
-    fn generation(&self) -> Result<u64, error::StorageError> {
-        self.state.generation()
-    }
-}
-
-/// The step context of a [`Region`], by its fields (so that `ids` can be
-/// borrowed mutably next to it).
-macro_rules! ctx {
-    ($r:expr) => {
-        Ctx {
-            schema: &$r.schema,
-            region: &$r.region,
-            now: $r.now,
-            policy: &$r.policy,
-            authorizer: &cascade_core::auth::AllowAll,
-        }
-    };
 }
 
 struct Region {
@@ -275,53 +223,6 @@ impl Region {
             }
         }
         panic!("the deletion work did not settle in 100,000 steps");
-    }
-}
-
-/// What a user can see once the cascade is done: every resource left
-/// (state, references), every outcome, the operation's state and counts,
-/// the events as a multiset (not their revisions: items may take turns in
-/// another order), and what is left of rows, queue entries and records.
-#[derive(Debug, PartialEq)]
-struct Seen {
-    resources: Vec<(String, ResourceState, Vec<String>)>,
-    outcomes: Vec<(OperationId, String, String)>,
-    operations: Vec<(OperationId, OperationState, Progress)>,
-    events: Vec<(String, String, String)>,
-    left_over: (usize, usize, usize),
-}
-
-fn seen(state: &MemoryState) -> Seen {
-    let mut events: Vec<(String, String, String)> = state
-        .events
-        .iter()
-        .map(|e| {
-            (
-                format!("{:?}", e.event_type),
-                e.resource.name.to_string(),
-                e.message.clone(),
-            )
-        })
-        .collect();
-    events.sort();
-    Seen {
-        resources: state
-            .resources
-            .values()
-            .map(|r| (r.name.to_string(), r.state, r.refs.keys().cloned().collect()))
-            .collect(),
-        outcomes: state
-            .outcomes
-            .iter()
-            .map(|((op, name), o)| (*op, name.to_string(), format!("{:?}", o.action)))
-            .collect(),
-        operations: state
-            .operations
-            .values()
-            .map(|op| (op.id, op.state, op.progress))
-            .collect(),
-        events,
-        left_over: (state.backrefs.len(), state.work.len(), state.deletions.len()),
     }
 }
 
