@@ -10,6 +10,9 @@
 //! sled). The step itself does not read by uid there: the check must not
 //! turn the store's trouble into a panic.
 
+#[macro_use]
+mod support;
+
 use std::collections::BTreeSet;
 
 use cascade_core::memory::MemoryState;
@@ -25,61 +28,13 @@ struct RefusesUids {
 }
 
 impl StateRead for RefusesUids {
-    fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, error::StorageError> {
-        self.state.resource(name)
-    }
+    forward_state_read!(state => resource, backrefs, backref, deletion, operation, work, outcome, due_work, next_revision, remote_deletion, pending_attach, remote_deletions, pending_release, cursor, generation);
+
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, error::StorageError> {
         if self.refused.contains(&uid) {
             return Err(error::StorageError("No space left on device (simulated)".to_owned()));
         }
         self.state.name_of(uid)
-    }
-    fn backrefs(
-        &self,
-        target: Uid,
-        after: Option<&BackRefKey>,
-        limit: usize,
-    ) -> Result<Vec<BackRef>, error::StorageError> {
-        self.state.backrefs(target, after, limit)
-    }
-    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, error::StorageError> {
-        self.state.backref(key)
-    }
-    fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, error::StorageError> {
-        self.state.deletion(uid)
-    }
-    fn operation(&self, id: OperationId) -> Result<Option<Operation>, error::StorageError> {
-        self.state.operation(id)
-    }
-    fn work(&self, uid: Uid) -> Result<Option<WorkItem>, error::StorageError> {
-        self.state.work(uid)
-    }
-    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, error::StorageError> {
-        self.state.outcome(op, name)
-    }
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, error::StorageError> {
-        self.state.due_work(now, limit)
-    }
-    fn next_revision(&self) -> Result<Revision, error::StorageError> {
-        self.state.next_revision()
-    }
-    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletion(uid)
-    }
-    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, error::StorageError> {
-        self.state.pending_attach(uid)
-    }
-    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletions()
-    }
-    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, error::StorageError> {
-        self.state.pending_release(region, key)
-    }
-    fn cursor(&self, region: &str) -> Result<Revision, error::StorageError> {
-        self.state.cursor(region)
-    }
-    fn generation(&self) -> Result<u64, error::StorageError> {
-        self.state.generation()
     }
 }
 

@@ -14,6 +14,9 @@
 //! of these is now one read per step of what the batch shares, and one
 //! read of each member.
 
+#[macro_use]
+mod support;
+
 use std::cell::Cell;
 
 use cascade_core::memory::MemoryState;
@@ -61,6 +64,8 @@ impl Counted {
 }
 
 impl StateRead for Counted {
+    forward_state_read!(state => backrefs, backref, outcome, due_work, next_revision, remote_deletions, pending_release, cursor, generation);
+
     fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, error::StorageError> {
         bump(&self.resources);
         self.state.resource(name)
@@ -68,17 +73,6 @@ impl StateRead for Counted {
     fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, error::StorageError> {
         bump(&self.names);
         self.state.name_of(uid)
-    }
-    fn backrefs(
-        &self,
-        target: Uid,
-        after: Option<&BackRefKey>,
-        limit: usize,
-    ) -> Result<Vec<BackRef>, error::StorageError> {
-        self.state.backrefs(target, after, limit)
-    }
-    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, error::StorageError> {
-        self.state.backref(key)
     }
     fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, error::StorageError> {
         bump(&self.deletions);
@@ -92,15 +86,6 @@ impl StateRead for Counted {
         bump(&self.work);
         self.state.work(uid)
     }
-    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, error::StorageError> {
-        self.state.outcome(op, name)
-    }
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, error::StorageError> {
-        self.state.due_work(now, limit)
-    }
-    fn next_revision(&self) -> Result<Revision, error::StorageError> {
-        self.state.next_revision()
-    }
     fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, error::StorageError> {
         bump(&self.tombstones);
         self.state.remote_deletion(uid)
@@ -108,18 +93,6 @@ impl StateRead for Counted {
     fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, error::StorageError> {
         bump(&self.pending);
         self.state.pending_attach(uid)
-    }
-    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletions()
-    }
-    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, error::StorageError> {
-        self.state.pending_release(region, key)
-    }
-    fn cursor(&self, region: &str) -> Result<Revision, error::StorageError> {
-        self.state.cursor(region)
-    }
-    fn generation(&self) -> Result<u64, error::StorageError> {
-        self.state.generation()
     }
 }
 
@@ -142,18 +115,6 @@ struct Region {
     ids: SequentialIds,
     policy: Policy,
     now: Timestamp,
-}
-
-macro_rules! ctx {
-    ($r:expr) => {
-        Ctx {
-            schema: &$r.schema,
-            region: &$r.region,
-            now: $r.now,
-            policy: &$r.policy,
-            authorizer: &cascade_core::auth::AllowAll,
-        }
-    };
 }
 
 impl Region {

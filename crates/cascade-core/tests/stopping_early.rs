@@ -9,6 +9,11 @@
 //! ever. A step whose caller always says stop must still do something, or
 //! a slow machine would never end a cascade.
 
+#[macro_use]
+mod support;
+
+use support::{seen, Seen};
+
 use std::cell::Cell;
 
 use cascade_core::memory::MemoryState;
@@ -30,20 +35,6 @@ on_delete = "unset"
 
 const NETWORKS: usize = 7;
 const PORTS_PER_NETWORK: usize = 90;
-
-/// The step context of a [`Region`], by its fields (so that `ids` can be
-/// borrowed mutably next to it).
-macro_rules! ctx {
-    ($r:expr) => {
-        Ctx {
-            schema: &$r.schema,
-            region: &$r.region,
-            now: $r.now,
-            policy: &$r.policy,
-            authorizer: &cascade_core::auth::AllowAll,
-        }
-    };
-}
 
 struct Region {
     state: MemoryState,
@@ -154,55 +145,6 @@ impl Region {
             }
         }
         panic!("the deletion work did not settle in 100,000 steps");
-    }
-}
-
-/// What a user can see of a region once its cascades are done: every
-/// resource left (state, references), every outcome, every operation's
-/// state and counts, and the events as a multiset. Not the revisions: a
-/// step that ends elsewhere lets the work items take turns in another
-/// order, so two events of different members may be numbered the other
-/// way round.
-#[derive(Debug, PartialEq)]
-struct Seen {
-    resources: Vec<(String, ResourceState, Vec<String>)>,
-    outcomes: Vec<(OperationId, String, String)>,
-    operations: Vec<(OperationId, OperationState, Progress)>,
-    events: Vec<(String, String, String)>,
-    left_over: (usize, usize, usize),
-}
-
-fn seen(state: &MemoryState) -> Seen {
-    let mut events: Vec<(String, String, String)> = state
-        .events
-        .iter()
-        .map(|e| {
-            (
-                format!("{:?}", e.event_type),
-                e.resource.name.to_string(),
-                e.message.clone(),
-            )
-        })
-        .collect();
-    events.sort();
-    Seen {
-        resources: state
-            .resources
-            .values()
-            .map(|r| (r.name.to_string(), r.state, r.refs.keys().cloned().collect()))
-            .collect(),
-        outcomes: state
-            .outcomes
-            .iter()
-            .map(|((op, name), o)| (*op, name.to_string(), format!("{:?}", o.action)))
-            .collect(),
-        operations: state
-            .operations
-            .values()
-            .map(|op| (op.id, op.state, op.progress))
-            .collect(),
-        events,
-        left_over: (state.backrefs.len(), state.work.len(), state.deletions.len()),
     }
 }
 

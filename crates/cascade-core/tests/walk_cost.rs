@@ -10,6 +10,9 @@
 //! re-read every remaining row on each release that woke it. Here the cost
 //! is counted, not timed: rows and tombstones passed per deleted referrer.
 
+#[macro_use]
+mod support;
+
 use std::cell::Cell;
 use std::collections::BTreeSet;
 
@@ -49,12 +52,8 @@ impl LsmLike {
 }
 
 impl StateRead for LsmLike {
-    fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, error::StorageError> {
-        self.state.resource(name)
-    }
-    fn name_of(&self, uid: Uid) -> Result<Option<ResourceName>, error::StorageError> {
-        self.state.name_of(uid)
-    }
+    forward_state_read!(state => resource, name_of, backref, deletion, operation, work, outcome, due_work, next_revision, remote_deletion, pending_attach, remote_deletions, pending_release, cursor, generation);
+
     fn backrefs(
         &self,
         target: Uid,
@@ -75,59 +74,6 @@ impl StateRead for LsmLike {
         self.rows_returned.set(self.rows_returned.get() + page.len() as u64);
         Ok(page)
     }
-    fn backref(&self, key: &BackRefKey) -> Result<Option<BackRef>, error::StorageError> {
-        self.state.backref(key)
-    }
-    fn deletion(&self, uid: Uid) -> Result<Option<DeletionRecord>, error::StorageError> {
-        self.state.deletion(uid)
-    }
-    fn operation(&self, id: OperationId) -> Result<Option<Operation>, error::StorageError> {
-        self.state.operation(id)
-    }
-    fn work(&self, uid: Uid) -> Result<Option<WorkItem>, error::StorageError> {
-        self.state.work(uid)
-    }
-    fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, error::StorageError> {
-        self.state.outcome(op, name)
-    }
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, error::StorageError> {
-        self.state.due_work(now, limit)
-    }
-    fn next_revision(&self) -> Result<Revision, error::StorageError> {
-        self.state.next_revision()
-    }
-    fn remote_deletion(&self, uid: Uid) -> Result<Option<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletion(uid)
-    }
-    fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, error::StorageError> {
-        self.state.pending_attach(uid)
-    }
-    fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, error::StorageError> {
-        self.state.remote_deletions()
-    }
-    fn pending_release(&self, region: &str, key: &BackRefKey) -> Result<Option<PendingRelease>, error::StorageError> {
-        self.state.pending_release(region, key)
-    }
-    fn cursor(&self, region: &str) -> Result<Revision, error::StorageError> {
-        self.state.cursor(region)
-    }
-    fn generation(&self) -> Result<u64, error::StorageError> {
-        self.state.generation()
-    }
-}
-
-/// The step context of a [`Region`], by its fields (so that `ids` can be
-/// borrowed mutably next to it).
-macro_rules! ctx {
-    ($r:expr) => {
-        Ctx {
-            schema: &$r.schema,
-            region: &$r.region,
-            now: $r.now,
-            policy: &$r.policy,
-            authorizer: &cascade_core::auth::AllowAll,
-        }
-    };
 }
 
 /// One region's node over an [`LsmLike`] state, with small work steps so

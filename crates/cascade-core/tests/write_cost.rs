@@ -8,6 +8,9 @@
 //! its create: two of the 20 keys of each port and floating IP of the
 //! harness's unset shape.
 
+#[macro_use]
+mod support;
+
 use cascade_core::memory::MemoryState;
 use cascade_core::protocol::{self, WorkReport};
 use cascade_core::state::WriteSet;
@@ -41,18 +44,6 @@ struct Region {
 struct Written {
     keys: usize,
     uid_index: usize,
-}
-
-macro_rules! ctx {
-    ($r:expr) => {
-        Ctx {
-            schema: &$r.schema,
-            region: &$r.region,
-            now: $r.now,
-            policy: &$r.policy,
-            authorizer: &cascade_core::auth::AllowAll,
-        }
-    };
 }
 
 impl Region {

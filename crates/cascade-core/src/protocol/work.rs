@@ -67,11 +67,18 @@ fn always() -> bool {
 /// two items, and only once the step has done one, so every step makes
 /// progress. The step ends at a consistent point, as one that ran out of
 /// its item bounds does: what it did commits as usual and the items it
-/// did not reach stay due. Not between two referrers of a walk: a walk
-/// that spans steps is counted again from its first row by a full pass
-/// before its member can finish (`step_deletion`), so a cut there would
-/// cost a re-read of every row (`tests/tombstones.rs` counts them); the
-/// walk stays bounded by the step's referrer budget. The node asks its
+/// did not reach stay due. Also asked between two referrers of a walk
+/// resumed from an earlier step's position, once the walk has acted on
+/// one in this step: such a walk is counted again from its first row by
+/// a full pass before its member can finish whatever this step does
+/// (`step_deletion`), so a cut there only moves the position it stores,
+/// and the next step resumes after it; no row behind it is read again
+/// (`crates/cascade-core/tests/walk_stopped_at_its_time.rs`). A walk that
+/// started in this step is not cut: if it ends in this step it is its own
+/// full pass, and a cut would send it through one, a re-read of every
+/// row (`tests/tombstones.rs` counts them); it stays bounded by the
+/// step's referrer budget. So a root whose walk of a million referrers
+/// is the step's one item (P1 unset) stops at its time too. The node asks its
 /// clock: a step stops at its time target after the item in progress
 /// (`writer/work_budget.rs`), so the one step in a hundred whose items
 /// cost more than the bounds guessed no longer runs several times its
@@ -127,7 +134,7 @@ pub fn process_work_until<S: StateRead + ?Sized>(
         report.items += 1;
         let mut item_budget = (*share).min(budget);
         let before = item_budget;
-        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report)?;
+        let finished = step_deletion(&mut tx, ctx, work, &mut item_budget, &mut report, may_go_on)?;
         let spent = before - item_budget;
         budget -= spent;
         *share -= spent;
@@ -163,7 +170,7 @@ pub(crate) fn start_queued_work<S: StateRead + ?Sized>(
             continue;
         }
         report.items += 1;
-        if !step_deletion(tx, ctx, work, &mut budget, &mut report)? {
+        if !step_deletion(tx, ctx, work, &mut budget, &mut report, &always)? {
             report.more = true;
         }
     }
@@ -199,19 +206,21 @@ pub(crate) fn finish_accepted<S: StateRead + ?Sized>(
     let mut report = WorkReport::default();
     // An unfinished step (it cannot be: nothing to walk) stays due, as
     // after any work step; the report's counts are in the writes.
-    step_deletion(tx, ctx, work, &mut budget, &mut report)?;
+    step_deletion(tx, ctx, work, &mut budget, &mut report, &always)?;
     Ok(())
 }
 
-/// Advances one deletion. Returns false when the budget ran out before it
-/// got through its back-references (its queue entry stays due, and the
-/// next step resumes the walk where this one stopped: see [`Walk`]).
+/// Advances one deletion. Returns false when the budget ran out, or
+/// `may_go_on` said no inside a resumed walk, before it got through its
+/// back-references (its queue entry stays due, and the next step resumes
+/// the walk where this one stopped: see [`Walk`]).
 fn step_deletion<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
     mut work: WorkItem,
     budget: &mut usize,
     report: &mut WorkReport,
+    may_go_on: &dyn Fn() -> bool,
 ) -> Result<bool, CoreError> {
     let uid = work.target.uid;
     if is_remote(ctx, &work.target.name) {
@@ -282,13 +291,31 @@ fn step_deletion<S: StateRead + ?Sized>(
     let mut walked_whole = false;
     if !work.walk.finished {
         let fresh = work.walk.after.is_none() && work.walk.blocking == 0 && work.walk.remote.is_empty();
-        let end = resume_walk(tx, ctx, &deletion, &mut work.walk, budget, report, &mut refusals)?;
+        // Only a walk that a full pass will count again anyway may stop
+        // at its caller's word (see `process_work_until`): a fresh one
+        // that ends in this step needs none, and a cut would force it.
+        let may_stop = (!fresh).then_some(may_go_on);
+        let end = resume_walk(
+            tx,
+            ctx,
+            &deletion,
+            &mut work.walk,
+            budget,
+            report,
+            &mut refusals,
+            may_stop,
+        )?;
         if !matches!(end, WalkEnd::Held(_)) {
             clear_held(tx, ctx, &resource, &mut record)?;
         }
         match end {
             WalkEnd::Finished => walked_whole = fresh,
             WalkEnd::OutOfBudget => {
+                requeue_unfinished(tx, ctx, work);
+                return Ok(false);
+            }
+            WalkEnd::Stopped => {
+                report.stopped_early = true;
                 requeue_unfinished(tx, ctx, work);
                 return Ok(false);
             }
@@ -433,6 +460,9 @@ enum WalkEnd {
     Finished,
     /// The step's budget ran out first (`Walk` holds the position).
     OutOfBudget,
+    /// Its caller's `may_go_on` said no between two referrers (`Walk`
+    /// holds the position: the last row acted on or counted).
+    Stopped,
     /// The operation's controls hold a referrer it would enter into
     /// deletion: the walk stopped just before that row.
     Held(Held),
@@ -444,7 +474,10 @@ enum WalkEnd {
 /// deletion's principal may not update keeps its row, counted as blocking,
 /// its refusal in `refusals`. Stops when the budget runs out (`walk` then
 /// holds the position), or before a referrer the operation's controls do
-/// not let it enter into deletion.
+/// not let it enter into deletion, or, given `may_stop`, before a
+/// referrer it would change once it has changed one and `may_stop` says
+/// no (the position is then the last row passed, within a page).
+#[allow(clippy::too_many_arguments)]
 fn resume_walk<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
@@ -453,6 +486,7 @@ fn resume_walk<S: StateRead + ?Sized>(
     budget: &mut usize,
     report: &mut WorkReport,
     refusals: &mut Vec<String>,
+    may_stop: Option<&dyn Fn() -> bool>,
 ) -> Result<WalkEnd, CoreError> {
     let resumed_at = walk.after.take();
     let mut pages = BackRefPages::resume(deletion.target.uid, resumed_at.clone());
@@ -460,6 +494,9 @@ fn resume_walk<S: StateRead + ?Sized>(
     // after it, and its key is built only then (not for every row, which
     // `apply_to_referrer` keys once already to drop it).
     let mut last_done: Option<BackRef> = None;
+    // Referrers this call changed (or tried to): a stop is asked only
+    // after the first, so every walk a step resumes moves on.
+    let mut acted = 0usize;
     let finished = loop {
         if *budget == 0 {
             break false;
@@ -472,6 +509,21 @@ fn resume_walk<S: StateRead + ?Sized>(
         let cascades_in_page = page.iter().filter(|b| b.on_delete == OnDelete::Cascade).count() as u64;
         let mut cascades_seen = 0u64;
         for b in page {
+            let changes_referrer = match b.on_delete {
+                OnDelete::Block => deletion.forced,
+                OnDelete::Cascade | OnDelete::Unset => true,
+                OnDelete::AllowDangling => false,
+            } && !is_remote(ctx, &b.referrer.name);
+            if changes_referrer {
+                if acted > 0 && may_stop.is_some_and(|may_go_on| !may_go_on()) {
+                    // Before this row, after the last one passed: the
+                    // rows behind it are acted on or counted in `walk`.
+                    walk.after = last_done.as_ref().map(BackRef::key).or(resumed_at);
+                    walk.finished = false;
+                    return Ok(WalkEnd::Stopped);
+                }
+                acted += 1;
+            }
             if b.on_delete == OnDelete::Cascade {
                 cascades_seen += 1;
             }
@@ -556,9 +608,11 @@ fn full_pass<S: StateRead + ?Sized>(
     refusals: &mut Vec<String>,
 ) -> Result<PassEnd, CoreError> {
     let mut counted = Walk::default();
-    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals)? {
+    // Never stopped by its caller: a cut pass would start from the first
+    // row again.
+    match resume_walk(tx, ctx, deletion, &mut counted, budget, report, refusals, None)? {
         WalkEnd::Finished => {}
-        WalkEnd::OutOfBudget => return Ok(PassEnd::OutOfBudget),
+        WalkEnd::OutOfBudget | WalkEnd::Stopped => return Ok(PassEnd::OutOfBudget),
         WalkEnd::Held(held) => return Ok(PassEnd::Held(held)),
     }
     let blockers = list_blockers(tx, ctx, deletion, &counted)?;

@@ -6,7 +6,8 @@
 //! small write waits for during a long cascade.
 //!
 //! The bounds in items are a guess from the steps before; the step also
-//! stops at its time target ([`WorkBudget::target`]) between two items
+//! stops at its time target ([`WorkBudget::target`]) between two items,
+//! and between two referrers of a walk resumed from an earlier step
 //! (`protocol::process_work_until`, asked the clock), so one whose items
 //! cost more than guessed (a page of tombstones, a wait for a core) ends
 //! after the item in progress instead of running several times its
@@ -162,6 +163,16 @@ impl WriterState {
         // The step's length is its own: its reads and commit, and the
         // flush; not the client steps that joined its group.
         let flushed_in = self.close_group(myself, Vec::new())?;
+        // What a small write queued behind this step waits for: the step's
+        // own run and its group's flush, apart (issue 28's tail;
+        // `RUST_LOG=cascade_node::writer::work_budget=debug` prints them).
+        tracing::debug!(
+            ran_us = ran_for.as_micros() as u64,
+            flush_us = flushed_in.as_micros() as u64,
+            items = report.items,
+            stopped_early = report.stopped_early,
+            "work step timed"
+        );
         self.work_budget.step_took(ran_for + flushed_in, report.more);
         self.ctx.metrics.deletions_retried(report.retried);
         if report.more || report.items > 0 {
