@@ -189,7 +189,7 @@ pub(super) struct Statements {
     schema: String,
     /// The one-statement forms of a flush's writes ([`Statements::merged`]),
     /// by shape; at most [`MAX_MERGED_SHAPES`].
-    merged: Mutex<HashMap<Vec<(Table, Kind)>, Arc<str>>>,
+    merged: Mutex<HashMap<Shape, Arc<str>>>,
     get: Vec<String>,
     get_many: Vec<String>,
     occupied_prefixes: Vec<String>,
@@ -244,6 +244,9 @@ pub(super) enum Kind {
     Insert,
     Upsert,
 }
+
+/// Which tables a flush writes, and how, in the order it sends them.
+type Shape = Vec<(Table, Kind)>;
 
 /// Shapes (which tables a flush writes, and how) whose one-statement form
 /// is kept: a connection prepares each once and keeps it, so the shapes
@@ -598,7 +601,7 @@ async fn commit_writes(
         }
     }
     // Two parts or more: one statement for all of them (`Statements::merged`).
-    let shape: Vec<(Table, Kind)> = parts.iter().map(|(table, kind, _, _)| (*table, *kind)).collect();
+    let shape: Shape = parts.iter().map(|(table, kind, _, _)| (*table, *kind)).collect();
     let merged = (parts.len() >= 2).then(|| shared.sql.merged(&shape)).flatten();
     let mut statements = Vec::new();
     match &merged {
