@@ -78,6 +78,23 @@ async fn cascade_of_ports(client: &Client, ports: usize) -> v1::Operation {
         .unwrap()
 }
 
+/// eu-west's two nodes on a PostgreSQL server of the test's own (None
+/// without PostgreSQL), a cascade of 1,000 ports under way through its
+/// writer: the server, the cluster, the writer's client and the
+/// operation.
+async fn cascade_on_a_server_of_its_own(
+) -> Option<(&'static cascade_testpg::TestServer, HaCluster, Client, v1::Operation)> {
+    let pg = cascade_testpg::TestServer::start()?;
+    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
+        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
+    });
+    cluster.start_all();
+    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
+    let client = cluster.client("eu-west", writer).await;
+    let op = cascade_of_ports(&client, 1000).await;
+    Some((pg, cluster, client, op))
+}
+
 /// Waits for operation `id` to end and asserts it succeeded having deleted
 /// `resources`, each reported once by name.
 async fn succeeds_deleting_each_once(client: &Client, id: &str, resources: u64) {
@@ -375,16 +392,9 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
     // A server of this test's own: it stops it.
-    let Some(pg) = cascade_testpg::TestServer::start() else {
+    let Some((pg, cluster, client, op)) = cascade_on_a_server_of_its_own().await else {
         return;
     };
-    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
-        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
-    });
-    cluster.start_all();
-    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
-    let client = cluster.client("eu-west", writer).await;
-    let op = cascade_of_ports(&client, 1000).await;
     let before = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap();
     assert!(
         before.deleted < 1001,
@@ -427,16 +437,9 @@ async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_connections_terminated_mid_cascade_the_region_loses_no_answered_write_and_finishes_once() {
     // A server of this test's own: it terminates every `cascade` backend.
-    let Some(pg) = cascade_testpg::TestServer::start() else {
+    let Some((pg, cluster, client, op)) = cascade_on_a_server_of_its_own().await else {
         return;
     };
-    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
-        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
-    });
-    cluster.start_all();
-    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
-    let client = cluster.client("eu-west", writer).await;
-    let op = cascade_of_ports(&client, 1000).await;
 
     // Creates through both nodes while the connections are cut: each
     // answer is remembered.
