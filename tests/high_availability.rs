@@ -78,6 +78,40 @@ async fn cascade_of_ports(client: &Client, ports: usize) -> v1::Operation {
         .unwrap()
 }
 
+/// eu-west's two nodes on a PostgreSQL server of the test's own (None
+/// without PostgreSQL), a cascade of 1,000 ports under way through its
+/// writer: the server, the cluster, the writer's client and the
+/// operation.
+async fn cascade_on_a_server_of_its_own(
+) -> Option<(&'static cascade_testpg::TestServer, HaCluster, Client, v1::Operation)> {
+    let pg = cascade_testpg::TestServer::start()?;
+    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
+        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
+    });
+    cluster.start_all();
+    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
+    let client = cluster.client("eu-west", writer).await;
+    let op = cascade_of_ports(&client, 1000).await;
+    Some((pg, cluster, client, op))
+}
+
+/// Waits for operation `id` to end and asserts it succeeded having deleted
+/// `resources`, each reported once by name.
+async fn succeeds_deleting_each_once(client: &Client, id: &str, resources: u64) {
+    let done = wait_operation(client, id).await;
+    assert_eq!(
+        v1::OperationState::try_from(done.state),
+        Ok(v1::OperationState::Succeeded),
+        "{done:?}"
+    );
+    assert_eq!(
+        done.progress.unwrap().deleted,
+        resources,
+        "every resource of the closure, once each"
+    );
+    assert_eq!(outcome_names(client, id).await.len() as u64, resources);
+}
+
 /// Polls until `check` holds, at most `limit`.
 async fn until(limit: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) -> Duration {
     let start = Instant::now();
@@ -350,18 +384,7 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
     .await;
     assert_eq!(cluster.writers("eu-west").await, vec![standby]);
 
-    let done = wait_operation(&client, &op.id).await;
-    assert_eq!(
-        v1::OperationState::try_from(done.state),
-        Ok(v1::OperationState::Succeeded),
-        "{done:?}"
-    );
-    assert_eq!(
-        done.progress.unwrap().deleted,
-        2001,
-        "every port and the network, once each"
-    );
-    assert_eq!(outcome_names(&client, &op.id).await.len(), 2001);
+    succeeds_deleting_each_once(&client, &op.id, 2001).await;
     wait_quiescent_at(&cluster.endpoints()).await;
     assert_no_violations_at(&cluster.endpoints()).await;
 }
@@ -369,16 +392,9 @@ async fn a_writer_paused_past_its_lease_steps_down_when_it_wakes_and_nothing_is_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
     // A server of this test's own: it stops it.
-    let Some(pg) = cascade_testpg::TestServer::start() else {
+    let Some((pg, cluster, client, op)) = cascade_on_a_server_of_its_own().await else {
         return;
     };
-    let mut cluster = HaCluster::configure(pg, &["eu-west"], 2, |_| {
-        "[deletion]\ntick_ms = 50\nbatch_budget = 50".into()
-    });
-    cluster.start_all();
-    let writer = cluster.wait_writer("eu-west", Duration::from_secs(15)).await;
-    let client = cluster.client("eu-west", writer).await;
-    let op = cascade_of_ports(&client, 1000).await;
     let before = client.get_operation(&op.id, 0).await.unwrap().progress.unwrap();
     assert!(
         before.deleted < 1001,
@@ -406,14 +422,105 @@ async fn postgres_restarted_mid_cascade_nodes_say_unavailable_then_finish() {
     pg.start_server();
     let writer = cluster.wait_writer("eu-west", Duration::from_secs(30)).await;
     let client = cluster.client("eu-west", writer).await;
-    let done = wait_operation(&client, &op.id).await;
-    assert_eq!(
-        v1::OperationState::try_from(done.state),
-        Ok(v1::OperationState::Succeeded),
-        "{done:?}"
+    succeeds_deleting_each_once(&client, &op.id, 1001).await;
+    assert_no_violations_at(&cluster.endpoints()).await;
+}
+
+/// The database stays up but every connection of the region's nodes is
+/// terminated (`pg_terminate_backend`), several times while a cascade and
+/// client creates run: a group's transaction in flight fails with its
+/// connection, often while the writer's next step computes on top of it.
+/// The region must take nothing back that it answered, publish nothing that
+/// did not land, and finish the cascade exactly once. The restart test
+/// above stops the whole server; this one leaves it serving, so a writer
+/// reconnects at once and races its own failed flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_connections_terminated_mid_cascade_the_region_loses_no_answered_write_and_finishes_once() {
+    // A server of this test's own: it terminates every `cascade` backend.
+    let Some((pg, cluster, client, op)) = cascade_on_a_server_of_its_own().await else {
+        return;
+    };
+
+    // Creates through both nodes while the connections are cut: each
+    // answer is remembered.
+    let creating = {
+        let clients = [cluster.client("eu-west", 0).await, cluster.client("eu-west", 1).await];
+        tokio::spawn(async move {
+            let mut answered = Vec::new();
+            for i in 0..300 {
+                let name = format!("eu-west/project/during-{i}");
+                let reply = clients[i % 2].create(spec_in(&name, &[])).await;
+                answered.push((name, reply.map(|_| ()).map_err(|e| (code(&e), format!("{e:?}")))));
+            }
+            answered
+        })
+    };
+
+    let mut terminated = 0;
+    let mut deleted_at_last_cut = 0;
+    for round in 0..5 {
+        let progress = client.get_operation(&op.id, 0).await.ok().and_then(|o| o.progress);
+        if let Some(p) = progress {
+            deleted_at_last_cut = p.deleted;
+        }
+        let killed = pg
+            .superuser_sql(
+                "postgres",
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'cascade'",
+            )
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        terminated += killed.parse::<u64>().unwrap_or(0);
+        // The next cut once the region has made progress again (or the
+        // cascade is over), so that every cut meets a live writer.
+        until(
+            Duration::from_secs(30),
+            "the cascade moves again after a cut",
+            async || {
+                let Ok(client) = tokio::time::timeout(Duration::from_secs(2), cluster.client("eu-west", 0)).await
+                else {
+                    return false;
+                };
+                match client.get_operation(&op.id, 0).await {
+                    Ok(o) => o.done || o.progress.is_some_and(|p| p.deleted > deleted_at_last_cut),
+                    Err(_) => false,
+                }
+            },
+        )
+        .await;
+    }
+    assert!(
+        terminated >= 5,
+        "the cuts met the nodes' connections: {terminated} terminated"
     );
-    assert_eq!(done.progress.unwrap().deleted, 1001);
-    assert_eq!(outcome_names(&client, &op.id).await.len(), 1001);
+
+    let answered = creating.await.expect("the creating task ends");
+    let writer = cluster.wait_writer("eu-west", Duration::from_secs(30)).await;
+    let client = cluster.client("eu-west", writer).await;
+    succeeds_deleting_each_once(&client, &op.id, 1001).await;
+
+    let mut ok = 0;
+    for (name, reply) in &answered {
+        match reply {
+            Ok(()) => {
+                ok += 1;
+                client
+                    .get(name)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name} was answered OK and is gone: {e:?}"));
+            }
+            Err((code, e)) => assert_eq!(
+                *code,
+                Some(tonic::Code::Unavailable),
+                "{name}: a refusal while connections are cut says UNAVAILABLE: {e}"
+            ),
+        }
+    }
+    assert!(ok > 0, "some creates were answered OK: {answered:?}");
+    eprintln!(
+        "{terminated} connections terminated in 5 cuts; creates: {ok} answered OK, {} refused",
+        answered.len() - ok
+    );
+    wait_quiescent_at(&cluster.endpoints()).await;
     assert_no_violations_at(&cluster.endpoints()).await;
 }
 

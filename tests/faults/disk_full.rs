@@ -33,11 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use crate::{a_create_succeeds, health, start_on_store};
+use crate::{a_create_succeeds, channel_to, health, serve_on_store, ticking_settings};
 use cascade_client::Client;
-use cascade_core::{RegionId, Schema};
 use cascade_node::store::{Batch, DiskCondition, Entry, MemoryStore, Store, StoreError, Table};
-use cascade_node::NodeSettings;
 use cascade_proto::v1;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -203,11 +201,7 @@ async fn a_full_disk_heals_without_a_restart(engine: &str) {
     };
     let node = NodeOnTmpfs::start(engine, flags, scratch.path());
     let client = Client::connect(&node.endpoint).await.expect("client connects");
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint.clone())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel_to(&node.endpoint).await;
     assert_eq!(health(&channel).await, Some(ServingStatus::Serving));
 
     // A project whose network has 300 subnets: its cascade takes 30 work
@@ -385,19 +379,7 @@ async fn a_failing_store_is_retried_with_backoff_and_reopened_then_serves_at_onc
         probes: Mutex::default(),
         reopens: AtomicU64::new(0),
     });
-    let mut settings = NodeSettings::new(
-        RegionId::parse(REGION).unwrap(),
-        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
-        None,
-    );
-    settings.tick = Duration::from_millis(20);
-    let node = start_on_store(settings, store.clone()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (node, client, channel) = serve_on_store(ticking_settings(), store.clone()).await;
 
     store.full.store(true, Ordering::SeqCst);
     let refused = client
@@ -558,22 +540,11 @@ async fn a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishe
         reopen_attempts: AtomicU64::new(0),
         reopens: AtomicU64::new(0),
     });
-    let mut settings = NodeSettings::new(
-        RegionId::parse(REGION).unwrap(),
-        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
-        None,
-    );
-    settings.tick = Duration::from_millis(20);
+    let mut settings = ticking_settings();
     // Two subnets a step: the network's walk spans 150 steps, under way
     // when the disk fills.
     settings.policy.batch_budget = 2;
-    let node = start_on_store(settings, store.clone()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (node, client, channel) = serve_on_store(settings, store.clone()).await;
     client.create(spec("project/p", &[])).await.expect("project");
     client
         .create(spec("network/n", &[("project", &["project/p"])]))
@@ -723,21 +694,10 @@ async fn a_store_that_refuses_only_reads_is_not_serving_until_its_reads_work_aga
         probes: AtomicU64::new(0),
         reopens: AtomicU64::new(0),
     });
-    let mut settings = NodeSettings::new(
-        RegionId::parse(REGION).unwrap(),
-        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
-        None,
-    );
-    settings.tick = Duration::from_millis(20);
+    let mut settings = ticking_settings();
     // Two subnets a step: the cascade takes dozens of them.
     settings.policy.batch_budget = 2;
-    let node = start_on_store(settings, store.clone()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (node, client, channel) = serve_on_store(settings, store.clone()).await;
     client.create(spec("project/p", &[])).await.expect("project");
     client
         .create(spec("network/n", &[("project", &["project/p"])]))

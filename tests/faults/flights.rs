@@ -25,9 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::*;
-use crate::{a_create_succeeds, health, start_on_store};
+use crate::{a_create_succeeds, health, serve_on_store, start_on_store, ticking_settings};
 use cascade_client::Client;
-use cascade_core::{RegionId, Schema};
 use cascade_node::store::{Batch, Entry, MemoryStore, Store, StoreError, Table};
 use cascade_node::NodeSettings;
 use cascade_proto::v1;
@@ -158,12 +157,7 @@ impl Store for Flights {
 }
 
 fn settings() -> NodeSettings {
-    let mut settings = NodeSettings::new(
-        RegionId::parse(REGION).unwrap(),
-        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
-        None,
-    );
-    settings.tick = Duration::from_millis(20);
+    let mut settings = ticking_settings();
     // Small work steps: a cascade is many steps, each overlapping the
     // flight of the one before.
     settings.policy.batch_items = 4;
@@ -193,14 +187,8 @@ async fn a_project_of_networks(client: &Client, project: &str, networks: usize) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flights_that_fail_answer_no_success_that_rested_on_them_and_the_node_heals() {
     let store = Arc::new(Flights::default());
-    let node = start_on_store(settings(), store.clone()).await;
+    let (node, client, channel) = serve_on_store(settings(), store.clone()).await;
     let metrics = node.metrics_addr().expect("metrics served");
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
     a_project_of_networks(&client, "project/p", 120).await;
     let failures_before = scrape(metrics).await["cascade_writer_commit_failures_total"];
 
@@ -374,13 +362,7 @@ async fn a_restarted_writer_publishes_nothing_of_its_predecessors_staged_commits
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flight_that_lands_after_a_later_failure_does_not_end_its_episode() {
     let store = Arc::new(Flights::default());
-    let node = start_on_store(settings(), store.clone()).await;
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let (_node, client, channel) = serve_on_store(settings(), store.clone()).await;
     a_project_of_networks(&client, "project/p", 60).await;
     assert_eq!(health(&channel).await, Some(ServingStatus::Serving));
 

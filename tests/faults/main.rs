@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cascade_client::Client;
+use cascade_core::{RegionId, Schema};
 use cascade_node::store::Store;
 use cascade_node::{NodeEnv, NodeSettings, RunningNode};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -45,6 +46,39 @@ async fn health(channel: &tonic::transport::Channel) -> Option<ServingStatus> {
         .await
         .ok()?;
     ServingStatus::try_from(answer.into_inner().status).ok()
+}
+
+/// A gRPC channel to `endpoint`, for its health.
+async fn channel_to(endpoint: &str) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .expect("an endpoint's address")
+        .connect()
+        .await
+        .expect("the node accepts a connection")
+}
+
+/// Settings of a node of `support::REGION` on the example schema that
+/// ticks every 20 ms, so that a test's cascade moves in steps it can cut.
+fn ticking_settings() -> NodeSettings {
+    let mut settings = NodeSettings::new(
+        RegionId::parse(support::REGION).expect("the tests' region"),
+        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).expect("the example schema")),
+        None,
+    );
+    settings.tick = Duration::from_millis(20);
+    settings
+}
+
+/// [`start_on_store`], with a client of the node and a channel for its
+/// health.
+async fn serve_on_store(
+    settings: NodeSettings,
+    store: Arc<dyn Store>,
+) -> (RunningNode, Client, tonic::transport::Channel) {
+    let node = start_on_store(settings, store).await;
+    let client = Client::connect(&node.endpoint()).await.expect("a client connects");
+    let channel = channel_to(&node.endpoint()).await;
+    (node, client, channel)
 }
 
 /// A node in this process on `store` (a wrapper that misbehaves on cue),

@@ -17,11 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use crate::{a_create_succeeds, health, start_on_store};
-use cascade_client::Client;
-use cascade_core::{RegionId, Schema};
+use crate::{a_create_succeeds, health, serve_on_store, ticking_settings};
 use cascade_node::store::{Batch, Entry, MemoryStore, Store, StoreError, Table};
-use cascade_node::NodeSettings;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 /// Restarts a 2 s window may hold: the backoff's waits (100 ms doubling to
@@ -96,23 +93,12 @@ async fn a_writer_that_panics_at_every_start_is_restarted_with_backoff_and_serve
         panicking: AtomicBool::new(false),
         panics: AtomicU64::new(0),
     });
-    let mut settings = NodeSettings::new(
-        RegionId::parse(REGION).unwrap(),
-        Arc::new(Schema::from_toml(cascade_core::schema::EXAMPLE_SCHEMA).unwrap()),
-        None,
-    );
-    // Each tick queues a work step, which reads: the writer panics within
-    // a tick of each start.
-    settings.tick = Duration::from_millis(20);
+    let mut settings = ticking_settings();
+    // Each tick (20 ms) queues a work step, which reads: the writer
+    // panics within a tick of each start.
     settings.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let node = start_on_store(settings, store.clone()).await;
+    let (node, client, channel) = serve_on_store(settings, store.clone()).await;
     let metrics = node.metrics_addr().expect("metrics served");
-    let client = Client::connect(&node.endpoint()).await.unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(node.endpoint())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
     client
         .create(spec("project/p", &[]))
         .await

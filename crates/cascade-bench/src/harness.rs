@@ -253,6 +253,7 @@ impl Cluster {
         for m in &self.members {
             let s = m.stats.snapshot();
             sum.batches += s.batches;
+            sum.work_batches += s.work_batches;
             sum.key_writes += s.key_writes;
             sum.value_bytes += s.value_bytes;
         }
@@ -356,6 +357,7 @@ fn describe_footprint(tables: &BTreeMap<Table, TableFootprint>) -> String {
 pub fn delta(a: WriteStatsSnapshot, b: WriteStatsSnapshot) -> WriteStatsSnapshot {
     WriteStatsSnapshot {
         batches: a.batches.saturating_sub(b.batches),
+        work_batches: a.work_batches.saturating_sub(b.work_batches),
         key_writes: a.key_writes.saturating_sub(b.key_writes),
         value_bytes: a.value_bytes.saturating_sub(b.value_bytes),
     }

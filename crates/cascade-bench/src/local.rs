@@ -353,7 +353,12 @@ pub async fn measure_deletion(
     let value_bytes = d
         .value_bytes
         .saturating_sub(probes(per_create.value_bytes, per_delete.value_bytes));
-    let batches = d.batches.saturating_sub(probes(per_create.batches, per_delete.batches));
+    // The Delete's own step and the work steps. Not the batches counted
+    // less the probes': a small delete's work shares the cascade's steps,
+    // so subtracting what it cost alone took away more than it added, and
+    // on a slow machine, with thousands of probes, left about nothing
+    // (and the baseline row that copies this count one huge batch).
+    let batches = d.work_batches + 1;
 
     let progress = op.progress.unwrap_or_default();
     row.operation_state = Some(op_state(&op));

@@ -41,6 +41,13 @@ async fn smoke_with(spec: RowSpec) -> crate::spec::Row {
     // The small-delete probe ran (its four deletes before the cascade
     // finished, or the row would have failed) and reported its count.
     assert!(row.small_deletes.is_some(), "{row:?}");
+    // The Delete's step and the work steps: at least one of those, and
+    // never more than the key writes (each batch writes something). The
+    // count once subtracted the probes' batches, which took it to 0 when
+    // thousands of probes ran beside a long cascade.
+    let batches = row.batches.expect("batches");
+    assert!(batches >= 2, "the Delete's step and a work step at least: {row:?}");
+    assert!(batches <= row.key_writes.expect("key writes"), "{row:?}");
 
     let base = RowSpec {
         scenario: Scenario::Baseline,

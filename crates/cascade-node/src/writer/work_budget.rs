@@ -148,10 +148,14 @@ impl WriterState {
         let stop_at = started + self.work_budget.target();
         let may_go_on = move || crate::clock::monotonic_now() < stop_at;
         self.group = Some(super::group::Group::default());
+        let committed_before = self.ctx.stats.committed();
         let ran = self.run(myself, |state, ctx, _| {
             protocol::process_work_until(state, Ctx { policy: &policy, ..ctx }, &may_go_on)
         });
         let ran_for = started.elapsed();
+        self.ctx
+            .stats
+            .record_work_batches(self.ctx.stats.committed().saturating_sub(committed_before));
         let report = match ran {
             Ok(report) => report,
             Err(e) => {

@@ -13,6 +13,8 @@ pub struct WriteStats {
     /// Counted before each batch is committed, so a reader that saw a
     /// batch's writes in the store then reads a count that includes it.
     batches: AtomicU64,
+    /// Of `batches`, those the work steps committed (`work_budget.rs`).
+    work_batches: AtomicU64,
     key_writes: AtomicU64,
     value_bytes: AtomicU64,
     /// Flushes that made committed batches durable: one per group of
@@ -36,6 +38,11 @@ pub struct WriteStats {
 pub struct WriteStatsSnapshot {
     /// Atomic batches committed (one per protocol step that wrote anything).
     pub batches: u64,
+    /// Of `batches`, those committed by work steps: a deletion's progress,
+    /// apart from the client steps that share the writer with it (whose
+    /// count depends on how many clients ran, while a delete's work steps
+    /// are shared by every deletion under way).
+    pub work_batches: u64,
     /// Keys put or removed, over every table.
     pub key_writes: u64,
     /// Bytes of the values put (keys not counted).
@@ -48,6 +55,12 @@ impl WriteStats {
         self.batches.fetch_add(1, Ordering::SeqCst);
         self.key_writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
         self.value_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A work step committed `batches` of the batches [`Self::record`]
+    /// counted.
+    pub(super) fn record_work_batches(&self, batches: u64) {
+        self.work_batches.fetch_add(batches, Ordering::Relaxed);
     }
 
     /// A flush succeeded that started when `through` batches were
@@ -120,6 +133,7 @@ impl WriteStats {
     pub fn snapshot(&self) -> WriteStatsSnapshot {
         WriteStatsSnapshot {
             batches: self.batches.load(Ordering::Relaxed),
+            work_batches: self.work_batches.load(Ordering::Relaxed),
             key_writes: self.key_writes.load(Ordering::Relaxed),
             value_bytes: self.value_bytes.load(Ordering::Relaxed),
         }

@@ -5,18 +5,26 @@
 //!
 //! ```sql
 //! BEGIN; SELECT {schema}.fence('region', epoch);   -- one simple query
-//! DELETE FROM {schema}.t WHERE k = ANY($1);        -- per table written, at most one
-//! INSERT INTO {schema}.t SELECT * FROM unnest($1::bytea[], $2::bytea[]);
+//! WITH w0 AS (DELETE FROM {schema}.t WHERE k = ANY($1::bytea[])),
+//!                                                   -- per table written, at most one
+//!      w1 AS (INSERT INTO {schema}.t (k, v) SELECT * FROM unnest($2::bytea[], $3::bytea[])),
 //!                                                   -- keys known absent, at most one
-//! INSERT INTO {schema}.t SELECT * FROM unnest($1::bytea[], $2::bytea[])
-//!     ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v; -- the other puts, at most one
+//!      w2 AS (INSERT INTO {schema}.t (k, v) SELECT * FROM unnest($4::bytea[], $5::bytea[])
+//!             ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v), -- the other puts, at most one
+//!      ...                                          -- the same for every table written
+//! SELECT 1;
 //! SELECT (SELECT k FROM {schema}.t ORDER BY k DESC LIMIT 1); -- tables whose highest key is not known
 //! COMMIT;
 //! ```
 //!
+//! The writes are one statement when there are two parts or more
+//! ([`Statements::merged`], which says why; a flush of one part, or of a
+//! shape past the bound, sends each part as a statement of its own:
+//! `DELETE FROM {schema}.t WHERE k = ANY($1::bytea[])`, and so on).
+//!
 //! What it sends is every batch committed since the last flush, as
 //! staging left them: the last write per key, per table (an upsert may
-//! not touch a row twice), so a group of steps costs one statement of each
+//! not touch a row twice), so a group of steps costs one part of each
 //! kind per table, not one per step. It is planned ([`plan`]) against what
 //! the server holds: a removal of a key known absent is dropped, and a
 //! put of a key known absent is a plain INSERT, which costs PostgreSQL
@@ -39,11 +47,16 @@
 //! ever cut short by a client-side timeout: the session's
 //! `statement_timeout` bounds the statements, and TCP's user timeout a
 //! dead connection.
+//!
+//! Size: about 830 lines. The statements' SQL (one per part, or one
+//! statement of every part), the parameters each form takes, and the
+//! fenced transaction that sends them hold one invariant together: a
+//! flush's writes land all in one transaction after the fence, or none.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio_postgres::types::ToSql;
@@ -178,6 +191,10 @@ const KEYS_PER_READ: usize = 1000;
 
 /// The SQL of every statement, per table, with the schema written in.
 pub(super) struct Statements {
+    schema: String,
+    /// The one-statement forms of a flush's writes ([`Statements::merged`]),
+    /// by shape; at most [`MAX_MERGED_SHAPES`].
+    merged: Mutex<HashMap<Shape, Arc<str>>>,
     get: Vec<String>,
     get_many: Vec<String>,
     occupied_prefixes: Vec<String>,
@@ -198,6 +215,8 @@ impl Statements {
                 .collect()
         };
         Self {
+            schema: schema.to_owned(),
+            merged: Mutex::new(HashMap::new()),
             get: per_table(&|t| format!("SELECT v FROM {t} WHERE k = $1")),
             get_many: per_table(&|t| format!("SELECT k, v FROM {t} WHERE k = ANY($1::bytea[])")),
             // Each prefix as its range [lo, hi): an index probe per prefix.
@@ -219,6 +238,80 @@ impl Statements {
                 )
             }),
         }
+    }
+}
+
+/// A flush's writes of one table, of one kind: a statement of their own,
+/// or a part of the flush's one statement ([`Statements::merged`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Kind {
+    Delete,
+    Insert,
+    Upsert,
+}
+
+/// Which tables a flush writes, and how, in the order it sends them.
+type Shape = Vec<(Table, Kind)>;
+
+/// Shapes (which tables a flush writes, and how) whose one-statement form
+/// is kept: a connection prepares each once and keeps it, so the shapes
+/// are bounded; a flush of another shape sends a statement per part, as
+/// before. A P1's steps come in a handful of shapes.
+const MAX_MERGED_SHAPES: usize = 64;
+
+impl Statements {
+    /// The SQL of one statement doing every part of `shape` (in order;
+    /// its parameters are each part's arrays in that order, one for a
+    /// removal, two for a put), or None once [`MAX_MERGED_SHAPES`] other
+    /// shapes are kept.
+    ///
+    /// Why one statement: each statement costs the server about 20–25 µs
+    /// of CPU whatever it writes (bind, executor start and end, the
+    /// statistics, a `Sync` and its answer: measured with pgbench on the
+    /// long-running server, docs/BENCHMARKS.md "PostgreSQL: where the CPU
+    /// of a deletion goes"), and a P1 step's flush sent about ten of them.
+    /// Why it is the same transaction's writes: data-modifying `WITH`
+    /// parts all run, to completion, in the one statement; the parts
+    /// touch disjoint rows (a flush sends one write per key and table:
+    /// `Collapsed`), so no part depends on another's effect, and an error
+    /// in any part aborts the statement and so the transaction, as an
+    /// error in a statement of its own did. The tables' highest keys,
+    /// which must see the writes, are still read by statements after it.
+    fn merged(&self, shape: &[(Table, Kind)]) -> Option<Arc<str>> {
+        let mut merged = self.merged.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sql) = merged.get(shape) {
+            return Some(sql.clone());
+        }
+        if merged.len() >= MAX_MERGED_SHAPES {
+            return None;
+        }
+        let mut parts = Vec::with_capacity(shape.len());
+        let mut param = 1;
+        for (i, (table, kind)) in shape.iter().enumerate() {
+            let t = format!("{}.{}", self.schema, table.name());
+            parts.push(match kind {
+                Kind::Delete => {
+                    param += 1;
+                    format!("w{i} AS (DELETE FROM {t} WHERE k = ANY(${}::bytea[]))", param - 1)
+                }
+                Kind::Insert | Kind::Upsert => {
+                    param += 2;
+                    let on_conflict = if *kind == Kind::Upsert {
+                        " ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "w{i} AS (INSERT INTO {t} (k, v) SELECT * FROM unnest(${}::bytea[], ${}::bytea[]){on_conflict})",
+                        param - 2,
+                        param - 1
+                    )
+                }
+            });
+        }
+        let sql: Arc<str> = format!("WITH {} SELECT 1", parts.join(", ")).into();
+        merged.insert(shape.to_vec(), sql.clone());
+        Some(sql)
     }
 }
 
@@ -457,10 +550,28 @@ pub(super) async fn commit(
 }
 
 /// What one statement of a commit sends.
+#[derive(Clone)]
 enum Sent<'a> {
     Keys(&'a Vec<&'a [u8]>),
     Rows(&'a Rows<'a>),
     Highest(Table),
+    /// The parameters of every part of a merged statement, in order.
+    Merged(Vec<Sent<'a>>),
+}
+
+impl<'a> Sent<'a> {
+    /// The statement's parameters, appended to `params`.
+    fn params(&self, params: &mut Vec<&'a (dyn ToSql + Sync)>) {
+        match self {
+            Sent::Keys(keys) => params.push(*keys as &(dyn ToSql + Sync)),
+            Sent::Rows(rows) => {
+                params.push(&rows.keys as &(dyn ToSql + Sync));
+                params.push(&rows.values);
+            }
+            Sent::Highest(_) => {}
+            Sent::Merged(parts) => parts.iter().for_each(|part| part.params(params)),
+        }
+    }
 }
 
 async fn commit_writes(
@@ -474,20 +585,46 @@ async fn commit_writes(
     let prepare_failed = |e: tokio_postgres::Error| classify(&e, "cannot prepare a commit", target);
     // Everything that may take a round trip of its own (preparing a
     // statement, once per connection) happens before the transaction.
-    let mut statements = Vec::new();
+    let mut parts = Vec::new();
+    let mut highest = Vec::new();
     for (table, rows) in writes {
         let sql = &shared.sql;
         let t = *table as usize;
-        let parts = [
-            (!rows.removed.is_empty()).then(|| (&sql.delete[t], Sent::Keys(&rows.removed))),
-            (!rows.inserted.keys.is_empty()).then(|| (&sql.insert[t], Sent::Rows(&rows.inserted))),
-            (!rows.upserted.keys.is_empty()).then(|| (&sql.upsert[t], Sent::Rows(&rows.upserted))),
-            rows.learn_highest.then(|| (&sql.highest[t], Sent::Highest(*table))),
+        let table_parts = [
+            (!rows.removed.is_empty()).then(|| (Kind::Delete, &sql.delete[t], Sent::Keys(&rows.removed))),
+            (!rows.inserted.keys.is_empty()).then(|| (Kind::Insert, &sql.insert[t], Sent::Rows(&rows.inserted))),
+            (!rows.upserted.keys.is_empty()).then(|| (Kind::Upsert, &sql.upsert[t], Sent::Rows(&rows.upserted))),
         ];
-        for (text, sent) in parts.into_iter().flatten() {
-            let statement = client.prepare_cached(text).await.map_err(prepare_failed)?;
-            statements.push((statement, sent));
+        parts.extend(
+            table_parts
+                .into_iter()
+                .flatten()
+                .map(|(kind, text, sent)| (*table, kind, text, sent)),
+        );
+        if rows.learn_highest {
+            highest.push((&sql.highest[t], Sent::Highest(*table)));
         }
+    }
+    // Two parts or more: one statement for all of them (`Statements::merged`).
+    let shape: Shape = parts.iter().map(|(table, kind, _, _)| (*table, *kind)).collect();
+    let merged = (parts.len() >= 2).then(|| shared.sql.merged(&shape)).flatten();
+    let mut statements = Vec::new();
+    match &merged {
+        Some(text) => {
+            let statement = client.prepare_cached(text).await.map_err(prepare_failed)?;
+            let sent = parts.iter().map(|(_, _, _, sent)| sent.clone()).collect();
+            statements.push((statement, Sent::Merged(sent)));
+        }
+        None => {
+            for (_, _, text, sent) in parts {
+                let statement = client.prepare_cached(text).await.map_err(prepare_failed)?;
+                statements.push((statement, sent));
+            }
+        }
+    }
+    for (text, sent) in highest {
+        let statement = client.prepare_cached(text).await.map_err(prepare_failed)?;
+        statements.push((statement, sent));
     }
     // The region is a region id ([a-z][a-z0-9-]*) and the epoch a number:
     // safe to write into the text of the simple query that opens the
@@ -503,10 +640,10 @@ async fn commit_writes(
     }
     let params: Vec<Vec<&(dyn ToSql + Sync)>> = statements
         .iter()
-        .map(|(_, sent)| match sent {
-            Sent::Keys(keys) => vec![*keys as &(dyn ToSql + Sync)],
-            Sent::Rows(rows) => vec![&rows.keys as &(dyn ToSql + Sync), &rows.values],
-            Sent::Highest(_) => Vec::new(),
+        .map(|(_, sent)| {
+            let mut params = Vec::new();
+            sent.params(&mut params);
+            params
         })
         .collect();
     let client = &client;
@@ -655,5 +792,42 @@ mod tests {
             .filter(|(t, _, _)| *t == Table::Resources)
             .collect();
         assert_eq!(cached.len(), 3, "the cache takes what was sent");
+    }
+
+    /// A merged statement numbers each part's arrays in order, and the
+    /// shapes kept are bounded: past the bound a new shape gets none (its
+    /// parts are sent one by one) while a shape kept still gets its own.
+    #[test]
+    fn a_merged_flush_numbers_its_parts_in_order_and_its_shapes_are_bounded() {
+        let statements = Statements::new("s");
+        let shape = [
+            (Table::Resources, Kind::Delete),
+            (Table::Outcomes, Kind::Insert),
+            (Table::Meta, Kind::Upsert),
+        ];
+        let sql = statements.merged(&shape).expect("room for it");
+        assert_eq!(
+            &*sql,
+            "WITH w0 AS (DELETE FROM s.resources WHERE k = ANY($1::bytea[])), \
+             w1 AS (INSERT INTO s.outcomes (k, v) SELECT * FROM unnest($2::bytea[], $3::bytea[])), \
+             w2 AS (INSERT INTO s.meta (k, v) SELECT * FROM unnest($4::bytea[], $5::bytea[]) \
+             ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v) SELECT 1"
+        );
+        // Fill the bound with other shapes.
+        let mut kept = 1;
+        'fill: for a in Table::ALL {
+            for b in Table::ALL {
+                if kept == MAX_MERGED_SHAPES {
+                    break 'fill;
+                }
+                if statements.merged(&[(a, Kind::Insert), (b, Kind::Delete)]).is_some() {
+                    kept += 1;
+                }
+            }
+        }
+        assert!(statements
+            .merged(&[(Table::Audit, Kind::Upsert), (Table::Meta, Kind::Upsert)])
+            .is_none());
+        assert_eq!(statements.merged(&shape), Some(sql), "a kept shape");
     }
 }

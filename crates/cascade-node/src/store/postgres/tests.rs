@@ -1351,3 +1351,79 @@ fn a_flight_whose_lease_was_taken_over_lands_nothing_and_never_reports_ok() {
     assert!(matches!(old.finish_flush(), Err(StoreError::Fenced { held: 1, .. })));
     assert!(matches!(old.start_flush(), Err(StoreError::Fenced { held: 1, .. })));
 }
+
+/// A flush writing several tables sends their writes as one statement
+/// (`commit::Statements::merged`): all of them land in one transaction,
+/// and a part the server refuses (an INSERT of a key the writer took for
+/// absent, written behind its back) lands none of the other parts, and
+/// neither does the statement after it.
+#[test]
+fn a_flush_in_one_statement_lands_all_its_parts_or_none() {
+    let Some(db) = fresh_database("merged_flush") else {
+        return;
+    };
+    let store = writer(&db);
+    land(
+        &store,
+        put(&[
+            (Table::Outbox, b"r1", b"e"),
+            (Table::Backrefs, b"p/1", b"s"),
+            (Table::Meta, b"m", b"1"),
+        ]),
+    )
+    .unwrap();
+    // Removals, inserts (above the outbox's highest key) and upserts of
+    // three tables in one flush.
+    let mut batch = put(&[
+        (Table::Outbox, b"r2", b"e"),
+        (Table::Meta, b"m", b"2"),
+        (Table::Backrefs, b"p/2", b"t"),
+    ]);
+    batch.remove(Table::Backrefs, b"p/1".to_vec());
+    land(&store, batch).unwrap();
+    let on_server = |sql: &str| db.superuser_sql(sql).unwrap();
+    assert_eq!(
+        on_server("SELECT string_agg(encode(k, 'escape'), ',' ORDER BY k) FROM cascade.backrefs"),
+        "p/2"
+    );
+    assert_eq!(
+        on_server("SELECT encode(v, 'escape') FROM cascade.meta WHERE k = '\\x6d'"),
+        "2"
+    );
+    assert_eq!(on_server("SELECT count(*) FROM cascade.outbox"), "2");
+    assert_eq!(
+        writing_transactions(
+            &db,
+            "SELECT xmin FROM cascade.meta UNION ALL SELECT xmin FROM cascade.backrefs \
+             UNION ALL SELECT xmin FROM cascade.outbox WHERE k = '\\x7232'",
+        ),
+        "1",
+        "one transaction"
+    );
+
+    // r3 is above the highest outbox key the writer knows, so it is sent
+    // as a plain INSERT; a row behind its back makes that INSERT fail.
+    db.superuser_sql("INSERT INTO cascade.outbox VALUES ('\\x7233', '\\x6f')")
+        .unwrap();
+    let mut batch = put(&[
+        (Table::Outbox, b"r3", b"e"),
+        (Table::Meta, b"m", b"3"),
+        (Table::Backrefs, b"p/3", b"u"),
+    ]);
+    batch.remove(Table::Backrefs, b"p/2".to_vec());
+    assert!(matches!(land(&store, batch), Err(StoreError::Engine(_))));
+    assert_eq!(
+        on_server("SELECT encode(v, 'escape') FROM cascade.meta WHERE k = '\\x6d'"),
+        "2"
+    );
+    assert_eq!(
+        on_server("SELECT string_agg(encode(k, 'escape'), ',' ORDER BY k) FROM cascade.backrefs"),
+        "p/2",
+        "neither the removal nor the put of the refused flush"
+    );
+    assert_eq!(
+        meta(&store, "m"),
+        Some(b"2".to_vec()),
+        "the store reads what the server has"
+    );
+}
