@@ -1452,7 +1452,7 @@ fn a_task_that_spent_its_tokio_budget_still_reads_and_commits() {
             for i in 0..300 {
                 tx.send(i).unwrap();
             }
-            for i in 0..300 {
+            for _ in 0..300 {
                 let i = rx.recv().await.unwrap();
                 assert_eq!(
                     meta(&store, &format!("absent-{i}")),
