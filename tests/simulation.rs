@@ -67,7 +67,7 @@ use cascade_core::{RegionId, Schema, Timestamp};
 use cascade_node::clock::Clock;
 use cascade_node::entropy::XorShift64;
 use cascade_node::peers::{PeerConnector, PeerIo};
-use cascade_node::{Node, NodeEnv, NodeSettings};
+use cascade_node::{Node, NodeEnv, NodeSettings, WriterThread};
 use cascade_proto::v1;
 use cascade_proto::v1::peer_client::PeerClient;
 use cascade_proto::v1::resources_client::ResourcesClient;
@@ -1044,6 +1044,9 @@ fn run_seed(seed: u64) -> Result<Report, String> {
                 clock: Arc::new(SimClock),
                 seed: Some(seed),
                 connector: Some(sim_connector()),
+                // On the host's runtime: turmoil's clock drives its ticks,
+                // and a seed replays only if nothing runs beside the host.
+                writer_thread: WriterThread::CallersRuntime,
                 ..NodeEnv::default()
             };
             let node = Node::open_with(settings(region), env).await?;

@@ -6,7 +6,8 @@
 //! disk that heals without a restart, a writer that fails at every
 //! start, restarted with backoff, a failed flush that takes back a
 //! commit a peer link relied on, and flushes in flight while the writer
-//! goes on (one that fails; a writer restarted mid-flight).
+//! goes on (one that fails; a writer restarted mid-flight), and a node
+//! stopped and started again that leaves no writer thread behind.
 //!
 //! One test binary: most of these tests wait on the clock (a 25 s tarpit,
 //! a minute of resets, deadlines), so they share the test threads with
@@ -22,6 +23,8 @@ mod links_heal;
 mod retriable_creates;
 mod taken_back;
 mod writer_restarts;
+#[cfg(target_os = "linux")] // /proc/self/task
+mod writer_thread;
 
 use std::sync::Arc;
 use std::time::Duration;

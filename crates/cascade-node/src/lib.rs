@@ -123,4 +123,4 @@ pub use config::{ApiLimits, ConfigFile, NodeSettings};
 pub use node::{Node, NodeEnv, NodeError};
 pub use schema_in_force::{SchemaVersion, StoredSchemaError};
 pub use schema_reload::{ReloadError, ReloadOutcome, SchemaReloader, StartRefused};
-pub use writer::{ReloadCause, WriteStats, WriteStatsSnapshot};
+pub use writer::{ReloadCause, WriteStats, WriteStatsSnapshot, WriterThread};

@@ -47,7 +47,7 @@ use crate::schema_reload::SchemaReloader;
 use crate::status_cache::StatusCache;
 use crate::store::{open_store_with_cache, Store, StoreError, Table};
 use crate::trace_context::TraceMarks;
-use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle};
+use crate::writer::{ClosureChecks, ReleaseHints, WriteStats, WriterContext, WriterHandle, WriterThread};
 use cascade_tls::NodeTls;
 
 /// Rows of each table a `Peer.Dump` reads at most: the checker's one
@@ -108,6 +108,10 @@ pub struct NodeEnv {
     /// file is what a test writes).
     #[doc(hidden)]
     pub authorizer: Option<Arc<dyn cascade_core::auth::Authorize>>,
+    /// Where the writer runs: a thread of its own (the default), or the
+    /// runtime that opens the node (the turmoil simulation only:
+    /// [`WriterThread::CallersRuntime`] says why).
+    pub writer_thread: WriterThread,
 }
 
 impl Default for NodeEnv {
@@ -119,6 +123,7 @@ impl Default for NodeEnv {
             store: None,
             role: None,
             authorizer: None,
+            writer_thread: WriterThread::Own,
         }
     }
 }
@@ -314,6 +319,7 @@ impl Node {
             store,
             role,
             authorizer,
+            writer_thread,
         } = env;
         let region_seed = seed.map(|s| s ^ stable_hash(settings.region.as_str()));
         let ids: Arc<dyn UidSource> = match region_seed {
@@ -406,32 +412,35 @@ impl Node {
             settings.region.to_string(),
         );
         let schema_in_force = Arc::new(SchemaHolder::new(settings.schema.clone(), settings.schema_file.clone()));
-        let writer = WriterHandle::spawn(WriterContext {
-            region: settings.region.clone(),
-            schema: schema_in_force.clone(),
-            policy: settings.policy.clone(),
-            // On PostgreSQL only the writer reads what it staged and has
-            // not flushed yet (`Store::writers_view`).
-            store: store.writers_view().unwrap_or_else(|| store.clone()),
-            clock: clock.clone(),
-            ids,
-            events: events.clone(),
-            tick: settings.tick,
-            closure_checks: closure_checks.clone(),
-            budget_wants: budget_wants.clone(),
-            stats: write_stats.clone(),
-            release_hints: release_hints.clone(),
-            metrics: metrics.clone(),
-            committing: committing.clone(),
-            trace_marks: trace_marks.clone(),
-            published: published.clone(),
-            authorizer: authorizer.clone(),
-            audit_retention: crate::audit::Retention {
-                retain: Some(settings.audit.retain),
-                max_entries: Some(settings.audit.max_entries),
+        let writer = WriterHandle::spawn(
+            WriterContext {
+                region: settings.region.clone(),
+                schema: schema_in_force.clone(),
+                policy: settings.policy.clone(),
+                // On PostgreSQL only the writer reads what it staged and has
+                // not flushed yet (`Store::writers_view`).
+                store: store.writers_view().unwrap_or_else(|| store.clone()),
+                clock: clock.clone(),
+                ids,
+                events: events.clone(),
+                tick: settings.tick,
+                closure_checks: closure_checks.clone(),
+                budget_wants: budget_wants.clone(),
+                stats: write_stats.clone(),
+                release_hints: release_hints.clone(),
+                metrics: metrics.clone(),
+                committing: committing.clone(),
+                trace_marks: trace_marks.clone(),
+                published: published.clone(),
+                authorizer: authorizer.clone(),
+                audit_retention: crate::audit::Retention {
+                    retain: Some(settings.audit.retain),
+                    max_entries: Some(settings.audit.max_entries),
+                },
+                audit_node: audit_name.clone(),
             },
-            audit_node: audit_name.clone(),
-        })
+            writer_thread,
+        )
         .await?;
         let schema_reloader = SchemaReloader::new(
             schema_in_force.clone(),

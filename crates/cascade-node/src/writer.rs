@@ -52,8 +52,8 @@ use cascade_core::model::Event;
 pub use closure_checks::ClosureChecks;
 pub(crate) use compat::{compat_check, Judged};
 pub use group::Reply;
-pub use handle::WriterHandle;
 pub(crate) use handle::OUTBOX_COMPACTION_BATCH;
+pub use handle::{WriterHandle, WriterThread};
 pub(crate) use healing::{FIRST_RETRY, MAX_RETRY};
 pub use release_hints::ReleaseHints;
 pub use schema_swap::ReloadCause;
@@ -795,10 +795,13 @@ impl Actor for Writer {
                 let _ = state.finish_flight();
             });
         }
-        // The step's replies woke their callers on this worker's LIFO slot,
+        // On the caller's runtime (`WriterThread::CallersRuntime`), the
+        // step's replies woke their callers on this worker's LIFO slot,
         // which no other worker may steal: without a yield they would wait
         // until the mailbox runs dry, behind every queued work step
         // (cascade-bench measured creates held for seconds by a cascade).
+        // On the writer's own thread they run on the node's workers; the
+        // yield lets the supervisor and the timers of this runtime run.
         tokio::task::yield_now().await;
         Ok(())
     }
@@ -909,8 +912,10 @@ impl WriterState {
 /// on an engine in memory (`Store::waits_on_io` false) runs in place: it
 /// never waits, and the hand-over cost it latency (P3 on the memory
 /// engine, p99 at 50 regions: 9.2 ms with it). A current-thread runtime
-/// (the turmoil simulation, some tests) cannot hand its only worker over;
-/// there the step runs in place.
+/// cannot hand its only worker over; there the step runs in place. The
+/// writer's own thread is one (`writer/handle.rs`): its steps block only
+/// that thread, which has no other work; so are the turmoil simulation's
+/// hosts and some tests' runtimes.
 pub(crate) fn off_the_workers<R>(waits_on_io: bool, step: impl FnOnce() -> R) -> R {
     let multi_thread = tokio::runtime::Handle::try_current()
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);

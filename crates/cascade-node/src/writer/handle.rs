@@ -1,8 +1,30 @@
 //! The node's handle on its writer: every call queues its step with the
 //! writer's client queue (`group.rs`) and waits for the answer, across
 //! restarts of the actor by its supervisor.
+//!
+//! The writer and its supervisor run on a thread of their own
+//! ([`WriterThread::Own`], the default): a current-thread runtime on a
+//! thread named `writer-<region>`. Why: on the node's runtime the writer
+//! shared two workers with gRPC, the API handlers and, in the harness,
+//! the clients. P1 flat at 1M (docs/BENCHMARKS.md, "Where the wall of P1
+//! at 1M goes") had the writer busy 64 % of the wall while its work was
+//! 62 % of the process's CPU: the rest of the process ran on its worker
+//! (the replies it woke took that worker's LIFO slot), and a disk engine's
+//! commit held a worker or handed it over (`block_in_place`) at every
+//! step. On its own thread the writer blocks only itself on an fsync
+//! (`off_the_workers` runs in place on a current-thread runtime), and the
+//! callers it wakes run on the node's workers.
+//!
+//! The thread ends with its writer: [`WriterHandle::stop`] stops the
+//! supervisor, which stops the writer and waits for it, and then waits for
+//! the thread (so a node stopped and opened again in one process, as the
+//! tests do, leaves no thread behind). A node dropped without a stop keeps
+//! its writer as long as the runtime that opened it runs, as on that
+//! runtime itself: a task there holds the thread's lifeline, and when that
+//! runtime ends the writer's runtime ends too (its actors are dropped
+//! between steps, as a runtime's tasks are).
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 /// Outbox rows one compaction batch removes at most (a row holds the
@@ -15,11 +37,46 @@ use cascade_core::{CoreError, Ctx, IdSource, Resource, Timestamp};
 use ractor::{Actor, ActorRef, RpcReplyPort};
 
 use super::group::{self, Reply};
-use super::supervisor::{Supervisor, SupervisorMsg};
+use super::supervisor::{Supervisor, SupervisorMsg, WRITER_STOP_WAIT};
 use super::{WriterContext, WriterMsg, WriterState};
 use crate::audit::AuditContext;
 use crate::codec::StoreState;
 use crate::error::{Fault, WriterUnavailable};
+
+/// Where a node's writer runs (`NodeEnv::writer_thread`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WriterThread {
+    /// On a thread of its own, named `writer-<region>` (see the module's
+    /// doc for why). The default.
+    #[default]
+    Own,
+    /// On the runtime that opens the node. Only for the turmoil
+    /// simulation: its clock is the runtime's (paused, driven by the
+    /// simulation) and a seed replays only if every task of a host runs
+    /// on that host's runtime.
+    CallersRuntime,
+}
+
+/// The writer thread's stack: tokio's default for its workers, which is
+/// where the writer ran before it had a thread of its own. Reserved, not
+/// resident: P3 runs 50 regions, so 50 writer threads, in one process.
+const WRITER_STACK_BYTES: usize = 2 * 1024 * 1024;
+
+/// Linux keeps 15 bytes of a thread's name (what `top -H`, `perf` and
+/// `/proc/<pid>/task/*/comm` show): `writer-` leaves 8 for the region.
+fn thread_name(region: &cascade_core::RegionId) -> String {
+    format!("writer-{region}")
+}
+
+/// The writer's own thread, until [`WriterHandle::stop`] waits for it.
+struct OwnThread {
+    thread: std::thread::JoinHandle<()>,
+    /// Closed when the thread's runtime (and every task on it) is gone.
+    ended: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// What the writer's thread answers once its supervisor started.
+type Started = Result<(ActorRef<SupervisorMsg>, Arc<RwLock<ActorRef<WriterMsg>>>), WriterUnavailable>;
 
 /// The node's way to the writer. Survives writer restarts. Every call
 /// answers the step's value, or a [`Fault`]: the protocol refused
@@ -30,22 +87,117 @@ pub struct WriterHandle {
     supervisor: ActorRef<SupervisorMsg>,
     /// Where calls queue their steps (`writer/group.rs`).
     clients: Arc<group::ClientQueue>,
+    /// The writer's thread ([`WriterThread::Own`]; taken by the first stop).
+    thread: Arc<Mutex<Option<OwnThread>>>,
+}
+
+/// Starts the supervisor (which starts the writer) on the current runtime.
+async fn start_supervisor(
+    ctx: WriterContext,
+    clients: Arc<group::ClientQueue>,
+) -> Result<
+    (
+        ActorRef<SupervisorMsg>,
+        Arc<RwLock<ActorRef<WriterMsg>>>,
+        tokio::task::JoinHandle<()>,
+    ),
+    WriterUnavailable,
+> {
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let (supervisor, ended) = Actor::spawn(None, Supervisor, (ctx, clients, ready_tx))
+        .await
+        .map_err(|e| WriterUnavailable(e.to_string()))?;
+    let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
+    Ok((supervisor, current, ended))
+}
+
+/// The body of the writer's thread: a current-thread runtime that runs the
+/// supervisor until it stops, or until the runtime that opened the node
+/// ends (`callers_runtime` closes), then drops every task left on it.
+fn run_writer_thread(
+    ctx: WriterContext,
+    clients: Arc<group::ClientQueue>,
+    started: tokio::sync::oneshot::Sender<Started>,
+    callers_runtime: tokio::sync::oneshot::Receiver<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            let _ = started.send(Err(WriterUnavailable(format!(
+                "cannot build the writer's runtime: {e}"
+            ))));
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let ended = match start_supervisor(ctx, clients).await {
+            Ok((supervisor, current, ended)) => {
+                if started.send(Ok((supervisor.clone(), current))).is_err() {
+                    // The open that asked for it was dropped: nobody can stop it.
+                    supervisor.cast(SupervisorMsg::Stop).ok();
+                }
+                ended
+            }
+            Err(e) => {
+                let _ = started.send(Err(e));
+                return;
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = ended => {}
+            _ = callers_runtime => {}
+        }
+    });
+    // Dropping the runtime drops what is left on it: the writer's ticker,
+    // the supervisor's timers, and after a lifeline's end the actors.
+    drop(runtime);
 }
 
 impl WriterHandle {
-    /// Spawns the supervisor and its writer. Actors are unnamed, so several
-    /// nodes can run in one process.
-    pub async fn spawn(ctx: WriterContext) -> Result<Self, WriterUnavailable> {
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    /// Spawns the supervisor and its writer, on a thread of their own or
+    /// on the current runtime (`on`). Actors are unnamed, so several nodes
+    /// can run in one process.
+    pub async fn spawn(ctx: WriterContext, on: WriterThread) -> Result<Self, WriterUnavailable> {
         let clients = Arc::new(group::ClientQueue::default());
-        let (supervisor, _) = Actor::spawn(None, Supervisor, (ctx, clients.clone(), ready_tx))
+        if on == WriterThread::CallersRuntime {
+            let (supervisor, current, _) = start_supervisor(ctx, clients.clone()).await?;
+            return Ok(Self {
+                current,
+                supervisor,
+                clients,
+                thread: Arc::default(),
+            });
+        }
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let (mut lifeline, callers_runtime) = tokio::sync::oneshot::channel::<()>();
+        let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
+        // The subscriber in force here (a test's may be this thread's
+        // only) is the writer's too: its step spans and lines go where the
+        // node's do.
+        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+        let worker_clients = clients.clone();
+        let thread = std::thread::Builder::new()
+            .name(thread_name(&ctx.region))
+            .stack_size(WRITER_STACK_BYTES)
+            .spawn(move || {
+                let _subscriber = tracing::dispatcher::set_default(&dispatch);
+                run_writer_thread(ctx, worker_clients, started_tx, callers_runtime);
+                drop(ended_tx);
+            })
+            .map_err(|e| WriterUnavailable(format!("cannot start the writer's thread: {e}")))?;
+        // Held by a task of the runtime that opens the node: dropped with
+        // that runtime, which ends the writer's (module doc). The task ends
+        // once the writer's thread dropped its end.
+        tokio::spawn(async move { lifeline.closed().await });
+        let (supervisor, current) = started_rx
             .await
-            .map_err(|e| WriterUnavailable(e.to_string()))?;
-        let current = ready_rx.await.map_err(|e| WriterUnavailable(e.to_string()))?;
+            .map_err(|_| WriterUnavailable("the writer's thread ended before its writer started".into()))??;
         Ok(Self {
             current,
             supervisor,
             clients,
+            thread: Arc::new(Mutex::new(Some(OwnThread { thread, ended }))),
         })
     }
 
@@ -169,13 +321,39 @@ impl WriterHandle {
         .await
     }
 
-    /// Stops the writer and its supervisor, waiting for the writer's current step.
+    /// Stops the writer and its supervisor, waiting for the writer's
+    /// current step, and then for the writer's thread to end.
     pub async fn stop(&self) {
         let writer = self.writer().ok();
+        let own = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
         let _ = self.supervisor.cast(SupervisorMsg::Stop);
-        if let Some(w) = writer {
-            // Bounded wait: the writer finishes its step, then stops.
-            let _ = tokio::time::timeout(Duration::from_secs(10), w.wait(None)).await;
+        match own {
+            Some(OwnThread { thread, ended }) => {
+                let name = thread.thread().name().unwrap_or("writer").to_owned();
+                // Bounded wait: the writer finishes its step and stops, then
+                // the supervisor, then the thread's runtime is dropped.
+                match tokio::time::timeout(WRITER_STOP_WAIT + Duration::from_secs(1), ended).await {
+                    // Past its runtime's drop: only the thread's return is
+                    // left, so this join blocks the worker for microseconds.
+                    Ok(_) => {
+                        if thread.join().is_err() {
+                            tracing::error!(thread = %name, "the writer's thread panicked as it ended");
+                        }
+                    }
+                    // A step that does not end (an engine that hangs):
+                    // the thread is left to end with it, not waited for.
+                    Err(_) => tracing::warn!(
+                        thread = %name,
+                        "the writer did not stop in time: its thread is left to end on its own"
+                    ),
+                }
+            }
+            None => {
+                if let Some(w) = writer {
+                    // Bounded wait: the writer finishes its step, then stops.
+                    let _ = tokio::time::timeout(WRITER_STOP_WAIT, w.wait(None)).await;
+                }
+            }
         }
         // Client steps still queued are answered that the writer stopped.
         self.clients.close();

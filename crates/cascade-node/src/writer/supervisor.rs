@@ -45,6 +45,10 @@ use crate::log_throttle::Throttle;
 /// the first wait), one that fails at each start waits longer each time.
 pub(crate) const HEALTHY_RUN: Duration = Duration::from_secs(30);
 
+/// How long a stop waits for the writer's step in progress (and its
+/// flight) to end.
+pub(super) const WRITER_STOP_WAIT: Duration = Duration::from_secs(10);
+
 /// Restarts the writer when it fails (a panic in a step) and repoints the handle.
 pub(super) struct Supervisor;
 
@@ -182,8 +186,11 @@ impl Actor for Supervisor {
             SupervisorMsg::Stop => {
                 state.stopping = true;
                 let writer = state.current.read().map(|w| w.clone()).ok();
+                // The supervisor ends after its writer: on the writer's own
+                // thread, the supervisor's end ends the thread's runtime,
+                // which would drop a writer still finishing its step.
                 if let Some(w) = writer {
-                    w.stop(None);
+                    let _ = w.stop_and_wait(None, Some(WRITER_STOP_WAIT)).await;
                 }
                 myself.stop(None);
             }

@@ -213,6 +213,17 @@ pub fn open_postgres(
     Ok(Arc::new(store))
 }
 
+/// Blocks the calling thread until `task`, running on the store's own
+/// runtime, ends. The join is polled outside tokio's cooperative budget
+/// (`unconstrained`): the caller may be a task of a current-thread runtime
+/// (the writer's own thread, `writer/handle.rs`) that has spent its
+/// budget, and a `JoinHandle` polled then answers Pending and defers its
+/// wake-up to that task's next yield, which a caller blocked here never
+/// reaches: the writer hung at its next read.
+fn wait_for<T>(task: tokio::task::JoinHandle<T>) -> Result<T, tokio::task::JoinError> {
+    futures::executor::block_on(tokio::task::unconstrained(task))
+}
+
 impl PostgresStore {
     /// Runs `future` on the store's runtime and blocks the caller (any
     /// thread, a runtime worker included) until it is done.
@@ -225,7 +236,7 @@ impl PostgresStore {
             return Err(StoreError::Engine("the PostgreSQL store is closed".into()));
         };
         let task = runtime.spawn(future);
-        futures::executor::block_on(task)
+        wait_for(task)
             .map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))?
     }
 
@@ -369,8 +380,7 @@ impl PostgresStore {
 
     /// Waits for a transaction [`Self::dispatch`] started.
     fn join(&self, task: commit::Task) -> Result<commit::Outcome, StoreError> {
-        futures::executor::block_on(task)
-            .map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))
+        wait_for(task).map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))
     }
 
     /// The transaction of `taken` ended (`ran`): landed, the cache takes

@@ -1427,3 +1427,46 @@ fn a_flush_in_one_statement_lands_all_its_parts_or_none() {
         "the store reads what the server has"
     );
 }
+
+/// The writer on a thread of its own calls the store from a task of a
+/// current-thread runtime (`writer/handle.rs`), often after that task
+/// spent tokio's cooperative budget on its channels. The store's tests
+/// called it from plain threads only, so a wait that stalls on a spent
+/// budget passed them, and the first sign was a region whose writer hung
+/// at the read after its first group (`tests/high_availability.rs`).
+#[test]
+fn a_task_that_spent_its_tokio_budget_still_reads_and_commits() {
+    let Some(db) = fresh_database("budget") else { return };
+    let store = writer(&db);
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let answered = runtime.block_on(async {
+            // Each receive spends a unit of the task's budget and this loop
+            // never yields while one is ready: past the budget's size, the
+            // store is called with none left.
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            for i in 0..300 {
+                tx.send(i).unwrap();
+            }
+            for _ in 0..300 {
+                let i = rx.recv().await.unwrap();
+                assert_eq!(
+                    meta(&store, &format!("absent-{i}")),
+                    None,
+                    "a read that misses the cache"
+                );
+                land(&store, put_meta(&format!("k{i}"), "v")).unwrap();
+            }
+            300
+        });
+        let _ = done_tx.send(answered);
+    });
+    let answered = done
+        .recv_timeout(DEADLINE)
+        .unwrap_or_else(|_| panic!("the store did not answer a task with a spent budget within {DEADLINE:?}"));
+    assert_eq!(answered, 300);
+}
