@@ -58,3 +58,61 @@ async fn a_node_stopped_and_started_again_in_one_process_answers_and_leaves_no_w
         );
     }
 }
+
+/// The writer's supervisor ended without a stop (as a panic in its own
+/// handler ends it: nothing supervises it). Before, the node went on as if
+/// nothing happened: health SERVING, every call waiting for a writer that
+/// was gone, and a region's writer renewing its lease so no standby took
+/// over. Now the node says NOT_SERVING, refuses, and its server ends with
+/// an error (a process exits, for its supervisor to restart it); started
+/// again on its store, it serves what it had committed.
+///
+/// Why our checks missed it: every test stopped the supervisor through
+/// its handle, or failed the writer below it, which the supervisor
+/// restarts (`writer_restarts.rs`); none ended the supervisor itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_supervisor_that_ends_unasked_stops_the_node_instead_of_serving_nothing() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use cascade_node::store::{MemoryStore, Store};
+    use cascade_node::NodeError;
+    use tonic_health::pb::health_check_response::ServingStatus;
+
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let (node, client, channel) = crate::serve_on_store(crate::ticking_settings(), store.clone()).await;
+    client
+        .create(support::spec("project/kept", &[]))
+        .await
+        .expect("a healthy node writes");
+    assert_eq!(crate::health(&channel).await, Some(ServingStatus::Serving));
+
+    node.end_writer_supervisor_unasked();
+    // A process would exit here: its server ends by itself.
+    support::eventually(Duration::from_secs(10), "the node's server ends by itself", || async {
+        node.has_ended().then_some(())
+    })
+    .await;
+    let refused = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.create(support::spec("project/refused", &[])),
+    )
+    .await
+    .expect("a create is answered, not held");
+    assert!(refused.is_err(), "nothing writes once the writer ended: {refused:?}");
+    match node.stop().await {
+        Err(NodeError::WriterEnded) => {}
+        other => panic!("the node's server ends saying its writer ended: {other:?}"),
+    }
+
+    let (again, client, _) = crate::serve_on_store(crate::ticking_settings(), store).await;
+    client
+        .get(&support::full("project/kept"))
+        .await
+        .expect("started again on its store, the node serves what it committed");
+    client
+        .create(support::spec("project/after", &[]))
+        .await
+        .expect("and writes again");
+    again.stop().await.expect("a node stopped when asked stops cleanly");
+}

@@ -83,6 +83,11 @@ pub enum NodeError {
     /// stored data forbids (`schema_in_force::check_at_start`).
     #[error(transparent)]
     Schema(#[from] crate::schema_reload::StartRefused),
+    /// The writer's supervisor ended without a stop (`writer/handle.rs`):
+    /// nothing in the process can write any more, so the server stopped.
+    /// Started again, the node loads its state as after any restart.
+    #[error("the writer ended without being asked to (see the error logged before): the node stopped serving and must be started again")]
+    WriterEnded,
 }
 
 /// The node's surroundings, injectable so a simulation controls them.

@@ -343,12 +343,19 @@ async fn write(
         return Ok(why.unwrap_or_else(|| Ended::SteppedDown("the lease was lost while the state loaded".into())));
     }
     info!(region = %settings.region, node = %role.me.node, epoch, "serving as the region's writer");
+    let writer_ended = node.writer.ended_unasked();
     let end = {
         let why_tx = why_tx.clone();
         let mut why_rx = why_rx.clone();
         async move {
             tokio::select! {
                 _ = stop.wait_for(|stop| *stop) => { why_tx.send_if_modified(|w| set_once(w, Ended::Shutdown)); }
+                // No writer runs in this process any more: a standby (this
+                // node's next turn, or another) takes over from the store.
+                () = writer_ended => {
+                    why_tx.send_if_modified(|w| set_once(w, Ended::SteppedDown(
+                        "the writer's supervisor ended without being asked to".into())));
+                }
                 _ = lost.wait_for(|lost| *lost) => {
                     why_tx.send_if_modified(|w| set_once(w, Ended::SteppedDown(
                         "a commit was refused: another node holds the lease, or a commit's outcome is unknown".into())));
@@ -363,8 +370,10 @@ async fn write(
         .borrow()
         .clone()
         .unwrap_or_else(|| Ended::SteppedDown("the server ended".into()));
-    if let Err(e) = served {
-        error!(region = %settings.region, epoch, error = %e, "the writer's server failed");
+    match served {
+        // Said by the step-down's line, with the writer's own error before it.
+        Ok(()) | Err(NodeError::WriterEnded) => {}
+        Err(e) => error!(region = %settings.region, epoch, error = %e, "the writer's server failed"),
     }
     // Released after the writer stopped and flushed (serve_incoming does
     // both): a standby that takes over reads everything this one wrote.

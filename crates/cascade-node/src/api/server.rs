@@ -121,8 +121,15 @@ impl Node {
         let schema_task =
             crate::schema_reload::spawn_watch(node.schema_reloader(), node.shutting_down.subscribe()).await;
         let stopping = node.clone();
+        // A writer gone for good ends the server too: serving would only
+        // refuse (`WriterHandle::ended_unasked`).
+        let writer_ended = node.writer.ended_unasked();
+        let (ended_tx, mut ended_rx) = oneshot::channel::<()>();
         let shutdown = async move {
-            shutdown.await;
+            tokio::select! {
+                () = shutdown => {}
+                () = writer_ended => { let _ = ended_tx.send(()); }
+            }
             stopping.stop_streams();
         };
         // TLS is ours (`api/tls_accept.rs`): a client certificate no CA of
@@ -191,7 +198,11 @@ impl Node {
         node.writer.stop().await;
         node.store.flush()?;
         info!(region = %node.region, "stopped");
-        Ok(result?)
+        result?;
+        match ended_rx.try_recv() {
+            Ok(()) => Err(NodeError::WriterEnded),
+            Err(_) => Ok(()),
+        }
     }
 }
 
@@ -304,6 +315,7 @@ pub struct RunningNode {
     /// Dropping it also stops the node.
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), NodeError>>,
+    writer: crate::writer::WriterHandle,
 }
 
 impl RunningNode {
@@ -319,6 +331,7 @@ impl RunningNode {
         let metrics_addr = node.metrics_addr();
         let console_addr = node.console_addr();
         let schema = node.schema_reloader();
+        let writer = node.writer.clone();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async {
             let _ = rx.await;
@@ -331,6 +344,7 @@ impl RunningNode {
             schema,
             shutdown: Some(tx),
             task,
+            writer,
         })
     }
 
@@ -364,6 +378,19 @@ impl RunningNode {
     pub fn endpoint(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
+    }
+
+    /// Tests only: ends the writer's supervisor as a failure of its own
+    /// would (`writer/handle.rs`).
+    #[doc(hidden)]
+    pub fn end_writer_supervisor_unasked(&self) {
+        self.writer.end_supervisor_unasked();
+    }
+
+    /// Whether the node's server ended by itself (a writer that ended,
+    /// say); [`Self::stop`] then says why.
+    pub fn has_ended(&self) -> bool {
+        self.task.is_finished()
     }
 
     /// Graceful stop: in-flight requests finish, the writer completes its step.

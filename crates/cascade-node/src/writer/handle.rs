@@ -23,7 +23,21 @@
 //! runtime itself: a task there holds the thread's lifeline, and when that
 //! runtime ends the writer's runtime ends too (its actors are dropped
 //! between steps, as a runtime's tasks are).
+//!
+//! A supervisor that ends without a stop (a panic in its own handler: it
+//! has no supervisor above it) leaves no writer and none to restart one.
+//! The handle then does what the supervisor would have done for a failed
+//! writer, for good: health NOT_SERVING, queued and later calls refused at
+//! once, the writer stopped after its step, one error line, and
+//! [`WriterHandle::ended_unasked`] resolves, on which the node's server
+//! ends (`api/server.rs`): a region's writer steps down so a standby takes
+//! over, and a single node's process exits with an error for its own
+//! supervisor (systemd, Kubernetes) to restart. Before, health stayed
+//! SERVING, every call waited for a writer that was gone, and a region's
+//! writer kept renewing its lease, so no standby ever took over.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -75,6 +89,64 @@ struct OwnThread {
     ended: tokio::sync::oneshot::Receiver<()>,
 }
 
+/// Whether a stop was asked, and who hears of an end that was not.
+#[derive(Clone)]
+struct EndWatch {
+    /// Set by [`WriterHandle::stop`] before it stops the supervisor.
+    stop_asked: Arc<AtomicBool>,
+    /// Turns true when the supervisor ended without a stop.
+    ended_unasked: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for EndWatch {
+    fn default() -> Self {
+        Self {
+            stop_asked: Arc::default(),
+            ended_unasked: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+}
+
+/// What is left of a node's writer once its supervisor ended (the
+/// module's doc says why): nothing to do after a stop; after an end
+/// nobody asked for, the node stops saying it serves and stops taking
+/// calls, the writer stops after its step, and the node's server is told.
+struct Remains {
+    region: cascade_core::RegionId,
+    committing: Arc<tokio::sync::watch::Sender<bool>>,
+    clients: Arc<group::ClientQueue>,
+    end: EndWatch,
+}
+
+impl Remains {
+    fn of(ctx: &WriterContext, clients: &Arc<group::ClientQueue>, end: &EndWatch) -> Self {
+        Self {
+            region: ctx.region.clone(),
+            committing: ctx.committing.clone(),
+            clients: clients.clone(),
+            end: end.clone(),
+        }
+    }
+
+    async fn supervisor_ended(self, current: &RwLock<ActorRef<WriterMsg>>) {
+        if self.end.stop_asked.load(Ordering::SeqCst) {
+            return;
+        }
+        self.committing.send_if_modified(|ok| std::mem::replace(ok, false));
+        self.clients.close();
+        let writer = current.read().map(|w| w.clone()).ok();
+        if let Some(writer) = writer {
+            let _ = writer.stop_and_wait(None, Some(WRITER_STOP_WAIT)).await;
+        }
+        tracing::error!(
+            region = %self.region,
+            "the writer's supervisor ended without being asked to: no writer runs and none will be \
+             restarted; health is NOT_SERVING, calls are refused, and the node's server stops"
+        );
+        self.end.ended_unasked.send_replace(true);
+    }
+}
+
 /// What the writer's thread answers once its supervisor started.
 type Started = Result<(ActorRef<SupervisorMsg>, Arc<RwLock<ActorRef<WriterMsg>>>), WriterUnavailable>;
 
@@ -89,6 +161,7 @@ pub struct WriterHandle {
     clients: Arc<group::ClientQueue>,
     /// The writer's thread ([`WriterThread::Own`]; taken by the first stop).
     thread: Arc<Mutex<Option<OwnThread>>>,
+    end: EndWatch,
 }
 
 /// Starts the supervisor (which starts the writer) on the current runtime.
@@ -117,6 +190,7 @@ async fn start_supervisor(
 fn run_writer_thread(
     ctx: WriterContext,
     clients: Arc<group::ClientQueue>,
+    end: EndWatch,
     started: tokio::sync::oneshot::Sender<Started>,
     callers_runtime: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -129,14 +203,16 @@ fn run_writer_thread(
             return;
         }
     };
+    let remains = Remains::of(&ctx, &clients, &end);
     runtime.block_on(async move {
-        let ended = match start_supervisor(ctx, clients).await {
+        let (ended, current) = match start_supervisor(ctx, clients).await {
             Ok((supervisor, current, ended)) => {
-                if started.send(Ok((supervisor.clone(), current))).is_err() {
+                if started.send(Ok((supervisor.clone(), current.clone()))).is_err() {
                     // The open that asked for it was dropped: nobody can stop it.
+                    end.stop_asked.store(true, Ordering::SeqCst);
                     supervisor.cast(SupervisorMsg::Stop).ok();
                 }
-                ended
+                (ended, current)
             }
             Err(e) => {
                 let _ = started.send(Err(e));
@@ -145,7 +221,8 @@ fn run_writer_thread(
         };
         tokio::select! {
             biased;
-            _ = ended => {}
+            _ = ended => remains.supervisor_ended(&current).await,
+            // Nobody is left to tell.
             _ = callers_runtime => {}
         }
     });
@@ -160,29 +237,44 @@ impl WriterHandle {
     /// can run in one process.
     pub async fn spawn(ctx: WriterContext, on: WriterThread) -> Result<Self, WriterUnavailable> {
         let clients = Arc::new(group::ClientQueue::default());
+        let end = EndWatch::default();
         if on == WriterThread::CallersRuntime {
-            let (supervisor, current, _) = start_supervisor(ctx, clients.clone()).await?;
+            let remains = Remains::of(&ctx, &clients, &end);
+            let (supervisor, current, ended) = start_supervisor(ctx, clients.clone()).await?;
+            let watched = current.clone();
+            tokio::spawn(async move {
+                let _ = ended.await;
+                remains.supervisor_ended(&watched).await;
+            });
             return Ok(Self {
                 current,
                 supervisor,
                 clients,
                 thread: Arc::default(),
+                end,
             });
         }
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let (mut lifeline, callers_runtime) = tokio::sync::oneshot::channel::<()>();
         let (ended_tx, ended) = tokio::sync::oneshot::channel::<()>();
-        // The subscriber in force here (a test's may be this thread's
-        // only) is the writer's too: its step spans and lines go where the
-        // node's do.
-        let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+        // The writer's step spans and lines go where the node's do. With a
+        // process-wide subscriber (`cascade serve`) that is the thread's own
+        // default already. Only a subscriber scoped to the opening thread
+        // (a test's `with_default`) is set on the writer's thread too: a
+        // scoped default slows every event a little, and one copied before
+        // the process's subscriber was installed (the no-op) would hide
+        // every line the writer logs from then on.
+        let scoped = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+        let scoped = (!tracing::dispatcher::has_been_set() && !scoped.is::<tracing::subscriber::NoSubscriber>())
+            .then_some(scoped);
         let worker_clients = clients.clone();
+        let worker_end = end.clone();
         let thread = std::thread::Builder::new()
             .name(thread_name(&ctx.region))
             .stack_size(WRITER_STACK_BYTES)
             .spawn(move || {
-                let _subscriber = tracing::dispatcher::set_default(&dispatch);
-                run_writer_thread(ctx, worker_clients, started_tx, callers_runtime);
+                let _subscriber = scoped.as_ref().map(tracing::dispatcher::set_default);
+                run_writer_thread(ctx, worker_clients, worker_end, started_tx, callers_runtime);
                 drop(ended_tx);
             })
             .map_err(|e| WriterUnavailable(format!("cannot start the writer's thread: {e}")))?;
@@ -198,7 +290,29 @@ impl WriterHandle {
             supervisor,
             clients,
             thread: Arc::new(Mutex::new(Some(OwnThread { thread, ended }))),
+            end,
         })
+    }
+
+    /// Resolves when the writer's supervisor ended without a
+    /// [`Self::stop`] (the module's doc says what was done by then); never
+    /// after a stop.
+    pub fn ended_unasked(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut ended = self.end.ended_unasked.subscribe();
+        async move {
+            if ended.wait_for(|ended| *ended).await.is_err() {
+                // Every sender gone: the handle and its writer were dropped,
+                // so nothing can end unasked any more.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Tests only: ends the supervisor the way a failure of its own would,
+    /// not through [`Self::stop`].
+    #[doc(hidden)]
+    pub fn end_supervisor_unasked(&self) {
+        self.supervisor.stop(Some("ended by a test, unasked".into()));
     }
 
     fn writer(&self) -> Result<ActorRef<WriterMsg>, WriterUnavailable> {
@@ -324,6 +438,7 @@ impl WriterHandle {
     /// Stops the writer and its supervisor, waiting for the writer's
     /// current step, and then for the writer's thread to end.
     pub async fn stop(&self) {
+        self.end.stop_asked.store(true, Ordering::SeqCst);
         let writer = self.writer().ok();
         let own = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
         let _ = self.supervisor.cast(SupervisorMsg::Stop);

@@ -220,8 +220,12 @@ pub fn open_postgres(
 /// budget, and a `JoinHandle` polled then answers Pending and defers its
 /// wake-up to that task's next yield, which a caller blocked here never
 /// reaches: the writer hung at its next read.
-fn wait_for<T>(task: tokio::task::JoinHandle<T>) -> Result<T, tokio::task::JoinError> {
+///
+/// A task that failed (panicked, or was cancelled by the runtime's end)
+/// is the engine's error, named by the database it ran against.
+fn wait_for<T>(target: &Target, task: tokio::task::JoinHandle<T>) -> Result<T, StoreError> {
     futures::executor::block_on(tokio::task::unconstrained(task))
+        .map_err(|e| StoreError::Engine(format!("{target}: a database task failed: {e}")))
 }
 
 impl PostgresStore {
@@ -236,8 +240,7 @@ impl PostgresStore {
             return Err(StoreError::Engine("the PostgreSQL store is closed".into()));
         };
         let task = runtime.spawn(future);
-        wait_for(task)
-            .map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))?
+        wait_for(&self.shared.target, task)?
     }
 
     /// The schema holding the region's tables.
@@ -380,7 +383,7 @@ impl PostgresStore {
 
     /// Waits for a transaction [`Self::dispatch`] started.
     fn join(&self, task: commit::Task) -> Result<commit::Outcome, StoreError> {
-        wait_for(task).map_err(|e| StoreError::Engine(format!("{}: a database task failed: {e}", self.shared.target)))
+        wait_for(&self.shared.target, task)
     }
 
     /// The transaction of `taken` ended (`ran`): landed, the cache takes
