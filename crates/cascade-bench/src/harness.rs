@@ -101,6 +101,17 @@ pub struct ClusterSpec<'a> {
     pub metrics: bool,
 }
 
+/// `[audit] max_entries` for a row of `n` resources: room for every entry
+/// the row writes (a populate writes one per resource, the probes and
+/// the small writes a few thousand more), so that the nodes do not prune
+/// the audit log while a cascade is measured. At the default (1,000,000),
+/// a P1 of 1M pruned the entries its populate overfilled during the
+/// probes and the cascade: work no deletion asked for, counted as the
+/// cascade's (`local::probe_cost`). The audit scenario sets its own.
+pub fn row_audit_cap(n: u64) -> u64 {
+    n.saturating_mul(2).max(1_000_000)
+}
+
 impl<'a> ClusterSpec<'a> {
     /// A cluster of `regions` as a row asks for it (engine, tick),
     /// every node a peer of every other.
@@ -111,7 +122,7 @@ impl<'a> ClusterSpec<'a> {
             peers_of: None,
             tick: Duration::from_millis(row.tick_ms),
             postgres: row.postgres.as_ref(),
-            audit_max_entries: None,
+            audit_max_entries: Some(row_audit_cap(row.n)),
             audit_retain: None,
             metrics: false,
         }

@@ -266,10 +266,22 @@ fn checks(rows: &[Row]) -> Vec<Check> {
             add("P5 >= 200k references/s", format!("{v:.0}/s"), v >= 200_000.0, true);
         }
         if let Some(v) = max_of(flat(rows, e).map(|r| r.key_writes_per_deleted)) {
+            // A deleted leaf removes its resource at least: fewer than one
+            // write each is a broken count, not a good figure (the least
+            // row is checked too: a 1M row counted 0.00 beside a 100k
+            // row's 4.02 and passed).
+            let least = flat(rows, e)
+                .filter_map(|r| r.key_writes_per_deleted)
+                .reduce(f64::min)
+                .unwrap_or(v);
             add(
                 "key writes per deleted leaf <= 5 (P1 flat)",
-                format!("{v:.2}"),
-                v <= 5.0,
+                if least < 1.0 {
+                    format!("{v:.2} (and {least:.2} in a row: fewer than one per deleted, a broken count)")
+                } else {
+                    format!("{v:.2}")
+                },
+                v <= 5.0 && least >= 1.0,
                 true,
             );
         }

@@ -264,3 +264,46 @@ fn the_small_delete_probe_is_in_the_table_and_judged_at_1m() {
     let line = verdict(&small).expect("a small-delete target line");
     assert!(line.contains(" info "), "{line}");
 }
+
+/// P1 at 1M on fjall and sled reported 0.00 key writes per deleted (and
+/// a baseline of no writes, 110–256× faster than the cascade): the
+/// probes' windows held the audit log's pruning, and their share taken
+/// off the cascade's count left nothing. A probe's cost is now the least
+/// of its windows, and the report fails a count under one write per
+/// deleted leaf.
+#[test]
+fn a_probe_window_that_holds_other_writes_does_not_eat_the_cascades_key_writes() {
+    use cascade_node::WriteStatsSnapshot;
+    let window = |key_writes: u64, value_bytes: u64| WriteStatsSnapshot {
+        batches: 1,
+        work_batches: 0,
+        key_writes,
+        value_bytes,
+    };
+    // Two windows clean (a create: 6 key writes, 400 bytes), two with a
+    // prune of 1,000 audit entries in them (removals: no bytes).
+    let windows = [window(6, 400), window(1_006, 400), window(6, 400), window(2_006, 400)];
+    let cost = crate::local::probe_cost(&windows);
+    assert_eq!((cost.key_writes, cost.value_bytes, cost.batches), (6, 400, 1));
+    assert_eq!(crate::local::probe_cost(&[]), WriteStatsSnapshot::default());
+
+    let p1 = |n: u64, kw: f64| crate::spec::Row {
+        scenario: "p1".into(),
+        engine: "sled".into(),
+        n,
+        shape: Some("flat".into()),
+        key_writes_per_deleted: Some(kw),
+        ..Default::default()
+    };
+    let verdict = |rows: &[crate::spec::Row]| {
+        crate::report::targets(rows)
+            .lines()
+            .find(|l| l.contains("key writes per deleted leaf"))
+            .map(str::to_owned)
+            .expect("a key-writes target line")
+    };
+    let line = verdict(&[p1(100_000, 4.04), p1(1_000_000, 4.03)]);
+    assert!(line.contains(" pass ") && line.contains("4.04"), "{line}");
+    let line = verdict(&[p1(100_000, 4.04), p1(1_000_000, 0.0)]);
+    assert!(line.contains(" FAIL ") && line.contains("a broken count"), "{line}");
+}
