@@ -219,6 +219,14 @@ fn the_slope_is_time_per_touched_resource_and_its_growth() {
 /// The small-delete probe's figures: a column of the table, a line under
 /// it, and issue 29's target judged on the P1 rows of the largest size
 /// (pass/FAIL at 1M, only an indication below).
+/// The report's target line that names `target`, if any.
+fn target_line(rows: &[crate::spec::Row], target: &str) -> Option<String> {
+    crate::report::targets(rows)
+        .lines()
+        .find(|l| l.contains(target))
+        .map(str::to_owned)
+}
+
 #[test]
 fn the_small_delete_probe_is_in_the_table_and_judged_at_1m() {
     let p1 = |n: u64, shape: &str, done_p99: f64| crate::spec::Row {
@@ -233,12 +241,7 @@ fn the_small_delete_probe_is_in_the_table_and_judged_at_1m() {
         small_delete_done_max_ms: Some(done_p99 * 2.0),
         ..Default::default()
     };
-    let verdict = |rows: &[crate::spec::Row]| {
-        crate::report::targets(rows)
-            .lines()
-            .find(|l| l.contains("one-resource delete"))
-            .map(str::to_owned)
-    };
+    let verdict = |rows: &[crate::spec::Row]| target_line(rows, "one-resource delete");
     let rows = vec![
         p1(100_000, "flat", 80.0),
         p1(1_000_000, "flat", 30.0),
@@ -295,13 +298,8 @@ fn a_probe_window_that_holds_other_writes_does_not_eat_the_cascades_key_writes()
         key_writes_per_deleted: Some(kw),
         ..Default::default()
     };
-    let verdict = |rows: &[crate::spec::Row]| {
-        crate::report::targets(rows)
-            .lines()
-            .find(|l| l.contains("key writes per deleted leaf"))
-            .map(str::to_owned)
-            .expect("a key-writes target line")
-    };
+    let verdict =
+        |rows: &[crate::spec::Row]| target_line(rows, "key writes per deleted leaf").expect("a key-writes target line");
     let line = verdict(&[p1(100_000, 4.04), p1(1_000_000, 4.03)]);
     assert!(line.contains(" pass ") && line.contains("4.04"), "{line}");
     let line = verdict(&[p1(100_000, 4.04), p1(1_000_000, 0.0)]);
