@@ -122,6 +122,14 @@ struct Cli {
     /// probe), only the small Creates: to measure what the probe adds.
     #[arg(long)]
     no_delete_probe: bool,
+    /// Runs the whole plan this many times, one round after another, so
+    /// that the sizes of a shape alternate; the slope and the linearity
+    /// target then take the median of each size's rows. Why: on a machine
+    /// whose speed drifts over minutes, one run's slope moved by up to
+    /// 1.6x from the next run's (docs/BENCHMARKS.md, "The key-write count
+    /// at 1M"). 1 to 20.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    rounds: u32,
     /// Where to write the rows (default: <target dir>/bench/results.json).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -368,7 +376,8 @@ fn parent(cli: &Cli) -> Result<()> {
             .collect::<std::result::Result<_, _>>()?,
         None => Shape::ALL.to_vec(),
     };
-    let plan = plan(cli, &engines, &scenarios, &shapes, pg.as_ref());
+    let once = plan(cli, &engines, &scenarios, &shapes, pg.as_ref());
+    let plan: Vec<RowSpec> = (0..cli.rounds).flat_map(|_| once.iter().cloned()).collect();
     let out = cli.out.clone().unwrap_or_else(default_out);
     let mut rows = Vec::new();
     let total = plan.len();

@@ -345,18 +345,25 @@ const LINEAR: [(&str, u64, u64); 2] = [
 
 /// Microseconds of a P1 row's wall time per resource it touched (deleted
 /// or unset), for `engine` and `shape` at `n`.
+/// Time per touched resource of P1 rows of `engine`, `shape` and size
+/// `n`: the median over the rows of that size (several with `--rounds`;
+/// the lower middle of an even count), so that one row taken while the
+/// machine was slow does not set the slope.
 fn us_per_touched(rows: &[Row], engine: &str, shape: &str, n: u64) -> Option<f64> {
-    ok_rows(rows, engine, "p1")
+    let mut each: Vec<f64> = ok_rows(rows, engine, "p1")
         .filter(|r| r.shape.as_deref() == Some(shape) && r.n == n)
-        .find_map(|r| {
+        .filter_map(|r| {
             let touched = r.deleted? + r.unset.unwrap_or(0);
             r.wall_s.filter(|_| touched > 0).map(|w| w * 1e6 / touched as f64)
         })
+        .collect();
+    each.sort_by(f64::total_cmp);
+    each.get(each.len().checked_sub(1)? / 2).copied()
 }
 
 /// The slope of P1: time per touched resource (us) at each size this run
-/// measured, per engine and shape, and its ratio between the sizes the
-/// linearity target compares. A cost per resource that grows with the
+/// measured (the median of its rows, `--rounds`), per engine and shape,
+/// and its ratio between the sizes the linearity target compares. A cost per resource that grows with the
 /// cascade is a superlinear term; the table of wall times hides it.
 pub fn slope(rows: &[Row]) -> String {
     let mut sizes: Vec<u64> = ok_rows_of(rows, "p1").map(|r| r.n).collect();

@@ -216,9 +216,6 @@ fn the_slope_is_time_per_touched_resource_and_its_growth() {
     assert_eq!(verdict("flat"), Some(true), "{targets}");
 }
 
-/// The small-delete probe's figures: a column of the table, a line under
-/// it, and issue 29's target judged on the P1 rows of the largest size
-/// (pass/FAIL at 1M, only an indication below).
 /// The report's target line that names `target`, if any.
 fn target_line(rows: &[crate::spec::Row], target: &str) -> Option<String> {
     crate::report::targets(rows)
@@ -227,6 +224,49 @@ fn target_line(rows: &[crate::spec::Row], target: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Rounds (`--rounds`): each size's time per touched resource is the
+/// median of its rows, so one row taken while the machine was slow does
+/// not make a linear engine look superlinear (one run's slope moved 1.6x
+/// from the next run's on this machine).
+#[test]
+fn the_slope_takes_the_median_of_a_sizes_rows() {
+    let p1 = |n: u64, wall_s: f64| crate::spec::Row {
+        scenario: "p1".into(),
+        engine: "sled".into(),
+        n,
+        shape: Some("flat".into()),
+        wall_s: Some(wall_s),
+        deleted: Some(n),
+        unset: Some(0),
+        ..Default::default()
+    };
+    // Three rounds; the second 1M row ran while the machine was slow.
+    let rows = vec![
+        p1(100_000, 5.5),
+        p1(1_000_000, 60.0),
+        p1(100_000, 5.0),
+        p1(1_000_000, 95.0),
+        p1(100_000, 6.0),
+        p1(1_000_000, 62.0),
+    ];
+    let slope = crate::report::slope(&rows);
+    let flat = slope.lines().find(|l| l.contains("flat")).expect("a flat line");
+    // Medians 55.0 and 62.0 µs: 1.13, where the slow row alone gave 1.73.
+    assert!(
+        flat.contains("55.0") && flat.contains("62.0") && flat.contains("1.13"),
+        "{flat}"
+    );
+    let line = target_line(&rows, "sled flat").expect("a linearity line");
+    assert!(line.contains(" pass "), "{line}");
+    // An even count takes the lower middle: never a figure no row measured.
+    let two = vec![p1(100_000, 5.0), p1(100_000, 7.0), p1(1_000_000, 60.0)];
+    let slope = crate::report::slope(&two);
+    assert!(slope.contains("50.0"), "{slope}");
+}
+
+/// The small-delete probe's figures: a column of the table, a line under
+/// it, and issue 29's target judged on the P1 rows of the largest size
+/// (pass/FAIL at 1M, only an indication below).
 #[test]
 fn the_small_delete_probe_is_in_the_table_and_judged_at_1m() {
     let p1 = |n: u64, shape: &str, done_p99: f64| crate::spec::Row {
