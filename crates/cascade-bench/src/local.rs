@@ -368,8 +368,8 @@ pub async fn measure_deletion(
     }
     let creates = latencies.len() as u64 + deletes.as_ref().map_or(0, |d| d.created);
     let small = deletes.as_ref().map_or(0, |d| d.done_ms.len() as u64);
-    // Per probe, as measured beforehand (none measured: none ran).
-    let probes = |per_create: u64, per_delete: u64| creates * per_create + small * per_delete * u64::from(probed > 0);
+    // Per probe, as measured beforehand (no delete probe: its cost is 0).
+    let probes = |per_create: u64, per_delete: u64| creates * per_create + small * per_delete;
     let (probes_key_writes, probes_value_bytes) = (
         probes(per_create.key_writes, per_delete.key_writes),
         probes(per_create.value_bytes, per_delete.value_bytes),

@@ -343,8 +343,6 @@ const LINEAR: [(&str, u64, u64); 2] = [
     ),
 ];
 
-/// Microseconds of a P1 row's wall time per resource it touched (deleted
-/// or unset), for `engine` and `shape` at `n`.
 /// Time per touched resource of P1 rows of `engine`, `shape` and size
 /// `n`: the median over the rows of that size (several with `--rounds`;
 /// the lower middle of an even count), so that one row taken while the
