@@ -622,8 +622,8 @@ async fn a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishe
     node.stop().await.unwrap();
 }
 
-/// A memory store whose engine refuses every read of the due index while
-/// `refusing` is set, with an error that does not clear by itself (EIO),
+/// A memory store whose engine refuses every read of one table (`table`)
+/// while `refusing` is set, with an error that does not clear by itself (EIO),
 /// and commits all the while: a store in trouble that only a step's reads
 /// meet (sled refuses a read that must split a page once a write failed,
 /// whichever tree it is in). It counts the refused reads, the health
@@ -631,6 +631,7 @@ async fn a_cascade_cut_by_a_full_disk_on_a_store_that_also_refuses_reads_finishe
 /// reads work again).
 struct RefusesReads {
     inner: MemoryStore,
+    table: Table,
     refusing: AtomicBool,
     refused_reads: AtomicU64,
     probes: AtomicU64,
@@ -638,12 +639,24 @@ struct RefusesReads {
 }
 
 impl RefusesReads {
+    fn new(table: Table) -> Self {
+        Self {
+            inner: MemoryStore::default(),
+            table,
+            refusing: AtomicBool::new(false),
+            refused_reads: AtomicU64::new(0),
+            probes: AtomicU64::new(0),
+            reopens: AtomicU64::new(0),
+        }
+    }
+
     fn refuses(&self, table: Table) -> Result<(), StoreError> {
-        if table == Table::DueIndex && self.refusing.load(Ordering::SeqCst) {
+        if table == self.table && self.refusing.load(Ordering::SeqCst) {
             self.refused_reads.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Engine(
-                "scan of due_index: Input/output error (os error 5) (simulated)".into(),
-            ));
+            return Err(StoreError::Engine(format!(
+                "scan of {}: Input/output error (os error 5) (simulated)",
+                table.name()
+            )));
         }
         Ok(())
     }
@@ -687,13 +700,7 @@ impl Store for RefusesReads {
 /// an episode: health read SERVING throughout while every work step failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_refuses_only_reads_is_not_serving_until_its_reads_work_again_and_the_cascade_then_finishes() {
-    let store = Arc::new(RefusesReads {
-        inner: MemoryStore::default(),
-        refusing: AtomicBool::new(false),
-        refused_reads: AtomicU64::new(0),
-        probes: AtomicU64::new(0),
-        reopens: AtomicU64::new(0),
-    });
+    let store = Arc::new(RefusesReads::new(Table::DueIndex));
     let mut settings = ticking_settings();
     // Two subnets a step: the cascade takes dozens of them.
     settings.policy.batch_budget = 2;
@@ -765,5 +772,55 @@ async fn a_store_that_refuses_only_reads_is_not_serving_until_its_reads_work_aga
     }
     a_create_succeeds(&client, Duration::from_secs(5), "a create succeeds").await;
     assert_no_violations_at(&[(REGION.to_owned(), node.endpoint())]).await;
+    node.stop().await.unwrap();
+}
+
+/// A read refused to the audit log's retention (which runs on every tick,
+/// not in a step) is the store in trouble as a step's is: health goes
+/// NOT_SERVING, and a retry ends the episode only once the retention reads
+/// through too, not only a work step; then health is SERVING again.
+///
+/// Regression: the retention read the engine directly and only logged a
+/// warning. Health stayed SERVING, and a flight that landed after such a
+/// refusal ended an episode that had begun after it
+/// (`flights::a_flight_that_lands_after_a_later_failure_does_not_end_its_episode`
+/// failed in CI, 5 runs in 40 under load). Our tests made stores refuse
+/// only what steps read, so none met a read outside a step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_only_the_audit_logs_reads_is_not_serving_until_they_work_again() {
+    let store = Arc::new(RefusesReads::new(Table::Audit));
+    let (node, client, channel) = serve_on_store(ticking_settings(), store.clone()).await;
+    client.create(spec("project/p", &[])).await.expect("project");
+    assert_eq!(health(&channel).await, Some(ServingStatus::Serving));
+
+    store.refusing.store(true, Ordering::SeqCst);
+    eventually(Duration::from_secs(10), "health NOT_SERVING", || async {
+        (health(&channel).await == Some(ServingStatus::NotServing)).then_some(())
+    })
+    .await;
+    // Three retries whose retention was refused, then a reopen: a retry
+    // whose work step read through did not end the episode.
+    eventually(Duration::from_secs(10), "a reopen after failed retries", || async {
+        (store.reopens.load(Ordering::SeqCst) >= 1).then_some(())
+    })
+    .await;
+    assert!(
+        store.probes.load(Ordering::SeqCst) >= 3,
+        "reopened before three retries"
+    );
+    assert_eq!(
+        health(&channel).await,
+        Some(ServingStatus::NotServing),
+        "the heartbeat commits and work steps read, but the audit log's reads are still refused"
+    );
+
+    store.refusing.store(false, Ordering::SeqCst);
+    eventually(
+        Duration::from_secs(5),
+        "SERVING once the audit log reads again",
+        || async { (health(&channel).await == Some(ServingStatus::Serving)).then_some(()) },
+    )
+    .await;
+    a_create_succeeds(&client, Duration::from_secs(5), "a create succeeds").await;
     node.stop().await.unwrap();
 }

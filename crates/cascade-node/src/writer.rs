@@ -528,12 +528,17 @@ impl WriterState {
 
     /// A retry of a store that refused a read, once it commits: one work
     /// step (no other runs while the store fails), which reads what the
-    /// cascades under way need. It ran with no refused read: the episode
+    /// cascades under way need, and one step of the audit log's retention
+    /// (the other reader on the writer). Both ran with no refused read: the episode
     /// is over (the step's own failure, a record that does not decode, is
     /// the work's to report). A read refused again: the next retry waits.
     fn read_again(&mut self, myself: &ActorRef<WriterMsg>) {
         let failures = self.healing.failures();
         let ran = self.work(myself);
+        // The audit log's retention reads outside any step, on each tick:
+        // a refusal there starts an episode too, and a work step that
+        // read through says nothing of it.
+        self.retain_audit(myself);
         if self.healing.failures() > failures {
             self.healing.retry_failed(crate::clock::monotonic_now());
             return;

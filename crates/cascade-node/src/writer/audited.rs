@@ -101,11 +101,18 @@ impl WriterState {
     pub(super) fn retain_audit(&mut self, myself: &ActorRef<WriterMsg>) {
         let retention = self.ctx.audit_retention;
         let cutoff = retention.cutoff(self.ctx.clock.now());
-        let planned = StoreState {
-            store: self.ctx.store.as_ref(),
+        // Read through `reads`, as a step's: a read the engine refused is
+        // the store in trouble, and it must count as one. Read past it,
+        // a flight that then landed ended an episode that began after it
+        // (`faults::flights::a_flight_that_lands_after_a_later_failure_does_not_end_its_episode`
+        // failed in CI on that race: the tick's retention read during a
+        // flight, and only logged a warning).
+        let planned =
+            StoreState { store: &self.reads }.prune_audit(cutoff, retention.max_entries, crate::audit::PRUNE_STEP_KEYS);
+        if let Some(refused) = self.reads.take_refused() {
+            self.read_refused(&refused);
         }
-        .prune_audit(cutoff, retention.max_entries, crate::audit::PRUNE_STEP_KEYS)
-        .map_err(|e| e.to_string());
+        let planned = planned.map_err(|e| e.to_string());
         let pruned = planned.and_then(|(batch, pruned)| {
             if !batch.is_empty() {
                 // The writer's own commit and flush: a failure is the

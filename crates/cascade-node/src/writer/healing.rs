@@ -30,8 +30,10 @@
 //! read (the engine's error, not a record that does not decode:
 //! `store::WatchedReads` tells them apart) starts an episode like a failed
 //! commit. Its retry must read as well as commit: after the probe commit,
-//! the retry runs one work step, and the episode ends once that step ran
-//! without a refused read; a client's commit meanwhile does not end it.
+//! the retry runs one work step and one step of the audit log's retention
+//! (the writer's other reader, on every tick), and the episode ends once
+//! both ran without a refused read; a client's commit meanwhile does not
+//! end it.
 //!
 //! A failure a reopen is known to mend (`StoreError::may_clear`) reopens
 //! the engine before the next retry. Any other was retried on the same

@@ -133,11 +133,14 @@ impl WriterState {
         }
         let diff = current.schema.diff(&next.schema);
         let summary = diff.summary();
-        let store = StoreState {
-            store: self.ctx.store.as_ref(),
-        };
+        // Read through `reads`: a read the engine refused counts as the
+        // store's trouble, as a step's does (`audited.rs`, `retain_audit`).
         let region = self.ctx.region.to_string();
-        let refusals: Vec<String> = super::compat_check(&store, &region, &diff)
+        let judged = super::compat_check(&StoreState { store: &self.reads }, &region, &diff);
+        if let Some(refused) = self.reads.take_refused() {
+            self.read_refused(&refused);
+        }
+        let refusals: Vec<String> = judged
             .map_err(storage)?
             .into_iter()
             .filter_map(|judged| judged.refusal)
