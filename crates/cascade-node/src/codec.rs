@@ -272,9 +272,19 @@ impl StoreState<'_> {
     /// the reads that follow, which report it.
     fn prefetch_referrers(&self, target: Uid, page: &[Entry], rows: &[BackRef]) {
         let mut reads = Prefetch::default();
-        // The operation the outcomes are of, when the target is DELETING.
+        // The operation the outcomes are of, when the target is DELETING,
+        // and only once it counted an unset referrer: the walk reads a
+        // referrer's outcome only then (`bookkeeping::counted_as_unset`).
+        // Read ahead always, a flat cascade on PostgreSQL sent a statement
+        // of absent keys per page: 2 µs of the server per deleted leaf,
+        // a tenth of its flushes' (docs/BENCHMARKS.md, "Outcomes read
+        // ahead only when they can be read").
         let operation = match self.get_deletion(target) {
-            Ok(deletion) => deletion.map(|d| d.operation),
+            Ok(deletion) => deletion.map(|d| d.operation).filter(|&operation| {
+                // Unknown (a failed read): read ahead, as it is only a hint.
+                self.get_operation(operation)
+                    .map_or(true, |op| op.is_none_or(|op| op.progress.unset > 0))
+            }),
             Err(_) => None,
         };
         for ((key, _), row) in page.iter().zip(rows) {
