@@ -650,6 +650,42 @@ impl RefusesReads {
         }
     }
 
+    /// Waits for health NOT_SERVING, then for a reopen after failed
+    /// retries, with reads still refused and health still NOT_SERVING
+    /// (the heartbeat commits, but a retry must read through too).
+    /// Returns the reads refused and the retries made by then.
+    async fn not_serving_until_reopened(&self, channel: &tonic::transport::Channel) -> (u64, u64) {
+        eventually(Duration::from_secs(10), "health NOT_SERVING", || async {
+            (health(channel).await == Some(ServingStatus::NotServing)).then_some(())
+        })
+        .await;
+        eventually(Duration::from_secs(10), "a reopen after failed retries", || async {
+            (self.reopens.load(Ordering::SeqCst) >= 1).then_some(())
+        })
+        .await;
+        let refused = self.refused_reads.load(Ordering::SeqCst);
+        let probes = self.probes.load(Ordering::SeqCst);
+        println!("reads refused: {refused}, retries: {probes}, before the first reopen");
+        assert!(probes >= 3, "reopened after {probes} retries, not three");
+        assert_eq!(
+            health(channel).await,
+            Some(ServingStatus::NotServing),
+            "the heartbeat commits, but reads are still refused"
+        );
+        (refused, probes)
+    }
+
+    /// Stops refusing, and waits for health SERVING.
+    async fn serving_once_reads_work(&self, channel: &tonic::transport::Channel) {
+        self.refusing.store(false, Ordering::SeqCst);
+        let freed = Instant::now();
+        eventually(Duration::from_secs(5), "SERVING once reads work again", || async {
+            (health(channel).await == Some(ServingStatus::Serving)).then_some(())
+        })
+        .await;
+        println!("SERVING {:?} after reads work again", freed.elapsed());
+    }
+
     fn refuses(&self, table: Table) -> Result<(), StoreError> {
         if table == self.table && self.refusing.load(Ordering::SeqCst) {
             self.refused_reads.fetch_add(1, Ordering::SeqCst);
@@ -730,40 +766,17 @@ async fn a_store_that_refuses_only_reads_is_not_serving_until_its_reads_work_aga
         .operation
         .expect("an operation")
         .id;
-    eventually(Duration::from_secs(10), "health NOT_SERVING", || async {
-        (health(&channel).await == Some(ServingStatus::NotServing)).then_some(())
-    })
-    .await;
     // Retried with backoff (100, 200, 400 ms): the heartbeat commits each
     // time, the work step after it is refused again, and the fourth retry
     // reopens the engine first.
-    eventually(Duration::from_secs(10), "a reopen after failed retries", || async {
-        (store.reopens.load(Ordering::SeqCst) >= 1).then_some(())
-    })
-    .await;
-    let refused = store.refused_reads.load(Ordering::SeqCst);
-    let probes = store.probes.load(Ordering::SeqCst);
-    println!("reads refused: {refused}, retries: {probes}, before the first reopen");
-    assert!(probes >= 3, "reopened after {probes} retries, not three");
+    let (refused, probes) = store.not_serving_until_reopened(&channel).await;
     // One refused work step started the episode, then one a retry (the
     // tick comes every 20 ms: a work step a tick would be dozens).
     assert!(
         refused <= probes + 2,
         "{refused} refused reads for {probes} retries: work steps ran between retries"
     );
-    assert_eq!(
-        health(&channel).await,
-        Some(ServingStatus::NotServing),
-        "the heartbeat commits, but reads are still refused"
-    );
-
-    store.refusing.store(false, Ordering::SeqCst);
-    let freed = Instant::now();
-    eventually(Duration::from_secs(5), "SERVING once reads work again", || async {
-        (health(&channel).await == Some(ServingStatus::Serving)).then_some(())
-    })
-    .await;
-    println!("SERVING {:?} after reads work again", freed.elapsed());
+    store.serving_once_reads_work(&channel).await;
     let done = wait_operation(&client, &operation).await;
     assert_eq!(done.state, v1::OperationState::Succeeded as i32, "{done:?}");
     for name in subnets.iter().map(String::as_str).chain(["network/n", "project/p"]) {
@@ -794,33 +807,10 @@ async fn a_store_that_refuses_only_the_audit_logs_reads_is_not_serving_until_the
     assert_eq!(health(&channel).await, Some(ServingStatus::Serving));
 
     store.refusing.store(true, Ordering::SeqCst);
-    eventually(Duration::from_secs(10), "health NOT_SERVING", || async {
-        (health(&channel).await == Some(ServingStatus::NotServing)).then_some(())
-    })
-    .await;
     // Three retries whose retention was refused, then a reopen: a retry
     // whose work step read through did not end the episode.
-    eventually(Duration::from_secs(10), "a reopen after failed retries", || async {
-        (store.reopens.load(Ordering::SeqCst) >= 1).then_some(())
-    })
-    .await;
-    assert!(
-        store.probes.load(Ordering::SeqCst) >= 3,
-        "reopened before three retries"
-    );
-    assert_eq!(
-        health(&channel).await,
-        Some(ServingStatus::NotServing),
-        "the heartbeat commits and work steps read, but the audit log's reads are still refused"
-    );
-
-    store.refusing.store(false, Ordering::SeqCst);
-    eventually(
-        Duration::from_secs(5),
-        "SERVING once the audit log reads again",
-        || async { (health(&channel).await == Some(ServingStatus::Serving)).then_some(()) },
-    )
-    .await;
+    store.not_serving_until_reopened(&channel).await;
+    store.serving_once_reads_work(&channel).await;
     a_create_succeeds(&client, Duration::from_secs(5), "a create succeeds").await;
     node.stop().await.unwrap();
 }

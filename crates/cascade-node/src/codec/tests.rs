@@ -1190,11 +1190,15 @@ fn a_version_1_work_item_reads_as_a_walk_from_the_start() {
     ));
 }
 
-/// A memory store that remembers where each scan of the outbox started.
+/// A memory store that remembers where each scan of the outbox started,
+/// and, reading ahead as PostgreSQL does when `reads_ahead`, how many
+/// keys each table was asked for.
 #[derive(Default)]
 struct RecordingStore {
     inner: MemoryStore,
     outbox_scans_after: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
+    reads_ahead: bool,
+    asked_ahead: std::sync::Mutex<BTreeMap<Table, usize>>,
 }
 
 impl Store for RecordingStore {
@@ -1219,6 +1223,19 @@ impl Store for RecordingStore {
         self.inner.commit(batch)
     }
     fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn prefetches(&self) -> bool {
+        self.reads_ahead
+    }
+    fn prefetch(&self, reads: &crate::store::Prefetch) -> Result<(), StoreError> {
+        let mut asked = self
+            .asked_ahead
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (table, keys) in &reads.keys {
+            *asked.entry(*table).or_default() += keys.len();
+        }
         Ok(())
     }
 }
@@ -1936,45 +1953,6 @@ const PINNED_RESOURCE_ROW_V4: &str = concat!(
     pinned_resource_after_its_name!(),
 );
 
-/// A memory store that reads ahead (as PostgreSQL does) and remembers the
-/// keys each read-ahead asked for, per table.
-#[derive(Default)]
-struct ReadsAhead {
-    inner: MemoryStore,
-    asked: std::sync::Mutex<BTreeMap<Table, usize>>,
-}
-
-impl Store for ReadsAhead {
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(table, key)
-    }
-    fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<crate::store::Entry>, StoreError> {
-        self.inner.scan(table, prefix, after, limit)
-    }
-    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
-        self.inner.commit(batch)
-    }
-    fn flush(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-    fn prefetches(&self) -> bool {
-        true
-    }
-    fn prefetch(&self, reads: &crate::store::Prefetch) -> Result<(), StoreError> {
-        let mut asked = self.asked.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for (table, keys) in &reads.keys {
-            *asked.entry(*table).or_default() += keys.len();
-        }
-        Ok(())
-    }
-}
-
 /// A walk reads a referrer's outcome only once its operation counted an
 /// unset referrer (`bookkeeping::counted_as_unset`), so a page's
 /// read-ahead asks for outcomes only then: before, a flat cascade on
@@ -1992,7 +1970,10 @@ fn a_walks_read_ahead_asks_for_outcomes_only_once_its_operation_counted_an_unset
         (record, op)
     };
     for (unset, outcomes_asked) in [(0, 0), (3, 2)] {
-        let store = ReadsAhead::default();
+        let store = RecordingStore {
+            reads_ahead: true,
+            ..RecordingStore::default()
+        };
         let state = StoreState { store: &store };
         let (record, op) = generated(unset);
         let target = record.target.clone();
@@ -2011,7 +1992,7 @@ fn a_walks_read_ahead_asks_for_outcomes_only_once_its_operation_counted_an_unset
 
         let page = cascade_core::state::StateRead::backrefs(&state, target.uid, None, 10).expect("reads");
         assert_eq!(page.len(), 2);
-        let asked = store.asked.lock().expect("not poisoned").clone();
+        let asked = store.asked_ahead.lock().expect("not poisoned").clone();
         assert_eq!(asked.get(&Table::Resources), Some(&2), "{asked:?}");
         assert_eq!(
             asked.get(&Table::Outcomes).copied().unwrap_or(0),
