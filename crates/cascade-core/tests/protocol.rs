@@ -521,6 +521,109 @@ fn a_leaf_purged_by_a_cascade_says_where_the_cascade_came_from() {
     assert!(purged.snapshot.is_none(), "a purged resource has no snapshot");
 }
 
+/// A member a cascade reaches whose only referrers are a few local `unset`
+/// ones ends in the step that reaches it, as a leaf does: its referrers are
+/// cleared and it is purged in the same batch, with no DELETING, no
+/// deletion record and no queue entry (issue 28: the unset shape wrote 15
+/// keys per deleted resource). A watcher sees each referrer cleared before
+/// the member goes; the outcomes are those of the DELETING path.
+#[test]
+fn a_member_with_only_a_few_local_unset_referrers_is_purged_in_the_step_that_reaches_it() {
+    let Neutron { mut w, net, fip, .. } = neutron_network();
+    let port = n("port", "port-3");
+    let port_uid = w.active(&port).uid;
+    let fip_uid = w.active(&fip).uid;
+    let op = w.delete_accepted(&net, true);
+    let mut records_seen = false;
+    for _ in 0..1_000 {
+        let report = w.step();
+        records_seen |= w.state.deletions.contains_key(&port_uid) || w.state.work.contains_key(&port_uid);
+        if report.items == 0 && !report.more {
+            break;
+        }
+    }
+    assert!(!records_seen, "{port} had a deletion record or a queue entry");
+
+    let about = |uid: Uid| -> Vec<(EventType, u64)> {
+        w.state
+            .events
+            .iter()
+            .filter(|e| e.resource.uid == uid)
+            .map(|e| (e.event_type, e.revision))
+            .collect()
+    };
+    let port_events = about(port_uid);
+    let types: Vec<EventType> = port_events.iter().map(|(t, _)| *t).collect();
+    assert_eq!(types, vec![EventType::Created, EventType::Purged], "{port}");
+    let fip_events = about(fip_uid);
+    let cleared = fip_events.last().expect("the floating IP's events");
+    assert_eq!(cleared.0, EventType::Updated, "{fip}: {fip_events:?}");
+    assert!(cleared.1 < port_events[1].1, "{fip} was cleared after {port} was purged");
+    assert!(targets(&w.active(&fip), "port").is_empty(), "{fip} still holds {port}");
+    assert_eq!(w.outcome(op.id, &port), Some(OutcomeAction::Deleted));
+    assert!(
+        matches!(w.outcome(op.id, &fip), Some(OutcomeAction::Unset { field, .. }) if field == "port"),
+        "{:?}",
+        w.outcome(op.id, &fip)
+    );
+    let progress = w.op(op.id).progress;
+    assert_eq!((progress.unset, progress.pending), (1, 0), "{progress:?}");
+    w.check();
+}
+
+/// With more local `unset` referrers than a step clears for a member it
+/// reaches, or with one the deletion's principal may not change, the
+/// member passes through DELETING, whose own step deals with them, and the
+/// cascade still ends.
+#[test]
+fn a_member_with_many_unset_referrers_or_a_refused_one_passes_through_deleting() {
+    let Neutron { mut w, net, project, .. } = neutron_network();
+    let many = n("port", "port-4");
+    let refused = n("port", "port-6");
+    for i in 0..=protocol::UNSET_IN_THE_SAME_STEP {
+        w.create(&n("floating_ip", &format!("many-{i}")), &[("project", &[&project]), ("port", &[&many])]);
+    }
+    let denied_fip = n("floating_ip", "denied");
+    w.create(&denied_fip, &[("project", &[&project]), ("port", &[&refused])]);
+    w.authorizer.denied.insert((auth::Verb::Update, denied_fip.clone()));
+    let uids = [w.active(&many).uid, w.active(&refused).uid];
+    let denied_uid = w.active(&denied_fip).uid;
+    let op = w.delete_accepted(&net, true);
+    w.run_until_quiet();
+
+    let types = |uid: Uid| -> Vec<EventType> {
+        w.state
+            .events
+            .iter()
+            .filter(|e| e.resource.uid == uid)
+            .map(|e| e.event_type)
+            .collect()
+    };
+    assert_eq!(
+        types(uids[0]),
+        vec![EventType::Created, EventType::Deleting, EventType::Purged],
+        "{many}"
+    );
+    for i in 0..=protocol::UNSET_IN_THE_SAME_STEP {
+        let fip = n("floating_ip", &format!("many-{i}"));
+        assert!(targets(&w.active(&fip), "port").is_empty(), "{fip}");
+    }
+    // Refused: DELETING, held BLOCKED by its own step, its referrer kept.
+    assert_eq!(types(uids[1])[..2], [EventType::Created, EventType::Deleting], "{refused}");
+    assert_eq!(w.get(&refused).expect("held").state, ResourceState::Deleting);
+    assert_eq!(targets(&w.active(&denied_fip), "port"), vec![refused.clone()]);
+    assert!(types(denied_uid).iter().all(|t| *t == EventType::Created));
+    // Allowed again: the retry finishes it.
+    w.authorizer.denied.clear();
+    while w.get(&refused).is_some() {
+        w.advance_to_next_due().expect("the held port is due again");
+        w.run_until_quiet();
+    }
+    assert!(targets(&w.active(&denied_fip), "port").is_empty());
+    assert_eq!(w.outcome(op.id, &refused), Some(OutcomeAction::Deleted));
+    w.check();
+}
+
 #[test]
 fn dry_run_plans_exactly_the_closure_and_writes_nothing() {
     let Neutron {

@@ -35,6 +35,9 @@ on_delete = "unset"
 
 const NETWORKS: usize = 7;
 const PORTS_PER_NETWORK: usize = 90;
+/// On every third port: one more than a cascade unsets in the step that
+/// reaches the port (`protocol::UNSET_IN_THE_SAME_STEP`).
+const FIPS_PER_PORT: usize = protocol::UNSET_IN_THE_SAME_STEP + 1;
 
 struct Region {
     state: MemoryState,
@@ -96,13 +99,15 @@ impl Region {
                 .map(|p| spec(format!("r1/port/n{n}-p{p:03}"), vec![("network", network.clone())]))
                 .collect();
             self.create(ports);
-            // A floating IP on every third port: those ports are not
-            // leaves, and their walks unset a referrer that survives.
+            // Floating IPs on every third port, more than a cascade
+            // unsets in the step that reaches a port: those ports enter
+            // DELETING, and their own walks unset referrers that survive.
             let fips: Vec<ResourceSpec> = (0..PORTS_PER_NETWORK)
                 .step_by(3)
-                .map(|p| {
+                .flat_map(|p| (0..FIPS_PER_PORT).map(move |f| (p, f)))
+                .map(|(p, f)| {
                     spec(
-                        format!("r1/floating_ip/n{n}-f{p:03}"),
+                        format!("r1/floating_ip/n{n}-f{p:03}-{f}"),
                         vec![("port", format!("r1/port/n{n}-p{p:03}"))],
                     )
                 })
@@ -165,7 +170,7 @@ fn cascade_every_network(may_go_on: &dyn Fn() -> bool) -> (Seen, Vec<WorkReport>
 #[test]
 fn a_cascade_stopped_between_any_two_items_ends_as_one_never_stopped() {
     let (never, never_reports) = cascade_every_network(&|| true);
-    let fips = NETWORKS * PORTS_PER_NETWORK.div_ceil(3);
+    let fips = NETWORKS * PORTS_PER_NETWORK.div_ceil(3) * FIPS_PER_PORT;
     assert_eq!(never.resources.len(), fips, "only the floating IPs survive");
     assert!(never
         .resources
@@ -225,9 +230,9 @@ fn ports_due() -> Region {
 fn a_step_stopped_after_k_items_writes_what_a_step_of_k_items_writes() {
     let r1 = ports_due();
     for k in [1, 2, 5, 20] {
-        // Says no from the k-th time it is asked: a port's walk has at
-        // most one row (its floating IP), so it is asked only between
-        // items, first before the second.
+        // Says no from the k-th time it is asked: a port's walk (its
+        // floating IPs) starts and ends in the step, so it is asked only
+        // between items, first before the second.
         let asked = Cell::new(0usize);
         let stopped = protocol::process_work_until(&r1.state, r1.ctx(), &|| {
             asked.set(asked.get() + 1);
@@ -293,7 +298,7 @@ fn a_step_that_may_never_go_on_still_does_one_item() {
         steps += 1;
         r1.state.apply(step.writes);
     }
-    // The 30 ports with a floating IP, one a step, then the root, which
+    // The 30 ports with floating IPs, one a step, then the root, which
     // the last of them woke.
     assert_eq!(steps, PORTS_PER_NETWORK / 3 + 1);
     assert!(

@@ -91,7 +91,7 @@ pub use undelete::{
     finish_undelete_part, remote_targets, start_undelete, undelete_batch, undelete_part, UndeleteBatch, UndeletePhase,
     UndeleteReport,
 };
-pub use work::{confirm_remote_closure, process_work, process_work_until};
+pub use work::{confirm_remote_closure, process_work, process_work_until, UNSET_IN_THE_SAME_STEP};
 
 pub(crate) use bookkeeping::{after_pending_changed, forget_released_row, wake_if_deleting};
 pub(crate) use create_update::{abort_creating, activate_creating, revert_references};

@@ -28,7 +28,7 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::backrefs::release_ref;
 use super::bookkeeping::{
-    after_pending_changed, decrement, enter_deleting, expire, hold, is_unreferenced_leaf, purge, purge_leaf,
+    after_pending_changed, decrement, enter_deleting, expire, hold, purge, purge_leaf,
     put_and_announce, update_operation, wake_if_deleting,
 };
 use super::control::{admit, clear_held, defer, has_controls, hold_spreading, paused, Held};
@@ -1053,7 +1053,7 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
         if checked && !delete_refused {
             audit_change(tx, ctx, deletion, &referrer.name, "cascade", Verb::Delete);
         }
-        if !delete_refused && is_unreferenced_leaf(tx, &referrer)? {
+        if !delete_refused && unset_in_this_step(tx, ctx, deletion, &referrer, report)? {
             purge_leaf(tx, ctx, referrer, reason, operation)?;
             report.purged += 1;
         } else {
@@ -1097,6 +1097,64 @@ fn apply_to_referrer<S: StateRead + ?Sized>(
     update_operation(tx, operation, |p| p.unset += 1)?;
     report.unset += 1;
     Ok(Acted::Done)
+}
+
+/// The most `unset` referrers a member a cascade reaches may have and still
+/// be purged in the step that reached it ([`unset_in_this_step`]): a bound
+/// on what one row of a walk may cost.
+pub const UNSET_IN_THE_SAME_STEP: usize = 4;
+
+/// Whether `member`, which the deletion `parent` cascades to, ends in this
+/// step: nothing holds it (no finalizer, no lien) and every row of its
+/// back-references, at most [`UNSET_IN_THE_SAME_STEP`], is a local `unset`
+/// referrer's, which this applies here, as the member's own walk would.
+/// Then it is an unreferenced leaf, and the caller purges it.
+///
+/// Passing through DELETING would cost the member a record, a queue entry,
+/// an event and a step of its own for a walk that does what this does
+/// (issue 28: a port with a floating IP, the unset shape, wrote 15 keys per
+/// deleted resource). Nothing outside this region can be waiting for it
+/// (an importer, a `block` referrer or a finalizer's controller would keep
+/// it on the DELETING path), and the walk's changes and the purge land in
+/// one batch, so no reader sees a referrer cleared for a member still
+/// alive. A row the principal may not change (a refusal) stops it: the
+/// member then enters DELETING, whose own step holds it BLOCKED as before,
+/// with the rows already applied gone.
+fn unset_in_this_step<S: StateRead + ?Sized>(
+    tx: &mut Tx<'_, S>,
+    ctx: Ctx<'_>,
+    parent: &Applied<'_>,
+    member: &Resource,
+    report: &mut WorkReport,
+) -> Result<bool, CoreError> {
+    if !member.finalizers.is_empty() || !member.liens.is_empty() {
+        return Ok(false);
+    }
+    let rows = tx.backrefs(member.uid, None, UNSET_IN_THE_SAME_STEP + 1)?;
+    if rows.is_empty() {
+        return Ok(true);
+    }
+    let local_unsets = rows.len() <= UNSET_IN_THE_SAME_STEP
+        && rows.iter().all(|b| {
+            b.on_delete == OnDelete::Unset && b.referrer.uid != member.uid && !is_remote(ctx, &b.referrer.name)
+        });
+    if !local_unsets {
+        return Ok(false);
+    }
+    let target = target_of(member);
+    // The deletion the member's own record would hold (`enter_deleting`):
+    // the parent's operation, requester and principal, not forced.
+    let deletion = Applied {
+        target: &target,
+        forced: false,
+        ..*parent
+    };
+    for row in &rows {
+        if !matches!(apply_to_referrer(tx, ctx, &deletion, row, report, 1)?, Acted::Done) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Why the deletion's principal may not `verb` the member `name` under this
