@@ -152,9 +152,11 @@ pub(super) fn is_unreferenced_leaf<S: StateRead + ?Sized>(
 /// record, the queue entry, the pending outcome). One `Purged` event per
 /// resource, as for any purge; its message says why.
 ///
-/// Architecture invariant: only for [`is_unreferenced_leaf`] resources. A
-/// resource anything references must pass through DELETING, where
-/// importers and `block` referrers see it.
+/// Architecture invariant: only for [`is_unreferenced_leaf`] resources
+/// (one whose few local `unset` referrers the same step cleared first is
+/// one: `work.rs`, `unset_in_this_step`). A resource anything else
+/// references must pass through DELETING, where importers and `block`
+/// referrers see it.
 pub(super) fn purge_leaf<S: StateRead + ?Sized>(
     tx: &mut Tx<'_, S>,
     ctx: Ctx<'_>,
