@@ -558,7 +558,10 @@ fn a_member_with_only_a_few_local_unset_referrers_is_purged_in_the_step_that_rea
     let fip_events = about(fip_uid);
     let cleared = fip_events.last().expect("the floating IP's events");
     assert_eq!(cleared.0, EventType::Updated, "{fip}: {fip_events:?}");
-    assert!(cleared.1 < port_events[1].1, "{fip} was cleared after {port} was purged");
+    assert!(
+        cleared.1 < port_events[1].1,
+        "{fip} was cleared after {port} was purged"
+    );
     assert!(targets(&w.active(&fip), "port").is_empty(), "{fip} still holds {port}");
     assert_eq!(w.outcome(op.id, &port), Some(OutcomeAction::Deleted));
     assert!(
@@ -577,11 +580,16 @@ fn a_member_with_only_a_few_local_unset_referrers_is_purged_in_the_step_that_rea
 /// cascade still ends.
 #[test]
 fn a_member_with_many_unset_referrers_or_a_refused_one_passes_through_deleting() {
-    let Neutron { mut w, net, project, .. } = neutron_network();
+    let Neutron {
+        mut w, net, project, ..
+    } = neutron_network();
     let many = n("port", "port-4");
     let refused = n("port", "port-6");
     for i in 0..=protocol::UNSET_IN_THE_SAME_STEP {
-        w.create(&n("floating_ip", &format!("many-{i}")), &[("project", &[&project]), ("port", &[&many])]);
+        w.create(
+            &n("floating_ip", &format!("many-{i}")),
+            &[("project", &[&project]), ("port", &[&many])],
+        );
     }
     let denied_fip = n("floating_ip", "denied");
     w.create(&denied_fip, &[("project", &[&project]), ("port", &[&refused])]);
@@ -609,7 +617,11 @@ fn a_member_with_many_unset_referrers_or_a_refused_one_passes_through_deleting()
         assert!(targets(&w.active(&fip), "port").is_empty(), "{fip}");
     }
     // Refused: DELETING, held BLOCKED by its own step, its referrer kept.
-    assert_eq!(types(uids[1])[..2], [EventType::Created, EventType::Deleting], "{refused}");
+    assert_eq!(
+        types(uids[1])[..2],
+        [EventType::Created, EventType::Deleting],
+        "{refused}"
+    );
     assert_eq!(w.get(&refused).expect("held").state, ResourceState::Deleting);
     assert_eq!(targets(&w.active(&denied_fip), "port"), vec![refused.clone()]);
     assert!(types(denied_uid).iter().all(|t| *t == EventType::Created));

@@ -28,8 +28,8 @@ use crate::state::{BackRefPages, StateRead, Tx, WriteSet};
 
 use super::backrefs::release_ref;
 use super::bookkeeping::{
-    after_pending_changed, decrement, enter_deleting, expire, hold, purge, purge_leaf,
-    put_and_announce, update_operation, wake_if_deleting,
+    after_pending_changed, decrement, enter_deleting, expire, hold, purge, purge_leaf, put_and_announce,
+    update_operation, wake_if_deleting,
 };
 use super::control::{admit, clear_held, defer, has_controls, hold_spreading, paused, Held};
 use super::create_update::abort_creating;
