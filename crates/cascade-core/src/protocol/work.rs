@@ -1108,7 +1108,9 @@ pub const UNSET_IN_THE_SAME_STEP: usize = 4;
 /// step: nothing holds it (no finalizer, no lien) and every row of its
 /// back-references, at most [`UNSET_IN_THE_SAME_STEP`], is a local `unset`
 /// referrer's, which this applies here, as the member's own walk would.
-/// Then it is an unreferenced leaf, and the caller purges it.
+/// Then it is an unreferenced leaf, and the caller purges it. Not with a
+/// retention in play, nor for a referrer the same walk will delete (both
+/// below).
 ///
 /// Passing through DELETING would cost the member a record, a queue entry,
 /// an event and a step of its own for a walk that does what this does
@@ -1138,8 +1140,28 @@ fn unset_in_this_step<S: StateRead + ?Sized>(
         && rows.iter().all(|b| {
             b.on_delete == OnDelete::Unset && b.referrer.uid != member.uid && !is_remote(ctx, &b.referrer.name)
         });
-    if !local_unsets {
+    // A referrer this operation may delete later, with a retention, would
+    // be buried without the reference cleared here, and an Undelete would
+    // bring it back without it (the member's own step, later, leaves a
+    // referrer that is no longer live alone). So no retention may be in
+    // play, and no referrer may hold the deletion's own target through a
+    // `cascade` field: this walk deletes it a few rows on, and it would
+    // first be cleared for nothing (`UPDATED`, then `PURGED`).
+    if !local_unsets || parent.retain_ms > 0 || rows.iter().any(|b| ctx.schema.retain_ms(b.referrer.name.kind()) > 0) {
         return Ok(false);
+    }
+    for row in &rows {
+        let cascades_with_the_member = tx.incarnation(&row.referrer)?.is_some_and(|referrer| {
+            referrer.refs.iter().any(|(field, targets)| {
+                ctx.schema
+                    .reference(referrer.kind(), field)
+                    .is_some_and(|spec| spec.on_delete == OnDelete::Cascade)
+                    && targets.iter().any(|t| t.uid == parent.target.uid)
+            })
+        });
+        if cascades_with_the_member {
+            return Ok(false);
+        }
     }
     let target = target_of(member);
     // The deletion the member's own record would hold (`enter_deleting`):

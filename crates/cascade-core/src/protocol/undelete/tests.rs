@@ -432,3 +432,55 @@ fn an_undelete_run_again_changes_nothing() {
     assert!(again.restored.is_empty() && again.not_restored.is_empty(), "{again:?}");
     assert_eq!(w.state.events.len(), events);
 }
+
+/// A floating IP that a project's cascade deletes (`project`, cascade) and
+/// that also refers, `unset`, to a network the same cascade deletes: the
+/// network, reached first, must not clear the floating IP's reference in
+/// its own step (`work.rs`, `unset_in_this_step`), or the floating IP would
+/// be buried without it and an Undelete would bring it back without it,
+/// reporting nothing (found in review of that change; its first version
+/// did this). Without a retention, the floating IP is not cleared first
+/// for nothing either: no `UPDATED` event before its `PURGED`.
+#[test]
+fn a_referrer_the_same_cascade_deletes_keeps_its_reference_through_an_undelete() {
+    let schema = format!(
+        "{SCHEMA}\n[kinds.fip.refs.project]\nkind = \"project\"\non_delete = \"cascade\"\n\
+         [kinds.fip.refs.network]\nkind = \"network\"\non_delete = \"unset\"\n"
+    );
+    for retain_ms in [HOUR, 0] {
+        let mut w = World::new();
+        w.schema = Schema::from_toml(&schema).unwrap();
+        w.create("r1/project/p", &[]);
+        w.create("r1/network/n1", &[("project", "r1/project/p")]);
+        w.create("r1/fip/f", &[("project", "r1/project/p"), ("network", "r1/network/n1")]);
+        let before = w.get("r1/fip/f").unwrap();
+        let of = w.delete("r1/project/p", retain_ms);
+        let f_events: Vec<EventType> = w
+            .state
+            .events
+            .iter()
+            .filter(|e| e.resource.uid == before.uid)
+            .map(|e| e.event_type)
+            .collect();
+        assert!(
+            !f_events.contains(&EventType::Updated),
+            "retain {retain_ms}: f was cleared before it was deleted: {f_events:?}"
+        );
+        assert!(w.violations().is_empty(), "{:?}", w.violations());
+        if retain_ms == 0 {
+            assert!(w.get("r1/fip/f").is_none(), "f purged");
+            continue;
+        }
+        let buried = w.get("r1/fip/f").unwrap();
+        assert_eq!(buried.state, ResourceState::Deleted);
+        assert_eq!(
+            buried.refs.keys().collect::<Vec<_>>(),
+            before.refs.keys().collect::<Vec<_>>()
+        );
+        let (_, report) = w.undelete(of, 10);
+        assert!(report.not_restored.is_empty(), "{:?}", report.not_restored);
+        let back = w.get("r1/fip/f").unwrap();
+        assert_eq!(back.state, ResourceState::Active);
+        assert_eq!(back.refs, before.refs, "f keeps its references");
+    }
+}
