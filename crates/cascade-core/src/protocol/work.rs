@@ -1150,7 +1150,18 @@ fn unset_in_this_step<S: StateRead + ?Sized>(
     if !local_unsets || parent.retain_ms > 0 || rows.iter().any(|b| ctx.schema.retain_ms(b.referrer.name.kind()) > 0) {
         return Ok(false);
     }
+    let parent_kind = parent.target.name.kind();
     for row in &rows {
+        // Read only when its kind can hold one (the schema says so): a
+        // floating IP, referring to its port alone, is not read twice.
+        let may_cascade_from_the_parent = ctx.schema.kind(row.referrer.name.kind()).is_some_and(|spec| {
+            spec.refs
+                .values()
+                .any(|r| r.on_delete == OnDelete::Cascade && r.kind == parent_kind)
+        });
+        if !may_cascade_from_the_parent {
+            continue;
+        }
         let cascades_with_the_member = tx.incarnation(&row.referrer)?.is_some_and(|referrer| {
             referrer.refs.iter().any(|(field, targets)| {
                 ctx.schema
