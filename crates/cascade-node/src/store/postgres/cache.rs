@@ -10,9 +10,10 @@
 //! only the fenced writer's process reads and writes the region's tables
 //! (standbys read the lease and members rows only), so every change to
 //! them goes through this store's commits, which write through: a put
-//! keeps its value (except into the append-only logs, read by scans
-//! only), a removal forgets the key, and a put into a prefix known empty
-//! forgets that prefix. At every `fence` (a new
+//! keeps its value (except into the logs, read by scans only, and the
+//! outcomes, seldom read again: [`FORGOTTEN_ON_PUT`]), a removal forgets
+//! the key, and a put into a prefix known empty forgets that prefix. At
+//! every `fence` (a new
 //! epoch; another node may have written in between) the cache is dropped,
 //! absences and empty prefixes with the rest.
 //!
@@ -111,9 +112,16 @@ impl quick_cache::Equivalent<Slot> for SlotRef<'_> {
     }
 }
 
-/// Tables written as logs and read by scans only: a put into one is not
-/// kept (no point read would find it).
-const APPEND_ONLY: [Table; 2] = [Table::Outbox, Table::Audit];
+/// Tables whose puts are forgotten, not kept: the logs, read by scans only
+/// (no point read would find a put), and the outcomes, which a cascade
+/// writes one per resource it touches and point-reads again only in an
+/// undelete or when a resource it unset is then deleted by it. Kept, a
+/// cascade's outcomes filled the cache (a million of them outweigh its
+/// 64 MiB) and every put was an insert and an eviction: about a fifth of
+/// the cache's work in a P1 flat on postgres (docs/BENCHMARKS.md,
+/// "PostgreSQL: the read cache's work per deletion"). Forgotten, a point
+/// read after the put asks the database, as after any removal.
+const FORGOTTEN_ON_PUT: [Table; 3] = [Table::Outbox, Table::Audit, Table::Outcomes];
 
 /// The tables runs are kept for: the writer's walks' index rows (a key
 /// and an empty or small value each: a back-reference names two
@@ -239,6 +247,32 @@ impl State {
         })
     }
 
+    /// Whether a lookup of `key` would hit ([`State::lookup`] without
+    /// copying the value).
+    fn knows(&self, writers_view: bool, table: Table, key: &[u8]) -> bool {
+        !self.busy_for(writers_view)
+            && (self.above_highest(table, key)
+                || self.entries.get(&SlotRef::Key(table, key)).is_some()
+                || self.empty_prefix_of(table, key))
+    }
+
+    /// [`ReadCache::lookup_as`] under a lock its caller holds.
+    fn lookup(&self, writers_view: bool, table: Table, key: &[u8]) -> Lookup {
+        if self.busy_for(writers_view) {
+            // A commit in flight: the database may be ahead of the cache.
+            return Lookup::Miss(self.generation);
+        }
+        if self.above_highest(table, key) {
+            return Lookup::Hit(None);
+        }
+        match self.entries.get(&SlotRef::Key(table, key)) {
+            Some(value) => Lookup::Hit(value.clone()),
+            // A key under an empty prefix is absent.
+            None if self.empty_prefix_of(table, key) => Lookup::Hit(None),
+            None => Lookup::Miss(self.generation),
+        }
+    }
+
     /// A row `key` landed: no prefix of it is empty any more.
     fn forget_prefixes_of(&mut self, table: Table, key: &[u8]) {
         let Some(lengths) = self.prefix_lengths.get(&table) else {
@@ -303,6 +337,7 @@ pub(super) struct ReadCache {
 }
 
 /// What a lookup found.
+#[derive(Debug, PartialEq, Eq)]
 pub(super) enum Lookup {
     /// The key's value (or its absence), as of the last commit.
     Hit(Cached),
@@ -350,6 +385,7 @@ impl ReadCache {
         }
     }
 
+    #[cfg(test)]
     pub(super) fn lookup(&self, table: Table, key: &[u8]) -> Lookup {
         self.lookup_as(false, table, key)
     }
@@ -359,19 +395,48 @@ impl ReadCache {
     /// and read there first).
     pub(super) fn lookup_as(&self, writers_view: bool, table: Table, key: &[u8]) -> Lookup {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        if state.busy_for(writers_view) {
-            // A commit in flight: the database may be ahead of the cache.
-            return Lookup::Miss(state.generation);
-        }
-        if state.above_highest(table, key) {
-            return Lookup::Hit(None);
-        }
-        match state.entries.get(&SlotRef::Key(table, key)) {
-            Some(value) => Lookup::Hit(value.clone()),
-            // A key under an empty prefix is absent.
-            None if state.empty_prefix_of(table, key) => Lookup::Hit(None),
-            None => Lookup::Miss(state.generation),
-        }
+        state.lookup(writers_view, table, key)
+    }
+
+    /// Which of `keys` (less those `skip` says need no read) a lookup as
+    /// [`ReadCache::lookup_as`] would miss, sorted and without duplicates:
+    /// what a read-ahead sends. Under one read of the lock, and without
+    /// copying the values it holds (a read-ahead asks about every key of
+    /// a walk's page, most of them cached by the read-ahead before).
+    pub(super) fn unknown_keys(
+        &self,
+        writers_view: bool,
+        table: Table,
+        keys: &[Vec<u8>],
+        skip: impl Fn(&[u8]) -> bool,
+    ) -> Vec<Vec<u8>> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let mut unknown: Vec<Vec<u8>> = keys
+            .iter()
+            .filter(|key| !skip(key) && !state.knows(writers_view, table, key))
+            .cloned()
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        unknown
+    }
+
+    /// Which of `prefixes` a lookup as [`ReadCache::lookup_prefix_as`]
+    /// would miss, sorted and without duplicates, under one read of the
+    /// lock.
+    pub(super) fn unknown_prefixes(&self, writers_view: bool, table: Table, prefixes: &[Vec<u8>]) -> Vec<Vec<u8>> {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let mut unknown: Vec<Vec<u8>> = prefixes
+            .iter()
+            .filter(|prefix| {
+                state.busy_for(writers_view)
+                    || !(state.above_highest(table, prefix) || state.empty_prefix_of(table, prefix))
+            })
+            .cloned()
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        unknown
     }
 
     /// Whether `prefix` (or a prefix of it) is known to hold no row.
@@ -574,8 +639,23 @@ impl ReadCache {
 
     /// Whether `key` is known not to be in `table` as of the last commit
     /// (only asked with no commit in flight: see `PostgresStore::commit_at`).
+    #[cfg(test)]
     pub(super) fn known_absent(&self, table: Table, key: &[u8]) -> bool {
         matches!(self.lookup(table, key), Lookup::Hit(None))
+    }
+
+    /// Runs `plan` with the two questions a commit's plan asks of every
+    /// key it writes ([`ReadCache::known_absent`]) and table (whether its
+    /// highest key is known), under one read of the lock instead of one per
+    /// key (a flush of a P1 asks about four keys per deleted resource).
+    pub(super) fn planning<R>(
+        &self,
+        plan: impl FnOnce(&dyn Fn(Table, &[u8]) -> bool, &dyn Fn(Table) -> bool) -> R,
+    ) -> R {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        let absent = |table: Table, key: &[u8]| matches!(state.lookup(false, table, key), Lookup::Hit(None));
+        let highest_known = |table: Table| state.highest.contains_key(&table);
+        plan(&absent, &highest_known)
     }
 
     /// Whether the highest key of `table` is known.
@@ -649,9 +729,9 @@ impl ReadCache {
                             *highest = Some(key.to_vec());
                         }
                     }
-                    if APPEND_ONLY.contains(&table) {
-                        // Read by scans only, which the cache does not
-                        // answer from its entries.
+                    if FORGOTTEN_ON_PUT.contains(&table) {
+                        // Read by scans (which the cache does not answer
+                        // from its entries) or seldom: see the constant.
                         state.entries.remove(&SlotRef::Key(table, key));
                     } else {
                         state
@@ -831,7 +911,7 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_key_and_a_put_into_a_log_are_forgotten_not_kept() {
+    fn a_removed_key_and_a_put_into_a_log_or_an_outcome_are_forgotten_not_kept() {
         let cache = ReadCache::new(1 << 20);
         landed(&cache, b"k", Some(b"v"));
         assert_eq!(hit(&cache, b"k"), Some(Some(b"v".to_vec())));
@@ -850,6 +930,19 @@ mod tests {
             ],
         );
         assert_eq!(cache.len(), 0, "logs are read by scans only");
+        // An outcome read absent, then put: forgotten, not kept (and not
+        // left absent), so the next read asks the database.
+        let g = generation(&cache, b"o");
+        cache.remember(g, Table::Outcomes, b"o".to_vec(), None);
+        assert_eq!(cache.lookup(Table::Outcomes, b"o"), Lookup::Hit(None));
+        let started = cache.commit_started();
+        ended(
+            &cache,
+            started,
+            [(Table::Outcomes, b"o".as_slice(), Some(b"deleted".as_slice()))],
+        );
+        assert!(matches!(cache.lookup(Table::Outcomes, b"o"), Lookup::Miss(_)));
+        assert_eq!(cache.len(), 0, "a cascade's outcomes take no entry");
         // A removal still never leaves a stale value behind, even of a key
         // read before it.
         let g = generation(&cache, b"r");

@@ -358,11 +358,9 @@ impl PostgresStore {
         let Some(runtime) = &self.runtime.0 else {
             return Err(StoreError::Engine("the PostgreSQL store is closed".into()));
         };
-        let plan = commit::plan(
-            &taken.writes,
-            |table, key| self.cache.known_absent(table, key),
-            |table| self.cache.highest_known(table),
-        );
+        let plan = self
+            .cache
+            .planning(|absent, highest_known| commit::plan(&taken.writes, absent, highest_known));
         #[cfg(test)]
         let pause = *self
             .pause_after_fence
@@ -663,16 +661,9 @@ impl Store for PostgresStore {
             .keys
             .iter()
             .map(|(table, keys)| {
-                let mut unknown: Vec<Vec<u8>> = keys
-                    .iter()
-                    .filter(|key| {
-                        !self.staged.holds(*table, key)
-                            && matches!(self.cache.lookup_as(true, *table, key), Lookup::Miss(_))
-                    })
-                    .cloned()
-                    .collect();
-                unknown.sort_unstable();
-                unknown.dedup();
+                let unknown = self
+                    .cache
+                    .unknown_keys(true, *table, keys, |key| self.staged.holds(*table, key));
                 (*table, unknown)
             })
             .filter(|(_, keys)| !keys.is_empty())
@@ -681,13 +672,7 @@ impl Store for PostgresStore {
             .prefixes
             .iter()
             .map(|(table, prefixes)| {
-                let mut unknown: Vec<Vec<u8>> = prefixes
-                    .iter()
-                    .filter(|prefix| matches!(self.cache.lookup_prefix_as(true, *table, prefix), PrefixLookup::Miss(_)))
-                    .cloned()
-                    .collect();
-                unknown.sort_unstable();
-                unknown.dedup();
+                let unknown = self.cache.unknown_prefixes(true, *table, prefixes);
                 // A prefix without an end (empty, or all 0xff) is left to
                 // its scan.
                 let (lows, highs): (Vec<Vec<u8>>, Vec<Vec<u8>>) = unknown
