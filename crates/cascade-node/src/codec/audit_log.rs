@@ -5,7 +5,8 @@ use super::StoreState;
 use crate::store::{Batch, StoreError, Table};
 
 /// How many entries the audit log holds: moved in the batch that adds
-/// entries and in the one that prunes them. Absent in a store from before
+/// entries and in the one that prunes them. Started by the first batch
+/// that adds entries to an empty log; absent in a store from before
 /// issue 27 until the first retention step counts the table once (such a
 /// log holds only Admin calls: small).
 pub(super) const AUDIT_ENTRIES: &[u8] = b"audit_entries";
@@ -31,6 +32,12 @@ impl StoreState<'_> {
             Some(_) => Some(self.counter(Table::Meta, AUDIT_ENTRIES, 0)?),
             None => None,
         })
+    }
+
+    /// Whether the audit log holds no entry (one key read at most; asked
+    /// only while the count is absent).
+    pub(super) fn audit_log_is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.store.scan(Table::Audit, &[], None, 1)?.is_empty())
     }
 
     /// One retention step of the audit log: removes, oldest first, the

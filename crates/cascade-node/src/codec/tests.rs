@@ -2001,3 +2001,49 @@ fn a_walks_read_ahead_asks_for_outcomes_only_once_its_operation_counted_an_unset
         );
     }
 }
+
+/// A fresh store's first audited write starts the audit log's count, so
+/// the node's first retention step (its first tick) has nothing to write.
+/// It counted the log then, in a batch of its own: a write nobody asked
+/// for, at a moment nobody chose (`writer_load`'s group-commit test saw it
+/// as one batch more than its creates, under CI's load). A log from before
+/// the count is still counted by the first retention step.
+#[test]
+fn a_fresh_stores_first_audited_write_starts_the_count_and_its_first_retention_step_writes_nothing() {
+    let store = MemoryStore::default();
+    let state = StoreState { store: &store };
+    assert_eq!(state.audit_count().expect("reads"), None);
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.audit.push(typical_audit_entry());
+    store
+        .commit(encode_writes(&state, &writes).expect("encodes"))
+        .expect("commits");
+    assert_eq!(state.audit_count().expect("reads"), Some(1));
+    let (batch, pruned) = state.prune_audit(None, None, 100).expect("prunes");
+    assert!(
+        batch.is_empty(),
+        "a retention step with nothing to remove writes nothing"
+    );
+    assert_eq!((pruned.removed, pruned.entries), (0, 1));
+
+    // A log from before the count: entries and no count. The next audited
+    // write leaves the count to retention, which counts every entry.
+    let old = MemoryStore::default();
+    let state = StoreState { store: &old };
+    let (key, value) = records::encode_audit_row(&typical_audit_entry()).expect("encodes");
+    let mut batch = Batch::default();
+    batch.put(Table::Audit, key, value);
+    old.commit(batch).expect("commits");
+    let mut writes = cascade_core::state::WriteSet::default();
+    writes.audit.push(AuditEntry {
+        id: uid_n(2),
+        ..typical_audit_entry()
+    });
+    old.commit(encode_writes(&state, &writes).expect("encodes"))
+        .expect("commits");
+    assert_eq!(state.audit_count().expect("reads"), None, "not guessed from an old log");
+    let (batch, pruned) = state.prune_audit(None, None, 100).expect("prunes");
+    old.commit(batch).expect("commits");
+    assert_eq!(pruned.entries, 2);
+    assert_eq!(state.audit_count().expect("reads"), Some(2));
+}
