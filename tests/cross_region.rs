@@ -731,3 +731,70 @@ async fn a_cross_region_cascades_root_goes_once_its_closure_is_reported_not_at_t
     );
     assert_eq!(done.progress.unwrap().deleted, 2, "the port in rb and the network");
 }
+
+/// `cascade_peer_events_received_total` of `region`'s link to `peer`, by type.
+async fn events_received(c: &Cluster, region: &str, peer: &str, event_type: &str) -> f64 {
+    let metrics = scrape(c.node(region).node.metrics_addr().expect("metrics served")).await;
+    metrics
+        .get(&format!(
+            "cascade_peer_events_received_total{{peer=\"{peer}\",type=\"{event_type}\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// A cascade over ports nothing in another region references sends the
+/// other regions nothing of them: each port is purged as a leaf, and its
+/// PURGED event (no DELETING came before it) concerns no other region, so
+/// the owner's watch leaves it out and marks how far it passed instead.
+/// The other region's cursor still reaches the owner's last revision, so
+/// the owner's outbox compacts past them, and past the creates after
+/// them, which no other region is sent either (before, a peer's cursor
+/// stayed at the last event it was sent, however many creates followed). Before, every leaf's
+/// PURGED went to every other region, to move its cursor only: most of a
+/// cascade's cross-region traffic in issue 28's P2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_over_local_leaves_sends_other_regions_only_its_root_and_their_cursors_follow() {
+    const LEAVES: usize = 60;
+    let c = start_cluster_with(&["ra", "rb"], |s| {
+        s.metrics_listen = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    })
+    .await;
+    let a = c.client("ra");
+    let mut specs = vec![
+        spec_in("ra/project/p", &[]),
+        spec_in("ra/network/m", &[("project", &["ra/project/p"])]),
+    ];
+    specs.extend((0..LEAVES).map(|i| port_on(&format!("ra/port/q{i}"), "ra/network/m")));
+    a.batch_create(specs).await.unwrap();
+    let op = a
+        .delete(delete_req("ra/network/m", true))
+        .await
+        .unwrap()
+        .operation
+        .unwrap();
+    let done = wait_operation(a, &op.id).await;
+    assert_eq!(op_state(&done), v1::OperationState::Succeeded, "{done:?}");
+    assert_eq!(done.progress.unwrap().deleted, LEAVES as u64 + 1);
+
+    // And creates, which no other region is sent either: the last
+    // revisions of ra's outbox are events rb is not sent.
+    for i in 0..3 {
+        a.create(spec_in(&format!("ra/project/after{i}"), &[])).await.unwrap();
+    }
+    let (a_endpoint, b_endpoint) = (c.node("ra").node.endpoint(), c.node("rb").node.endpoint());
+    let last = dump(&a_endpoint).await.unwrap().last_revision;
+    eventually(
+        Duration::from_secs(20),
+        "rb's cursor for ra to reach ra's last revision",
+        || async { (dump(&b_endpoint).await.unwrap().cursors.get("ra") == Some(&last)).then_some(()) },
+    )
+    .await;
+    // The network's DELETING and PURGED; none of its leaves'.
+    assert_eq!(events_received(&c, "rb", "ra", "deleting").await, 1.0);
+    assert_eq!(
+        events_received(&c, "rb", "ra", "purged").await,
+        1.0,
+        "rb was sent the PURGED of leaves it could hold nothing of"
+    );
+}

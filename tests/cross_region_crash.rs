@@ -386,7 +386,9 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
         spec_in("ra/network/n", &[("project", &["ra/project/p"])]),
     ];
     // A second network whose ports are all in A: its cascade purges them
-    // as leaves, one PURGED event each (no DELETING), which B is sent.
+    // as leaves, one PURGED event each (no DELETING), which B is not sent:
+    // A's watch passes over them with a progress mark, which moves B's
+    // cursor in a commit that skips its flush, as those events' did.
     specs.push(spec_in("ra/network/m", &[("project", &["ra/project/p"])]));
     specs.extend((0..LEAVES).map(|i| port_on(&format!("ra/port/q{i}"), "ra/network/m")));
     a.batch_create(specs).await.unwrap();
@@ -413,7 +415,8 @@ async fn a_crash_that_loses_an_importers_unflushed_commits_has_them_sent_again_o
         Ok(v1::OperationState::Succeeded),
         "{done:?}"
     );
-    // Ports nothing in B references: their PURGED events only move B's cursor.
+    // Ports nothing in B references: a progress mark moves B's cursor
+    // past their PURGED events.
     let local = a
         .delete(delete_req("ra/network/m", true))
         .await

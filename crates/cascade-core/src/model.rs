@@ -751,6 +751,31 @@ pub struct Event {
     pub retain_ms: u64,
 }
 
+impl Event {
+    /// Whether other regions' nodes are sent this event over `Peer.Watch`:
+    /// its type concerns importers ([`EventType::concerns_importers`]), and
+    /// it is not the PURGED event of a leaf a cascade purged in the step
+    /// that reached it (`cause` set: it skipped DELETING).
+    ///
+    /// Why such a PURGED changes nothing in any other region: the leaf had
+    /// no back-reference when it was purged (`protocol::purge_leaf`'s
+    /// invariant), and the owner holds every region's, so no region was
+    /// referring to it through the owner; and it was ACTIVE until that
+    /// step, never announced as DELETING or forced, so no region holds a
+    /// tombstone or a queued walk of it from this life, which is all an
+    /// importer's PURGED acts on (`peer::apply_remote_events`: "a PURGED
+    /// without a tombstone does nothing"). A tombstone from an earlier
+    /// life was dropped at its SOFT_DELETED before an undelete made it
+    /// ACTIVE again, or is marked purged already. In a cascade over
+    /// several regions these are most of the events (every leaf port of
+    /// every region, sent to every other region: issue 28's P2), and each
+    /// was read, encoded, sent, decoded and applied by every peer only to
+    /// move its cursor, which a watch's progress mark now moves instead.
+    pub fn concerns_importers(&self) -> bool {
+        self.event_type.concerns_importers() && !(self.event_type == EventType::Purged && self.cause.is_some())
+    }
+}
+
 /// A resource of another region that this node saw enter DELETING (from the
 /// owner's watch stream). While it exists, nothing here may attach a new
 /// reference to that uid; local referrers are cascaded or unset from it.

@@ -487,6 +487,9 @@ struct Stats {
     checked_replanned: usize,
     closures_confirmed: usize,
     closure_confirms_declined: usize,
+    /// PURGED events an owner's watch leaves out, applied alone at the
+    /// watcher to check that they would have changed nothing there.
+    left_out_events_checked: usize,
 }
 
 struct World {
@@ -1359,14 +1362,20 @@ impl World {
 
     // -- the network and the deletion engines ---------------------------------
 
-    /// The owner's DELETING/PURGED events after the watcher's cursor.
+    /// The owner's DELETING/PURGED events after the watcher's cursor that
+    /// it is sent (`Event::concerns_importers`), or those it is not.
     fn undelivered(&self, owner: usize, watcher: usize) -> Vec<RemoteEvent> {
+        self.after_cursor(owner, watcher, true)
+    }
+
+    fn after_cursor(&self, owner: usize, watcher: usize, sent: bool) -> Vec<RemoteEvent> {
         let cursor = self.regions[watcher].state.cursor(REGIONS[owner]).unwrap();
         self.regions[owner]
             .state
             .events
             .iter()
             .filter(|e| e.revision > cursor && matches!(e.event_type, EventType::Deleting | EventType::Purged))
+            .filter(|e| e.concerns_importers() == sent)
             .map(|e| RemoteEvent {
                 revision: e.revision,
                 event_type: e.event_type,
@@ -1383,6 +1392,31 @@ impl World {
         let events: Vec<RemoteEvent> = self.undelivered(owner, watcher).into_iter().take(max).collect();
         if events.is_empty() {
             return Ok(0);
+        }
+        // The events the owner's watch leaves out would change nothing
+        // here but the cursor, whatever this region's state: applied alone
+        // now, not committed (the node never sends them).
+        for skipped in self.after_cursor(owner, watcher, false) {
+            let name = skipped.resource.name.clone();
+            let step = peer::apply_remote_events(
+                &self.regions[watcher].state,
+                self.ctx(watcher),
+                REGIONS[owner],
+                vec![skipped],
+            )
+            .map_err(|e| {
+                format!(
+                    "apply a left-out event of {} at {}: {e}",
+                    REGIONS[owner], REGIONS[watcher]
+                )
+            })?;
+            self.stats.left_out_events_checked += 1;
+            if step.value.applied != 0 || step.value.needs_flush {
+                return Err(format!(
+                    "{} would have acted on the PURGED of {name}, which {}'s watch leaves out: {:?}",
+                    REGIONS[watcher], REGIONS[owner], step.value
+                ));
+            }
         }
         let n = events.len();
         let step = peer::apply_remote_events(&self.regions[watcher].state, self.ctx(watcher), REGIONS[owner], events)
@@ -2109,6 +2143,7 @@ fn run(p: &Program, stats: &RefCell<Stats>) -> Result<(), String> {
     s.checked_replanned += c.checked_replanned;
     s.closures_confirmed += c.closures_confirmed;
     s.closure_confirms_declined += c.closure_confirms_declined;
+    s.left_out_events_checked += c.left_out_events_checked;
     Ok(())
 }
 
@@ -2139,7 +2174,13 @@ fn three_regions_delete_only_what_was_asked_and_as_the_dry_run_said() {
     let stats = RefCell::new(Stats::default());
     let result = runner.run(&program(), |p| run(&p, &stats).map_err(TestCaseError::fail));
     match result {
-        Ok(()) => eprintln!("multi_region coverage: {:#?}", stats.borrow()),
+        Ok(()) => {
+            eprintln!("multi_region coverage: {:#?}", stats.borrow());
+            assert!(
+                stats.borrow().left_out_events_checked > 0,
+                "no case had an owner's watch leave out a leaf's PURGED: the check above never ran"
+            );
+        }
         Err(TestError::Fail(why, program)) => {
             // The minimal program's own failure, with its trace.
             let why = run(&program, &RefCell::default())

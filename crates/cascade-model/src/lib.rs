@@ -724,14 +724,16 @@ impl CascadeModel {
         }
     }
 
-    /// The DELETING/PURGED events of `owner` that `watcher` has not applied yet.
+    /// The events of `owner` that `watcher` has not applied yet and is sent
+    /// (`Event::concerns_importers`: not the PURGED of a leaf that skipped
+    /// DELETING, which the node leaves out of `Peer.Watch`).
     fn undelivered(s: &State, owner: usize, watcher: usize) -> Vec<RemoteEvent> {
         let cursor = s.regions[watcher].state.cursor(REGIONS[owner]).unwrap_or(0);
         s.regions[owner]
             .state
             .events
             .iter()
-            .filter(|e| e.revision > cursor && e.event_type.concerns_importers())
+            .filter(|e| e.revision > cursor && e.concerns_importers())
             .map(|e| RemoteEvent {
                 revision: e.revision,
                 event_type: e.event_type,
@@ -1624,7 +1626,7 @@ impl CascadeModel {
             s.regions[owner]
                 .state
                 .events
-                .retain(|e| e.revision > floor && e.event_type.concerns_importers());
+                .retain(|e| e.revision > floor && e.concerns_importers());
         }
     }
 

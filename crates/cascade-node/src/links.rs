@@ -40,7 +40,7 @@ use crate::entropy::{stable_hash, XorShift64};
 use crate::error::Fault;
 use crate::log_throttle::Throttle;
 use crate::node::Node;
-use crate::peers::{WatchEnd, WatchedEvent, PEER_CALL_TIMEOUT};
+use crate::peers::{WatchEnd, Watched, WatchedEvent, PEER_CALL_TIMEOUT};
 
 /// Events handed to the writer per step.
 pub(crate) const EVENT_BATCH: usize = 256;
@@ -222,46 +222,95 @@ async fn follow(node: &Node, peer: &str, me: &ActorRef<LinkMsg>) -> String {
             }
         }
         contact(node, peer);
-        let watched: Vec<WatchedEvent> = batch
-            .into_iter()
-            .flatten()
-            .filter(|w| understood(node, peer, &w.event))
-            .collect();
-        if watched.is_empty() {
-            continue; // heartbeats only
-        }
-        let span = apply_span(node, peer, &watched);
-        let events: Vec<RemoteEvent> = watched.into_iter().map(|w| w.event).collect();
-        let from = peer.to_owned();
-        let stats = node.write_stats.clone();
-        // A batch that only moves the cursor (events about resources
-        // nothing here references: most of them, in P3) skips its flush: a
-        // crash that loses it has the owner send the same events again.
-        // So must a failed flush that takes it back while this process
-        // lives: the stream has gone past what the stored cursor covers,
-        // and is followed again from it (checked in the writer's step,
-        // after every takeback before it: `WriteStats::takebacks`).
-        if let Err(e) = node
-            .writer
-            .apply_may_skip_flush(
-                move |s, c, _| {
-                    if stats.takebacks() != takebacks {
-                        return Err(CoreError::Storage(StorageError(
-                            "the store took back commits that skipped their flush, the cursor's among them: \
-                             following again from the stored cursor"
-                                .into(),
-                        )));
+        // The highest progress mark of the batch, and its events.
+        let mut passed_through = 0;
+        let mut watched: Vec<WatchedEvent> = Vec::with_capacity(batch.len());
+        for item in batch.into_iter().flatten() {
+            match item {
+                Watched::Beat { passed_through: r } => passed_through = passed_through.max(r),
+                Watched::Event(w) => {
+                    if understood(node, peer, &w.event) {
+                        watched.push(w);
                     }
-                    peer::apply_remote_events(s, c, &from, events)
-                },
-                |applied: &peer::AppliedEvents| applied.needs_flush,
-            )
-            .instrument(span)
-            .await
-        {
-            return format!("applying events: {e}");
+                    // A mark before an event is behind it.
+                    passed_through = 0;
+                }
+            }
+        }
+        // The marks after the batch's last event, after its events: a
+        // cursor moved past an event first would skip it.
+        if let Err(e) = apply_events(node, peer, watched, takebacks).await {
+            return e;
+        }
+        if passed_through > 0 {
+            if let Err(e) = pass_through(node, peer, passed_through, takebacks).await {
+                return format!("moving the cursor: {e}");
+            }
         }
     }
+}
+
+/// Applies a batch of the peer's events in one writer step (nothing for
+/// an empty one); the error says why the stream must be followed again.
+async fn apply_events(node: &Node, peer: &str, watched: Vec<WatchedEvent>, takebacks: u64) -> Result<(), String> {
+    if watched.is_empty() {
+        return Ok(());
+    }
+    let span = apply_span(node, peer, &watched);
+    let events: Vec<RemoteEvent> = watched.into_iter().map(|w| w.event).collect();
+    let from = peer.to_owned();
+    let stats = node.write_stats.clone();
+    // A batch that only moves the cursor (events about resources
+    // nothing here references: most of them, in P3) skips its flush: a
+    // crash that loses it has the owner send the same events again.
+    // So must a failed flush that takes it back while this process
+    // lives: the stream has gone past what the stored cursor covers,
+    // and is followed again from it (checked in the writer's step,
+    // after every takeback before it: `WriteStats::takebacks`).
+    node.writer
+        .apply_may_skip_flush(
+            move |s, c, _| {
+                if stats.takebacks() != takebacks {
+                    return Err(taken_back());
+                }
+                peer::apply_remote_events(s, c, &from, events)
+            },
+            |applied: &peer::AppliedEvents| applied.needs_flush,
+        )
+        .instrument(span)
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("applying events: {e}"))
+}
+
+/// Moves the cursor of `peer` to a progress mark of its watch: one step,
+/// no flush (`peer::pass_through`), checked against takebacks as a batch
+/// of events is.
+async fn pass_through(node: &Node, peer: &str, revision: u64, takebacks: u64) -> Result<(), Fault> {
+    let from = peer.to_owned();
+    let stats = node.write_stats.clone();
+    node.writer
+        .apply_may_skip_flush(
+            move |s, _, _| {
+                if stats.takebacks() != takebacks {
+                    return Err(taken_back());
+                }
+                peer::pass_through(s, &from, revision)
+            },
+            |_: &bool| false,
+        )
+        .await
+        .map(|_| ())
+}
+
+/// A step of a link refused because the store took back commits that
+/// skipped their flush since the link read its cursor.
+fn taken_back() -> CoreError {
+    CoreError::Storage(StorageError(
+        "the store took back commits that skipped their flush, the cursor's among them: \
+         following again from the stored cursor"
+            .into(),
+    ))
 }
 
 /// Counts a received event by type, and whether this node applies it: a

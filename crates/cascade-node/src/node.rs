@@ -665,7 +665,7 @@ impl Node {
             return Ok(None);
         };
         let unacked = self.state().events_from(acked.saturating_add(1), limit)?;
-        let sent = unacked.iter().filter(|e| e.event_type.concerns_importers()).count();
+        let sent = unacked.iter().filter(|e| e.concerns_importers()).count();
         Ok(Some((sent as u64, unacked.len() >= limit)))
     }
 

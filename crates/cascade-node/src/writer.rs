@@ -589,11 +589,7 @@ impl WriterState {
     /// operation then belongs to.
     fn note_trace(&self, writes: &WriteSet) -> Option<u64> {
         let marks = &self.ctx.trace_marks;
-        let mut sent = writes
-            .events
-            .iter()
-            .filter(|e| e.event_type.concerns_importers())
-            .peekable();
+        let mut sent = writes.events.iter().filter(|e| e.concerns_importers()).peekable();
         let first = sent.peek()?.revision;
         let current = crate::trace_context::current_traceparent();
         if current.is_none() && !marks.knows_operations() {

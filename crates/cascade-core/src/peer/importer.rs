@@ -181,6 +181,28 @@ pub fn apply_remote_events<S: StateRead + ?Sized>(
     })
 }
 
+/// Importer: the owner's watch passed through `revision` without an event
+/// that concerns this region (a progress mark: `Event::concerns_importers`
+/// says which it leaves out), so the cursor of `from_region` moves there.
+/// Nothing else changes, and the step needs no flush: a crash that loses
+/// it has the owner pass over the same events again. Returns whether the
+/// cursor moved (a mark at or below it is a replay).
+pub fn pass_through<S: StateRead + ?Sized>(
+    state: &S,
+    from_region: &str,
+    revision: crate::model::Revision,
+) -> Result<Step<bool>, CoreError> {
+    let mut tx = Tx::new(state);
+    let moved = revision > tx.cursor(from_region)?;
+    if moved {
+        tx.set_cursor(from_region, revision);
+    }
+    Ok(Step {
+        value: moved,
+        writes: tx.finish(),
+    })
+}
+
 /// The owner forced a deletion through: the tombstone says so (made now
 /// if this node never saw the DELETING event), and the walk of the local
 /// referrers starts again from the first row, so the `block` referrers the

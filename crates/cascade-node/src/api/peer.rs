@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 use tracing::{info_span, warn};
 
 use crate::api::relay::{relayed_caller, Relayed};
-use crate::api::stream::{outbox_stream, with_heartbeats};
+use crate::api::stream::{outbox_stream, with_heartbeats, Sent};
 use crate::api::{parse_name, parse_operation_id};
 use crate::codec::EventHead;
 use crate::error::Fault;
@@ -373,19 +373,34 @@ impl Peer for PeerApi {
                 region: watcher.to_string(),
             },
             |e: &EventHead<'_>| e.event_type.concerns_importers(),
-            move |e| v1::PeerEvent {
-                traceparent: node.trace_marks.of(e.revision).unwrap_or_default(),
-                revision: e.revision,
-                r#type: convert::event_type(event_type_for(version, e.event_type)) as i32,
-                resource: Some(convert::object_ref(&e.resource)),
-                operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
-                no_cascade: e.no_cascade,
-                heartbeat: false,
-                // Vouched by this region to importers (the stream is
-                // region-certified); anonymous is left out.
-                principal: (e.principal != cascade_core::auth::Principal::anonymous())
-                    .then(|| crate::api::principal::to_wire(&e.principal)),
-                retain_ms: e.retain_ms,
+            move |sent| {
+                let e = match sent {
+                    // The importer moves its cursor there: nothing it was
+                    // not sent up to it concerns it.
+                    Sent::PassedThrough(revision) => {
+                        return Some(v1::PeerEvent {
+                            heartbeat: true,
+                            revision,
+                            ..Default::default()
+                        })
+                    }
+                    Sent::Event(e) if !e.concerns_importers() => return None,
+                    Sent::Event(e) => e,
+                };
+                Some(v1::PeerEvent {
+                    traceparent: node.trace_marks.of(e.revision).unwrap_or_default(),
+                    revision: e.revision,
+                    r#type: convert::event_type(event_type_for(version, e.event_type)) as i32,
+                    resource: Some(convert::object_ref(&e.resource)),
+                    operation_id: e.operation.map(|o| o.to_string()).unwrap_or_default(),
+                    no_cascade: e.no_cascade,
+                    heartbeat: false,
+                    // Vouched by this region to importers (the stream is
+                    // region-certified); anonymous is left out.
+                    principal: (e.principal != cascade_core::auth::Principal::anonymous())
+                        .then(|| crate::api::principal::to_wire(&e.principal)),
+                    retain_ms: e.retain_ms,
+                })
             },
             span,
         );

@@ -45,7 +45,7 @@ use crate::api::forward::{call_owner, relayed_status};
 use crate::api::trace_propagation::InjectTraceContext;
 use crate::peers::{
     AnnouncingChannel, Deadline, ExplainPart, LookupAnswer, Peers, RegionFigures, RegionNode, RelayedCode, RemoteError,
-    WatchEnd, WatchedEvent, MAX_REGION_NODES, PEER_CALL_TIMEOUT,
+    WatchEnd, Watched, WatchedEvent, MAX_REGION_NODES, PEER_CALL_TIMEOUT,
 };
 
 /// Entries asked for per `Peer.ListDeleting` page (the owner's default
@@ -513,7 +513,7 @@ impl Peers {
         region: &str,
         watcher: &RegionId,
         from_revision: u64,
-    ) -> Result<impl Stream<Item = Result<Option<WatchedEvent>, WatchEnd>> + Send + Unpin + 'static, WatchEnd> {
+    ) -> Result<impl Stream<Item = Result<Option<Watched>, WatchEnd>> + Send + Unpin + 'static, WatchEnd> {
         let req = v1::PeerWatchRequest {
             region: watcher.to_string(),
             from_revision,
@@ -613,12 +613,16 @@ where
     }
 }
 
-fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
+/// An item of a peer's watch stream; None for an event that does not decode.
+fn remote_event(e: v1::PeerEvent) -> Option<Watched> {
     if e.heartbeat {
-        return None; // the link is alive; nothing to apply
+        // The link is alive; with a revision, the peer passed through it.
+        return Some(Watched::Beat {
+            passed_through: e.revision,
+        });
     }
     let resource = convert::ref_target(e.resource, "resource").ok()?;
-    Some(WatchedEvent {
+    Some(Watched::Event(WatchedEvent {
         event: RemoteEvent {
             revision: e.revision,
             event_type: convert::event_type_from(e.r#type)?,
@@ -635,7 +639,7 @@ fn remote_event(e: v1::PeerEvent) -> Option<WatchedEvent> {
             retain_ms: e.retain_ms,
         },
         traceparent: Some(e.traceparent).filter(|t| !t.is_empty()),
-    })
+    }))
 }
 
 /// A peer's figures from the wire.

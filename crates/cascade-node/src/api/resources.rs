@@ -45,7 +45,7 @@ use tracing::{info_span, Instrument};
 use crate::admin::Refusal;
 use crate::api::forward::{budget_within, deadline_of, deadlines, forward, to_the_end, FORWARD_TIMEOUT};
 use crate::api::principal::{caller, vouching_region};
-use crate::api::stream::outbox_stream;
+use crate::api::stream::{events_only, outbox_stream};
 use crate::api::{parse_name, parse_operation_id, refused};
 use crate::audit::AuditContext;
 use crate::cluster::OPERATION_READ_TIMEOUT;
@@ -967,7 +967,7 @@ impl Resources for ResourcesApi {
             req.from_revision,
             watcher,
             move |e: &EventHead<'_>| kind.as_deref().is_none_or(|k| e.kind() == k),
-            convert::event,
+            events_only(convert::event),
             span,
         );
         Ok(Response::new(Box::pin(stream)))

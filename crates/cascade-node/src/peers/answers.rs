@@ -26,6 +26,19 @@ pub(crate) struct WatchedEvent {
     pub traceparent: Option<String>,
 }
 
+/// One item of a peer's watch stream (`Peer.Watch`).
+pub(crate) enum Watched {
+    Event(WatchedEvent),
+    /// A heartbeat; with a revision above 0 also a progress mark: the peer
+    /// sent every event up to it that concerns this region (the others,
+    /// the leaves it purged, change nothing here), so the cursor moves
+    /// there. From a peer that sends none (an older one) the cursor stays
+    /// at the last event applied, as before.
+    Beat {
+        passed_through: cascade_core::model::Revision,
+    },
+}
+
 /// Why a peer's watch stream ended.
 pub(crate) enum WatchEnd {
     /// The peer compacted its outbox past the cursor: resync from its listing.

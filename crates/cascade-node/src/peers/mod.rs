@@ -44,7 +44,8 @@ mod remote_error;
 pub(crate) const MAX_REGION_NODES: usize = 32;
 
 pub(crate) use answers::{
-    ControlAction, ControlToDeliver, ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, WatchedEvent,
+    ControlAction, ControlToDeliver, ExplainPart, LookupAnswer, RegionFigures, RegionNode, WatchEnd, Watched,
+    WatchedEvent,
 };
 pub(crate) use deadline::{answer_margin, still_awaited, Deadline};
 pub(crate) use remote_error::{RelayedCode, RelayedStatus, RemoteError};
