@@ -426,17 +426,6 @@ async fn a_force_purge_unsets_a_blocker_in_another_region_and_finishes_the_casca
     assert_no_violations(&c).await;
 }
 
-/// `cascade_peer_events_received_total` of `region`'s link to `peer`, by type.
-async fn events_received(c: &Cluster, region: &str, peer: &str, event_type: &str) -> f64 {
-    let metrics = scrape(c.node(region).node.metrics_addr().expect("metrics served")).await;
-    metrics
-        .get(&format!(
-            "cascade_peer_events_received_total{{peer=\"{peer}\",type=\"{event_type}\"}}"
-        ))
-        .copied()
-        .unwrap_or(0.0)
-}
-
 /// `region`'s entry in `cascade status -o json` as `asked` answers it.
 async fn status_of(c: &Cluster, asked: &str, region: &str) -> serde_json::Value {
     let (code, status) = cascade_status(&c.node(asked).node.endpoint()).await;
@@ -547,12 +536,12 @@ async fn a_region_of_the_older_protocol_is_never_sent_deletion_forced_and_forcin
     wait_gone(a, "ra/network/lone").await;
     // lone's PURGED comes after its forced event in ra's outbox.
     eventually(Duration::from_secs(10), "rb to receive lone's PURGED", || async {
-        (events_received(&c, "rb", "ra", "purged").await >= 1.0).then_some(())
+        (peer_events_received(&c, "rb", "ra", "purged").await >= 1.0).then_some(())
     })
     .await;
-    assert!(events_received(&c, "rb", "ra", "deleting").await >= 3.0);
+    assert!(peer_events_received(&c, "rb", "ra", "deleting").await >= 3.0);
     assert_eq!(
-        events_received(&c, "rb", "ra", "deletion_forced").await,
+        peer_events_received(&c, "rb", "ra", "deletion_forced").await,
         0.0,
         "ra sent DELETION_FORCED to a node of version 1"
     );
@@ -580,7 +569,7 @@ async fn a_region_of_the_older_protocol_is_never_sent_deletion_forced_and_forcin
     assert_eq!(state(&router), v1::ResourceState::Active);
     assert!(targets(&router, "gateway_network").is_empty(), "{router:?}");
     assert!(
-        events_received(&c, "rb", "ra", "deletion_forced").await >= 1.0,
+        peer_events_received(&c, "rb", "ra", "deletion_forced").await >= 1.0,
         "the upgraded rb is sent DELETION_FORCED"
     );
     wait_quiescent(&c).await;

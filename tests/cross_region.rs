@@ -732,17 +732,6 @@ async fn a_cross_region_cascades_root_goes_once_its_closure_is_reported_not_at_t
     assert_eq!(done.progress.unwrap().deleted, 2, "the port in rb and the network");
 }
 
-/// `cascade_peer_events_received_total` of `region`'s link to `peer`, by type.
-async fn events_received(c: &Cluster, region: &str, peer: &str, event_type: &str) -> f64 {
-    let metrics = scrape(c.node(region).node.metrics_addr().expect("metrics served")).await;
-    metrics
-        .get(&format!(
-            "cascade_peer_events_received_total{{peer=\"{peer}\",type=\"{event_type}\"}}"
-        ))
-        .copied()
-        .unwrap_or(0.0)
-}
-
 /// A cascade over ports nothing in another region references sends the
 /// other regions nothing of them: each port is purged as a leaf, and its
 /// PURGED event (no DELETING came before it) concerns no other region, so
@@ -791,9 +780,9 @@ async fn a_cascade_over_local_leaves_sends_other_regions_only_its_root_and_their
     )
     .await;
     // The network's DELETING and PURGED; none of its leaves'.
-    assert_eq!(events_received(&c, "rb", "ra", "deleting").await, 1.0);
+    assert_eq!(peer_events_received(&c, "rb", "ra", "deleting").await, 1.0);
     assert_eq!(
-        events_received(&c, "rb", "ra", "purged").await,
+        peer_events_received(&c, "rb", "ra", "purged").await,
         1.0,
         "rb was sent the PURGED of leaves it could hold nothing of"
     );

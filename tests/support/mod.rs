@@ -250,6 +250,18 @@ impl Cluster {
     }
 }
 
+/// `cascade_peer_events_received_total` of `region`'s link to `peer`, by
+/// type (the node must serve its metrics).
+pub async fn peer_events_received(c: &Cluster, region: &str, peer: &str, event_type: &str) -> f64 {
+    let metrics = scrape(c.node(region).node.metrics_addr().expect("metrics served")).await;
+    metrics
+        .get(&format!(
+            "cascade_peer_events_received_total{{peer=\"{peer}\",type=\"{event_type}\"}}"
+        ))
+        .copied()
+        .unwrap_or(0.0)
+}
+
 /// Starts one node per region, each with the others as peers. Listeners are
 /// bound first so every node knows every address before any starts.
 pub async fn start_cluster(regions: &[&str]) -> Cluster {
