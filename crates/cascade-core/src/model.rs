@@ -667,6 +667,13 @@ impl EventType {
             EventType::Deleting | EventType::DeletionForced | EventType::Purged | EventType::SoftDeleted
         )
     }
+
+    /// [`Event::concerns_importers`] of an event of this type whose
+    /// `cause` is set or not: for a reader of a stored event that looks at
+    /// its type and cause without decoding the rest.
+    pub fn concerns_importers_given_cause(self, has_cause: bool) -> bool {
+        self.concerns_importers() && !(self == EventType::Purged && has_cause)
+    }
 }
 
 /// One administrative action, or one refused attempt at one (the Admin
@@ -772,7 +779,7 @@ impl Event {
     /// was read, encoded, sent, decoded and applied by every peer only to
     /// move its cursor, which a watch's progress mark now moves instead.
     pub fn concerns_importers(&self) -> bool {
-        self.event_type.concerns_importers() && !(self.event_type == EventType::Purged && self.cause.is_some())
+        self.event_type.concerns_importers_given_cause(self.cause.is_some())
     }
 }
 

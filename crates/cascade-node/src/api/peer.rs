@@ -372,7 +372,7 @@ impl Peer for PeerApi {
             Watcher::Peer {
                 region: watcher.to_string(),
             },
-            |e: &EventHead<'_>| e.event_type.concerns_importers(),
+            |e: &EventHead<'_>| e.concerns_importers(),
             move |sent| {
                 let e = match sent {
                     // The importer moves its cursor there: nothing it was
@@ -384,7 +384,6 @@ impl Peer for PeerApi {
                             ..Default::default()
                         })
                     }
-                    Sent::Event(e) if !e.concerns_importers() => return None,
                     Sent::Event(e) => e,
                 };
                 Some(v1::PeerEvent {

@@ -54,15 +54,26 @@ const FIRST_OUTBOX_SCAN_ROWS: usize = 4;
 const COMPACTION_SCAN_ROWS: usize = 32;
 
 /// What a Watch filters an event on: its revision, its type and its
-/// resource's name. Read from a stored event without decoding the rest
-/// ([`StoreState::events_wanted`]), or taken from a decoded one
-/// ([`EventHead::of`]), so that one filter serves both.
+/// resource's name, and whether other regions are sent it
+/// ([`EventHead::concerns_importers`]). Read from a stored event without
+/// decoding the rest ([`StoreState::events_wanted`]), or taken from a
+/// decoded one ([`EventHead::of`]), so that one filter serves both.
 #[derive(Debug, Clone, Copy)]
 pub struct EventHead<'a> {
     pub revision: Revision,
     pub event_type: EventType,
     /// The resource's name as stored (`{region}/{kind}/{id}`).
     pub resource: &'a str,
+    cause: CauseOf<'a>,
+}
+
+/// Whether an event's `cause` is set: known once the event is decoded;
+/// of a stored one, read from its value when asked, since it lies past
+/// the snapshot.
+#[derive(Debug, Clone, Copy)]
+enum CauseOf<'a> {
+    Known(bool),
+    Stored(&'a [u8]),
 }
 
 impl<'a> EventHead<'a> {
@@ -72,7 +83,27 @@ impl<'a> EventHead<'a> {
             revision: event.revision,
             event_type: event.event_type,
             resource: event.resource.name.as_str(),
+            cause: CauseOf::Known(event.cause.is_some()),
         }
+    }
+
+    /// [`Event::concerns_importers`], without decoding the event into the
+    /// model: a stored PURGED's `cause` is read from its value in place
+    /// (borrowed, no name parsed, nothing allocated but a snapshot's
+    /// lists, and a leaf's PURGED has none). A peer's Watch passes over
+    /// most of a cascade's events so (the PURGED of every leaf it purged),
+    /// and decoded each whole to drop it (issue 28's P2). A value that
+    /// does not decode says yes: the decode of the whole event that
+    /// follows reports it.
+    pub fn concerns_importers(&self) -> bool {
+        if self.event_type != EventType::Purged {
+            return self.event_type.concerns_importers();
+        }
+        let has_cause = match self.cause {
+            CauseOf::Known(has_cause) => has_cause,
+            CauseOf::Stored(value) => records::event_cause_is_set(value).unwrap_or(false),
+        };
+        self.event_type.concerns_importers_given_cause(has_cause)
     }
 
     /// The kind part of the resource's name.
@@ -172,6 +203,7 @@ impl StoreState<'_> {
                         revision,
                         event_type: head.event_type.into(),
                         resource: &head.resource.name,
+                        cause: CauseOf::Stored(value),
                     };
                     if wanted(&seen) {
                         Listed::Event(Box::new(decode_keyed(Table::Outbox, &[], value)?))

@@ -116,6 +116,29 @@ pub(super) fn event_head(bytes: &[u8]) -> Result<Option<stored::EventHead<'_>>, 
     }
 }
 
+/// Whether a stored event's `cause` is set: the event's first layout
+/// (which every later one starts with) decoded borrowed, the rest of the
+/// value left unread. Errors as [`event_head`]; a value in legacy JSON
+/// is decoded whole.
+pub(super) fn event_cause_is_set(bytes: &[u8]) -> Result<bool, StoreError> {
+    let corrupt = |message| StoreError::Corrupt {
+        table: Table::Outbox.name(),
+        message,
+    };
+    match bytes.first() {
+        Some(
+            &version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4
+            | VERSION_POSTCARD_V5),
+        ) => {
+            #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
+            let (event, _) = postcard::take_from_bytes::<stored::Event<'_>>(&bytes[1..])
+                .map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))?;
+            Ok(event.cause.is_some())
+        }
+        _ => Ok(decode_keyed::<Event>(Table::Outbox, &[], bytes)?.cause.is_some()),
+    }
+}
+
 /// One outbox row's value from the values of its events (each
 /// [`Record::encode`]d, in revision order): a single event's value as it
 /// is (the bytes every row held before runs), several as a run

@@ -1499,7 +1499,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     /// A filtered read sees each event's revision, type and name as the
-    /// event has them, whatever its layout (each later one wraps the
+    /// event has them, and whether other regions are sent it (a PURGED's
+    /// cause, read in place), whatever its layout (each later one wraps the
     /// first) or a legacy JSON one; it returns the events it wanted, whole,
     /// and the others by revision, in revision order.
     #[test]
@@ -1518,13 +1519,27 @@ proptest! {
         let all: Vec<&Event> = events.iter().chain([&legacy]).collect();
         let seen = std::cell::RefCell::new(Vec::new());
         let odd = |h: &super::EventHead<'_>| {
-            seen.borrow_mut().push((h.revision, h.event_type, h.resource.to_string(), h.kind().to_string()));
+            seen.borrow_mut().push((
+                h.revision,
+                h.event_type,
+                h.resource.to_string(),
+                h.kind().to_string(),
+                h.concerns_importers(),
+            ));
             h.revision % 2 == 1
         };
         let listed = state.events_wanted(1, 100, &odd).expect("reads");
         let heads: Vec<_> = all
             .iter()
-            .map(|e| (e.revision, e.event_type, e.resource.name.to_string(), e.resource.name.kind().to_string()))
+            .map(|e| {
+                (
+                    e.revision,
+                    e.event_type,
+                    e.resource.name.to_string(),
+                    e.resource.name.kind().to_string(),
+                    e.concerns_importers(),
+                )
+            })
             .collect();
         prop_assert_eq!(seen.into_inner(), heads);
         prop_assert_eq!(listed.len(), all.len());
