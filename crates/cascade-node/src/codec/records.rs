@@ -96,24 +96,7 @@ pub(super) fn decode_stored<'de, D: serde::Deserialize<'de>>(body: &'de [u8]) ->
 /// read apart (the caller decodes it whole). A value that is not an
 /// event of a known version is corruption, as for [`decode`].
 pub(super) fn event_head(bytes: &[u8]) -> Result<Option<stored::EventHead<'_>>, StoreError> {
-    let corrupt = |message| StoreError::Corrupt {
-        table: Table::Outbox.name(),
-        message,
-    };
-    match bytes.first() {
-        Some(
-            &version @ (VERSION_POSTCARD_V1 | VERSION_POSTCARD_V2 | VERSION_POSTCARD_V3 | VERSION_POSTCARD_V4
-            | VERSION_POSTCARD_V5),
-        ) => {
-            #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
-            let head = postcard::take_from_bytes::<stored::EventHead<'_>>(&bytes[1..])
-                .map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))?;
-            Ok(Some(head.0))
-        }
-        Some(b'{' | b'"') => Ok(None),
-        Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
-        None => Err(corrupt("an empty value".into())),
-    }
+    event_prefix::<stored::EventHead<'_>>(bytes)
 }
 
 /// Whether a stored event's `cause` is set: the event's first layout
@@ -121,6 +104,16 @@ pub(super) fn event_head(bytes: &[u8]) -> Result<Option<stored::EventHead<'_>>, 
 /// value left unread. Errors as [`event_head`]; a value in legacy JSON
 /// is decoded whole.
 pub(super) fn event_cause_is_set(bytes: &[u8]) -> Result<bool, StoreError> {
+    Ok(match event_prefix::<stored::Event<'_>>(bytes)? {
+        Some(event) => event.cause.is_some(),
+        None => decode_keyed::<Event>(Table::Outbox, &[], bytes)?.cause.is_some(),
+    })
+}
+
+/// The first fields of a stored event's body, decoded as `P` (every
+/// event layout starts with those of the first), the rest left unread;
+/// None for legacy JSON.
+fn event_prefix<'a, P: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<Option<P>, StoreError> {
     let corrupt = |message| StoreError::Corrupt {
         table: Table::Outbox.name(),
         message,
@@ -131,11 +124,13 @@ pub(super) fn event_cause_is_set(bytes: &[u8]) -> Result<bool, StoreError> {
             | VERSION_POSTCARD_V5),
         ) => {
             #[allow(clippy::disallowed_methods)] // the sanctioned place: stored values decode here
-            let (event, _) = postcard::take_from_bytes::<stored::Event<'_>>(&bytes[1..])
+            let (prefix, _) = postcard::take_from_bytes::<P>(&bytes[1..])
                 .map_err(|e| corrupt(format!("value of version 0x{version:02x}: {e}")))?;
-            Ok(event.cause.is_some())
+            Ok(Some(prefix))
         }
-        _ => Ok(decode_keyed::<Event>(Table::Outbox, &[], bytes)?.cause.is_some()),
+        Some(b'{' | b'"') => Ok(None),
+        Some(v) => Err(corrupt(format!("unknown value version byte 0x{v:02x}"))),
+        None => Err(corrupt("an empty value".into())),
     }
 }
 
