@@ -33,13 +33,12 @@
 //! landed or not, never as half-landed (`writer.rs`).
 
 use std::collections::HashSet;
-use std::ops::Bound;
 use std::path::Path;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 
 use super::reopen::{EngineHandles, Reopenable};
-use super::{from_io, Batch, DiskCondition, Entry, ScanFloors, Store, StoreError, Table};
+use super::{from_io, Batch, DiskCondition, Entry, ScanFloors, ScanRange, Store, StoreError, Table};
 
 /// Each keyspace's memtable rotates at this size (fjall's default is 64
 /// MiB). With 16 keyspaces the default let the memtables of a node that
@@ -324,12 +323,8 @@ impl Store for FjallStore {
         self.with(|h| {
             let snapshot = h.db.snapshot();
             let keyspace = h.keyspace(table);
-            // Start at the prefix, or just past `after` when that lies at or
-            // beyond it; the end is where keys stop starting with the prefix.
-            let iter = match after {
-                Some(a) if a >= prefix => snapshot.range::<&[u8], _>(keyspace, (Bound::Excluded(a), Bound::Unbounded)),
-                _ => snapshot.range::<&[u8], _>(keyspace, (Bound::Included(prefix), Bound::Unbounded)),
-            };
+            let range = ScanRange::new(prefix, after);
+            let iter = snapshot.range::<&[u8], _>(keyspace, range.bounds());
             let mut out = Vec::new();
             for guard in iter {
                 let (k, v) = guard

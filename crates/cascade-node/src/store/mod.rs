@@ -224,6 +224,61 @@ impl StoreError {
 /// One key-value pair as stored.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// The keys a [`Store::scan`] of `prefix` strictly after `after` may
+/// read: from the prefix (or just past `after` when that lies at or
+/// beyond it) up to [`prefix_end`], every engine's iterator bounded by
+/// both.
+///
+/// Why the end: an engine's iterator passes removed keys (fjall's
+/// tombstones, sled's emptied leaves) until it finds a live one. With no
+/// end, a scan that comes back short (a walk's last page, a full pass, a
+/// prefix with nothing left) went on past its prefix through every
+/// removed key of the prefixes after it, to the first live key beyond,
+/// only to stop there: at the end of P1 unset 1M on fjall, 45–110 ms per
+/// scan of the root's back-references, past the floating IPs' removed
+/// rows, once per work step (docs/BENCHMARKS.md, "A scan stops at its
+/// prefix's end"). [`TombstoneStore`] counts what this range passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ScanRange<'a> {
+    start: std::ops::Bound<&'a [u8]>,
+    end: Option<Vec<u8>>,
+}
+
+impl<'a> ScanRange<'a> {
+    pub(crate) fn new(prefix: &'a [u8], after: Option<&'a [u8]>) -> Self {
+        let start = match after {
+            Some(a) if a >= prefix => std::ops::Bound::Excluded(a),
+            _ => std::ops::Bound::Included(prefix),
+        };
+        Self {
+            start,
+            end: prefix_end(prefix),
+        }
+    }
+
+    /// The range, as an engine's `range` takes it.
+    pub(crate) fn bounds(&self) -> (std::ops::Bound<&[u8]>, std::ops::Bound<&[u8]>) {
+        let end = match &self.end {
+            Some(end) => std::ops::Bound::Excluded(end.as_slice()),
+            None => std::ops::Bound::Unbounded,
+        };
+        (self.start, end)
+    }
+}
+
+/// The first key after every key that starts with `prefix`, or None when
+/// no key is (an empty prefix, or one of 0xff bytes only): `prefix`
+/// without its trailing 0xff bytes, its last byte one up.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while end.last() == Some(&0xff) {
+        end.pop();
+    }
+    let last = end.last_mut()?;
+    *last += 1;
+    Some(end)
+}
+
 /// Reads a caller is about to make, named ahead ([`Store::prefetch`]).
 #[derive(Debug, Default, Clone)]
 pub struct Prefetch {

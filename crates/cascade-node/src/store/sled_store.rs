@@ -11,7 +11,7 @@ use std::path::Path;
 use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
 
 use super::reopen::{EngineHandles, Reopenable};
-use super::{from_io, Batch, Entry, ScanFloors, Store, StoreError, Table};
+use super::{from_io, Batch, Entry, ScanFloors, ScanRange, Store, StoreError, Table};
 
 pub struct SledStore(Reopenable<Handles>);
 
@@ -124,12 +124,8 @@ impl Store for SledStore {
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.with(|h| {
             let tree = h.tree(table);
-            let iter = match after {
-                Some(a) if a >= prefix => {
-                    tree.range::<&[u8], _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded))
-                }
-                _ => tree.range::<&[u8], _>(prefix..),
-            };
+            let range = ScanRange::new(prefix, after);
+            let iter = tree.range::<&[u8], _>(range.bounds());
             let mut out = Vec::new();
             for item in iter {
                 let (k, v) = item.map_err(|e| engine(&format!("scan of {}", table.name()), e))?;

@@ -327,12 +327,7 @@ pub(super) fn scan_bounds(prefix: &[u8], after: Option<&[u8]>) -> (Vec<u8>, Opti
         }
         _ => prefix.to_vec(),
     };
-    let mut end = prefix.to_vec();
-    while end.last() == Some(&0xff) {
-        end.pop();
-    }
-    let end = end.last_mut().map(|last| *last += 1).map(|()| end);
-    (start, end)
+    (start, crate::store::prefix_end(prefix))
 }
 
 pub(super) async fn get(shared: Arc<Shared>, table: Table, key: Vec<u8>) -> Result<Option<Vec<u8>>, StoreError> {
