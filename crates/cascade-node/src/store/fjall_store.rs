@@ -41,18 +41,31 @@ use super::reopen::{EngineHandles, Reopenable};
 use super::{from_io, Batch, DiskCondition, Entry, ScanFloors, ScanRange, Store, StoreError, Table};
 
 /// Each keyspace's memtable rotates at this size (fjall's default is 64
-/// MiB). With 16 keyspaces the default let the memtables of a node that
-/// had just written a million resources hold over 400 MB, and the flush
-/// of each 64 MiB memtable left compaction a big L0 run to merge while the
-/// writer waited: P1 tree at 1M on fjall took 280 s with a peak of 636 MB
-/// and a 4.6 s stall of a concurrent create; with 8 MiB it took 184 s, 260
-/// MB, 0.5 s (same machine, same hour; 100k: the same time either way).
-/// docs/BENCHMARKS.md, "fjall's memtables".
+/// MiB).
+///
+/// Why not smaller: every memtable flush, and every compaction it leads
+/// to, installs a new version of its keyspace's tree, and lsm-tree 3
+/// writes and fsyncs that version while it holds the lock every read of
+/// the keyspace takes (a point read, the start of a scan). During a large
+/// cascade those fsyncs wait behind the flushes' and compactions' own
+/// writes, 10–45 ms, and the writer's reads wait with them, and a small
+/// write behind the writer. At 8 MiB a P1 of 1M on fjall installed a
+/// version every few hundred milliseconds: the small create's p99 was
+/// 21–24 ms in every shape; at 32 MiB, 12–16 ms, with 20–30 % less CPU per
+/// deleted resource, for a peak of 430–450 MB against 250–280 (issue 28
+/// allows 600). docs/BENCHMARKS.md, "fjall: the reads that wait for a
+/// version's fsync".
+///
+/// Why not larger: with 16 keyspaces, 64 MiB let the memtables of a node
+/// that had just written a million resources hold over 400 MB alone, and
+/// P1 tree at 1M peaked at 636 MB ("fjall's memtables", when 8 MiB was
+/// chosen over it).
 ///
 /// fjall stores a keyspace's options when it creates the keyspace and
 /// reads them back at every open, so this size applies to databases
-/// created with it; an older data directory keeps its 64 MiB.
-const MEMTABLE_BYTES: u64 = 8 * 1024 * 1024;
+/// created with it; an older data directory keeps the size it was
+/// created with.
+const MEMTABLE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// A fjall database with a keyspace per [`Table`].
 pub struct FjallStore(Reopenable<Handles>);
@@ -323,7 +336,9 @@ impl Store for FjallStore {
         self.with(|h| {
             let snapshot = h.db.snapshot();
             let keyspace = h.keyspace(table);
-            let range = ScanRange::new(prefix, after);
+            let Some(range) = ScanRange::new(prefix, after) else {
+                return Ok(Vec::new());
+            };
             let iter = snapshot.range::<&[u8], _>(keyspace, range.bounds());
             let mut out = Vec::new();
             for guard in iter {

@@ -245,15 +245,18 @@ pub(crate) struct ScanRange<'a> {
 }
 
 impl<'a> ScanRange<'a> {
-    pub(crate) fn new(prefix: &'a [u8], after: Option<&'a [u8]>) -> Self {
+    /// None when no key can follow `after` in the prefix (`after` at or
+    /// past the prefix's end): the scan is empty, and an engine must not
+    /// be given a range whose start is past its end (sled's and std's
+    /// ordered maps panic on one).
+    pub(crate) fn new(prefix: &'a [u8], after: Option<&'a [u8]>) -> Option<Self> {
+        let end = prefix_end(prefix);
         let start = match after {
+            Some(a) if end.as_deref().is_some_and(|end| a >= end) => return None,
             Some(a) if a >= prefix => std::ops::Bound::Excluded(a),
             _ => std::ops::Bound::Included(prefix),
         };
-        Self {
-            start,
-            end: prefix_end(prefix),
-        }
+        Some(Self { start, end })
     }
 
     /// The range, as an engine's `range` takes it.

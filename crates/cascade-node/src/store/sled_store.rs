@@ -124,7 +124,9 @@ impl Store for SledStore {
     fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         self.with(|h| {
             let tree = h.tree(table);
-            let range = ScanRange::new(prefix, after);
+            let Some(range) = ScanRange::new(prefix, after) else {
+                return Ok(Vec::new());
+            };
             let iter = tree.range::<&[u8], _>(range.bounds());
             let mut out = Vec::new();
             for item in iter {

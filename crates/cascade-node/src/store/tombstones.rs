@@ -76,7 +76,9 @@ impl Store for TombstoneStore {
         // past the prefix, to the first live key beyond it, where the
         // engines' loops stop (the tombstones of the prefixes after it:
         // what the range's end is for).
-        let range = ScanRange::new(prefix, after);
+        let Some(range) = ScanRange::new(prefix, after) else {
+            return Ok(found);
+        };
         let stop = if found.len() >= limit {
             found.last().map(|(k, _)| k.clone())
         } else {
