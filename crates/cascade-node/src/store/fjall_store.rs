@@ -53,8 +53,8 @@ use super::{from_io, Batch, DiskCondition, Entry, ScanFloors, ScanRange, Store, 
 /// version every few hundred milliseconds: the small create's p99 was
 /// 21–24 ms in every shape; at 32 MiB, 12–16 ms, with 20–30 % less CPU per
 /// deleted resource, for a peak of 430–450 MB against 250–280 (issue 28
-/// allows 600). docs/BENCHMARKS.md, "fjall: the reads that wait for a
-/// version's fsync".
+/// allows 600). docs/BENCHMARKS.md, "fjall: a scan that ran past its
+/// prefix, and the reads that wait for a version's fsync".
 ///
 /// Why not larger: with 16 keyspaces, 64 MiB let the memtables of a node
 /// that had just written a million resources hold over 400 MB alone, and

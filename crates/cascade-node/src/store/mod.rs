@@ -234,10 +234,10 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 /// end, a scan that comes back short (a walk's last page, a full pass, a
 /// prefix with nothing left) went on past its prefix through every
 /// removed key of the prefixes after it, to the first live key beyond,
-/// only to stop there: at the end of P1 unset 1M on fjall, 45–110 ms per
+/// only to stop there: at the end of P1 unset 1M on fjall, 43–110 ms per
 /// scan of the root's back-references, past the floating IPs' removed
-/// rows, once per work step (docs/BENCHMARKS.md, "A scan stops at its
-/// prefix's end"). [`TombstoneStore`] counts what this range passes.
+/// rows, once per work step (docs/BENCHMARKS.md, "fjall: a scan that ran
+/// past its prefix, and the reads that wait for a version's fsync"). [`TombstoneStore`] counts what this range passes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ScanRange<'a> {
     start: std::ops::Bound<&'a [u8]>,

@@ -174,8 +174,9 @@ mod tests {
 
     /// The end of P1 unset on fjall: the root's last pages came back
     /// short and went on through the floating IPs' removed rows, which
-    /// sort after it, to the next live key (docs/BENCHMARKS.md, "A scan
-    /// stops at its prefix's end"). Fails if [`ScanRange`] loses its end.
+    /// sort after it, to the next live key (docs/BENCHMARKS.md, "fjall: a
+    /// scan that ran past its prefix, and the reads that wait for a
+    /// version's fsync"). Fails if [`ScanRange`] loses its end.
     #[test]
     fn a_short_scan_passes_no_removed_row_of_the_prefixes_after_its_own() {
         let store = TombstoneStore::default();
