@@ -26,6 +26,8 @@
 //! - [`wire_errors`]: tonic's refusals of unreadable requests in the
 //!   documented codes; [`grpc_metrics`]: every call counted by method and
 //!   code; [`trace_propagation`]: trace context in calls' metadata.
+//! - [`writer_health`]: gRPC health checks answered from the writer's
+//!   `committing` flag itself, never staler than a refusal already sent.
 //!
 //! Nothing below this module names it: the domain (`node.rs` and the
 //! feature modules above it) reaches other regions only through the port,
@@ -57,6 +59,7 @@ pub(crate) mod tls_accept;
 pub(crate) mod trace_propagation;
 pub(crate) mod undelete;
 pub(crate) mod wire_errors;
+pub(crate) mod writer_health;
 
 use std::sync::Arc;
 

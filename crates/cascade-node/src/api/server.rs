@@ -61,13 +61,18 @@ impl Node {
         IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
     {
         let node = Arc::new(self);
-        let (health, health_service) = tonic_health::server::health_reporter();
+        let (health, _) = tonic_health::server::health_reporter();
+        let health_service = tonic_health::pb::health_server::HealthServer::new(
+            crate::api::writer_health::WriterHealth::new(node.committing.subscribe(), health.clone()),
+        );
         let services = crate::api::services(&node);
         // Resources and Admin behind the authentication layer (a pass-through
         // with `[auth] mode = "none"`); Peer keeps its region certificate check.
         let gate = crate::api::authn::Gate::new(&node)?;
-        // Health follows the writer: NOT_SERVING while commits fail.
-        // Subscribed before the first report, so no change is missed. The
+        // Health follows the writer: NOT_SERVING while commits fail. A
+        // Check reads the writer's flag itself (`api/writer_health.rs`);
+        // the reporter, fed by the task below, knows the names and feeds
+        // Watch streams. Subscribed before the first report, so no change is missed. The
         // first report is made before the server answers: made by the task
         // below, a probe that came first was told the service is unknown
         // (`faults::disk_full`'s first health check read no status in 2
