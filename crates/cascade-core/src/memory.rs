@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    AuditEntry, BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease,
-    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
+    AuditEntry, BackRef, BackRefKey, DeletionRecord, DueOperation, DueWork, Event, Operation, Outcome, PendingAttach,
+    PendingRelease, RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
 use crate::state::{StateRead, WriteSet};
@@ -127,13 +127,24 @@ impl StateRead for MemoryState {
     fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
         Ok(self.outcomes.get(&(op, name.clone())).cloned())
     }
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
+    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<DueWork>, StorageError> {
+        // The operation as the node's index records it: the deletion
+        // record's, or the tombstone's for another region's resource.
+        let operation_of = |uid: &Uid| {
+            self.deletions
+                .get(uid)
+                .map(|d| d.operation)
+                .or_else(|| self.remote_deletions.get(uid).map(|t| t.operation))
+        };
         Ok(self
             .work
             .values()
             .filter(|w| w.next_attempt_at <= now)
             .take(limit)
-            .cloned()
+            .map(|w| DueWork {
+                uid: w.target.uid,
+                operation: DueOperation::Recorded(operation_of(&w.target.uid)),
+            })
             .collect())
     }
     fn next_revision(&self) -> Result<Revision, StorageError> {

@@ -537,6 +537,30 @@ pub struct WorkItem {
     pub walk: Walk,
 }
 
+/// A due queue entry as the due index lists it: the resource it works on,
+/// and whose operation it works for as recorded when it was queued or
+/// last moved. A work step looks at many more entries than it takes (to
+/// share itself between operations, `protocol/fairness.rs`), so what it
+/// needs of each comes from the index's one scan, not a read per entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueWork {
+    /// The DELETING resource (its retry-queue entry is read only if taken).
+    pub uid: Uid,
+    /// Whose item it is, if the index says.
+    pub operation: DueOperation,
+}
+
+/// Whose operation a due entry works for, as its index entry says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DueOperation {
+    /// Recorded: this operation's, or (`None`) no operation's (a
+    /// soft-deleted member's expiry, whose deletion already finished).
+    Recorded(Option<OperationId>),
+    /// Not recorded (an entry an older node wrote): the step reads the
+    /// deletion record or the tombstone.
+    Unrecorded,
+}
+
 impl WorkItem {
     /// Work on `target`, due at `now`, not yet attempted.
     pub fn due_now(target: RefTarget, now: Timestamp) -> Self {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::error::StorageError;
 use crate::model::{
-    AuditEntry, BackRef, BackRefKey, DeletionRecord, Event, Operation, Outcome, PendingAttach, PendingRelease,
+    AuditEntry, BackRef, BackRefKey, DeletionRecord, DueWork, Event, Operation, Outcome, PendingAttach, PendingRelease,
     RefTarget, RemoteDeletion, Resource, ResourceState, Revision, Timestamp, WorkItem,
 };
 use crate::name::{OperationId, ResourceName, Uid};
@@ -58,8 +58,9 @@ pub trait StateRead {
     fn work(&self, uid: Uid) -> Result<Option<WorkItem>, StorageError>;
     /// What an operation last recorded for a resource.
     fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError>;
-    /// Up to `limit` queue entries whose `next_attempt_at <= now`.
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError>;
+    /// Up to `limit` queue entries whose `next_attempt_at <= now`, in due
+    /// order, as the due index lists them (no entry read).
+    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<DueWork>, StorageError>;
     /// The revision the next event gets.
     fn next_revision(&self) -> Result<Revision, StorageError>;
     /// The tombstone of a remote resource seen entering DELETING.
@@ -492,7 +493,7 @@ impl<'s, S: StateRead + ?Sized> Tx<'s, S> {
 
     /// Due queue entries of the snapshot (not of this step's writes: work
     /// a step schedules runs in a later step).
-    pub fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
+    pub fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<DueWork>, StorageError> {
         self.base.due_work(now, limit)
     }
 

@@ -69,8 +69,8 @@
 
 use cascade_core::error::StorageError;
 use cascade_core::model::{
-    BackRef, BackRefKey, DeletionRecord, Operation, Outcome, PendingAttach, PendingRelease, RemoteDeletion, Resource,
-    Revision, Timestamp, WorkItem,
+    BackRef, BackRefKey, DeletionRecord, DueOperation, DueWork, Operation, Outcome, PendingAttach, PendingRelease,
+    RemoteDeletion, Resource, Revision, Timestamp, WorkItem,
 };
 use cascade_core::schema::OnDelete;
 use cascade_core::state::{StateRead, WriteSet};
@@ -496,6 +496,64 @@ fn parse_due_key(key: &[u8]) -> Result<(Timestamp, Uid), StoreError> {
     Ok((Timestamp(due), Uid(uid)))
 }
 
+/// A due-index entry's value: whose operation the entry works for, so that
+/// a work step's window (many more entries than it takes) is one scan, not
+/// a read of each entry's deletion record (on a tree cascade of 1M, two
+/// reads per entry of a 1,024-entry window, every step: docs/BENCHMARKS.md,
+/// "A work step's window from the due index alone"). A tag byte, then the
+/// operation's 16 bytes: [`DUE_OPERATION`] and the id, or [`DUE_NO_OPERATION`].
+/// An empty value (an older node's) says nothing ([`DueOperation::Unrecorded`]).
+fn due_value(operation: Option<OperationId>) -> Vec<u8> {
+    match operation {
+        Some(op) => {
+            let mut out = Vec::with_capacity(17);
+            out.push(DUE_OPERATION);
+            out.extend_from_slice(op.0.as_bytes());
+            out
+        }
+        None => vec![DUE_NO_OPERATION],
+    }
+}
+
+/// A due-index value's tag: an operation's id follows.
+const DUE_OPERATION: u8 = 1;
+/// A due-index value's tag: the entry works for no operation.
+const DUE_NO_OPERATION: u8 = 0;
+
+/// What a due-index value says (see [`due_value`]). Anything it cannot
+/// read says nothing: the step then reads the records, as for an entry
+/// an older node wrote.
+fn parse_due_value(value: &[u8]) -> DueOperation {
+    match value {
+        [DUE_NO_OPERATION] => DueOperation::Recorded(None),
+        [DUE_OPERATION, id @ ..] => match uuid::Uuid::from_slice(id) {
+            Ok(id) => DueOperation::Recorded(Some(OperationId(id))),
+            Err(_) => DueOperation::Unrecorded,
+        },
+        _ => DueOperation::Unrecorded,
+    }
+}
+
+/// The operation a queue entry works for as the step that queues or moves
+/// it leaves things: its deletion record's, or for another region's
+/// resource its tombstone's (uids are unique across regions), or none (a
+/// soft-deleted member's expiry). This step's writes first, then the store.
+fn recorded_operation(state: &StoreState<'_>, w: &WriteSet, uid: Uid) -> Result<Option<OperationId>, StoreError> {
+    let deletion = match w.deletions.get(&uid) {
+        Some(written) => written.as_ref().map(|d| d.operation),
+        None => state.get_deletion(uid)?.map(|d| d.operation),
+    };
+    if deletion.is_some() {
+        return Ok(deletion);
+    }
+    Ok(match w.remote_deletions.get(&uid) {
+        Some(written) => written.as_ref().map(|t| t.operation),
+        None => state
+            .get::<RemoteDeletion>(Table::RemoteDeletions, uid.as_bytes())?
+            .map(|t| t.operation),
+    })
+}
+
 impl StateRead for StoreState<'_> {
     fn resource(&self, name: &ResourceName) -> Result<Option<Resource>, StorageError> {
         self.get_resource(name).map_err(storage)
@@ -561,13 +619,15 @@ impl StateRead for StoreState<'_> {
     fn outcome(&self, op: OperationId, name: &ResourceName) -> Result<Option<Outcome>, StorageError> {
         self.get(Table::Outcomes, &outcome_key(op, name)).map_err(storage)
     }
-    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<WorkItem>, StorageError> {
+    fn due_work(&self, now: Timestamp, limit: usize) -> Result<Vec<DueWork>, StorageError> {
         // The index is in due order: read up to the first entry not yet due.
         // From its floor, not its first key: every step removes or moves
         // later the entries it processed, and on fjall each removed one
         // stays a tombstone that a scan from the first key passed again on
         // every later step (quadratic in the deletions of a cascade: P1
-        // unset, issue 28; `tests/tombstones.rs`).
+        // unset, issue 28; `tests/tombstones.rs`). The index alone: a step
+        // looks at many more entries than it takes, and reads the queue
+        // entry only of those it takes (`protocol::process_work_until`).
         let mut out = Vec::new();
         let mut after: Option<Vec<u8>> = None;
         while out.len() < limit {
@@ -578,24 +638,15 @@ impl StateRead for StoreState<'_> {
             .map_err(storage)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
-            for (key, _) in page {
+            for (key, value) in page {
                 let (due, uid) = parse_due_key(&key).map_err(storage)?;
                 if due > now {
                     return Ok(out);
                 }
-                match self
-                    .get::<WorkItem>(Table::RetryQueue, uid.as_bytes())
-                    .map_err(storage)?
-                {
-                    Some(w) if w.next_attempt_at == due => out.push(w),
-                    // The writer keeps the two in one batch; an index entry
-                    // without its item is stale, and skipping it loses nothing.
-                    _ => {
-                        if let Some(more) = UNDECODED_ROWS.admit() {
-                            tracing::warn!(%uid, suppressed = more.count(), "skipped a due-index entry without its queue entry{more}");
-                        }
-                    }
-                }
+                out.push(DueWork {
+                    uid,
+                    operation: parse_due_value(&value),
+                });
             }
         }
         Ok(out)
@@ -681,7 +732,8 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
                 b.remove(Table::DueIndex, due_key(due, *uid));
             }
             if let Some(due) = after {
-                b.put(Table::DueIndex, due_key(due, *uid), Vec::new());
+                let operation = recorded_operation(state, w, *uid)?;
+                b.put(Table::DueIndex, due_key(due, *uid), due_value(operation));
             }
         }
         put_or_remove(&mut b, Table::RetryQueue, uid.as_bytes().to_vec(), v)?;

@@ -6,30 +6,29 @@
 use std::collections::VecDeque;
 
 use crate::error::CoreError;
-use crate::model::WorkItem;
-use crate::name::OperationId;
+use crate::model::{DueOperation, DueWork};
+use crate::name::{OperationId, Uid};
 use crate::state::{StateRead, Tx};
 
-use super::{is_remote, Ctx, WorkReport};
+use super::{Ctx, WorkReport};
 
 /// How many times `Policy::batch_items` due items a work step looks at to
 /// share the step between operations.
 pub(super) const WINDOW_FACTOR: usize = 4;
 
-/// The operation a due item works for: its deletion record's, or for an
-/// importer's item its tombstone's. A soft-deleted member's expiry (no
-/// record: its deletion finished) goes with the other expiries, under no
-/// operation, so a mass expiry shares the step like one operation.
-fn operation_of<S: StateRead + ?Sized>(
-    tx: &Tx<'_, S>,
-    ctx: Ctx<'_>,
-    item: &WorkItem,
-) -> Result<Option<OperationId>, CoreError> {
-    let uid = item.target.uid;
-    Ok(if is_remote(ctx, &item.target.name) {
-        tx.remote_deletion(uid)?.map(|t| t.operation)
-    } else {
-        tx.deletion(uid)?.map(|d| d.operation)
+/// The operation a due item works for: what its index entry recorded,
+/// else its deletion record's, or for an importer's item its tombstone's
+/// (uids are unique across regions, so at most one of the two exists). A
+/// soft-deleted member's expiry (no record: its deletion finished) goes
+/// with the other expiries, under no operation, so a mass expiry shares
+/// the step like one operation.
+fn operation_of<S: StateRead + ?Sized>(tx: &Tx<'_, S>, due: &DueWork) -> Result<Option<OperationId>, CoreError> {
+    if let DueOperation::Recorded(operation) = due.operation {
+        return Ok(operation);
+    }
+    Ok(match tx.deletion(due.uid)? {
+        Some(d) => Some(d.operation),
+        None => tx.remote_deletion(due.uid)?.map(|t| t.operation),
     })
 }
 
@@ -40,15 +39,15 @@ fn operation_of<S: StateRead + ?Sized>(
 pub(super) fn round_robin<S: StateRead + ?Sized>(
     tx: &Tx<'_, S>,
     ctx: Ctx<'_>,
-    due: Vec<WorkItem>,
+    due: Vec<DueWork>,
     report: &mut WorkReport,
-) -> Result<Vec<(Option<OperationId>, WorkItem)>, CoreError> {
-    let mut queues: Vec<(Option<OperationId>, VecDeque<WorkItem>)> = Vec::new();
+) -> Result<Vec<(Option<OperationId>, Uid)>, CoreError> {
+    let mut queues: Vec<(Option<OperationId>, VecDeque<Uid>)> = Vec::new();
     for item in due {
-        let op = operation_of(tx, ctx, &item)?;
+        let op = operation_of(tx, &item)?;
         match queues.iter_mut().find(|(o, _)| *o == op) {
-            Some((_, q)) => q.push_back(item),
-            None => queues.push((op, VecDeque::from([item]))),
+            Some((_, q)) => q.push_back(item.uid),
+            None => queues.push((op, VecDeque::from([item.uid]))),
         }
     }
     let per_op = ctx.policy.items_per_operation.max(1);

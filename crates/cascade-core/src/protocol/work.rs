@@ -104,7 +104,7 @@ pub fn process_work_until<S: StateRead + ?Sized>(
     // over the operations not yet given one (this one included).
     let mut unshared: BTreeSet<Option<OperationId>> = scheduled.iter().map(|(op, _)| *op).collect();
     let mut shares: BTreeMap<Option<OperationId>, usize> = BTreeMap::new();
-    for (op, item) in scheduled {
+    for (op, uid) in scheduled {
         if budget == 0 {
             report.more = true;
             break;
@@ -124,8 +124,9 @@ pub fn process_work_until<S: StateRead + ?Sized>(
             report.more = true;
             continue;
         }
-        // An earlier item of this batch may have changed or removed it.
-        let Some(work) = tx.work(item.target.uid)? else {
+        // An earlier item of this batch may have changed or removed it,
+        // and the index's entry is all the window read of it.
+        let Some(work) = tx.work(uid)? else {
             continue;
         };
         if work.next_attempt_at > ctx.now {

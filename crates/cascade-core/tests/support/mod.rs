@@ -106,7 +106,7 @@ macro_rules! forward_state_read {
         fn outcome(&self, op: ::cascade_core::OperationId, name: &::cascade_core::ResourceName) -> Result<Option<::cascade_core::Outcome>, ::cascade_core::error::StorageError> { self.$f.outcome(op, name) }
     };
     (@one $f:ident due_work) => {
-        fn due_work(&self, now: ::cascade_core::Timestamp, limit: usize) -> Result<Vec<::cascade_core::WorkItem>, ::cascade_core::error::StorageError> { self.$f.due_work(now, limit) }
+        fn due_work(&self, now: ::cascade_core::Timestamp, limit: usize) -> Result<Vec<::cascade_core::DueWork>, ::cascade_core::error::StorageError> { self.$f.due_work(now, limit) }
     };
     (@one $f:ident next_revision) => {
         fn next_revision(&self) -> Result<::cascade_core::Revision, ::cascade_core::error::StorageError> { self.$f.next_revision() }
