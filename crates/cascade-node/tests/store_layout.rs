@@ -251,7 +251,7 @@ impl Store for CountingReads {
 /// size. Each of its entries cost two point reads (its queue entry and its
 /// deletion record) before the index said whose it is: on a tree cascade
 /// of 1M, whose steps take a few items of a window of up to 1,024, that
-/// was about a tenth of the writer's time (docs/BENCHMARKS.md, "A work
+/// was about a tenth of the cascade's CPU (docs/BENCHMARKS.md, "A work
 /// step's window from the due index alone"). Why our checks missed it:
 /// they counted what a step writes and the tombstones its scans pass,
 /// never the reads of entries it does not take.
