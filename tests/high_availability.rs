@@ -499,6 +499,7 @@ async fn database_connections_terminated_mid_cascade_the_region_loses_no_answere
     succeeds_deleting_each_once(&client, &op.id, 1001).await;
 
     let mut ok = 0;
+    let mut cut = 0;
     for (name, reply) in &answered {
         match reply {
             Ok(()) => {
@@ -508,6 +509,15 @@ async fn database_connections_terminated_mid_cascade_the_region_loses_no_answere
                     .await
                     .unwrap_or_else(|e| panic!("{name} was answered OK and is gone: {e:?}"));
             }
+            // No answer at all: the call's connection closed under it, as
+            // a role change ends a node's open calls (`api/roles.rs`: a
+            // writer that steps down sends GOAWAY, a standby that took the
+            // lease closes what it still forwards after its drain). tonic
+            // reports that CANCELLED from the client's own transport; its
+            // outcome is unknown, and a retry answers what a Get sees
+            // (`faults::retriable_creates`). Seen in CI once in many runs,
+            // when a cut made the writer step down mid-create.
+            Err((Some(tonic::Code::Cancelled), e)) if e.contains("connection closed") => cut += 1,
             Err((code, e)) => assert_eq!(
                 *code,
                 Some(tonic::Code::Unavailable),
@@ -517,8 +527,8 @@ async fn database_connections_terminated_mid_cascade_the_region_loses_no_answere
     }
     assert!(ok > 0, "some creates were answered OK: {answered:?}");
     eprintln!(
-        "{terminated} connections terminated in 5 cuts; creates: {ok} answered OK, {} refused",
-        answered.len() - ok
+        "{terminated} connections terminated in 5 cuts; creates: {ok} answered OK, {cut} cut by a role change, {} refused",
+        answered.len() - ok - cut
     );
     wait_quiescent_at(&cluster.endpoints()).await;
     assert_no_violations_at(&cluster.endpoints()).await;

@@ -537,14 +537,15 @@ fn parse_due_value(value: &[u8]) -> DueOperation {
 /// The operation a queue entry works for as the step that queues or moves
 /// it leaves things: its deletion record's, or for another region's
 /// resource its tombstone's (uids are unique across regions), or none (a
-/// soft-deleted member's expiry). This step's writes first, then the store.
+/// soft-deleted member's expiry, queued by the step that removes its
+/// record). This step's writes first, then the store.
 fn recorded_operation(state: &StoreState<'_>, w: &WriteSet, uid: Uid) -> Result<Option<OperationId>, StoreError> {
-    let deletion = match w.deletions.get(&uid) {
-        Some(written) => written.as_ref().map(|d| d.operation),
-        None => state.get_deletion(uid)?.map(|d| d.operation),
-    };
-    if deletion.is_some() {
-        return Ok(deletion);
+    // Written or removed by this step: a local resource's, no tombstone to look for.
+    if let Some(written) = w.deletions.get(&uid) {
+        return Ok(written.as_ref().map(|d| d.operation));
+    }
+    if let Some(deletion) = state.get_deletion(uid)? {
+        return Ok(Some(deletion.operation));
     }
     Ok(match w.remote_deletions.get(&uid) {
         Some(written) => written.as_ref().map(|t| t.operation),

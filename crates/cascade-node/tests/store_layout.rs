@@ -207,6 +207,18 @@ fn the_due_index_records_whose_operation_each_entry_works_for() {
         ]
     );
 
+    // A soft-deleted member's expiry, queued by the step that removes its
+    // deletion record: under no operation.
+    let expiring = target("r/network/expiring", 3);
+    let mut w = WriteSet::default();
+    w.deletions.insert(expiring.uid, None);
+    w.work.insert(expiring.uid, Some(work(&expiring, 12)));
+    commit(&store, &w);
+    assert_eq!(
+        state.due_work(Timestamp(12), 10).expect("due")[2],
+        due(&expiring, DueOperation::Recorded(None))
+    );
+
     // A value it cannot read says nothing, as an older node's.
     let mut garbled = Batch::default();
     let mut key = 10u64.to_be_bytes().to_vec();
