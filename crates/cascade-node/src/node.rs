@@ -417,14 +417,15 @@ impl Node {
             settings.region.to_string(),
         );
         let schema_in_force = Arc::new(SchemaHolder::new(settings.schema.clone(), settings.schema_file.clone()));
+        let writers_view = crate::store::writers_view_of(&store)?;
         let writer = WriterHandle::spawn(
             WriterContext {
                 region: settings.region.clone(),
                 schema: schema_in_force.clone(),
                 policy: settings.policy.clone(),
-                // On PostgreSQL only the writer reads what it staged and has
-                // not flushed yet (`Store::writers_view`).
-                store: store.writers_view().unwrap_or_else(|| store.clone()),
+                // Only the writer reads what it committed and has not
+                // flushed yet (`store::writers_view_of`).
+                store: writers_view,
                 clock: clock.clone(),
                 ids,
                 events: events.clone(),

@@ -19,6 +19,8 @@ mod fjall_store;
 mod floors;
 mod lease;
 mod memory;
+mod overlay;
+mod pipelined;
 mod postgres;
 mod reopen;
 mod sled_store;
@@ -36,6 +38,7 @@ pub use fjall_store::{FjallStore, KEEP_UNFLUSHED_IN_PROCESS};
 pub use floors::{scan_from_floor, ScanFloors};
 pub use lease::{LeaseHolder, LeaseRecord, RegionMember, WriterLease};
 pub use memory::{MemoryStore, TableFootprint};
+pub use pipelined::{PipelinedStore, MAX_PIPELINED_BYTES, MAX_PIPELINED_KEYS};
 pub use postgres::{
     check_schema_name, open_postgres, PostgresSettings, PostgresStore, DEFAULT_SCHEMA, MAX_MEMBERS, MAX_RUNS_BYTES,
     MAX_RUNS_PER_TABLE, MAX_RUN_BYTES, MAX_STAGED_BYTES, MAX_STAGED_KEYS, RUN_READ_AHEAD, SCHEMA_VERSION,
@@ -382,6 +385,17 @@ pub trait Store: Send + Sync + 'static {
     fn start_flush(&self) -> Result<(), StoreError> {
         self.flush()
     }
+    /// [`Store::start_flush`], and `landed` runs as soon as the flush
+    /// landed, on the store's thread that saw it land, when the store has
+    /// one ([`PipelinedStore`]): the caller's clients are answered without
+    /// waiting for it to ask. Never when the flush failed; maybe never (by
+    /// default `landed` is dropped): [`Store::finish_flush`] still reports
+    /// the outcome, and whatever `landed` would have done is then the
+    /// caller's.
+    fn start_flush_then(&self, landed: Box<dyn FnOnce() + Send>) -> Result<(), StoreError> {
+        drop(landed);
+        self.start_flush()
+    }
     /// Waits for the flush [`Store::start_flush`] started, if any, and
     /// says whether what it sent landed: the one report of its outcome
     /// (only its starter, the writer, calls it). A failure dropped what it
@@ -438,6 +452,22 @@ pub trait Store: Send + Sync + 'static {
     fn writers_view(&self) -> Option<Arc<dyn Store>> {
         None
     }
+}
+
+/// The view of `store` a node's writer reads and commits through: the
+/// store's own when it has one ([`Store::writers_view`], PostgreSQL), a
+/// [`PipelinedStore`] over an engine that waits on its disk (its commits
+/// land and fsync on a thread of their own while the writer computes the
+/// next step), else the store itself (in memory a commit costs less than
+/// handing it over).
+pub fn writers_view_of(store: &Arc<dyn Store>) -> Result<Arc<dyn Store>, StoreError> {
+    if let Some(view) = store.writers_view() {
+        return Ok(view);
+    }
+    if store.waits_on_io() && !store.overlaps_flushes() {
+        return Ok(Arc::new(PipelinedStore::new(store.clone())?));
+    }
+    Ok(store.clone())
 }
 
 /// Which engine keeps a node's data directory: `[storage] engine` in the

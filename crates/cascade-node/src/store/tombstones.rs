@@ -139,6 +139,9 @@ impl Store for TombstoneStore {
     fn start_flush(&self) -> Result<(), StoreError> {
         self.inner.start_flush()
     }
+    fn start_flush_then(&self, landed: Box<dyn FnOnce() + Send>) -> Result<(), StoreError> {
+        self.inner.start_flush_then(landed)
+    }
 
     fn finish_flush(&self) -> Result<(), StoreError> {
         self.inner.finish_flush()

@@ -25,7 +25,7 @@
 //! whose flush failed).
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cascade_core::CoreError;
 use ractor::{ActorRef, RpcReplyPort};
@@ -197,7 +197,10 @@ impl Reply {
 /// ([`WriterState::finish_flight`]).
 pub(super) struct InFlight {
     committed: Vec<super::Committed>,
-    replies: Vec<Reply>,
+    /// Its group's replies: sent once it landed, by the store's thread
+    /// that saw it land if that came first (`Store::start_flush_then`),
+    /// else here.
+    replies: Arc<Mutex<Vec<Reply>>>,
     /// `WriteStats::committed` when the flight started: what it makes
     /// durable.
     through: u64,
@@ -207,6 +210,12 @@ pub(super) struct InFlight {
     /// Operations whose root waits for other regions' parts, reported
     /// once the root is durable (`WriterState::work`).
     pub(super) awaiting_closure: Vec<cascade_core::OperationId>,
+}
+
+/// The replies of a flight not sent yet: each is sent once, by whoever
+/// takes it first.
+fn take_replies(replies: &Mutex<Vec<Reply>>) -> Vec<Reply> {
+    std::mem::take(&mut *replies.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
 /// What the steps of the group in progress committed, in order; `None`
@@ -305,16 +314,32 @@ impl WriterState {
         // Overlapped: the flight starts, and the group waits for it as the
         // writer goes on (`WriterState::finish_flight` answers it).
         let through = self.ctx.stats.committed();
+        let steps = replies.len();
+        let replies = Arc::new(Mutex::new(replies));
         let flight = {
-            let _span = info_span!("group_flight", steps = replies.len(), commits = committed.len()).entered();
-            self.ctx.store.start_flush()
+            let _span = info_span!("group_flight", steps, commits = committed.len()).entered();
+            if steps > 0 && *self.ctx.committing.borrow() {
+                // Its clients are answered as soon as it landed, not when
+                // the writer next looks (after the step it overlaps: issue
+                // 28's small-write p99). Only while health is SERVING: a
+                // landing after failures is the writer's to report first
+                // (health SERVING again, then the answers).
+                let answered = replies.clone();
+                self.ctx.store.start_flush_then(Box::new(move || {
+                    for reply in take_replies(&answered) {
+                        reply.send(Flushed::Landed);
+                    }
+                }))
+            } else {
+                self.ctx.store.start_flush()
+            }
         };
         let took = started.elapsed();
         self.ctx.metrics.writer_step("group_flush", took);
         if let Err(e) = flight {
             self.commit_failed(&e);
             let e = CoreError::Storage(cascade_core::error::StorageError(e.to_string()));
-            for reply in replies {
+            for reply in take_replies(&replies) {
                 reply.send(Flushed::Failed(&e));
             }
             return Err(e);
@@ -364,7 +389,7 @@ impl WriterState {
                 for batch in flight.committed {
                     self.publish(batch);
                 }
-                for reply in flight.replies {
+                for reply in take_replies(&flight.replies) {
                     reply.send(Flushed::Landed);
                 }
                 if !flight.awaiting_closure.is_empty() {
@@ -375,7 +400,7 @@ impl WriterState {
             Err(e) => {
                 self.commit_failed(&e);
                 let e = CoreError::Storage(cascade_core::error::StorageError(e.to_string()));
-                for reply in flight.replies {
+                for reply in take_replies(&flight.replies) {
                     reply.send(Flushed::Failed(&e));
                 }
                 if let Some(group) = &mut self.group {

@@ -637,7 +637,7 @@ impl PostgresStore {
         if staged.is_empty() {
             return Ok(rows);
         }
-        Ok(staged::merge(rows, staged, asked, limit))
+        Ok(crate::store::overlay::merge(rows, staged, asked, limit))
     }
 }
 
@@ -740,7 +740,7 @@ impl Store for PostgresStore {
     }
 
     /// The server's rows merged with the staged writes in range
-    /// (`staged::merge`). A prefix known to hold no row on the server is
+    /// (`overlay::merge`). A prefix known to hold no row on the server is
     /// not asked for; a scan of a whole prefix that finds none there is
     /// remembered. A scan inside a stretch of rows the cache knows whole
     /// (a run: what an earlier scan found, kept up by the commits since,

@@ -40,7 +40,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::commit::Collapsed;
-use crate::store::{Batch, Entry, StoreError, Table};
+use crate::store::overlay::StagedWrite;
+use crate::store::{Batch, StoreError, Table};
 
 /// Keys staged at most (over every table): a commit that stages more
 /// sends everything staged at once. A work step of a P1 stages a few
@@ -172,18 +173,7 @@ impl Staged {
             return Vec::new();
         };
         let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut found = Vec::new();
-        let mut seen_puts = 0;
-        for (key, value) in rows.range::<[u8], _>((Bound::Included(start), upper)) {
-            found.push((key.clone(), value.clone()));
-            if value.is_some() {
-                seen_puts += 1;
-                if seen_puts >= puts {
-                    break;
-                }
-            }
-        }
-        found
+        crate::store::overlay::range_of(rows, (Bound::Included(start), upper), puts)
     }
 
     /// Stages `batch` at `epoch` (the epoch its caller checked, which
@@ -306,55 +296,6 @@ impl Staged {
     }
 }
 
-/// A staged write: a key and its value (None: removed).
-pub(super) type StagedWrite = (Vec<u8>, Option<Vec<u8>>);
-
-/// The first `limit` rows of a scan: `rows`, the server's answer to a
-/// scan of at most `asked` rows, merged with `staged`, the staged writes
-/// of the same range (see [`Staged::range`]). A staged write of a key
-/// wins over the server's row; a staged removal hides it.
-///
-/// Why `asked` must be `limit` plus the removals in `staged`: each can
-/// hide one of the server's rows, and a staged write past the server's
-/// last row is only known to come next when the server had no more.
-pub(super) fn merge(rows: Vec<Entry>, staged: Vec<StagedWrite>, asked: usize, limit: usize) -> Vec<Entry> {
-    let server_had_more = rows.len() >= asked;
-    let last_row = rows.last().map(|(key, _)| key.clone());
-    let mut merged = Vec::with_capacity(limit.min(rows.len() + staged.len()));
-    let mut rows = rows.into_iter().peekable();
-    let mut staged = staged.into_iter().peekable();
-    while merged.len() < limit {
-        let staged_first = match (rows.peek(), staged.peek()) {
-            (None, None) => break,
-            (Some(_), None) => false,
-            (None, Some((key, _))) => {
-                if server_had_more && last_row.as_ref().is_some_and(|last| key > last) {
-                    // Rows the server was not asked for may come first.
-                    break;
-                }
-                true
-            }
-            (Some((row, _)), Some((key, _))) => match row.cmp(key) {
-                std::cmp::Ordering::Less => false,
-                std::cmp::Ordering::Greater => true,
-                std::cmp::Ordering::Equal => {
-                    // Replaced or removed by the staged write.
-                    rows.next();
-                    true
-                }
-            },
-        };
-        if staged_first {
-            if let Some((key, Some(value))) = staged.next() {
-                merged.push((key, value));
-            }
-        } else if let Some(row) = rows.next() {
-            merged.push(row);
-        }
-    }
-    merged
-}
-
 /// A copy of `e`, for the flush that must report it again (a store error
 /// holds no handle, only what it says).
 pub(super) fn copy_of(e: &StoreError) -> StoreError {
@@ -385,43 +326,6 @@ pub(super) fn copy_of(e: &StoreError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entries(keys: &[(&str, &str)]) -> Vec<Entry> {
-        keys.iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-            .collect()
-    }
-
-    fn staged(writes: &[(&str, Option<&str>)]) -> Vec<StagedWrite> {
-        writes
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
-            .collect()
-    }
-
-    #[test]
-    fn a_merge_replaces_and_hides_the_servers_rows_and_keeps_key_order() {
-        let rows = entries(&[("a", "s"), ("b", "s"), ("d", "s")]);
-        let writes = staged(&[("a", None), ("b", Some("x")), ("c", Some("y")), ("e", Some("z"))]);
-        // The server was asked for 10 (more than it had): everything after
-        // its last row is known.
-        assert_eq!(
-            merge(rows.clone(), writes.clone(), 10, 10),
-            entries(&[("b", "x"), ("c", "y"), ("d", "s"), ("e", "z")])
-        );
-        assert_eq!(merge(rows, writes, 10, 2), entries(&[("b", "x"), ("c", "y")]));
-    }
-
-    #[test]
-    fn a_merge_never_passes_rows_the_server_was_not_asked_for() {
-        // Asked for 2, got 2: a staged put after "b" may have server rows
-        // before it, so it is not given.
-        let rows = entries(&[("a", "s"), ("b", "s")]);
-        assert_eq!(
-            merge(rows, staged(&[("a", None), ("z", Some("y"))]), 2, 5),
-            entries(&[("b", "s")])
-        );
-    }
 
     #[test]
     fn a_staged_set_answers_its_keys_and_is_bounded() {

@@ -1,0 +1,155 @@
+use std::sync::atomic::AtomicBool;
+
+use super::*;
+use crate::store::tests::conformance;
+use crate::store::{scan_from_floor, FjallStore, MemoryStore};
+
+fn put(table: Table, key: &str, value: &str) -> Batch {
+    let mut batch = Batch::default();
+    batch.put(table, key.as_bytes().to_vec(), value.as_bytes().to_vec());
+    batch
+}
+
+fn remove(table: Table, key: &str) -> Batch {
+    let mut batch = Batch::default();
+    batch.remove(table, key.as_bytes().to_vec());
+    batch
+}
+
+fn value(store: &dyn Store, key: &str) -> Option<String> {
+    store
+        .get(Table::Resources, key.as_bytes())
+        .expect("a read")
+        .map(|v| String::from_utf8(v).expect("utf-8"))
+}
+
+/// A memory engine whose commits fail while `failing` is set (a full
+/// disk, say).
+#[derive(Default)]
+struct FailingCommits {
+    inner: MemoryStore,
+    failing: AtomicBool,
+}
+
+impl Store for FailingCommits {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: Table, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        self.inner.scan(table, prefix, after, limit)
+    }
+    fn commit(&self, batch: Batch) -> Result<(), StoreError> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(StoreError::Engine("the disk is full".into()));
+        }
+        self.inner.commit(batch)
+    }
+    fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_pipelined_view_over_memory_conforms_with_and_without_its_bounds_reached() {
+    let view = PipelinedStore::new(Arc::new(MemoryStore::default())).unwrap();
+    conformance(&view);
+    // Two keys at most: most commits apply the staged set to the engine.
+    let view = PipelinedStore::with_bounds(Arc::new(MemoryStore::default()), 2, 1 << 20).unwrap();
+    conformance(&view);
+}
+
+#[test]
+fn a_pipelined_view_over_fjall_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<dyn Store> = Arc::new(FjallStore::open(&dir.path().join("a")).unwrap());
+    conformance(&PipelinedStore::new(engine).unwrap());
+}
+
+/// The writer's reads see its commits from the commit on, through the
+/// flight; everyone else (the engine itself) once the flight landed.
+#[test]
+fn the_writer_reads_its_commits_in_flight_and_others_once_they_landed() {
+    let engine: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let view = PipelinedStore::new(engine.clone()).unwrap();
+    view.commit(put(Table::Resources, "a", "1")).unwrap();
+    view.commit(put(Table::Resources, "b", "2")).unwrap();
+    view.commit(remove(Table::Resources, "b")).unwrap();
+    assert_eq!(value(&view, "a").as_deref(), Some("1"));
+    assert_eq!(value(&view, "b"), None);
+    assert_eq!(value(engine.as_ref(), "a"), None, "not landed before the flush");
+    view.start_flush().unwrap();
+    assert_eq!(value(&view, "a").as_deref(), Some("1"), "seen while in flight");
+    assert_eq!(view.scan(Table::Resources, b"", None, 10).unwrap().len(), 1);
+    view.finish_flush().unwrap();
+    assert_eq!(value(engine.as_ref(), "a").as_deref(), Some("1"));
+    assert_eq!(value(engine.as_ref(), "b"), None);
+    assert_eq!(value(&view, "a").as_deref(), Some("1"));
+    assert!(view.nothing_staged(), "landed writes are read from the engine");
+    // A removal staged over a landed row hides it from the writer only.
+    view.commit(remove(Table::Resources, "a")).unwrap();
+    assert_eq!(value(&view, "a"), None);
+    assert!(view.scan(Table::Resources, b"", None, 10).unwrap().is_empty());
+    assert_eq!(value(engine.as_ref(), "a").as_deref(), Some("1"));
+    view.flush().unwrap();
+    assert_eq!(value(engine.as_ref(), "a"), None);
+}
+
+/// A flight whose engine commit failed landed nothing: its writes are
+/// gone from the writer's reads too, and it reports the failure once.
+#[test]
+fn a_failed_flight_reports_once_and_leaves_no_write_visible() {
+    let engine = Arc::new(FailingCommits::default());
+    let view = PipelinedStore::new(engine.clone()).unwrap();
+    view.commit(put(Table::Resources, "kept", "1")).unwrap();
+    view.flush().unwrap();
+    engine.failing.store(true, Ordering::SeqCst);
+    view.commit(put(Table::Resources, "lost", "2")).unwrap();
+    view.commit(remove(Table::Resources, "kept")).unwrap();
+    view.start_flush().unwrap();
+    assert!(view.finish_flush().is_err());
+    assert!(view.finish_flush().is_ok(), "reported once");
+    assert_eq!(value(&view, "lost"), None);
+    assert_eq!(value(&view, "kept").as_deref(), Some("1"), "its removal did not land");
+    engine.failing.store(false, Ordering::SeqCst);
+    view.commit(put(Table::Resources, "next", "3")).unwrap();
+    view.start_flush().unwrap();
+    view.finish_flush().unwrap();
+    assert_eq!(value(engine.as_ref(), "next").as_deref(), Some("3"));
+    assert_eq!(value(engine.as_ref(), "lost"), None);
+}
+
+/// Over its bounds a commit lands the staged set at once; if that fails,
+/// the commits staged before it must not be told they landed: the next
+/// flush fails too.
+#[test]
+fn a_failed_landing_over_the_bounds_fails_the_next_flush() {
+    let engine = Arc::new(FailingCommits::default());
+    let view = PipelinedStore::with_bounds(engine.clone(), 2, 1 << 20).unwrap();
+    view.commit(put(Table::Resources, "a", "1")).unwrap();
+    engine.failing.store(true, Ordering::SeqCst);
+    let mut batch = put(Table::Resources, "b", "2");
+    batch.put(Table::Resources, b"c".to_vec(), b"3".to_vec());
+    assert!(view.commit(batch).is_err());
+    engine.failing.store(false, Ordering::SeqCst);
+    assert!(view.flush().is_err(), "the first commit's write was lost with the set");
+    assert_eq!(value(&view, "a"), None);
+    view.flush().unwrap();
+}
+
+/// A scan from a table's floor through the view finds a staged put below
+/// where the engine's rows start (the view keeps floors of its own).
+#[test]
+fn a_scan_from_the_floor_finds_a_staged_key_below_the_engines_first_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<dyn Store> = Arc::new(FjallStore::open(&dir.path().join("a")).unwrap());
+    let view = PipelinedStore::new(engine).unwrap();
+    view.commit(put(Table::DueIndex, "m", "")).unwrap();
+    view.flush().unwrap();
+    let first = |view: &PipelinedStore| scan_from_floor(view, Table::DueIndex, 1).unwrap()[0].0.clone();
+    assert_eq!(first(&view), b"m".to_vec(), "raises the floor to m");
+    view.commit(put(Table::DueIndex, "c", "")).unwrap();
+    assert_eq!(first(&view), b"c".to_vec());
+    view.start_flush().unwrap();
+    view.finish_flush().unwrap();
+    assert_eq!(first(&view), b"c".to_vec());
+}
