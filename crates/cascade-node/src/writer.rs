@@ -277,6 +277,9 @@ impl WriterState {
         if claims_nothing {
             // Nothing to publish: a later flush makes it durable.
             self.unflushed = true;
+            if self.group.is_none() {
+                self.land_unflushed()?;
+            }
             return Ok(queued_work);
         }
         match &mut self.group {

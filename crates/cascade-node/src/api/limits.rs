@@ -244,6 +244,9 @@ pub fn limits() -> Vec<Limit> {
         row("store", "a repeated warning, logged once per", Amount::Time(crate::log_throttle::DEFAULT_WINDOW), ""),
         row("store", "events per outbox row (a commit of more events writes more rows)", items(crate::codec::MAX_EVENTS_PER_OUTBOX_ROW), ""),
         row("store", "bytes of events per outbox row (a larger event is a row of its own)", bytes(crate::codec::MAX_OUTBOX_ROW_BYTES), ""),
+        // sled's and fjall's writer (`store/pipelined.rs`): what a group stages before its flight.
+        row("store", "sled, fjall: writes a writer stages before a flush (more: applied at once)", items(crate::store::MAX_PIPELINED_KEYS), ""),
+        row("store", "sled, fjall: bytes a writer stages before a flush (more: applied at once)", bytes(crate::store::MAX_PIPELINED_BYTES), ""),
         // PostgreSQL's writer (`store/postgres`): what a group stages before its flush, the runs its read cache keeps beside `cache_mb`.
         row("store", "PostgreSQL: writes a writer stages before a flush (more: sent at once)", items(crate::store::MAX_STAGED_KEYS), ""),
         row("store", "PostgreSQL: bytes a writer stages before a flush (more: sent at once)", bytes(crate::store::MAX_STAGED_BYTES), ""),

@@ -369,6 +369,18 @@ pub trait Store: Send + Sync + 'static {
     /// (its iterators are no snapshots); the writer's own reads never race
     /// a commit, because it is the only committer.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
+    /// Makes every committed batch visible to every reader of the store
+    /// now, without waiting for it to be durable: a no-op where a commit
+    /// already is (by default), and on postgres, whose staged commits only
+    /// a flush sends. [`PipelinedStore`] applies its staged commits to its
+    /// engine (after the flight in progress). For a step that skips its
+    /// flush (`writer/durable.rs`): what it wrote (an importer's cursor,
+    /// say) is read by the node's API and links at once, as before its
+    /// store was pipelined. An error: they did not land, nor will the
+    /// next flush say so of the commits staged before them.
+    fn land(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Makes every committed batch durable. On postgres a commit is
     /// staged in the store (its reads see it) and the flush sends every
     /// batch committed since the last one in one transaction: a flush that

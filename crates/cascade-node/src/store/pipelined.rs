@@ -475,6 +475,11 @@ impl Store for PipelinedStore {
         Ok(())
     }
 
+    fn land(&self) -> Result<(), StoreError> {
+        self.settle_flight();
+        self.land_staged()
+    }
+
     fn flush(&self) -> Result<(), StoreError> {
         self.take_ended()?;
         self.take_dropped()?;

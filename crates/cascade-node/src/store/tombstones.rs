@@ -132,6 +132,9 @@ impl Store for TombstoneStore {
         self.inner.commit(batch)
     }
 
+    fn land(&self) -> Result<(), StoreError> {
+        self.inner.land()
+    }
     fn flush(&self) -> Result<(), StoreError> {
         self.inner.flush()
     }

@@ -74,6 +74,9 @@ impl Store for WatchedReads {
     fn commit(&self, batch: Batch) -> Result<(), StoreError> {
         self.inner.commit(batch)
     }
+    fn land(&self) -> Result<(), StoreError> {
+        self.inner.land()
+    }
     fn flush(&self) -> Result<(), StoreError> {
         self.inner.flush()
     }

@@ -48,6 +48,23 @@ impl WriterState {
         Ok(())
     }
 
+    /// Shows the commits that skipped their flush to the node's other
+    /// readers (its API, its links) now, where the store keeps commits
+    /// from them until a flush (`Store::land`; the embedded engines'
+    /// pipelined view): a lone one, and a group's when none of its steps
+    /// needed a flight. As before the store was pipelined, an importer's
+    /// cursor reads moved once its step answered.
+    pub(super) fn land_unflushed(&mut self) -> Result<(), CoreError> {
+        if !self.unflushed {
+            return Ok(());
+        }
+        if let Err(e) = self.ctx.store.land() {
+            self.commit_failed(&e);
+            return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
+        }
+        Ok(())
+    }
+
     /// Flushes the commits that skipped their flush ([`Self::commit_as`])
     /// if no step's flush has covered them since: run on every tick, so
     /// they wait one tick at most (a link's acknowledgement of its cursor

@@ -295,6 +295,12 @@ impl WriterState {
             }
             return Err(e);
         }
+        if committed.is_empty() {
+            // Nothing to flush; what skipped its flush is shown to the
+            // other readers (its failure is the store's: counted there,
+            // and it claimed nothing, so every step's answer stands).
+            let _ = self.land_unflushed();
+        }
         if committed.is_empty() || !self.ctx.store.overlaps_flushes() {
             let flushed = {
                 let _span = info_span!("group_flush", steps = replies.len(), commits = committed.len()).entered();
