@@ -426,6 +426,10 @@ impl WriterHandle {
                         store: state.ctx.store.as_ref(),
                     }
                     .compact_outbox(below, OUTBOX_COMPACTION_BATCH)
+                    // Unflushed, but read at once by the node's streams
+                    // (the floor a watch below it is refused at):
+                    // applied for them now (`Store::land`).
+                    .and_then(|removed| state.ctx.store.land().map(|()| removed))
                     .map_err(|e| CoreError::Storage(cascade_core::error::StorageError(e.to_string())))
                 });
                 // Removing acknowledged revisions claims nothing durable.

@@ -153,3 +153,28 @@ fn a_scan_from_the_floor_finds_a_staged_key_below_the_engines_first_row() {
     view.finish_flush().unwrap();
     assert_eq!(first(&view), b"c".to_vec());
 }
+
+/// A commit that skips its flush (an importer's cursor, the outbox's
+/// compaction) is applied for everyone by `land`, unflushed: the node's
+/// streams and API read it at once, as they did before the pipeline
+/// (`watch_gaps` and `cross_region_crash` waited for such writes in vain
+/// when only a flush applied them).
+#[test]
+fn land_applies_what_is_staged_for_every_reader_without_a_flight() {
+    let engine: Arc<dyn Store> = Arc::new(MemoryStore::default());
+    let view = PipelinedStore::new(engine.clone()).unwrap();
+    view.commit(put(Table::Resources, "cursor", "7")).unwrap();
+    assert_eq!(value(engine.as_ref(), "cursor"), None);
+    view.land().unwrap();
+    assert_eq!(value(engine.as_ref(), "cursor").as_deref(), Some("7"));
+    assert!(view.nothing_staged());
+    // After a flight too: the flight's own writes first, then the rest.
+    view.commit(put(Table::Resources, "a", "1")).unwrap();
+    view.start_flush().unwrap();
+    view.land().unwrap();
+    view.commit(put(Table::Resources, "cursor", "8")).unwrap();
+    view.land().unwrap();
+    assert_eq!(value(engine.as_ref(), "a").as_deref(), Some("1"));
+    assert_eq!(value(engine.as_ref(), "cursor").as_deref(), Some("8"));
+    view.finish_flush().unwrap();
+}
