@@ -166,7 +166,9 @@ impl WriterState {
         };
         // The step's length is its own: its reads and commit, and the
         // flush; not the client steps that joined its group.
-        let flushed_in = self.close_group(myself, Vec::new())?;
+        // Its flight overlaps the next step only when this one stopped at
+        // its bounds with more due: a cascade's steps.
+        let flushed_in = self.close_group(myself, Vec::new(), report.more)?;
         // What a small write queued behind this step waits for: the step's
         // own run and its group's flush, apart (issue 28's tail;
         // `RUST_LOG=cascade_node::writer::work_budget=debug` prints them).
