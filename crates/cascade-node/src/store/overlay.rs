@@ -12,6 +12,38 @@ use std::ops::Bound;
 
 use super::Entry;
 
+/// Bytes a staged key costs beyond its key and value (its map entry).
+pub(crate) const ENTRY_OVERHEAD: usize = 64;
+
+/// How many keys a staged set holds, and their bytes (keys, values and
+/// [`ENTRY_OVERHEAD`] each): what its bounds are checked against.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct StagedSize {
+    pub(crate) keys: usize,
+    pub(crate) bytes: usize,
+}
+
+impl StagedSize {
+    /// Stages `value` (None: a removal) for `key` in `rows`, the last
+    /// write of a key replacing the one before it.
+    pub(crate) fn stage(
+        &mut self,
+        rows: &mut BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+    ) {
+        let (key_len, value_len) = (key.len(), value.as_ref().map_or(0, Vec::len));
+        match rows.insert(key, value) {
+            // The key was staged: only its value changed.
+            Some(old) => self.bytes = self.bytes.saturating_sub(old.map_or(0, |v| v.len())) + value_len,
+            None => {
+                self.keys += 1;
+                self.bytes += ENTRY_OVERHEAD + key_len + value_len;
+            }
+        }
+    }
+}
+
 /// The staged writes of `rows` (one table's, key → value or None for a
 /// removal) within `bounds`, in key order, up to and including the
 /// `puts`-th put: a scan of at most `puts` rows needs no staged write

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
-use super::overlay::{merge, range_of};
+use super::overlay::{merge, range_of, StagedSize};
 use super::{Batch, Entry, Prefetch, ScanFloors, ScanRange, Store, StoreError, Table};
 
 /// Keys staged at most (over every table): a commit that stages more
@@ -44,12 +44,9 @@ use super::{Batch, Entry, Prefetch, ScanFloors, ScanRange, Store, StoreError, Ta
 /// thousand (its budget); a group's client steps a few each.
 pub const MAX_PIPELINED_KEYS: usize = 50_000;
 
-/// Bytes staged at most (keys, values and [`ENTRY_OVERHEAD`] each), as
+/// Bytes staged at most (keys, values and their map entries), as
 /// [`MAX_PIPELINED_KEYS`].
 pub const MAX_PIPELINED_BYTES: usize = 32 * 1024 * 1024;
-
-/// Bytes a staged key costs beyond its key and value (its map entry).
-const ENTRY_OVERHEAD: usize = 64;
 
 /// One table's staged writes: key → value, None for a removal.
 type Rows = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
@@ -84,8 +81,7 @@ impl Writes {
 struct Staging {
     /// Shared with the flight that lands them.
     writes: Arc<Writes>,
-    keys: usize,
-    bytes: usize,
+    size: StagedSize,
     /// Commits that were applied to the engine at once (over the bounds)
     /// and failed: the next flush fails with it, so that the steps that
     /// staged them before are not told they landed.
@@ -216,8 +212,7 @@ impl PipelinedStore {
             let mut staging = self.staging_mut();
             if Arc::ptr_eq(&staging.writes, &writes) {
                 let staged = std::mem::take(&mut staging.writes);
-                staging.keys = 0;
-                staging.bytes = 0;
+                staging.size = StagedSize::default();
                 self.staged_keys.store(0, Ordering::Release);
                 Some(staged)
             } else {
@@ -297,8 +292,7 @@ impl PipelinedStore {
             let batch = staging.writes.to_batch();
             let landed = self.inner.commit(batch);
             let staged = std::mem::take(&mut staging.writes);
-            staging.keys = 0;
-            staging.bytes = 0;
+            staging.size = StagedSize::default();
             self.staged_keys.store(0, Ordering::Release);
             if let Err(e) = &landed {
                 staging.dropped = Some(e.clone());
@@ -448,24 +442,14 @@ impl Store for PipelinedStore {
         self.floors.before_commit(&batch);
         let over = {
             let mut staging = self.staging_mut();
-            let Staging {
-                writes, keys, bytes, ..
-            } = &mut *staging;
+            let Staging { writes, size, .. } = &mut *staging;
             // Shared only with a flight, and none is in progress: no copy.
             let writes = Arc::make_mut(writes);
             for (table, key, value) in batch.ops {
-                let (key_len, value_len) = (key.len(), value.as_ref().map_or(0, Vec::len));
-                match writes.0[table.index()].insert(key, value) {
-                    // The key was staged: only its value changed.
-                    Some(old) => *bytes = bytes.saturating_sub(old.map_or(0, |v| v.len())) + value_len,
-                    None => {
-                        *keys += 1;
-                        *bytes += ENTRY_OVERHEAD + key_len + value_len;
-                    }
-                }
+                size.stage(&mut writes.0[table.index()], key, value);
             }
-            self.staged_keys.store(*keys, Ordering::Release);
-            *keys > self.bounds.0 || *bytes > self.bounds.1
+            self.staged_keys.store(size.keys, Ordering::Release);
+            size.keys > self.bounds.0 || size.bytes > self.bounds.1
         };
         // Readers of this view see the batch now.
         self.floors.landed();

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::commit::Collapsed;
-use crate::store::overlay::StagedWrite;
+use crate::store::overlay::{StagedSize, StagedWrite};
 use crate::store::{Batch, StoreError, Table};
 
 /// Keys staged at most (over every table): a commit that stages more
@@ -48,13 +48,10 @@ use crate::store::{Batch, StoreError, Table};
 /// thousand; a group's client steps a few each.
 pub const MAX_STAGED_KEYS: usize = 50_000;
 
-/// Bytes staged at most (keys, values and [`ENTRY_OVERHEAD`] each), as
+/// Bytes staged at most (keys, values and their map entries), as
 /// [`MAX_STAGED_KEYS`]: the transaction that sends them stays well inside
 /// the writer session's `statement_timeout`.
 pub const MAX_STAGED_BYTES: usize = 32 * 1024 * 1024;
-
-/// Bytes a staged key costs beyond its key and value (its map entry).
-const ENTRY_OVERHEAD: usize = 64;
 
 /// The bounds of a staged set (the constants above; smaller in tests).
 #[derive(Debug, Clone, Copy)]
@@ -88,8 +85,7 @@ struct State {
     /// Shared with the flush that sends it, which needs it whole until
     /// its transaction ended (the statements borrow from it).
     writes: Arc<Collapsed>,
-    keys: usize,
-    bytes: usize,
+    size: StagedSize,
     /// Commits staged since the last flush.
     batches: usize,
     /// A flush is sending `writes`: it reports their fate itself.
@@ -105,8 +101,7 @@ impl State {
     /// Nothing staged.
     fn clear(&mut self) {
         self.writes = Arc::default();
-        self.keys = 0;
-        self.bytes = 0;
+        self.size = StagedSize::default();
         self.batches = 0;
     }
 }
@@ -187,26 +182,16 @@ impl Staged {
             Some(current) => return Err(StoreError::Fenced { held: epoch, current }),
             None => return Err(StoreError::NotFenced),
         }
-        let State {
-            writes, keys, bytes, ..
-        } = &mut *state;
+        let State { writes, size, .. } = &mut *state;
         // Never shared here: a flush replaces it before it ends, and
         // commits wait for flushes (the store's commit lock).
         let writes = Arc::make_mut(writes);
         for (table, key, value) in batch.ops {
-            let (key_len, value_len) = (key.len(), value.as_ref().map_or(0, Vec::len));
-            match writes.entry(table).or_default().insert(key, value) {
-                // The key was staged: only its value changed.
-                Some(old) => *bytes = bytes.saturating_sub(old.map_or(0, |v| v.len())) + value_len,
-                None => {
-                    *keys += 1;
-                    *bytes += ENTRY_OVERHEAD + key_len + value_len;
-                }
-            }
+            size.stage(writes.entry(table).or_default(), key, value);
         }
         state.batches += 1;
-        self.keys.store(state.keys, Ordering::Release);
-        Ok(state.keys > state.bounds.keys || state.bytes > state.bounds.bytes)
+        self.keys.store(state.size.keys, Ordering::Release);
+        Ok(state.size.keys > state.bounds.keys || state.size.bytes > state.bounds.bytes)
     }
 
     /// What a flush of `expected`'s epoch (None: the store's flush, any
@@ -266,7 +251,7 @@ impl Staged {
         if let Some(e) = dropped.filter(|_| state.epoch == Some(sent.epoch)) {
             state.dropped = Some((sent.epoch, e));
         }
-        self.keys.store(state.keys, Ordering::Release);
+        self.keys.store(state.size.keys, Ordering::Release);
     }
 
     /// The store was fenced at `epoch`: writes staged at another epoch
