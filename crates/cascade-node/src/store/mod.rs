@@ -376,8 +376,8 @@ pub trait Store: Send + Sync + 'static {
     /// engine (after the flight in progress). For a step that skips its
     /// flush (`writer/durable.rs`): what it wrote (an importer's cursor,
     /// say) is read by the node's API and links at once, as before its
-    /// store was pipelined. An error: they did not land, nor will the
-    /// next flush say so of the commits staged before them.
+    /// store was pipelined. An error: they did not land, and neither did
+    /// the commits staged with them, so the next flush fails too.
     fn land(&self) -> Result<(), StoreError> {
         Ok(())
     }
