@@ -21,7 +21,7 @@ use cascade_node::store::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::harness::{round2, round3, Result};
+use crate::harness::{round3, Result};
 use crate::spec::{Row, RowSpec, Shape};
 
 /// Where the password of `--postgres-url` comes from (as for `cascade serve`).
@@ -176,8 +176,9 @@ pub struct StoreProfile {
     /// and their time: a scan the cache answers is a lookup and a copy.
     slow_scans: AtomicU64,
     slow_scan_ns: AtomicU64,
-    /// Per table (`Table::ALL`'s order): server reads (slow gets) and scans.
-    by_table: [(AtomicU64, AtomicU64); Table::ALL.len()],
+    /// Per table (`Table::ALL`'s order): server reads (slow gets), scans,
+    /// and the scans that went to the server.
+    by_table: [(AtomicU64, AtomicU64, AtomicU64); Table::ALL.len()],
 }
 
 /// A point read slower than this went to the server (a cache hit is a
@@ -203,8 +204,8 @@ pub struct ProfileSnapshot {
     pub prefetch_ns: u64,
     pub slow_scans: u64,
     pub slow_scan_ns: u64,
-    /// Per table: (server reads, scans).
-    pub by_table: [(u64, u64); Table::ALL.len()],
+    /// Per table: (server reads, scans, server scans).
+    pub by_table: [(u64, u64, u64); Table::ALL.len()],
 }
 
 fn table_index(table: Table) -> usize {
@@ -231,7 +232,13 @@ impl StoreProfile {
             prefetch_ns: l(&self.prefetch_ns),
             slow_scans: l(&self.slow_scans),
             slow_scan_ns: l(&self.slow_scan_ns),
-            by_table: std::array::from_fn(|i| (l(&self.by_table[i].0), l(&self.by_table[i].1))),
+            by_table: std::array::from_fn(|i| {
+                (
+                    l(&self.by_table[i].0),
+                    l(&self.by_table[i].1),
+                    l(&self.by_table[i].2),
+                )
+            }),
         }
     }
 }
@@ -259,6 +266,7 @@ impl ProfileSnapshot {
                 (
                     self.by_table[i].0.saturating_sub(b.by_table[i].0),
                     self.by_table[i].1.saturating_sub(b.by_table[i].1),
+                    self.by_table[i].2.saturating_sub(b.by_table[i].2),
                 )
             }),
         }
@@ -286,6 +294,7 @@ impl ProfileSnapshot {
                 (
                     self.by_table[i].0 + b.by_table[i].0,
                     self.by_table[i].1 + b.by_table[i].1,
+                    self.by_table[i].2 + b.by_table[i].2,
                 )
             }),
         }
@@ -323,23 +332,25 @@ impl ProfileSnapshot {
         ) + &self.describe_tables(deleted)
     }
 
-    /// `; server reads per deleted: table x, …; scans: table y, …` (the
-    /// tables above 0.01 per deleted resource).
+    /// `; server reads per deleted: table x, …; scans: table y, …; server
+    /// scans: table z, …` (the tables at 0.001 per deleted resource or
+    /// more: a step's round trips are a few per thousand deleted).
     fn describe_tables(&self, deleted: u64) -> String {
-        let list = |pick: fn(&(u64, u64)) -> u64| {
+        let list = |pick: fn(&(u64, u64, u64)) -> u64| {
             Table::ALL
                 .iter()
                 .zip(&self.by_table)
-                .map(|(t, c)| (t.name(), round2(pick(c) as f64 / deleted.max(1) as f64)))
-                .filter(|(_, v)| *v >= 0.01)
+                .map(|(t, c)| (t.name(), round3(pick(c) as f64 / deleted.max(1) as f64)))
+                .filter(|(_, v)| *v >= 0.001)
                 .map(|(t, v)| format!("{t} {v}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
         format!(
-            "; server reads per deleted by table: {}; scans: {}",
+            "; server reads per deleted by table: {}; scans: {}; server scans: {}",
             list(|c| c.0),
-            list(|c| c.1)
+            list(|c| c.1),
+            list(|c| c.2)
         )
     }
 }
@@ -367,6 +378,21 @@ fn timed<T>(calls: &AtomicU64, ns: &AtomicU64, f: impl FnOnce() -> T) -> (T, u64
     calls.fetch_add(1, Ordering::Relaxed);
     ns.fetch_add(took, Ordering::Relaxed);
     (out, took)
+}
+
+impl ProfiledStore {
+    /// A flight's start (`start`), its time counted as a flush's: the
+    /// writer waits there for the flight still in progress.
+    fn flight_started(
+        &self,
+        start: impl FnOnce() -> std::result::Result<(), StoreError>,
+    ) -> std::result::Result<(), StoreError> {
+        let started = Instant::now();
+        let out = start();
+        let took = started.elapsed().as_nanos() as u64;
+        self.profile.flush_ns.fetch_add(took, Ordering::Relaxed);
+        out
+    }
 }
 
 impl Store for ProfiledStore {
@@ -398,6 +424,7 @@ impl Store for ProfiledStore {
         let (out, took) = timed(&p.scans, &p.scan_ns, || self.inner.scan(table, prefix, after, limit));
         if took > MISS_NS {
             p.slow_scans.fetch_add(1, Ordering::Relaxed);
+            p.by_table[table_index(table)].2.fetch_add(1, Ordering::Relaxed);
             p.slow_scan_ns.fetch_add(took, Ordering::Relaxed);
         }
         out
@@ -435,11 +462,13 @@ impl Store for ProfiledStore {
     /// The writer's time in it is counted as a flush's (it waits for a
     /// flight still in progress); the flight is counted when finished.
     fn start_flush(&self) -> std::result::Result<(), StoreError> {
-        let started = Instant::now();
-        let out = self.inner.start_flush();
-        let took = started.elapsed().as_nanos() as u64;
-        self.profile.flush_ns.fetch_add(took, Ordering::Relaxed);
-        out
+        self.flight_started(|| self.inner.start_flush())
+    }
+
+    /// As [`Store::start_flush`] (the store answers the group's clients
+    /// once its flight landed, as it does outside the bench).
+    fn start_flush_then(&self, landed: Box<dyn FnOnce() + Send>) -> std::result::Result<(), StoreError> {
+        self.flight_started(|| self.inner.start_flush_then(landed))
     }
 
     /// A flight ended: one flush, and the time the writer waited for it

@@ -399,8 +399,8 @@ pub trait Store: Send + Sync + 'static {
     }
     /// [`Store::start_flush`], and `landed` runs as soon as the flush
     /// landed, on the store's thread that saw it land, when the store has
-    /// one ([`PipelinedStore`]): the caller's clients are answered without
-    /// waiting for it to ask. Never when the flush failed; maybe never (by
+    /// one ([`PipelinedStore`]'s commit thread, PostgreSQL's runtime): the
+    /// caller's clients are answered without waiting for it to ask. Never when the flush failed; maybe never (by
     /// default `landed` is dropped): [`Store::finish_flush`] still reports
     /// the outcome, and whatever `landed` would have done is then the
     /// caller's.

@@ -244,10 +244,20 @@ impl WriterState {
         let mut replies = Vec::with_capacity(steps.len());
         self.run_client_steps(myself, steps, &mut replies);
         // Each reply carries the flush's outcome to its caller.
-        // A group of client steps overlaps only more of them: its events
-        // (a region's release, a peer's notification) are published once
-        // its flight is finished, which a work step would delay.
-        let _flushed = self.close_group(myself, replies, false);
+        // On a store whose flush is a transaction on a server (PostgreSQL:
+        // the one that reads ahead, as in `work_budget.rs`), a group of
+        // client steps flies when a work step is queued (a cascade in
+        // progress), which overlaps it: flushed in place, the writer
+        // waited for the group's transaction and then the server for the
+        // next step, so a cascade's steps hardly overlapped while clients
+        // wrote (docs/BENCHMARKS.md, "PostgreSQL: client groups fly
+        // during a cascade"). Its replies leave once it landed
+        // (`Store::start_flush_then`); its events (a region's release, a
+        // peer's notification) when the writer finishes it, after the
+        // step's compute. Otherwise it flies only with more client steps
+        // queued, and a region's events are not held (P3 on fjall).
+        let overlapped_by_work = self.work_queued && self.ctx.store.prefetches();
+        let _flushed = self.close_group(myself, replies, overlapped_by_work);
     }
 
     /// Runs client steps in the group in progress, gathering their replies.

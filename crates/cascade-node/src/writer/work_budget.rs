@@ -30,14 +30,17 @@
 //! ([`crate::store::Store::prefetches`]: postgres, whose reads and
 //! transactions are round trips) aims its steps at [`TRANSACTION_STEP`],
 //! the transaction included. Issue 28's rule is the small write's p99
-//! during a P1 of 1M, at most 20 ms (with margin: 16). Steps of 10 ms
-//! deleted faster (a step's round trips cost the same whatever its size:
-//! 20.3k against 13.9k deleted/s at 1M on a loaded machine, with the
-//! runs of `store/postgres/cache.rs`) but the p99 was 25.0 ms against
-//! 15.6 ms at 5 ms in the same minutes, and 13.5–17.2 ms against 7–12 ms
-//! when first tried (docs/BENCHMARKS.md, "PostgreSQL: a group's steps in
-//! one transaction" and "PostgreSQL at 1M: the variance, the flush, the
-//! step"): so they stay at 5 ms until repeated quiet rows say otherwise.
+//! during a P1 of 1M, at most 20 ms. Steps of 10 ms deleted faster (a
+//! step's round trips and its transaction's fixed cost are the same
+//! whatever its size) but held small writes longer: a p99 of 25.0 ms
+//! against 15.6 ms at 5 ms when a group's transaction was flushed in
+//! place and its clients answered after it (docs/BENCHMARKS.md,
+//! "PostgreSQL: a group's steps in one transaction" and "PostgreSQL at
+//! 1M: the variance, the flush, the step"). Since a group's transaction
+//! flies while the next step runs, and its clients are answered as soon
+//! as it landed, 10 ms steps hold the p99 at 16.6–16.9 ms and delete
+//! 49–53k/s against 42–49k/s at 5 ms (docs/BENCHMARKS.md, "PostgreSQL:
+//! client groups fly during a cascade").
 
 use std::time::Duration;
 
@@ -56,7 +59,7 @@ const MOST_STEP: Duration = Duration::from_millis(10);
 const LEAST_STEP: Duration = Duration::from_millis(5);
 /// What a step is aimed at when its flush is its transaction (the
 /// module's doc).
-const TRANSACTION_STEP: Duration = LEAST_STEP;
+const TRANSACTION_STEP: Duration = MOST_STEP;
 /// The smallest share of the policy's bounds a step is given.
 const LEAST_SCALE: f64 = 1.0 / 16.0;
 

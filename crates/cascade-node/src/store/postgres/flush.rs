@@ -161,14 +161,24 @@ impl PostgresStore {
     /// the store's) and returns at once; nothing staged, nothing starts.
     /// A flight in progress is waited for first, and a failure of that
     /// epoch not told yet is returned (nothing starts then).
-    pub(super) fn start_flush_at(&self, expected: Option<u64>) -> Result<(), StoreError> {
+    ///
+    /// `landed` runs on the store's runtime as soon as the transaction's
+    /// COMMIT returned (never when it failed, nor when nothing started):
+    /// its writes are on the server then, and every reader but the
+    /// writer's view reads the server while a flight is in progress
+    /// (`cache.rs`, `State::busy_for`), so whoever it answers reads them.
+    pub(super) fn start_flush_at(
+        &self,
+        expected: Option<u64>,
+        landed: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<(), StoreError> {
         let mut flights = self.landed_flight();
         flights.take_outcome(self.acting_epoch(expected))?;
         let _one_flush = self.commit_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(taken) = self.staged.take(expected)? else {
             return Ok(());
         };
-        match self.dispatch(&taken, true) {
+        match self.dispatch(&taken, true, landed) {
             Ok((started, task)) => {
                 flights.owed = Some(taken.epoch);
                 flights.running = Some(Flight { taken, started, task });

@@ -334,7 +334,7 @@ impl PostgresStore {
     }
 
     fn send(&self, taken: &staged::Taken) -> Result<(), StoreError> {
-        let (started, task) = self.dispatch(taken, false)?;
+        let (started, task) = self.dispatch(taken, false, None)?;
         let ran = self.join(task);
         self.sent_ended(taken, started, ran)
     }
@@ -343,8 +343,14 @@ impl PostgresStore {
     /// first with the epoch it was staged at (lost since: nothing is sent,
     /// and the cache is dropped). Returns the cache's generation to end it
     /// with and the task. `flight`: a group's flight, which the writer's
-    /// next step reads past (`cache.rs`, `State::busy_for`).
-    fn dispatch(&self, taken: &staged::Taken, flight: bool) -> Result<(u64, commit::Task), StoreError> {
+    /// next step reads past (`cache.rs`, `State::busy_for`); `landed`
+    /// runs on the store's runtime once the transaction committed.
+    fn dispatch(
+        &self,
+        taken: &staged::Taken,
+        flight: bool,
+        landed: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Result<(u64, commit::Task), StoreError> {
         let epoch = taken.epoch;
         let current = match self.epoch_to_commit() {
             Ok(current) if current == epoch => Ok(()),
@@ -375,7 +381,13 @@ impl PostgresStore {
         };
         let shared = self.shared.clone();
         let writes = taken.writes.clone();
-        let task = runtime.spawn(commit::commit(shared, epoch, writes, plan, pause));
+        let task = runtime.spawn(async move {
+            let outcome = commit::commit(shared, epoch, writes, plan, pause).await;
+            if let (Ok(_), Some(landed)) = (&outcome.1, landed) {
+                landed();
+            }
+            outcome
+        });
         Ok((started, task))
     }
 
@@ -461,7 +473,10 @@ impl Store for EpochStore {
         self.store.flush_at(Some(self.epoch))
     }
     fn start_flush(&self) -> Result<(), StoreError> {
-        self.store.start_flush_at(Some(self.epoch))
+        self.store.start_flush_at(Some(self.epoch), None)
+    }
+    fn start_flush_then(&self, landed: Box<dyn FnOnce() + Send>) -> Result<(), StoreError> {
+        self.store.start_flush_at(Some(self.epoch), Some(landed))
     }
     fn finish_flush(&self) -> Result<(), StoreError> {
         self.store.finish_flush_at(Some(self.epoch))
@@ -764,7 +779,13 @@ impl Store for PostgresStore {
 
     /// Sends what is staged as a flight (`flush.rs`) and returns at once.
     fn start_flush(&self) -> Result<(), StoreError> {
-        self.start_flush_at(None)
+        self.start_flush_at(None, None)
+    }
+
+    /// [`Store::start_flush`], and `landed` runs on the store's runtime
+    /// once the flight's COMMIT returned (`flush.rs`).
+    fn start_flush_then(&self, landed: Box<dyn FnOnce() + Send>) -> Result<(), StoreError> {
+        self.start_flush_at(None, Some(landed))
     }
 
     fn finish_flush(&self) -> Result<(), StoreError> {

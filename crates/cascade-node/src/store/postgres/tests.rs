@@ -1206,6 +1206,59 @@ fn a_flight_is_read_by_the_writer_while_in_flight_and_lands_into_the_cache() {
     assert!(store.overlaps_flushes() && landed_view.overlaps_flushes());
 }
 
+/// `start_flush_then` on PostgreSQL: the callback (the writer answering
+/// its group's clients) runs once the flight's COMMIT returned, before
+/// the writer asks, and what it answers is then read by every reader; a
+/// flight that fails never runs it.
+///
+/// Why: the writer answered a client group only when its next step
+/// finished the flight, a step's length after it landed (issue 28's
+/// small-write p99 during a cascade).
+#[test]
+fn a_flights_callback_runs_once_it_landed_and_never_when_it_failed() {
+    let Some(db) = fresh_database("flight_callback") else {
+        return;
+    };
+    let store = writer(&db);
+    let landed_view = store.at_epoch(1);
+    let (told, heard) = std::sync::mpsc::channel();
+    store.pause_after_fence(Some(Duration::from_millis(700)));
+    store.commit(put_meta("answered", "a")).unwrap();
+    store
+        .start_flush_then(Box::new(move || told.send(()).unwrap()))
+        .unwrap();
+    wait_for_paused_transaction(&db, "0.7");
+    assert!(heard.try_recv().is_err(), "not before its COMMIT returned");
+    heard
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the callback runs without the writer asking");
+    assert_eq!(
+        landed_view.get(Table::Meta, b"answered").unwrap(),
+        Some(b"a".to_vec()),
+        "whoever it answers reads the flight's writes before the writer finished it"
+    );
+    store.finish_flush().unwrap();
+
+    let (told, heard) = std::sync::mpsc::channel::<()>();
+    store.pause_after_fence(Some(Duration::from_millis(1100)));
+    store.commit(put_meta("failed", "a")).unwrap();
+    store
+        .start_flush_then(Box::new(move || told.send(()).unwrap()))
+        .unwrap();
+    wait_for_paused_transaction(&db, "1.1");
+    db.superuser_sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.1)%' AND pid <> pg_backend_pid()",
+    )
+    .unwrap();
+    store.pause_after_fence(None);
+    assert!(store.finish_flush().is_err(), "the flight failed");
+    assert_eq!(
+        heard.recv_timeout(Duration::from_secs(30)),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
+        "dropped, never run"
+    );
+}
+
 /// A flight that fails (its session killed on the server mid-flight):
 /// its writes are dropped from the staged set and the cache, so no view
 /// reads them again; a commit that comes meanwhile is refused and leaves
