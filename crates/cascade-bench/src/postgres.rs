@@ -232,13 +232,7 @@ impl StoreProfile {
             prefetch_ns: l(&self.prefetch_ns),
             slow_scans: l(&self.slow_scans),
             slow_scan_ns: l(&self.slow_scan_ns),
-            by_table: std::array::from_fn(|i| {
-                (
-                    l(&self.by_table[i].0),
-                    l(&self.by_table[i].1),
-                    l(&self.by_table[i].2),
-                )
-            }),
+            by_table: std::array::from_fn(|i| (l(&self.by_table[i].0), l(&self.by_table[i].1), l(&self.by_table[i].2))),
         }
     }
 }
