@@ -1146,6 +1146,15 @@ fn wait_for_paused_transaction(db: &TestDatabase, seconds: &str) {
     });
 }
 
+/// Ends the session of the flight paused in `pg_sleep(seconds)` on the
+/// server (a connection lost mid-flight, before its COMMIT).
+fn kill_paused_transaction(db: &TestDatabase, seconds: &str) {
+    db.superuser_sql(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep({seconds})%' AND pid <> pg_backend_pid()"
+    ))
+    .unwrap();
+}
+
 /// A group's flush in flight (`flush.rs`): `start_flush` returns while
 /// the transaction is on the server; the writer's view reads the flight's
 /// writes (a removal too) and any other key meanwhile, the node's other
@@ -1246,10 +1255,7 @@ fn a_flights_callback_runs_once_it_landed_and_never_when_it_failed() {
         .start_flush_then(Box::new(move || told.send(()).unwrap()))
         .unwrap();
     wait_for_paused_transaction(&db, "1.1");
-    db.superuser_sql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.1)%' AND pid <> pg_backend_pid()",
-    )
-    .unwrap();
+    kill_paused_transaction(&db, "1.1");
     store.pause_after_fence(None);
     assert!(store.finish_flush().is_err(), "the flight failed");
     assert_eq!(
@@ -1282,10 +1288,7 @@ fn a_flight_that_fails_drops_its_writes_and_only_the_writers_finish_reports_it_o
     store.start_flush().unwrap();
     wait_for_paused_transaction(&db, "1.1");
     assert_eq!(meta(&store, "flown"), Some(b"a".to_vec()));
-    db.superuser_sql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.1)%' AND pid <> pg_backend_pid()",
-    )
-    .unwrap();
+    kill_paused_transaction(&db, "1.1");
     store.pause_after_fence(None);
     // Another path waits for the flight: it is refused, and takes nothing.
     assert!(
@@ -1343,10 +1346,7 @@ fn a_shutdown_flush_during_a_failed_flight_leaves_its_failure_to_the_writer() {
     store.commit(put_meta("flown", "a")).unwrap();
     store.start_flush().unwrap();
     wait_for_paused_transaction(&db, "1.1");
-    db.superuser_sql(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(1.1)%' AND pid <> pg_backend_pid()",
-    )
-    .unwrap();
+    kill_paused_transaction(&db, "1.1");
     store.pause_after_fence(None);
     assert!(store.flush().is_err(), "the shutdown flush is refused");
     assert!(store.flush().is_err(), "with a copy: the failure stays");
