@@ -293,25 +293,33 @@ impl WriterState {
     /// Encodes and commits `writes` (readers and the next step see them),
     /// without a flush: nothing of it is published yet.
     fn commit_unflushed(&mut self, writes: WriteSet) -> Result<Committed, CoreError> {
-        let state = StoreState {
-            store: self.ctx.store.as_ref(),
-        };
         // Encoded while the flight in progress (if any) still flies: the
         // encoding only reads, through the writer's view, which sees the
         // flight's writes as the step that made `writes` did. Encoded
         // after the wait, the server (or the commit thread) sat idle for
         // it: on PostgreSQL a P1 step's encoding was about 0.7 ms of its
         // 4 ms (docs/BENCHMARKS.md, "PostgreSQL: client groups fly during
-        // a cascade").
-        let encoded = self
-            .replaced_states(&state, &writes)
-            .and_then(|before| Ok((before, encode_writes(&state, &writes)?)));
+        // a cascade"). A flight that fails meanwhile (another thread may
+        // end it) may leave the encoding reading a mix: `finish_flight`
+        // then reports the failure and the batch is dropped.
+        let encoded = encode_writes(
+            &StoreState {
+                store: self.ctx.store.as_ref(),
+            },
+            &writes,
+        );
         // Never committed on top of a flight: this step may have read its
         // writes, and must not land if it failed (its failure was counted
         // there; what was encoded is dropped).
         self.finish_flight()?;
         let traced = self.note_trace(&writes);
-        let committed = encoded.and_then(|(before, batch)| {
+        // After the wait: its debug check compares the step's note with
+        // the store, which a failed flight ended meanwhile would fail.
+        let state = StoreState {
+            store: self.ctx.store.as_ref(),
+        };
+        let committed = self.replaced_states(&state, &writes).and_then(|before| {
+            let batch = encoded?;
             let batch_keys = batch.len();
             self.ctx.stats.record(&batch);
             self.ctx.store.commit(batch)?;

@@ -1231,12 +1231,12 @@ fn a_flights_callback_runs_once_it_landed_and_never_when_it_failed() {
     let store = writer(&db);
     let landed_view = store.at_epoch(1);
     let (told, heard) = std::sync::mpsc::channel();
-    store.pause_after_fence(Some(Duration::from_millis(700)));
+    store.pause_after_fence(Some(Duration::from_millis(1100)));
     store.commit(put_meta("answered", "a")).unwrap();
     store
         .start_flush_then(Box::new(move || told.send(()).unwrap()))
         .unwrap();
-    wait_for_paused_transaction(&db, "0.7");
+    wait_for_paused_transaction(&db, "1.1");
     assert!(heard.try_recv().is_err(), "not before its COMMIT returned");
     heard
         .recv_timeout(Duration::from_secs(30))
