@@ -124,10 +124,11 @@ struct Cli {
     no_delete_probe: bool,
     /// Runs the whole plan this many times, one round after another, so
     /// that the sizes of a shape alternate; the slope and the linearity
-    /// target then take the median of each size's rows. Why: on a machine
-    /// whose speed drifts over minutes, one run's slope moved by up to
-    /// 1.6x from the next run's (docs/BENCHMARKS.md, "The key-write count
-    /// at 1M"). 1 to 20.
+    /// target then take the median of each size's rows, and postgres's
+    /// flat rate target the median rate of its largest size's rows. Why:
+    /// on a machine whose speed drifts over minutes, one run's slope moved
+    /// by up to 1.6x from the next run's (docs/BENCHMARKS.md, "The
+    /// key-write count at 1M"). 1 to 20.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     rounds: u32,
     /// Where to write the rows (default: <target dir>/bench/results.json).

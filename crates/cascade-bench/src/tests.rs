@@ -178,6 +178,55 @@ fn percentiles_are_nearest_rank() {
     assert_eq!(crate::harness::percentile(&[], 0.5), None);
 }
 
+/// With several rounds (`--rounds`), PostgreSQL's flat 1M target takes
+/// the median rate of the largest size's rows (the slower middle of an
+/// even count) and names them; one row decides alone.
+#[test]
+fn the_postgres_rate_target_takes_the_median_of_the_rounds() {
+    let p1 = |n: u64, rate: f64| crate::spec::Row {
+        scenario: "p1".into(),
+        engine: "postgres".into(),
+        n,
+        shape: Some("flat".into()),
+        rate_per_s: Some(rate),
+        ..Default::default()
+    };
+    let verdict = |rows: &[crate::spec::Row]| {
+        let targets = crate::report::targets(rows);
+        let line = targets
+            .lines()
+            .find(|l| l.contains("1M dependents at >= 50k"))
+            .unwrap_or_else(|| panic!("no rate target in {targets}"))
+            .to_owned();
+        (line.split_whitespace().any(|w| w == "pass"), line)
+    };
+    // A slow round among three: the median passes, and says of what.
+    let (pass, line) = verdict(&[
+        p1(1_000_000, 47_076.0),
+        p1(100_000, 20_000.0),
+        p1(1_000_000, 58_791.0),
+        p1(1_000_000, 54_264.0),
+    ]);
+    assert!(pass, "{line}");
+    assert!(
+        line.contains("54264/s at n=1000000") && line.contains("the median of 3 rows: 47076, 54264, 58791/s"),
+        "{line}"
+    );
+    // Two fast rounds of three do not hide a median under the line.
+    let (pass, line) = verdict(&[
+        p1(1_000_000, 49_000.0),
+        p1(1_000_000, 60_000.0),
+        p1(1_000_000, 48_000.0),
+    ]);
+    assert!(!pass, "{line}");
+    // An even count takes the slower middle.
+    let (pass, line) = verdict(&[p1(1_000_000, 49_999.0), p1(1_000_000, 60_000.0)]);
+    assert!(!pass && line.contains("49999/s"), "{line}");
+    // One row: judged alone, with nothing added.
+    let (pass, line) = verdict(&[p1(1_000_000, 50_001.0)]);
+    assert!(pass && !line.contains("median"), "{line}");
+}
+
 /// The slope and the linearity checks from rows of two sizes: time per
 /// touched resource (deleted + unset), its ratio, pass within 1.3x.
 #[test]
