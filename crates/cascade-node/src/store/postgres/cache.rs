@@ -63,6 +63,7 @@ use std::sync::{PoisonError, RwLock};
 use quick_cache::unsync::Cache;
 use quick_cache::Weighter;
 
+use super::commit::Asked;
 use crate::store::{Entry, Table};
 
 /// Each table's highest key as a commit read it (None: the table is empty).
@@ -270,6 +271,21 @@ impl State {
             // A key under an empty prefix is absent.
             None if self.empty_prefix_of(table, key) => Lookup::Hit(None),
             None => Lookup::Miss(self.generation),
+        }
+    }
+
+    /// Whether `key` is known absent from `table`: [`State::lookup`]'s
+    /// `Hit(None)` without a copy of the value of a key found present.
+    fn absent(&self, table: Table, key: &[u8]) -> bool {
+        if self.busy_for(false) {
+            return false;
+        }
+        if self.above_highest(table, key) {
+            return true;
+        }
+        match self.entries.get(&SlotRef::Key(table, key)) {
+            Some(value) => value.is_none(),
+            None => self.empty_prefix_of(table, key),
         }
     }
 
@@ -641,7 +657,7 @@ impl ReadCache {
     /// (only asked with no commit in flight: see `PostgresStore::commit_at`).
     #[cfg(test)]
     pub(super) fn known_absent(&self, table: Table, key: &[u8]) -> bool {
-        matches!(self.lookup(table, key), Lookup::Hit(None))
+        self.state.read().unwrap_or_else(PoisonError::into_inner).absent(table, key)
     }
 
     /// Runs `plan` with the two questions a commit's plan asks of every
@@ -650,10 +666,13 @@ impl ReadCache {
     /// key (a flush of a P1 asks about four keys per deleted resource).
     pub(super) fn planning<R>(
         &self,
-        plan: impl FnOnce(&dyn Fn(Table, &[u8]) -> bool, &dyn Fn(Table) -> bool) -> R,
+        plan: impl FnOnce(&dyn Fn(Table, &[u8], Asked) -> bool, &dyn Fn(Table) -> bool) -> R,
     ) -> R {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
-        let absent = |table: Table, key: &[u8]| matches!(state.lookup(false, table, key), Lookup::Hit(None));
+        let absent = |table: Table, key: &[u8], asked: Asked| match asked {
+            Asked::Put => state.absent(table, key),
+            Asked::Removal => !state.busy_for(false) && state.above_highest(table, key),
+        };
         let highest_known = |table: Table| state.highest.contains_key(&table);
         plan(&absent, &highest_known)
     }
@@ -964,6 +983,23 @@ mod tests {
         let state = cache.state.read().unwrap();
         assert!(state.entries.weight() <= 64 * 1024, "{}", state.entries.weight());
         assert!(state.entries.len() > 100, "{}", state.entries.len());
+    }
+
+    /// A plan looks a put's key up, and a removal's only as far as the
+    /// table's highest key: a removal of a key cached absent is sent.
+    #[test]
+    fn a_plan_looks_up_its_puts_and_drops_only_removals_above_the_highest_key() {
+        let cache = ReadCache::new(1 << 20);
+        let g = cache.generation();
+        cache.remember(g, Table::Meta, b"gone".to_vec(), None);
+        cache.remember_highest(g, Table::Meta, Some(b"m".to_vec()));
+        let asked = |key: &[u8], asked: Asked| cache.planning(|absent, _| absent(Table::Meta, key, asked));
+        assert!(asked(b"gone", Asked::Put), "a put of a key cached absent is an INSERT");
+        assert!(!asked(b"gone", Asked::Removal), "its removal is sent");
+        assert!(asked(b"z", Asked::Put) && asked(b"z", Asked::Removal), "above the highest: both");
+        let started = cache.commit_started();
+        assert!(!asked(b"z", Asked::Removal), "nothing is known while a commit is in flight");
+        cache.commit_ended(started, None::<(std::iter::Empty<(Table, &[u8], Option<&[u8]>)>, _)>);
     }
 
     #[test]

@@ -116,12 +116,29 @@ struct TableWrites<'a> {
 /// (None: the table is empty).
 pub(super) type Learnt = Vec<(Table, Option<Vec<u8>>)>;
 
+/// What a plan asks about a key it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Asked {
+    /// A put: known absent, it is a plain INSERT (half an upsert's cost
+    /// to the server), worth a lookup of the cache.
+    Put,
+    /// A removal: known absent, it is dropped. The cache answers only
+    /// what it knows without a lookup of the key (above the table's
+    /// highest): a cascade removes rows the writer read, so its removals
+    /// are nearly never absent (1.5 of 2,066 keys a flight of a P1 flat),
+    /// and a lookup per removal was two thirds of the plan, on the
+    /// writer's thread between two flights, while the server waited
+    /// (docs/BENCHMARKS.md, "PostgreSQL: the gap between two flights").
+    Removal,
+}
+
 /// Decides how each of `writes` is sent: `absent` says whether a key is
-/// known not to be in the table on the server (as of the last flush), and
-/// `highest_known` whether the table's highest key is known.
+/// known not to be in the table on the server (as of the last flush),
+/// as far as the cache looks for what is [`Asked`], and `highest_known`
+/// whether the table's highest key is known.
 pub(super) fn plan(
     writes: &Collapsed,
-    absent: impl Fn(Table, &[u8]) -> bool,
+    absent: impl Fn(Table, &[u8], Asked) -> bool,
     highest_known: impl Fn(Table) -> bool,
 ) -> Plan {
     writes
@@ -129,11 +146,11 @@ pub(super) fn plan(
         .map(|(table, rows)| {
             let sent_as: Vec<SentAs> = rows
                 .iter()
-                .map(|(key, value)| match (value, absent(*table, key)) {
-                    (None, true) => SentAs::Nothing,
-                    (None, false) => SentAs::Delete,
-                    (Some(_), true) => SentAs::Insert,
-                    (Some(_), false) => SentAs::Upsert,
+                .map(|(key, value)| match value {
+                    None if absent(*table, key, Asked::Removal) => SentAs::Nothing,
+                    None => SentAs::Delete,
+                    Some(_) if absent(*table, key, Asked::Put) => SentAs::Insert,
+                    Some(_) => SentAs::Upsert,
                 })
                 .collect();
             let puts_something = sent_as.iter().any(|s| matches!(s, SentAs::Insert | SentAs::Upsert));
@@ -757,7 +774,7 @@ mod tests {
             (Table::Meta, "absent", None),
         ]);
         // Known: outbox keys above "5"; "never", "new" and "absent" absent.
-        let absent = |table: Table, key: &[u8]| match table {
+        let absent = |table: Table, key: &[u8], _| match table {
             Table::Outbox => key > b"5".as_slice(),
             _ => [b"never".as_slice(), b"new", b"absent"].contains(&key),
         };

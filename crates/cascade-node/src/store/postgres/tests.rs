@@ -252,7 +252,7 @@ fn keys_known_absent_are_inserted_without_a_conflict_check() {
         }
         let plan = commit::plan(
             &writes,
-            |table, key| store.cache.known_absent(table, key),
+            |table, key, _| store.cache.known_absent(table, key),
             |table| store.cache.highest_known(table),
         );
         plan.get(&table).map_or(((0, 0, 0), false), |planned| {
