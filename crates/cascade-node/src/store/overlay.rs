@@ -68,6 +68,46 @@ pub(crate) fn range_of(
     found
 }
 
+/// [`range_of`] over two layers of staged writes of one table: `top`,
+/// the later, wins over `below` for a key both hold; the `puts`-th put
+/// counted is of what the two layers come to.
+pub(crate) fn range_of_layers(
+    top: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    below: &BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    bounds: (Bound<&[u8]>, Bound<&[u8]>),
+    puts: usize,
+) -> Vec<StagedWrite> {
+    let mut found = Vec::new();
+    let mut seen_puts = 0;
+    let mut top = top.range::<[u8], _>(bounds).peekable();
+    let mut below = below.range::<[u8], _>(bounds).peekable();
+    loop {
+        let next = match (top.peek(), below.peek()) {
+            (None, _) => below.next(),
+            (Some(_), None) => top.next(),
+            (Some((t, _)), Some((b, _))) => match t.cmp(b) {
+                std::cmp::Ordering::Less => top.next(),
+                std::cmp::Ordering::Greater => below.next(),
+                std::cmp::Ordering::Equal => {
+                    below.next();
+                    top.next()
+                }
+            },
+        };
+        let Some((key, value)) = next else {
+            break;
+        };
+        found.push((key.clone(), value.clone()));
+        if value.is_some() {
+            seen_puts += 1;
+            if seen_puts >= puts {
+                break;
+            }
+        }
+    }
+    found
+}
+
 /// A staged write: a key and its value (None: removed).
 pub(crate) type StagedWrite = (Vec<u8>, Option<Vec<u8>>);
 
@@ -156,5 +196,33 @@ mod tests {
             merge(rows, staged(&[("a", None), ("z", Some("y"))]), 2, 5),
             entries(&[("b", "s")])
         );
+    }
+
+    fn layer(writes: &[(&str, Option<&str>)]) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        staged(writes).into_iter().collect()
+    }
+
+    /// Two layers read as the one they come to: the later wins a key
+    /// both hold (a removal over a put, a put over a removal), and the
+    /// puts counted to the bound are the merged layer's.
+    #[test]
+    fn a_range_of_two_layers_is_the_range_of_what_they_come_to() {
+        let below = layer(&[("a", Some("1")), ("b", Some("1")), ("c", None), ("e", Some("1"))]);
+        let top = layer(&[("b", None), ("c", Some("2")), ("d", Some("2"))]);
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let mut merged = below.clone();
+        merged.extend(top.clone());
+        for puts in 1..=5 {
+            assert_eq!(
+                range_of_layers(&top, &below, all, puts),
+                range_of(&merged, all, puts),
+                "up to the put number {puts}"
+            );
+        }
+        assert_eq!(
+            range_of_layers(&top, &below, (Bound::Included(b"b".as_slice()), Bound::Excluded(b"e".as_slice())), 9),
+            staged(&[("b", None), ("c", Some("2")), ("d", Some("2"))])
+        );
+        assert_eq!(range_of_layers(&top, &BTreeMap::new(), all, 1), staged(&[("b", None), ("c", Some("2"))]));
     }
 }

@@ -210,6 +210,10 @@ pub(super) struct InFlight {
     /// Operations whose root waits for other regions' parts, reported
     /// once the root is durable (`WriterState::work`).
     pub(super) awaiting_closure: Vec<cascade_core::OperationId>,
+    /// A step of the next group committed on top of it
+    /// (`WriterState::commit_unflushed`): its landing leaves that commit
+    /// to the next flush.
+    pub(super) committed_on_top: bool,
 }
 
 /// The replies of a flight not sent yet: each is sent once, by whoever
@@ -378,6 +382,7 @@ impl WriterState {
             through,
             failures_before: self.store_failures,
             awaiting_closure: Vec::new(),
+            committed_on_top: false,
         });
         Ok(took)
     }
@@ -408,9 +413,11 @@ impl WriterState {
         match landed {
             Ok(()) => {
                 self.ctx.stats.record_flush(flight.through);
-                // No commit ran since the flight started (each finishes it
-                // first): everything committed is durable now.
-                self.unflushed = false;
+                // Everything committed is durable now, unless a group's
+                // step committed on top of the flight since it started.
+                if !flight.committed_on_top {
+                    self.unflushed = false;
+                }
                 if self.store_failures == flight.failures_before {
                     self.commit_succeeded();
                 }

@@ -132,16 +132,21 @@ impl PostgresStore {
             let ended = catch_unwind(AssertUnwindSafe(|| {
                 let ran = self.join(task);
                 let outcome = self.sent_ended(&taken, started, ran);
-                self.staged.sent(&taken, None);
+                match &outcome {
+                    Ok(()) => self.staged.sent(&taken, None),
+                    // What was staged on top of it goes too.
+                    Err(e) => self.staged.flight_failed(&taken, e),
+                }
                 outcome
             }));
             let outcome = ended.unwrap_or_else(|_| {
                 self.cache.clear();
-                // Whatever panicked above, the flight's writes leave the
-                // staged set (a second panic here is not caught: the
-                // writer's restart reads the store again).
-                self.staged.sent(&taken, None);
                 let e = StoreError::CommitOutcomeUnknown("a panic while the flight's transaction ended".into());
+                // Whatever panicked above, the flight's writes leave the
+                // staged set, with what was staged on top of them (a
+                // second panic here is not caught: the writer's restart
+                // reads the store again).
+                self.staged.flight_failed(&taken, &e);
                 self.commit_failed(&e, taken.epoch);
                 Err(e)
             });

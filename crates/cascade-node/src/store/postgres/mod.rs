@@ -273,22 +273,36 @@ impl PostgresStore {
         if batch.is_empty() {
             return Ok(());
         }
-        // Never on top of a flight (`flush.rs`): the writer finishes it
-        // before it commits; anyone else waits for it here, and a failure
-        // nobody was told of yet refuses the commit (it may rest on what
-        // was lost) and stays for the writer's `finish_flush`.
+        // Staged on top of a flight in progress (`flush.rs`), without
+        // waiting for it: if it fails, what was staged on top of it goes
+        // too and the next flush says so. A failure nobody was told of
+        // yet refuses the commit (it may rest on what was lost) and stays
+        // for the writer's `finish_flush`. The flights' lock is held while
+        // the batch is staged, so a flight cannot end in between.
+        let over_bounds = {
+            let flights = self.flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(e) = flights.unreported_failure(Some(epoch)) {
+                return Err(e);
+            }
+            // Not while a flush plans and sends what is staged.
+            let _one_commit = self
+                .commit_lock
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.staged.stage(epoch, batch)?
+        };
+        if !over_bounds {
+            return Ok(());
+        }
+        // Over its bounds: sent at once, after the flight in progress.
         let flight = self.landed_flight();
         if let Some(e) = flight.unreported_failure(Some(epoch)) {
             return Err(e);
         }
-        // Not while a flush plans and sends what is staged.
         let _one_commit = self
             .commit_lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !self.staged.stage(epoch, batch)? {
-            return Ok(());
-        }
         self.send_staged(Some(epoch), true)
     }
 

@@ -82,14 +82,16 @@ pub(super) struct Staged {
 struct State {
     /// The epoch the store is fenced at: only its commits are staged.
     epoch: Option<u64>,
-    /// Shared with the flush that sends it, which needs it whole until
-    /// its transaction ended (the statements borrow from it).
+    /// Commits staged since the last flush took what was staged.
     writes: Arc<Collapsed>,
     size: StagedSize,
     /// Commits staged since the last flush.
     batches: usize,
-    /// A flush is sending `writes`: it reports their fate itself.
-    sending: bool,
+    /// What the flush in progress sends (it reports their fate itself),
+    /// shared with it (the statements borrow from it until its
+    /// transaction ended), and its keys: read after `writes`, which are
+    /// staged on top of it (`flush.rs`), until it ended.
+    flying: Option<(Arc<Collapsed>, usize)>,
     /// Commits of `epoch` (the first) that were staged and dropped before
     /// any flush could send them: the next flush of that epoch fails with
     /// this error (they did not land), and so does the store's own flush.
@@ -98,11 +100,34 @@ struct State {
 }
 
 impl State {
-    /// Nothing staged.
+    /// Nothing staged on top of the flush in progress (if any).
     fn clear(&mut self) {
         self.writes = Arc::default();
         self.size = StagedSize::default();
         self.batches = 0;
+    }
+
+    /// The flush of `sent` ended: its writes leave (a fence may have
+    /// dropped them already).
+    fn end_flying(&mut self, sent: &Taken) {
+        if self
+            .flying
+            .as_ref()
+            .is_some_and(|(writes, _)| Arc::ptr_eq(writes, &sent.writes))
+        {
+            self.flying = None;
+        }
+    }
+
+    /// Keys staged and flying: what a reader may find here.
+    fn keys(&self) -> usize {
+        self.size.keys + self.flying.as_ref().map_or(0, |(_, keys)| *keys)
+    }
+
+    /// The staged write of `key`: the later layer's, then the flying one's.
+    fn get(&self, table: Table, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        let flying = || self.flying.as_ref()?.0.get(&table)?.get(key);
+        self.writes.get(&table).and_then(|rows| rows.get(key)).or_else(flying)
     }
 }
 
@@ -140,17 +165,12 @@ impl Staged {
         if self.nothing_staged() {
             return None;
         }
-        self.read().writes.get(&table)?.get(key).cloned()
+        self.read().get(table, key).cloned()
     }
 
     /// Whether `key` is staged (its reads are answered here).
     pub(super) fn holds(&self, table: Table, key: &[u8]) -> bool {
-        !self.nothing_staged()
-            && self
-                .read()
-                .writes
-                .get(&table)
-                .is_some_and(|rows| rows.contains_key(key))
+        !self.nothing_staged() && self.read().get(table, key).is_some()
     }
 
     /// The staged writes of `table` from `start` (inclusive) to `end`
@@ -164,11 +184,14 @@ impl Staged {
             return Vec::new();
         }
         let state = self.read();
-        let Some(rows) = state.writes.get(&table) else {
-            return Vec::new();
-        };
-        let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
-        crate::store::overlay::range_of(rows, (Bound::Included(start), upper), puts)
+        let bounds = (Bound::Included(start), end.map_or(Bound::Unbounded, Bound::Excluded));
+        let top = state.writes.get(&table);
+        let flying = state.flying.as_ref().and_then(|(writes, _)| writes.get(&table));
+        match (top, flying) {
+            (None, None) => Vec::new(),
+            (Some(rows), None) | (None, Some(rows)) => crate::store::overlay::range_of(rows, bounds, puts),
+            (Some(top), Some(below)) => crate::store::overlay::range_of_layers(top, below, bounds, puts),
+        }
     }
 
     /// Stages `batch` at `epoch` (the epoch its caller checked, which
@@ -183,14 +206,14 @@ impl Staged {
             None => return Err(StoreError::NotFenced),
         }
         let State { writes, size, .. } = &mut *state;
-        // Never shared here: a flush replaces it before it ends, and
-        // commits wait for flushes (the store's commit lock).
+        // Never shared here: a flush takes it whole (`take`), and a
+        // commit never stages while a flush plans (the commit lock).
         let writes = Arc::make_mut(writes);
         for (table, key, value) in batch.ops {
             size.stage(writes.entry(table).or_default(), key, value);
         }
         state.batches += 1;
-        self.keys.store(state.size.keys, Ordering::Release);
+        self.keys.store(state.keys(), Ordering::Release);
         Ok(state.size.keys > state.bounds.keys || state.size.bytes > state.bounds.bytes)
     }
 
@@ -211,7 +234,7 @@ impl Staged {
                 // not wipe what the new epoch's writer staged.
                 if state.epoch == Some(dropped_at) {
                     state.clear();
-                    self.keys.store(0, Ordering::Release);
+                    self.keys.store(state.keys(), Ordering::Release);
                 }
                 return Err(e);
             }
@@ -229,12 +252,14 @@ impl Staged {
         if state.writes.is_empty() {
             return Ok(None);
         }
-        state.sending = true;
-        Ok(Some(Taken {
-            writes: state.writes.clone(),
-            epoch,
-            batches: state.batches,
-        }))
+        // One flush at a time (`flush.rs`): a flush that started ended
+        // (`sent`, `flight_failed`) before the next takes anything.
+        debug_assert!(state.flying.is_none(), "a flush took the staged set during another");
+        let writes = std::mem::take(&mut state.writes);
+        let batches = std::mem::take(&mut state.batches);
+        let size = std::mem::take(&mut state.size);
+        state.flying = Some((writes.clone(), size.keys));
+        Ok(Some(Taken { writes, epoch, batches }))
     }
 
     /// The flush of `sent` ended (landed, or failed: either way the
@@ -243,15 +268,24 @@ impl Staged {
     /// for going over the bounds).
     pub(super) fn sent(&self, sent: &Taken, dropped: Option<StoreError>) {
         let mut state = self.write();
-        // A fence may have dropped them meanwhile (and staged nothing).
-        if Arc::ptr_eq(&state.writes, &sent.writes) {
-            state.clear();
-        }
-        state.sending = false;
+        state.end_flying(sent);
         if let Some(e) = dropped.filter(|_| state.epoch == Some(sent.epoch)) {
             state.dropped = Some((sent.epoch, e));
         }
-        self.keys.store(state.size.keys, Ordering::Release);
+        self.keys.store(state.keys(), Ordering::Release);
+    }
+
+    /// The flight of `sent` failed (`flush.rs`): its writes go, and so do
+    /// the commits staged on top of it since it started, which may rest
+    /// on them: the next flush of that epoch fails with `e` (a copy).
+    pub(super) fn flight_failed(&self, sent: &Taken, e: &StoreError) {
+        let mut state = self.write();
+        state.end_flying(sent);
+        if state.epoch == Some(sent.epoch) && !state.writes.is_empty() {
+            state.clear();
+            state.dropped.get_or_insert_with(|| (sent.epoch, copy_of(e)));
+        }
+        self.keys.store(state.keys(), Ordering::Release);
     }
 
     /// The store was fenced at `epoch`: writes staged at another epoch
@@ -262,7 +296,10 @@ impl Staged {
         let Some(previous) = state.epoch.replace(epoch).filter(|previous| *previous != epoch) else {
             return;
         };
-        if !state.writes.is_empty() && !state.sending {
+        // The flush in progress reports its own fate; what is staged on
+        // top of it is told here.
+        state.flying = None;
+        if !state.writes.is_empty() {
             state.dropped = Some((
                 previous,
                 StoreError::Fenced {

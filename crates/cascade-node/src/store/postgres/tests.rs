@@ -1290,26 +1290,34 @@ fn a_flight_that_fails_drops_its_writes_and_only_the_writers_finish_reports_it_o
     assert_eq!(meta(&store, "flown"), Some(b"a".to_vec()));
     kill_paused_transaction(&db, "1.1");
     store.pause_after_fence(None);
-    // Another path waits for the flight: it is refused, and takes nothing.
-    assert!(
-        store.commit(put_meta("on top", "a")).is_err(),
-        "a commit on top of a failed flight"
-    );
+    // A commit is staged on top of the flight without waiting for it,
+    // and rests on it.
+    store.commit(put_meta("on top", "a")).unwrap();
+    assert_eq!(meta(&store, "on top"), Some(b"a".to_vec()));
     {
         let flights = store.landed_flight();
         assert!(flights.untold(), "the failure is still the writer's to take");
     }
+    // Once it ended, a commit is refused while the writer was not told.
+    assert!(
+        store.commit(put_meta("later", "a")).is_err(),
+        "a commit after a failed flight nobody was told of"
+    );
     assert_eq!(meta(&store, "flown"), None, "dropped: read from the server");
     assert_eq!(
         meta(&store, "landed"),
         Some(b"a".to_vec()),
         "its removal is dropped too"
     );
-    assert_eq!(meta(&store, "on top"), None);
+    assert_eq!(meta(&store, "on top"), None, "dropped with the flight it rests on");
     let reported = store.finish_flush();
     assert!(reported.is_err(), "the writer is told: {reported:?}");
     assert!(store.finish_flush().is_ok(), "once");
-    assert!(store.flush().is_ok(), "and not again by a flush");
+    assert!(
+        store.flush().is_err(),
+        "the flush after it says the commit staged on top did not land"
+    );
+    assert!(store.flush().is_ok(), "once");
     // The session was killed before its COMMIT: a routine failure, and
     // the store commits again (or, had the outcome been unknown, after
     // the next fence).
@@ -1321,6 +1329,58 @@ fn a_flight_that_fails_drops_its_writes_and_only_the_writers_finish_reports_it_o
         db.superuser_sql("SELECT count(*) FROM cascade.meta WHERE k = 'flown'::bytea")
             .unwrap(),
         "0"
+    );
+}
+
+/// A commit staged on top of a flight (the writer's next group, while
+/// the server works on the flight) is read over the flight's writes, by
+/// point reads and scans, before and after the flight landed, and the
+/// next flush lands it: a removal on top hides the flight's put, a put on
+/// top replaces it.
+#[test]
+fn a_commit_on_top_of_a_flight_reads_over_it_and_lands_with_the_next_flush() {
+    let Some(db) = fresh_database("flight_on_top") else {
+        return;
+    };
+    let store = writer(&db);
+    land(&store, put_meta("k1", "old")).unwrap();
+    store.pause_after_fence(Some(Duration::from_millis(300)));
+    let mut flown = put_meta("k2", "flown");
+    flown.put(Table::Meta, b"k3".to_vec(), b"flown".to_vec());
+    flown.remove(Table::Meta, b"k1".to_vec());
+    store.commit(flown).unwrap();
+    store.start_flush().unwrap();
+    store.pause_after_fence(None);
+    let mut on_top = put_meta("k3", "top");
+    on_top.remove(Table::Meta, b"k2".to_vec());
+    on_top.put(Table::Meta, b"k4".to_vec(), b"top".to_vec());
+    store.commit(on_top).unwrap();
+    let expected = |store: &PostgresStore, when: &str| {
+        assert_eq!(meta(store, "k1"), None, "{when}");
+        assert_eq!(meta(store, "k2"), None, "{when}: removed on top of the flight's put");
+        assert_eq!(meta(store, "k3"), Some(b"top".to_vec()), "{when}");
+        assert_eq!(meta(store, "k4"), Some(b"top".to_vec()), "{when}");
+        let scanned: Vec<_> = store
+            .scan(Table::Meta, b"k", None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|(key, value)| (String::from_utf8(key).unwrap(), String::from_utf8(value).unwrap()))
+            .collect();
+        assert_eq!(
+            scanned,
+            [("k3".to_owned(), "top".to_owned()), ("k4".to_owned(), "top".to_owned())],
+            "{when}"
+        );
+    };
+    expected(&store, "while the flight flies");
+    store.finish_flush().unwrap();
+    expected(&store, "once it landed");
+    store.flush().unwrap();
+    expected(&store, "once the commit on top landed");
+    assert_eq!(
+        db.superuser_sql("SELECT string_agg(convert_from(k, 'UTF8') || '=' || convert_from(v, 'UTF8'), ',' ORDER BY k) FROM cascade.meta WHERE k >= 'k'::bytea AND k < 'l'::bytea")
+            .unwrap(),
+        "k3=top,k4=top"
     );
 }
 
