@@ -760,8 +760,12 @@ impl Actor for Writer {
     ) -> Result<(), ActorProcessingErr> {
         // Client steps queued meanwhile go before whatever woke the writer
         // (a `Work` queued ahead of them included): fairness, and one
-        // flush for all of them (`writer/group.rs`).
-        state.serve_clients(&myself);
+        // flush for all of them (`writer/group.rs`). Except while a
+        // cascade's flight flies: they join the next work step's group
+        // (`clients_wait_for_the_next_step`).
+        if !state.clients_wait_for_the_next_step() {
+            state.serve_clients(&myself);
+        }
         let region = state.ctx.region.to_string();
         let started = crate::clock::monotonic_now();
         let skip_work = state.healing.failing();
@@ -828,6 +832,11 @@ impl Actor for Writer {
         }
         if let Some(step) = step {
             state.ctx.metrics.writer_step(step, started.elapsed());
+        }
+        // Clients that waited for a work step that did not take them (it
+        // failed, or was skipped) are not left for the next message.
+        if !state.clients_wait_for_the_next_step() {
+            state.serve_clients(&myself);
         }
         // A flight overlaps the next step only: with none queued, it is
         // answered now (its failure was counted and logged there).

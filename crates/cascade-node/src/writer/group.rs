@@ -233,6 +233,20 @@ pub(super) struct Group {
 }
 
 impl WriterState {
+    /// Whether the queued client steps are left for the next work step's
+    /// group (it takes them when it closes, [`Self::close_group`]): while
+    /// a work step's flight flies and the next is queued, on a store that
+    /// stages commits on top of a flight (PostgreSQL). Served as a group
+    /// of their own, they waited for the flight and held the next work
+    /// step back from overlapping it: the server sat idle for a whole
+    /// step's compute after each such group (docs/BENCHMARKS.md,
+    /// "PostgreSQL: the gap between two flights"). Joining, they wait for
+    /// the same flight and the next one, and are answered as soon as it
+    /// landed (`Store::start_flush_then`).
+    pub(super) fn clients_wait_for_the_next_step(&self) -> bool {
+        self.in_flight.is_some() && self.work_queued && !self.healing.failing()
+    }
+
     /// Runs the queued client steps as one group (see the module's doc).
     /// Called before every message of the mailbox, and for `Clients`.
     pub(super) fn serve_clients(&mut self, myself: &ActorRef<WriterMsg>) {
