@@ -313,8 +313,13 @@ impl WriterState {
         let started = crate::clock::monotonic_now();
         // The flight before this group lands first (its failure marks this
         // group, whose steps read past it): one flight at a time, and this
-        // group's answers never leave before it.
-        let _ = self.finish_flight();
+        // group's answers never leave before it. Client steps queued while
+        // the writer waited for it join too, once it landed: left for the
+        // next group, they would wait for a whole step more.
+        if self.finish_flight().is_ok() && replies.len() < MAX_GROUP_STEPS {
+            let waited = self.clients.take(myself, MAX_GROUP_STEPS - replies.len());
+            self.run_client_steps(myself, waited, &mut replies);
+        }
         let group = self.group.take().unwrap_or_default();
         let committed = group.committed;
         if let Some(e) = group.rests_on_failed {
