@@ -481,6 +481,10 @@ impl Store for ProfiledStore {
         self.inner.overlaps_flushes()
     }
 
+    fn commits_on_top_of_a_flight(&self) -> bool {
+        self.inner.commits_on_top_of_a_flight()
+    }
+
     fn waits_on_io(&self) -> bool {
         self.inner.waits_on_io()
     }

@@ -318,7 +318,7 @@ impl WriterState {
         // between two flights"). Any other commit waits for the flight
         // first (its failure was counted there; what was encoded is
         // dropped).
-        let on_top = self.in_flight.is_some() && self.group.is_some();
+        let on_top = self.in_flight.is_some() && self.group.is_some() && self.ctx.store.commits_on_top_of_a_flight();
         if !on_top {
             self.finish_flight()?;
         }

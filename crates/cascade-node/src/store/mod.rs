@@ -423,6 +423,16 @@ pub trait Store: Send + Sync + 'static {
     fn overlaps_flushes(&self) -> bool {
         false
     }
+    /// Whether a commit may be made while a flight is in progress
+    /// ([`Store::start_flush`]) without waiting for it: staged on top of
+    /// it, read over its writes, and dropped with them if it fails (the
+    /// next flush then fails too, so nobody is told it landed). The
+    /// writer then lets a group's steps commit while the flight before it
+    /// flies (`WriterState::commit_unflushed`). PostgreSQL only: the
+    /// embedded engines' pipelined view waits for the flight in a commit.
+    fn commits_on_top_of_a_flight(&self) -> bool {
+        false
+    }
     /// Whether a read, commit or flush may wait on the disk (or a write
     /// stall): the writer then runs its steps off the runtime's workers
     /// (`writer.rs`, `off_the_workers`). An engine in memory never waits,

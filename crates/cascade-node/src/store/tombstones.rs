@@ -153,6 +153,9 @@ impl Store for TombstoneStore {
     fn overlaps_flushes(&self) -> bool {
         self.inner.overlaps_flushes()
     }
+    fn commits_on_top_of_a_flight(&self) -> bool {
+        self.inner.commits_on_top_of_a_flight()
+    }
 
     fn waits_on_io(&self) -> bool {
         false

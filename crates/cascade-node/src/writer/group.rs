@@ -244,7 +244,10 @@ impl WriterState {
     /// the same flight and the next one, and are answered as soon as it
     /// landed (`Store::start_flush_then`).
     pub(super) fn clients_wait_for_the_next_step(&self) -> bool {
-        self.in_flight.is_some() && self.work_queued && !self.healing.failing()
+        self.in_flight.is_some()
+            && self.work_queued
+            && !self.healing.failing()
+            && self.ctx.store.commits_on_top_of_a_flight()
     }
 
     /// Runs the queued client steps as one group (see the module's doc).

@@ -16,11 +16,17 @@
 //!   them and the staged set drops them; failed, both go (nothing of the
 //!   flight is read again). A reader never sees a write, then not, then
 //!   again within a flight that lands.
-//! - Nothing is staged on top of a flight: the writer finishes the flight
-//!   before it commits (`writer/group.rs`), and any other commit waits for
-//!   it here ([`Flights`]): a commit's reads may rest on the flight's
-//!   writes, and if the flight fails it must not land. So a failed flight
-//!   drops everything its successors could rest on.
+//! - A commit made while a flight flies is staged on top of it, without
+//!   waiting (`PostgresStore::commit_at`; the writer's next group,
+//!   `writer.rs`, `commit_unflushed`): read over the flight's writes
+//!   (`staged.rs`), and sent by the next flush, which starts once the
+//!   flight ended. Its reads may rest on the flight's writes, so if the
+//!   flight fails it must not land: a failed flight drops what was
+//!   staged on top of it too, and the next flush of that epoch fails
+//!   (`Staged::flight_failed`). The flights' lock is held while a commit
+//!   stages, so a flight never ends between a commit's check of it and
+//!   its staging; and once a flight ended failed, a commit is refused
+//!   until its writer was told ([`Flights`]).
 //! - One flight at a time: starting one, or a synchronous flush, first
 //!   waits for the one in progress.
 //! - Only the writer is told how a flight ended: the outcome stays here,

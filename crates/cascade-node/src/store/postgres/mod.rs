@@ -503,6 +503,9 @@ impl Store for EpochStore {
     fn overlaps_flushes(&self) -> bool {
         true
     }
+    fn commits_on_top_of_a_flight(&self) -> bool {
+        true
+    }
     fn waits_on_io(&self) -> bool {
         self.store.waits_on_io()
     }
@@ -812,6 +815,10 @@ impl Store for PostgresStore {
     }
 
     fn overlaps_flushes(&self) -> bool {
+        true
+    }
+
+    fn commits_on_top_of_a_flight(&self) -> bool {
         true
     }
 

@@ -26,7 +26,10 @@
 //! range. They stay visible while their flush is in flight (a reader never
 //! sees a write, then not, then again) and are dropped once it ended:
 //! landed (the cache has them then) or failed (then nothing of them is
-//! known).
+//! known). A flush takes what is staged whole; commits made while it is
+//! in flight are staged on top of it, in a layer of their own read first
+//! (a later write of a key wins, as in one set), and go with it if it
+//! fails (`flush.rs`).
 //!
 //! The staged set belongs to one epoch of the writer lease: a fence at
 //! another epoch drops it (a writer that lost its turn never lands it, and
