@@ -328,8 +328,11 @@ impl WriterState {
         if let Some(e) = group.rests_on_failed {
             // What its steps committed after the failure is flushed (and
             // published if it lands: it rests on nothing lost); every
-            // answer is the failure's.
-            let _ = self.flush_and_publish(committed);
+            // answer is the failure's. On a store that took its commits
+            // on top of the flight, the flight took them with it and this
+            // flush says so: the same failure, counted once, there.
+            let counted = self.ctx.store.commits_on_top_of_a_flight();
+            let _ = self.flush_and_publish_counting(committed, !counted);
             for reply in replies {
                 reply.send(Flushed::RestsOnFailed(&e));
             }
