@@ -145,7 +145,9 @@ impl Store for Flights {
             self.land()?;
         }
         if self.next_flush_fails.swap(false, Ordering::SeqCst) {
-            return Err(StoreError::Engine("commits on top of a failed flight were dropped (simulated)".into()));
+            return Err(StoreError::Engine(
+                "commits on top of a failed flight were dropped (simulated)".into(),
+            ));
         }
         self.land()
     }
@@ -156,7 +158,9 @@ impl Store for Flights {
             self.land()?;
         }
         if self.next_flush_fails.swap(false, Ordering::SeqCst) {
-            return Err(StoreError::Engine("commits on top of a failed flight were dropped (simulated)".into()));
+            return Err(StoreError::Engine(
+                "commits on top of a failed flight were dropped (simulated)".into(),
+            ));
         }
         self.on_top_of_this_flight.store(0, Ordering::SeqCst);
         self.flying.store(true, Ordering::SeqCst);

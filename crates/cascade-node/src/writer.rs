@@ -675,7 +675,7 @@ impl WriterState {
                         !check_note
                             || state
                                 .get_resource(name)
-                            .map_or(true, |stored| stored.map(|r| r.state) == Some(*read)),
+                                .map_or(true, |stored| stored.map(|r| r.state) == Some(*read)),
                         "the step's note of {name}'s stored state"
                     );
                     Ok(Some(*read))

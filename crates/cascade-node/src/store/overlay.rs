@@ -220,9 +220,17 @@ mod tests {
             );
         }
         assert_eq!(
-            range_of_layers(&top, &below, (Bound::Included(b"b".as_slice()), Bound::Excluded(b"e".as_slice())), 9),
+            range_of_layers(
+                &top,
+                &below,
+                (Bound::Included(b"b".as_slice()), Bound::Excluded(b"e".as_slice())),
+                9
+            ),
             staged(&[("b", None), ("c", Some("2")), ("d", Some("2"))])
         );
-        assert_eq!(range_of_layers(&top, &BTreeMap::new(), all, 1), staged(&[("b", None), ("c", Some("2"))]));
+        assert_eq!(
+            range_of_layers(&top, &BTreeMap::new(), all, 1),
+            staged(&[("b", None), ("c", Some("2"))])
+        );
     }
 }

@@ -657,7 +657,10 @@ impl ReadCache {
     /// (only asked with no commit in flight: see `PostgresStore::commit_at`).
     #[cfg(test)]
     pub(super) fn known_absent(&self, table: Table, key: &[u8]) -> bool {
-        self.state.read().unwrap_or_else(PoisonError::into_inner).absent(table, key)
+        self.state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .absent(table, key)
     }
 
     /// Runs `plan` with the two questions a commit's plan asks of every
@@ -996,9 +999,15 @@ mod tests {
         let asked = |key: &[u8], asked: Asked| cache.planning(|absent, _| absent(Table::Meta, key, asked));
         assert!(asked(b"gone", Asked::Put), "a put of a key cached absent is an INSERT");
         assert!(!asked(b"gone", Asked::Removal), "its removal is sent");
-        assert!(asked(b"z", Asked::Put) && asked(b"z", Asked::Removal), "above the highest: both");
+        assert!(
+            asked(b"z", Asked::Put) && asked(b"z", Asked::Removal),
+            "above the highest: both"
+        );
         let started = cache.commit_started();
-        assert!(!asked(b"z", Asked::Removal), "nothing is known while a commit is in flight");
+        assert!(
+            !asked(b"z", Asked::Removal),
+            "nothing is known while a commit is in flight"
+        );
         cache.commit_ended(started, None::<(std::iter::Empty<(Table, &[u8], Option<&[u8]>)>, _)>);
     }
 
