@@ -375,12 +375,6 @@ impl WriterState {
     /// nothing: the batches may have landed, and are known whole or not at
     /// all, as a step cut by a crash.
     fn flush_and_publish(&mut self, committed: Vec<Committed>) -> Result<(), CoreError> {
-        self.flush_and_publish_counting(committed, true)
-    }
-
-    /// [`Self::flush_and_publish`]; `count_failure` as in
-    /// [`Self::flush_counting`].
-    fn flush_and_publish_counting(&mut self, committed: Vec<Committed>, count_failure: bool) -> Result<(), CoreError> {
         if committed.is_empty() {
             return Ok(());
         }
@@ -388,7 +382,7 @@ impl WriterState {
         // its own wait, which must not be counted twice.
         self.finish_flight()?;
         let started = crate::clock::monotonic_now();
-        self.flush_counting(count_failure)?;
+        self.flush()?;
         self.work_budget.flushed(started.elapsed());
         self.commit_succeeded();
         for batch in committed {

@@ -35,20 +35,12 @@ use super::WriterState;
 impl WriterState {
     /// Flushes every batch committed so far, and notes them durable.
     pub(super) fn flush(&mut self) -> Result<(), CoreError> {
-        self.flush_counting(true)
-    }
-
-    /// [`Self::flush`]; `count_failure` false: a failure is one already
-    /// counted (the commits a failed flight took with it, `close_group`).
-    pub(super) fn flush_counting(&mut self, count_failure: bool) -> Result<(), CoreError> {
         // The flight in progress first (its failure is counted there).
         self.finish_flight()?;
         // Every commit is this thread's: none lands during the flush.
         let through = self.ctx.stats.committed();
         if let Err(e) = self.ctx.store.flush() {
-            if count_failure {
-                self.commit_failed(&e);
-            }
+            self.commit_failed(&e);
             return Err(CoreError::Storage(cascade_core::error::StorageError(e.to_string())));
         }
         self.ctx.stats.record_flush(through);

@@ -319,20 +319,23 @@ impl WriterState {
         // group's answers never leave before it. Client steps queued while
         // the writer waited for it join too, once it landed: left for the
         // next group, they would wait for a whole step more.
+        let mut started = started;
         if self.finish_flight().is_ok() && replies.len() < MAX_GROUP_STEPS {
             let waited = self.clients.take(myself, MAX_GROUP_STEPS - replies.len());
+            let clients_ran = crate::clock::monotonic_now();
             self.run_client_steps(myself, waited, &mut replies);
+            // Their steps are theirs, not the flush's (the work budget
+            // is fed the step's own time).
+            started += clients_ran.elapsed();
         }
         let group = self.group.take().unwrap_or_default();
         let committed = group.committed;
         if let Some(e) = group.rests_on_failed {
             // What its steps committed after the failure is flushed (and
             // published if it lands: it rests on nothing lost); every
-            // answer is the failure's. On a store that took its commits
-            // on top of the flight, the flight took them with it and this
-            // flush says so: the same failure, counted once, there.
-            let counted = self.ctx.store.commits_on_top_of_a_flight();
-            let _ = self.flush_and_publish_counting(committed, !counted);
+            // answer is the failure's. (Its commits on top of the failed
+            // flight went with it: `finish_flight` forgot them.)
+            let _ = self.flush_and_publish(committed);
             for reply in replies {
                 reply.send(Flushed::RestsOnFailed(&e));
             }
@@ -422,7 +425,8 @@ impl WriterState {
     /// not the flight's.
     ///
     /// Called before anything leaves the node or is committed or flushed
-    /// after a flight started: a commit (`commit_unflushed`), a flush
+    /// after a flight started: a commit (`commit_unflushed`; not a group's
+    /// on a store that takes commits on top of a flight), a flush
     /// (`flush`, so the tick's, the audit's and a lone step's), a healing
     /// retry, the next group's close, the writer's stop, and when the
     /// mailbox holds nothing to overlap with (`handle`).
@@ -466,9 +470,32 @@ impl WriterState {
                 if let Some(group) = &mut self.group {
                     group.rests_on_failed.get_or_insert_with(|| e.clone());
                 }
+                self.forget_commits_on_top_of_a_failed_flight();
                 Err(e)
             }
         }
+    }
+
+    /// On a store that takes commits on top of a flight, a flight that
+    /// failed took them with it (`Store::commits_on_top_of_a_flight`):
+    /// every commit of the group in progress so far was one (a group's
+    /// commits do not wait for the flight), so none is published, ever;
+    /// and the flush that says they were dropped runs here, its failure
+    /// being this one (counted once, above). Left for the group's flush,
+    /// a group with nothing to flush (its commits claimed nothing) left it
+    /// to fail a later flush, counted again; and a flush by anyone else
+    /// in between could take it, so that the group's flush landed nothing
+    /// and published what never landed (review of the change).
+    fn forget_commits_on_top_of_a_failed_flight(&mut self) {
+        if !self.ctx.store.commits_on_top_of_a_flight() {
+            return;
+        }
+        if let Some(group) = &mut self.group {
+            group.committed.clear();
+        }
+        // Nothing else is staged: every commit since the flight started
+        // was on top of it, and went with it.
+        let _ = self.ctx.store.flush();
     }
 
     /// A writer that starts (`pre_start`) finishes the flight its
@@ -492,6 +519,8 @@ impl WriterState {
         }
         if let Err(e) = self.ctx.store.finish_flush() {
             self.commit_failed(&e);
+            // What the predecessor committed on top of it went with it.
+            self.forget_commits_on_top_of_a_failed_flight();
             return;
         }
         // Counted there when it fails; it also notes the flush (acks wait

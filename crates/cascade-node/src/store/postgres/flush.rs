@@ -119,6 +119,19 @@ impl Flights {
     }
 }
 
+#[cfg(test)]
+impl PostgresStore {
+    /// Whether a flight was started and nobody ended it yet (without
+    /// waiting for it, as [`PostgresStore::landed_flight`] would).
+    pub(super) fn landed_flight_is_running(&self) -> bool {
+        self.flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running
+            .is_some()
+    }
+}
+
 impl PostgresStore {
     /// The flights, once the one in progress (if any) ended: its outcome
     /// is applied (cache and staged set, as `send_staged` does) and kept
@@ -189,7 +202,7 @@ impl PostgresStore {
         let Some(taken) = self.staged.take(expected)? else {
             return Ok(());
         };
-        match self.dispatch(&taken, true, landed) {
+        match self.unwound(&taken, || self.dispatch(&taken, true, landed))? {
             Ok((started, task)) => {
                 flights.owed = Some(taken.epoch);
                 flights.running = Some(Flight { taken, started, task });

@@ -338,13 +338,31 @@ impl PostgresStore {
         let Some(taken) = self.staged.take(expected)? else {
             return Ok(());
         };
-        let sent = self.send(&taken);
+        let sent = self.unwound(&taken, || self.send(&taken))?;
         let dropped = match &sent {
             Err(e) if at_commit && taken.batches > 1 => Some(staged::copy_of(e)),
             _ => None,
         };
         self.staged.sent(&taken, dropped);
         sent
+    }
+
+    /// Runs `send` of `taken`, which the staged set holds as its flush in
+    /// progress: a panic in it (planning, the cache's write-through) must
+    /// not leave that flush never ended (the writer's view would read its
+    /// writes, never sent, and the next flush could not take the staged
+    /// set). Caught, it ends as a flight's does (`flush.rs`,
+    /// `landed_flight`): the cache dropped, the writes and what is staged
+    /// on top of them gone, and the outcome unknown (it may have landed),
+    /// which stops later commits.
+    fn unwound<T>(&self, taken: &staged::Taken, send: impl FnOnce() -> T) -> Result<T, StoreError> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(send)).map_err(|_| {
+            self.cache.clear();
+            let e = StoreError::CommitOutcomeUnknown("a panic while a flush was sent".into());
+            self.staged.flight_failed(taken, &e);
+            self.commit_failed(&e, taken.epoch);
+            e
+        })
     }
 
     fn send(&self, taken: &staged::Taken) -> Result<(), StoreError> {

@@ -286,7 +286,12 @@ impl Staged {
         state.end_flying(sent);
         if state.epoch == Some(sent.epoch) && !state.writes.is_empty() {
             state.clear();
-            state.dropped.get_or_insert_with(|| (sent.epoch, copy_of(e)));
+            // A report owed to an older epoch's writer (a fence's) gives
+            // way: that writer's flush is refused as fenced anyway, and
+            // this epoch's must not find the commits gone without a word.
+            if state.dropped.as_ref().is_none_or(|(at, _)| *at != sent.epoch) {
+                state.dropped = Some((sent.epoch, copy_of(e)));
+            }
         }
         self.keys.store(state.keys(), Ordering::Release);
     }

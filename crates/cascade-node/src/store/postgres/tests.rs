@@ -1267,9 +1267,10 @@ fn a_flights_callback_runs_once_it_landed_and_never_when_it_failed() {
 
 /// A flight that fails (its session killed on the server mid-flight):
 /// its writes are dropped from the staged set and the cache, so no view
-/// reads them again; a commit that comes meanwhile is refused and leaves
-/// the failure to the writer; the writer's `finish_flush` reports it
-/// once, and the store commits again afterwards.
+/// reads them again; a commit staged on top of it meanwhile goes with it
+/// and the next flush says so, once; a commit once it ended is refused
+/// and leaves the failure to the writer; the writer's `finish_flush`
+/// reports it once, and the store commits again afterwards.
 ///
 /// Bug 1 of the first overlapped build's review: a path other than the
 /// writer's wait that noticed the failure consumed it, and the writer's
@@ -1355,6 +1356,10 @@ fn a_commit_on_top_of_a_flight_reads_over_it_and_lands_with_the_next_flush() {
     on_top.remove(Table::Meta, b"k2".to_vec());
     on_top.put(Table::Meta, b"k4".to_vec(), b"top".to_vec());
     store.commit(on_top).unwrap();
+    assert!(
+        store.landed_flight_is_running(),
+        "the commit did not wait for the flight (nobody ended it)"
+    );
     let expected = |store: &PostgresStore, when: &str| {
         assert_eq!(meta(store, "k1"), None, "{when}");
         assert_eq!(meta(store, "k2"), None, "{when}: removed on top of the flight's put");
