@@ -54,18 +54,7 @@ pub(crate) fn range_of(
     bounds: (Bound<&[u8]>, Bound<&[u8]>),
     puts: usize,
 ) -> Vec<StagedWrite> {
-    let mut found = Vec::new();
-    let mut seen_puts = 0;
-    for (key, value) in rows.range::<[u8], _>(bounds) {
-        found.push((key.clone(), value.clone()));
-        if value.is_some() {
-            seen_puts += 1;
-            if seen_puts >= puts {
-                break;
-            }
-        }
-    }
-    found
+    range_of_layers(rows, &BTreeMap::new(), bounds, puts)
 }
 
 /// [`range_of`] over two layers of staged writes of one table: `top`,
@@ -210,15 +199,35 @@ mod tests {
         let below = layer(&[("a", Some("1")), ("b", Some("1")), ("c", None), ("e", Some("1"))]);
         let top = layer(&[("b", None), ("c", Some("2")), ("d", Some("2"))]);
         let all = (Bound::Unbounded, Bound::Unbounded);
-        let mut merged = below.clone();
-        merged.extend(top.clone());
+        // What the two come to, in key order: b removed, c and d put
+        // on top, a and e from below.
+        let merged = staged(&[
+            ("a", Some("1")),
+            ("b", None),
+            ("c", Some("2")),
+            ("d", Some("2")),
+            ("e", Some("1")),
+        ]);
+        let up_to_put = |n: usize| {
+            let end = merged
+                .iter()
+                .filter(|(_, v)| v.is_some())
+                .nth(n - 1)
+                .map(|(k, _)| k.clone());
+            merged
+                .iter()
+                .filter(|(k, _)| end.as_ref().is_none_or(|end| k <= end))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
         for puts in 1..=5 {
             assert_eq!(
                 range_of_layers(&top, &below, all, puts),
-                range_of(&merged, all, puts),
+                up_to_put(puts),
                 "up to the put number {puts}"
             );
         }
+        assert_eq!(range_of(&below, all, 2), staged(&[("a", Some("1")), ("b", Some("1"))]));
         assert_eq!(
             range_of_layers(
                 &top,
