@@ -212,10 +212,10 @@ struct State {
     runs_made: u64,
     /// The tables a key's entry was kept for since the last clear (a bit
     /// each): a landed write of a table with none has no entry to forget.
-    /// A P1's flights remove back-references and put outbox rows and
-    /// outcomes, read by scans or not at all, and each such write looked
-    /// its key up to forget it (the write-through's removals were 7 % of
-    /// the writer's thread in a P1 of 1M on postgres).
+    /// A P1's flights remove back-references and put outbox rows, which
+    /// scans read, and each such write looked its key up to forget it
+    /// (the write-through's removals were 7 % of the writer's thread in a
+    /// P1 of 1M on postgres).
     keyed: u32,
 }
 
