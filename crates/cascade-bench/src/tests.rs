@@ -394,3 +394,28 @@ fn a_probe_window_that_holds_other_writes_does_not_eat_the_cascades_key_writes()
     let line = verdict(&[p1(100_000, 4.04), p1(1_000_000, 0.0)]);
     assert!(line.contains(" FAIL ") && line.contains("a broken count"), "{line}");
 }
+
+#[test]
+fn p4_is_judged_on_the_1m_row_when_a_run_also_has_a_3m_one() {
+    let p1 = |n: u64, peak: f64| crate::spec::Row {
+        scenario: "p1".into(),
+        engine: "memory".into(),
+        n,
+        shape: Some("flat".into()),
+        cascade_peak_rss_mb: Some(peak),
+        ..Default::default()
+    };
+    let verdict = |rows: &[crate::spec::Row]| target_line(rows, "P4 peak RSS during a 1M").expect("a P4 line");
+    let line = verdict(&[p1(1_000_000, 450.0), p1(3_000_000, 1_200.0)]);
+    assert!(
+        line.contains(" pass ") && line.contains("450.0 MB at n=1000000"),
+        "{line}"
+    );
+    let line = verdict(&[p1(100_000, 200.0), p1(1_000_000, 700.0)]);
+    assert!(line.contains(" FAIL ") && line.contains("n=1000000"), "{line}");
+    let line = verdict(&[p1(100_000, 200.0)]);
+    assert!(
+        line.contains("n=100000"),
+        "a smaller run still shows its largest row: {line}"
+    );
+}
