@@ -363,11 +363,11 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
     /// Applies every write of the batch atomically, in order (the last
-    /// write of a key wins): a point read sees all of it or none of it, and
-    /// so does recovery after a crash. A scan that races the commit sees it
-    /// whole on fjall and the memory store, but may see part of it on sled
-    /// (its iterators are no snapshots); the writer's own reads never race
-    /// a commit, because it is the only committer.
+    /// write of a key wins): a read, point or scan, sees all of it or none
+    /// of it, and so does recovery after a crash. The one reader that may
+    /// meet a batch half applied is a [`PipelinedStore`] reading its engine
+    /// through [`Store::for_pipelined_writer`], whose staged set answers
+    /// every key of it meanwhile.
     fn commit(&self, batch: Batch) -> Result<(), StoreError>;
     /// Makes every committed batch visible to every reader of the store
     /// now, without waiting for it to be durable: a no-op where a commit
@@ -423,6 +423,15 @@ pub trait Store: Send + Sync + 'static {
     fn overlaps_flushes(&self) -> bool {
         false
     }
+    /// How long the last flight took to land (its engine commit and
+    /// fsync), on a store that lands them on a thread of its own
+    /// ([`PipelinedStore`]): a small write that joins a work step's group
+    /// waits for the rest of the step and then this, so the writer aims
+    /// its steps shorter when landings are long (`writer/work_budget.rs`).
+    /// None: no flight landed yet, or the store has none of its own.
+    fn last_landing(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// Whether a commit may be made while a flight is in progress
     /// ([`Store::start_flush`]) without waiting for it: staged on top of
     /// it, read over its writes, and dropped with them if it fails (the
@@ -474,6 +483,16 @@ pub trait Store: Send + Sync + 'static {
     fn writers_view(&self) -> Option<Arc<dyn Store>> {
         None
     }
+    /// The handle on this engine a [`PipelinedStore`] commits and reads
+    /// through, when it is not the store itself: one whose reads do not
+    /// wait for a batch that is landing. That view answers every key of the
+    /// batch it is landing from its staged set until the batch landed, so
+    /// its reads of the engine never see it half applied; everyone else's
+    /// reads wait for a landing batch to be whole (sled's: `sled_store.rs`;
+    /// fjall's never wait). None: the store itself.
+    fn for_pipelined_writer(&self) -> Option<Arc<dyn Store>> {
+        None
+    }
 }
 
 /// The view of `store` a node's writer reads and commits through: the
@@ -487,7 +506,8 @@ pub fn writers_view_of(store: &Arc<dyn Store>) -> Result<Arc<dyn Store>, StoreEr
         return Ok(view);
     }
     if store.waits_on_io() && !store.overlaps_flushes() {
-        return Ok(Arc::new(PipelinedStore::new(store.clone())?));
+        let engine = store.for_pipelined_writer().unwrap_or_else(|| store.clone());
+        return Ok(Arc::new(PipelinedStore::new(engine)?));
     }
     Ok(store.clone())
 }

@@ -32,7 +32,7 @@
 //! did before), on the writer's thread.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 
@@ -132,6 +132,8 @@ pub struct PipelinedStore {
     flight: Mutex<Flight>,
     committer: Committer,
     bounds: (usize, usize),
+    /// How long the last flight took to land, in µs (0: none has yet).
+    last_landing_us: Arc<AtomicU64>,
 }
 
 impl PipelinedStore {
@@ -144,9 +146,11 @@ impl PipelinedStore {
     fn with_bounds(inner: Arc<dyn Store>, keys: usize, bytes: usize) -> Result<Self, StoreError> {
         let (jobs, received) = mpsc::channel();
         let engine = inner.clone();
+        let last_landing_us = Arc::new(AtomicU64::new(0));
+        let landings = last_landing_us.clone();
         let thread = std::thread::Builder::new()
             .name("cascade-commit".into())
-            .spawn(move || land_flights(engine.as_ref(), received))
+            .spawn(move || land_flights(engine.as_ref(), received, &landings))
             .map_err(|e| StoreError::Engine(format!("cannot start the commit thread: {e}")))?;
         Ok(Self {
             inner,
@@ -159,6 +163,7 @@ impl PipelinedStore {
                 thread: Some(thread),
             },
             bounds: (keys, bytes),
+            last_landing_us,
         })
     }
 
@@ -306,17 +311,20 @@ impl PipelinedStore {
 }
 
 /// The committer thread: lands each flight's writes and fsyncs, until the
-/// store is dropped.
-fn land_flights(engine: &dyn Store, jobs: mpsc::Receiver<Job>) {
+/// store is dropped; notes in `last_landing_us` how long each took.
+fn land_flights(engine: &dyn Store, jobs: mpsc::Receiver<Job>, last_landing_us: &AtomicU64) {
     while let Ok(job) = jobs.recv() {
         match job {
             Job::Land { writes, landed, then } => {
+                let started = crate::clock::monotonic_now();
                 let outcome = if writes.is_empty() {
                     Ok(())
                 } else {
                     engine.commit(writes.to_batch())
                 };
                 let outcome = outcome.and_then(|()| engine.flush());
+                let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                last_landing_us.store(took.max(1), Ordering::Release);
                 drop(writes);
                 if let (Ok(()), Some(then)) = (&outcome, then) {
                     then();
@@ -485,6 +493,13 @@ impl Store for PipelinedStore {
 
     fn overlaps_flushes(&self) -> bool {
         true
+    }
+
+    fn last_landing(&self) -> Option<std::time::Duration> {
+        match self.last_landing_us.load(Ordering::Acquire) {
+            0 => None,
+            us => Some(std::time::Duration::from_micros(us)),
+        }
     }
 
     fn waits_on_io(&self) -> bool {

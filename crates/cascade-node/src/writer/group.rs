@@ -438,6 +438,9 @@ impl WriterState {
         let landed = self.ctx.store.finish_flush();
         let waited = waiting.elapsed();
         self.work_budget.flushed(waited);
+        if let Some(landing) = self.ctx.store.last_landing() {
+            self.work_budget.landed(landing);
+        }
         self.ctx.metrics.writer_step("flight_wait", waited);
         match landed {
             Ok(()) => {

@@ -83,7 +83,7 @@ fn postgres_store_conforms_and_survives_reopen() {
     let Some(db) = fresh_database("conforms") else { return };
     conformance(&*writer(&db));
     let Some(db) = fresh_database("atomic") else { return };
-    batches_are_atomic_to_readers(writer(&db), true);
+    batches_are_atomic_to_readers(writer(&db));
     let Some(db) = fresh_database("reopen") else { return };
     survives_reopen(|| writer(&db));
     let Some(db) = fresh_database("schema") else { return };
