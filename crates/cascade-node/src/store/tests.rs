@@ -180,6 +180,18 @@ pub(super) fn conformance(store: &dyn Store) {
     store.flush().unwrap();
 }
 
+/// Batch `n` of the atomicity tests: `n` under key `n` in Resources first,
+/// then under 200 keys of Backrefs, then under `n` in Outbox last.
+pub(super) fn batch_numbered(n: u64) -> Batch {
+    let mut batch = Batch::default();
+    batch.put(Table::Resources, b"n".to_vec(), n.to_be_bytes().to_vec());
+    for i in 0..200u32 {
+        batch.put(Table::Backrefs, i.to_be_bytes().to_vec(), n.to_be_bytes().to_vec());
+    }
+    batch.put(Table::Outbox, b"n".to_vec(), n.to_be_bytes().to_vec());
+    batch
+}
+
 /// A batch over several tables, seen by a concurrent reader: all of it
 /// or none of it. Batch n writes n into Resources first and into Outbox
 /// last, with many writes between; a reader reads Resources, then Outbox:
@@ -194,13 +206,7 @@ pub(super) fn batches_are_atomic_to_readers(store: Arc<dyn Store>) {
         let store = store.clone();
         std::thread::spawn(move || {
             for n in 1..=BATCHES {
-                let mut b = Batch::default();
-                b.put(Table::Resources, b"n".to_vec(), n.to_be_bytes().to_vec());
-                for i in 0..200u32 {
-                    b.put(Table::Backrefs, i.to_be_bytes().to_vec(), n.to_be_bytes().to_vec());
-                }
-                b.put(Table::Outbox, b"n".to_vec(), n.to_be_bytes().to_vec());
-                store.commit(b).unwrap();
+                store.commit(batch_numbered(n)).unwrap();
             }
         })
     };

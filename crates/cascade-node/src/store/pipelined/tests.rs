@@ -1,7 +1,7 @@
 use std::sync::atomic::AtomicBool;
 
 use super::*;
-use crate::store::tests::conformance;
+use crate::store::tests::{batch_numbered, conformance};
 use crate::store::{scan_from_floor, writers_view_of, FjallStore, MemoryStore, SledStore};
 
 fn put(table: Table, key: &str, value: &str) -> Batch {
@@ -78,8 +78,7 @@ fn a_pipelined_view_over_sled_conforms() {
 /// key by key (sled: without the batch lock everyone else waits for), and
 /// still sees each batch whole, from its staged set: every read below
 /// runs while batch n may be half applied in the engine, and must see n
-/// everywhere. Batch n writes n into Resources first, into 200 back-
-/// references, then into the outbox.
+/// everywhere ([`batch_numbered`]).
 #[test]
 fn the_writers_reads_over_sled_see_a_landing_batch_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -91,13 +90,7 @@ fn the_writers_reads_over_sled_see_a_landing_batch_whole() {
             .map_or(0, |v| u64::from_be_bytes(v.as_slice().try_into().unwrap()))
     };
     for n in 1..=100u64 {
-        let mut batch = Batch::default();
-        batch.put(Table::Resources, b"n".to_vec(), n.to_be_bytes().to_vec());
-        for i in 0..200u32 {
-            batch.put(Table::Backrefs, i.to_be_bytes().to_vec(), n.to_be_bytes().to_vec());
-        }
-        batch.put(Table::Outbox, b"n".to_vec(), n.to_be_bytes().to_vec());
-        view.commit(batch).unwrap();
+        view.commit(batch_numbered(n)).unwrap();
         view.start_flush().unwrap();
         for _ in 0..3 {
             assert_eq!(read(Table::Outbox), n);
