@@ -178,18 +178,26 @@ fn percentiles_are_nearest_rank() {
     assert_eq!(crate::harness::percentile(&[], 0.5), None);
 }
 
+/// A P1 row of `engine`, `shape` and size `n`, every figure unset: the
+/// report tests' rows set the figures they judge over it.
+fn p1_row(engine: &str, shape: &str, n: u64) -> crate::spec::Row {
+    crate::spec::Row {
+        scenario: "p1".into(),
+        engine: engine.into(),
+        n,
+        shape: Some(shape.into()),
+        ..Default::default()
+    }
+}
+
 /// With several rounds (`--rounds`), PostgreSQL's flat 1M target takes
 /// the median rate of the largest size's rows (the slower middle of an
 /// even count) and names them; one row decides alone.
 #[test]
 fn the_postgres_rate_target_takes_the_median_of_the_rounds() {
     let p1 = |n: u64, rate: f64| crate::spec::Row {
-        scenario: "p1".into(),
-        engine: "postgres".into(),
-        n,
-        shape: Some("flat".into()),
         rate_per_s: Some(rate),
-        ..Default::default()
+        ..p1_row("postgres", "flat", n)
     };
     let verdict = |rows: &[crate::spec::Row]| {
         let targets = crate::report::targets(rows);
@@ -232,14 +240,10 @@ fn the_postgres_rate_target_takes_the_median_of_the_rounds() {
 #[test]
 fn the_slope_is_time_per_touched_resource_and_its_growth() {
     let p1 = |engine: &str, shape: &str, n: u64, wall_s: f64, deleted: u64, unset: u64| crate::spec::Row {
-        scenario: "p1".into(),
-        engine: engine.into(),
-        n,
-        shape: Some(shape.into()),
         wall_s: Some(wall_s),
         deleted: Some(deleted),
         unset: Some(unset),
-        ..Default::default()
+        ..p1_row(engine, shape, n)
     };
     let rows = vec![
         p1("fjall", "unset", 100_000, 5.41, 50_001, 50_000),
@@ -280,14 +284,10 @@ fn target_line(rows: &[crate::spec::Row], target: &str) -> Option<String> {
 #[test]
 fn the_slope_takes_the_median_of_a_sizes_rows() {
     let p1 = |n: u64, wall_s: f64| crate::spec::Row {
-        scenario: "p1".into(),
-        engine: "sled".into(),
-        n,
-        shape: Some("flat".into()),
         wall_s: Some(wall_s),
         deleted: Some(n),
         unset: Some(0),
-        ..Default::default()
+        ..p1_row("sled", "flat", n)
     };
     // Three rounds; the second 1M row ran while the machine was slow.
     let rows = vec![
@@ -319,16 +319,12 @@ fn the_slope_takes_the_median_of_a_sizes_rows() {
 #[test]
 fn the_small_delete_probe_is_in_the_table_and_judged_at_1m() {
     let p1 = |n: u64, shape: &str, done_p99: f64| crate::spec::Row {
-        scenario: "p1".into(),
-        engine: "fjall".into(),
-        n,
-        shape: Some(shape.into()),
         small_deletes: Some(812),
         small_delete_call_p99_ms: Some(done_p99 / 2.0),
         small_delete_done_p50_ms: Some(3.0),
         small_delete_done_p99_ms: Some(done_p99),
         small_delete_done_max_ms: Some(done_p99 * 2.0),
-        ..Default::default()
+        ..p1_row("fjall", shape, n)
     };
     let verdict = |rows: &[crate::spec::Row]| target_line(rows, "one-resource delete");
     let rows = vec![
@@ -380,12 +376,8 @@ fn a_probe_window_that_holds_other_writes_does_not_eat_the_cascades_key_writes()
     assert_eq!(crate::local::probe_cost(&[]), WriteStatsSnapshot::default());
 
     let p1 = |n: u64, kw: f64| crate::spec::Row {
-        scenario: "p1".into(),
-        engine: "sled".into(),
-        n,
-        shape: Some("flat".into()),
         key_writes_per_deleted: Some(kw),
-        ..Default::default()
+        ..p1_row("sled", "flat", n)
     };
     let verdict =
         |rows: &[crate::spec::Row]| target_line(rows, "key writes per deleted leaf").expect("a key-writes target line");
@@ -398,12 +390,8 @@ fn a_probe_window_that_holds_other_writes_does_not_eat_the_cascades_key_writes()
 #[test]
 fn p4_is_judged_on_the_1m_row_when_a_run_also_has_a_3m_one() {
     let p1 = |n: u64, peak: f64| crate::spec::Row {
-        scenario: "p1".into(),
-        engine: "memory".into(),
-        n,
-        shape: Some("flat".into()),
         cascade_peak_rss_mb: Some(peak),
-        ..Default::default()
+        ..p1_row("memory", "flat", n)
     };
     let verdict = |rows: &[crate::spec::Row]| target_line(rows, "P4 peak RSS during a 1M").expect("a P4 line");
     let line = verdict(&[p1(1_000_000, 450.0), p1(3_000_000, 1_200.0)]);
