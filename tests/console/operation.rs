@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use cascade_proto::v1;
 use serde_json::Value;
 
 use crate::browser::Browser;
@@ -87,9 +88,17 @@ async fn the_operation_page_follows_a_ten_thousand_member_cascade_live_to_cascad
         started.elapsed()
     );
 
+    // Held to a rate, so that the cascade runs for seconds whatever the
+    // machine: the page reads the API once a second (`LIVE_EVERY`), and
+    // unslowed the 10,000 members were gone in about a second on CI
+    // (the page saw only [1663, 10000]). 600 a second per region: at least
+    // 5.5 s, several reads while it runs.
     let op = cluster
         .client("eu-west")
-        .delete(delete_req("eu-west/network/n", true))
+        .delete(v1::DeleteRequest {
+            rate_per_second: 600,
+            ..delete_req("eu-west/network/n", true)
+        })
         .await
         .expect("the delete is accepted")
         .operation
