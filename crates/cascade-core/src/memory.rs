@@ -156,6 +156,9 @@ impl StateRead for MemoryState {
     fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError> {
         Ok(self.pending_attach.get(&uid).cloned())
     }
+    fn any_pending_attach(&self) -> Result<bool, StorageError> {
+        Ok(!self.pending_attach.is_empty())
+    }
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError> {
         Ok(self.remote_deletions.values().cloned().collect())
     }

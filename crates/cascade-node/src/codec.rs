@@ -67,6 +67,8 @@
 //!   binary form whenever a step writes them anyway.
 //! - anything else: [`StoreError::Corrupt`], naming the table and the byte.
 
+use std::collections::HashMap;
+
 use cascade_core::error::StorageError;
 use cascade_core::model::{
     BackRef, BackRefKey, DeletionRecord, DueOperation, DueWork, Operation, Outcome, PendingAttach, PendingRelease,
@@ -209,6 +211,22 @@ impl StoreState<'_> {
     fn exists(&self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         let mut found = false;
         self.store.get_in(table, key, &mut |_| found = true)?;
+        Ok(found)
+    }
+
+    /// Whether a scan of one, asking whether a table (or a prefix of it)
+    /// has any key, is worth making to spare point reads of its keys: not
+    /// on a store that reads ahead (PostgreSQL), whose point reads of a
+    /// back-reference page's keys are answered from what one round trip
+    /// fetched, where the scan would be a round trip of its own.
+    fn scans_spare_point_reads(&self) -> bool {
+        !self.store.prefetches()
+    }
+
+    /// Whether any key of `table` starts with `prefix` (a scan of one).
+    fn any_with_prefix(&self, table: Table, prefix: &[u8]) -> Result<bool, StoreError> {
+        let mut found = false;
+        self.store.scan_in(table, prefix, None, 1, &mut |_, _| found = true)?;
         Ok(found)
     }
 
@@ -661,6 +679,12 @@ impl StateRead for StoreState<'_> {
     fn pending_attach(&self, uid: Uid) -> Result<Option<PendingAttach>, StorageError> {
         self.get_pending_attach(uid).map_err(storage)
     }
+    fn any_pending_attach(&self) -> Result<bool, StorageError> {
+        if !self.scans_spare_point_reads() {
+            return Ok(true);
+        }
+        self.any_with_prefix(Table::PendingAttach, &[]).map_err(storage)
+    }
     fn remote_deletions(&self) -> Result<Vec<RemoteDeletion>, StorageError> {
         self.all(Table::RemoteDeletions, usize::MAX).map_err(storage)
     }
@@ -697,6 +721,13 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
     for (uid, v) in &w.uid_index {
         put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v)?;
     }
+    // Targets with rows in the blocking index, each asked once per batch:
+    // a batch's removed rows mostly share a few targets (a cascade's leaves
+    // release the one they reference), and most targets have no `block`
+    // row. Asked per row, the index's reads were a tenth of the writer's
+    // time in a flat cascade on sled (docs/BENCHMARKS.md, "Reads of empty
+    // tables").
+    let mut targets_blocked: HashMap<Uid, bool> = HashMap::new();
     for (k, v) in &w.backrefs {
         let key = backref_key(k);
         // The index holds exactly the `block` rows. A row keeps its class
@@ -704,8 +735,19 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         // (small) index spares every other write a blind remove.
         if v.as_ref().is_some_and(|row| row.on_delete == OnDelete::Block) {
             b.put(Table::BlockingBackrefs, key.clone(), Vec::new());
-        } else if state.exists(Table::BlockingBackrefs, &key)? {
-            b.remove(Table::BlockingBackrefs, key.clone());
+        } else {
+            let blocked = match targets_blocked.get(&k.target) {
+                Some(&blocked) => blocked,
+                None => {
+                    let blocked = !state.scans_spare_point_reads()
+                        || state.any_with_prefix(Table::BlockingBackrefs, k.target.as_bytes())?;
+                    targets_blocked.insert(k.target, blocked);
+                    blocked
+                }
+            };
+            if blocked && state.exists(Table::BlockingBackrefs, &key)? {
+                b.remove(Table::BlockingBackrefs, key.clone());
+            }
         }
         match v {
             Some(row) => b.put(Table::Backrefs, key, records::encode_backref(k, row)?),

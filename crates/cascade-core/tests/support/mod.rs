@@ -117,6 +117,9 @@ macro_rules! forward_state_read {
     (@one $f:ident pending_attach) => {
         fn pending_attach(&self, uid: ::cascade_core::Uid) -> Result<Option<::cascade_core::model::PendingAttach>, ::cascade_core::error::StorageError> { self.$f.pending_attach(uid) }
     };
+    (@one $f:ident any_pending_attach) => {
+        fn any_pending_attach(&self) -> Result<bool, ::cascade_core::error::StorageError> { self.$f.any_pending_attach() }
+    };
     (@one $f:ident remote_deletions) => {
         fn remote_deletions(&self) -> Result<Vec<::cascade_core::RemoteDeletion>, ::cascade_core::error::StorageError> { self.$f.remote_deletions() }
     };

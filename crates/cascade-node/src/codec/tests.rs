@@ -2063,3 +2063,64 @@ fn a_fresh_stores_first_audited_write_starts_the_count_and_its_first_retention_s
     assert_eq!(pruned.entries, 2);
     assert_eq!(state.audit_count().expect("reads"), Some(2));
 }
+
+// ---- the blocking index ----
+
+/// A back-reference row of target `t` from referrer `r` (small uids, so
+/// that batches meet the same rows again).
+fn small_backref(t: u8, r: u8, on_delete: OnDelete) -> BackRef {
+    let target = |n: u8, kind: &str| RefTarget {
+        name: ResourceName::parse(&format!("r1/{kind}/n{n}")).expect("a valid name"),
+        uid: Uid(Uuid::from_u128(u128::from(n) + 1)),
+    };
+    BackRef {
+        target: target(t, "network"),
+        referrer: target(r.wrapping_add(100), "port"),
+        field: "network".to_owned(),
+        on_delete,
+        generation: 0,
+        attached_at: Timestamp(1),
+    }
+}
+
+proptest! {
+    /// The blocking index holds exactly the `block` rows however rows of a
+    /// few targets are put and removed, in batches that touch several rows
+    /// of one target at once: `encode_writes` asks once per target whether
+    /// it has an indexed row, and a remove must still find every one.
+    #[test]
+    fn the_blocking_index_holds_exactly_the_block_rows(
+        batches in prop::collection::vec(
+            prop::collection::btree_map((0u8..3, 0u8..4), prop::option::of(on_delete()), 1..8),
+            1..12,
+        )
+    ) {
+        let store = MemoryStore::default();
+        let state = StoreState { store: &store };
+        let mut rows: BTreeMap<(u8, u8), OnDelete> = BTreeMap::new();
+        for batch in batches {
+            let mut writes = cascade_core::state::WriteSet::default();
+            for (&(t, r), class) in &batch {
+                let row = small_backref(t, r, class.unwrap_or(OnDelete::Cascade));
+                writes.backrefs.insert(row.key(), class.map(|_| row.clone()));
+                match class {
+                    Some(class) => rows.insert((t, r), *class),
+                    None => rows.remove(&(t, r)),
+                };
+            }
+            store.commit(encode_writes(&state, &writes).expect("encodes")).expect("commits");
+            let indexed: BTreeSet<Vec<u8>> = store
+                .scan(Table::BlockingBackrefs, &[], None, usize::MAX)
+                .expect("scans")
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            let blocking: BTreeSet<Vec<u8>> = rows
+                .iter()
+                .filter(|(_, class)| **class == OnDelete::Block)
+                .map(|(&(t, r), class)| backref_row_key(&small_backref(t, r, *class).key()))
+                .collect();
+            prop_assert_eq!(indexed, blocking);
+        }
+    }
+}
