@@ -2,8 +2,6 @@
 //! against the store as it is before the batch (the due index of moved
 //! work, the blocking index of removed rows, the audit log's count).
 
-use std::collections::HashMap;
-
 use cascade_core::model::RemoteDeletion;
 use cascade_core::schema::OnDelete;
 use cascade_core::state::WriteSet;
@@ -57,13 +55,13 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
     for (uid, v) in &w.uid_index {
         put_or_remove(&mut b, Table::UidIndex, uid.as_bytes().to_vec(), v)?;
     }
-    // Targets with rows in the blocking index, each asked once per batch:
-    // a batch's removed rows mostly share a few targets (a cascade's leaves
-    // release the one they reference), and most targets have no `block`
-    // row. Asked per row, the index's reads were a tenth of the writer's
-    // time in a flat cascade on sled (docs/BENCHMARKS.md, "Reads of empty
-    // tables").
-    let mut targets_blocked: HashMap<Uid, bool> = HashMap::new();
+    // Whether the blocking index has any key, asked once per batch (from
+    // its scan floor, so the removed keys ahead of its first live one are
+    // passed about once, not once a batch): most regions have no `block`
+    // row at all. Asked per removed row, the index's reads were a tenth of
+    // the writer's time in a flat cascade on sled (docs/BENCHMARKS.md,
+    // "Reads of empty tables").
+    let mut blocking_index_empty: Option<bool> = None;
     for (k, v) in &w.backrefs {
         let key = backref_key(k);
         // The index holds exactly the `block` rows. A row keeps its class
@@ -72,16 +70,15 @@ pub fn encode_writes(state: &StoreState<'_>, w: &WriteSet) -> Result<Batch, Stor
         if v.as_ref().is_some_and(|row| row.on_delete == OnDelete::Block) {
             b.put(Table::BlockingBackrefs, key.clone(), Vec::new());
         } else {
-            let blocked = match targets_blocked.get(&k.target) {
-                Some(&blocked) => blocked,
+            let empty = match blocking_index_empty {
+                Some(empty) => empty,
                 None => {
-                    let blocked = !state.scans_spare_point_reads()
-                        || state.any_with_prefix(Table::BlockingBackrefs, k.target.as_bytes())?;
-                    targets_blocked.insert(k.target, blocked);
-                    blocked
+                    let empty = state.table_is_empty(Table::BlockingBackrefs)?;
+                    blocking_index_empty = Some(empty);
+                    empty
                 }
             };
-            if blocked && state.exists(Table::BlockingBackrefs, &key)? {
+            if !empty && state.exists(Table::BlockingBackrefs, &key)? {
                 b.remove(Table::BlockingBackrefs, key.clone());
             }
         }

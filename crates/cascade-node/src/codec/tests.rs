@@ -2086,8 +2086,8 @@ fn small_backref(t: u8, r: u8, on_delete: OnDelete) -> BackRef {
 proptest! {
     /// The blocking index holds exactly the `block` rows however rows of a
     /// few targets are put and removed, in batches that touch several rows
-    /// of one target at once: `encode_writes` asks once per target whether
-    /// it has an indexed row, and a remove must still find every one.
+    /// of one target at once: `encode_writes` asks once per batch whether
+    /// the index has any key, and a remove must still find every one.
     #[test]
     fn the_blocking_index_holds_exactly_the_block_rows(
         batches in prop::collection::vec(
